@@ -1,0 +1,49 @@
+"""Ops the nets call that ONNX/TensorRT lack natively, written so both exporters can map them.
+
+`dynamic_resize(x, size)` is bicubic resizing (PyTorch semantics: half-pixel centres, A=-0.75,
+clamped borders) to an output size given *as a tensor* (int64 [2] = H_out, W_out), so the size is
+a run-time input of the exported graph rather than a constant baked in at export.
+
+- Eager: `F.interpolate(..., mode="bicubic", align_corners=False)`.
+- Legacy TorchScript exporter: `DynamicResizeFunction.symbolic` (registered by pipeline.export).
+- Dynamo exporter: the `sr::dynamic_resize` custom op below, translated by pipeline.export.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+@torch.library.custom_op("sr::dynamic_resize", mutates_args=())
+def _dynamic_resize_op(x: torch.Tensor, size: torch.Tensor) -> torch.Tensor:
+    h, w = (int(v) for v in size.tolist())
+    return F.interpolate(x, size=(h, w), mode="bicubic", align_corners=False)
+
+
+@_dynamic_resize_op.register_fake
+def _(x, size):
+    # The output size is data (the values of `size`), so it is unknown while tracing.
+    ctx = torch.library.get_ctx()
+    return x.new_empty((x.shape[0], x.shape[1], ctx.new_dynamic_size(), ctx.new_dynamic_size()))
+
+
+class DynamicResizeFunction(torch.autograd.Function):
+    """Wrapper the legacy exporter sees as one PythonOp; its `symbolic` is attached by pipeline.export."""
+
+    @staticmethod
+    def forward(ctx, x, size):  # noqa: D401 - torch signature
+        return _dynamic_resize_op(x, size)
+
+    @staticmethod
+    def backward(ctx, grad):  # pragma: no cover - inference-only op
+        raise RuntimeError("dynamic_resize is for inference; train with F.interpolate")
+
+
+def dynamic_resize(x: torch.Tensor, size: torch.Tensor) -> torch.Tensor:
+    """Bicubic resize of NCHW `x` to `size` = int64 tensor [H_out, W_out]."""
+    if torch.onnx.is_in_onnx_export():
+        return DynamicResizeFunction.apply(x, size)
+    if x.requires_grad:  # training path: differentiable and fast
+        h, w = (int(v) for v in size.tolist())
+        return F.interpolate(x, size=(h, w), mode="bicubic", align_corners=False)
+    return _dynamic_resize_op(x, size)
