@@ -1,0 +1,73 @@
+"""The offline image set every stage uses: images scikit-image ships (`skimage.data`), no downloads.
+
+TRAIN and HELD_OUT are disjoint (note `skimage.data.cat` is `chelsea`, so it is in neither list).
+Training cuts patches from TRAIN only; evaluation (PSNR/SSIM) uses HELD_OUT only.
+Gray images are replicated to 3 channels; RGBA images are composited on white.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+# Held-out colour photographs: evaluation only, never trained on.
+HELD_OUT: tuple[str, ...] = ("astronaut", "coffee", "chelsea", "rocket")
+
+# Training images: colour photos/micrographs plus natural gray photos and textures (as RGB).
+TRAIN: tuple[str, ...] = (
+    "stereo_motorcycle",  # left view of the stereo pair
+    "hubble_deep_field",
+    "immunohistochemistry",
+    "retina",
+    "colorwheel",
+    "logo",  # RGBA, composited on white
+    "camera",
+    "moon",
+    "coins",
+    "clock",
+    "grass",
+    "gravel",
+    "brick",
+    "cell",
+    "page",
+    "text",
+)
+
+assert not set(TRAIN) & set(HELD_OUT)
+
+
+@functools.lru_cache(maxsize=None)
+def _load(name: str) -> np.ndarray:
+    import skimage.data
+
+    if name not in TRAIN and name not in HELD_OUT:
+        raise KeyError(f"unknown sample image '{name}' (known: {', '.join(HELD_OUT + TRAIN)})")
+    img = getattr(skimage.data, name)()
+    if isinstance(img, tuple):  # stereo_motorcycle -> (left, right, disparity)
+        img = img[0]
+    img = np.asarray(img)
+    if img.dtype != np.uint8:
+        raise TypeError(f"sample image '{name}' is {img.dtype}, expected uint8")
+    if img.ndim == 2:
+        img = np.repeat(img[:, :, None], 3, axis=2)
+    elif img.shape[2] == 4:
+        rgb, alpha = img[:, :, :3].astype(np.float32), img[:, :, 3:4].astype(np.float32) / 255.0
+        img = np.clip(rgb * alpha + 255.0 * (1.0 - alpha) + 0.5, 0, 255).astype(np.uint8)
+    img = np.ascontiguousarray(img[:, :, :3])
+    img.flags.writeable = False  # cached: callers get copies
+    return img
+
+
+def load_rgb(name: str) -> np.ndarray:
+    """Sample image `name` as a fresh uint8 HxWx3 RGB array."""
+    return _load(name).copy()
+
+
+def held_out() -> dict[str, np.ndarray]:
+    """name -> uint8 HxWx3 for every held-out (evaluation) image, in HELD_OUT order."""
+    return {n: load_rgb(n) for n in HELD_OUT}
+
+
+def train() -> dict[str, np.ndarray]:
+    """name -> uint8 HxWx3 for every training image, in TRAIN order."""
+    return {n: load_rgb(n) for n in TRAIN}
