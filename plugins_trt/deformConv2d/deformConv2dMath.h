@@ -1,0 +1,148 @@
+// sr::DeformConv2d per-element math (torchvision.ops.deform_conv2d semantics), host and device.
+//
+// Layouts (NCHW, contiguous):
+//   input  [N, C, H, W]            weight [Cout, C/group, kH, kW]
+//   offset [N, offsetGroup * kH * kW * 2, Ho, Wo]   pairs (dy, dx) per tap, tap = i * kW + j
+//   mask   [N, offsetGroup * kH * kW, Ho, Wo]       (optional, multiplies the sample)
+//   bias   [Cout]                                   (optional)
+// Algorithm: deformable im2col into "columns", then per-group GEMM  out[co, p] = sum_k W[co, k] * col[k, p].
+// Columns layout for one chunk: [image in chunk][C * kH * kW][rows * Wo] (row k = c * kH * kW + tap).
+#pragma once
+
+#include "../common/srCommon.h"
+
+#include <cmath>
+
+namespace sr
+{
+
+struct DeformConvShape
+{
+    int n, cIn, hIn, wIn, cOut, kH, kW, hOut, wOut, strideH, strideW, padH, padW, dilH, dilW, group, offsetGroup;
+    bool hasBias, hasMask;
+};
+
+// Output extent of a convolution axis (pads begin/end; symmetric in practice).
+SR_HD inline int convOutputSize(int in, int padBegin, int padEnd, int k, int dil, int stride)
+{
+    return (in + padBegin + padEnd - dil * (k - 1) - 1) / stride + 1;
+}
+
+// Bilinear sample of one channel plane at (y, x) with torchvision's out-of-range rule: the whole sample is 0 when
+// y <= -1, y >= H, x <= -1 or x >= W; otherwise each of the 4 corners outside the image contributes 0.
+template <typename T>
+SR_HD inline float deformBilinear(T const* plane, int h, int w, float y, float x)
+{
+    if (y <= -1.0f || static_cast<float>(h) <= y || x <= -1.0f || static_cast<float>(w) <= x)
+    {
+        return 0.0f;
+    }
+    int const yLow = static_cast<int>(floorf(y));
+    int const xLow = static_cast<int>(floorf(x));
+    int const yHigh = yLow + 1;
+    int const xHigh = xLow + 1;
+    float const ly = y - static_cast<float>(yLow);
+    float const lx = x - static_cast<float>(xLow);
+    float const hy = 1.0f - ly;
+    float const hx = 1.0f - lx;
+    float v1 = 0.0f, v2 = 0.0f, v3 = 0.0f, v4 = 0.0f;
+    if (yLow >= 0 && xLow >= 0)
+        v1 = toFloat(plane[static_cast<int64_t>(yLow) * w + xLow]);
+    if (yLow >= 0 && xHigh <= w - 1)
+        v2 = toFloat(plane[static_cast<int64_t>(yLow) * w + xHigh]);
+    if (yHigh <= h - 1 && xLow >= 0)
+        v3 = toFloat(plane[static_cast<int64_t>(yHigh) * w + xLow]);
+    if (yHigh <= h - 1 && xHigh <= w - 1)
+        v4 = toFloat(plane[static_cast<int64_t>(yHigh) * w + xHigh]);
+    return hy * hx * v1 + hy * lx * v2 + ly * hx * v3 + ly * lx * v4;
+}
+
+// One im2col element: channel c, kernel tap (i, j), output position (oy, ox) of one image.
+// `image` points at that image's [C, H, W], `offset` / `mask` at that image's offset / mask tensors
+// (mask may be null = all ones). Returns mask * bilinear sample, in float.
+template <typename T>
+SR_HD inline float deformIm2colElement(DeformConvShape const& s, T const* image, T const* offset, T const* mask,
+    int c, int i, int j, int oy, int ox)
+{
+    int64_t const plane = static_cast<int64_t>(s.hOut) * s.wOut;
+    int64_t const pos = static_cast<int64_t>(oy) * s.wOut + ox;
+    int const taps = s.kH * s.kW;
+    int const offGroup = c / (s.cIn / s.offsetGroup);
+    int const tap = i * s.kW + j;
+    T const* off = offset + static_cast<int64_t>(offGroup) * 2 * taps * plane;
+    float const dy = toFloat(off[(2 * tap) * plane + pos]);
+    float const dx = toFloat(off[(2 * tap + 1) * plane + pos]);
+    float const y = static_cast<float>(oy * s.strideH - s.padH + i * s.dilH) + dy;
+    float const x = static_cast<float>(ox * s.strideW - s.padW + j * s.dilW) + dx;
+    float v = deformBilinear(image + static_cast<int64_t>(c) * s.hIn * s.wIn, s.hIn, s.wIn, y, x);
+    if (mask != nullptr)
+    {
+        v *= toFloat(mask[(static_cast<int64_t>(offGroup) * taps + tap) * plane + pos]);
+    }
+    return v;
+}
+
+// ---- Chunking: keeps the im2col workspace bounded -----------------------------------------------------------
+// Default budget for the columns buffer of one chunk.
+constexpr size_t kDeformConvColumnBudget = size_t(64) << 20; // 64 MiB
+
+// A chunk is either `images` whole images (rows == hOut), or a band of `rows` output rows of ONE image.
+// Rule: rowBytes = C*kH*kW*Wo*elemSize (columns of one output row).
+//   if one whole image fits the budget: images = min(N, budget / imageBytes), rows = Ho
+//   else: images = 1, rows = max(1, budget / rowBytes)   (a single row may exceed the budget: then rows = 1)
+struct DeformConvChunk
+{
+    int images;
+    int rows;
+};
+
+SR_HD inline DeformConvChunk deformConv2dChunk(
+    DeformConvShape const& s, size_t elemSize, size_t budget = kDeformConvColumnBudget)
+{
+    DeformConvChunk ch{1, 1};
+    size_t const rowBytes = static_cast<size_t>(s.cIn) * s.kH * s.kW * s.wOut * elemSize;
+    size_t const imageBytes = rowBytes * s.hOut;
+    if (rowBytes == 0 || s.n <= 0 || s.hOut <= 0)
+    {
+        return ch;
+    }
+    if (imageBytes <= budget)
+    {
+        size_t const fit = budget / imageBytes;
+        ch.images = static_cast<int>(fit < static_cast<size_t>(s.n) ? fit : static_cast<size_t>(s.n));
+        ch.rows = s.hOut;
+    }
+    else
+    {
+        size_t const fit = budget / rowBytes;
+        ch.images = 1;
+        ch.rows = fit < 1 ? 1 : static_cast<int>(fit); // fit < hOut here
+    }
+    return ch;
+}
+
+// Elements of the columns buffer for one chunk.
+SR_HD inline size_t deformConv2dColumnElements(DeformConvShape const& s, DeformConvChunk const& ch)
+{
+    return static_cast<size_t>(ch.images) * s.cIn * s.kH * s.kW * static_cast<size_t>(ch.rows) * s.wOut;
+}
+
+// Validation shared by every implementation. Returns nullptr when the shape is usable, else a reason.
+inline char const* deformConv2dCheckShape(DeformConvShape const& s)
+{
+    if (s.n < 0 || s.cIn <= 0 || s.hIn <= 0 || s.wIn <= 0 || s.cOut <= 0 || s.hOut <= 0 || s.wOut <= 0)
+        return "sizes must be positive (batch may be 0)";
+    if (s.kH <= 0 || s.kW <= 0)
+        return "kernel_shape must be positive";
+    if (s.strideH <= 0 || s.strideW <= 0 || s.dilH <= 0 || s.dilW <= 0)
+        return "strides and dilations must be positive";
+    if (s.padH < 0 || s.padW < 0)
+        return "pads must be non-negative";
+    if (s.group <= 0 || s.cIn % s.group != 0 || s.cOut % s.group != 0)
+        return "group must divide input and output channels";
+    if (s.offsetGroup <= 0 || s.cIn % s.offsetGroup != 0)
+        return "offset_group must divide input channels";
+    return nullptr;
+}
+
+} // namespace sr
