@@ -1,0 +1,77 @@
+"""Locates (and on request builds) the native libraries from plugins_trt/.
+
+- `cpu_kernels_library()`: libsr_kernels_cpu.so, the sr ops on the CPU (C API, loaded by pipeline.kernels_cpu).
+- `trt_plugin_library()`: libsr_trt_plugins.so, the TensorRT IPluginV3 plugins (only built when TensorRT headers exist).
+- `cuda_kernels_library()`: libsr_kernels_cuda.so, a C API over the CUDA launchers for GPU tests / benchmarks.
+Env overrides: SR_KERNELS_CPU_LIB, SR_TRT_PLUGIN_LIB, SR_KERNELS_CUDA_LIB. Default folder: <repo>/build/plugins.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from pipeline.errors import PipelineError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BUILD_DIR = REPO_ROOT / "build" / "plugins"
+SOURCE_DIR = REPO_ROOT / "plugins_trt"
+
+CPU_KERNELS_NAME = "libsr_kernels_cpu.so"
+TRT_PLUGINS_NAME = "libsr_trt_plugins.so"
+CUDA_KERNELS_NAME = "libsr_kernels_cuda.so"
+
+
+def _locate(env_var: str, filename: str, what: str, hint: str = "") -> Path:
+    override = os.environ.get(env_var)
+    if override:
+        path = Path(override).expanduser()
+        if not path.is_file():
+            raise PipelineError(f"{env_var}={override} does not exist ({what})")
+        return path.resolve()
+    path = BUILD_DIR / filename
+    if not path.is_file():
+        raise PipelineError(f"{what} not found at {path}: run `make plugins`{hint} (or set {env_var})")
+    return path
+
+
+def cpu_kernels_library() -> Path:
+    """Path of libsr_kernels_cpu.so (always built by `make plugins`)."""
+    return _locate("SR_KERNELS_CPU_LIB", CPU_KERNELS_NAME, "sr CPU kernels library")
+
+
+def trt_plugin_library() -> Path:
+    """Path of libsr_trt_plugins.so (built by `make plugins` only when TensorRT headers are found)."""
+    return _locate("SR_TRT_PLUGIN_LIB", TRT_PLUGINS_NAME, "sr TensorRT plugin library",
+                   " with TensorRT headers available (TENSORRT_ROOT=...)")
+
+
+def cuda_kernels_library() -> Path:
+    """Path of libsr_kernels_cuda.so (built by `make plugins` when nvcc is found)."""
+    return _locate("SR_KERNELS_CUDA_LIB", CUDA_KERNELS_NAME, "sr CUDA kernels library",
+                   " on a machine with nvcc (CUDA_HOME=...)")
+
+
+def build_plugins(build_dir: Path = BUILD_DIR, *, cuda: bool = True, extra_args: list[str] | None = None,
+                  jobs: int = 2) -> Path:
+    """Configure and build plugins_trt/ as `make plugins` does; returns the build folder.
+
+    Used by tests when the library is missing. Raises PipelineError with cmake's output tail on failure.
+    """
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        raise PipelineError("cmake not found: install cmake (>= 3.18) to build plugins_trt/")
+    configure = [cmake, "-S", str(SOURCE_DIR), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
+                 f"-DPython3_EXECUTABLE={sys.executable}", f"-DSR_ENABLE_CUDA={'ON' if cuda else 'OFF'}"]
+    trt_root = os.environ.get("TENSORRT_ROOT")
+    if trt_root:
+        configure.append(f"-DTENSORRT_ROOT={trt_root}")
+    configure += list(extra_args or [])
+    for cmd in (configure, [cmake, "--build", str(build_dir), "-j", str(jobs)]):
+        proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+            raise PipelineError(f"building plugins_trt failed ({' '.join(cmd[:2])} ...):\n{tail}")
+    return build_dir
