@@ -1,0 +1,283 @@
+"""Image files <-> pixel arrays for the sr stage: OpenCV decode/encode, EXIF orientation, bit depth,
+gray/alpha layout, float conversion of regions, quantisation, atomic writes.
+
+A decoded `Image` keeps the file's own integer pixels (OpenCV's BGR/BGRA order, uint8 or uint16) and
+converts only the region a tile needs to float32 RGB in [0, 1], so no full-size float copy of a large
+image ever exists. Rounding and clipping to the output bit depth happen once, in `quantize`.
+"""
+from __future__ import annotations
+
+import io
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+# Extensions we read and write (OpenCV codecs present in opencv-python-headless).
+FORMATS = {
+    ".png": "png", ".jpg": "jpg", ".jpeg": "jpg", ".jpe": "jpg", ".bmp": "bmp", ".dib": "bmp",
+    ".tif": "tiff", ".tiff": "tiff", ".webp": "webp",
+}
+FORMAT_EXT = {"png": ".png", "jpg": ".jpg", "jpeg": ".jpg", "bmp": ".bmp", "tif": ".tif", "tiff": ".tif",
+              "webp": ".webp"}
+# Largest side each encoder accepts (libjpeg: 65500, libwebp: 16383); others are bounded by memory.
+MAX_SIDE = {"jpg": 65500, "webp": 16383, "png": 2**31 - 1, "bmp": 2**31 - 1, "tiff": 2**31 - 1}
+# Formats that hold 16-bit samples; the rest are written as 8-bit.
+DEPTH16 = {"png", "tiff"}
+# Formats that hold an alpha channel through OpenCV's encoders.
+ALPHA = {"png", "tiff", "webp", "bmp"}
+# BT.601 luma weights (the ones cv2.cvtColor RGB2GRAY uses) to write gray images back gray.
+GRAY_WEIGHTS = np.array([0.299, 0.587, 0.114], dtype=np.float32)
+
+
+class ImageError(Exception):
+    """This one file cannot be read or written; the message is the one-line reason."""
+
+
+@dataclass
+class Image:
+    """Decoded pixels, upright (EXIF orientation applied), in the file's own sample type.
+
+    `pixels` is HxW (gray) or HxWxC with C = 3 (BGR) or 4 (BGRA), dtype uint8 or uint16. It may be a
+    non-contiguous view (rotations are views); `region_rgb` copies only what it is asked for.
+    """
+
+    pixels: np.ndarray
+    orientation: int = 1
+
+    @property
+    def height(self) -> int:
+        return int(self.pixels.shape[0])
+
+    @property
+    def width(self) -> int:
+        return int(self.pixels.shape[1])
+
+    @property
+    def channels(self) -> int:
+        return 1 if self.pixels.ndim == 2 else int(self.pixels.shape[2])
+
+    @property
+    def gray(self) -> bool:
+        return self.channels == 1
+
+    @property
+    def has_alpha(self) -> bool:
+        return self.channels == 4
+
+    @property
+    def depth(self) -> int:
+        return 16 if self.pixels.dtype == np.uint16 else 8
+
+    @property
+    def max_value(self) -> float:
+        return 65535.0 if self.depth == 16 else 255.0
+
+    @property
+    def mode(self) -> str:
+        return {1: "gray", 3: "rgb", 4: "rgba"}[self.channels]
+
+    def region_rgb(self, y0: int, y1: int, x0: int, x1: int) -> np.ndarray:
+        """float32 CHW RGB in [0, 1] of rows y0:y1, columns x0:x1 (gray is replicated to 3 channels)."""
+        p = self.pixels[y0:y1, x0:x1]
+        if p.ndim == 2:
+            f = p.astype(np.float32) * np.float32(1.0 / self.max_value)
+            return np.broadcast_to(f, (3, *f.shape)).copy()
+        f = np.empty((3, y1 - y0, x1 - x0), dtype=np.float32)
+        for c in range(3):  # BGR(A) -> RGB, one plane at a time
+            np.multiply(p[:, :, 2 - c], np.float32(1.0 / self.max_value), out=f[c], dtype=np.float32)
+        return f
+
+    def region_alpha(self, y0: int, y1: int, x0: int, x1: int) -> np.ndarray:
+        """float32 HW alpha in [0, 1] of a region (only for images with alpha)."""
+        return self.pixels[y0:y1, x0:x1, 3].astype(np.float32) * np.float32(1.0 / self.max_value)
+
+
+def format_of(path: Path) -> str | None:
+    return FORMATS.get(Path(path).suffix.lower())
+
+
+def normalize_format(fmt: str) -> str:
+    key = fmt.lower().lstrip(".")
+    if key not in FORMAT_EXT:
+        raise ValueError(f"unknown output format '{fmt}' (choose from: {', '.join(sorted(set(FORMAT_EXT)))})")
+    return FORMATS[FORMAT_EXT[key]]
+
+
+def exif_orientation(data: bytes) -> int:
+    """EXIF orientation tag (1..8) of an encoded image, 1 when absent or unreadable.
+
+    OpenCV's IMREAD_UNCHANGED (needed for alpha and 16-bit) ignores EXIF, so we read the tag ourselves;
+    Pillow (a dependency of scikit-image and matplotlib) parses only the header here."""
+    try:
+        from PIL import Image as PILImage
+
+        with PILImage.open(io.BytesIO(data)) as im:
+            value = int(im.getexif().get(0x0112, 1))
+    except Exception:  # no Pillow, no EXIF block, or a format Pillow cannot parse: treat as upright
+        return 1
+    return value if 1 <= value <= 8 else 1
+
+
+def apply_orientation(pixels: np.ndarray, orientation: int) -> np.ndarray:
+    """Rotate/flip stored pixels to display orientation (EXIF 274 semantics); returns a view."""
+    if orientation == 2:
+        return pixels[:, ::-1]
+    if orientation == 3:
+        return pixels[::-1, ::-1]
+    if orientation == 4:
+        return pixels[::-1]
+    if orientation == 5:
+        return pixels.swapaxes(0, 1)
+    if orientation == 6:
+        return np.rot90(pixels, -1)
+    if orientation == 7:
+        return pixels.swapaxes(0, 1)[::-1, ::-1]
+    if orientation == 8:
+        return np.rot90(pixels, 1)
+    return pixels
+
+
+def _check_complete(data: bytes, fmt: str | None) -> None:
+    """Reject truncated files that decoders would silently fill with gray."""
+    if fmt == "jpg" or data[:2] == b"\xff\xd8":
+        # The end-of-image marker must come after the last start-of-scan marker.
+        if data.rfind(b"\xff\xd9") < data.rfind(b"\xff\xda") or data.rfind(b"\xff\xd9") < 0:
+            raise ImageError("truncated JPEG (no end-of-image marker)")
+    elif data[:8] == b"\x89PNG\r\n\x1a\n":
+        if data.rfind(b"IEND") < 0:
+            raise ImageError("truncated PNG (no IEND chunk)")
+
+
+def decode(data: bytes, fmt: str | None = None) -> Image:
+    import cv2
+
+    if len(data) == 0:
+        raise ImageError("empty file")
+    _check_complete(data, fmt)
+    buf = np.frombuffer(data, dtype=np.uint8)
+    try:
+        pixels = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED)
+    except cv2.error as e:
+        raise ImageError(f"cannot decode: {str(e).strip().splitlines()[-1]}") from None
+    if pixels is None:
+        raise ImageError("not a readable image (decoder rejected the data)")
+    if pixels.dtype not in (np.uint8, np.uint16):
+        raise ImageError(f"unsupported sample type {pixels.dtype} (only 8- and 16-bit integer images)")
+    if pixels.ndim == 3 and pixels.shape[2] == 1:
+        pixels = pixels[:, :, 0]
+    elif pixels.ndim == 3 and pixels.shape[2] == 2:  # gray + alpha: expand to BGRA
+        g, a = pixels[:, :, 0], pixels[:, :, 1]
+        pixels = np.stack([g, g, g, a], axis=2)
+    elif pixels.ndim != 2 and pixels.shape[2] not in (3, 4):
+        raise ImageError(f"unsupported channel count {pixels.shape[2]}")
+    if pixels.shape[0] < 1 or pixels.shape[1] < 1:
+        raise ImageError("image has no pixels")
+    orientation = exif_orientation(data)
+    return Image(apply_orientation(pixels, orientation), orientation)
+
+
+def read_image(path: Path) -> Image:
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except PermissionError:
+        raise ImageError("permission denied") from None
+    except IsADirectoryError:
+        raise ImageError("is a directory") from None
+    except OSError as e:
+        raise ImageError(f"cannot read: {e.strerror or e}") from None
+    return decode(data, format_of(path))
+
+
+def new_output(height: int, width: int, channels: int, depth: int) -> np.ndarray:
+    """Output buffer in the layout `encode` takes: HxW or HxWxC (BGR/BGRA), uint8 or uint16."""
+    dtype = np.uint16 if depth == 16 else np.uint8
+    shape = (height, width) if channels == 1 else (height, width, channels)
+    return np.empty(shape, dtype=dtype)
+
+
+def quantize(x: np.ndarray, depth: int) -> np.ndarray:
+    """float in [0, 1] -> integer samples: the one place values are rounded and clipped."""
+    maxv = 65535.0 if depth == 16 else 255.0
+    y = np.rint(x * np.float32(maxv))
+    np.clip(y, 0, maxv, out=y)
+    return y.astype(np.uint16 if depth == 16 else np.uint8)
+
+
+def store_rgb(out: np.ndarray, y0: int, x0: int, rgb: np.ndarray, depth: int) -> None:
+    """Write float32 CHW RGB (model output, unclipped) into the output buffer at (y0, x0).
+
+    Gray outputs get BT.601 luma of the RGB result, computed in float before the single rounding."""
+    h, w = rgb.shape[1:]
+    if out.ndim == 2:
+        g = np.tensordot(GRAY_WEIGHTS, rgb, axes=1)
+        out[y0:y0 + h, x0:x0 + w] = quantize(g, depth)
+        return
+    for c in range(3):
+        out[y0:y0 + h, x0:x0 + w, 2 - c] = quantize(rgb[c], depth)
+
+
+def store_alpha(out: np.ndarray, y0: int, x0: int, alpha: np.ndarray, depth: int) -> None:
+    h, w = alpha.shape
+    out[y0:y0 + h, x0:x0 + w, 3] = quantize(alpha, depth)
+
+
+def convert_for_format(pixels: np.ndarray, fmt: str) -> tuple[np.ndarray, list[str]]:
+    """Fit an output buffer to what the format can hold; returns notes for what was dropped."""
+    notes = []
+    if pixels.dtype == np.uint16 and fmt not in DEPTH16:
+        # 65535 -> 255 with rounding: 257 is the exact ratio between the two full scales.
+        pixels = ((pixels.astype(np.uint32) + 128) // 257).astype(np.uint8)
+        notes.append(f"16-bit written as 8-bit ({fmt} holds 8-bit samples)")
+    if pixels.ndim == 3 and pixels.shape[2] == 4 and fmt not in ALPHA:
+        pixels = pixels[:, :, :3]
+        notes.append(f"alpha dropped ({fmt} has no alpha channel)")
+    return pixels, notes
+
+
+def encode(pixels: np.ndarray, fmt: str, jpeg_quality: int = 95) -> bytes:
+    import cv2
+
+    ext = FORMAT_EXT[fmt]
+    params = []
+    if fmt == "jpg":
+        params = [cv2.IMWRITE_JPEG_QUALITY, int(jpeg_quality)]
+    elif fmt == "webp":
+        params = [cv2.IMWRITE_WEBP_QUALITY, int(jpeg_quality)]
+    elif fmt == "png":
+        params = [cv2.IMWRITE_PNG_COMPRESSION, 3]  # level 3: near level 9's size at a fraction of the time
+    try:
+        ok, buf = cv2.imencode(ext, np.ascontiguousarray(pixels), params)
+    except cv2.error as e:
+        raise ImageError(f"cannot encode {fmt}: {str(e).strip().splitlines()[-1]}") from None
+    if not ok:
+        raise ImageError(f"cannot encode {fmt}")
+    return buf.tobytes()
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write to a temp file in the same folder, then rename: readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # os.open with 0o666 (not mkstemp's 0o600) so outputs get the usual umask-derived permissions.
+    tmp = path.parent / f".{path.name}.{os.getpid()}-{threading.get_ident()}.part"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_image(path: Path, pixels: np.ndarray, fmt: str, jpeg_quality: int = 95) -> list[str]:
+    pixels, notes = convert_for_format(pixels, fmt)
+    atomic_write(path, encode(pixels, fmt, jpeg_quality))
+    return notes

@@ -1,0 +1,100 @@
+"""Which files the sr stage reads and where each result goes: INPUT (file or folder, recursive) ->
+OUTPUT mirroring the tree. Guarantees inputs are never overwritten and outputs are never re-read as
+inputs (OUTPUT may lie inside INPUT)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import PipelineError
+from .imageio import FORMAT_EXT, format_of
+
+
+@dataclass
+class Job:
+    src: Path
+    dst: Path
+    rel: str          # path relative to INPUT (how the file is named in logs and the summary)
+    fmt: str          # output format key (png, jpg, ...)
+    problem: str = "" # set when the job must fail before decoding (e.g. an output name collision)
+
+
+@dataclass
+class JobList:
+    jobs: list[Job]
+    ignored: list[str] = field(default_factory=list)  # files without an image extension
+    root: Path | None = None
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        path.relative_to(folder)
+        return True
+    except ValueError:
+        return False
+
+
+def _out_name(rel: Path, fmt: str | None) -> tuple[Path, str]:
+    if fmt is None:
+        return rel, format_of(rel)
+    return rel.with_suffix(FORMAT_EXT[fmt]), fmt
+
+
+def discover(input_path: str | Path, output_path: str | Path, fmt: str | None = None) -> JobList:
+    """Jobs for INPUT -> OUTPUT. Raises PipelineError (one line) for unusable arguments."""
+    src_root = Path(input_path)
+    out_root = Path(output_path)
+    if not src_root.exists():
+        raise PipelineError(f"input not found: {src_root}")
+    src_abs = src_root.resolve()
+    out_abs = out_root.resolve()
+
+    if src_root.is_file():
+        if format_of(src_root) is None:
+            raise PipelineError(f"input {src_root} is not an image file (known extensions: "
+                                f"{', '.join(sorted(FORMAT_EXT))})")
+        if out_root.is_dir() or (format_of(out_root) is None and not out_root.exists()):
+            name, f = _out_name(Path(src_root.name), fmt)
+            dst = out_root / name
+        else:  # OUTPUT names the file to write
+            dst, f = out_root, fmt or format_of(out_root) or format_of(src_root)
+        if dst.resolve() == src_abs:
+            raise PipelineError(f"output {dst} is the input file; choose another OUTPUT (inputs are never overwritten)")
+        return JobList([Job(src_root, dst, src_root.name, f)], [], src_root.parent)
+
+    if not src_root.is_dir():
+        raise PipelineError(f"input {src_root} is neither a file nor a folder")
+    if out_abs == src_abs:
+        raise PipelineError(f"OUTPUT {out_root} is the INPUT folder; choose another folder (inputs are never overwritten)")
+    if out_root.exists() and not out_root.is_dir():
+        raise PipelineError(f"OUTPUT {out_root} is a file; give a folder for a folder INPUT")
+
+    jobs: list[Job] = []
+    ignored: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(src_root, followlinks=False):
+        here = Path(dirpath)
+        # Never descend into OUTPUT (when it lies inside INPUT): results are not inputs.
+        dirnames[:] = sorted(d for d in dirnames if not _inside((here / d).resolve(), out_abs))
+        for name in sorted(filenames):
+            path = here / name
+            rel = path.relative_to(src_root)
+            if format_of(path) is None:
+                if not (name.startswith(".") and name.endswith(".part")):  # our own temp files
+                    ignored.append(rel.as_posix())
+                continue
+            out_rel, f = _out_name(rel, fmt)
+            jobs.append(Job(path, out_root / out_rel, rel.as_posix(), f))
+
+    # Guards: an output path that is an input file, or that two inputs map to (a.png + a.jpg -> a.png).
+    inputs = {j.src.resolve() for j in jobs}
+    seen: dict[Path, str] = {}
+    for j in jobs:
+        d = j.dst.resolve()
+        if d in inputs:
+            j.problem = f"output path {j.dst} is an input file (inputs are never overwritten)"
+        elif d in seen:
+            j.problem = f"output {j.dst} would also be written for {seen[d]}"
+        else:
+            seen[d] = j.rel
+    return JobList(jobs, ignored, src_root)

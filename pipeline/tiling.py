@@ -1,0 +1,223 @@
+"""Tiled super-resolution that reproduces whole-image inference.
+
+The models are `features(bicubic(x, size))`: a bicubic resize to the output size (half-pixel centres,
+source step r = H_in / H_out) followed by convolutions with a finite receptive field. A tile is an LR
+crop run through the model on its own; its output equals the whole-image output on the tile's interior
+when
+  1. the crop's sampling grid is the whole image's grid: the crop starts at an HR row Y0 whose source
+     position Y0 * r is an integer (the LR row the crop starts at) and ends at such a row too, so the
+     crop's own step c / round(c * scale) is exactly r, and
+  2. the crop reaches `margin` HR pixels past the kept region on each side (receptive field + bicubic
+     taps), so neither the crop's border clamping nor the convolutions' zero padding reaches it.
+The kept regions then tile the output with no overlap and no seams (blending by cropping).
+
+Integer scales align every `scale` HR pixels; a scale like 2.5 aligns every 5 HR pixels when the side
+is even. When a side has no aligned rows near a cut (e.g. 2.5 on an odd side: r = 101/253), the crop
+ends are placed at the rows whose source positions are closest to integers; the sampling grid is then
+off by that distance (reported as `max_shift`, in LR pixels) and the result is close, not equal.
+The planner works per axis; whole-image processing is the one-tile plan.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+
+# Receptive-field radius (HR pixels) of each model's layers after the resize: SRCNN: 9x9 (4) + 1x1 +
+# 5x5 (2). DeformSRCNN: 9x9 (4) + offset 3x3 (1) + deform 3x3 (1) + 5x5 (2) plus a budget of 8 px for
+# the learned offsets (trained offsets stay within a few pixels).
+RECEPTIVE_RADIUS = {"srcnn": 6, "srcnn-x3": 6, "deform-srcnn": 16}
+DEFAULT_RADIUS = 16
+# Approximate bytes of working memory per output pixel of one tile (float activations: 3 + 64 + 32 + 3
+# channels, plus runtime scratch) -- used to derive a tile size from free memory.
+BYTES_PER_OUTPUT_PIXEL = 1024
+
+
+def receptive_radius(model: str) -> int:
+    return RECEPTIVE_RADIUS.get(model, DEFAULT_RADIUS)
+
+
+def context_margin(radius_hr: int, scale: float) -> int:
+    """HR pixels a crop must extend past its kept region: the receptive field plus the bicubic taps
+    (2 LR pixels on each side of the source position, i.e. about 2.5 * scale HR pixels), plus 2."""
+    return int(radius_hr + math.ceil(2.5 * scale) + 2)
+
+
+def output_length(n: int, scale: float) -> int:
+    """1-D output size: models.registry.output_size (round half up, at least 1)."""
+    return max(1, math.floor(n * scale + 0.5))
+
+
+@dataclass(frozen=True)
+class Span:
+    """One tile along one axis. HR rows [keep0, keep1) are taken from the crop's output, which covers HR
+    rows [out0, out0 + out_len) and comes from LR rows [crop0, crop1)."""
+
+    keep0: int
+    keep1: int
+    crop0: int
+    crop1: int
+    out0: int
+    out_len: int
+    shift: float  # sampling-grid offset at the crop ends, LR pixels (0 = exact)
+
+
+def _shift(y: int, length: int, out_length: int) -> float:
+    """Distance of HR row y's source position y * L / Lo from the nearest integer, in LR pixels."""
+    m = (y * length) % out_length
+    return min(m, out_length - m) / out_length
+
+
+def _lr_row(y: int, length: int, out_length: int) -> int:
+    """Nearest LR row to HR row y's source position (round half up, exact integer math)."""
+    return (2 * y * length + out_length) // (2 * out_length)
+
+
+def _candidates(start: int, stop: int, step: int) -> Iterator[int]:
+    y = start
+    while (y - stop) * step <= 0:
+        yield y
+        y += step
+
+
+def _best_end(target: int, limit: int, step: int, length: int, out_length: int, window: int) -> int:
+    """Crop end at or beyond `target` (moving by `step` towards `limit`, the image edge) whose source
+    position is closest to an LR row, within `window` HR pixels; the image edge itself is exact."""
+    if (target - limit) * step >= 0:
+        return limit
+    far = target + step * window
+    if (far - limit) * step > 0:
+        far = limit
+    best, best_err = target, math.inf
+    for y in _candidates(target, far, step):
+        err = 0.0 if y == limit else _shift(y, length, out_length)
+        if err < best_err:
+            best, best_err = y, err
+            if err == 0.0:
+                break
+    return best
+
+
+def plan_axis(length: int, scale: float, tile: int | None, margin: int, window: int | None = None) -> list[Span]:
+    """Tiles along one axis of `length` LR pixels: kept HR regions of about `tile` * scale pixels."""
+    out_length = output_length(length, scale)
+    whole = Span(0, out_length, 0, length, 0, out_length, 0.0)
+    if tile is None or tile >= length:
+        return [whole]
+    keep = max(1, round(tile * out_length / length))
+    window = window if window is not None else 64 + 4 * math.ceil(scale)
+    cuts = list(range(0, out_length, keep)) + [out_length]
+    if len(cuts) > 2 and cuts[-1] - cuts[-2] < keep // 4:  # fold a sliver into the previous tile
+        cuts.pop(-2)
+    spans = []
+    for k0, k1 in zip(cuts[:-1], cuts[1:]):
+        y0 = _best_end(k0 - margin, 0, -1, length, out_length, window)
+        y1 = _best_end(k1 + margin, out_length, +1, length, out_length, window)
+        c0, c1 = _lr_row(y0, length, out_length), _lr_row(y1, length, out_length)
+        # The backend sizes the crop's output as round(c * scale); it must be the HR extent we planned.
+        if c1 <= c0 or output_length(c1 - c0, scale) != y1 - y0:
+            return [whole]
+        shift = max(_shift(y0, length, out_length), _shift(y1, length, out_length))
+        spans.append(Span(k0, k1, c0, c1, y0, y1 - y0, shift))
+    return spans
+
+
+@dataclass(frozen=True)
+class Tile:
+    y: Span
+    x: Span
+
+    @property
+    def crop_shape(self) -> tuple[int, int]:
+        return self.y.crop1 - self.y.crop0, self.x.crop1 - self.x.crop0
+
+    @property
+    def out_shape(self) -> tuple[int, int]:
+        return self.y.out_len, self.x.out_len
+
+    def keep_slices(self) -> tuple[slice, slice]:
+        """Where the kept region lies inside this crop's output."""
+        return (slice(self.y.keep0 - self.y.out0, self.y.keep1 - self.y.out0),
+                slice(self.x.keep0 - self.x.out0, self.x.keep1 - self.x.out0))
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    height: int
+    width: int
+    out_height: int
+    out_width: int
+    ys: tuple[Span, ...]
+    xs: tuple[Span, ...]
+
+    @property
+    def tiles(self) -> list[Tile]:
+        return [Tile(y, x) for y in self.ys for x in self.xs]
+
+    @property
+    def count(self) -> int:
+        return len(self.ys) * len(self.xs)
+
+    @property
+    def whole(self) -> bool:
+        return self.count == 1
+
+    @property
+    def max_shift(self) -> float:
+        return max(s.shift for s in (*self.ys, *self.xs))
+
+    @property
+    def exact(self) -> bool:
+        return self.max_shift == 0.0
+
+    @property
+    def max_crop_pixels(self) -> int:
+        """Largest tile output (HR pixels): what bounds the float working memory."""
+        return max(s.out_len for s in self.ys) * max(s.out_len for s in self.xs)
+
+
+def plan(height: int, width: int, scale: float, tile: int | None, margin: int, window: int | None = None) -> TilePlan:
+    ys = plan_axis(height, scale, tile, margin, window)
+    xs = plan_axis(width, scale, tile, margin, window)
+    return TilePlan(height, width, output_length(height, scale), output_length(width, scale), tuple(ys), tuple(xs))
+
+
+def auto_tile(scale: float, margin: int, batch: int = 1, available_bytes: int | None = None,
+              cap_bytes: int = 1 << 30) -> int:
+    """LR tile side whose crops (tile*scale + 2*margin HR pixels square) fit a quarter of free memory
+    (capped at `cap_bytes`), shared by `batch` tiles in flight."""
+    if available_bytes is None:
+        try:
+            import psutil
+
+            available_bytes = int(psutil.virtual_memory().available)
+        except Exception:  # psutil missing: assume a modest machine
+            available_bytes = 4 << 30
+    budget = min(available_bytes // 4, cap_bytes) // max(1, batch)
+    crop_side = math.isqrt(max(1, budget // BYTES_PER_OUTPUT_PIXEL))
+    keep_hr = max(crop_side - 2 * margin, 16)
+    return max(8, int(keep_hr / scale))
+
+
+def run_tiles(tile_plan: TilePlan, read: Callable[[int, int, int, int], np.ndarray],
+              infer: Callable[[np.ndarray], np.ndarray], write: Callable[[Tile, np.ndarray], None],
+              batch: int = 1) -> None:
+    """Run every tile: read(y0, y1, x0, x1) -> CHW float32 LR crop; infer(NCHW) -> NCHW; write(tile, CHW
+    output of the whole crop). Tiles with equal crop shapes are batched up to `batch`."""
+    groups: dict[tuple[int, int], list[Tile]] = {}
+    for t in tile_plan.tiles:
+        groups.setdefault(t.crop_shape, []).append(t)
+    for tiles in groups.values():
+        for i in range(0, len(tiles), max(1, batch)):
+            chunk = tiles[i:i + max(1, batch)]
+            x = np.stack([read(t.y.crop0, t.y.crop1, t.x.crop0, t.x.crop1) for t in chunk])
+            y = infer(x)
+            del x
+            for t, out in zip(chunk, y):
+                if tuple(out.shape[-2:]) != t.out_shape:
+                    raise RuntimeError(f"backend returned {tuple(out.shape[-2:])} for a crop of "
+                                       f"{t.crop_shape}, expected {t.out_shape}")
+                write(t, out)
+            del y

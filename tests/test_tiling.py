@@ -1,0 +1,129 @@
+"""Tiled inference reproduces whole-image inference (the real models, random weights, pure PyTorch)."""
+import math
+
+import numpy as np
+import pytest
+import torch
+from skimage import data
+
+from models.registry import get_spec, output_size, run
+from pipeline import tiling
+
+
+@pytest.fixture(scope="module")
+def nets():
+    torch.set_num_threads(1)  # the test machine's cores are shared: one thread avoids spin contention
+    torch.manual_seed(0)
+    out = {}
+    for name in ("srcnn", "srcnn-x3", "deform-srcnn"):
+        net = get_spec(name).build().eval()
+        if name == "deform-srcnn":  # non-zero offsets so the deformable sampling actually moves
+            with torch.no_grad():
+                net.offset_conv.weight.normal_(0, 0.02)
+                net.offset_conv.bias.normal_(0, 0.3)
+        out[name] = net
+    return out
+
+
+def _image(h, w):
+    img = data.astronaut()[100:100 + h, 150:150 + w].astype(np.float32) / 255
+    return np.ascontiguousarray(img.transpose(2, 0, 1)[None])
+
+
+def _tiled(net, name, x, scale, tile, margin=None, batch=2, window=None):
+    spec = get_spec(name)
+    _, _, h, w = x.shape
+    margin = tiling.context_margin(tiling.receptive_radius(name), scale) if margin is None else margin
+    plan = tiling.plan(h, w, scale, tile, margin, window)
+    out = np.full((3, plan.out_height, plan.out_width), np.nan, dtype=np.float32)
+    calls = []
+
+    def infer(b):
+        calls.append(b.shape)
+        with torch.inference_mode():
+            return run(net, spec, torch.from_numpy(b), scale).numpy()
+
+    def write(t, y):
+        sy, sx = t.keep_slices()
+        out[:, t.y.keep0:t.y.keep1, t.x.keep0:t.x.keep1] = y[:, sy, sx]
+
+    tiling.run_tiles(plan, lambda y0, y1, x0, x1: x[0, :, y0:y1, x0:x1], infer, write, batch)
+    with torch.inference_mode():
+        whole = run(net, spec, torch.from_numpy(x), scale).numpy()[0]
+    return plan, out, whole, calls
+
+
+@pytest.mark.parametrize("name,scale,h,w,tile", [
+    ("srcnn", 3, 29, 37, 9),
+    ("srcnn", 2, 33, 27, 8),
+    ("srcnn", 2.5, 36, 30, 8),     # even sides: aligned every 5 output pixels
+    ("srcnn", 1.7, 40, 30, 10),
+    ("srcnn-x3", 3, 27, 31, 8),
+    ("deform-srcnn", 3, 24, 29, 8),
+])
+def test_tiled_equals_whole_image(nets, name, scale, h, w, tile):
+    plan, out, whole, calls = _tiled(nets[name], name, _image(h, w), scale, tile)
+    assert out.shape == whole.shape == (3, *output_size(h, w, scale))
+    assert plan.count > 1 and plan.exact
+    assert not np.isnan(out).any()  # the kept regions cover the output
+    assert np.abs(out - whole).max() < 1e-4
+    assert any(s[0] == 2 for s in calls)  # equal-shaped crops were batched
+
+
+def test_too_little_context_is_not_equal(nets):
+    """The margin is what makes tiles exact: without it, tile borders differ from the whole image."""
+    _, out, whole, _ = _tiled(nets["srcnn"], "srcnn", _image(24, 24), 3, 8, margin=0)
+    assert np.abs(out - whole).max() > 1e-3
+
+
+def test_unaligned_scale_is_close_and_says_so(nets):
+    # 2.5 on odd sides: source step 101/253 has no aligned rows inside the image.
+    plan, out, whole, _ = _tiled(nets["srcnn"], "srcnn", _image(41, 37), 2.5, 10, window=8)
+    assert plan.count > 1 and not plan.exact
+    assert 0 < plan.max_shift < 0.2
+    assert np.abs(out - whole).max() < 0.05
+    # ... while a tile covering the image is the whole-image plan, exact by construction
+    whole_plan = tiling.plan(101, 91, 2.5, 200, 20)
+    assert whole_plan.whole and whole_plan.exact
+
+
+@pytest.mark.parametrize("length,scale,tile", [(1, 3, 4), (7, 2.5, 2), (1000, 3, 97), (999, 1.5, 64), (257, 2.5, 30)])
+def test_axis_plan_partitions_output(length, scale, tile):
+    margin = tiling.context_margin(6, scale)
+    spans = tiling.plan_axis(length, scale, tile, margin)
+    lo = tiling.output_length(length, scale)
+    assert spans[0].keep0 == 0 and spans[-1].keep1 == lo
+    for a, b in zip(spans, spans[1:]):
+        assert a.keep1 == b.keep0
+    for s in spans:
+        assert 0 <= s.crop0 < s.crop1 <= length
+        assert tiling.output_length(s.crop1 - s.crop0, scale) == s.out_len
+        # the crop reaches `margin` past the kept region unless it hits the image edge
+        assert s.out0 <= max(0, s.keep0 - margin) and s.out0 + s.out_len >= min(lo, s.keep1 + margin)
+        if s.shift == 0:
+            assert s.out0 * length == s.crop0 * lo  # crop starts on the whole-image sampling grid
+
+
+def test_auto_tile_follows_memory():
+    small = tiling.auto_tile(3, 15, available_bytes=512 << 20)
+    big = tiling.auto_tile(3, 15, available_bytes=8 << 30)
+    assert 8 <= small < big
+    # the tile's crop stays within the budget (a quarter of free memory, capped at 1 GiB)
+    side = big * 3 + 2 * 15
+    assert side * side * tiling.BYTES_PER_OUTPUT_PIXEL <= 1 << 30
+    assert tiling.auto_tile(3, 15, batch=4, available_bytes=8 << 30) < big
+
+
+def test_backend_output_shape_is_checked():
+    plan = tiling.plan(20, 20, 2, 8, 6)
+    with pytest.raises(RuntimeError, match="expected"):
+        tiling.run_tiles(plan, lambda *a: np.zeros((3, a[1] - a[0], a[3] - a[2]), np.float32),
+                         lambda b: np.zeros((b.shape[0], 3, 5, 5), np.float32), lambda t, y: None)
+
+
+def test_receptive_radius_covers_srcnn_layers():
+    net = get_spec("srcnn").build()
+    r = sum(m.kernel_size[0] // 2 for m in (net.conv1, net.conv2, net.conv3))
+    assert tiling.receptive_radius("srcnn") == r
+    assert tiling.receptive_radius("unknown-model") >= r
+    assert math.isfinite(tiling.context_margin(r, 2.5))
