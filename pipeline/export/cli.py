@@ -1,0 +1,87 @@
+"""`python -m pipeline export`: one model to one file, or `--all` models/flavours into a directory."""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from models.registry import MODELS
+from pipeline.errors import PipelineError
+
+from .core import (EXPORTERS, IO_DTYPES, OPS, PRECISIONS, SIZE_INPUTS, ExportResult, build_graph, export_model,
+                   onnx_filename, write_variant)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--model", help=f"registered model ({', '.join(MODELS)})")
+    what.add_argument("--all", action="store_true",
+                      help="every model x ops (custom, standard) x precision (fp32, fp16) into --output-dir")
+    parser.add_argument("--output", type=Path, help="output .onnx file (with --model)")
+    parser.add_argument("--output-dir", type=Path, help="output directory (with --all)")
+    parser.add_argument("--exporter", choices=EXPORTERS, default="dynamo",
+                        help="torch exporter: dynamo (default) or the legacy torchscript one")
+    parser.add_argument("--ops", choices=OPS, default="custom",
+                        help="custom: sr::DynamicResize / sr::DeformConv2d with standard-ONNX function bodies "
+                             "(default); standard: plain Resize / DeformConv")
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32", help="graph precision (default fp32)")
+    parser.add_argument("--io-dtype", choices=IO_DTYPES, default="fp32",
+                        help="dtype of input/output in an fp16 graph (default fp32: Casts at the boundary)")
+    parser.add_argument("--size-input", choices=SIZE_INPUTS, default="size",
+                        help="run-time factor models: int64 'size' (H_out, W_out) input (default), or float 'scale' "
+                             "(s_h, s_w) -> Resize(scales), the tutorial's NewInterpolate (needs --ops standard)")
+    parser.add_argument("--weights", type=Path, help="state-dict file (default: the shipped weights)")
+    parser.add_argument("--opset", type=int, help="default-domain opset (default 20; >= 19)")
+    parser.add_argument("--scale", type=float, help="factor used to verify (default: the model's default)")
+    parser.add_argument("--no-verify", action="store_true", help="skip the ONNX Runtime vs PyTorch check")
+
+
+def describe(r: ExportResult) -> str:
+    err = "not verified" if r.max_abs_error is None else f"max|ORT-PyTorch| {r.max_abs_error:.2e}"
+    io = f" io={r.io_dtype}" if r.precision == "fp16" else ""
+    return (f"{r.path}: {r.model} {r.exporter} ops={r.ops} {r.precision}{io} opset {r.opset}  {err}  "
+            f"({r.seconds:.1f}s)")
+
+
+def run(args: argparse.Namespace) -> int:
+    verify = not args.no_verify
+    if args.all:
+        if args.output_dir is None or args.output is not None:
+            raise PipelineError("--all writes into --output-dir DIR (not --output)")
+        return _run_all(args, verify)
+    if args.output is None or args.output_dir is not None:
+        raise PipelineError("--model writes one file: give --output FILE.onnx")
+    r = export_model(args.model, args.output, exporter=args.exporter, ops=args.ops, precision=args.precision,
+                     io_dtype=args.io_dtype, weights=args.weights, opset=args.opset, verify=verify,
+                     size_input=args.size_input, scale=args.scale)
+    print(describe(r), flush=True)
+    return 0
+
+
+def _run_all(args: argparse.Namespace, verify: bool) -> int:
+    failures = []
+    total = 0
+    for model in MODELS:
+        for ops in OPS:
+            started = time.perf_counter()
+            try:
+                g = build_graph(model, exporter=args.exporter, ops=ops, weights=args.weights, opset=args.opset)
+            except PipelineError as e:
+                total += len(PRECISIONS)
+                failures.append(f"{model} ops={ops}: {e}")
+                print(f"error: {model} ops={ops}: {e}", flush=True)
+                continue
+            for precision in PRECISIONS:
+                total += 1
+                name = onnx_filename(model, exporter=args.exporter, ops=ops, precision=precision)
+                try:
+                    r = write_variant(g, args.output_dir / name, precision=precision, verify_=verify,
+                                      started=started)
+                    print(describe(r), flush=True)
+                except PipelineError as e:
+                    failures.append(f"{name}: {e}")
+                    print(f"error: {name}: {e}", flush=True)
+                started = time.perf_counter()
+    if failures:
+        raise PipelineError(f"{len(failures)} of {total} exports failed (first: {failures[0]})")
+    return 0

@@ -1,0 +1,155 @@
+"""The `sr` custom-domain ops: contract constants, ONNX schemas, model-local function bodies, strip transform.
+
+Contract (docs: brief "The two custom ops"): domain "sr", version 1.
+- DynamicResize(X, size:int64[2]) -> Y: torch bicubic, align_corners=False. Body: Resize(X, "", "",
+  Concat(Shape(X)[0:2], size)) cubic, half_pixel, A=-0.75.
+- DeformConv2d(X, W, offset[, B[, mask]]) -> Y with standard DeformConv attributes. Body: DeformConv (opset 19).
+
+The bodies make every exported file runnable by plain ONNX Runtime (or any ONNX backend); the engine stage
+calls `strip_sr_functions` so TensorRT's parser, finding no body, falls back to our `sr` plugins.
+"""
+from __future__ import annotations
+
+import onnx
+from onnx import TensorProto, helper
+
+DOMAIN = "sr"
+VERSION = 1
+DYNAMIC_RESIZE = "DynamicResize"
+DEFORM_CONV = "DeformConv2d"
+OP_TYPES = (DYNAMIC_RESIZE, DEFORM_CONV)
+# Attributes DeformConv2d carries, exactly the standard DeformConv ones.
+DEFORM_CONV_ATTRS = ("strides", "pads", "dilations", "group", "offset_group", "kernel_shape")
+# Lowest default-domain opset whose DeformConv exists (the DeformConv2d body needs it).
+DEFORM_CONV_MIN_OPSET = 19
+# Cubic Resize semantics equal to torch bicubic with align_corners=False.
+RESIZE_ATTRS = {"mode": "cubic", "cubic_coeff_a": -0.75, "coordinate_transformation_mode": "half_pixel"}
+# Node attributes the TensorRT ONNX parser reads when it falls back to a plugin.
+PLUGIN_NAMESPACE_ATTR = "plugin_namespace"
+SHAPE_INPUT_ATTR = "tensorrt_plugin_shape_input_indices"
+DYNAMIC_RESIZE_SHAPE_INPUTS = (1,)
+
+
+def register_schemas() -> None:
+    """Register the sr schemas with onnx.defs (idempotent): onnxscript needs them to emit sr.* calls."""
+    from onnx import defs
+
+    Schema = defs.OpSchema
+    image = ("T", ["tensor(float)", "tensor(float16)"], "image / feature tensor")
+    opt = Schema.FormalParameterOption.Optional
+    # What strip_sr_functions adds for TensorRT's parser; declared so stripped files still pass the checker.
+    plugin_attrs = [Schema.Attribute(PLUGIN_NAMESPACE_ATTR, Schema.AttrType.STRING, required=False),
+                    Schema.Attribute(SHAPE_INPUT_ATTR, Schema.AttrType.INTS, required=False)]
+    schemas = [
+        Schema(DYNAMIC_RESIZE, DOMAIN, VERSION,
+               "Bicubic resize (torch, align_corners=False) of NCHW X to run-time size = (H_out, W_out).",
+               inputs=[Schema.FormalParameter("X", "T"), Schema.FormalParameter("size", "tensor(int64)")],
+               outputs=[Schema.FormalParameter("Y", "T")], type_constraints=[image], attributes=plugin_attrs),
+        Schema(DEFORM_CONV, DOMAIN, VERSION,
+               "torchvision deform_conv2d (offsets (dy, dx) per tap, optional DCNv2 mask).",
+               inputs=[Schema.FormalParameter("X", "T"), Schema.FormalParameter("W", "T"),
+                       Schema.FormalParameter("offset", "T"), Schema.FormalParameter("B", "T", param_option=opt),
+                       Schema.FormalParameter("mask", "T", param_option=opt)],
+               outputs=[Schema.FormalParameter("Y", "T")], type_constraints=[image],
+               attributes=[Schema.Attribute(a, Schema.AttrType.INT if a in ("group", "offset_group")
+                                            else Schema.AttrType.INTS, required=False)
+                           for a in DEFORM_CONV_ATTRS] + plugin_attrs),
+    ]
+    for s in schemas:
+        if not defs.has(s.name, s.since_version, s.domain):
+            defs.register_schema(s)
+
+
+def _int64s(name: str, values: list[int]) -> onnx.NodeProto:
+    return helper.make_node("Constant", [], [name],
+                            value=helper.make_tensor(name, TensorProto.INT64, [len(values)], values))
+
+
+def dynamic_resize_function(opset: int) -> onnx.FunctionProto:
+    nodes = [
+        helper.make_node("Shape", ["X"], ["x_shape"]),
+        _int64s("zero", [0]),
+        _int64s("two", [2]),
+        helper.make_node("Slice", ["x_shape", "zero", "two"], ["nc"]),
+        helper.make_node("Concat", ["nc", "size"], ["sizes"], axis=0),
+        helper.make_node("Resize", ["X", "", "", "sizes"], ["Y"], **RESIZE_ATTRS),
+    ]
+    return helper.make_function(DOMAIN, DYNAMIC_RESIZE, ["X", "size"], ["Y"], nodes,
+                                [helper.make_opsetid("", opset)])
+
+
+def deform_conv_function(opset: int) -> onnx.FunctionProto:
+    node = helper.make_node("DeformConv", ["X", "W", "offset", "B", "mask"], ["Y"])
+    for a in DEFORM_CONV_ATTRS:
+        kind = onnx.AttributeProto.INT if a in ("group", "offset_group") else onnx.AttributeProto.INTS
+        node.attribute.append(helper.make_attribute_ref(a, kind))
+    return helper.make_function(DOMAIN, DEFORM_CONV, ["X", "W", "offset", "B", "mask"], ["Y"], [node],
+                                [helper.make_opsetid("", opset)], attributes=list(DEFORM_CONV_ATTRS))
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            return o.version
+    raise ValueError("model imports no default-domain opset")
+
+
+def used_sr_ops(model: onnx.ModelProto) -> list[str]:
+    used = {n.op_type for n in model.graph.node if n.domain == DOMAIN}
+    return [t for t in OP_TYPES if t in used]
+
+
+def add_sr_functions(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Attach a standard-ONNX body for every sr op the graph uses (in place; returns the model)."""
+    opset = default_opset(model)
+    builders = {DYNAMIC_RESIZE: dynamic_resize_function, DEFORM_CONV: deform_conv_function}
+    have = {(f.domain, f.name) for f in model.functions}
+    for op_type in used_sr_ops(model):
+        if op_type == DEFORM_CONV and opset < DEFORM_CONV_MIN_OPSET:
+            raise ValueError(f"opset {opset} is too old for {DOMAIN}::{DEFORM_CONV} "
+                             f"(its DeformConv body needs opset >= {DEFORM_CONV_MIN_OPSET})")
+        if (DOMAIN, op_type) not in have:
+            model.functions.append(builders[op_type](opset))
+    if used_sr_ops(model) and not any(o.domain == DOMAIN for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(DOMAIN, VERSION))
+    return model
+
+
+def strip_sr_functions(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Copy of `model` for TensorRT / our own kernels: sr function bodies removed, plugin attributes added.
+
+    Every sr node gets plugin_namespace="sr"; DynamicResize also gets tensorrt_plugin_shape_input_indices=[1]
+    so its size input reaches the plugin as a shape tensor. The input model is not modified.
+    """
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    kept = [f for f in out.functions if f.domain != DOMAIN]
+    del out.functions[:]
+    out.functions.extend(kept)
+    for node in _all_nodes(out.graph):
+        if node.domain != DOMAIN:
+            continue
+        _set_attr(node, helper.make_attribute(PLUGIN_NAMESPACE_ATTR, DOMAIN))
+        if node.op_type == DYNAMIC_RESIZE:
+            _set_attr(node, helper.make_attribute(SHAPE_INPUT_ATTR, list(DYNAMIC_RESIZE_SHAPE_INPUTS)))
+    return out
+
+
+def _set_attr(node: onnx.NodeProto, attr: onnx.AttributeProto) -> None:
+    for i, a in enumerate(node.attribute):
+        if a.name == attr.name:
+            node.attribute[i].CopyFrom(attr)
+            return
+    node.attribute.append(attr)
+
+
+def _all_nodes(graph: onnx.GraphProto):
+    """Nodes of a graph and of its subgraphs (If/Loop bodies)."""
+    for node in graph.node:
+        yield node
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _all_nodes(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for g in a.graphs:
+                    yield from _all_nodes(g)

@@ -1,0 +1,134 @@
+"""sr op contract: the model-local function bodies reproduce torch/torchvision in ONNX Runtime, and the strip
+transform leaves the graph for TensorRT plugins. Graphs are built with onnx.helper (no exporter involved)."""
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+import torch.nn.functional as F
+from onnx import TensorProto, helper
+from torchvision.ops import deform_conv2d
+
+from pipeline.export import sr_ops, strip_sr_functions
+
+OPSET = 20
+
+
+def _model(nodes, inputs, outputs, initializers=()):
+    g = helper.make_graph(nodes, "g", inputs, outputs, list(initializers))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid("sr", 1)],
+                          ir_version=10)
+    sr_ops.add_sr_functions(m)
+    onnx.checker.check_model(m, full_check=True)
+    return m
+
+
+def _run(m, feed):
+    return ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+
+
+def _resize_model():
+    return _model([helper.make_node("DynamicResize", ["X", "size"], ["Y"], domain="sr")],
+                  [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", "c", "h", "w"]),
+                   helper.make_tensor_value_info("size", TensorProto.INT64, [2])],
+                  [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["n", "c", "ho", "wo"])])
+
+
+@pytest.mark.parametrize("out_hw", [(21, 34), (7, 5), (13, 13)])  # up, down, mixed
+def test_dynamic_resize_body_matches_torch_bicubic(out_hw):
+    x = torch.rand(2, 3, 9, 11)
+    got = _run(_resize_model(), {"X": x.numpy(), "size": np.array(out_hw, dtype=np.int64)})
+    ref = F.interpolate(x, size=out_hw, mode="bicubic", align_corners=False).numpy()
+    assert got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, atol=1e-5)
+
+
+def _deform_case(n_inputs, stride=1, pad=1, dil=1, groups=1, offset_groups=1, k=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    cin, cout, h, w = 4, 6, 9, 8
+    x = torch.rand(2, cin, h, w, generator=g)
+    weight = torch.randn(cout, cin // groups, k, k, generator=g) * 0.3
+    ho = (h + 2 * pad - dil * (k - 1) - 1) // stride + 1
+    wo = (w + 2 * pad - dil * (k - 1) - 1) // stride + 1
+    offset = torch.randn(2, 2 * offset_groups * k * k, ho, wo, generator=g) * 1.5  # reaches outside the image
+    bias = torch.randn(cout, generator=g) if n_inputs >= 4 else None
+    mask = torch.rand(2, offset_groups * k * k, ho, wo, generator=g) if n_inputs == 5 else None
+    ref = deform_conv2d(x, offset, weight, bias, stride=stride, padding=pad, dilation=dil, mask=mask).numpy()
+    names = ["X", "W", "offset", "B", "mask"][:n_inputs]
+    tensors = [x, weight, offset, bias, mask][:n_inputs]
+    node = helper.make_node("DeformConv2d", names, ["Y"], domain="sr", strides=[stride, stride],
+                            pads=[pad] * 4, dilations=[dil, dil], group=groups, offset_group=offset_groups,
+                            kernel_shape=[k, k])
+    inputs = [helper.make_tensor_value_info(nm, TensorProto.FLOAT, list(t.shape)) for nm, t in zip(names, tensors)]
+    m = _model([node], inputs, [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["n", "c", "ho", "wo"])])
+    return m, {nm: t.numpy() for nm, t in zip(names, tensors)}, ref
+
+
+@pytest.mark.parametrize("n_inputs,kw", [
+    (3, {}),                                                   # no bias, no mask (DCNv1)
+    (4, {"stride": 2}),                                        # bias
+    (5, {"dil": 2, "pad": 2}),                                 # bias + mask (DCNv2), dilation
+    (5, {"groups": 2, "offset_groups": 2, "stride": 2}),       # groups, offset groups
+])
+def test_deform_conv2d_body_matches_torchvision(n_inputs, kw):
+    m, feed, ref = _deform_case(n_inputs, **kw)
+    got = _run(m, feed)
+    assert got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, atol=1e-4)
+
+
+def test_function_bodies_are_standard_onnx():
+    m = _resize_model()
+    (f,) = m.functions
+    assert (f.domain, f.name) == ("sr", "DynamicResize")
+    assert all(n.domain == "" for n in f.node)
+    resize = next(n for n in f.node if n.op_type == "Resize")
+    assert list(resize.input[:3]) == ["X", "", ""]
+    attrs = {a.name: helper.get_attribute_value(a) for a in resize.attribute}
+    assert attrs == {"mode": b"cubic", "cubic_coeff_a": pytest.approx(-0.75),
+                     "coordinate_transformation_mode": b"half_pixel"}
+    dc = sr_ops.deform_conv_function(19)
+    assert [n.op_type for n in dc.node] == ["DeformConv"] and set(dc.attribute) == set(sr_ops.DEFORM_CONV_ATTRS)
+
+
+def test_deform_conv_body_rejects_old_opset():
+    node = helper.make_node("DeformConv2d", ["X", "W", "o"], ["Y"], domain="sr")
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in "XWo"],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["n", "c", "ho", "wo"])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("sr", 1)])
+    with pytest.raises(ValueError, match="opset 18 is too old"):
+        sr_ops.add_sr_functions(m)
+
+
+def test_strip_removes_bodies_and_adds_plugin_attributes():
+    m, feed, _ = _deform_case(5)
+    resize = _resize_model()
+    # one graph with both ops: resize the DeformConv2d output
+    nodes = list(m.graph.node) + [helper.make_node("DynamicResize", ["Y", "size"], ["Z"], domain="sr")]
+    both = _model(nodes, list(m.graph.input) + [helper.make_tensor_value_info("size", TensorProto.INT64, [2])],
+                  [helper.make_tensor_value_info("Z", TensorProto.FLOAT, ["n", "c", "ho", "wo"])])
+    before = both.SerializeToString()
+    stripped = strip_sr_functions(both)
+    assert both.SerializeToString() == before, "input model must not be modified"
+    assert len(both.functions) == 2 and len(stripped.functions) == 0
+    attrs = {n.op_type: {a.name: helper.get_attribute_value(a) for a in n.attribute} for n in stripped.graph.node}
+    assert attrs["DynamicResize"] == {"plugin_namespace": b"sr", "tensorrt_plugin_shape_input_indices": [1]}
+    assert attrs["DeformConv2d"]["plugin_namespace"] == b"sr"
+    assert "tensorrt_plugin_shape_input_indices" not in attrs["DeformConv2d"]
+    assert attrs["DeformConv2d"]["offset_group"] == 1 and attrs["DeformConv2d"]["kernel_shape"] == [3, 3]
+    # idempotent, and still a valid model for the checker (sr schemas registered)
+    assert strip_sr_functions(stripped).SerializeToString() == stripped.SerializeToString()
+    sr_ops.register_schemas()
+    onnx.checker.check_model(stripped)
+    # Without bodies plain ORT cannot run it: that is what the plugins / registered kernels are for.
+    with pytest.raises(Exception, match="DeformConv2d|DynamicResize"):
+        ort.InferenceSession(stripped.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert resize.functions  # untouched fixture
+
+
+def test_register_schemas_is_idempotent():
+    sr_ops.register_schemas()
+    sr_ops.register_schemas()
+    s = onnx.defs.get_schema("DeformConv2d", 1, "sr")
+    assert [i.name for i in s.inputs] == ["X", "W", "offset", "B", "mask"]
+    assert onnx.defs.get_schema("DynamicResize", 1, "sr").inputs[1].type_str == "tensor(int64)"
