@@ -276,7 +276,7 @@ def test_gpu_dynamic_resize_onnx_parser(trt_env, precision):
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 def test_gpu_deform_conv2d_onnx_parser(trt_env, precision):
     import torch
-    from onnx import TensorProto, helper
+    from onnx import TensorProto, helper, numpy_helper
 
     trt, logger, _ = trt_env
     dtype = torch.float32 if precision == "fp32" else torch.float16
@@ -285,9 +285,13 @@ def test_gpu_deform_conv2d_onnx_parser(trt_env, precision):
     # As exported: group / offset_group are INT attributes, the others INTS.
     attrs = {k: (v[0] if k in ("group", "offset_group") else v) for k, v in DEFORM_ATTRS.items()}
     node = helper.make_node("DeformConv2d", list(t), ["Y"], domain="sr", plugin_namespace="sr", **attrs)
-    onnx_bytes = _onnx_model(node, [helper.make_tensor_value_info(k, elem, list(v.shape)) for k, v in t.items()],
-                             [helper.make_tensor_value_info("Y", elem, list(out_shape))], [])
+    # As exported: W and B are initializers (constants for TensorRT), the rest are graph tensors.
+    consts = ("W", "B")
+    onnx_bytes = _onnx_model(
+        node, [helper.make_tensor_value_info(k, elem, list(v.shape)) for k, v in t.items() if k not in consts],
+        [helper.make_tensor_value_info("Y", elem, list(out_shape))],
+        [numpy_helper.from_array(t[k].cpu().numpy(), k) for k in consts])
     serialized = _parse_and_build(trt, logger, onnx_bytes)
     yt = torch.empty(out_shape, device="cuda", dtype=dtype)
-    _run_engine(trt, logger, serialized, t, {"Y": yt})
+    _run_engine(trt, logger, serialized, {k: v for k, v in t.items() if k not in consts}, {"Y": yt})
     torch.testing.assert_close(yt.float(), _deform_reference(torch, t), **_tolerance(dtype))

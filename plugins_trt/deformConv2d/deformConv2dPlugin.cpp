@@ -463,7 +463,13 @@ size_t DeformConv2dPlugin::getWorkspaceSize(DynamicPluginTensorDesc const* input
         fixed = fixed && sameDims(minDims[i], maxDims[i]);
     }
     size_t const elemSize = inputs[kX].desc.type == DataType::kHALF ? sizeof(__half) : sizeof(float);
-    DeformConvShape const sMax = makeShape(maxDims, outputs[0].max, nbInputs);
+    DeformConvShape sMax = makeShape(maxDims, outputs[0].max, nbInputs);
+    if (outputs[0].max.nbDims != 4 || outputs[0].max.d[2] < 1 || outputs[0].max.d[3] < 1)
+    {
+        // No output bounds given: the output extent grows with the input extent, so the input maxima bound it.
+        sMax.hOut = convOutputSize(sMax.hIn, mParams.pads[0], mParams.pads[2], sMax.kH, sMax.dilH, sMax.strideH);
+        sMax.wOut = convOutputSize(sMax.wIn, mParams.pads[1], mParams.pads[3], sMax.kW, sMax.dilW, sMax.strideW);
+    }
     size_t const exact = deformConv2dWorkspaceSize(sMax, elemSize);
     if (fixed || exact == 0)
     {

@@ -652,6 +652,9 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
         size_t const ws = r.build->getWorkspaceSize(io.data(), nbIn, &io[nbIn], 1);
         check(ws == exactWorkspace(s, 2) && ws == size_t(n) * c * k * k * ho * wo * 2 + 256,
             "DeformConv2d: workspace (fixed shape, FP16) = N*C*kH*kW*Ho*Wo*2 + 256 = " + std::to_string(ws));
+        DynamicPluginTensorDesc unknownOut = tensorDesc(dims4(-1, -1, -1, -1), DataType::kHALF);
+        check(r.build->getWorkspaceSize(io.data(), nbIn, &unknownOut, 1) == ws,
+            "DeformConv2d: workspace without output bounds derives H_out/W_out from the input maxima");
     }
 
     // Shape validation in configurePlugin / onShapeChange (no GPU needed: they fail before touching cuBLAS).
