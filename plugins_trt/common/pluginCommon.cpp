@@ -49,14 +49,21 @@ void log(nvinfer1::ILogger::Severity severity, std::string const& message) noexc
             logger = nullptr;
         }
     }
-    std::string const text = std::string("[sr plugins] ") + message;
-    if (logger != nullptr)
+    try
     {
-        logger->log(severity, text.c_str());
+        std::string const text = std::string("[sr plugins] ") + message;
+        if (logger != nullptr)
+        {
+            logger->log(severity, text.c_str());
+        }
+        else if (severity <= nvinfer1::ILogger::Severity::kWARNING)
+        {
+            std::fprintf(stderr, "%s: %s\n", severityName(severity), text.c_str());
+        }
     }
-    else if (severity <= nvinfer1::ILogger::Severity::kWARNING)
+    catch (...)
     {
-        std::fprintf(stderr, "%s: %s\n", severityName(severity), text.c_str());
+        // Out of memory while formatting: drop the message rather than terminate inside a noexcept TensorRT call.
     }
 }
 
