@@ -1,0 +1,116 @@
+"""Cache of exported ONNX files and TensorRT engines under $SRDEPLOY_CACHE (default ~/.cache/srdeploy).
+
+Each artifact's file name is its key: model, weights SHA-256 (prefix), precision, ops, exporter, I/O dtype
+(and the profile for engines), so changing any of them gives a new file instead of silently reusing an old
+one. Missing artifacts are created (ONNX via pipeline.export.export_model) into a temp file in the cache
+folder and renamed into place, so a crash or a concurrent run never leaves a half-written artifact.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from .errors import PipelineError
+
+PRECISIONS = ("fp32", "fp16")
+OPS = ("custom", "standard")
+EXPORTERS = ("dynamo", "torchscript")
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("SRDEPLOY_CACHE") or Path.home() / ".cache" / "srdeploy"
+    return Path(root).expanduser()
+
+
+def weights_path(model: str, weights: str | Path | None = None) -> Path:
+    from models.registry import get_spec
+
+    try:
+        spec = get_spec(model)
+    except KeyError as e:
+        raise PipelineError(str(e.args[0])) from None
+    path = Path(weights) if weights is not None else spec.weights_path
+    if not path.is_file():
+        raise PipelineError(f"weights file not found: {path} (run `make train` to recreate the shipped weights)")
+    return path
+
+
+def weights_sha256(model: str, weights: str | Path | None = None) -> str:
+    from models.registry import file_sha256
+
+    return file_sha256(weights_path(model, weights))
+
+
+def _check_choice(what: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise PipelineError(f"unknown {what} '{value}' (choose from: {', '.join(allowed)})")
+
+
+def onnx_name(model: str, weights_sha: str, precision: str = "fp32", ops: str = "custom",
+              exporter: str = "dynamo", io_dtype: str = "fp32") -> str:
+    """Cache file name = the key. 16 hex digits of the weights hash are plenty to tell weight files apart."""
+    _check_choice("precision", precision, PRECISIONS)
+    _check_choice("io dtype", io_dtype, PRECISIONS)
+    _check_choice("ops", ops, OPS)
+    _check_choice("exporter", exporter, EXPORTERS)
+    io = "" if io_dtype == "fp32" else f"-io{io_dtype}"
+    return f"{model}-{precision}{io}-{ops}-{exporter}-w{weights_sha[:16]}.onnx"
+
+
+def profile_key(profile: dict) -> str:
+    """Short stable hash of an engine optimisation profile (any JSON-able description)."""
+    blob = json.dumps(profile, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def engine_name(onnx_file: str | Path, profile: dict) -> str:
+    return f"{Path(onnx_file).stem}-p{profile_key(profile)}.engine"
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def onnx_for(model: str, precision: str = "fp32", ops: str = "custom", *, exporter: str = "dynamo",
+             io_dtype: str = "fp32", weights: str | Path | None = None, cache: Path | None = None,
+             verify: bool = True, log=None) -> Path:
+    """Path of the cached ONNX file for this key; exported (atomically) when missing."""
+    sha = weights_sha256(model, weights)
+    folder = Path(cache) if cache is not None else cache_dir() / "onnx"
+    path = folder / onnx_name(model, sha, precision, ops, exporter, io_dtype)
+    if path.is_file() and path.stat().st_size > 0:
+        return path
+    try:
+        from .export import export_model
+    except ImportError as e:
+        raise PipelineError(f"cannot export {model} to ONNX: pipeline.export is unavailable ({e})") from None
+    folder.mkdir(parents=True, exist_ok=True)
+    if log is not None:
+        log(f"exporting {model} ({precision}, {ops} ops, {exporter}) to the ONNX cache: {path}")
+    # Export into a private temp folder next to the target, then rename: atomic even if two runs race.
+    with tempfile.TemporaryDirectory(prefix=".export-", dir=folder) as tmp:
+        tmp_file = Path(tmp) / path.name
+        export_model(model, tmp_file, exporter=exporter, ops=ops, precision=precision, io_dtype=io_dtype,
+                     weights=weights_path(model, weights), verify=verify)
+        if not tmp_file.is_file():
+            raise PipelineError(f"export of {model} produced no file at {tmp_file}")
+        os.replace(tmp_file, path)
+    return path
+
+
+def engine_for(onnx_file: Path, profile: dict, *, cache: Path | None = None) -> Path:
+    """Where the engine for an ONNX file + profile lives in the cache (it is built by pipeline.engine)."""
+    folder = Path(cache) if cache is not None else cache_dir() / "engines"
+    return folder / engine_name(onnx_file, profile)

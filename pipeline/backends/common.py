@@ -1,0 +1,55 @@
+"""Input checks every backend runs before launching anything, so bad input fails with one clear line."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import PipelineError
+
+
+@dataclass(frozen=True)
+class BatchShape:
+    n: int
+    c: int
+    h: int
+    w: int
+    out_h: int
+    out_w: int
+
+
+def model_spec(model: str):
+    from models.registry import get_spec
+
+    try:
+        return get_spec(model)
+    except KeyError as e:
+        raise PipelineError(str(e.args[0])) from None
+
+
+def check_scale(spec, scale: float) -> float:
+    try:
+        return spec.check_scale(scale)
+    except (TypeError, ValueError) as e:
+        raise PipelineError(str(e)) from None
+
+
+def check_batch(batch, spec, scale: float, backend: str = "") -> BatchShape:
+    """Validate an NCHW float32 RGB batch and the scale; return the input and output sizes."""
+    from models.registry import output_size
+
+    who = f"{backend}: " if backend else ""
+    if not isinstance(batch, np.ndarray):
+        raise PipelineError(f"{who}expected a numpy NCHW float32 batch, got {type(batch).__name__}")
+    if batch.ndim != 4:
+        raise PipelineError(f"{who}expected an NCHW batch (rank 4), got rank {batch.ndim} with shape {batch.shape}")
+    n, c, h, w = (int(v) for v in batch.shape)
+    if c != 3:
+        raise PipelineError(f"{who}expected 3 channels (RGB) in NCHW order, got {c} channels (shape {batch.shape})")
+    if min(n, h, w) < 1:
+        raise PipelineError(f"{who}empty batch: shape {batch.shape}")
+    if batch.dtype != np.float32:
+        raise PipelineError(f"{who}dtype mismatch: expected float32 in [0, 1], got {batch.dtype}")
+    scale = check_scale(spec, scale)
+    oh, ow = output_size(h, w, scale)
+    return BatchShape(n, c, h, w, oh, ow)

@@ -1,0 +1,181 @@
+"""TensorRT runner: engine + execution context, enqueued with execute_async_v3 on a CUDA stream.
+
+Device buffers are torch CUDA tensors; host staging buffers are pinned so copies run asynchronously;
+the `size` shape tensor is fed from host memory (TensorRT reads shape-tensor values on the host); with
+`cuda_graph=True` the enqueue for a fixed shape is captured once and replayed. The engine comes from
+`engine=FILE` (refused if its sidecar says it is stale/foreign) or from the artifact cache, where it is
+built when missing and rebuilt when stale."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import PipelineError
+from .base import Backend
+from .common import check_batch, model_spec
+
+
+class TrtBackend(Backend):
+    name = "trt"
+
+    def __init__(self, model: str, precision: str = "fp32", *, engine: str | Path | None = None,
+                 onnx: str | Path | None = None, profile: dict | None = None, weights=None,
+                 cuda_graph: bool = False, device: int = 0, log=None):
+        if precision not in ("fp32", "fp16"):
+            raise PipelineError(f"unknown precision '{precision}' (choose from: fp32, fp16)")
+        self.model_name = model
+        self.spec = model_spec(model)
+        self.precision = precision
+        self.engine_path = Path(engine) if engine is not None else None
+        self.onnx_path = Path(onnx) if onnx is not None else None
+        self.profile = profile
+        self.weights = weights
+        self.cuda_graph = bool(cuda_graph)
+        self.device = f"cuda:{device}"
+        self.log = log or (lambda msg: None)
+        self.context = None
+
+    # -- loading ---------------------------------------------------------------------------------------
+    def _engine_and_sidecar(self, env: dict, plugin_lib: Path) -> tuple[Path, dict]:
+        from ..artifacts import engine_for, onnx_for
+        from ..engine import Profile, check_engine, default_profile, ensure_engine, validate_profile
+
+        if self.engine_path is not None:  # the user's file: refuse when stale, never rebuild behind their back
+            sidecar = check_engine(self.engine_path, env)
+            if sidecar.get("model") not in (None, "?", self.model_name):
+                raise PipelineError(f"{self.engine_path.name} was built for model '{sidecar['model']}', not '{self.model_name}'")
+            if sidecar.get("precision") != self.precision:
+                raise PipelineError(f"{self.engine_path.name} is a {sidecar.get('precision')} engine, "
+                                    f"but precision {self.precision} was requested")
+            return self.engine_path, sidecar
+        onnx = self.onnx_path or onnx_for(self.model_name, self.precision, "custom", weights=self.weights, log=self.log)
+        profile = Profile.from_dict(self.profile) if self.profile else default_profile(self.spec)
+        profiles = [validate_profile(profile, self.spec)]
+        path = engine_for(onnx, {"profiles": [p.to_dict() for p in profiles]})
+        sidecar = ensure_engine(onnx, path, profiles, plugin_lib=plugin_lib, log=self.log)
+        return path, sidecar
+
+    def load(self) -> "TrtBackend":
+        from ..engine import current_environment, load_plugins, sidecar_profiles, tensorrt_problem
+
+        problem = tensorrt_problem()
+        if problem:
+            raise PipelineError(problem)
+        import tensorrt as trt
+        import torch
+
+        from ..native import trt_plugin_library
+
+        plugin_lib = trt_plugin_library()
+        load_plugins(plugin_lib)
+        env = current_environment(plugin_lib)
+        path, sidecar = self._engine_and_sidecar(env, plugin_lib)
+        self.profiles = sidecar_profiles(sidecar)
+        self._logger = trt.Logger(trt.Logger.WARNING)
+        self._runtime = trt.Runtime(self._logger)
+        engine = self._runtime.deserialize_cuda_engine(path.read_bytes())
+        if engine is None:
+            raise PipelineError(f"TensorRT could not deserialize {path} (see the TensorRT log above)")
+        self.engine = engine
+        self.engine_file = path
+        self.context = engine.create_execution_context()
+        self.stream = torch.cuda.Stream(device=self.device)
+        names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+        inputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
+        outputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT]
+        if "input" not in inputs or len(outputs) != 1:
+            raise PipelineError(f"{path.name}: expected inputs 'input'[, 'size'] and one output, got {inputs} -> {outputs}")
+        self.out_name = outputs[0]
+        to_torch = {trt.DataType.FLOAT: torch.float32, trt.DataType.HALF: torch.float16}
+        try:
+            self.in_dtype = to_torch[engine.get_tensor_dtype("input")]
+            self.out_dtype = to_torch[engine.get_tensor_dtype(self.out_name)]
+        except KeyError:
+            raise PipelineError(f"{path.name}: unsupported I/O dtype (expected float32 or float16)") from None
+        self.has_size = "size" in inputs
+        if self.has_size != self.spec.dynamic_scale:
+            raise PipelineError(f"{path.name}: 'size' input {'present' if self.has_size else 'missing'}, "
+                                f"which does not fit model {self.model_name}")
+        if self.has_size:
+            if engine.get_tensor_dtype("size") != trt.DataType.INT64:
+                raise PipelineError(f"{path.name}: the 'size' input must be int64")
+            if engine.get_tensor_location("size") != trt.TensorLocation.HOST:
+                raise PipelineError(f"{path.name}: 'size' is not a shape tensor (rebuild from a stripped graph)")
+            self.h_size = torch.zeros(2, dtype=torch.int64).pin_memory()
+        self._active_profile = None
+        self._bound = None
+        self._graph = None
+        return self
+
+    # -- inference -------------------------------------------------------------------------------------
+    def _bind(self, profile_idx: int, n: int, h: int, w: int, oh: int, ow: int) -> None:
+        """(Re)bind shapes and buffers; only when the shape changes, so same-size batches reuse everything."""
+        import torch
+
+        ctx, s = self.context, self.stream
+        if profile_idx != self._active_profile:
+            ctx.set_optimization_profile_async(profile_idx, s.cuda_stream)
+            self._active_profile = profile_idx
+        if not ctx.set_input_shape("input", (n, 3, h, w)):
+            raise PipelineError(f"trt: input shape {n}x3x{h}x{w} rejected by the engine")
+        if self.has_size:
+            self.h_size[0], self.h_size[1] = oh, ow
+            ctx.set_tensor_address("size", self.h_size.data_ptr())  # host memory: it is a shape tensor
+        out_shape = tuple(ctx.get_tensor_shape(self.out_name))
+        if out_shape != (n, 3, oh, ow):
+            raise PipelineError(f"trt: engine output shape {out_shape} != expected {(n, 3, oh, ow)}")
+        dev = self.device
+        self.d_in = torch.empty((n, 3, h, w), dtype=self.in_dtype, device=dev)
+        self.d_out = torch.empty(out_shape, dtype=self.out_dtype, device=dev)
+        self.d_out32 = self.d_out if self.out_dtype == torch.float32 else torch.empty(out_shape, device=dev)
+        self.h_in = torch.empty((n, 3, h, w), dtype=torch.float32).pin_memory()
+        self.h_out = torch.empty(out_shape, dtype=torch.float32).pin_memory()
+        ctx.set_tensor_address("input", self.d_in.data_ptr())
+        ctx.set_tensor_address(self.out_name, self.d_out.data_ptr())
+        self._bound = (profile_idx, n, h, w, oh, ow)
+        self._graph = None
+
+    def _enqueue(self) -> None:
+        if not self.context.execute_async_v3(self.stream.cuda_stream):
+            raise PipelineError("trt: execute_async_v3 failed (see the TensorRT log)")
+
+    def infer(self, batch: np.ndarray, scale: float) -> np.ndarray:
+        import torch
+
+        from ..engine import profile_for_input
+
+        if self.context is None:
+            raise PipelineError("trt backend used before load()")
+        s = check_batch(batch, self.spec, scale, self.name)
+        idx = profile_for_input(self.profiles, s.n, s.h, s.w, s.out_h, s.out_w)  # before anything is launched
+        key = (idx, s.n, s.h, s.w, s.out_h, s.out_w)
+        if key != self._bound:
+            self._bind(*key)
+        with torch.cuda.stream(self.stream):
+            self.h_in.numpy()[...] = batch
+            self.d_in.copy_(self.h_in, non_blocking=True)  # casts to fp16 on the device for fp16-I/O engines
+            if self.cuda_graph:
+                if self._graph is None:
+                    self._enqueue()  # first run after a shape change must not be captured
+                    self.stream.synchronize()
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(graph, stream=self.stream):
+                        self._enqueue()
+                    self._graph = graph
+                self._graph.replay()
+            else:
+                self._enqueue()
+            if self.d_out32 is not self.d_out:
+                self.d_out32.copy_(self.d_out, non_blocking=True)
+            self.h_out.copy_(self.d_out32, non_blocking=True)
+        self.stream.synchronize()
+        return self.h_out.numpy().copy()
+
+    def max_input_size(self) -> tuple[int, int]:
+        """Largest input (H, W) any profile admits: the sr stage tiles bigger images to this."""
+        return max(p.height[2] for p in self.profiles), max(p.width[2] for p in self.profiles)
+
+    def describe(self) -> str:
+        graph = ", CUDA graph" if self.cuda_graph else ""
+        return f"trt ({self.device}, {self.precision}{graph}, {getattr(self, 'engine_file', '?')})"

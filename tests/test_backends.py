@@ -1,0 +1,267 @@
+"""Backends: ORT runners vs PyTorch on real images, input errors, availability and auto selection."""
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from models.registry import get_spec, output_size
+from pipeline import backends
+from pipeline.backends import AutoPick, BackendStatus, available, create, pick_auto
+from pipeline.errors import PipelineError
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory):
+    """Seeded random weights for every model (shipped weights may not exist yet; values do not matter here)."""
+    folder = tmp_path_factory.mktemp("weights")
+    out = {}
+    for i, name in enumerate(("srcnn", "srcnn-x3", "deform-srcnn")):
+        torch.manual_seed(i)
+        net = get_spec(name).build()
+        if name == "deform-srcnn":  # non-zero offsets so the deformable sampling is really exercised
+            torch.nn.init.normal_(net.offset_conv.weight, std=0.05)
+        out[name] = folder / f"{name}.pt"
+        torch.save(net.state_dict(), out[name])
+    return out
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path_factory, monkeypatch):
+    # One cache per test module: exports happen once, never in the user's ~/.cache.
+    root = tmp_path_factory.getbasetemp() / "srdeploy-cache"
+    monkeypatch.setenv("SRDEPLOY_CACHE", str(root))
+    return root
+
+
+@pytest.fixture(scope="module")
+def image():
+    """A real photo crop (skimage astronaut), NCHW float32 in [0, 1]."""
+    from skimage import data
+
+    img = data.astronaut()[100:136, 180:220]  # 36x40: odd-ish sizes catch off-by-one resizes
+    return np.ascontiguousarray(img.transpose(2, 0, 1)[None].astype(np.float32) / 255.0)
+
+
+def _torch_ref(model, weights, x, scale):
+    b = create("torch", model, weights=weights[model], device="cpu")
+    return b.infer(x, scale)
+
+
+# -- torch -------------------------------------------------------------------------------------------
+def test_torch_backend_output_size_and_model_equivalence(weights, image):
+    from models.registry import load_model, run
+
+    b = create("torch", "srcnn", weights=weights["srcnn"], device="cpu")
+    assert b.name == "torch" and b.device == "cpu" and b.precision == "fp32"
+    y = b.infer(image, 2.5)
+    assert y.dtype == np.float32 and y.shape == (1, 3, *output_size(36, 40, 2.5)) == (1, 3, 90, 100)
+    net = load_model("srcnn", weights["srcnn"])
+    with torch.no_grad():
+        ref = run(net, get_spec("srcnn"), torch.from_numpy(image), 2.5).numpy()
+    np.testing.assert_allclose(y, ref, atol=1e-5)
+    # channels_last is a layout choice only: same numbers
+    y_cl = create("torch", "srcnn", weights=weights["srcnn"], device="cpu", channels_last=True).infer(image, 2.5)
+    np.testing.assert_allclose(y_cl, ref, atol=1e-4)
+
+
+def test_torch_fp16_on_cpu_is_refused(weights):
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present: fp16 is allowed there")
+    with pytest.raises(PipelineError, match="fp16 needs a CUDA GPU"):
+        create("torch", "srcnn", "fp16", weights=weights["srcnn"])
+
+
+# -- ORT ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("model,scales", [("srcnn-x3", [3.0]), ("srcnn", [2.0, 2.5, 3.0]), ("deform-srcnn", [2.0])])
+def test_ort_cpu_matches_torch(model, scales, weights, image):
+    b = create("ort", model, weights=weights[model])
+    assert b.provider == "cpu" and "CPUExecutionProvider" in b.describe()
+    assert b.session.get_providers()[0] == "CPUExecutionProvider"
+    for s in scales:
+        y = b.infer(image, s)
+        ref = _torch_ref(model, weights, image, s)
+        assert y.shape == ref.shape == (1, 3, *output_size(36, 40, s))
+        assert np.abs(y - ref).max() <= 1e-4, (model, s, np.abs(y - ref).max())
+
+
+def test_ort_batch_and_cache_reuse(weights, image, cache):
+    b = create("ort-cpu", "srcnn", weights=weights["srcnn"])
+    assert b.name == "ort-cpu"
+    onnx_file = b.onnx_file
+    assert onnx_file.parent.parent == cache and onnx_file.is_file()
+    mtime = onnx_file.stat().st_mtime_ns
+    batch = np.concatenate([image, image[:, :, ::-1, ::-1].copy()])
+    y = b.infer(batch, 3.0)
+    ref = _torch_ref("srcnn", weights, batch, 3.0)
+    assert y.shape == (2, 3, 108, 120) and np.abs(y - ref).max() <= 1e-4
+    again = create("ort", "srcnn", weights=weights["srcnn"])
+    assert again.onnx_file == onnx_file and onnx_file.stat().st_mtime_ns == mtime  # served from the cache
+
+
+def test_ort_fp16_graph_close_to_fp32(weights, image):
+    b = create("ort", "srcnn", "fp16", weights=weights["srcnn"])
+    y = b.infer(image, 2.0)
+    ref = _torch_ref("srcnn", weights, image, 2.0)
+    assert y.dtype == np.float32
+    mse = float(np.mean((y - ref) ** 2))
+    assert 10 * np.log10(1.0 / max(mse, 1e-20)) >= 50
+
+
+def test_ort_onnx_override_wrong_model_refused(weights, image):
+    b = create("ort", "srcnn", weights=weights["srcnn"])
+    with pytest.raises(PipelineError, match="exported for model 'srcnn'"):
+        create("ort", "srcnn-x3", onnx=b.onnx_file)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pipeline.ort_sr_ops") is None,
+                    reason="pipeline.ort_sr_ops (kernels worker) not present yet")
+@pytest.mark.parametrize("model", ["srcnn", "deform-srcnn"])
+def test_ort_sr_kernels_match_torch(model, weights, image):
+    st = {s.name: s for s in available(model, weights=weights[model])}["ort-sr-kernels"]
+    if not st.available:
+        pytest.skip(f"ort-sr-kernels unavailable here: {st.reason}")
+    b = create("ort-sr-kernels", model, weights=weights[model])
+    assert b.sr_nodes >= 1  # our kernels, not an inlined standard-op body, ran the sr nodes
+    for s in (2.0, 3.0):
+        y = b.infer(image, s)
+        ref = _torch_ref(model, weights, image, s)
+        assert np.abs(y - ref).max() <= 1e-4
+
+
+# -- bad input ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["torch", "ort"])
+def test_bad_input_is_one_clear_error(name, weights, image):
+    b = create(name, "srcnn", weights=weights["srcnn"])
+    cases = [
+        (image[0], "rank 4"),
+        (np.concatenate([image, image[:, :1]], axis=1), "expected 3 channels"),
+        (image.astype(np.float64), "dtype mismatch"),
+        (image.astype(np.uint8), "dtype mismatch"),
+        (image[:, :, :0], "empty batch"),
+        ([[1.0]], "numpy NCHW"),
+    ]
+    for bad, msg in cases:
+        with pytest.raises(PipelineError, match=msg):
+            b.infer(bad, 2.0)
+    for bad_scale in (0.5, 1.0, 9.0, float("nan")):
+        with pytest.raises(PipelineError, match="out of range"):
+            b.infer(image, bad_scale)
+
+
+def test_static_model_accepts_only_its_factor(weights, image):
+    b = create("ort", "srcnn-x3", weights=weights["srcnn-x3"])
+    with pytest.raises(PipelineError, match=r"exactly 3"):
+        b.infer(image, 2.0)
+
+
+def test_create_errors():
+    with pytest.raises(PipelineError, match="unknown backend 'tensorflow'"):
+        create("tensorflow", "srcnn")
+    with pytest.raises(PipelineError, match="unknown model"):
+        create("torch", "resnet")
+    with pytest.raises(PipelineError, match="option 'engine' does not apply to backend 'torch'"):
+        create("torch", "srcnn", engine="x.engine")
+    with pytest.raises(PipelineError, match="unknown precision"):
+        create("torch", "srcnn", "int8")
+
+
+def test_missing_weights_named(tmp_path):
+    with pytest.raises(PipelineError, match="weights file not found"):
+        create("ort", "srcnn", weights=tmp_path / "nope.pt")
+
+
+def test_gpu_backends_refused_with_reason_here(weights):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    with pytest.raises(PipelineError, match="CUDAExecutionProvider"):
+        create("ort-cuda", "srcnn", weights=weights["srcnn"])
+    with pytest.raises(PipelineError, match="CUDA GPU"):
+        create("trt", "srcnn", weights=weights["srcnn"])
+
+
+# -- availability and auto ---------------------------------------------------------------------------
+def test_available_lists_every_backend_with_reason(weights):
+    st = available("srcnn", weights=weights["srcnn"])
+    assert [s.name for s in st] == list(backends.NAMES)
+    assert all(isinstance(s, BackendStatus) and s.reason for s in st)
+    by = {s.name: s for s in st}
+    assert by["torch"].available and by["ort"].available and by["ort-cpu"].available
+    if not torch.cuda.is_available():
+        assert not by["trt"].available and "GPU" in by["trt"].reason
+        assert not by["ort-cuda"].available
+
+
+def test_available_without_weights_says_so(tmp_path):
+    st = available("srcnn", weights=tmp_path / "missing.pt")
+    assert not any(s.available for s in st if s.name in ("torch", "ort"))
+    assert "weights file not found" in {s.name: s for s in st}["torch"].reason
+
+
+def _st(**ok):
+    return [BackendStatus(n, ok.get(n.replace("-", "_"), False), "r") for n in backends.NAMES]
+
+
+def test_pick_auto_order_on_cpu(cache):
+    if torch.cuda.is_available():
+        pytest.skip("GPU machine: the GPU order applies")
+    assert pick_auto("srcnn", statuses=_st(torch=True, ort=True, ort_cpu=True)).name == "ort"
+    assert pick_auto("srcnn", statuses=_st(torch=True, ort_sr_kernels=True)).name == "ort-sr-kernels"
+    assert pick_auto("srcnn", statuses=_st(torch=True)).name == "torch"
+    p = pick_auto("srcnn", statuses=_st(torch=True, ort=True))
+    assert isinstance(p, AutoPick) and "ort" in p.reason
+    with pytest.raises(PipelineError, match="no backend can run"):
+        pick_auto("srcnn", statuses=_st())
+
+
+def test_pick_auto_prefers_a_measurement_of_this_machine(cache):
+    path = backends._measure_file("srcnn", "fp32")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"size": 256, "ms": {"torch": 100.0, "ort": 300.0}}))
+    try:
+        p = pick_auto("srcnn", statuses=_st(torch=True, ort=True))
+        assert p.name == "torch" and "measured" in p.reason and "100 ms" in p.reason
+        # a measured backend that is not available now is never picked
+        assert pick_auto("srcnn", statuses=_st(ort=True)).name == "ort"
+    finally:
+        path.unlink()
+
+
+def test_create_auto_records_why(weights):
+    b = create("auto", "srcnn", weights=weights["srcnn"])
+    assert b.selection_reason.startswith("auto: ") and b.name in backends.NAMES
+
+
+def test_backends_cli_table(weights, capsys):
+    import argparse
+
+    from pipeline.backends import cli
+
+    p = argparse.ArgumentParser()
+    cli.add_arguments(p)
+    assert cli.run(p.parse_args(["--model", "srcnn", "--weights", str(weights["srcnn"])])) == 0
+    out = capsys.readouterr().out
+    for name in backends.NAMES:
+        assert f"\n{name} " in out
+    assert "--backend auto -> " in out
+
+
+@pytest.mark.gpu
+def test_trt_backend_matches_torch(weights, image):
+    from pipeline.engine import tensorrt_problem
+
+    problem = tensorrt_problem()
+    if problem:
+        pytest.skip(problem)
+    for model, s in (("srcnn", 2.5), ("deform-srcnn", 2.0), ("srcnn-x3", 3.0)):
+        b = create("trt", model, weights=weights[model])
+        ref = _torch_ref(model, weights, image, s)
+        assert np.abs(b.infer(image, s) - ref).max() <= 1e-4
+        g = create("trt", model, weights=weights[model], cuda_graph=True)
+        assert np.abs(g.infer(image, s) - ref).max() <= 1e-4
+        assert np.abs(g.infer(image, s) - ref).max() <= 1e-4  # graph replay
+        with pytest.raises(PipelineError, match="outside the engine's profiles"):
+            b.infer(np.zeros((1, 3, 1024, 1024), np.float32), s)
