@@ -287,3 +287,18 @@ def test_locator_env_override_and_missing(tmp_path, monkeypatch):
         native.cpu_kernels_library()
     with pytest.raises(PipelineError, match="make plugins"):
         native.trt_plugin_library()
+
+
+@pytest.mark.slow
+def test_fresh_cpu_only_build(tmp_path, monkeypatch):
+    """What a test run does without `make plugins`: configure + build with cmake (here CPU-only, into tmp)."""
+    build = native.build_plugins(tmp_path / "build", cuda=False)
+    lib = build / native.CPU_KERNELS_NAME
+    assert lib.is_file() and not (build / native.CUDA_KERNELS_NAME).exists()
+    monkeypatch.setenv("SR_KERNELS_CPU_LIB", str(lib))
+    kernels_cpu._lib.cache_clear()
+    try:
+        x = np.random.default_rng(0).random((1, 2, 4, 5), dtype=np.float32)
+        assert_close(kernels_cpu.dynamic_resize(x, (9, 7)), torch_resize(x, 9, 7))
+    finally:
+        kernels_cpu._lib.cache_clear()
