@@ -5,6 +5,8 @@ STAMP   := $(VENV)/.installed
 BUILD   := build/plugins
 CUDA_HOME ?= /usr/local/cuda
 export CUDA_HOME
+# TensorRT C++ headers (for the plugin library). Unset: the plugin library is skipped with a message.
+TENSORRT_ROOT ?= $(patsubst %/include/NvInferRuntime.h,%,$(wildcard /tmp/tensorrt-headers/include/NvInferRuntime.h))
 
 .PHONY: setup demo test onnx plugins engine sr eval compare bench train clean
 
