@@ -1,0 +1,337 @@
+"""Report writers for compare and bench: report.json (every number), report.md (tables a person reads,
+generated from the same dict), PNG plots (matplotlib, Agg). Files are written atomically."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import tempfile
+from pathlib import Path
+
+
+# -- environment ---------------------------------------------------------------------------------------
+def environment() -> dict:
+    import numpy as np
+
+    env = {"python": platform.python_version(), "platform": platform.platform(), "numpy": np.__version__,
+           "cpu": platform.processor() or platform.machine(), "logical_cores": os.cpu_count()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            env["cpu"] = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), env["cpu"])
+    except OSError:
+        pass
+    try:
+        import psutil
+
+        env["physical_cores"] = psutil.cpu_count(logical=False)
+        env["memory_gb"] = round(psutil.virtual_memory().total / 2**30, 1)
+    except Exception:
+        pass
+    try:
+        import torch
+
+        env["torch"] = torch.__version__
+        env["torch_threads"] = torch.get_num_threads()
+        env["cuda_build"] = torch.version.cuda
+        env["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except Exception:
+        pass
+    try:
+        import onnxruntime as ort
+
+        env["onnxruntime"] = ort.__version__
+        env["ort_providers"] = ort.get_available_providers()
+    except Exception:
+        pass
+    try:
+        import tensorrt  # noqa: F401
+
+        env["tensorrt"] = tensorrt.__version__
+    except Exception as e:
+        env["tensorrt"] = f"not importable ({type(e).__name__})"
+    return env
+
+
+def env_lines(env: dict) -> list[str]:
+    gpu = env.get("gpu") or "none"
+    return [
+        f"- CPU: {env.get('cpu')} ({env.get('physical_cores', '?')} physical / {env.get('logical_cores')} logical cores"
+        f", {env.get('memory_gb', '?')} GB RAM)",
+        f"- GPU: {gpu}",
+        f"- torch {env.get('torch')} (CUDA build {env.get('cuda_build')}), onnxruntime {env.get('onnxruntime')} "
+        f"({', '.join(env.get('ort_providers', []))}), TensorRT {env.get('tensorrt')}",
+        f"- Python {env.get('python')}, numpy {env.get('numpy')}, {env.get('platform')}",
+    ]
+
+
+# -- helpers -------------------------------------------------------------------------------------------
+def fmt(v, digits: int = 3) -> str:
+    """Number formatting shared by Markdown tables (tests parse it back)."""
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        if math.isnan(v):
+            return "nan"
+        if v == 0:
+            return "0"
+        if abs(v) < 1e-2 or abs(v) >= 1e6:
+            return f"{v:.3e}"
+        return f"{v:.1f}" if abs(v) >= 1000 else f"{v:.4g}"
+    return str(v)
+
+
+def table(header: list[str], rows: list[list]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(fmt(c) for c in r) + " |" for r in rows]
+    return out
+
+
+def parse_table(md: str, first_header: str) -> list[dict[str, str]]:
+    """Rows of the first Markdown table whose first header cell is `first_header` (for tests/tools)."""
+    lines = md.splitlines()
+    for i, ln in enumerate(lines):
+        cells = [c.strip() for c in ln.strip().strip("|").split("|")]
+        if ln.startswith("|") and cells[0] == first_header:
+            rows = []
+            for row in lines[i + 2:]:
+                if not row.startswith("|"):
+                    break
+                rows.append(dict(zip(cells, [c.strip() for c in row.strip().strip("|").split("|")])))
+            return rows
+    return []
+
+
+def _json_default(o):
+    if hasattr(o, "item"):
+        return o.item()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(type(o).__name__)
+
+
+def _sanitize(o):
+    """JSON has no inf/nan: write them as strings 'inf', '-inf', 'nan' (readers: float(x))."""
+    if isinstance(o, float) and not math.isfinite(o):
+        return "nan" if math.isnan(o) else ("inf" if o > 0 else "-inf")
+    if isinstance(o, dict):
+        return {k: _sanitize(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_sanitize(v) for v in o]
+    return o
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _save_fig(fig, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight")
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+# -- compare -------------------------------------------------------------------------------------------
+COMPARE_HEADER = ["model", "scale", "backend", "precision", "status", "max abs", "median abs", "p99 abs",
+                  "max rel", "PSNR dB", "criterion"]
+
+
+def compare_markdown(doc: dict) -> str:
+    lines = ["# Backend comparison vs PyTorch FP32", ""] + env_lines(doc["environment"]) + [""]
+    for m in doc["models"]:
+        tol = m["tolerances"]
+        lines += [f"Model **{m['model']}**: {len(m['images'])} held-out images ({', '.join(m['images'])}), "
+                  f"centre crop {m['input_size']}x{m['input_size']}; reference: {m['reference']}. "
+                  f"Pass: FP32 max abs <= {tol['fp32_max_abs']:g}, FP16 PSNR >= {tol['fp16_psnr_db']:g} dB. "
+                  f"Relative error denominators are clamped at {tol['rel_floor']:g}.", ""]
+    rows, notes = [], []
+    for m in doc["models"]:
+        for r in m["rows"]:
+            if r["status"] in ("pass", "fail"):
+                rows.append([m["model"], r["scale"], r["backend"], r["precision"], r["status"].upper(), r["max_abs"],
+                             r["median_abs"], r["p99_abs"], r["max_rel"], r["psnr_db"], r["criterion"]])
+            else:
+                notes.append(f"- {m['model']} x{fmt(r['scale'])} {r['backend']} {r['precision']}: "
+                             f"{r['status']} ({r.get('reason', '')})")
+            if "bisect" in r:
+                b = r["bisect"]
+                notes.append(f"- bisect {m['model']} {r['backend']} {r['precision']}: "
+                             f"{b.get('summary') or b.get('error')}")
+    lines += table(COMPARE_HEADER, rows)
+    if notes:
+        lines += ["", "Not compared / diagnostics:", ""] + notes
+    return "\n".join(lines) + "\n"
+
+
+def plot_compare(doc: dict, path: Path) -> None:
+    plt = _plt()
+    rows = [(f"{m['model']}\n{r['backend']} {r['precision']}", r["max_abs"], r["status"])
+            for m in doc["models"] for r in m["rows"] if r["status"] in ("pass", "fail")]
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows) + 2), 4))
+    if rows:
+        vals = [max(v, 1e-12) if math.isfinite(v) else 1.0 for _, v, _ in rows]
+        ax.bar(range(len(rows)), vals, color=["tab:green" if s == "pass" else "tab:red" for *_, s in rows])
+        ax.set_xticks(range(len(rows)), [r[0] for r in rows], rotation=60, ha="right", fontsize=7)
+        ax.set_yscale("log")
+    ax.set_ylabel("max abs error vs PyTorch FP32")
+    ax.set_title("Error by backend (green: pass, red: fail)")
+    _save_fig(fig, path)
+    plt.close(fig)
+
+
+def write_compare(doc: dict, out_dir: Path) -> dict[str, Path]:
+    out_dir = Path(out_dir)
+    paths = {"json": out_dir / "report.json", "md": out_dir / "report.md", "error_png": out_dir / "error.png"}
+    atomic_write_text(paths["json"], json.dumps(_sanitize(doc), indent=2, default=_json_default) + "\n")
+    atomic_write_text(paths["md"], compare_markdown(doc))
+    plot_compare(doc, paths["error_png"])
+    return paths
+
+
+# -- bench ---------------------------------------------------------------------------------------------
+RESULT_HEADER = ["model", "sweep", "backend", "size", "scale", "batch", "threads", "n", "mean ms", "median ms",
+                 "p90 ms", "p99 ms", "min ms", "max ms", "images/s", "MPix/s", "speed-up", "roofline",
+                 "peak RSS MB", "max abs err"]
+
+
+def result_row(r: dict) -> list:
+    lat = r["latency_ms"]
+    return [r["model"], r["sweep"], r["backend"], r["size"], r["scale"], r["batch"], r.get("threads"), lat["n"],
+            lat["mean"], lat["median"], lat["p90"], lat["p99"], lat["min"], lat["max"], r["images_per_s"],
+            r["mpix_per_s"], r.get("speedup_vs_baseline"), r.get("roofline_fraction"), r.get("peak_rss_mb"),
+            r.get("max_abs_err")]
+
+
+def bench_markdown(doc: dict) -> str:
+    m = doc["method"]
+    lines = ["# Benchmark", "", "## Environment", ""] + env_lines(doc["environment"]) + [
+        f"- Machine peak (measured): {fmt(doc['peak']['gflops'])} GFLOP/s fp32 ({doc['peak']['method']})",
+        "", "## Method", "",
+        f"- {m['warmup']} warm-up call(s), then up to {m['iters']} timed calls per configuration, stopped early "
+        f"after {fmt(m['time_budget_s'])} s (at least {m['min_iters']}); each call is synchronised "
+        f"({m['sync']}); wall clock: time.perf_counter.",
+        f"- Input: random float32 NCHW in [0, 1]; output size round(H x scale). Throughput = batch / median "
+        f"latency; MPix/s = output pixels x batch / median latency.",
+        f"- Baseline: {m['baseline']}. Speed-up = baseline median / backend median, same run, same configuration.",
+        f"- Roofline: model FLOPs (per call) / measured machine peak = the shortest possible latency; "
+        f"roofline column = that time / median latency (1.0 = at peak).",
+        f"- Peak RSS: highest resident set size of this process sampled every 5 ms during the timed calls"
+        f"{'; device memory: torch.cuda.max_memory_allocated' if doc['environment'].get('gpu') else ''}.",
+        "", "## Models", ""]
+    lines += table(["model", "FLOPs per 256x256 input (x default scale)", "GFLOP", "MACs per output pixel"],
+                   [[k, v["shape"], v["gflop_256"], v["macs_per_output_pixel"]] for k, v in doc["flops"].items()])
+    if doc.get("auto"):
+        lines += ["", "## Auto backend vs baseline (performance floor)", ""]
+        lines += table(["model", "auto picks", "size", "scale", "auto median ms", "baseline median ms", "speed-up",
+                        "floor", "meets floor", "roofline"],
+                       [[a["model"], a["backend"], a["size"], a["scale"], a["median_ms"], a["baseline_ms"],
+                         a["speedup"], a["floor"], a["meets_floor"], a["roofline_fraction"]] for a in doc["auto"]])
+        lines += [""] + [f"- {a['model']}: {a['reason']}" for a in doc["auto"]]
+    if doc.get("ideas"):
+        lines += ["", "## Optimisation ideas (SRCNN x3, 256x256 -> 768x768)", ""]
+        lines += table(["idea", "median ms", "speed-up vs torch eager", "roofline", "max abs err", "note"],
+                       [[i["idea"], i["median_ms"], i["speedup"], i["roofline_fraction"], i.get("max_abs_err"),
+                         i["note"]] for i in doc["ideas"]])
+    if doc.get("folder"):
+        lines += ["", "## Whole folder run (`pipeline sr`) vs pure inference", ""]
+        lines += table(["model", "backend", "images", "folder s", "inference s", "overhead s", "overhead %"],
+                       [[f["model"], f["backend"], f["images"], f["folder_s"], f["inference_s"], f["overhead_s"],
+                         f["overhead_pct"]] for f in doc["folder"]])
+    lines += ["", "## Results", ""]
+    lines += table(RESULT_HEADER, [result_row(r) for r in doc["results"]])
+    if doc.get("skipped"):
+        lines += ["", "## Not run", ""] + [f"- {s}" for s in doc["skipped"]]
+    if doc.get("plots"):
+        lines += ["", "## Plots", ""] + [f"![{k}]({Path(v).name})" for k, v in doc["plots"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def plot_bench(doc: dict, out_dir: Path) -> dict[str, str]:
+    plt = _plt()
+    plots = {}
+    results = doc["results"]
+    models = sorted({r["model"] for r in results})
+    # latency vs size per backend
+    size_rows = [r for r in results if r["sweep"] in ("size", "main")]
+    if size_rows:
+        fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4), squeeze=False)
+        for ax, model in zip(axes[0], models):
+            for be in sorted({r["backend"] for r in size_rows if r["model"] == model}):
+                pts = sorted({(r["size"], r["latency_ms"]["median"]) for r in size_rows
+                              if r["model"] == model and r["backend"] == be and r["batch"] == 1})
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=be)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("input side (px)")
+            ax.set_ylabel("median latency (ms)")
+            ax.set_title(model)
+            ax.legend(fontsize=7)
+        p = out_dir / "latency_vs_size.png"
+        _save_fig(fig, p)
+        plt.close(fig)
+        plots["latency_vs_size"] = str(p)
+    main = [r for r in results if r["sweep"] == "main" and r.get("speedup_vs_baseline")]
+    if main:
+        fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(main) + 2), 4))
+        ax.bar(range(len(main)), [r["speedup_vs_baseline"] for r in main])
+        ax.axhline(1.0, color="gray", lw=0.8)
+        ax.set_xticks(range(len(main)), [f"{r['model']}\n{r['backend']}" for r in main], rotation=60, ha="right",
+                      fontsize=7)
+        ax.set_ylabel("speed-up vs PyTorch eager loop")
+        ax.set_title("Speed-up vs baseline (256x256, default scale)")
+        p = out_dir / "speedup.png"
+        _save_fig(fig, p)
+        plt.close(fig)
+        plots["speedup"] = str(p)
+    err = [r for r in results if r["sweep"] == "main" and r.get("max_abs_err") is not None]
+    if err:
+        fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(err) + 2), 4))
+        ax.bar(range(len(err)), [max(r["max_abs_err"], 1e-12) for r in err])
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(err)), [f"{r['model']}\n{r['backend']}" for r in err], rotation=60, ha="right",
+                      fontsize=7)
+        ax.set_ylabel("max abs error vs PyTorch FP32")
+        ax.set_title("Error by backend (same inputs as the timing)")
+        p = out_dir / "error.png"
+        _save_fig(fig, p)
+        plt.close(fig)
+        plots["error"] = str(p)
+    return plots
+
+
+def write_bench(doc: dict, out_dir: Path) -> dict[str, Path]:
+    out_dir = Path(out_dir)
+    doc["plots"] = plot_bench(doc, out_dir)
+    paths = {"json": out_dir / "report.json", "md": out_dir / "report.md"}
+    atomic_write_text(paths["json"], json.dumps(_sanitize(doc), indent=2, default=_json_default) + "\n")
+    atomic_write_text(paths["md"], bench_markdown(doc))
+    return paths
