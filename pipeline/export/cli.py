@@ -68,7 +68,7 @@ def _run_all(args: argparse.Namespace, verify: bool) -> int:
                 g = build_graph(model, exporter=args.exporter, ops=ops, weights=args.weights, opset=args.opset)
             except PipelineError as e:
                 total += len(PRECISIONS)
-                failures.append(f"{model} ops={ops}: {e}")
+                failures += [f"{model} ops={ops}: {e}"] * len(PRECISIONS)
                 print(f"error: {model} ops={ops}: {e}", flush=True)
                 continue
             for precision in PRECISIONS:
