@@ -38,6 +38,46 @@ std::vector<float> maybeRounded(float const* src, size_t count, bool emulate)
     return v;
 }
 
+constexpr int kCoBlock = 4;
+constexpr int64_t kPBlock = 512;
+
+// acc[r][p] = sum_k w[r][k] * col[k][p] for r < rows (<= kCoBlock), p < pn; col rows are `ld` apart, w rows kLen.
+void gemmBlock(float const* w, int64_t kLen, int rows, float const* col, int64_t ld, int64_t pn, float* acc)
+{
+    for (int r = 0; r < rows; ++r)
+        for (int64_t p = 0; p < pn; ++p)
+            acc[r * kPBlock + p] = 0.0f;
+    if (rows == kCoBlock)
+    {
+        float* a0 = acc;
+        float* a1 = acc + kPBlock;
+        float* a2 = acc + 2 * kPBlock;
+        float* a3 = acc + 3 * kPBlock;
+        for (int64_t k = 0; k < kLen; ++k)
+        {
+            float const w0 = w[k], w1 = w[kLen + k], w2 = w[2 * kLen + k], w3 = w[3 * kLen + k];
+            float const* c = col + k * ld;
+            for (int64_t p = 0; p < pn; ++p)
+            {
+                float const v = c[p];
+                a0[p] += w0 * v;
+                a1[p] += w1 * v;
+                a2[p] += w2 * v;
+                a3[p] += w3 * v;
+            }
+        }
+        return;
+    }
+    for (int r = 0; r < rows; ++r)
+        for (int64_t k = 0; k < kLen; ++k)
+        {
+            float const wk = w[r * kLen + k];
+            float const* c = col + k * ld;
+            for (int64_t p = 0; p < pn; ++p)
+                acc[r * kPBlock + p] += wk * c[p];
+        }
+}
+
 } // namespace
 
 extern "C" {
@@ -153,7 +193,7 @@ int sr_deform_conv2d_f32(float const* input, float const* weight, float const* o
         sr::DeformConvChunk const ch = sr::deformConv2dChunk(
             s, emulate ? 2 : 4, columnBudget ? columnBudget : sr::kDeformConvColumnBudget);
         std::vector<float> columns(sr::deformConv2dColumnElements(s, ch));
-        std::vector<float> acc;
+        std::vector<float> acc(static_cast<size_t>(kCoBlock) * kPBlock);
 
         for (int img0 = 0; img0 < n; img0 += ch.images)
         {
@@ -183,32 +223,35 @@ int sr_deform_conv2d_f32(float const* input, float const* weight, float const* o
                                 }
                             }
                 }
-                // GEMM per image and group: out[co, p] = bias[co] + sum_k W[co, k] * col[k, p] (FP32 accumulate).
-                acc.resize(cols);
+                // GEMM per image and group: out[co, p] = bias[co] + sum_k W[co, k] * col[k, p] (FP32 accumulate,
+                // k in order). Blocked: kCoBlock output channels x kPBlock positions stay in L1 while k streams.
                 for (int bi = 0; bi < images; ++bi)
                 {
                     int64_t const img = img0 + bi;
                     for (int g = 0; g < group; ++g)
                     {
                         float const* colG = columns.data() + (bi * static_cast<int64_t>(cIn) + g * cInG) * taps * cols;
-                        for (int co = g * cOutG; co < (g + 1) * cOutG; ++co)
+                        int64_t const kLen = static_cast<int64_t>(cInG) * taps;
+                        for (int64_t p0 = 0; p0 < cols; p0 += kPBlock)
                         {
-                            float const init = bias ? b[co] : 0.0f;
-                            for (int64_t p = 0; p < cols; ++p)
-                                acc[p] = 0.0f;
-                            float const* wRow = w.data() + static_cast<int64_t>(co) * cInG * taps;
-                            for (int64_t k = 0; k < static_cast<int64_t>(cInG) * taps; ++k)
+                            int64_t const pn = cols - p0 < kPBlock ? cols - p0 : kPBlock;
+                            for (int co0 = g * cOutG; co0 < (g + 1) * cOutG; co0 += kCoBlock)
                             {
-                                float const wk = wRow[k];
-                                float const* colRow = colG + k * cols;
-                                for (int64_t p = 0; p < cols; ++p)
-                                    acc[p] += wk * colRow[p];
-                            }
-                            float* dst = output + (img * cOut + co) * outPlane + static_cast<int64_t>(row0) * wOut;
-                            for (int64_t p = 0; p < cols; ++p)
-                            {
-                                float const v = acc[p] + init;
-                                dst[p] = emulate ? sr::roundToHalf(v) : v;
+                                int const con = (g + 1) * cOutG - co0 < kCoBlock ? (g + 1) * cOutG - co0 : kCoBlock;
+                                gemmBlock(w.data() + static_cast<int64_t>(co0) * kLen, kLen, con, colG + p0, cols, pn,
+                                    acc.data());
+                                for (int r = 0; r < con; ++r)
+                                {
+                                    float const init = bias ? b[co0 + r] : 0.0f;
+                                    float* dst = output + (img * cOut + co0 + r) * outPlane
+                                        + static_cast<int64_t>(row0) * wOut + p0;
+                                    float const* a = acc.data() + r * kPBlock;
+                                    for (int64_t p = 0; p < pn; ++p)
+                                    {
+                                        float const v = a[p] + init;
+                                        dst[p] = emulate ? sr::roundToHalf(v) : v;
+                                    }
+                                }
                             }
                         }
                     }
