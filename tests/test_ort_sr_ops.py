@@ -191,3 +191,29 @@ def test_bad_sr_node_is_a_clear_error():
     del node.input[1:]
     with pytest.raises(PipelineError, match="3 to 5"):
         session_with_sr_kernels(model)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision,rel", [("fp32", 1e-5), ("fp16", 2e-3)])
+def test_exported_deform_srcnn_runs_on_our_kernels(tmp_path, precision, rel):
+    """The real exported model (random weights, non-zero offsets), stripped, on our kernels == torch."""
+    export = pytest.importorskip("pipeline.export", reason="pipeline.export not available")
+    from models.registry import get_spec, load_model
+
+    torch.manual_seed(0)
+    net = get_spec("deform-srcnn").build()
+    torch.nn.init.normal_(net.offset_conv.weight, std=0.05)  # shipped init is zero: make offsets/mask vary
+    torch.nn.init.normal_(net.offset_conv.bias, std=1.0)
+    weights = tmp_path / "w.pt"
+    torch.save(net.state_dict(), weights)
+    onnx_path = tmp_path / "deform-srcnn.onnx"
+    export.export_model("deform-srcnn", onnx_path, precision=precision, weights=weights, verify=False)
+    stripped = export.strip_sr_functions(onnx.load(str(onnx_path)))
+    assert {n.op_type for n in stripped.graph.node if n.domain == "sr"} == {"DynamicResize", "DeformConv2d"}
+    x = np.random.default_rng(0).random((1, 3, 20, 24), dtype=np.float32)
+    size = np.array([50, 61], np.int64)
+    ours = session_with_sr_kernels(stripped).run(None, {"input": x, "size": size})[0]
+    with torch.no_grad():
+        ref = load_model("deform-srcnn", weights=weights)(torch.from_numpy(x), torch.from_numpy(size)).numpy()
+    assert ours.shape == ref.shape == (1, 3, 50, 61)
+    assert np.abs(ours - ref).max() <= tol(ref, rel)
