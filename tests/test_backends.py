@@ -132,8 +132,24 @@ def test_ort_sr_kernels_match_torch(model, weights, image):
         assert np.abs(y - ref).max() <= 1e-4
 
 
+def test_ort_folded_exact_and_says_which_path_ran(weights, image):
+    b = create("ort-folded", "srcnn", weights=weights["srcnn"])
+    for s, path in ((2.0, "folded x2"), (3.0, "folded x3"), (2.5, "plain graph")):
+        y = b.infer(image, s)
+        assert b.last_path == path
+        assert np.abs(y - _torch_ref("srcnn", weights, image, s)).max() <= 1e-4, s
+    tiny = image[:, :, :4, :5].copy()  # smaller than the folded border strips
+    y = b.infer(tiny, 3.0)
+    assert b.last_path == "plain graph" and y.shape == (1, 3, 12, 15)
+    assert np.abs(y - _torch_ref("srcnn", weights, tiny, 3.0)).max() <= 1e-4
+    x3 = create("ort-folded", "srcnn-x3", weights=weights["srcnn-x3"])
+    assert np.abs(x3.infer(image, 3.0) - _torch_ref("srcnn-x3", weights, image, 3.0)).max() <= 1e-4
+    with pytest.raises(PipelineError, match="SRCNN"):
+        create("ort-folded", "deform-srcnn", weights=weights["deform-srcnn"])
+
+
 # -- bad input ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["torch", "ort"])
+@pytest.mark.parametrize("name", ["torch", "ort", "ort-folded"])
 def test_bad_input_is_one_clear_error(name, weights, image):
     b = create(name, "srcnn", weights=weights["srcnn"])
     cases = [
@@ -189,7 +205,9 @@ def test_available_lists_every_backend_with_reason(weights):
     assert [s.name for s in st] == list(backends.NAMES)
     assert all(isinstance(s, BackendStatus) and s.reason for s in st)
     by = {s.name: s for s in st}
-    assert by["torch"].available and by["ort"].available and by["ort-cpu"].available
+    assert by["torch"].available and by["ort"].available and by["ort-cpu"].available and by["ort-folded"].available
+    deform = {s.name: s for s in available("deform-srcnn", weights=weights["deform-srcnn"])}
+    assert not deform["ort-folded"].available and "SRCNN only" in deform["ort-folded"].reason
     if not torch.cuda.is_available():
         assert not by["trt"].available and "GPU" in by["trt"].reason
         assert not by["ort-cuda"].available
@@ -209,6 +227,7 @@ def test_pick_auto_order_on_cpu(cache):
     if torch.cuda.is_available():
         pytest.skip("GPU machine: the GPU order applies")
     assert pick_auto("srcnn", statuses=_st(torch=True, ort=True, ort_cpu=True)).name == "ort"
+    assert pick_auto("srcnn", statuses=_st(torch=True, ort=True, ort_folded=True)).name == "ort-folded"
     assert pick_auto("srcnn", statuses=_st(torch=True, ort_sr_kernels=True)).name == "ort-sr-kernels"
     assert pick_auto("srcnn", statuses=_st(torch=True)).name == "torch"
     p = pick_auto("srcnn", statuses=_st(torch=True, ort=True))

@@ -30,13 +30,14 @@ _REGISTRY = {
     "ort-cuda": ("ort_backend", "OrtBackend", {"provider": "cuda"}),
     "ort-trt": ("ort_backend", "OrtBackend", {"provider": "tensorrt"}),
     "ort-sr-kernels": ("ort_sr_kernels_backend", "OrtSrKernelsBackend", {}),
+    "ort-folded": ("ort_folded_backend", "OrtFoldedBackend", {}),
     "trt": ("trt_backend", "TrtBackend", {}),
 }
 NAMES = tuple(_REGISTRY)
 # Expected order, fastest first, when nothing was measured on this machine. On the 2-core Xeon CPU box
-# (SRCNN x3, 256x256 -> 768x768) ORT CPU measured ~2x faster than torch eager (README "backends").
+# (SRCNN x3, 256x256 -> 768x768, same run): ort-folded ~3x, ort ~2x faster than torch eager (README "backends").
 GPU_ORDER = ("trt", "ort-trt", "ort-cuda", "torch")
-CPU_ORDER = ("ort", "ort-sr-kernels", "torch")
+CPU_ORDER = ("ort-folded", "ort", "ort-sr-kernels", "torch")
 
 
 class BackendStatus(NamedTuple):
@@ -193,6 +194,23 @@ def _status_sr_kernels(precision: str) -> BackendStatus:
     return BackendStatus(name, True, f"ONNX Runtime CPU + our sr kernels ({Path(lib).name})")
 
 
+def _status_folded(model: str, precision: str) -> BackendStatus:
+    from .ort_folded_backend import FOLDABLE
+
+    name = "ort-folded"
+    if model not in FOLDABLE:
+        return BackendStatus(name, False, f"bicubic folding applies to SRCNN only ({', '.join(FOLDABLE)})")
+    if precision != "fp32":
+        return BackendStatus(name, False, "fp32 only")
+    problem = _onnx_problem()
+    if problem:
+        return BackendStatus(name, False, problem)
+    if not _module_exists("pipeline.optimize"):
+        return BackendStatus(name, False, "pipeline.optimize (the folding) is missing")
+    return BackendStatus(name, True, "ONNX Runtime CPU on SRCNN with bicubic folded into conv1 (exact; integer "
+                                     "scales, others run the plain graph)")
+
+
 def _status_trt(precision: str) -> BackendStatus:
     from ..engine import tensorrt_problem
 
@@ -218,6 +236,8 @@ def available(model: str, precision: str = "fp32", weights=None) -> list[Backend
     for name in NAMES:
         if name == "torch":
             s = _status_torch(model, precision, gpu)
+        elif name == "ort-folded":
+            s = _status_folded(model, precision)
         elif name.startswith("ort") and name != "ort-sr-kernels":
             s = _status_ort(name, {"ort": "auto", "ort-cpu": "cpu", "ort-cuda": "cuda", "ort-trt": "tensorrt"}[name],
                             precision, gpu)
