@@ -72,10 +72,11 @@ def discover(input_path: str | Path, output_path: str | Path, fmt: str | None = 
 
     jobs: list[Job] = []
     ignored: list[str] = []
+    out_in_src = _inside(out_abs, src_abs)
     for dirpath, dirnames, filenames in os.walk(src_root, followlinks=False):
         here = Path(dirpath)
         # Never descend into OUTPUT (when it lies inside INPUT): results are not inputs.
-        dirnames[:] = sorted(d for d in dirnames if not _inside((here / d).resolve(), out_abs))
+        dirnames[:] = sorted(d for d in dirnames if not (out_in_src and _inside((here / d).resolve(), out_abs)))
         for name in sorted(filenames):
             path = here / name
             rel = path.relative_to(src_root)
