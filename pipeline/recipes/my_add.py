@@ -10,7 +10,6 @@ Function and calls its `symbolic` staticmethod, which spells the op in ONNX: Mul
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 
 import torch
@@ -31,7 +30,6 @@ def extension():
 
     build_dir = BUILD_DIR / "my_add"
     build_dir.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("MAX_JOBS", "1")  # one source file; do not grab every core
     return load_inline(name="recipes_my_add", cpp_sources=CPP_SOURCE, functions=["my_add"],
                        build_directory=str(build_dir), extra_cflags=["-O2"], verbose=False)
 
@@ -51,8 +49,9 @@ my_add = MyAddFunction.apply
 
 
 class Model(torch.nn.Module):
-    def forward(self, a):
-        return my_add(a, a)  # the tutorial's 2a + a = 3a
+    def forward(self, a, b):
+        # The tutorial used my_add(a, a); two inputs also catch a symbolic that swaps them.
+        return my_add(a, b)
 
 
 def main(out_dir: Path | None = None) -> dict:
@@ -63,15 +62,15 @@ def main(out_dir: Path | None = None) -> dict:
     check_close("C++ my_add vs 2a+b in eager PyTorch", ext.my_add(a, b), 2 * a + b, atol=0)
 
     model = Model().eval()
-    onnx_model = export_legacy(model, (a,), opset_version=17,
-                               input_names=["input"], output_names=["output"])
+    onnx_model = export_legacy(model, (a, b), opset_version=17,
+                               input_names=["a", "b"], output_names=["output"])
     ops = op_types(onnx_model)
     print("  graph ops:", ops)
     assert ops[-2:] == ["Mul", "Add"], ops
     save(onnx_model, out_dir, "my_add.onnx")
 
-    (y,) = run_ort(onnx_model, a)
-    err = check_close("ORT vs PyTorch", y, model(a))
+    (y,) = run_ort(onnx_model, a, b)
+    err = check_close("ORT vs PyTorch", y, model(a, b))
     return {"ops": ops, "max_abs_err": err, "library": ext.__file__}
 
 
