@@ -84,6 +84,11 @@ def test_cli_all_writes_every_model_ops_precision(tmp_path, weights, monkeypatch
     assert "deform-srcnn.custom.fp16.torchscript.onnx" in expected
 
 
+def test_cli_all_rejects_single_model_options(tmp_path, capsys):
+    rc = main(["export", "--all", "--output-dir", str(tmp_path), "--weights", "w.pt"])
+    assert rc == 2 and "use --model, not --all" in capsys.readouterr().err
+
+
 def test_cli_all_reports_missing_weights(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(registry, "WEIGHTS_DIR", tmp_path / "none")
     rc = main(["export", "--all", "--output-dir", str(tmp_path / "o"), "--exporter", "torchscript"])

@@ -112,3 +112,40 @@ def test_static_x3_model_has_only_the_image_input(tmp_path):
     assert [i.name for i in m.graph.input] == ["input"] and r.size_input is None
     y = ort.InferenceSession(str(r.path)).run(None, {"input": sample_batch().numpy()})[0]
     assert y.shape == (2, 3, 69, 87)
+
+
+class _DeformBlock(torch.nn.Module):
+    """deform_conv2d with every parameter off its default: stride, padding, dilation, groups, offset groups,
+    no bias and no mask (DCNv1) -> the 3-input form of sr::DeformConv2d."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(1)
+        self.offset = torch.nn.Conv2d(4, 2 * 2 * 9, 3, padding=1)
+        self.weight = torch.nn.Parameter(torch.randn(6, 2, 3, 3) * 0.3)
+
+    def forward(self, x):
+        from torchvision.ops import deform_conv2d
+
+        off = self.offset(x)[:, :, ::2, ::2]  # (H+2*2-2*2-1)//2+1 == ceil(H/2) rows of offsets
+        return deform_conv2d(x, off, self.weight, None, stride=2, padding=2, dilation=2)
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_deform_conv2d_parameters_map_through_both_exporters(exporter):
+    from pipeline.export import dynamo, sr_ops, torchscript
+
+    module = _DeformBlock().eval()
+    x = torch.rand(2, 4, 10, 12)
+    backend = dynamo if exporter == "dynamo" else torchscript
+    proto = sr_ops.add_sr_functions(backend.export(module, (x,), ["input"], ops="custom", opset=20))
+    (node,) = [n for n in proto.graph.node if n.domain == "sr"]
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    assert node.op_type == "DeformConv2d"
+    assert attrs == {"strides": [2, 2], "pads": [2, 2, 2, 2], "dilations": [2, 2], "group": 2, "offset_group": 2,
+                     "kernel_shape": [3, 3]}
+    assert len(node.input) == 4  # torchvision passes a zero bias when there is none; no mask
+    x2 = torch.rand(1, 4, 14, 9)
+    got = ort.InferenceSession(proto.SerializeToString()).run(None, {"input": x2.numpy()})[0]
+    with torch.no_grad():
+        np.testing.assert_allclose(got, module(x2).numpy(), atol=1e-4)

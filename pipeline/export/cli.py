@@ -16,7 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--model", help=f"registered model ({', '.join(MODELS)})")
     what.add_argument("--all", action="store_true",
-                      help="every model x ops (custom, standard) x precision (fp32, fp16) into --output-dir")
+                      help="every model x ops (custom, standard) x precision (fp32, fp16) into --output-dir, "
+                           "shipped weights, one exporter (--exporter)")
     parser.add_argument("--output", type=Path, help="output .onnx file (with --model)")
     parser.add_argument("--output-dir", type=Path, help="output directory (with --all)")
     parser.add_argument("--exporter", choices=EXPORTERS, default="dynamo",
@@ -48,6 +49,9 @@ def run(args: argparse.Namespace) -> int:
     if args.all:
         if args.output_dir is None or args.output is not None:
             raise PipelineError("--all writes into --output-dir DIR (not --output)")
+        if args.weights is not None or args.scale is not None or args.size_input != "size":
+            raise PipelineError("--weights / --scale / --size-input apply to one model: use --model, not --all "
+                                "(--all exports the shipped weights)")
         return _run_all(args, verify)
     if args.output is None or args.output_dir is not None:
         raise PipelineError("--model writes one file: give --output FILE.onnx")
@@ -65,7 +69,7 @@ def _run_all(args: argparse.Namespace, verify: bool) -> int:
         for ops in OPS:
             started = time.perf_counter()
             try:
-                g = build_graph(model, exporter=args.exporter, ops=ops, weights=args.weights, opset=args.opset)
+                g = build_graph(model, exporter=args.exporter, ops=ops, opset=args.opset)
             except PipelineError as e:
                 total += len(PRECISIONS)
                 failures += [f"{model} ops={ops}: {e}"] * len(PRECISIONS)
@@ -73,10 +77,11 @@ def _run_all(args: argparse.Namespace, verify: bool) -> int:
                 continue
             for precision in PRECISIONS:
                 total += 1
-                name = onnx_filename(model, exporter=args.exporter, ops=ops, precision=precision)
+                io_dtype = args.io_dtype if precision == "fp16" else "fp32"
+                name = onnx_filename(model, exporter=args.exporter, ops=ops, precision=precision, io_dtype=io_dtype)
                 try:
-                    r = write_variant(g, args.output_dir / name, precision=precision, verify_=verify,
-                                      started=started)
+                    r = write_variant(g, args.output_dir / name, precision=precision, io_dtype=io_dtype,
+                                      verify_=verify, started=started)
                     print(describe(r), flush=True)
                 except PipelineError as e:
                     failures.append(f"{name}: {e}")

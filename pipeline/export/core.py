@@ -13,7 +13,8 @@ import torch
 from models.registry import ModelSpec, WeightsError, file_sha256, get_spec, load_model, size_tensor
 from pipeline.errors import PipelineError
 
-from . import fp16, graph, sr_ops, verify
+from . import fp16, graph, sr_ops
+from . import verify as verification
 
 EXPORTERS = ("dynamo", "torchscript")
 OPS = ("custom", "standard")
@@ -183,9 +184,9 @@ def write_variant(g: _Graph, output: Path, *, precision: str = "fp32", io_dtype:
         onnx.save_model(proto, tmp)
         err = None
         if verify_:
-            err = verify.max_abs_error(tmp, g.module, g.spec, size_input=g.size_input, io_dtype=io_dtype,
-                                       scales=verify.verify_scales(g.spec, scale))
-            tol = verify.TOLERANCE[precision]
+            err = verification.max_abs_error(tmp, g.module, g.spec, size_input=g.size_input, io_dtype=io_dtype,
+                                       scales=verification.verify_scales(g.spec, scale))
+            tol = verification.TOLERANCE[precision]
             if not err <= tol:
                 raise PipelineError(f"verification failed for {output}: max |ORT - PyTorch| = {err:.3g} > {tol:g} "
                                     f"({precision}); file not written")
