@@ -110,6 +110,7 @@ def test_cli_all_reports_missing_weights(tmp_path, monkeypatch, capsys):
     (["--model", "srcnn", "--size-input", "scale"], "only with --ops standard"),
     (["--model", "srcnn", "--io-dtype", "fp16"], "needs --precision fp16"),
     (["--model", "srcnn", "--weights", "/nonexistent/w.pt"], "weights file not found"),
+    (["--model", "srcnn", "--exporter", "all"], "works with --all"),
 ])
 def test_bad_input_is_one_clear_line(tmp_path, weights, capsys, argv, message):
     out = tmp_path / "m.onnx"

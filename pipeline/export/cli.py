@@ -20,8 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "shipped weights, one exporter (--exporter)")
     parser.add_argument("--output", type=Path, help="output .onnx file (with --model)")
     parser.add_argument("--output-dir", type=Path, help="output directory (with --all)")
-    parser.add_argument("--exporter", choices=EXPORTERS, default="dynamo",
-                        help="torch exporter: dynamo (default) or the legacy torchscript one")
+    parser.add_argument("--exporter", choices=EXPORTERS + ("all",), default="dynamo",
+                        help="torch exporter: dynamo (default) or the legacy torchscript one; 'all' (with --all) "
+                             "exports with both")
     parser.add_argument("--ops", choices=OPS, default="custom",
                         help="custom: sr::DynamicResize / sr::DeformConv2d with standard-ONNX function bodies "
                              "(default); standard: plain Resize / DeformConv")
@@ -55,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
         return _run_all(args, verify)
     if args.output is None or args.output_dir is not None:
         raise PipelineError("--model writes one file: give --output FILE.onnx")
+    if args.exporter == "all":
+        raise PipelineError("--exporter all works with --all; with --model pick dynamo or torchscript")
     r = export_model(args.model, args.output, exporter=args.exporter, ops=args.ops, precision=args.precision,
                      io_dtype=args.io_dtype, weights=args.weights, opset=args.opset, verify=verify,
                      size_input=args.size_input, scale=args.scale)
@@ -63,30 +66,30 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_all(args: argparse.Namespace, verify: bool) -> int:
-    failures = []
+    failures: list[str] = []
     total = 0
-    for model in MODELS:
-        for ops in OPS:
-            started = time.perf_counter()
+    exporters = EXPORTERS if args.exporter == "all" else (args.exporter,)
+    for model, exporter, ops in ((m, e, o) for m in MODELS for e in exporters for o in OPS):
+        started = time.perf_counter()
+        try:
+            g = build_graph(model, exporter=exporter, ops=ops, opset=args.opset)  # once for both precisions
+        except PipelineError as e:
+            total += len(PRECISIONS)
+            failures += [f"{model} {exporter} ops={ops}: {e}"] * len(PRECISIONS)
+            print(f"error: {model} {exporter} ops={ops}: {e}", flush=True)
+            continue
+        for precision in PRECISIONS:
+            total += 1
+            io_dtype = args.io_dtype if precision == "fp16" else "fp32"
+            name = onnx_filename(model, exporter=exporter, ops=ops, precision=precision, io_dtype=io_dtype)
             try:
-                g = build_graph(model, exporter=args.exporter, ops=ops, opset=args.opset)
+                r = write_variant(g, args.output_dir / name, precision=precision, io_dtype=io_dtype,
+                                  verify_=verify, started=started)
+                print(describe(r), flush=True)
             except PipelineError as e:
-                total += len(PRECISIONS)
-                failures += [f"{model} ops={ops}: {e}"] * len(PRECISIONS)
-                print(f"error: {model} ops={ops}: {e}", flush=True)
-                continue
-            for precision in PRECISIONS:
-                total += 1
-                io_dtype = args.io_dtype if precision == "fp16" else "fp32"
-                name = onnx_filename(model, exporter=args.exporter, ops=ops, precision=precision, io_dtype=io_dtype)
-                try:
-                    r = write_variant(g, args.output_dir / name, precision=precision, io_dtype=io_dtype,
-                                      verify_=verify, started=started)
-                    print(describe(r), flush=True)
-                except PipelineError as e:
-                    failures.append(f"{name}: {e}")
-                    print(f"error: {name}: {e}", flush=True)
-                started = time.perf_counter()
+                failures.append(f"{name}: {e}")
+                print(f"error: {name}: {e}", flush=True)
+            started = time.perf_counter()
     if failures:
         raise PipelineError(f"{len(failures)} of {total} exports failed (first: {failures[0]})")
     return 0
