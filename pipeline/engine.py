@@ -19,8 +19,8 @@ from pathlib import Path
 
 from .errors import PipelineError
 
-INSTALL_HINT = ("on a machine with an NVIDIA GPU, install TensorRT 11 for CUDA 13: "
-                "`.venv/bin/pip install -e '.[gpu]'` (tensorrt-cu13)")
+INSTALL_HINT = ("on a machine with an NVIDIA GPU run `.venv/bin/pip install -e '.[gpu]'` "
+                "(TensorRT 11 for CUDA 13: tensorrt-cu13)")
 SIDECAR_VERSION = 1
 # Keys of the sidecar that must match the running machine for an engine to be usable.
 ENV_KEYS = ("tensorrt", "gpu", "compute_capability", "plugin_sha256")
@@ -42,7 +42,7 @@ def _trt_import_problem() -> str | None:
         import tensorrt  # noqa: F401
     except (ImportError, OSError) as e:  # OSError: bindings present but libnvinfer missing
         detail = str(e).splitlines()[0] if str(e) else type(e).__name__
-        return f"the TensorRT Python package cannot be imported ({detail})"
+        return f"TensorRT is not installed ({detail})"
     return None
 
 
@@ -51,7 +51,7 @@ def tensorrt_problem() -> str | None:
     missing = [p for p in (_gpu_problem(), _trt_import_problem()) if p]
     if not missing:
         return None
-    return "TensorRT engines need " + "a CUDA GPU and TensorRT 11: " + " and ".join(missing) + "; " + INSTALL_HINT
+    return "TensorRT engines need a CUDA GPU and TensorRT 11: " + " and ".join(missing) + "; " + INSTALL_HINT
 
 
 # -- profiles -----------------------------------------------------------------------------------------

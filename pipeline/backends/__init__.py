@@ -339,13 +339,13 @@ def pick_auto(model: str, precision: str = "fp32", statuses: list[BackendStatus]
             parts = ", ".join(f"{n} {t:.0f} ms" for n, t in sorted(timed.items(), key=lambda kv: kv[1]))
             return AutoPick(best, f"{best} is fastest measured on this machine ({record['size']}x{record['size']}: {parts})")
     gpu = _gpu()[0]
-    for name in (GPU_ORDER if gpu else CPU_ORDER):
+    order = GPU_ORDER if gpu else CPU_ORDER
+    for name in order:
         if name in ok:
-            unavailable = [s for s in statuses if not s.available and s.name in GPU_ORDER + CPU_ORDER
-                           and (GPU_ORDER + CPU_ORDER).index(s.name) < (GPU_ORDER + CPU_ORDER).index(name)]
-            note = f" ({'; '.join(f'{s.name}: {s.reason}' for s in unavailable[:2])})" if unavailable else ""
-            where = "GPU" if gpu else "CPU-only machine"
-            return AutoPick(name, f"{name} is the expected fastest available on this {where}{note}; "
-                                  f"`python -m pipeline backends --model {model} --measure` times them here")
+            skipped = [n for n in order[:order.index(name)] if n not in ok]
+            where = "on this GPU machine" if gpu else "on a CPU-only machine (no CUDA GPU, so no trt/ort-cuda/ort-trt)"
+            note = f"; faster-ranked but unavailable: {', '.join(skipped)}" if skipped else ""
+            return AutoPick(name, f"{name} is the expected fastest available {where}{note} "
+                                  f"(`python -m pipeline backends --model {model} --measure` times them here)")
     name = sorted(ok)[0]
     return AutoPick(name, f"{name} is the only kind available")

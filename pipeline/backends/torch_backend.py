@@ -43,8 +43,9 @@ class TorchBackend(Backend):
         except WeightsError as e:
             raise PipelineError(str(e)) from None
         if self.channels_last is None:
-            # NHWC lets cuDNN use tensor cores for fp16; on the CPU oneDNN's blocked NCHW path measured faster.
-            self.channels_last = self.device.startswith("cuda")
+            # NHWC helps on both: cuDNN tensor cores for fp16, and oneDNN on the CPU (SRCNN x3 256->768 on the
+            # 2-core Xeon: conv2 1x1 and conv3 ~2x faster, whole model ~1.5x than NCHW).
+            self.channels_last = True
         if self.precision == "fp16":
             net = net.half()
         if self.channels_last:

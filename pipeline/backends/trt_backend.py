@@ -100,7 +100,7 @@ class TrtBackend(Backend):
         if self.has_size:
             if engine.get_tensor_dtype("size") != trt.DataType.INT64:
                 raise PipelineError(f"{path.name}: the 'size' input must be int64")
-            if engine.get_tensor_location("size") != trt.TensorLocation.HOST:
+            if not engine.is_shape_inference_io("size"):  # a shape tensor: its values are read on the host
                 raise PipelineError(f"{path.name}: 'size' is not a shape tensor (rebuild from a stripped graph)")
             self.h_size = torch.zeros(2, dtype=torch.int64).pin_memory()
         self._active_profile = None
