@@ -93,12 +93,14 @@ def table(header: list[str], rows: list[list]) -> list[str]:
     return out
 
 
-def parse_table(md: str, first_header: str) -> list[dict[str, str]]:
-    """Rows of the first Markdown table whose first header cell is `first_header` (for tests/tools)."""
+def parse_table(md: str, first_header: str, has: str | None = None) -> list[dict[str, str]]:
+    """Rows of the first Markdown table whose first header cell is `first_header` (and that has a column
+    `has`), as dicts header -> cell text (for tests/tools)."""
     lines = md.splitlines()
     for i, ln in enumerate(lines):
         cells = [c.strip() for c in ln.strip().strip("|").split("|")]
-        if ln.startswith("|") and cells[0] == first_header:
+        if ln.startswith("|") and cells[0] == first_header and (has is None or has in cells) \
+                and (i == 0 or not lines[i - 1].startswith("|")):
             rows = []
             for row in lines[i + 2:]:
                 if not row.startswith("|"):

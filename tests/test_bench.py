@@ -1,0 +1,89 @@
+"""bench: latency statistics, the timing loop, and a tiny real bench run (baseline + backends + folded)."""
+from __future__ import annotations
+
+import json
+import time
+from argparse import Namespace
+
+import numpy as np
+import pytest
+import torch
+
+from pipeline.bench import (BASELINE, QUICK, config_from_args, flops_per_output_pixel, latency_stats,
+                            measure_peak_gflops, time_calls)
+from pipeline.errors import PipelineError
+
+
+def test_latency_stats_known_values():
+    s = latency_stats([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert s == {"n": 5, "mean": 3.0, "median": 3.0, "p90": pytest.approx(4.6), "p99": pytest.approx(4.96),
+                 "min": 1.0, "max": 5.0}
+    with pytest.raises(ValueError):
+        latency_stats([])
+
+
+def test_time_calls_counts_and_budget():
+    calls = []
+    t = time_calls(lambda: calls.append(1), warmup=2, iters=7, time_budget=10.0, min_iters=1)
+    assert len(t["ms"]) == 7 and len(calls) == 9 and t["peak_rss_mb"] > 10
+    # a tiny budget stops after min_iters
+    t = time_calls(lambda: time.sleep(0.02), warmup=0, iters=100, time_budget=0.01, min_iters=3)
+    assert len(t["ms"]) == 3 and min(t["ms"]) >= 19.0
+
+
+def test_flops_and_peak_are_sane():
+    fpp = flops_per_output_pixel("srcnn-x3")
+    assert fpp == pytest.approx(2 * (3 * 64 * 81 + 64 * 32 + 32 * 3 * 25), rel=0.01)
+    assert flops_per_output_pixel("deform-srcnn") > fpp  # offsets conv + deformable GEMM on top
+    peak = measure_peak_gflops(threads=1, n=256, seconds=0.2)
+    assert peak["gflops"] > 0.5
+
+
+def test_config_rejects_bad_values():
+    base = dict(quick=True, sizes=None, scales=None, batches=None, threads=None, iters=None, time_budget=None,
+                no_folder=False, no_ideas=False, backends=None)
+    with pytest.raises(PipelineError):
+        config_from_args(Namespace(**{**base, "iters": 0}))
+    with pytest.raises(PipelineError):
+        config_from_args(Namespace(**{**base, "sizes": [4]}))
+    cfg = config_from_args(Namespace(**{**base, "sizes": [32], "iters": 3}))
+    assert cfg["sizes"] == (32,) and cfg["iters"] == 3 and cfg["batches"] == QUICK["batches"]
+
+
+@pytest.fixture()
+def random_weights(tmp_path):
+    # Same seed -> same file -> the ONNX export is cached across runs (keyed by weights sha256).
+    from models.registry import get_spec
+
+    torch.manual_seed(0)
+    path = tmp_path / "srcnn-x3.pt"
+    torch.save(get_spec("srcnn-x3").build().state_dict(), path)
+    return path
+
+
+def test_tiny_bench_run_writes_consistent_report(tmp_path, random_weights):
+    from pipeline import bench
+
+    args = Namespace(model="srcnn-x3", output=str(tmp_path / "out"), quick=True, sizes=[16], scales=None,
+                     batches=[1, 2], threads=[1], iters=2, time_budget=0.01, no_folder=False, no_ideas=True,
+                     backends=["torch", "ort", "ort-folded"], weights=str(random_weights))
+    assert bench.run(args) == 0
+    doc = json.loads((tmp_path / "out" / "report.json").read_text())
+    md = (tmp_path / "out" / "report.md").read_text()
+    res = doc["results"]
+    names = {r["backend"] for r in res if r["sweep"] == "main"}
+    assert names == {BASELINE, "torch", "ort", "ort-folded"}
+    for r in res:
+        lat = r["latency_ms"]
+        assert lat["min"] <= lat["median"] <= lat["p90"] <= lat["p99"] <= lat["max"]
+        assert r["images_per_s"] == pytest.approx(r["batch"] / (lat["median"] / 1e3), rel=1e-9)
+        if r["backend"] != BASELINE:
+            assert r["speedup_vs_baseline"] == pytest.approx(r["baseline_median_ms"] / lat["median"])
+    main = {r["backend"]: r for r in res if r["sweep"] == "main"}
+    assert all(main[n]["max_abs_err"] < 1e-4 for n in ("ort", "ort-folded"))  # same inputs, checked outputs
+    assert {r["sweep"] for r in res} >= {"main", "size", "batch", "threads"}
+    assert doc["auto"] and doc["auto"][0]["backend"] in names
+    assert doc["folder"] and doc["folder"][0]["folder_s"] > 0
+    assert "## Method" in md and "warm-up" in md and "GFLOP/s" in md
+    for png in ("latency_vs_size.png", "speedup.png", "error.png"):
+        assert (tmp_path / "out" / png).stat().st_size > 1000

@@ -1,0 +1,52 @@
+"""demo: the end-to-end run on embedded defaults (shrunk: one image, random weights, no bench)."""
+from __future__ import annotations
+
+import json
+
+import cv2
+import pytest
+import torch
+
+from pipeline.cli import main
+from pipeline.errors import PipelineError
+
+
+@pytest.fixture()
+def weights_dir(tmp_path):
+    from models.registry import get_spec
+
+    d = tmp_path / "w"
+    d.mkdir()
+    torch.manual_seed(0)  # same files every run -> cached ONNX exports are reused
+    for name in ("srcnn", "srcnn-x3"):
+        torch.save(get_spec(name).build().state_dict(), d / f"{name}.pt")
+    return d
+
+
+def test_demo_writes_images_and_report(tmp_path, weights_dir, capsys):
+    out = tmp_path / "outputs"
+    rc = main(["demo", "--output", str(out), "--weights-dir", str(weights_dir), "--images", "astronaut",
+               "--max-side", "48", "--no-bench"])
+    assert rc == 0
+    demo = out / "demo"
+    lr = cv2.imread(str(demo / "input" / "astronaut.png"))
+    hr = cv2.imread(str(demo / "hr" / "astronaut.png"))
+    sr = cv2.imread(str(demo / "sr" / "astronaut.png"))
+    assert lr.shape == (16, 16, 3) and hr.shape == (48, 48, 3) and sr.shape == hr.shape
+    md = (demo / "report.md").read_text()
+    assert "# Demo" in md and "astronaut" in md and "PSNR-Y" in md and "Backends vs PyTorch FP32" in md
+    cmp = json.loads((demo / "compare" / "report.json").read_text())
+    assert {m["model"] for m in cmp["models"]} == {"srcnn", "srcnn-x3"}
+    assert all(r["status"] == "pass" for m in cmp["models"] for r in m["rows"] if r["status"] in ("pass", "fail"))
+    printed = capsys.readouterr().out
+    assert str(demo / "report.md") in printed and str(demo / "sr") in printed
+
+
+def test_demo_rejects_training_images(tmp_path):
+    with pytest.raises(PipelineError, match="not held-out"):
+        from argparse import Namespace
+
+        from pipeline import demo
+
+        demo.run(Namespace(output=str(tmp_path), model="srcnn", backend="auto", images=["camera"], max_side=48,
+                           weights_dir=None, no_bench=True, no_compare=True))

@@ -1,0 +1,109 @@
+"""report: structure and internal consistency of the compare and bench reports (JSON <-> Markdown)."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from pipeline import report
+from pipeline.bench import BASELINE, _record, _Variant, time_calls
+from pipeline.compare import error_stats, verdict
+
+
+def _close(md_cell: str, value) -> bool:
+    if value is None:
+        return md_cell == "-"
+    if isinstance(value, str):
+        return md_cell == value
+    if isinstance(value, bool):
+        return md_cell == ("yes" if value else "no")
+    v = float(md_cell)
+    return (math.isinf(v) and math.isinf(value)) or v == pytest.approx(value, rel=2e-3, abs=1e-12)
+
+
+def _bench_doc():
+    rng = np.random.default_rng(0)
+    results = []
+    base = _Variant(BASELINE, None, "loop")
+    fast = _Variant("ort", None, "ORT")
+    for size in (16, 32):
+        for batch in (1, 2):
+            tb = {"ms": list(rng.uniform(20, 30, 7) * batch), "peak_rss_mb": 100.0, "peak_device_mb": None}
+            b = _record(results, model="m", sweep="size", variant=base, size=size, scale=3.0, batch=batch, threads=None,
+                        timing=tb, out_hw=None, flops_px=40000.0, peak=50.0)
+            b["speedup_vs_baseline"] = 1.0
+            tf = {"ms": list(rng.uniform(5, 9, 7) * batch), "peak_rss_mb": 120.0, "peak_device_mb": None}
+            _record(results, model="m", sweep="main" if size == 16 and batch == 1 else "size", variant=fast, size=size,
+                    scale=3.0, batch=batch, threads=2, timing=tf, out_hw=None, flops_px=40000.0, peak=50.0,
+                    baseline_ms=b["latency_ms"]["median"], err=1e-7)
+    return {"kind": "bench", "environment": report.environment(), "peak": {"gflops": 50.0, "method": "test"},
+            "method": {"warmup": 1, "iters": 7, "time_budget_s": 1.0, "min_iters": 2, "sync": "cpu", "baseline": "loop"},
+            "flops": {"m": {"shape": "256x256 -> 768x768", "gflop_256": 23.6, "macs_per_output_pixel": 20000}},
+            "results": results, "auto": [], "folder": [], "ideas": [], "skipped": ["m trt: no GPU"]}
+
+
+def test_bench_report_consistent(tmp_path):
+    doc = _bench_doc()
+    paths = report.write_bench(doc, tmp_path)
+    js = json.loads(paths["json"].read_text())
+    md = paths["md"].read_text()
+    rows = report.parse_table(md, "model", has="median ms")
+    assert len(rows) == len(js["results"]) == 8
+    for row, r in zip(rows, js["results"]):
+        lat = r["latency_ms"]
+        assert lat["min"] <= lat["median"] <= lat["p90"] <= lat["p99"] <= lat["max"]
+        assert lat["n"] == len(r["latencies_ms"]) == 7
+        assert lat["median"] == pytest.approx(float(np.median(r["latencies_ms"])), rel=1e-3)
+        assert r["images_per_s"] == pytest.approx(r["batch"] * 1e3 / lat["median"])
+        assert r["mpix_per_s"] == pytest.approx(r["batch"] * r["out_h"] * r["out_w"] / (lat["median"] / 1e3) / 1e6)
+        assert r["roofline_fraction"] == pytest.approx(r["roofline_ms"] / lat["median"])
+        for col, key in (("median ms", lat["median"]), ("p99 ms", lat["p99"]), ("images/s", r["images_per_s"]),
+                         ("MPix/s", r["mpix_per_s"]), ("speed-up", r["speedup_vs_baseline"]),
+                         ("roofline", r["roofline_fraction"]), ("backend", r["backend"]), ("batch", str(r["batch"]))):
+            assert _close(row[col], key), (col, row[col], key)
+    assert "## Environment" in md and "CPU:" in md and "torch" in md and "onnxruntime" in md
+    assert "m trt: no GPU" in md
+    for name in doc["plots"]:
+        assert (tmp_path / f"{name}.png").is_file() and f"({name}.png)" in md
+
+
+def test_compare_report_consistent(tmp_path):
+    ref = np.zeros((1, 3, 8, 8), np.float32) + 0.5
+    rows = []
+    for backend, prec, err in (("ort", "fp32", 1e-6), ("bad", "fp32", 1e-2), ("ort", "fp16", 1e-3)):
+        s = error_stats(ref + err, ref)
+        ok, crit = verdict(s, prec)
+        rows.append({"backend": backend, "precision": prec, "scale": 3.0, "status": "pass" if ok else "fail",
+                     "criterion": crit, **s})
+    rows.append({"backend": "trt", "precision": "fp32", "scale": 3.0, "status": "unavailable", "reason": "no GPU"})
+    doc = {"kind": "compare", "environment": report.environment(),
+           "models": [{"model": "m", "input_size": 8, "images": ["a"], "scales": [3.0], "reference": "torch",
+                       "tolerances": {"fp32_max_abs": 1e-4, "fp16_psnr_db": 50.0, "rel_floor": 1e-3}, "rows": rows}]}
+    paths = report.write_compare(doc, tmp_path)
+    js = json.loads(paths["json"].read_text())
+    md = paths["md"].read_text()
+    table = report.parse_table(md, "model")
+    ran = [r for r in js["models"][0]["rows"] if r["status"] in ("pass", "fail")]
+    assert [t["status"] for t in table] == ["PASS", "FAIL", "PASS"]
+    for t, r in zip(table, ran):
+        assert _close(t["max abs"], r["max_abs"]) and _close(t["PSNR dB"], float(r["psnr_db"]))
+    assert "trt" in md and "no GPU" in md and paths["error_png"].stat().st_size > 1000
+
+
+def test_json_has_no_bare_infinities(tmp_path):
+    doc = {"kind": "compare", "environment": {}, "models": [{"model": "m", "input_size": 8, "images": [], "scales": [],
+           "reference": "", "tolerances": {"fp32_max_abs": 1e-4, "fp16_psnr_db": 50, "rel_floor": 1e-3},
+           "rows": [{"backend": "t", "precision": "fp32", "scale": 3.0, "status": "pass", "criterion": "",
+                     **error_stats(np.ones(4), np.ones(4))}]}]}
+    paths = report.write_compare(doc, tmp_path)
+    text = paths["json"].read_text()
+    assert "Infinity" not in text and json.loads(text)["models"][0]["rows"][0]["psnr_db"] == "inf"
+
+
+def test_time_calls_feeds_record():
+    t = time_calls(lambda: None, warmup=0, iters=3, time_budget=1.0, min_iters=1)
+    r = _record([], model="m", sweep="main", variant=_Variant("x", None), size=8, scale=2.0, batch=1, threads=None,
+                timing=t, out_hw=None, flops_px=1.0, peak=1.0)
+    assert r["out_h"] == r["out_w"] == 16 and r["latency_ms"]["n"] == 3
