@@ -228,6 +228,21 @@ class Runner:
             self.tile = tiling.auto_tile(scale, self.margin, self.batch)
         else:
             self.tile = None if args.tile <= 0 else max(1, args.tile)
+        # Engines with bounded input shapes (TensorRT profiles): every crop must fit.
+        max_in = getattr(backend, "max_input_size", None)
+        if callable(max_in):
+            limit = tiling.max_tile_for_input_limit(min(max_in()), scale, self.margin)
+            if limit < 1:
+                raise PipelineError(f"the backend's largest input {max_in()} is too small for tiles with "
+                                    f"{self.margin} px of context at x{scale:g}; rebuild it with a larger profile")
+            if self.tile is None or self.tile > limit:
+                self.tile = limit
+        profiles = getattr(backend, "profiles", None)
+        if profiles:
+            try:
+                self.batch = min(self.batch, max(int(p.batch[2]) for p in profiles))
+            except (AttributeError, TypeError, IndexError, ValueError):
+                pass
         self.ref_dir = Path(args.reference) if args.reference else None
 
     def _infer(self, batch: np.ndarray) -> np.ndarray:

@@ -100,6 +100,16 @@ def _best_end(target: int, limit: int, step: int, length: int, out_length: int, 
     return best
 
 
+def search_window(scale: float) -> int:
+    """How far (HR pixels) a crop end may move outwards to land on the whole image's sampling grid."""
+    return 64 + 4 * math.ceil(scale)
+
+
+def max_tile_for_input_limit(max_input: int, scale: float, margin: int) -> int:
+    """Largest LR tile whose crops (tile + context + grid search on both sides) stay within `max_input`."""
+    return max_input - 2 * math.ceil((margin + search_window(scale)) / scale) - 2
+
+
 def plan_axis(length: int, scale: float, tile: int | None, margin: int, window: int | None = None) -> list[Span]:
     """Tiles along one axis of `length` LR pixels: kept HR regions of about `tile` * scale pixels."""
     out_length = output_length(length, scale)
@@ -107,7 +117,7 @@ def plan_axis(length: int, scale: float, tile: int | None, margin: int, window: 
     if tile is None or tile >= length:
         return [whole]
     keep = max(1, round(tile * out_length / length))
-    window = window if window is not None else 64 + 4 * math.ceil(scale)
+    window = window if window is not None else search_window(scale)
     cuts = list(range(0, out_length, keep)) + [out_length]
     if len(cuts) > 2 and cuts[-1] - cuts[-2] < keep // 4:  # fold a sliver into the previous tile
         cuts.pop(-2)

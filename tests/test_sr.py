@@ -336,3 +336,46 @@ def test_missing_input_and_input_as_output(tree, tmp_path, capsys):
     empty.mkdir()
     code, err = _sr(capsys, empty, tmp_path / "o", "--quiet")
     assert code == 2 and "no images found" in err
+
+
+def test_too_large_output_is_skipped_before_inference(tmp_path, weights, capsys):
+    src = tmp_path / "wide"
+    _write(src / "wide.png", np.full((1, 7000, 3), 128, np.uint8))   # x2.5 -> 17500 px: over WebP's 16383
+    _write(src / "ok.png", np.full((4, 4, 3), 128, np.uint8))
+    code, err = _sr(capsys, src, tmp_path / "o", "--format", "webp", "--backend", "torch", *_common(weights))
+    assert code == 1
+    lines = [ln for ln in err.splitlines() if ln.startswith("failed ")]
+    assert len(lines) == 1 and "wide.png" in lines[0] and "exceeds the webp limit" in lines[0]
+    assert not (tmp_path / "o" / "wide.webp").exists() and (tmp_path / "o" / "ok.webp").is_file()
+
+
+def test_backend_input_limit_is_respected(tree, weights, tmp_path, capsys, monkeypatch):
+    """Engines with bounded profiles (TensorRT) expose max_input_size(); every crop must fit it."""
+    import pipeline.sr as sr_mod
+    from pipeline import backends
+
+    real = backends.create("torch", "srcnn", "fp32", **({"weights": weights} if weights else {}))
+    seen = []
+
+    class Bounded:  # the TensorRT backend's size contract around a real runner (no GPU here)
+        name, device, precision, model_name = "bounded", "cpu", "fp32", "srcnn"
+
+        def max_input_size(self):
+            return (100, 100)
+
+        def infer(self, batch, scale):
+            seen.append(batch.shape)
+            assert batch.shape[2] <= 100 and batch.shape[3] <= 100
+            return real.infer(batch, scale)
+
+        def describe(self):
+            return "bounded torch"
+
+    monkeypatch.setattr(sr_mod, "create_backend", lambda *a, **k: (Bounded(), ""))
+    sel = tmp_path / "sel"
+    _write(sel / "a.png", _bgr(data.astronaut()[::4, ::4][:120, :110]))
+    assert _sr(capsys, sel, tmp_path / "o", "--backend", "torch", *_common(weights))[0] == 0
+    assert len(seen) > 1
+    monkeypatch.undo()
+    assert _sr(capsys, sel, tmp_path / "w", "--backend", "torch", "--tile", 0, *_common(weights))[0] == 0
+    assert np.abs(_read(tmp_path / "o/a.png").astype(int) - _read(tmp_path / "w/a.png")).max() <= 1
