@@ -67,17 +67,12 @@ def _deform_conv2d_symbolic(g, input, weight, offset, mask, bias, stride_h, stri
     return _typed_like(y, input)
 
 
-_registered = False
-
-
 def _register() -> None:
-    global _registered
-    if _registered:
-        return
+    # Re-done before every export (cheap, idempotent): registrations are process-wide and other code
+    # (pipeline.recipes) registers and unregisters its own symbolic for the same op.
     register_custom_op_symbolic("torchvision::deform_conv2d", _deform_conv2d_symbolic, 9)
     DynamicResizeFunction.symbolic = staticmethod(_dynamic_resize_symbolic)
     ResizeByScaleFunction.symbolic = staticmethod(_resize_by_scale_symbolic)
-    _registered = True
 
 
 def export(module: torch.nn.Module, args: tuple, input_names: list[str], *, ops: str, opset: int) -> onnx.ModelProto:
