@@ -80,6 +80,8 @@ def test_standard_flavour_has_no_sr_ops_and_same_outputs(exported):
         m = onnx.load(path)
         assert not m.functions and all(n.domain == "" for n in m.graph.node)
         assert {"Resize", "DeformConv"} <= {n.op_type for n in m.graph.node}
+        (resize,) = [n for n in m.graph.node if n.op_type == "Resize"]
+        assert list(resize.input[1:3]) == ["", ""] and resize.input[3]  # Resize(X, "", "", sizes) as the body
         np.testing.assert_allclose(_run(path, x, size), ref, atol=1e-5)
 
 

@@ -20,15 +20,20 @@ from models.ops import DynamicResizeFunction, ResizeByScaleFunction
 
 from . import sr_ops
 
-MAX_OPSET = 20  # the TorchScript exporter's ceiling
 _state = {"ops": "custom"}  # flavour of the export in progress; symbolics read it
+
+
+def _absent(g):
+    """An omitted optional input: serialised as "" (what torch's own upsample symbolics do from opset 13)."""
+    n = g.op("prim::Constant")
+    n.setType(torch._C.OptionalType.ofTensor())
+    return n
 
 
 def _resize_sizes(g, x, size):
     shape = g.op("Shape", x, start_i=0, end_i=2)
     sizes = g.op("Concat", shape, size, axis_i=0)
-    empty = g.op("Constant", value_t=torch.tensor([], dtype=torch.float32))
-    return g.op("Resize", x, empty, empty, sizes, mode_s="cubic", cubic_coeff_a_f=-0.75,
+    return g.op("Resize", x, _absent(g), _absent(g), sizes, mode_s="cubic", cubic_coeff_a_f=-0.75,
                 coordinate_transformation_mode_s="half_pixel")
 
 
@@ -49,8 +54,7 @@ def _resize_by_scale_symbolic(g, x, scale):
     # The tutorial's NewInterpolate: standard Resize with run-time scales (1, 1, s_h, s_w).
     ones = g.op("Constant", value_t=torch.tensor([1.0, 1.0], dtype=torch.float32))
     scales = g.op("Concat", ones, scale, axis_i=0)
-    empty = g.op("Constant", value_t=torch.tensor([], dtype=torch.float32))
-    y = g.op("Resize", x, empty, scales, mode_s="cubic", cubic_coeff_a_f=-0.75,
+    y = g.op("Resize", x, _absent(g), scales, mode_s="cubic", cubic_coeff_a_f=-0.75,
              coordinate_transformation_mode_s="half_pixel")
     return _typed_like(y, x)
 
