@@ -1,6 +1,6 @@
 """The `sr` custom-domain ops: contract constants, ONNX schemas, model-local function bodies, strip transform.
 
-Contract (docs: brief "The two custom ops"): domain "sr", version 1.
+Contract (full tables: plugins_trt/dynamicResize/README.md, plugins_trt/deformConv2d/README.md): domain "sr", v1.
 - DynamicResize(X, size:int64[2]) -> Y: torch bicubic, align_corners=False. Body: Resize(X, "", "",
   Concat(Shape(X)[0:2], size)) cubic, half_pixel, A=-0.75.
 - DeformConv2d(X, W, offset[, B[, mask]]) -> Y with standard DeformConv attributes. Body: DeformConv (opset 19).
