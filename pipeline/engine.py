@@ -385,22 +385,36 @@ def build_engine(onnx_file: Path, output: Path, profiles: list[Profile], *, plug
     return sidecar
 
 
+def plan_engine(engine: Path, env: dict, onnx_sha256: str, profiles: list[Profile]) -> tuple[str, str]:
+    """What to do with a cached engine: ("use", why) / ("build", why) / ("rebuild", why). Pure logic."""
+    if not Path(engine).is_file():
+        return "build", "no engine yet"
+    sidecar = read_sidecar(engine)
+    problems = sidecar_problems(sidecar, env, onnx_sha256)
+    if problems:
+        return "rebuild", "; ".join(problems)
+    if sidecar.get("profiles") != [p.to_dict() for p in profiles]:
+        return "rebuild", "profiles changed"
+    return "use", f"up to date (TensorRT {env.get('tensorrt')}, {env.get('gpu')})"
+
+
 def ensure_engine(onnx_file: Path, output: Path, profiles: list[Profile], *, rebuild_stale: bool = True,
                   log=print, **build_opts) -> dict:
-    """Use `output` if its sidecar matches this machine and ONNX file; else rebuild (or refuse)."""
+    """Use `output` if its sidecar matches this machine, ONNX file and profiles; else (re)build it, or
+    with rebuild_stale=False refuse a stale one with the reason."""
     from models.registry import file_sha256
 
     env = current_environment(build_opts.get("plugin_lib"))
-    sidecar = read_sidecar(output) if Path(output).is_file() else None
-    if sidecar is not None:
-        problems = sidecar_problems(sidecar, env, file_sha256(onnx_file))
-        wanted = [p.to_dict() for p in profiles]
-        if not problems and sidecar.get("profiles") == wanted:
-            log(f"engine: {output} is up to date (TensorRT {env['tensorrt']}, {env['gpu']})")
-            return sidecar
+    onnx_sha = file_sha256(onnx_file)
+    action, why = plan_engine(output, env, onnx_sha, profiles)
+    if action == "use":
+        log(f"engine: {output} is {why}")
+        return read_sidecar(output)
+    if action == "rebuild":
         if not rebuild_stale:
-            check_engine(output, env, file_sha256(onnx_file))
-        log(f"engine {Path(output).name}: rebuilding ({'; '.join(problems) or 'profiles changed'})")
+            check_engine(output, env, onnx_sha)  # raises with the reasons and the rebuild command
+            raise PipelineError(f"engine {output} was built with other profiles; rebuild it ({why})")
+        log(f"engine {Path(output).name}: rebuilding ({why})")
     return build_engine(onnx_file, output, profiles, log=log, **build_opts)
 
 

@@ -148,6 +148,23 @@ def test_ort_folded_exact_and_says_which_path_ran(weights, image):
         create("ort-folded", "deform-srcnn", weights=weights["deform-srcnn"])
 
 
+def test_trt_ep_graph_rewrite(weights):
+    """ORT's TensorRT provider gets the stripped graph with our nodes in its plugin domain."""
+    import onnx
+
+    from pipeline.backends.ort_backend import TRT_EP_PLUGIN_DOMAIN, rewrite_for_trt_ep
+
+    b = create("ort", "deform-srcnn", weights=weights["deform-srcnn"])
+    m = rewrite_for_trt_ep(onnx.load(str(b.onnx_file)))
+    custom = [n for n in m.graph.node if n.domain == TRT_EP_PLUGIN_DOMAIN]
+    assert sorted(n.op_type for n in custom) == ["DeformConv2d", "DynamicResize"]
+    assert not any(n.domain == "sr" for n in m.graph.node) and not any(f.domain == "sr" for f in m.functions)
+    for n in custom:
+        attrs = {a.name: a for a in n.attribute}
+        assert attrs["plugin_namespace"].s == b"sr"
+    assert {o.domain for o in m.opset_import} >= {"", TRT_EP_PLUGIN_DOMAIN} and "sr" not in {o.domain for o in m.opset_import}
+
+
 # -- bad input ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["torch", "ort", "ort-folded"])
 def test_bad_input_is_one_clear_error(name, weights, image):

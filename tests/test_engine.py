@@ -133,6 +133,62 @@ def test_check_engine_refuses_stale_with_rebuild_command(tmp_path):
     assert check_engine(engine, ENV)["precision"] == "fp16"
 
 
+def test_plan_engine_build_use_rebuild(tmp_path):
+    from pipeline.engine import plan_engine
+
+    engine, profiles = tmp_path / "m.engine", [default_profile(SRCNN)]
+    assert plan_engine(engine, ENV, "b" * 64, profiles)[0] == "build"
+    engine.write_bytes(b"x")
+    sidecar_path(engine).write_text(json.dumps(_sidecar()))
+    assert plan_engine(engine, ENV, "b" * 64, profiles)[0] == "use"
+    assert plan_engine(engine, ENV, "e" * 64, profiles) == ("rebuild", "the ONNX file changed since the build")
+    assert plan_engine(engine, {**ENV, "gpu": "NVIDIA H100"}, "b" * 64, profiles)[0] == "rebuild"
+    wider = [Profile(height=(8, 256, 1024), width=(8, 256, 1024))]
+    assert plan_engine(engine, ENV, "b" * 64, wider) == ("rebuild", "profiles changed")
+
+
+def _onnx(path, **meta):
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Identity", ["input"], ["output"])], "g",
+                          [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 4, 4])],
+                          [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 3, 4, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    helper.set_model_props(m, meta)
+    onnx.save(m, str(path))
+
+
+def test_engine_all_selects_custom_graphs_and_baselines(tmp_path):
+    import argparse
+
+    from pipeline import engine
+
+    d = tmp_path / "onnx"
+    d.mkdir()
+    _onnx(d / "srcnn.custom.fp32.onnx", model="srcnn", ops="custom", precision="fp32")
+    _onnx(d / "srcnn.custom.fp16.onnx", model="srcnn", ops="custom", precision="fp16")
+    _onnx(d / "srcnn.standard.fp32.onnx", model="srcnn", ops="standard", precision="fp32")
+    p = argparse.ArgumentParser()
+    engine.add_arguments(p)
+    args = p.parse_args(["--all", "--onnx-dir", str(d), "--output-dir", str(tmp_path / "e")])
+    jobs = engine._jobs(args)
+    assert [j[0].name for j in jobs] == ["srcnn.custom.fp16.onnx", "srcnn.custom.fp32.onnx"]
+    assert jobs[0][1] == tmp_path / "e" / "srcnn.custom.fp16.engine"
+    args = p.parse_args(["--all", "--onnx-dir", str(d), "--baseline", "--precision", "fp32"])
+    assert [j[0].name for j in engine._jobs(args)] == ["srcnn.custom.fp32.onnx", "srcnn.standard.fp32.onnx"]
+    with pytest.raises(PipelineError, match="no matching ONNX"):
+        engine._jobs(p.parse_args(["--all", "--onnx-dir", str(tmp_path)]))
+    with pytest.raises(PipelineError, match="give --onnx FILE"):
+        engine._jobs(p.parse_args([]))
+    spec_args = p.parse_args(["--batch", "1,2,8", "--scale", "2,2.5,3"])
+    (prof,) = engine.profiles_from_args(spec_args, SRCNN)
+    assert prof.batch == (1, 2, 8) and prof.scale == (2.0, 2.5, 3.0) and prof.height == (8, 256, 512)
+    with pytest.raises(PipelineError, match="MIN <= OPT <= MAX"):
+        engine.profiles_from_args(p.parse_args(["--batch", "4,1,1"]), SRCNN)
+
+
 # -- no GPU / no TensorRT ------------------------------------------------------------------------------
 def _run_cli(*args):
     return subprocess.run([sys.executable, "-m", "pipeline", "engine", *args], cwd=REPO, capture_output=True,
