@@ -23,9 +23,10 @@ FLOOR_SPEEDUP = 1.8  # issue 7: auto must be >= 1.8x the torch-eager loop for SR
 BASELINE = "torch-eager-loop"
 FULL = dict(main_size=256, sizes=(128, 256, 512, 1024), scales=(2.0, 3.0, 4.0, 2.5), batches=(1, 2, 4),
             batch_size=128, threads=(1, 2), iters=20, time_budget=4.0, min_iters=2, warmup=1, folder_images=4,
-            folder_size=256, ideas=True)
+            folder_size=256, ideas=True, max_call_s=15.0, heavy_call_s=4.0)
 QUICK = dict(main_size=128, sizes=(64, 128), scales=(2.0, 3.0), batches=(1, 2), batch_size=64, threads=(),
-             iters=5, time_budget=0.5, min_iters=2, warmup=1, folder_images=2, folder_size=64, ideas=False)
+             iters=5, time_budget=0.5, min_iters=2, warmup=1, folder_images=2, folder_size=64, ideas=False,
+             max_call_s=3.0, heavy_call_s=1.0)
 
 
 # -- measuring -----------------------------------------------------------------------------------------
@@ -259,10 +260,27 @@ def bench_model(model: str, cfg: dict, peak: float, *, weights=None, log=print, 
     variants = backend_variants(model, weights=weights, log=log, skipped=skipped, only=only)
     threads_default = None
 
+    from models.registry import output_size
+
+    base_ms_per_px = []  # baseline cost per output pixel, from the main point: sizes the big sweeps
+
     def run_point(sweep, vs, size, scale, batch, threads=None, check=False):
+        kw = tkw
+        px = batch * math.prod(output_size(size, size, scale))
+        if base_ms_per_px:
+            est = base_ms_per_px[0] * px
+            if est > cfg.get("max_call_s", math.inf) * 1e3:
+                if skipped is not None:
+                    skipped.append(f"{model} {sweep} {size}^2 x{scale:g} b{batch}: the baseline call would take "
+                                   f"~{est / 1e3:.0f} s (> {cfg['max_call_s']:g} s per call)")
+                return
+            if est > cfg.get("heavy_call_s", math.inf) * 1e3:  # big inputs: 1 warm-up + 1 timed call
+                kw = dict(warmup=1, iters=1, time_budget=0.0, min_iters=1)
         x = rng.random((batch, 3, size, size), dtype=np.float32)
         ref = base.infer(x[:1], scale) if check else None
-        t = time_calls(lambda: base.infer(x, scale), **tkw)
+        t = time_calls(lambda: base.infer(x, scale), **kw)
+        if not base_ms_per_px:
+            base_ms_per_px.append(float(np.median(t["ms"])) / px)
         b = _record(results, model=model, sweep=sweep, variant=base, size=size, scale=scale, batch=batch,
                     threads=threads, timing=t, out_hw=None, flops_px=flops_px, peak=peak, err=0.0 if check else None)
         b["speedup_vs_baseline"] = 1.0
@@ -270,7 +288,7 @@ def bench_model(model: str, cfg: dict, peak: float, *, weights=None, log=print, 
         for v in vs:
             try:
                 err = float(np.max(np.abs(v.infer(x[:1], scale) - ref))) if check else None
-                t = time_calls(lambda: v.infer(x, scale), **tkw)
+                t = time_calls(lambda: v.infer(x, scale), **kw)
             except PipelineError as e:
                 if skipped is not None:
                     skipped.append(f"{model} {v.name} {size}^2 x{scale:g} b{batch}: {e}")

@@ -7,7 +7,6 @@ failing ONNX-based backend (pipeline.bisect). Writes report.md, report.json and 
 """
 from __future__ import annotations
 
-import functools
 import math
 import time
 from pathlib import Path
@@ -198,19 +197,6 @@ def _bisect_row(model, be, inputs, scale, precision, tol_fp32, weights, log) -> 
     return found
 
 
-@functools.lru_cache(maxsize=8)
-def _folded_onnx_bytes(model: str, scale: int, weights: str | None) -> bytes:
-    import tempfile
-
-    from .optimize import export_folded_onnx, fold_srcnn
-
-    folded = fold_srcnn(load_net(model, weights), scale)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "folded.onnx"
-        export_folded_onnx(folded, path)
-        return path.read_bytes()
-
-
 class _FoldedOrt:
     """ONNX Runtime on the exact folded SRCNN (pipeline.optimize) -- a candidate for the backends' auto."""
 
@@ -219,11 +205,16 @@ class _FoldedOrt:
     def __init__(self, model: str, scale: int, weights=None, threads: int | None = None):
         import onnxruntime as ort
 
-        from .optimize import ort_session_options
+        from .optimize import folded_onnx, ort_session_options
 
         self.model_name, self.scale = model, scale
-        self.session = ort.InferenceSession(_folded_onnx_bytes(model, scale, str(weights) if weights else None),
-                                            ort_session_options(threads), providers=["CPUExecutionProvider"])
+        from models.registry import WeightsError
+
+        try:
+            graph = folded_onnx(model, scale, str(weights) if weights else None)
+        except WeightsError as e:
+            raise PipelineError(str(e)) from None
+        self.session = ort.InferenceSession(graph, ort_session_options(threads), providers=["CPUExecutionProvider"])
         self.threads = threads
 
     def infer(self, batch: np.ndarray, scale: float) -> np.ndarray:

@@ -18,6 +18,7 @@ rounding only, < 1e-5 on [0, 1] images), which tests/test_bench.py checks.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -199,6 +200,26 @@ def export_folded_onnx(folded: FoldedSRCNN, path, height: int = 64, width: int =
     if m.ir_version > 10:  # ORT here rejects IR > 13; keep it conservative
         m.ir_version = 10
         onnx.save(m, str(path))
+
+
+@functools.lru_cache(maxsize=8)
+def folded_onnx(model_name: str, scale: int, weights: str | None = None) -> bytes:
+    """Serialized ONNX (standard ops; input `input` [N,3,H,W] -> output `output`) of the folded, exact
+    equivalent of registered SRCNN `model_name` ('srcnn' or 'srcnn-x3') at integer `scale` >= 2.
+    Load it with `onnxruntime.InferenceSession(bytes, ort_session_options(threads))`; there is no
+    `size` input: one graph per scale. Images below FoldedSRCNN.min_lr px per side run the reference ops."""
+    import tempfile
+    import warnings
+    from pathlib import Path
+
+    from models.registry import load_model
+
+    folded = fold_srcnn(load_model(model_name, weights), scale)
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # TracerWarnings of the small-input fallback branch
+        path = Path(tmp) / "folded.onnx"
+        export_folded_onnx(folded, path)
+        return path.read_bytes()
 
 
 def ort_session_options(threads: int | None = None, *, profile: bool = False):

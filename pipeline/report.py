@@ -240,6 +240,10 @@ def bench_markdown(doc: dict) -> str:
         f"- {m['warmup']} warm-up call(s), then up to {m['iters']} timed calls per configuration, stopped early "
         f"after {fmt(m['time_budget_s'])} s (at least {m['min_iters']}); each call is synchronised "
         f"({m['sync']}); wall clock: time.perf_counter.",
+        *([f"- Big configurations: when the baseline call is estimated (main point's cost per output pixel) "
+           f"above {fmt(m['config']['heavy_call_s'])} s, 1 warm-up + 1 timed call; above "
+           f"{fmt(m['config']['max_call_s'])} s the configuration is skipped (listed under Not run)."]
+          if m.get("config", {}).get("heavy_call_s") else []),
         f"- Input: random float32 NCHW in [0, 1]; output size round(H x scale). Throughput = batch / median "
         f"latency; MPix/s = output pixels x batch / median latency.",
         f"- Baseline: {m['baseline']}. Speed-up = baseline median / backend median, same run, same configuration.",
