@@ -269,6 +269,10 @@ def test_pick_auto_prefers_a_measurement_of_this_machine(cache):
 def test_create_auto_records_why(weights):
     b = create("auto", "srcnn", weights=weights["srcnn"])
     assert b.selection_reason.startswith("auto: ") and b.name in backends.NAMES
+    if not torch.cuda.is_available():
+        assert b.name == "ort-folded"
+    o = create("auto", "srcnn", onnx=create("ort", "srcnn", weights=weights["srcnn"]).onnx_file)
+    assert o.name == "ort" and "ONNX file" in o.selection_reason
 
 
 def test_backends_cli_table(weights, capsys):

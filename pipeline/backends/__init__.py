@@ -76,7 +76,12 @@ def _constructor_opts(cls, name: str, opts: dict) -> dict:
 def create(backend: str, model: str, precision: str = "fp32", **opts) -> Backend:
     """A loaded backend. 'auto' picks the fastest available one and records why in `selection_reason`."""
     if backend == "auto":
-        pick = pick_auto(model, precision, weights=opts.get("weights"))
+        if opts.get("engine") is not None:  # an engine file only runs on TensorRT
+            pick = AutoPick("trt", "an engine file was given")
+        elif opts.get("onnx") is not None:  # an ONNX file: ONNX Runtime with its best provider
+            pick = AutoPick("ort", "an ONNX file was given")
+        else:
+            pick = pick_auto(model, precision, weights=opts.get("weights"))
         b = create(pick.name, model, precision, **opts)
         b.selection_reason = f"auto: {pick.reason}"
         return b
@@ -243,6 +248,8 @@ def available(model: str, precision: str = "fp32", weights=None) -> list[Backend
                             precision, gpu)
         elif name == "ort-sr-kernels":
             s = _status_sr_kernels(precision)
+            if s.available and not model_spec(model).dynamic_scale:
+                s = BackendStatus(name, True, s.reason + f"; {model} has no sr ops, so this is the plain ort graph")
         else:
             s = _status_trt(precision)
         if s.available and weights_problem:
