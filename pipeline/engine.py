@@ -11,7 +11,6 @@ Python below (tested without TensorRT); only `build_engine` and `current_environ
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 from dataclasses import asdict, dataclass

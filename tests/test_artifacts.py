@@ -1,7 +1,6 @@
 """Artifact cache: keys, location, atomic creation, reuse."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest

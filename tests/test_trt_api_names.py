@@ -9,7 +9,6 @@ every attribute used on them; each must appear in the binary's strings (or the p
 from __future__ import annotations
 
 import ast
-import importlib.util
 import re
 import sys
 from pathlib import Path

@@ -117,5 +117,5 @@ class OrtFoldedBackend(Backend):
         return self._plain().infer(batch, scale)
 
     def describe(self) -> str:
-        return (f"ort-folded (CPUExecutionProvider, fp32, bicubic folded into conv1 for integer scales; "
-                f"other scales and tiny images: the plain graph)")
+        return ("ort-folded (CPUExecutionProvider, fp32, bicubic folded into conv1 for integer scales; "
+                "other scales and tiny images: the plain graph)")
