@@ -81,18 +81,19 @@ class Image:
 
     def region_rgb(self, y0: int, y1: int, x0: int, x1: int) -> np.ndarray:
         """float32 CHW RGB in [0, 1] of rows y0:y1, columns x0:x1 (gray is replicated to 3 channels)."""
+        # Division (not multiplication by 1/max) so values equal the usual `img.astype(float32) / 255`.
         p = self.pixels[y0:y1, x0:x1]
         if p.ndim == 2:
-            f = p.astype(np.float32) * np.float32(1.0 / self.max_value)
+            f = p.astype(np.float32) / np.float32(self.max_value)
             return np.broadcast_to(f, (3, *f.shape)).copy()
         f = np.empty((3, y1 - y0, x1 - x0), dtype=np.float32)
         for c in range(3):  # BGR(A) -> RGB, one plane at a time
-            np.multiply(p[:, :, 2 - c], np.float32(1.0 / self.max_value), out=f[c], dtype=np.float32)
+            np.divide(p[:, :, 2 - c], np.float32(self.max_value), out=f[c], dtype=np.float32)
         return f
 
     def region_alpha(self, y0: int, y1: int, x0: int, x1: int) -> np.ndarray:
         """float32 HW alpha in [0, 1] of a region (only for images with alpha)."""
-        return self.pixels[y0:y1, x0:x1, 3].astype(np.float32) * np.float32(1.0 / self.max_value)
+        return self.pixels[y0:y1, x0:x1, 3].astype(np.float32) / np.float32(self.max_value)
 
 
 def format_of(path: Path) -> str | None:

@@ -409,6 +409,8 @@ def run(args) -> int:
                 fail(rec, str(e))
             except OSError as e:
                 fail(rec, f"cannot write {rec.job.dst}: {e.strerror or e}")
+            except Exception as e:  # an encoder or metrics crash on one image must not stop the batch
+                fail(rec, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
             write_bytes -= nbytes
             finished(rec)
 
