@@ -383,3 +383,24 @@ def test_backend_input_limit_is_respected(tree, weights, tmp_path, capsys, monke
     monkeypatch.undo()
     assert _sr(capsys, sel, tmp_path / "w", "--backend", "torch", "--tile", 0, *_common(weights))[0] == 0
     assert np.abs(_read(tmp_path / "o/a.png").astype(int) - _read(tmp_path / "w/a.png")).max() <= 1
+
+
+@pytest.mark.parametrize("backend_name", ["torch", "ort"])
+def test_backend_tiled_float_output_equals_whole_image(backend_name, weights):
+    """Through the real runners: tiles with context, cropped, equal whole-image inference within 1e-4."""
+    from pipeline import backends, tiling
+
+    b = backends.create(backend_name, "srcnn", "fp32", threads=1, **({"weights": weights} if weights else {}))
+    x = np.ascontiguousarray(data.astronaut()[::6, ::6][:70, :64].transpose(2, 0, 1)[None], np.float32) / 255
+    for scale in (3, 2.5):
+        whole = b.infer(x, scale)[0]
+        plan = tiling.plan(70, 64, scale, 16, tiling.context_margin(tiling.receptive_radius("srcnn"), scale))
+        assert plan.count >= 9 and plan.exact
+        out = np.full_like(whole, np.nan)
+
+        def write(t, y):
+            sy, sx = t.keep_slices()
+            out[:, t.y.keep0:t.y.keep1, t.x.keep0:t.x.keep1] = y[:, sy, sx]
+
+        tiling.run_tiles(plan, lambda y0, y1, x0, x1: x[0, :, y0:y1, x0:x1], lambda v: b.infer(v, scale), write, 2)
+        assert np.abs(out - whole).max() < 1e-4, (backend_name, scale)
