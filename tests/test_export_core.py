@@ -147,3 +147,11 @@ def test_failed_verification_leaves_nothing_behind(tmp_path, weights, monkeypatc
 def test_weights_that_do_not_fit(tmp_path, weights):
     with pytest.raises(PipelineError, match="does not fit model 'srcnn'"):
         export_model("srcnn", tmp_path / "m.onnx", weights=weights / "deform-srcnn.pt")
+
+
+def test_no_verify_still_writes_a_checked_file(tmp_path, weights, capsys):
+    out = tmp_path / "nv.onnx"
+    rc = main(["export", "--model", "srcnn", "--output", str(out), "--exporter", "torchscript", "--no-verify",
+               "--weights", str(weights / "srcnn.pt")])
+    assert rc == 0 and "not verified" in capsys.readouterr().out
+    onnx.checker.check_model(onnx.load(out), full_check=True)
