@@ -105,6 +105,55 @@ def time_calls(fn, *, warmup: int = 1, iters: int = 20, time_budget: float = 4.0
     return {"ms": ms, "peak_rss_mb": rss.peak / 2**20, "peak_device_mb": gpu_peak}
 
 
+class _LabelledRss(RssSampler):
+    """RssSampler that attributes each sample to the variant running at that moment."""
+
+    def __init__(self, interval: float = 0.005):
+        super().__init__(interval)
+        self.label, self.peaks = None, {}
+
+    def _loop(self):
+        while not self._stop.is_set():
+            rss = self.proc.memory_info().rss
+            if self.label is not None:
+                self.peaks[self.label] = max(self.peaks.get(self.label, 0), rss)
+            self._stop.wait(self.interval)
+
+
+def time_interleaved(fns: list, *, warmup: int = 1, iters: int = 20, time_budget: float = 4.0,
+                     min_iters: int = 2) -> dict:
+    """Like time_calls for several (name, fn) at once, in round-robin: each round times every fn once,
+    so a load change on a shared machine hits all of them alike. Rounds stop at `iters`, or once
+    `time_budget` s per fn were spent and `min_iters` rounds ran. Returns name -> {ms, peak_rss_mb, ...}."""
+    for _, fn in fns:
+        for _ in range(warmup):
+            fn()
+    _sync()
+    ms = {name: [] for name, _ in fns}
+    rounds = 0
+    with _LabelledRss() as rss:
+        start = time.perf_counter()
+        while rounds < iters and (rounds < min_iters or time.perf_counter() - start < time_budget * len(fns)):
+            for name, fn in fns:
+                rss.label = name
+                _sync()
+                t0 = time.perf_counter()
+                fn()
+                _sync()
+                ms[name].append((time.perf_counter() - t0) * 1e3)
+                rss.peaks[name] = max(rss.peaks.get(name, 0), rss.proc.memory_info().rss)
+                rss.label = None
+            rounds += 1
+    gpu_peak = None
+    with contextlib.suppress(Exception):
+        import torch
+
+        if torch.cuda.is_available():
+            gpu_peak = torch.cuda.max_memory_allocated() / 2**20
+    return {name: {"ms": ms[name], "peak_rss_mb": rss.peaks.get(name, rss.peak) / 2**20, "peak_device_mb": gpu_peak}
+            for name, _ in fns}
+
+
 def measure_peak_gflops(threads: int | None = None, n: int = 1024, seconds: float = 1.0) -> dict:
     """The machine's fp32 peak as torch sees it: best GFLOP/s of an n x n x n matmul (2 n^3 FLOPs)."""
     import torch
@@ -203,6 +252,10 @@ def backend_variants(model_name: str, precisions=("fp32",), weights=None, log=pr
 def folded_variants(model_name: str, scale: float, weights=None, threads=None, only=None) -> list[_Variant]:
     if only is not None and "ort-folded" not in only:
         return []
+    from . import backends as B
+
+    if "ort-folded" in getattr(B, "NAMES", ()):  # the backends run it themselves (backend_variants)
+        return []
     if model_name not in ("srcnn", "srcnn-x3") or not float(scale).is_integer() or scale < 3:
         return []
     from .compare import folded_backend
@@ -246,8 +299,10 @@ def _record(results, *, model, sweep, variant, size, scale, batch, threads, timi
 
 
 def bench_model(model: str, cfg: dict, peak: float, *, weights=None, log=print, skipped=None) -> dict:
-    """All sweeps for one model; returns {'results': [...], 'auto': {...}, 'ideas': [...], 'folder': {...}}."""
-    from models.registry import get_spec
+    """All sweeps for one model; returns {'results': [...], 'auto': {...}, 'folder': {...}}."""
+    from models.registry import get_spec, output_size
+
+    from . import backends as B
 
     spec = get_spec(model)
     scale0 = spec.default_scale
@@ -258,46 +313,42 @@ def bench_model(model: str, cfg: dict, peak: float, *, weights=None, log=print, 
     base = baseline_variant(model, weights)
     only = cfg.get("backends")
     variants = backend_variants(model, weights=weights, log=log, skipped=skipped, only=only)
-    threads_default = None
-
-    from models.registry import output_size
-
     base_ms_per_px = []  # baseline cost per output pixel, from the main point: sizes the big sweeps
+
+    def note(msg):
+        if skipped is not None:
+            skipped.append(msg)
 
     def run_point(sweep, vs, size, scale, batch, threads=None, check=False):
         kw = tkw
         px = batch * math.prod(output_size(size, size, scale))
+        where = f"{model} {sweep} {size}^2 x{scale:g} b{batch}"
         if base_ms_per_px:
             est = base_ms_per_px[0] * px
             if est > cfg.get("max_call_s", math.inf) * 1e3:
-                if skipped is not None:
-                    skipped.append(f"{model} {sweep} {size}^2 x{scale:g} b{batch}: the baseline call would take "
-                                   f"~{est / 1e3:.0f} s (> {cfg['max_call_s']:g} s per call)")
+                note(f"{where}: the baseline call would take ~{est / 1e3:.0f} s (> {cfg['max_call_s']:g} s per call)")
                 return
             if est > cfg.get("heavy_call_s", math.inf) * 1e3:  # big inputs: 1 warm-up + 1 timed call
                 kw = dict(warmup=1, iters=1, time_budget=0.0, min_iters=1)
         x = rng.random((batch, 3, size, size), dtype=np.float32)
         ref = base.infer(x[:1], scale) if check else None
-        t = time_calls(lambda: base.infer(x, scale), **kw)
-        if not base_ms_per_px:
-            base_ms_per_px.append(float(np.median(t["ms"])) / px)
-        b = _record(results, model=model, sweep=sweep, variant=base, size=size, scale=scale, batch=batch,
-                    threads=threads, timing=t, out_hw=None, flops_px=flops_px, peak=peak, err=0.0 if check else None)
-        b["speedup_vs_baseline"] = 1.0
-        log(f"  {model} {sweep:<6} {size}^2 x{scale:g} b{batch} {BASELINE:<17} {b['latency_ms']['median']:9.1f} ms")
+        errs, ok = {BASELINE: 0.0 if check else None}, [base]
         for v in vs:
             try:
-                err = float(np.max(np.abs(v.infer(x[:1], scale) - ref))) if check else None
-                t = time_calls(lambda: v.infer(x, scale), **kw)
+                errs[v.name] = float(np.max(np.abs(v.infer(x[:1], scale) - ref))) if check else None
+                ok.append(v)
             except PipelineError as e:
-                if skipped is not None:
-                    skipped.append(f"{model} {v.name} {size}^2 x{scale:g} b{batch}: {e}")
-                continue
+                note(f"{where} {v.name}: {e}")
+        timings = time_interleaved([(v.name, (lambda v=v: v.infer(x, scale))) for v in ok], **kw)
+        base_ms = float(np.median(timings[BASELINE]["ms"]))
+        if not base_ms_per_px:
+            base_ms_per_px.append(base_ms / px)
+        for v in ok:
             r = _record(results, model=model, sweep=sweep, variant=v, size=size, scale=scale, batch=batch,
-                        threads=threads, timing=t, out_hw=None, flops_px=flops_px, peak=peak,
-                        baseline_ms=b["latency_ms"]["median"], err=err)
-            log(f"  {model} {sweep:<6} {size}^2 x{scale:g} b{batch} {v.name:<17} {r['latency_ms']['median']:9.1f} ms"
-                f"  x{r['speedup_vs_baseline']:.2f} vs baseline, {100 * r['roofline_fraction']:.0f}% of roofline")
+                        threads=threads, timing=timings[v.name], out_hw=None, flops_px=flops_px, peak=peak,
+                        baseline_ms=base_ms, err=errs[v.name])
+            log(f"  {where} {v.name:<17} {r['latency_ms']['median']:9.1f} ms  x{r['speedup_vs_baseline']:.2f} vs "
+                f"baseline, {100 * r['roofline_fraction']:.0f}% of roofline")
 
     size0 = cfg["main_size"]
     fold0 = folded_variants(model, scale0, weights, only=only)
@@ -312,16 +363,17 @@ def bench_model(model: str, cfg: dict, peak: float, *, weights=None, log=print, 
                 run_point("scale", [v for v in variants if v.name != "torch"]
                           + folded_variants(model, scale, weights, only=only), size0, scale, 1)
     for batch in cfg["batches"]:
-        run_point("batch", variants, cfg["batch_size"], scale0, batch)
+        run_point("batch", variants + fold0, cfg["batch_size"], scale0, batch)
     for n in cfg["threads"]:
         with torch_threads(n):
             tv = [v for v in variants if v.name == "torch"]
-            with contextlib.suppress(PipelineError):
-                from . import backends as B
-
-                if any(v.name == "ort" for v in variants) and (only is None or "ort" in only):
-                    be = B.create("ort", model, "fp32", weights=weights, threads=n)
-                    tv.append(_Variant("ort", be.infer, be.describe()))
+            for v in variants:
+                if v.name.startswith("ort"):
+                    try:
+                        be = B.create(v.name, model, "fp32", weights=weights, threads=n)
+                        tv.append(_Variant(v.name, be.infer, be.describe()))
+                    except PipelineError as e:
+                        note(f"{model} threads={n} {v.name}: {e}")
             tv += folded_variants(model, scale0, weights, threads=n, only=only)
             run_point("threads", tv, size0, scale0, 1, threads=n)
     doc = {"results": results, "flops_per_output_pixel": flops_px}
@@ -330,8 +382,7 @@ def bench_model(model: str, cfg: dict, peak: float, *, weights=None, log=print, 
         try:
             doc["folder"] = folder_run(model, cfg["folder_images"], cfg["folder_size"], weights, log)
         except PipelineError as e:
-            if skipped is not None:
-                skipped.append(f"{model} folder run: {e}")
+            note(f"{model} folder run: {e}")
     return doc
 
 
@@ -420,21 +471,18 @@ def optimisation_ideas(peak: float, size: int = 256, weights=None, cfg=None, log
     xn = xt.numpy()
     with torch.inference_mode():
         ref = net(xt).numpy()
-    ideas = []
+    ideas, pending = [], []
 
     def add(idea, fn, note):
         try:
             err = float(np.max(np.abs(np.asarray(fn()) - ref)))
-            t = time_calls(fn, **tkw)
         except Exception as e:  # an idea that fails is reported, not fatal
             ideas.append({"idea": idea, "median_ms": None, "speedup": None, "roofline_fraction": None,
                           "note": f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"})
             return
-        med = statistics.median(t["ms"])
-        base = ideas[0]["median_ms"] if ideas else med
-        ideas.append({"idea": idea, "median_ms": med, "speedup": base / med, "n": len(t["ms"]),
-                      "roofline_fraction": flops / (peak * 1e9) / (med / 1e3), "max_abs_err": err, "note": note})
-        log(f"  idea {idea:<40} {med:8.1f} ms  x{base / med:.2f}")
+        entry = {"idea": idea, "max_abs_err": err, "note": note, "gflop": flops / 1e9}
+        ideas.append(entry)
+        pending.append((entry, fn))
 
     def torch_fn(m, x):
         def f():
@@ -470,13 +518,21 @@ def optimisation_ideas(peak: float, size: int = 256, weights=None, cfg=None, log
             s = ort.InferenceSession(str(p), ort_session_options(), providers=["CPUExecutionProvider"])
             add(f"ORT, bicubic folded into conv1, {label}", lambda s=s: s.run(None, {"input": xn})[0],
                 "optimize.FoldedSRCNN exported to ONNX (standard ops)")
+    # Round-robin timing: every idea sees the same machine load.
+    timings = time_interleaved([(e["idea"], fn) for e, fn in pending], **tkw)
+    base = statistics.median(timings[pending[0][0]["idea"]]["ms"])
+    for e, _ in pending:
+        ms = timings[e["idea"]]["ms"]
+        med = statistics.median(ms)
+        e.update(median_ms=med, n=len(ms), speedup=base / med, roofline_fraction=flops / (peak * 1e9) / (med / 1e3))
+        log(f"  idea {e['idea']:<52} {med:8.1f} ms  x{base / med:.2f}")
     return ideas
 
 
 def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
     from . import report
 
-    peak = measure_peak_gflops()
+    peak = measure_peak_gflops(seconds=1.5)
     log(f"machine peak: {peak['gflops']:.1f} GFLOP/s ({peak['method']})")
     doc = {"kind": "bench", "environment": report.environment(), "peak": peak, "results": [], "auto": [],
            "folder": [], "ideas": [], "flops": {}, "skipped": [],
@@ -501,10 +557,30 @@ def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
             doc["auto"].append(part["auto"])
         if part.get("folder"):
             doc["folder"].append(part["folder"])
+        again = measure_peak_gflops(seconds=0.5)
+        peak["samples"] = peak.get("samples", [peak["gflops"]]) + [again["gflops"]]
     if cfg.get("ideas") and "srcnn-x3" in models:
         log("optimisation ideas (srcnn-x3)")
         doc["ideas"] = optimisation_ideas(peak["gflops"], cfg["main_size"], weights, cfg, log)
+    apply_peak(doc, max(peak.get("samples", [peak["gflops"]])))
     return doc
+
+
+def apply_peak(doc: dict, gflops: float) -> None:
+    """Set the machine peak (GFLOP/s) and recompute every roofline number from it."""
+    doc["peak"]["gflops"] = gflops
+    for r in doc["results"]:
+        r["roofline_ms"] = r["gflop"] / gflops * 1e3
+        r["roofline_fraction"] = r["roofline_ms"] / r["latency_ms"]["median"]
+    for i in doc.get("ideas", []):
+        if i.get("median_ms"):
+            i["roofline_fraction"] = i["gflop"] / gflops * 1e3 / i["median_ms"]
+    main = {(r["model"], r["backend"]): r for r in doc["results"] if r["sweep"] == "main"}
+    for a in doc.get("auto", []):
+        r = main.get((a["model"], a["backend"]))
+        if r is not None:
+            a["roofline_fraction"] = r["roofline_fraction"]
+            a["roofline_ms"] = r["roofline_ms"]
 
 
 def _has_cuda() -> bool:

@@ -141,7 +141,7 @@ def compare_model(model: str, *, scales: list[float] | None = None, size: int = 
         spec.check_scale(scale)
         ref = _reference(model, inputs, scale, weights)
         cands = _candidates(model, list(precisions), backends, weights, log)
-        if include_folded and model in ("srcnn", "srcnn-x3") and float(scale).is_integer() and scale >= 3 \
+        if include_folded and "ort-folded" not in {c[0] for c in cands} and model in ("srcnn", "srcnn-x3") and float(scale).is_integer() and scale >= 3 \
                 and (not backends or "ort-folded" in backends):
             cands.append(("ort-folded", "fp32", lambda s=scale: folded_backend(model, int(s), weights), "optimize.py"))
         for name, precision, factory, reason in cands:

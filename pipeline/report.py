@@ -203,6 +203,13 @@ def plot_compare(doc: dict, path: Path) -> None:
         ax.bar(range(len(rows)), vals, color=["tab:green" if s == "pass" else "tab:red" for *_, s in rows])
         ax.set_xticks(range(len(rows)), [r[0] for r in rows], rotation=60, ha="right", fontsize=7)
         ax.set_yscale("log")
+        for i, (_, v, _) in enumerate(rows):
+            if v == 0:
+                ax.text(i, 1e-12, "exact", ha="center", va="bottom", fontsize=7)
+        tol = doc["models"][0]["tolerances"]["fp32_max_abs"] if doc["models"] else None
+        if tol:
+            ax.axhline(tol, color="gray", ls="--", lw=0.8, label=f"FP32 tolerance {tol:g}")
+            ax.legend(fontsize=7)
     ax.set_ylabel("max abs error vs PyTorch FP32")
     ax.set_title("Error by backend (green: pass, red: fail)")
     _save_fig(fig, path)
@@ -235,7 +242,8 @@ def result_row(r: dict) -> list:
 def bench_markdown(doc: dict) -> str:
     m = doc["method"]
     lines = ["# Benchmark", "", "## Environment", ""] + env_lines(doc["environment"]) + [
-        f"- Machine peak (measured): {fmt(doc['peak']['gflops'])} GFLOP/s fp32 ({doc['peak']['method']})",
+        f"- Machine peak (measured): {fmt(doc['peak']['gflops'])} GFLOP/s fp32 ({doc['peak']['method']}; "
+        f"highest of {len(doc['peak'].get('samples', [1]))} measurements: run start and after each model)",
         "", "## Method", "",
         f"- {m['warmup']} warm-up call(s), then up to {m['iters']} timed calls per configuration, stopped early "
         f"after {fmt(m['time_budget_s'])} s (at least {m['min_iters']}); each call is synchronised "
