@@ -92,9 +92,11 @@ def test_large_image_peak_rss(tmp_path, backend, monkeypatch):
     h, w, scale = 3000, 4000, 2
     _image(tmp_path / "big.png", h, w)
     monkeypatch.setenv("SRDEPLOY_CACHE", str(tmp_path / "cache"))
-    (res,) = _run_sr([[tmp_path / "big.png", tmp_path / "big_x2.png", "--model", "srcnn", "--scale", scale,
-                       "--backend", backend, "--tile", 256, "--summary", tmp_path / "s.json", "--quiet",
-                       *_weights(tmp_path)]], 3600)
+    common = ["--model", "srcnn", "--scale", scale, "--backend", backend, "--quiet", *_weights(tmp_path)]
+    _image(tmp_path / "small.png", 40, 40)
+    _, res = _run_sr([[tmp_path / "small.png", tmp_path / "warm.png", *common],
+                      [tmp_path / "big.png", tmp_path / "big_x2.png", "--tile", 256, "--summary", tmp_path / "s.json",
+                       *common]], 3600)
     s = json.loads((tmp_path / "s.json").read_text())
     img = s["images"][0]
     out_mib = h * w * scale * scale * 3 / 2**20
@@ -103,6 +105,6 @@ def test_large_image_peak_rss(tmp_path, backend, monkeypatch):
           f"{out_mib:.0f} MiB), "
           f"{s['mpix_per_s']} MPix/s, {res['wall_s']:.0f} s")
     assert img["status"] == "ok" and img["out_size"] == [w * scale, h * scale]
-    # Whole-image float activations would be ~100 B x 48 MPix = 19 GiB; tiled stays near
-    # interpreter + input + output buffers + one tile's activations.
-    assert res["peak_rss_mib"] < 1500 + 2 * out_mib
+    # Whole-image float activations would be ~100 B x 48 MPix = 19 GiB; the tiled run needs the input and
+    # output buffers, the encoded file and one tile's activations.
+    assert res["rise_mib"] < 2 * out_mib + 600
