@@ -104,6 +104,7 @@ def write_json_atomic(path: Path, obj: dict) -> None:
         with os.fdopen(fd, "w") as f:
             json.dump(obj, f, indent=2, allow_nan=True)
             f.write("\n")
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600 files
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
