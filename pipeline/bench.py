@@ -22,7 +22,7 @@ from .errors import PipelineError
 FLOOR_SPEEDUP = 1.8  # issue 7: auto must be >= 1.8x the torch-eager loop for SRCNN x3 at 256^2 on this CPU
 BASELINE = "torch-eager-loop"
 FULL = dict(main_size=256, sizes=(128, 256, 512, 1024), scales=(2.0, 3.0, 4.0, 2.5), batches=(1, 2, 4),
-            batch_size=128, threads=(1, 2), iters=20, time_budget=4.0, min_iters=2, warmup=1, folder_images=4,
+            batch_size=128, threads=(1, 2), iters=20, time_budget=3.0, min_iters=2, warmup=1, folder_images=4,
             folder_size=256, ideas=True, max_call_s=15.0, heavy_call_s=4.0)
 QUICK = dict(main_size=128, sizes=(64, 128), scales=(2.0, 3.0), batches=(1, 2), batch_size=64, threads=(),
              iters=5, time_budget=0.5, min_iters=2, warmup=1, folder_images=2, folder_size=64, ideas=False,
@@ -314,15 +314,19 @@ def bench_model(model: str, cfg: dict, peak: float, *, weights=None, log=print, 
     only = cfg.get("backends")
     variants = backend_variants(model, weights=weights, log=log, skipped=skipped, only=only)
     base_ms_per_px = []  # baseline cost per output pixel, from the main point: sizes the big sweeps
+    import torch
+
+    default_threads = torch.get_num_threads()
 
     def note(msg):
         if skipped is not None:
             skipped.append(msg)
 
     def run_point(sweep, vs, size, scale, batch, threads=None, check=False):
+        threads = threads or default_threads
         kw = tkw
         px = batch * math.prod(output_size(size, size, scale))
-        where = f"{model} {sweep} {size}^2 x{scale:g} b{batch}"
+        where = f"{model} {sweep} {size}^2 x{scale:g} b{batch}" + (f" t{threads}" if threads != default_threads else "")
         if base_ms_per_px:
             est = base_ms_per_px[0] * px
             if est > cfg.get("max_call_s", math.inf) * 1e3:
@@ -365,6 +369,8 @@ def bench_model(model: str, cfg: dict, peak: float, *, weights=None, log=print, 
     for batch in cfg["batches"]:
         run_point("batch", variants + fold0, cfg["batch_size"], scale0, batch)
     for n in cfg["threads"]:
+        if n == default_threads:
+            continue  # every other sweep already ran with the default thread count
         with torch_threads(n):
             tv = [v for v in variants if v.name == "torch"]
             for v in variants:
@@ -548,7 +554,7 @@ def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
         from models.registry import get_spec
 
         s = get_spec(model).default_scale
-        doc["flops"][model] = {"flops_per_output_pixel": fpp, "macs_per_output_pixel": fpp / 2,
+        doc["flops"][model] = {"flops_per_output_pixel": fpp, "macs_per_output_pixel": round(fpp / 2),
                                "shape": f"256x256 -> {round(256 * s)}x{round(256 * s)}",
                                "gflop_256": fpp * round(256 * s) ** 2 / 1e9}
         part = bench_model(model, cfg, peak["gflops"], weights=weights, log=log, skipped=doc["skipped"])
