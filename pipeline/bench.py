@@ -66,6 +66,15 @@ class RssSampler:
         self.peak = max(self.peak, self.proc.memory_info().rss)
 
 
+def _available_bytes() -> int | None:
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except Exception:
+        return None
+
+
 def _sync():
     try:
         import torch
@@ -334,6 +343,14 @@ def bench_model(model: str, cfg: dict, peak: float, *, weights=None, log=print, 
                 return
             if est > cfg.get("heavy_call_s", math.inf) * 1e3:  # big inputs: 1 warm-up + 1 timed call
                 kw = dict(warmup=1, iters=1, time_budget=0.0, min_iters=1)
+        # Memory guard: ~3 live 64-channel fp32 HR feature maps per variant, and ORT keeps its arena per
+        # session, so the variants add up. Over half of the available memory -> skip (a shared box OOMs).
+        need = px * 64 * 4 * 3 * (1 + len(vs))
+        avail = _available_bytes()
+        if avail and need > avail / 2:
+            note(f"{where}: needs ~{need / 2**30:.1f} GB for {1 + len(vs)} variants, {avail / 2**30:.1f} GB "
+                 "available (large images: `pipeline sr` tiles them)")
+            return
         x = rng.random((batch, 3, size, size), dtype=np.float32)
         ref = base.infer(x[:1], scale) if check else None
         errs, ok = {BASELINE: 0.0 if check else None}, [base]
