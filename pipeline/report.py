@@ -321,7 +321,8 @@ def plot_bench(doc: dict, out_dir: Path) -> dict[str, str]:
         ax.set_xticks(range(len(main)), [f"{r['model']}\n{r['backend']}" for r in main], rotation=60, ha="right",
                       fontsize=7)
         ax.set_ylabel("speed-up vs PyTorch eager loop")
-        ax.set_title("Speed-up vs baseline (256x256, default scale)")
+        sides = sorted({r["size"] for r in main})
+        ax.set_title(f"Speed-up vs baseline ({', '.join(f'{n}x{n}' for n in sides)} input, default scale)")
         p = out_dir / "speedup.png"
         _save_fig(fig, p)
         plt.close(fig)
