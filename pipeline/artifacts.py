@@ -70,19 +70,6 @@ def engine_name(onnx_file: str | Path, profile: dict) -> str:
     return f"{Path(onnx_file).stem}-p{profile_key(profile)}.engine"
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def onnx_for(model: str, precision: str = "fp32", ops: str = "custom", *, exporter: str = "dynamo",
              io_dtype: str = "fp32", weights: str | Path | None = None, cache: Path | None = None,
              verify: bool = True, log=None) -> Path:

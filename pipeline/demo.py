@@ -12,6 +12,7 @@ import json
 import time
 from pathlib import Path
 
+from .atomic import atomic_write
 from .errors import PipelineError
 
 DEMO_MODEL = "srcnn"
@@ -108,7 +109,7 @@ def run(args) -> int:
         print(f"[4/4] quick bench (srcnn-x3, {cfg['main_size']}^2): {line} -> {root / 'bench' / 'report.md'}")
 
     md = demo_markdown(sr, names, cmp_doc, bench_doc, time.perf_counter() - t0)
-    report.atomic_write_text(root / "report.md", md)
+    atomic_write(root / "report.md", md)
     print(f"done in {time.perf_counter() - t0:.0f} s. Report: {root / 'report.md'}; upscaled images: {sr_dir}/")
     return 0
 

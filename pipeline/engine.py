@@ -324,7 +324,8 @@ def build_engine(onnx_file: Path, output: Path, profiles: list[Profile], *, plug
 
     from models.registry import file_sha256
 
-    from .artifacts import atomic_write_bytes, cache_dir
+    from .artifacts import cache_dir
+    from .atomic import atomic_write
     from .export import strip_sr_functions
 
     problem = tensorrt_problem()
@@ -372,14 +373,14 @@ def build_engine(onnx_file: Path, output: Path, profiles: list[Profile], *, plug
         sys.stderr.write("\n")
     if serialized is None:
         raise PipelineError(f"TensorRT failed to build an engine from {onnx_file.name} (see the TensorRT log above)")
-    atomic_write_bytes(output, bytes(serialized))
-    atomic_write_bytes(timing_cache, bytes(config.get_timing_cache().serialize()))
+    atomic_write(output, bytes(serialized))
+    atomic_write(timing_cache, bytes(config.get_timing_cache().serialize()))
     env = current_environment(plugin_lib)
     io = {"inputs": sorted(inputs), "has_size_input": "size" in inputs}
     sidecar = make_sidecar(env, onnx_file=onnx_file, onnx_sha256=file_sha256(onnx_file),
                            model=meta.get("model", "?"), precision=precision, ops=ops, profiles=profiles,
                            io=io, build_seconds=round(time.perf_counter() - t0, 2))
-    atomic_write_bytes(sidecar_path(output), json.dumps(sidecar, indent=2).encode())
+    atomic_write(sidecar_path(output), json.dumps(sidecar, indent=2).encode())
     log(f"engine: {output} ({precision}, {ops} ops, {len(profiles)} profile(s), {sidecar['build_seconds']} s)")
     return sidecar
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +16,7 @@ import torch
 from torch import nn
 
 from models.registry import MODELS, WeightsError, file_sha256, get_spec, load_model, run as run_model
+from .atomic import atomic_write
 from .degradation import make_pair, to_tensor, to_uint8, upscale_bicubic
 from .errors import PipelineError
 from .metrics import psnr_y, ssim_y
@@ -96,21 +95,6 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def write_json_atomic(path: Path, obj: dict) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2, allow_nan=True)
-            f.write("\n")
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600 files
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, choices=sorted(MODELS), help="registered model name")
     parser.add_argument("--scales", type=float, nargs="+", default=list(DEFAULT_SCALES),
@@ -132,6 +116,6 @@ def run(args: argparse.Namespace) -> int:
         raise PipelineError(skipped[0])
     print(format_table(result))
     if args.json:
-        write_json_atomic(args.json, result)
+        atomic_write(Path(args.json), json.dumps(result, indent=2, allow_nan=True) + "\n")
         print(f"wrote {args.json}")
     return 0

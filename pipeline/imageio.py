@@ -8,12 +8,12 @@ image ever exists. Rounding and clipping to the output bit depth happen once, in
 from __future__ import annotations
 
 import io
-import os
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from .atomic import atomic_write
 
 # Extensions we read and write (OpenCV codecs present in opencv-python-headless).
 FORMATS = {
@@ -257,25 +257,6 @@ def encode(pixels: np.ndarray, fmt: str, jpeg_quality: int = 95) -> bytes:
     if not ok:
         raise ImageError(f"cannot encode {fmt}")
     return buf.tobytes()
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write to a temp file in the same folder, then rename: readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # os.open with 0o666 (not mkstemp's 0o600) so outputs get the usual umask-derived permissions.
-    tmp = path.parent / f".{path.name}.{os.getpid()}-{threading.get_ident()}.part"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def write_image(path: Path, pixels: np.ndarray, fmt: str, jpeg_quality: int = 95) -> list[str]:

@@ -6,8 +6,9 @@ import json
 import math
 import os
 import platform
-import tempfile
 from pathlib import Path
+
+from .atomic import atomic_path, atomic_write
 
 
 # -- environment ---------------------------------------------------------------------------------------
@@ -129,27 +130,9 @@ def _sanitize(o):
     return o
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _save_fig(fig, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=110, bbox_inches="tight")
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
 
 
 def _plt():
@@ -219,8 +202,8 @@ def plot_compare(doc: dict, path: Path) -> None:
 def write_compare(doc: dict, out_dir: Path) -> dict[str, Path]:
     out_dir = Path(out_dir)
     paths = {"json": out_dir / "report.json", "md": out_dir / "report.md", "error_png": out_dir / "error.png"}
-    atomic_write_text(paths["json"], json.dumps(_sanitize(doc), indent=2, default=_json_default) + "\n")
-    atomic_write_text(paths["md"], compare_markdown(doc))
+    atomic_write(paths["json"], json.dumps(_sanitize(doc), indent=2, default=_json_default) + "\n")
+    atomic_write(paths["md"], compare_markdown(doc))
     plot_compare(doc, paths["error_png"])
     return paths
 
@@ -347,6 +330,6 @@ def write_bench(doc: dict, out_dir: Path) -> dict[str, Path]:
     out_dir = Path(out_dir)
     doc["plots"] = plot_bench(doc, out_dir)
     paths = {"json": out_dir / "report.json", "md": out_dir / "report.md"}
-    atomic_write_text(paths["json"], json.dumps(_sanitize(doc), indent=2, default=_json_default) + "\n")
-    atomic_write_text(paths["md"], bench_markdown(doc))
+    atomic_write(paths["json"], json.dumps(_sanitize(doc), indent=2, default=_json_default) + "\n")
+    atomic_write(paths["md"], bench_markdown(doc))
     return paths

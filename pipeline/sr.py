@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import threading
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from . import imageio, tiling
+from .atomic import atomic_write
 from .errors import PipelineError
 from .imageio import Image, ImageError
 from .sr_jobs import Job, discover
@@ -513,7 +513,7 @@ def run(args) -> int:
         log(f"reference ({len(scored)} image(s)): PSNR-Y {ref['psnr']:.2f} dB (bicubic {ref['psnr_bicubic']:.2f}), "
             f"SSIM-Y {ref['ssim']:.4f} (bicubic {ref['ssim_bicubic']:.4f})")
     if args.summary:
-        imageio.atomic_write(Path(args.summary), (json.dumps(summary, indent=2) + "\n").encode())
+        atomic_write(Path(args.summary), (json.dumps(summary, indent=2) + "\n").encode())
     log(f"done: {len(ok)} ok, {len(failed)} failed, {summary['counts']['skipped']} skipped in {wall:.1f} s "
         f"({summary['images_per_s']} images/s, {summary['mpix_per_s']} MPix/s output)")
     if failed:

@@ -18,10 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import platform
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -37,6 +35,7 @@ if str(REPO) not in sys.path:
 from models.deform_srcnn import DeformSRCNN  # noqa: E402
 from models.registry import MODELS, WEIGHTS_DIR, file_sha256, get_spec, output_size, size_tensor  # noqa: E402
 from pipeline import sample_images  # noqa: E402
+from pipeline.atomic import atomic_path, atomic_write  # noqa: E402
 from pipeline.degradation import downscale, lr_size_for, scale_denominator  # noqa: E402
 from pipeline.evaluate import evaluate, format_table  # noqa: E402
 
@@ -222,19 +221,6 @@ def forward(model: nn.Module, name: str, lr: torch.Tensor, scale: float, offsets
     return model(lr)
 
 
-def atomic_write_bytes(path: Path, write) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600 files
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _inner(t: torch.Tensor, margin: int) -> torch.Tensor:
     return t[..., margin:-margin, margin:-margin] if margin else t
 
@@ -311,7 +297,8 @@ def train_one(name: str, *, steps: int, batch: int, patch: int, lr: float, seed:
     out_dir.mkdir(parents=True, exist_ok=True)
     weights_path = out_dir / spec.weights_file
     state = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
-    atomic_write_bytes(weights_path, lambda tmp: torch.save(state, tmp))
+    with atomic_path(weights_path) as tmp:
+        torch.save(state, tmp)
 
     t1 = time.perf_counter()
     result = evaluate(name, eval_scales, weights_path)
@@ -344,11 +331,7 @@ def train_one(name: str, *, steps: int, batch: int, patch: int, lr: float, seed:
     }
     card_path = weights_path.with_suffix(".json")
 
-    def _dump(tmp):
-        with open(tmp, "w") as f:
-            json.dump(card, f, indent=2)
-            f.write("\n")
-    atomic_write_bytes(card_path, _dump)
+    atomic_write(card_path, json.dumps(card, indent=2) + "\n")
     print(f"[{name}] wrote {weights_path} and {card_path} ({train_seconds:.0f}s training)", flush=True)
     return card
 

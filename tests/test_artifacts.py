@@ -41,16 +41,6 @@ def test_every_key_part_changes_the_name():
         artifacts.onnx_name("srcnn", "0" * 64, precision="int8")
 
 
-def test_atomic_write_leaves_no_partial_file(tmp_path):
-    target = tmp_path / "sub" / "f.bin"
-    artifacts.atomic_write_bytes(target, b"old")
-
-    with pytest.raises(TypeError):
-        artifacts.atomic_write_bytes(target, object())  # fails mid-write
-    assert target.read_bytes() == b"old"
-    assert [p.name for p in target.parent.iterdir()] == ["f.bin"]  # temp file cleaned up
-
-
 def test_onnx_for_exports_once_then_reuses(tmp_path, weights, monkeypatch):
     monkeypatch.setenv("SRDEPLOY_CACHE", str(tmp_path / "cache"))
     p = artifacts.onnx_for("srcnn", weights=weights)

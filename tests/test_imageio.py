@@ -144,24 +144,6 @@ def test_format_conversion_and_roundtrip(tmp_path, rgb):
         assert imageio.read_image(tmp_path / f"y{imageio.FORMAT_EXT[fmt]}").pixels.shape == rgb.shape
 
 
-def test_atomic_write_never_leaves_partial_files(tmp_path, monkeypatch):
-    target = tmp_path / "sub" / "out.png"
-    imageio.atomic_write(target, b"first")
-    assert target.read_bytes() == b"first"
-
-    class Boom(Exception):
-        pass
-
-    def failing_replace(src, dst):
-        raise Boom()
-
-    monkeypatch.setattr(imageio.os, "replace", failing_replace)
-    with pytest.raises(Boom):
-        imageio.atomic_write(target, b"second")
-    assert target.read_bytes() == b"first"
-    assert sorted(p.name for p in target.parent.iterdir()) == ["out.png"]
-
-
 def test_normalize_format():
     assert imageio.normalize_format("JPEG") == "jpg"
     assert imageio.normalize_format(".tif") == "tiff"

@@ -303,7 +303,7 @@ def time_backend(backend: Backend, size: int = 256, scale: float | None = None, 
 def measure(model: str, precision: str = "fp32", names: list[str] | None = None, size: int = 256,
             repeats: int = 5, log=print, weights=None) -> dict[str, float]:
     """Time each available backend on this machine and remember the result for pick_auto."""
-    from ..artifacts import atomic_write_bytes
+    from ..atomic import atomic_write
 
     names = names or [s.name for s in available(model, precision, weights) if s.available and s.name != "ort-cpu"]
     ms = {}
@@ -317,7 +317,7 @@ def measure(model: str, precision: str = "fp32", names: list[str] | None = None,
         log(f"  {name}: {ms[name]:.1f} ms median ({size}x{size}, scale {b.spec.default_scale:g}, {repeats} runs)")
     record = {"model": model, "precision": precision, "size": size, "repeats": repeats, "ms": ms,
               "machine": json.loads(machine_fingerprint()), "when": time.strftime("%Y-%m-%d %H:%M:%S")}
-    atomic_write_bytes(_measure_file(model, precision), json.dumps(record, indent=2).encode())
+    atomic_write(_measure_file(model, precision), json.dumps(record, indent=2).encode())
     return ms
 
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +10,7 @@ import onnx
 import torch
 
 from models.registry import ModelSpec, WeightsError, file_sha256, get_spec, load_model, size_tensor
+from pipeline.atomic import atomic_path
 from pipeline.errors import PipelineError
 
 from . import fp16, graph, sr_ops
@@ -177,10 +177,7 @@ def write_variant(g: _Graph, output: Path, *, precision: str = "fp32", io_dtype:
     if precision == "fp16":
         proto = graph.check(fp16.convert_to_fp16(proto, io_dtype))
     graph.set_metadata(proto, {"precision": precision, "io_dtype": io_dtype if precision == "fp16" else "fp32"})
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
+    with atomic_path(output) as tmp:
         onnx.save_model(proto, tmp)
         err = None
         if verify_:
@@ -190,10 +187,6 @@ def write_variant(g: _Graph, output: Path, *, precision: str = "fp32", io_dtype:
             if not err <= tol:
                 raise PipelineError(f"verification failed for {output}: max |ORT - PyTorch| = {err:.3g} > {tol:g} "
                                     f"({precision}); file not written")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, output)
-    finally:
-        tmp.unlink(missing_ok=True)
     return ExportResult(output, g.spec.name, g.exporter, g.ops, precision, io_dtype, g.opset, err,
                         time.perf_counter() - started, g.size_input, g.weights_sha256)
 

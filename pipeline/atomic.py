@@ -1,0 +1,29 @@
+"""Atomic file writes: write next to the target, then rename, so readers and crashes never see half a file."""
+from __future__ import annotations
+
+import os
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temp path in `path`'s folder for a writer that needs a file name (torch.save, savefig, onnx.save);
+    it replaces `path` when the block succeeds and is removed when it fails. The name is unique per process and
+    thread, and the file gets the usual umask-derived mode (mkstemp's would be 0600)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{os.getpid()}-{threading.get_ident()}.part"
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def atomic_write(path: str | Path, data: bytes | str) -> None:
+    """Write bytes (or UTF-8 text) to `path` atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data.encode() if isinstance(data, str) else data)
