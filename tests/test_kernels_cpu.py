@@ -14,14 +14,7 @@ from pipeline.errors import PipelineError
 torch.set_num_threads(1)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def cpu_kernels():
-    """The library `make plugins` builds; built here (same cmake commands) when a test run starts without it."""
-    try:
-        return native.cpu_kernels_library()
-    except PipelineError:
-        native.build_plugins()
-        return native.cpu_kernels_library()
+pytestmark = pytest.mark.usefixtures("cpu_kernels")
 
 
 def assert_close(out: np.ndarray, ref: np.ndarray, rel: float = 1e-5) -> float:

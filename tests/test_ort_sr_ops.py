@@ -13,7 +13,6 @@ from onnx import helper as oh
 from onnx import numpy_helper as nh
 from torchvision.ops import deform_conv2d as tv_deform_conv2d
 
-from pipeline import native
 from pipeline.errors import PipelineError
 from pipeline.ort_sr_ops import adapt_for_ort, session_with_sr_kernels
 
@@ -21,13 +20,7 @@ torch.set_num_threads(1)
 OPSET, IR = 19, 10
 
 
-@pytest.fixture(scope="module", autouse=True)
-def cpu_kernels():
-    try:
-        return native.cpu_kernels_library()
-    except PipelineError:
-        native.build_plugins()
-        return native.cpu_kernels_library()
+pytestmark = pytest.mark.usefixtures("cpu_kernels")
 
 
 def build_graph(sr: bool, *, c=3, c_out=4, k=3, stride=1, pads=(1, 1, 1, 1), dil=1, group=1, offset_group=1,
