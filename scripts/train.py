@@ -52,9 +52,9 @@ LOSS_MARGIN = 0
 MIN_PATCH_STD = 12.0
 
 DEFAULTS = {  # name -> optimizer steps, batch, HR patch side, peak learning rate (these made the shipped weights)
-    "srcnn": dict(steps=10000, batch=16, patch=48, lr=1e-3),
+    "srcnn": dict(steps=22000, batch=16, patch=48, lr=1e-3),
     "srcnn-x3": dict(steps=10000, batch=16, patch=48, lr=1e-3),
-    "deform-srcnn": dict(steps=7000, batch=16, patch=48, lr=1e-3,
+    "deform-srcnn": dict(steps=15000, batch=16, patch=48, lr=1e-3,
                          deform_steps=150, deform_batch=8, deform_patch=48, deform_lr=1e-4),
 }
 
