@@ -22,11 +22,13 @@ def _dynamic_resize_op(x: torch.Tensor, size: torch.Tensor) -> torch.Tensor:
     return F.interpolate(x, size=(h, w), mode="bicubic", align_corners=False)
 
 
-@_dynamic_resize_op.register_fake
-def _(x, size):
-    # The output size is data (the values of `size`), so it is unknown while tracing.
+def _resized_fake(x: torch.Tensor, size_or_scale: torch.Tensor) -> torch.Tensor:
+    # The output size is data (the values of the second input), so it is unknown while tracing.
     ctx = torch.library.get_ctx()
     return x.new_empty((x.shape[0], x.shape[1], ctx.new_dynamic_size(), ctx.new_dynamic_size()))
+
+
+_dynamic_resize_op.register_fake(_resized_fake)
 
 
 class DynamicResizeFunction(torch.autograd.Function):
@@ -47,10 +49,7 @@ def _resize_by_scale_op(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return F.interpolate(x, scale_factor=(sh, sw), mode="bicubic", align_corners=False)
 
 
-@_resize_by_scale_op.register_fake
-def _(x, scale):
-    ctx = torch.library.get_ctx()
-    return x.new_empty((x.shape[0], x.shape[1], ctx.new_dynamic_size(), ctx.new_dynamic_size()))
+_resize_by_scale_op.register_fake(_resized_fake)
 
 
 class ResizeByScaleFunction(torch.autograd.Function):

@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from pipeline.errors import PipelineError
-from pipeline.native import cpu_kernels_library
+from pipeline.native import cpu_kernels_library, load_library
 
 ABI_VERSION = 1
 _F32P = ctypes.POINTER(ctypes.c_float)
@@ -23,10 +23,7 @@ _INT = ctypes.c_int
 @functools.lru_cache(maxsize=None)
 def _lib() -> ctypes.CDLL:
     path = cpu_kernels_library()
-    try:
-        lib = ctypes.CDLL(str(path))
-    except OSError as e:
-        raise PipelineError(f"cannot load {path}: {e}") from None
+    lib = load_library(path)
     lib.sr_kernels_abi_version.restype = _INT
     found = lib.sr_kernels_abi_version()
     if found != ABI_VERSION:

@@ -7,6 +7,7 @@ Env overrides: SR_KERNELS_CPU_LIB, SR_TRT_PLUGIN_LIB, SR_KERNELS_CUDA_LIB. Defau
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import subprocess
@@ -35,6 +36,14 @@ def _locate(env_var: str, filename: str, what: str, hint: str = "") -> Path:
     if not path.is_file():
         raise PipelineError(f"{what} not found at {path}: run `make plugins`{hint} (or set {env_var})")
     return path
+
+
+def load_library(path: Path) -> ctypes.CDLL:
+    """dlopen a located library; a broken or foreign file is a one-line PipelineError."""
+    try:
+        return ctypes.CDLL(str(path))
+    except OSError as e:
+        raise PipelineError(f"cannot load {path}: {e}") from None
 
 
 def cpu_kernels_library() -> Path:
