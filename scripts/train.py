@@ -9,8 +9,8 @@ Why it trains fast and never does worse than bicubic at the start: each net is i
 (close to) the identity on its bicubic-upsampled input -- conv1's centre tap copies R,G,B into three
 channels (inputs are >= 0, so ReLU passes them), the middle layer and conv3 pass them on -- and the
 remaining channels learn the residual detail, with conv3's weights on them starting near zero.
-Run-time-factor models see mixed scales 2..4 (non-integer ones included), x3 in 70% of the batches
-(--focus-scale / --focus-share move that, e.g. to favour x2); the static model sees x3.
+Run-time-factor models see mixed scales 2..4 (non-integer ones included), x3 in 65% and x2 in 15% of
+the batches (--share SCALE=P sets that mix); the static model sees x3.
 The step count (not the clock) fixes the result, so a run is reproducible for a given seed;
 --max-minutes is only a safety cap.
 """
@@ -42,11 +42,12 @@ from pipeline.evaluate import evaluate, format_table  # noqa: E402
 
 # Scales with denominators <= 4 so LR and HR patch grids align exactly.
 MIXED_SCALES = (2.0, 2.25, 2.5, 2.75, 3.0, 3.25, 3.5, 3.75, 4.0)
-# A 3-layer SRCNN cannot tell the scales apart, so mixed training is a compromise between them; x3
-# (the default and the headline scale) gets this share of the batches, the others split the rest.
-# Measured at 3000 steps (held-out gain x2/x3/x4 dB): share 1/3 +0.05/+0.43/+0.28, 0.6 -0.21/+0.46/+0.30,
-# 0.8 -0.51/+0.53/+0.33; long runs move x3/x4 up and x2 down. 0.7 buys the x3 floor (0.5 dB) with margin.
-FOCUS_SCALE, FOCUS_SHARE = 3.0, 0.7
+# A 3-layer SRCNN cannot tell the scales apart, so mixed training is a compromise between them: the
+# scales named here get these shares of the batches, the others split the rest. Measured at 3000 steps
+# (held-out gain x2/x3/x4 dB): x3 1/3: +0.05/+0.43/+0.28; x3 0.7: -0.21/+0.46/+0.28; x3 0.8: -0.51/+0.53/+0.33;
+# x3 0.6 + x2 0.2: +0.23/+0.42/+0.25. Long runs move x3/x4 up and x2 down; x3 (the headline scale)
+# must clear its 0.5 dB floor with margin, x2 gets enough not to be over-sharpened.
+SCALE_SHARES = {3.0: 0.65, 2.0: 0.15}
 # Pixels excluded from the loss at patch edges. 0 on purpose: eval crops only `scale` px, so the
 # nets must learn to handle their zero padding at image borders, which is what patch edges show them.
 # (A 6-px margin cost ~0.1-0.4 dB in eval at x2/x3.)
@@ -55,7 +56,7 @@ LOSS_MARGIN = 0
 MIN_PATCH_STD = 12.0
 
 DEFAULTS = {  # name -> optimizer steps, batch, HR patch side, peak learning rate (these made the shipped weights)
-    "srcnn": dict(steps=27000, batch=16, patch=48, lr=1e-3),
+    "srcnn": dict(steps=31000, batch=16, patch=48, lr=1e-3),
     "srcnn-x3": dict(steps=10000, batch=16, patch=48, lr=1e-3),
     "deform-srcnn": dict(steps=15000, batch=16, patch=48, lr=1e-3,
                          deform_steps=150, deform_batch=8, deform_patch=48, deform_lr=1e-4),
@@ -101,24 +102,28 @@ def init_identity(model: nn.Module, gen: torch.Generator, noise: float = 1e-3, r
 
 
 # ---------------------------------------------------------------- data
-def scale_probabilities(scales, focus: float = FOCUS_SCALE, share: float = FOCUS_SHARE) -> np.ndarray:
-    """`focus` gets `share` of the batches, the other scales split the rest evenly."""
+def scale_probabilities(scales, shares: dict[float, float]) -> np.ndarray:
+    """Each scale in `shares` gets that share of the batches; the other scales split the rest evenly."""
     scales = list(scales)
-    if len(scales) == 1 or focus not in scales:
-        return np.full(len(scales), 1 / len(scales))
-    p = np.full(len(scales), (1 - share) / (len(scales) - 1))
-    p[scales.index(focus)] = share
-    return p
+    if len(scales) == 1:  # a static model
+        return np.ones(1)
+    shares = {s: p for s, p in shares.items() if s in scales}
+    rest = [s for s in scales if s not in shares]
+    left = 1.0 - sum(shares.values())
+    if left < -1e-9 or any(p < 0 for p in shares.values()):
+        raise ValueError(f"scale shares {shares} must be >= 0 and sum to at most 1")
+    p = np.array([shares.get(s, left / len(rest) if rest else 0.0) for s in scales])
+    return p / p.sum()
 
 
 class PatchSampler:
     """Random aligned (LR, HR) patch batches at one scale per batch, from precomputed LR images."""
 
     def __init__(self, images: dict[str, np.ndarray], scales, patch: int, seed: int, min_std: float = MIN_PATCH_STD,
-                 tries: int = 8, focus: float = FOCUS_SCALE, share: float = FOCUS_SHARE):
+                 tries: int = 8, shares: dict[float, float] | None = None):
         self.rng = np.random.default_rng(seed)
         self.min_std, self.tries = min_std, tries
-        self.probs = scale_probabilities(scales, focus, share)
+        self.probs = scale_probabilities(scales, SCALE_SHARES if shares is None else shares)
         self.scales = tuple(scales)
         self.patch = patch
         self.pairs: dict[float, list[tuple[torch.Tensor, torch.Tensor]]] = {}
@@ -273,7 +278,7 @@ def run_phase(name: str, model: nn.Module, sampler: PatchSampler, steps: int, ba
 def train_one(name: str, *, steps: int, batch: int, patch: int, lr: float, seed: int, max_minutes: float,
               out_dir: Path, eval_scales, deform_steps: int = 0, deform_batch: int = 8, deform_patch: int = 48,
               deform_lr: float = 1e-4, min_std: float = MIN_PATCH_STD, loss_margin: int = LOSS_MARGIN,
-              focus_scale: float = FOCUS_SCALE, focus_share: float = FOCUS_SHARE, log_every: int = 100) -> dict:
+              scale_shares: dict[float, float] | None = None, log_every: int = 100) -> dict:
     spec = get_spec(name)
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
@@ -281,7 +286,7 @@ def train_one(name: str, *, steps: int, batch: int, patch: int, lr: float, seed:
     init_identity(model, gen)
     scales = MIXED_SCALES if spec.dynamic_scale else (spec.default_scale,)
     train_images = sample_images.train()
-    sampler = PatchSampler(train_images, scales, patch, seed, min_std=min_std, focus=focus_scale, share=focus_share)
+    sampler = PatchSampler(train_images, scales, patch, seed, min_std=min_std, shares=scale_shares)
     is_deform = isinstance(model, DeformSRCNN)
     if is_deform:
         check_deform_equivalence(seed)
@@ -355,17 +360,25 @@ def main(argv=None) -> int:
     p.add_argument("--loss-margin", type=int, default=LOSS_MARGIN, help="patch-edge pixels left out of the loss")
     p.add_argument("--min-patch-std", type=float, default=MIN_PATCH_STD,
                    help="redraw HR patches flatter than this (uint8 std; 0 keeps every patch)")
-    p.add_argument("--focus-scale", type=float, default=FOCUS_SCALE, choices=MIXED_SCALES,
-                   help="run-time-factor models: the scale the mixed training favours (default %(default)g)")
-    p.add_argument("--focus-share", type=float, default=FOCUS_SHARE,
-                   help="its share of the batches, 0..1 (default %(default)g; 1/9 = uniform)")
+    p.add_argument("--share", action="append", metavar="SCALE=P", default=None,
+                   help="run-time-factor models: share P of the batches at SCALE (repeatable; replaces the "
+                        f"default {' '.join(f'{k:g}={v:g}' for k, v in SCALE_SHARES.items())}; the other "
+                        f"scales of {' '.join(f'{v:g}' for v in MIXED_SCALES)} split the rest)")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (the machine may be shared)")
     p.add_argument("--max-minutes", type=float, default=20.0, help="safety cap per model")
     p.add_argument("--out-dir", type=Path, default=WEIGHTS_DIR)
     p.add_argument("--eval-scales", type=float, nargs="+", default=[2.0, 3.0, 4.0])
     args = p.parse_args(argv)
-    if not 0 <= args.focus_share <= 1:
-        p.error(f"--focus-share must be in [0, 1], got {args.focus_share:g}")
+    shares = None
+    if args.share:
+        try:
+            shares = {float(k): float(v) for k, v in (item.split("=", 1) for item in args.share)}
+            unknown = [f"{k:g}" for k in shares if k not in MIXED_SCALES]
+            if unknown:
+                raise ValueError(f"scale {', '.join(unknown)} is not one of the training scales")
+            scale_probabilities(MIXED_SCALES, shares)
+        except ValueError as e:
+            p.error(f"--share: {e} (expected SCALE=P, e.g. 2=0.5)")
     torch.set_num_threads(args.threads)
     names = list(MODELS) if args.model == "all" else [args.model]
     for name in names:
@@ -374,7 +387,7 @@ def main(argv=None) -> int:
             if getattr(args, k) is not None:
                 cfg[k] = getattr(args, k)
         train_one(name, seed=args.seed, max_minutes=args.max_minutes, out_dir=args.out_dir, min_std=args.min_patch_std,
-                  loss_margin=args.loss_margin, focus_scale=args.focus_scale, focus_share=args.focus_share,
+                  loss_margin=args.loss_margin, scale_shares=shares,
                   eval_scales=args.eval_scales, **cfg)
     return 0
 

@@ -72,10 +72,15 @@ def test_tiny_training_run_writes_weights_and_card(tmp_path, monkeypatch, steps)
     assert on_disk["training"]["held_out_images"] and on_disk["weights_sha256"]
 
 
-def test_scale_mix_favours_the_focus_scale():
-    p = train.scale_probabilities(train.MIXED_SCALES, focus=2.0, share=0.5)
+def test_scale_mix_gives_named_scales_their_share():
+    p = train.scale_probabilities(train.MIXED_SCALES, {2.0: 0.5})
     assert p.sum() == pytest.approx(1.0) and p[0] == pytest.approx(0.5)
     assert all(v == pytest.approx(0.5 / 8) for v in p[1:])
-    assert train.scale_probabilities((3.0,)).tolist() == [1.0]
-    with pytest.raises(SystemExit):
-        train.main(["--model", "srcnn", "--focus-share", "1.5"])
+    default = train.scale_probabilities(train.MIXED_SCALES, train.SCALE_SHARES)
+    assert default[train.MIXED_SCALES.index(3.0)] == max(default) and default.sum() == pytest.approx(1.0)
+    assert train.scale_probabilities((3.0,), train.SCALE_SHARES).tolist() == [1.0]
+    with pytest.raises(ValueError):
+        train.scale_probabilities(train.MIXED_SCALES, {2.0: 0.7, 3.0: 0.7})
+    for bad in ("2=1.5", "5=0.5", "two"):
+        with pytest.raises(SystemExit):
+            train.main(["--model", "srcnn", "--share", bad])
