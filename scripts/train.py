@@ -107,7 +107,9 @@ def scale_probabilities(scales, shares: dict[float, float]) -> np.ndarray:
     scales = list(scales)
     if len(scales) == 1:  # a static model
         return np.ones(1)
-    shares = {s: p for s, p in shares.items() if s in scales}
+    unknown = [f"{k:g}" for k in shares if k not in scales]
+    if unknown:
+        raise ValueError(f"scale {', '.join(unknown)} is not one of the training scales")
     rest = [s for s in scales if s not in shares]
     left = 1.0 - sum(shares.values())
     if left < -1e-9 or any(p < 0 for p in shares.values()):
@@ -373,10 +375,7 @@ def main(argv=None) -> int:
     if args.share:
         try:
             shares = {float(k): float(v) for k, v in (item.split("=", 1) for item in args.share)}
-            unknown = [f"{k:g}" for k in shares if k not in MIXED_SCALES]
-            if unknown:
-                raise ValueError(f"scale {', '.join(unknown)} is not one of the training scales")
-            scale_probabilities(MIXED_SCALES, shares)
+            scale_probabilities(MIXED_SCALES, shares)  # validates
         except ValueError as e:
             p.error(f"--share: {e} (expected SCALE=P, e.g. 2=0.5)")
     torch.set_num_threads(args.threads)

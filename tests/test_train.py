@@ -81,6 +81,8 @@ def test_scale_mix_gives_named_scales_their_share():
     assert train.scale_probabilities((3.0,), train.SCALE_SHARES).tolist() == [1.0]
     with pytest.raises(ValueError):
         train.scale_probabilities(train.MIXED_SCALES, {2.0: 0.7, 3.0: 0.7})
+    with pytest.raises(ValueError, match="not one of the training scales"):
+        train.scale_probabilities(train.MIXED_SCALES, {5.0: 0.5})
     for bad in ("2=1.5", "5=0.5", "two"):
         with pytest.raises(SystemExit):
             train.main(["--model", "srcnn", "--share", bad])
