@@ -8,7 +8,7 @@ export CUDA_HOME
 # TensorRT C++ headers (for the plugin library). Unset: the plugin library is skipped with a message.
 TENSORRT_ROOT ?= $(patsubst %/include/NvInferRuntime.h,%,$(wildcard /tmp/tensorrt-headers/include/NvInferRuntime.h))
 
-.PHONY: setup demo test onnx plugins engine sr eval compare bench train clean
+.PHONY: setup lint demo test onnx plugins engine sr eval compare bench train clean
 
 setup: $(STAMP)
 
@@ -20,6 +20,9 @@ $(STAMP): pyproject.toml
 plugins: setup
 	cmake -S plugins_trt -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=$(abspath $(PY)) $(if $(TENSORRT_ROOT),-DTENSORRT_ROOT=$(TENSORRT_ROOT),)
 	cmake --build $(BUILD) -j 2
+
+lint: setup
+	$(PY) -m ruff check .
 
 test: setup plugins
 	$(PY) -m pytest -q $(PYTEST_ARGS)

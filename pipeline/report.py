@@ -8,7 +8,7 @@ import os
 import platform
 from pathlib import Path
 
-from .atomic import atomic_path, atomic_write
+from pipeline.artifacts.atomic import atomic_path, atomic_write
 
 
 # -- environment ---------------------------------------------------------------------------------------
@@ -235,11 +235,11 @@ def bench_markdown(doc: dict) -> str:
            f"above {fmt(m['config']['heavy_call_s'])} s, 1 warm-up + 1 timed call; above "
            f"{fmt(m['config']['max_call_s'])} s the configuration is skipped (listed under Not run)."]
           if m.get("config", {}).get("heavy_call_s") else []),
-        f"- Input: random float32 NCHW in [0, 1]; output size round(H x scale). Throughput = batch / median "
-        f"latency; MPix/s = output pixels x batch / median latency.",
+        "- Input: random float32 NCHW in [0, 1]; output size round(H x scale). Throughput = batch / median "
+        "latency; MPix/s = output pixels x batch / median latency.",
         f"- Baseline: {m['baseline']}. Speed-up = baseline median / backend median, same run, same configuration.",
-        f"- Roofline: model FLOPs (per call) / measured machine peak = the shortest possible latency; "
-        f"roofline column = that time / median latency (1.0 = at peak).",
+        "- Roofline: model FLOPs (per call) / measured machine peak = the shortest possible latency; "
+        "roofline column = that time / median latency (1.0 = at peak).",
         f"- Peak RSS: highest resident set size of this process sampled every 5 ms during the timed calls"
         f"{'; device memory: torch.cuda.max_memory_allocated' if doc['environment'].get('gpu') else ''}.",
         "", "## Models", ""]

@@ -34,11 +34,18 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from models.deform_srcnn import DeformSRCNN  # noqa: E402
-from models.registry import MODELS, WEIGHTS_DIR, file_sha256, get_spec, output_size, size_tensor  # noqa: E402
-from pipeline import sample_images  # noqa: E402
-from pipeline.atomic import atomic_path, atomic_write  # noqa: E402
-from pipeline.degradation import downscale, lr_size_for, scale_denominator  # noqa: E402
-from pipeline.evaluate import evaluate, format_table  # noqa: E402
+from models.registry import (  # noqa: E402
+    MODELS,
+    WEIGHTS_DIR,
+    file_sha256,
+    get_spec,
+    output_size,
+    size_tensor,
+)
+from pipeline.analysis.evaluate import evaluate, format_table  # noqa: E402
+from pipeline.artifacts.atomic import atomic_path, atomic_write  # noqa: E402
+from pipeline.data import sample_images  # noqa: E402
+from pipeline.data.degradation import downscale, lr_size_for, scale_denominator  # noqa: E402
 
 # Scales with denominators <= 4 so LR and HR patch grids align exactly.
 MIXED_SCALES = (2.0, 2.25, 2.5, 2.75, 3.0, 3.25, 3.5, 3.75, 4.0)

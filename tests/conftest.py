@@ -1,7 +1,7 @@
 import pytest
 
-from pipeline import native
 from pipeline.errors import PipelineError
+from pipeline.native import libraries as native
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from models.registry import get_spec
-from pipeline import artifacts
+from pipeline.artifacts import cache as artifacts
 from pipeline.errors import PipelineError
 
 

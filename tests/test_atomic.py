@@ -1,7 +1,7 @@
 import pytest
 
-from pipeline import atomic
-from pipeline.atomic import atomic_path, atomic_write
+from pipeline.artifacts import atomic
+from pipeline.artifacts.atomic import atomic_path, atomic_write
 
 
 def test_write_replaces_whole_file_and_leaves_no_temp(tmp_path):
@@ -37,10 +37,9 @@ def test_failed_rename_keeps_the_old_file(tmp_path, monkeypatch):
 
 def test_atomic_path_for_writers_that_need_a_name(tmp_path):
     target = tmp_path / "model.onnx"
-    with pytest.raises(RuntimeError):
-        with atomic_path(target) as tmp:
-            tmp.write_bytes(b"half")
-            raise RuntimeError("writer crashed")
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+        tmp.write_bytes(b"half")
+        raise RuntimeError("writer crashed")
     assert not target.exists() and list(tmp_path.iterdir()) == []
     with atomic_path(target) as tmp:
         tmp.write_bytes(b"whole")

@@ -117,8 +117,8 @@ def test_ort_onnx_override_wrong_model_refused(weights, image):
         create("ort", "srcnn-x3", onnx=b.onnx_file)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("pipeline.ort_sr_ops") is None,
-                    reason="pipeline.ort_sr_ops (kernels worker) not present yet")
+@pytest.mark.skipif(importlib.util.find_spec("pipeline.native.ort_ops") is None,
+                    reason="pipeline.native.ort_ops (kernels worker) not present yet")
 @pytest.mark.parametrize("model", ["srcnn", "deform-srcnn"])
 def test_ort_sr_kernels_match_torch(model, weights, image):
     st = {s.name: s for s in available(model, weights=weights[model])}["ort-sr-kernels"]
@@ -254,7 +254,7 @@ def test_pick_auto_order_on_cpu(cache):
 
 
 def test_pick_auto_prefers_a_measurement_of_this_machine(cache):
-    path = backends._measure_file("srcnn", "fp32")
+    path = backends.auto._measure_file("srcnn", "fp32")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"size": 256, "ms": {"torch": 100.0, "ort": 300.0}}))
     try:
@@ -278,7 +278,7 @@ def test_create_auto_records_why(weights):
 def test_backends_cli_table(weights, capsys):
     import argparse
 
-    from pipeline.backends import cli
+    from pipeline.cli import backends as cli
 
     p = argparse.ArgumentParser()
     cli.add_arguments(p)

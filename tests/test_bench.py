@@ -5,12 +5,18 @@ import json
 import time
 from argparse import Namespace
 
-import numpy as np
 import pytest
 import torch
 
-from pipeline.bench import (BASELINE, QUICK, config_from_args, flops_per_output_pixel, latency_stats,
-                            measure_peak_gflops, time_calls)
+from pipeline.bench.suite import (
+    BASELINE,
+    QUICK,
+    flops_per_output_pixel,
+    latency_stats,
+    measure_peak_gflops,
+    time_calls,
+)
+from pipeline.cli.bench import config_from_args
 from pipeline.errors import PipelineError
 
 
@@ -62,7 +68,7 @@ def random_weights(tmp_path):
 
 
 def test_tiny_bench_run_writes_consistent_report(tmp_path, random_weights):
-    from pipeline import bench
+    from pipeline.cli import bench
 
     args = Namespace(model="srcnn-x3", output=str(tmp_path / "out"), quick=True, sizes=[16], scales=None,
                      batches=[1, 2], threads=[1 if torch.get_num_threads() != 1 else 2], iters=2, time_budget=0.01, no_folder=False, no_ideas=True,

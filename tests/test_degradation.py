@@ -5,8 +5,15 @@ import torch
 import torch.nn.functional as F
 
 from models.registry import output_size
-from pipeline.degradation import (downscale, lr_size_for, make_pair, scale_denominator, to_tensor, to_uint8,
-                                  upscale_bicubic)
+from pipeline.data.degradation import (
+    downscale,
+    lr_size_for,
+    make_pair,
+    scale_denominator,
+    to_tensor,
+    to_uint8,
+    upscale_bicubic,
+)
 
 
 def _img(h, w, seed=0):

@@ -46,7 +46,7 @@ def test_demo_rejects_training_images(tmp_path):
     with pytest.raises(PipelineError, match="not held-out"):
         from argparse import Namespace
 
-        from pipeline import demo
+        from pipeline.cli import demo
 
         demo.run(Namespace(output=str(tmp_path), model="srcnn", backend="auto", images=["camera"], max_side=48,
                            weights_dir=None, no_bench=True, no_compare=True))

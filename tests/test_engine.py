@@ -9,9 +9,19 @@ from pathlib import Path
 import pytest
 
 from models.registry import get_spec
-from pipeline.engine import (Profile, check_engine, default_profile, make_sidecar, profile_for_input,
-                             profiles_from_config, read_sidecar, sidecar_path, sidecar_problems,
-                             tensorrt_problem, validate_profile)
+from pipeline.engine import (
+    Profile,
+    check_engine,
+    default_profile,
+    make_sidecar,
+    profile_for_input,
+    profiles_from_config,
+    read_sidecar,
+    sidecar_path,
+    sidecar_problems,
+    tensorrt_problem,
+    validate_profile,
+)
 from pipeline.errors import PipelineError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -163,7 +173,7 @@ def _onnx(path, **meta):
 def test_engine_all_selects_custom_graphs_and_baselines(tmp_path):
     import argparse
 
-    from pipeline import engine
+    from pipeline.cli import engine as engine_cli
 
     d = tmp_path / "onnx"
     d.mkdir()
@@ -171,22 +181,22 @@ def test_engine_all_selects_custom_graphs_and_baselines(tmp_path):
     _onnx(d / "srcnn.custom.fp16.onnx", model="srcnn", ops="custom", precision="fp16")
     _onnx(d / "srcnn.standard.fp32.onnx", model="srcnn", ops="standard", precision="fp32")
     p = argparse.ArgumentParser()
-    engine.add_arguments(p)
+    engine_cli.add_arguments(p)
     args = p.parse_args(["--all", "--onnx-dir", str(d), "--output-dir", str(tmp_path / "e")])
-    jobs = engine._jobs(args)
+    jobs = engine_cli._jobs(args)
     assert [j[0].name for j in jobs] == ["srcnn.custom.fp16.onnx", "srcnn.custom.fp32.onnx"]
     assert jobs[0][1] == tmp_path / "e" / "srcnn.custom.fp16.engine"
     args = p.parse_args(["--all", "--onnx-dir", str(d), "--baseline", "--precision", "fp32"])
-    assert [j[0].name for j in engine._jobs(args)] == ["srcnn.custom.fp32.onnx", "srcnn.standard.fp32.onnx"]
+    assert [j[0].name for j in engine_cli._jobs(args)] == ["srcnn.custom.fp32.onnx", "srcnn.standard.fp32.onnx"]
     with pytest.raises(PipelineError, match="no matching ONNX"):
-        engine._jobs(p.parse_args(["--all", "--onnx-dir", str(tmp_path)]))
+        engine_cli._jobs(p.parse_args(["--all", "--onnx-dir", str(tmp_path)]))
     with pytest.raises(PipelineError, match="give --onnx FILE"):
-        engine._jobs(p.parse_args([]))
+        engine_cli._jobs(p.parse_args([]))
     spec_args = p.parse_args(["--batch", "1,2,8", "--scale", "2,2.5,3"])
-    (prof,) = engine.profiles_from_args(spec_args, SRCNN)
+    (prof,) = engine_cli.profiles_from_args(spec_args, SRCNN)
     assert prof.batch == (1, 2, 8) and prof.scale == (2.0, 2.5, 3.0) and prof.height == (8, 256, 512)
     with pytest.raises(PipelineError, match="MIN <= OPT <= MAX"):
-        engine.profiles_from_args(p.parse_args(["--batch", "4,1,1"]), SRCNN)
+        engine_cli.profiles_from_args(p.parse_args(["--batch", "4,1,1"]), SRCNN)
 
 
 # -- no GPU / no TensorRT ------------------------------------------------------------------------------
@@ -217,7 +227,7 @@ def test_build_engine_and_sidecar(tmp_path):
     problem = tensorrt_problem()
     if problem:
         pytest.skip(problem)
-    from pipeline.artifacts import onnx_for
+    from pipeline.artifacts.cache import onnx_for
     from pipeline.engine import build_engine, current_environment
 
     onnx_file = onnx_for("srcnn", "fp32")

@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from pipeline import sample_images
+from pipeline.analysis.evaluate import crop_border_for, evaluate, format_table
 from pipeline.cli import main
-from pipeline.evaluate import crop_border_for, evaluate, format_table
+from pipeline.data import sample_images
 
 
 @pytest.fixture(scope="module")

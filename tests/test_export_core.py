@@ -6,6 +6,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
+from test_export_exporters import make_weights
 
 import models.registry as registry
 from models.registry import file_sha256, load_model
@@ -14,7 +15,6 @@ from pipeline.errors import PipelineError
 from pipeline.export import ExportResult, export_model, onnx_filename
 from pipeline.export import verify as verify_mod
 from pipeline.export.verify import sample_batch
-from test_export_exporters import make_weights
 
 
 @pytest.fixture(scope="module")

@@ -5,11 +5,12 @@ import os
 import cv2
 import numpy as np
 import pytest
-from PIL import Image as PILImage, ImageOps
+from PIL import Image as PILImage
+from PIL import ImageOps
 from skimage import data
 
-from pipeline import imageio
-from pipeline.imageio import ImageError
+from pipeline.sr import imageio
+from pipeline.sr.imageio import ImageError
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""libsr_kernels_cpu.so (via pipeline.kernels_cpu) against torch F.interpolate bicubic and torchvision deform_conv2d."""
+"""libsr_kernels_cpu.so (via pipeline.native.kernels_cpu) against torch F.interpolate bicubic and torchvision deform_conv2d."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,8 +8,9 @@ import torch.nn.functional as F
 from skimage import data as skdata
 from torchvision.ops import deform_conv2d as tv_deform_conv2d
 
-from pipeline import kernels_cpu, native
 from pipeline.errors import PipelineError
+from pipeline.native import kernels_cpu
+from pipeline.native import libraries as native
 
 torch.set_num_threads(1)
 

@@ -1,5 +1,5 @@
 """CUDA launchers: the build compiles every .cu (CI, no GPU), and on a GPU box they match torch / torchvision
-(pipeline.kernels_cuda over libsr_kernels_cuda.so, on torch CUDA tensors)."""
+(pipeline.native.kernels_cuda over libsr_kernels_cuda.so, on torch CUDA tensors)."""
 from __future__ import annotations
 
 import os
@@ -7,14 +7,14 @@ import re
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from torchvision.ops import deform_conv2d as tv_deform_conv2d
 
-from pipeline import kernels_cpu, native
 from pipeline.errors import PipelineError
+from pipeline.native import kernels_cpu
+from pipeline.native import libraries as native
 
 ARCHS = (75, 80, 86, 89, 90)
 
@@ -60,7 +60,7 @@ def test_cuda_build_targets_all_architectures_with_werror(cuda_build):
 
 @needs_nvcc
 def test_cuda_library_exports_c_api(cuda_build):
-    from pipeline import kernels_cuda
+    from pipeline.native import kernels_cuda
 
     dims = [4, 16, 40, 40, 8, 3, 3, 40, 40, 1, 1, 1, 1, 1, 1, 2, 2]
     size = kernels_cuda.deform_conv2d_workspace_size(dims, True, True, 4)
@@ -84,7 +84,7 @@ def close(out: torch.Tensor, ref: torch.Tensor, rel: float) -> float:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_dynamic_resize_gpu(dtype, h, w, ho, wo):
-    from pipeline import kernels_cuda
+    from pipeline.native import kernels_cuda
 
     x = torch.rand(2, 3, h, w, device="cuda").to(dtype)
     out = kernels_cuda.dynamic_resize(x, (ho, wo))
@@ -114,7 +114,7 @@ DEFORM_GPU_CASES = [
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_deform_conv2d_gpu(dtype, cfg):
-    from pipeline import kernels_cuda
+    from pipeline.native import kernels_cuda
 
     n, c, h, w, c_out, k, stride, pad, dil, og, g, use_bias, use_mask = cfg
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -140,7 +140,7 @@ def test_deform_conv2d_gpu(dtype, cfg):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_deform_conv2d_gpu_exact_workspace_unaligned():
-    from pipeline import kernels_cuda
+    from pipeline.native import kernels_cuda
 
     x = torch.randn(3, 4, 10, 11, device="cuda")
     weight = torch.randn(6, 2, 3, 3, device="cuda")

@@ -2,7 +2,15 @@
 import pytest
 import torch
 
-from models.registry import (MODELS, WeightsError, get_spec, load_model, output_size, run, size_tensor)
+from models.registry import (
+    MODELS,
+    WeightsError,
+    get_spec,
+    load_model,
+    output_size,
+    run,
+    size_tensor,
+)
 from models.srcnn import SRCNN
 
 

@@ -8,8 +8,14 @@ import pytest
 import torch
 
 from models.srcnn import SRCNN
-from pipeline.optimize import (FoldedSRCNN, bicubic_phase_taps, export_folded_onnx, fold_srcnn,
-                               ort_session_options, srcnn_macs_per_output_pixel)
+from pipeline.export.fold import (
+    FoldedSRCNN,
+    bicubic_phase_taps,
+    export_folded_onnx,
+    fold_srcnn,
+    ort_session_options,
+    srcnn_macs_per_output_pixel,
+)
 
 
 def test_phase_taps_sum_to_one_and_match_half_pixel_bicubic():

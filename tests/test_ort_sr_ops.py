@@ -1,4 +1,4 @@
-"""pipeline.ort_sr_ops: graphs with sr ops run in ONNX Runtime on our CPU kernels, checked against ORT's standard
+"""pipeline.native.ort_ops: graphs with sr ops run in ONNX Runtime on our CPU kernels, checked against ORT's standard
 Resize / DeformConv and against torch / torchvision."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from onnx import numpy_helper as nh
 from torchvision.ops import deform_conv2d as tv_deform_conv2d
 
 from pipeline.errors import PipelineError
-from pipeline.ort_sr_ops import adapt_for_ort, session_with_sr_kernels
+from pipeline.native.ort_ops import adapt_for_ort, session_with_sr_kernels
 
 torch.set_num_threads(1)
 OPSET, IR = 19, 10

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from pipeline import report
-from pipeline.bench import BASELINE, _record, _Variant, time_calls
-from pipeline.compare import error_stats, verdict
+from pipeline.analysis.compare import error_stats, verdict
+from pipeline.bench.suite import BASELINE, _record, _Variant, time_calls
 
 
 def _close(md_cell: str, value) -> bool:

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from pipeline import sample_images as si
+from pipeline.data import sample_images as si
 
 
 def test_lists_disjoint_and_cat_alias_excluded():

@@ -2,7 +2,6 @@
 for the torch and ONNX Runtime backends."""
 import io
 import json
-import os
 from pathlib import Path
 
 import cv2
@@ -355,7 +354,7 @@ def test_too_large_output_is_skipped_before_inference(tmp_path, weights, capsys)
 
 def test_backend_input_limit_is_respected(tree, weights, tmp_path, capsys, monkeypatch):
     """Engines with bounded profiles (TensorRT) expose max_input_size(); every crop must fit it."""
-    import pipeline.sr as sr_mod
+    import pipeline.sr.run as sr_mod
     from pipeline import backends
 
     real = backends.create("torch", "srcnn", "fp32", **({"weights": weights} if weights else {}))
@@ -388,7 +387,8 @@ def test_backend_input_limit_is_respected(tree, weights, tmp_path, capsys, monke
 @pytest.mark.parametrize("backend_name", ["torch", "ort"])
 def test_backend_tiled_float_output_equals_whole_image(backend_name, weights):
     """Through the real runners: tiles with context, cropped, equal whole-image inference within 1e-4."""
-    from pipeline import backends, tiling
+    from pipeline import backends
+    from pipeline.sr import tiling
 
     b = backends.create(backend_name, "srcnn", "fp32", threads=1, **({"weights": weights} if weights else {}))
     x = np.ascontiguousarray(data.astronaut()[::6, ::6][:70, :64].transpose(2, 0, 1)[None], np.float32) / 255

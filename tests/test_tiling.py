@@ -7,7 +7,7 @@ import torch
 from skimage import data
 
 from models.registry import get_spec, output_size, run
-from pipeline import tiling
+from pipeline.sr import tiling
 
 
 @pytest.fixture(scope="module")

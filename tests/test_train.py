@@ -53,7 +53,7 @@ def test_patch_sampler_aligned_at_non_integer_scale():
     s, lr, hr = sampler.batch(3)
     assert s == 2.5 and lr.shape[-1] % 2 == 0
     assert hr.shape[-2:] == (lr.shape[-2] * 2.5, lr.shape[-1] * 2.5)
-    assert 0 <= lr.min() and lr.max() <= 1
+    assert lr.min() >= 0 and lr.max() <= 1
 
 
 @pytest.mark.parametrize("steps", [2, 20])  # 20: too short for one-cycle's warm-up (once a ZeroDivisionError)

@@ -22,7 +22,7 @@ SELFTEST_NAME = "trt_plugin_selftest"
 
 @pytest.fixture(scope="module")
 def plugin_lib() -> Path:
-    from pipeline import native
+    from pipeline.native import libraries as native
 
     try:
         return native.trt_plugin_library()
@@ -97,7 +97,7 @@ def _trt_or_skip():
 @pytest.fixture(scope="module")
 def trt_env():
     trt = _trt_or_skip()  # first, so a machine without a GPU reports "no CUDA device"
-    from pipeline import native
+    from pipeline.native import libraries as native
 
     try:
         plugin_lib = native.trt_plugin_library()

@@ -20,7 +20,7 @@ class Backend(ABC):
     model_name: str
 
     @abstractmethod
-    def load(self) -> "Backend":
+    def load(self) -> Backend:
         """Create sessions/engines; raise PipelineError with one clear line when impossible."""
 
     @abstractmethod

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import PipelineError
-from .base import Backend
-from .common import check_batch, model_spec
+from pipeline.artifacts.onnx_file import check_onnx_matches
+from pipeline.backends.base import Backend
+from pipeline.backends.checks import check_batch, model_spec
+from pipeline.contract import DOMAIN
+from pipeline.errors import PipelineError
 
 PROVIDERS = {
     "cpu": "CPUExecutionProvider",
@@ -78,36 +80,16 @@ def rewrite_for_trt_ep(model):
     them and hands them to the TensorRT parser, which finds our plugins by op type + plugin_namespace."""
     import onnx
 
-    from ..export import strip_sr_functions
+    from pipeline.export import strip_sr_functions
 
     stripped = strip_sr_functions(model)
     for node in stripped.graph.node:
-        if node.domain == "sr":
+        if node.domain == DOMAIN:
             node.domain = TRT_EP_PLUGIN_DOMAIN
-    kept = [op for op in stripped.opset_import if op.domain != "sr"]
+    kept = [op for op in stripped.opset_import if op.domain != DOMAIN]
     del stripped.opset_import[:]
     stripped.opset_import.extend(kept + [onnx.helper.make_opsetid(TRT_EP_PLUGIN_DOMAIN, 1)])
     return stripped
-
-
-def onnx_metadata(path: Path) -> dict[str, str]:
-    import onnx
-
-    try:
-        m = onnx.load(str(path), load_external_data=False)
-    except Exception as e:
-        raise PipelineError(f"cannot read ONNX file {path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-    return {p.key: p.value for p in m.metadata_props}
-
-
-def check_onnx_matches(path: Path, model: str, precision: str) -> dict[str, str]:
-    """Refuse an ONNX file exported for another model or precision (metadata written by pipeline.export)."""
-    meta = onnx_metadata(path)
-    if meta.get("model") and meta["model"] != model:
-        raise PipelineError(f"{path} was exported for model '{meta['model']}', not '{model}'")
-    if meta.get("precision") and meta["precision"] != precision:
-        raise PipelineError(f"{path} is a {meta['precision']} graph but precision {precision} was requested")
-    return meta
 
 
 class OrtBackend(Backend):
@@ -141,7 +123,7 @@ class OrtBackend(Backend):
                 raise PipelineError(f"ONNX file not found: {self.onnx_path}")
             check_onnx_matches(self.onnx_path, self.model_name, self.precision)
             return self.onnx_path
-        from ..artifacts import onnx_for
+        from pipeline.artifacts.cache import onnx_for
 
         return onnx_for(self.model_name, self.precision, self.ops, exporter=self.exporter, io_dtype=self.io_dtype,
                         weights=self.weights, log=self.log)
@@ -151,8 +133,8 @@ class OrtBackend(Backend):
             return ["CPUExecutionProvider"]
         if provider == "cuda":
             return [("CUDAExecutionProvider", {"cudnn_conv_algo_search": "EXHAUSTIVE"}), "CPUExecutionProvider"]
-        from ..artifacts import cache_dir
-        from ..native import trt_plugin_library
+        from pipeline.artifacts.cache import cache_dir
+        from pipeline.native.libraries import trt_plugin_library
 
         trt_cache = cache_dir() / "ort-trt"
         trt_cache.mkdir(parents=True, exist_ok=True)
@@ -172,7 +154,7 @@ class OrtBackend(Backend):
 
         return rewrite_for_trt_ep(onnx.load(str(path))).SerializeToString()
 
-    def load(self) -> "OrtBackend":
+    def load(self) -> OrtBackend:
         try:
             import onnxruntime as ort
         except ImportError:

@@ -1,4 +1,4 @@
-"""ONNX Runtime on SRCNN with its fixed bicubic upsampler folded into conv1 (pipeline.optimize.FoldedSRCNN).
+"""ONNX Runtime on SRCNN with its fixed bicubic upsampler folded into conv1 (pipeline.export.fold.FoldedSRCNN).
 
 For an integer scale s the folded net computes conv1/conv2 (and conv3) on the low-resolution grid and
 is exact against the reference model (fp32 rounding only); the HR-sized upsampled image and 64-channel
@@ -15,25 +15,24 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import PipelineError
-from .base import Backend
-from .common import check_batch, model_spec
-from .ort_backend import OrtBackend, cpu_session_options
+from pipeline.backends.base import Backend
+from pipeline.backends.checks import check_batch, model_spec
+from pipeline.backends.ort_backend import OrtBackend, cpu_session_options
+from pipeline.errors import PipelineError
 
 FOLDABLE = ("srcnn", "srcnn-x3")
 
 
 def folded_onnx_for(model: str, scale: int, weights=None, folded=None) -> Path:
     """Cached ONNX of the folded model at an integer scale (exported atomically when missing)."""
-    from ..artifacts import cache_dir, weights_sha256
+    from pipeline.artifacts.cache import cache_dir, weights_sha256
 
     sha = weights_sha256(model, weights)
     path = cache_dir() / "onnx" / f"{model}-fp32-folded-x{scale}-w{sha[:16]}.onnx"
     if path.is_file() and path.stat().st_size > 0:
         return path
     from models.registry import load_model
-
-    from ..optimize import export_folded_onnx, fold_srcnn
+    from pipeline.export.fold import export_folded_onnx, fold_srcnn
 
     folded = folded if folded is not None else fold_srcnn(load_model(model, weights), scale)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -67,13 +66,13 @@ class OrtFoldedBackend(Backend):
         self.plain: OrtBackend | None = None
         self.last_path = None
 
-    def load(self) -> "OrtFoldedBackend":
+    def load(self) -> OrtFoldedBackend:
         try:
             import onnxruntime  # noqa: F401
 
-            from ..optimize import fold_srcnn  # noqa: F401
+            from pipeline.export.fold import fold_srcnn  # noqa: F401
         except ImportError as e:
-            raise PipelineError(f"ort-folded needs onnxruntime and pipeline.optimize ({e})") from None
+            raise PipelineError(f"ort-folded needs onnxruntime and pipeline.export.fold ({e})") from None
         from models.registry import WeightsError, load_model
 
         try:
@@ -88,7 +87,7 @@ class OrtFoldedBackend(Backend):
         if scale not in self.sessions:
             import onnxruntime as ort
 
-            from ..optimize import fold_srcnn
+            from pipeline.export.fold import fold_srcnn
 
             folded = fold_srcnn(self.net, scale)
             path = folded_onnx_for(self.model_name, scale, self.weights, folded)

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import inspect
 
-from ..errors import PipelineError
-from .ort_backend import OrtBackend, cpu_session_options
+from pipeline.backends.ort_backend import OrtBackend, cpu_session_options
+from pipeline.contract import DOMAIN
+from pipeline.errors import PipelineError
 
 
 def sr_node_count(model) -> int:
-    return sum(1 for n in model.graph.node if n.domain == "sr")
+    return sum(1 for n in model.graph.node if n.domain == DOMAIN)
 
 
 class OrtSrKernelsBackend(OrtBackend):
@@ -22,17 +23,17 @@ class OrtSrKernelsBackend(OrtBackend):
         opts["ops"] = "custom"
         super().__init__(model, precision, provider="cpu", **opts)
 
-    def load(self) -> "OrtSrKernelsBackend":
+    def load(self) -> OrtSrKernelsBackend:
         import onnx
 
         try:
-            from ..export import strip_sr_functions
-            from ..ort_sr_ops import session_with_sr_kernels
+            from pipeline.export import strip_sr_functions
+            from pipeline.native.ort_ops import session_with_sr_kernels
         except ImportError as e:
-            raise PipelineError(f"ort-sr-kernels needs pipeline.export and pipeline.ort_sr_ops ({e})") from None
+            raise PipelineError(f"ort-sr-kernels needs pipeline.export and pipeline.native.ort_ops ({e})") from None
         path = self._onnx_file()
         stripped = strip_sr_functions(onnx.load(str(path)))
-        if stripped.functions and any(f.domain == "sr" for f in stripped.functions):
+        if stripped.functions and any(f.domain == DOMAIN for f in stripped.functions):
             raise PipelineError(f"{path.name}: sr function bodies survived stripping; our kernels would not run")
         so = cpu_session_options(self.threads)
         params = inspect.signature(session_with_sr_kernels).parameters

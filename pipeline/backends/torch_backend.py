@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import PipelineError
-from .base import Backend
-from .common import check_batch, model_spec
+from pipeline.backends.base import Backend
+from pipeline.backends.checks import check_batch, model_spec
+from pipeline.errors import PipelineError
 
 
 class TorchBackend(Backend):
@@ -24,7 +24,7 @@ class TorchBackend(Backend):
         self.threads = threads
         self.net = None
 
-    def load(self) -> "TorchBackend":
+    def load(self) -> TorchBackend:
         import torch
 
         from models.registry import WeightsError, load_model

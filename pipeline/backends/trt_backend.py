@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import PipelineError
-from .base import Backend
-from .common import check_batch, model_spec
+from pipeline.backends.base import Backend
+from pipeline.backends.checks import check_batch, model_spec
+from pipeline.errors import PipelineError
 
 
 class TrtBackend(Backend):
@@ -38,8 +38,14 @@ class TrtBackend(Backend):
 
     # -- loading ---------------------------------------------------------------------------------------
     def _engine_and_sidecar(self, env: dict, plugin_lib: Path) -> tuple[Path, dict]:
-        from ..artifacts import engine_for, onnx_for
-        from ..engine import Profile, check_engine, default_profile, ensure_engine, validate_profile
+        from pipeline.artifacts.cache import engine_for, onnx_for
+        from pipeline.engine import (
+            Profile,
+            check_engine,
+            default_profile,
+            ensure_engine,
+            validate_profile,
+        )
 
         if self.engine_path is not None:  # the user's file: refuse when stale, never rebuild behind their back
             sidecar = check_engine(self.engine_path, env)
@@ -56,8 +62,13 @@ class TrtBackend(Backend):
         sidecar = ensure_engine(onnx, path, profiles, plugin_lib=plugin_lib, log=self.log)
         return path, sidecar
 
-    def load(self) -> "TrtBackend":
-        from ..engine import current_environment, load_plugins, sidecar_profiles, tensorrt_problem
+    def load(self) -> TrtBackend:
+        from pipeline.engine import (
+            current_environment,
+            load_plugins,
+            sidecar_profiles,
+            tensorrt_problem,
+        )
 
         problem = tensorrt_problem()
         if problem:
@@ -65,7 +76,7 @@ class TrtBackend(Backend):
         import tensorrt as trt
         import torch
 
-        from ..native import trt_plugin_library
+        from pipeline.native.libraries import trt_plugin_library
 
         plugin_lib = trt_plugin_library()
         load_plugins(plugin_lib)
@@ -143,7 +154,7 @@ class TrtBackend(Backend):
     def infer(self, batch: np.ndarray, scale: float) -> np.ndarray:
         import torch
 
-        from ..engine import profile_for_input
+        from pipeline.engine import profile_for_input
 
         if self.context is None:
             raise PipelineError("trt backend used before load()")

@@ -9,12 +9,18 @@ from pathlib import Path
 import onnx
 import torch
 
-from models.registry import ModelSpec, WeightsError, file_sha256, get_spec, load_model, size_tensor
-from pipeline.atomic import atomic_path
+from models.registry import (
+    ModelSpec,
+    WeightsError,
+    file_sha256,
+    get_spec,
+    load_model,
+    size_tensor,
+)
+from pipeline.artifacts.atomic import atomic_path
 from pipeline.errors import PipelineError
-
-from . import fp16, graph, sr_ops
-from . import verify as verification
+from pipeline.export import fp16, graph, sr_ops
+from pipeline.export import verify as verification
 
 EXPORTERS = ("dynamo", "torchscript")
 OPS = ("custom", "standard")
@@ -130,7 +136,10 @@ def build_graph(model: str, *, exporter: str = "dynamo", ops: str = "custom", we
     sha = file_sha256(weights_path)
     io = size_input if spec.dynamic_scale else None
     names = ["input"] + ([io] if io else [])
-    from . import dynamo, torchscript  # heavy imports (onnxscript) only when exporting
+    from pipeline.export import (  # heavy imports (onnxscript) only when exporting
+        dynamo,
+        torchscript,
+    )
 
     backend = dynamo if exporter == "dynamo" else torchscript
     try:

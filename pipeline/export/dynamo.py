@@ -9,11 +9,11 @@ from __future__ import annotations
 import warnings
 
 import onnx
-import torch
 import onnxscript
+import torch
 from onnxscript import opset19 as op
 
-from . import sr_ops
+from pipeline.export import sr_ops
 
 sr_ops.register_schemas()  # onnxscript resolves sr.<Op> through onnx.defs
 _sr = onnxscript.values.Opset(sr_ops.DOMAIN, sr_ops.VERSION)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import onnx
 from onnx import TensorProto, helper
 
-from . import sr_ops
+from pipeline.export import sr_ops
 
 # ONNX Runtime 1.31 rejects IR > 13; 10 is what opsets 19..21 need and every current tool reads.
 IR_VERSION = 10

@@ -1,6 +1,6 @@
 """The `sr` custom-domain ops: contract constants, ONNX schemas, model-local function bodies, strip transform.
 
-Contract (full tables: plugins_trt/dynamicResize/README.md, plugins_trt/deformConv2d/README.md): domain "sr", v1.
+Contract: pipeline.contract (domain "sr", v1).
 - DynamicResize(X, size:int64[2]) -> Y: torch bicubic, align_corners=False. Body: Resize(X, "", "",
   Concat(Shape(X)[0:2], size)) cubic, half_pixel, A=-0.75.
 - DeformConv2d(X, W, offset[, B[, mask]]) -> Y with standard DeformConv attributes. Body: DeformConv (opset 19).
@@ -13,21 +13,19 @@ from __future__ import annotations
 import onnx
 from onnx import TensorProto, helper
 
-DOMAIN = "sr"
-VERSION = 1
-DYNAMIC_RESIZE = "DynamicResize"
-DEFORM_CONV = "DeformConv2d"
-OP_TYPES = (DYNAMIC_RESIZE, DEFORM_CONV)
-# Attributes DeformConv2d carries, exactly the standard DeformConv ones.
-DEFORM_CONV_ATTRS = ("strides", "pads", "dilations", "group", "offset_group", "kernel_shape")
-# Lowest default-domain opset whose DeformConv exists (the DeformConv2d body needs it).
-DEFORM_CONV_MIN_OPSET = 19
-# Cubic Resize semantics equal to torch bicubic with align_corners=False.
-RESIZE_ATTRS = {"mode": "cubic", "cubic_coeff_a": -0.75, "coordinate_transformation_mode": "half_pixel"}
-# Node attributes the TensorRT ONNX parser reads when it falls back to a plugin.
-PLUGIN_NAMESPACE_ATTR = "plugin_namespace"
-SHAPE_INPUT_ATTR = "tensorrt_plugin_shape_input_indices"
-DYNAMIC_RESIZE_SHAPE_INPUTS = (1,)
+from pipeline.contract import (  # noqa: F401 (re-exported)
+    DEFORM_CONV,
+    DEFORM_CONV_ATTRS,
+    DEFORM_CONV_MIN_OPSET,
+    DOMAIN,
+    DYNAMIC_RESIZE,
+    DYNAMIC_RESIZE_SHAPE_INPUTS,
+    OP_TYPES,
+    PLUGIN_NAMESPACE_ATTR,
+    RESIZE_ATTRS,
+    SHAPE_INPUT_ATTR,
+    VERSION,
+)
 
 
 def register_schemas() -> None:

@@ -17,8 +17,7 @@ from torch.onnx import register_custom_op_symbolic
 from torch.onnx.symbolic_helper import parse_args
 
 from models.ops import DynamicResizeFunction, ResizeByScaleFunction
-
-from . import sr_ops
+from pipeline.export import sr_ops
 
 _state = {"ops": "custom"}  # flavour of the export in progress; symbolics read it
 

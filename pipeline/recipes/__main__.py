@@ -7,7 +7,7 @@ import time
 import traceback
 from pathlib import Path
 
-from . import RECIPES, load
+from pipeline.recipes import RECIPES, load
 
 
 def main(argv: list[str] | None = None) -> int:

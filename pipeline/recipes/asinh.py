@@ -13,7 +13,14 @@ from pathlib import Path
 
 import torch
 
-from ._common import check_close, custom_symbolic, export_legacy, op_types, run_ort, save
+from pipeline.recipes._common import (
+    check_close,
+    custom_symbolic,
+    export_legacy,
+    op_types,
+    run_ort,
+    save,
+)
 
 OPSET = 9  # the tutorial's opset; Asinh exists in ONNX since opset 9
 

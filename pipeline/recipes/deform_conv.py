@@ -25,7 +25,14 @@ from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidGraph
 from torch.onnx.symbolic_helper import _get_tensor_sizes, parse_args
 from torchvision.ops import DeformConv2d
 
-from ._common import check_close, custom_symbolic, export_legacy, op_types, run_ort, save
+from pipeline.recipes._common import (
+    check_close,
+    custom_symbolic,
+    export_legacy,
+    op_types,
+    run_ort,
+    save,
+)
 
 OPSET = 19  # DeformConv entered the default ONNX domain in opset 19
 OP = "torchvision::deform_conv2d"

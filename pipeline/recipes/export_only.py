@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from ._common import check_close, export_legacy, op_types, run_ort, save
+from pipeline.recipes._common import check_close, export_legacy, op_types, run_ort, save
 
 
 class Model(torch.nn.Module):

@@ -16,7 +16,7 @@ import onnx
 import onnx.utils
 import torch
 
-from ._common import check_close, export_legacy, op_types, run_ort, save
+from pipeline.recipes._common import check_close, export_legacy, op_types, run_ort, save
 
 
 def _convs(n: int) -> torch.nn.Sequential:

@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from ._common import check_close, op_types, run_ort, save
+from pipeline.recipes._common import check_close, op_types, run_ort, save
 
 IR_VERSION, OPSET = 10, 18
 

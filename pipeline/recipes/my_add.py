@@ -14,7 +14,14 @@ from pathlib import Path
 
 import torch
 
-from ._common import BUILD_DIR, check_close, export_legacy, op_types, run_ort, save
+from pipeline.recipes._common import (
+    BUILD_DIR,
+    check_close,
+    export_legacy,
+    op_types,
+    run_ort,
+    save,
+)
 
 CPP_SOURCE = r"""
 torch::Tensor my_add(torch::Tensor a, torch::Tensor b) {

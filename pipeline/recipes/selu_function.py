@@ -25,7 +25,14 @@ from onnxscript import FLOAT, script
 from onnxscript import opset18 as op
 from onnxscript.values import Opset
 
-from ._common import check_close, custom_symbolic, export_legacy, op_types, run_ort, save
+from pipeline.recipes._common import (
+    check_close,
+    custom_symbolic,
+    export_legacy,
+    op_types,
+    run_ort,
+    save,
+)
 
 recipes = Opset("recipes", 1)
 OPSET = 18  # the function body's default-domain opset must equal the model's
@@ -38,7 +45,7 @@ def Selu(X: FLOAT, alpha: float = ALPHA, gamma: float = GAMMA) -> FLOAT:  # noqa
     gamma_x = op.CastLike(gamma, X)
     negative = gamma_x * (alpha_x * op.Exp(X) - alpha_x)
     positive = gamma_x * X
-    return op.Where(X <= op.CastLike(0, X), negative, positive)
+    return op.Where(op.CastLike(0, X) >= X, negative, positive)
 
 
 def register_selu_schema() -> None:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from typing import Sequence
+from collections.abc import Sequence
 
 from pipeline.errors import PipelineError
-from pipeline.native import cuda_kernels_library, load_library
+from pipeline.native.libraries import cuda_kernels_library, load_library
 
 _VP = ctypes.c_void_p
 _INT = ctypes.c_int
@@ -18,7 +18,7 @@ DIM_NAMES = ("n", "c_in", "h_in", "w_in", "c_out", "k_h", "k_w", "h_out", "w_out
              "pad_h", "pad_w", "dil_h", "dil_w", "group", "offset_group")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _lib() -> ctypes.CDLL:
     path = cuda_kernels_library()
     lib = load_library(path)

@@ -1,6 +1,6 @@
 """Locates (and on request builds) the native libraries from plugins_trt/.
 
-- `cpu_kernels_library()`: libsr_kernels_cpu.so, the sr ops on the CPU (C API, loaded by pipeline.kernels_cpu).
+- `cpu_kernels_library()`: libsr_kernels_cpu.so, the sr ops on the CPU (C API, loaded by pipeline.native.kernels_cpu).
 - `trt_plugin_library()`: libsr_trt_plugins.so, the TensorRT IPluginV3 plugins (only built when TensorRT headers exist).
 - `cuda_kernels_library()`: libsr_kernels_cuda.so, a C API over the CUDA launchers for GPU tests / benchmarks.
 Env overrides: SR_KERNELS_CPU_LIB, SR_TRT_PLUGIN_LIB, SR_KERNELS_CUDA_LIB. Default folder: <repo>/build/plugins.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pipeline.errors import PipelineError
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_DIR = REPO_ROOT / "build" / "plugins"
 SOURCE_DIR = REPO_ROOT / "plugins_trt"
 

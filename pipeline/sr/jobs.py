@@ -7,8 +7,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import PipelineError
-from .imageio import FORMAT_EXT, format_of
+from pipeline.errors import PipelineError
+from pipeline.sr.imageio import FORMAT_EXT, format_of
 
 
 @dataclass

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import PipelineError
+from pipeline.errors import PipelineError
 
 
 @dataclass(frozen=True)

@@ -14,16 +14,13 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from pipeline import kernels_cpu
+from pipeline.contract import DEFORM_CONV, DOMAIN, DYNAMIC_RESIZE
 from pipeline.errors import PipelineError
+from pipeline.native import kernels_cpu
 
-DOMAIN = "sr"
-DYNAMIC_RESIZE = "DynamicResize"
-DEFORM_CONV = "DeformConv2d"
 ABSENT = "sr_ort_absent_input"  # zero-size float tensor standing for an absent optional input
 _LIST_ATTRS = ("strides", "pads", "dilations", "kernel_shape")
 _INT_ATTRS = ("group", "offset_group")
@@ -33,7 +30,7 @@ def _ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",") if v.strip()]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def register_sr_ops() -> str:
     """Registers sr::DynamicResize and sr::DeformConv2d once per process; returns the extensions library path."""
     try:

@@ -7,9 +7,18 @@ from pathlib import Path
 
 from models.registry import MODELS
 from pipeline.errors import PipelineError
-
-from .core import (EXPORTERS, IO_DTYPES, OPS, PRECISIONS, SIZE_INPUTS, ExportResult, build_graph, export_model,
-                   onnx_filename, write_variant)
+from pipeline.export.core import (
+    EXPORTERS,
+    IO_DTYPES,
+    OPS,
+    PRECISIONS,
+    SIZE_INPUTS,
+    ExportResult,
+    build_graph,
+    export_model,
+    onnx_filename,
+    write_variant,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -20,8 +20,8 @@ The planner works per axis; whole-image processing is the one-tile plan.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 import numpy as np
 

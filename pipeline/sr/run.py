@@ -1,8 +1,8 @@
 """`python -m pipeline sr INPUT OUTPUT`: super-resolve an image or a folder tree of images.
 
-Flow: discover jobs (pipeline.sr_jobs) -> check model/scale/backend and load the backend (before any
-image is touched) -> decode on a small thread pool (pipeline.imageio) -> tiled or batched inference on
-the calling thread (pipeline.tiling) -> quantise, encode and write atomically on the pool -> optional
+Flow: discover jobs (pipeline.sr.jobs) -> check model/scale/backend and load the backend (before any
+image is touched) -> decode on a small thread pool (pipeline.sr.imageio) -> tiled or batched inference on
+the calling thread (pipeline.sr.tiling) -> quantise, encode and write atomically on the pool -> optional
 PSNR/SSIM against --reference -> JSON summary. One bad file never stops the batch: it is reported in
 one line and in the summary, and the exit code is 1.
 """
@@ -20,45 +20,17 @@ from pathlib import Path
 
 import numpy as np
 
-from . import imageio, tiling
-from .atomic import atomic_write
-from .errors import PipelineError
-from .imageio import Image, ImageError
-from .sr_jobs import Job, discover
+from pipeline.artifacts.atomic import atomic_write
+from pipeline.errors import PipelineError
+from pipeline.sr import imageio, tiling
+from pipeline.sr.imageio import Image, ImageError
+from pipeline.sr.jobs import Job, discover
 
 BACKENDS = ("auto", "torch", "ort", "ort-sr-kernels", "trt")
 PRECISIONS = ("fp32", "fp16")
 # Images being decoded or written at once beyond the pool size; bounds memory along with WRITE_BYTES.
 PREFETCH = 2
 WRITE_BYTES = 512 << 20
-
-
-def add_arguments(p) -> None:
-    p.add_argument("input", help="image file or folder (searched recursively)")
-    p.add_argument("output", help="output folder (mirrors INPUT's tree) or, for a single image, a file name")
-    p.add_argument("--model", default="srcnn", help="registered model name (default: srcnn)")
-    p.add_argument("--scale", type=float, default=None, help="upscale factor, integer or not (default: the model's)")
-    p.add_argument("--backend", default="auto", help=f"{', '.join(BACKENDS)}, ... (`python -m pipeline backends` "
-                                                     "lists them; default: auto = fastest available)")
-    p.add_argument("--precision", default="fp32", help="fp32 or fp16 (default: fp32)")
-    p.add_argument("--onnx", metavar="FILE", help="use this ONNX file instead of the cached export")
-    p.add_argument("--engine", metavar="FILE", help="use this TensorRT engine instead of the cached build")
-    p.add_argument("--weights", metavar="FILE", help="weights file instead of the model's shipped weights")
-    p.add_argument("--threads", type=int, default=None, help="inference threads (default: the backend's choice)")
-    p.add_argument("--format", dest="fmt", help="output format: png, jpg, bmp, tiff, webp (default: as the input)")
-    p.add_argument("--jpeg-quality", type=int, default=95, help="JPEG/WebP quality (default: 95)")
-    p.add_argument("--tile", type=int, default=None,
-                   help="tile side in input pixels; 0 = never tile (default: from free memory)")
-    p.add_argument("--tile-overlap", type=int, default=None,
-                   help="context each tile reads past its region, input pixels (default: the model's "
-                        "receptive field, which makes tiled output equal whole-image output)")
-    p.add_argument("--batch", type=int, default=1, help="images (or tiles) of equal size per inference call")
-    p.add_argument("--workers", type=int, default=2, help="threads decoding and encoding images (default: 2)")
-    p.add_argument("--skip-existing", action="store_true", help="leave outputs that already exist (resume)")
-    p.add_argument("--reference", metavar="HR_DIR", help="ground-truth HR images with the same relative names: "
-                                                        "report PSNR/SSIM (Y, border cropped) vs bicubic")
-    p.add_argument("--summary", metavar="FILE", help="write a JSON summary (per-image times, sizes, status)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar or per-image lines (failures still print)")
 
 
 # -- setup: everything that can fail before any image is read -------------------------------------------
@@ -79,7 +51,7 @@ def check_model_and_scale(model: str, scale: float | None):
 
 def create_backend(name: str, model: str, precision: str, onnx=None, engine=None, weights=None, threads=None):
     """Load the backend through pipeline.backends ('auto' picks one); returns (backend, why it was chosen)."""
-    from . import backends
+    from pipeline import backends
 
     if name != "auto" and name not in backends.NAMES:
         raise PipelineError(f"unknown backend '{name}' (choose from: auto, {', '.join(backends.NAMES)})")
@@ -188,7 +160,7 @@ def bicubic_pixels(image: Image, out_h: int, out_w: int) -> np.ndarray:
 
 
 def reference_metrics(ref_dir: Path, rel: str, sr: np.ndarray, image: Image, scale: float) -> dict:
-    from .metrics import psnr_y, ssim_y
+    from pipeline.analysis.metrics import psnr_y, ssim_y
 
     path = find_reference(ref_dir, rel)
     if path is None:

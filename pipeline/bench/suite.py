@@ -1,7 +1,7 @@
 """`python -m pipeline bench`: latency/throughput of every available backend, with the tutorial's plain
 PyTorch loop as the baseline measured in the same run, FLOPs and the machine's measured peak (roofline),
 sweeps over input size, scale, batch and CPU threads, the whole folder run (`pipeline sr`) vs pure
-inference, and the optimisation ideas of pipeline.optimize. Writes report.md, report.json, PNG plots.
+inference, and the optimisation ideas of pipeline.export.fold. Writes report.md, report.json, PNG plots.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import PipelineError
+from pipeline.errors import PipelineError
 
 FLOOR_SPEEDUP = 1.8  # issue 7: auto must be >= 1.8x the torch-eager loop for SRCNN x3 at 256^2 on this CPU
 BASELINE = "torch-eager-loop"
@@ -217,8 +217,7 @@ def baseline_variant(model_name: str, weights=None) -> _Variant:
     import torch
 
     from models.registry import get_spec, run
-
-    from .compare import load_net
+    from pipeline.analysis.compare import load_net
 
     spec = get_spec(model_name)
     net = load_net(model_name, weights)
@@ -234,7 +233,7 @@ def baseline_variant(model_name: str, weights=None) -> _Variant:
 
 
 def backend_variants(model_name: str, precisions=("fp32",), weights=None, log=print, skipped=None, only=None):
-    from . import backends as B
+    from pipeline import backends as B
 
     out = []
     for precision in precisions:
@@ -261,13 +260,13 @@ def backend_variants(model_name: str, precisions=("fp32",), weights=None, log=pr
 def folded_variants(model_name: str, scale: float, weights=None, threads=None, only=None) -> list[_Variant]:
     if only is not None and "ort-folded" not in only:
         return []
-    from . import backends as B
+    from pipeline import backends as B
 
     if "ort-folded" in getattr(B, "NAMES", ()):  # the backends run it themselves (backend_variants)
         return []
     if model_name not in ("srcnn", "srcnn-x3") or not float(scale).is_integer() or scale < 3:
         return []
-    from .compare import folded_backend
+    from pipeline.analysis.compare import folded_backend
 
     fb = folded_backend(model_name, int(scale), weights, threads)
     return [_Variant("ort-folded", fb.infer, fb.describe())]
@@ -310,8 +309,7 @@ def _record(results, *, model, sweep, variant, size, scale, batch, threads, timi
 def bench_model(model: str, cfg: dict, peak: float, *, weights=None, log=print, skipped=None) -> dict:
     """All sweeps for one model; returns {'results': [...], 'auto': {...}, 'folder': {...}}."""
     from models.registry import get_spec, output_size
-
-    from . import backends as B
+    from pipeline import backends as B
 
     spec = get_spec(model)
     scale0 = spec.default_scale
@@ -410,7 +408,7 @@ def bench_model(model: str, cfg: dict, peak: float, *, weights=None, log=print, 
 
 
 def _auto(model: str, results: list[dict], size: int, scale: float, weights=None) -> dict | None:
-    from . import backends as B
+    from pipeline import backends as B
 
     try:
         pick = B.pick_auto(model, "fp32", weights=weights)
@@ -433,9 +431,9 @@ def folder_run(model: str, n_images: int, size: int, weights=None, log=print, ba
     """Time `python -m pipeline sr` (in-process) on n held-out crops vs pure inference of the same images."""
     import json
 
-    from . import backends as B
-    from .cli import main as cli_main
-    from .compare import compare_inputs
+    from pipeline import backends as B
+    from pipeline.analysis.compare import compare_inputs
+    from pipeline.cli import main as cli_main
 
     imgs = list(compare_inputs(size).items())[:n_images]
     with tempfile.TemporaryDirectory() as tmp:
@@ -481,9 +479,9 @@ def optimisation_ideas(peak: float, size: int = 256, weights=None, cfg=None, log
     import onnxruntime as ort
     import torch
 
-    from . import backends as B
-    from .compare import load_net as load_model
-    from .optimize import export_folded_onnx, fold_srcnn, ort_session_options
+    from pipeline import backends as B
+    from pipeline.analysis.compare import load_net as load_model
+    from pipeline.export.fold import export_folded_onnx, fold_srcnn, ort_session_options
 
     cfg = cfg or FULL
     tkw = dict(warmup=1, iters=cfg["iters"], time_budget=cfg["time_budget"], min_iters=cfg["min_iters"])
@@ -553,7 +551,7 @@ def optimisation_ideas(peak: float, size: int = 256, weights=None, cfg=None, log
 
 
 def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
-    from . import report
+    from pipeline import report
 
     peak = measure_peak_gflops(seconds=1.5)
     log(f"machine peak: {peak['gflops']:.1f} GFLOP/s ({peak['method']})")
@@ -616,61 +614,5 @@ def _has_cuda() -> bool:
 
 
 # -- CLI -------------------------------------------------------------------------------------------------
-def add_arguments(p) -> None:
-    p.add_argument("--model", default="all", help="model name or 'all' (default: all)")
-    p.add_argument("--output", default="outputs/bench", help="report folder (default: outputs/bench)")
-    p.add_argument("--quick", action="store_true", help="small sizes, few iterations (< 2 min on 2 cores)")
-    p.add_argument("--sizes", type=int, nargs="+", help="input sides for the size sweep")
-    p.add_argument("--scales", type=float, nargs="+", help="scales for the scale sweep (run-time-factor models)")
-    p.add_argument("--batches", type=int, nargs="+", help="batch sizes for the batch sweep")
-    p.add_argument("--threads", type=int, nargs="+", help="CPU thread counts for the threads sweep")
-    p.add_argument("--iters", type=int, help="max timed calls per configuration")
-    p.add_argument("--time-budget", type=float, help="seconds of timed calls per configuration")
-    p.add_argument("--backends", nargs="+", help="only these backends (plus the baseline; 'ort-folded' = "
-                                                 "pipeline.optimize's folded SRCNN)")
-    p.add_argument("--no-folder", action="store_true", help="skip the whole-folder (pipeline sr) timing")
-    p.add_argument("--no-ideas", action="store_true", help="skip the optimisation-ideas table")
-    p.add_argument("--weights", help="weights file (default: the shipped weights)")
 
 
-def config_from_args(args) -> dict:
-    cfg = dict(QUICK if args.quick else FULL)
-    cfg["quick"] = bool(args.quick)
-    for key in ("sizes", "scales", "batches", "threads"):
-        if getattr(args, key):
-            cfg[key] = tuple(getattr(args, key))
-    if args.iters is not None:
-        if args.iters < 1:
-            raise PipelineError("--iters must be at least 1")
-        cfg["iters"] = args.iters
-        cfg["min_iters"] = min(cfg["min_iters"], args.iters)
-    if args.time_budget is not None:
-        if args.time_budget <= 0:
-            raise PipelineError("--time-budget must be positive")
-        cfg["time_budget"] = args.time_budget
-    if any(s < 8 for s in cfg["sizes"]) or any(b < 1 for b in cfg["batches"]) or any(t < 1 for t in cfg["threads"]):
-        raise PipelineError("sizes must be >= 8 and batches/threads >= 1")
-    if args.backends:
-        cfg["backends"] = tuple(args.backends)
-    if args.no_folder:
-        cfg["folder_images"] = 0
-    if args.no_ideas:
-        cfg["ideas"] = False
-    return cfg
-
-
-def run(args) -> int:
-    from . import report
-    from .compare import models_arg
-
-    cfg = config_from_args(args)
-    t0 = time.perf_counter()
-    doc = run_bench(models_arg(args.model), cfg, weights=args.weights)
-    doc["total_seconds"] = time.perf_counter() - t0
-    paths = report.write_bench(doc, Path(args.output))
-    for a in doc["auto"]:
-        if a["speedup"] is not None:
-            print(f"auto ({a['backend']}) on {a['model']}: x{a['speedup']:.2f} vs the PyTorch eager loop "
-                  f"(floor x{FLOOR_SPEEDUP:g}: {'met' if a['meets_floor'] else 'NOT met'})")
-    print(f"report: {paths['md']} ({doc['total_seconds']:.0f} s)")
-    return 0

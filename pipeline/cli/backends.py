@@ -1,7 +1,7 @@
 """`python -m pipeline backends [--model NAME] [--measure]`: which backends run here, and why others cannot."""
 from __future__ import annotations
 
-from ..errors import PipelineError
+from pipeline.errors import PipelineError
 
 
 def add_arguments(parser) -> None:
@@ -23,7 +23,7 @@ def format_table(statuses) -> str:
 
 
 def run(args) -> int:
-    from . import available, measure, pick_auto
+    from pipeline.backends import available, measure, pick_auto
 
     if args.size < 1 or args.repeats < 1:
         raise PipelineError("--size and --repeats must be >= 1")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .atomic import atomic_write
+from pipeline.artifacts.atomic import atomic_write
 
 # Extensions we read and write (OpenCV codecs present in opencv-python-headless).
 FORMATS = {

@@ -1,6 +1,6 @@
 """`python -m pipeline <stage> ...`: one subcommand per pipeline stage.
 
-Each stage lives in its own module exposing `add_arguments(parser)` and `run(args) -> int`; modules
+Each stage has a module in this package exposing `add_arguments(parser)` and `run(args) -> int`; modules
 are imported only when their subcommand runs, so `--help` and light stages stay fast.
 """
 from __future__ import annotations
@@ -9,18 +9,18 @@ import argparse
 import importlib
 import sys
 
-from .errors import PipelineError
+from pipeline.errors import PipelineError
 
 # subcommand -> (module, one-line help)
 STAGES = {
-    "export": ("pipeline.export", "PyTorch -> ONNX with the sr custom-domain ops (or standard ops)"),
-    "engine": ("pipeline.engine", "ONNX -> TensorRT engine with our plugins"),
-    "sr": ("pipeline.sr", "super-resolve an image or a folder of images"),
-    "eval": ("pipeline.evaluate", "PSNR/SSIM of a model vs bicubic on held-out images"),
-    "compare": ("pipeline.compare", "compare every available backend's output with PyTorch FP32"),
-    "bench": ("pipeline.bench", "benchmark latency/throughput of every available backend"),
-    "backends": ("pipeline.backends.cli", "list the backends this machine can run, and why others cannot"),
-    "demo": ("pipeline.demo", "end-to-end demo on shipped weights and skimage images"),
+    "export": ("pipeline.cli.export", "PyTorch -> ONNX with the sr custom-domain ops (or standard ops)"),
+    "engine": ("pipeline.cli.engine", "ONNX -> TensorRT engine with our plugins"),
+    "sr": ("pipeline.cli.sr", "super-resolve an image or a folder of images"),
+    "eval": ("pipeline.cli.eval", "PSNR/SSIM of a model vs bicubic on held-out images"),
+    "compare": ("pipeline.cli.compare", "compare every available backend's output with PyTorch FP32"),
+    "bench": ("pipeline.cli.bench", "benchmark latency/throughput of every available backend"),
+    "backends": ("pipeline.cli.backends", "list the backends this machine can run, and why others cannot"),
+    "demo": ("pipeline.cli.demo", "end-to-end demo on shipped weights and skimage images"),
 }
 
 

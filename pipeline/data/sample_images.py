@@ -36,7 +36,7 @@ TRAIN: tuple[str, ...] = (
 assert not set(TRAIN) & set(HELD_OUT)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load(name: str) -> np.ndarray:
     import skimage.data
 

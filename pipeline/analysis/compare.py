@@ -3,17 +3,16 @@
 Per backend: max / median / p99 absolute error, max relative error, PSNR (data range 1) against the
 PyTorch FP32 output, and pass/fail with tolerances by precision (FP32: max abs <= --tol-fp32;
 FP16: PSNR >= --psnr-fp16 dB). `--bisect` names the first ONNX node whose output diverges for each
-failing ONNX-based backend (pipeline.bisect). Writes report.md, report.json and error.png to --output.
+failing ONNX-based backend (pipeline.analysis.layer_bisect). Writes report.md, report.json and error.png to --output.
 """
 from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
 
 import numpy as np
 
-from .errors import PipelineError
+from pipeline.errors import PipelineError
 
 DEFAULT_TOL_FP32 = 1e-4
 DEFAULT_PSNR_FP16 = 50.0
@@ -70,7 +69,7 @@ def verdict(stats: dict, precision: str, tol_fp32: float = DEFAULT_TOL_FP32,
 # -- inputs --------------------------------------------------------------------------------------------
 def compare_inputs(size: int = 96, names: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
     """Held-out skimage photos, centre-cropped to size x size, as float32 [1, 3, H, W] in [0, 1]."""
-    from .sample_images import HELD_OUT, load_rgb
+    from pipeline.data.sample_images import HELD_OUT, load_rgb
 
     out = {}
     for name in names or HELD_OUT:
@@ -106,7 +105,7 @@ def _reference(model: str, inputs: dict, scale: float, weights=None) -> dict[str
 
 def _candidates(model: str, precisions: list[str], backends: list[str] | None, weights=None, log=print):
     """(name, precision, factory or None, reason) for every backend/precision to try."""
-    from . import backends as B
+    from pipeline import backends as B
 
     out = []
     for precision in precisions:
@@ -177,8 +176,7 @@ def _bisect_row(model, be, inputs, scale, precision, tol_fp32, weights, log) -> 
     if onnx_file is None:
         return {"error": f"{be.name} has no ONNX graph to bisect"}
     from models.registry import get_spec, size_tensor
-
-    from .bisect import bisect_onnx
+    from pipeline.analysis.layer_bisect import bisect_onnx
 
     spec = get_spec(model)
     x = next(iter(inputs.values()))
@@ -198,14 +196,14 @@ def _bisect_row(model, be, inputs, scale, precision, tol_fp32, weights, log) -> 
 
 
 class _FoldedOrt:
-    """ONNX Runtime on the exact folded SRCNN (pipeline.optimize) -- a candidate for the backends' auto."""
+    """ONNX Runtime on the exact folded SRCNN (pipeline.export.fold) -- a candidate for the backends' auto."""
 
     name, precision, device = "ort-folded", "fp32", "cpu"
 
     def __init__(self, model: str, scale: int, weights=None, threads: int | None = None):
         import onnxruntime as ort
 
-        from .optimize import folded_onnx, ort_session_options
+        from pipeline.export.fold import folded_onnx, ort_session_options
 
         self.model_name, self.scale = model, scale
         from models.registry import WeightsError
@@ -235,47 +233,5 @@ def folded_backend(model: str, scale: int, weights=None, threads: int | None = N
 
 
 # -- CLI -------------------------------------------------------------------------------------------------
-def add_arguments(p) -> None:
-    p.add_argument("--model", default="all", help="model name or 'all' (default: all)")
-    p.add_argument("--output", default="outputs/compare", help="report folder (default: outputs/compare)")
-    p.add_argument("--scales", type=float, nargs="+", help="scales to compare (default: the model's default)")
-    p.add_argument("--size", type=int, default=96, help="centre crop of each held-out image (default: 96)")
-    p.add_argument("--precisions", nargs="+", default=["fp32", "fp16"], choices=["fp32", "fp16"])
-    p.add_argument("--backends", nargs="+", help="only these backends (default: every available one)")
-    p.add_argument("--tol-fp32", type=float, default=DEFAULT_TOL_FP32, help="FP32 max abs error (default 1e-4)")
-    p.add_argument("--psnr-fp16", type=float, default=DEFAULT_PSNR_FP16, help="FP16 min PSNR vs FP32 in dB (default 50)")
-    p.add_argument("--bisect", action="store_true", help="on a failure, name the first diverging ONNX node")
-    p.add_argument("--weights", help="weights file (default: the shipped weights)")
 
 
-def models_arg(name: str) -> list[str]:
-    from models.registry import MODELS
-
-    if name == "all":
-        return list(MODELS)
-    if name not in MODELS:
-        raise PipelineError(f"unknown model '{name}' (known: all, {', '.join(MODELS)})")
-    return [name]
-
-
-def run(args) -> int:
-    from . import report
-
-    if args.size < 8:
-        raise PipelineError(f"--size must be at least 8 pixels, got {args.size}")
-    out_dir = Path(args.output)
-    results = []
-    for model in models_arg(args.model):
-        print(f"compare {model}")
-        try:
-            results.append(compare_model(model, scales=args.scales, size=args.size, precisions=args.precisions,
-                                         backends=args.backends, tol_fp32=args.tol_fp32, psnr_fp16=args.psnr_fp16,
-                                         bisect=args.bisect, weights=args.weights))
-        except (KeyError, ValueError) as e:
-            raise PipelineError(str(e.args[0] if e.args else e)) from None
-    doc = {"kind": "compare", "environment": report.environment(), "models": results}
-    paths = report.write_compare(doc, out_dir)
-    failed = [r for m in results for r in m["rows"] if r["status"] in ("fail", "error")]
-    print(f"report: {paths['md']}  ({len(failed)} failing of "
-          f"{sum(r['status'] in ('pass', 'fail', 'error') for m in results for r in m['rows'])} run)")
-    return 1 if failed else 0

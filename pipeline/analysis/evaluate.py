@@ -1,13 +1,11 @@
 """`python -m pipeline eval`: Y-channel PSNR/SSIM of a model vs bicubic on the held-out images.
 
-Each held-out image is degraded as in training (pipeline.degradation.make_pair), upscaled by bicubic
+Each held-out image is degraded as in training (pipeline.data.degradation.make_pair), upscaled by bicubic
 and by the model, both rounded to uint8, and scored against the HR image with the border cropped by
-the scale (pipeline.metrics). `evaluate()` is reused by scripts/train.py for the model card.
+the scale (pipeline.analysis.metrics). `evaluate()` is reused by scripts/train.py for the model card.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
 from pathlib import Path
 
@@ -15,12 +13,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.registry import MODELS, WeightsError, file_sha256, get_spec, load_model, run as run_model
-from .atomic import atomic_write
-from .degradation import make_pair, to_tensor, to_uint8, upscale_bicubic
-from .errors import PipelineError
-from .metrics import psnr_y, ssim_y
-from . import sample_images
+from models.registry import file_sha256, get_spec, load_model
+from models.registry import run as run_model
+from pipeline.analysis.metrics import psnr_y, ssim_y
+from pipeline.data import sample_images
+from pipeline.data.degradation import make_pair, to_tensor, to_uint8, upscale_bicubic
+from pipeline.errors import PipelineError
 
 DEFAULT_SCALES = (2.0, 3.0, 4.0)
 
@@ -95,27 +93,3 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, choices=sorted(MODELS), help="registered model name")
-    parser.add_argument("--scales", type=float, nargs="+", default=list(DEFAULT_SCALES),
-                        help="upscale factors to evaluate (default: 2 3 4; the static srcnn-x3 only does 3)")
-    parser.add_argument("--weights", type=Path, help="weight file to evaluate instead of the shipped one")
-    parser.add_argument("--json", type=Path, help="also write all numbers (per image too) to this JSON file")
-    parser.add_argument("--images", nargs="+", choices=sample_images.HELD_OUT, metavar="NAME",
-                        help=f"subset of the held-out images (default: all of {', '.join(sample_images.HELD_OUT)})")
-
-
-def run(args: argparse.Namespace) -> int:
-    try:
-        images = {n: sample_images.load_rgb(n) for n in args.images} if args.images else None
-        result = evaluate(args.model, args.scales, args.weights, images=images)
-    except (WeightsError, ValueError) as e:
-        raise PipelineError(str(e)) from None
-    skipped = [r["skipped"] for r in result["scales"].values() if "skipped" in r]
-    if len(skipped) == len(result["scales"]):
-        raise PipelineError(skipped[0])
-    print(format_table(result))
-    if args.json:
-        atomic_write(Path(args.json), json.dumps(result, indent=2, allow_nan=True) + "\n")
-        print(f"wrote {args.json}")
-    return 0

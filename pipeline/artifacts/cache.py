@@ -13,7 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from .errors import PipelineError
+from pipeline.errors import PipelineError
 
 PRECISIONS = ("fp32", "fp16")
 OPS = ("custom", "standard")
@@ -80,7 +80,7 @@ def onnx_for(model: str, precision: str = "fp32", ops: str = "custom", *, export
     if path.is_file() and path.stat().st_size > 0:
         return path
     try:
-        from .export import export_model
+        from pipeline.export import export_model
     except ImportError as e:
         raise PipelineError(f"cannot export {model} to ONNX: pipeline.export is unavailable ({e})") from None
     folder.mkdir(parents=True, exist_ok=True)

@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from pipeline.errors import PipelineError
-from pipeline.native import cpu_kernels_library, load_library
+from pipeline.native.libraries import cpu_kernels_library, load_library
 
 ABI_VERSION = 1
 _F32P = ctypes.POINTER(ctypes.c_float)
 _INT = ctypes.c_int
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _lib() -> ctypes.CDLL:
     path = cpu_kernels_library()
     lib = load_library(path)

@@ -1,0 +1,142 @@
+"""`--backend auto`: the fastest available backend, measured on this machine or by the expected order."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+from pipeline.backends.availability import BackendStatus, available, gpu_visible
+from pipeline.backends.base import Backend
+from pipeline.backends.registry import create_named
+from pipeline.errors import PipelineError
+
+# Expected order, fastest first, when nothing was measured on this machine. On the 2-core Xeon CPU box
+# (SRCNN x3, 256x256 -> 768x768, same run): ort-folded ~3x, ort ~2x faster than torch eager (README "backends").
+GPU_ORDER = ("trt", "ort-trt", "ort-cuda", "torch")
+
+
+CPU_ORDER = ("ort-folded", "ort", "ort-sr-kernels", "torch")
+
+
+class AutoPick(NamedTuple):
+    name: str
+    reason: str
+
+
+def create(backend: str, model: str, precision: str = "fp32", **opts) -> Backend:
+    """A loaded backend. 'auto' picks the fastest available one and records why in `selection_reason`."""
+    if backend == "auto":
+        if opts.get("engine") is not None:  # an engine file only runs on TensorRT
+            pick = AutoPick("trt", "an engine file was given")
+        elif opts.get("onnx") is not None:  # an ONNX file: ONNX Runtime with its best provider
+            pick = AutoPick("ort", "an ONNX file was given")
+        else:
+            pick = pick_auto(model, precision, weights=opts.get("weights"))
+        b = create_named(pick.name, model, precision, **opts)
+        b.selection_reason = f"auto: {pick.reason}"
+        return b
+    return create_named(backend, model, precision, **opts)
+
+
+def machine_fingerprint() -> str:
+    import onnxruntime
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    gpu = gpu_visible()
+    return json.dumps({"cpu": cpu, "cores": os.cpu_count(), "gpu": gpu[1] if gpu[0] else None,
+                       "torch": torch.__version__, "ort": onnxruntime.__version__}, sort_keys=True)
+
+
+def _measure_file(model: str, precision: str) -> Path:
+    import hashlib
+
+    from pipeline.artifacts.cache import cache_dir
+
+    key = hashlib.sha256(machine_fingerprint().encode()).hexdigest()[:12]
+    return cache_dir() / "auto" / f"{model}-{precision}-{key}.json"
+
+
+def time_backend(backend: Backend, size: int = 256, scale: float | None = None, repeats: int = 5,
+                 warmup: int = 1) -> float:
+    """Median latency (ms) of one size x size image through a loaded backend."""
+    import numpy as np
+
+    scale = backend.spec.default_scale if scale is None else scale
+    x = np.random.default_rng(0).random((1, 3, size, size), dtype=np.float32)
+    for _ in range(warmup):
+        backend.infer(x, scale)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        backend.infer(x, scale)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def measure(model: str, precision: str = "fp32", names: list[str] | None = None, size: int = 256,
+            repeats: int = 5, log=print, weights=None) -> dict[str, float]:
+    """Time each available backend on this machine and remember the result for pick_auto."""
+    from pipeline.artifacts.atomic import atomic_write
+
+    names = names or [s.name for s in available(model, precision, weights) if s.available and s.name != "ort-cpu"]
+    ms = {}
+    for name in names:
+        try:
+            b = create_named(name, model, precision, weights=weights)
+        except PipelineError as e:
+            log(f"  {name}: cannot run ({e})")
+            continue
+        ms[name] = time_backend(b, size, repeats=repeats)
+        log(f"  {name}: {ms[name]:.1f} ms median ({size}x{size}, scale {b.spec.default_scale:g}, {repeats} runs)")
+    record = {"model": model, "precision": precision, "size": size, "repeats": repeats, "ms": ms,
+              "machine": json.loads(machine_fingerprint()), "when": time.strftime("%Y-%m-%d %H:%M:%S")}
+    atomic_write(_measure_file(model, precision), json.dumps(record, indent=2).encode())
+    return ms
+
+
+def measured(model: str, precision: str = "fp32") -> dict | None:
+    path = _measure_file(model, precision)
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def pick_auto(model: str, precision: str = "fp32", statuses: list[BackendStatus] | None = None,
+              weights=None) -> AutoPick:
+    """Fastest available backend: a measurement of this machine if one was made (`backends --measure`),
+    otherwise the expected order (GPU: trt > ort-trt > ort-cuda > torch; CPU: ort > ort-sr-kernels > torch)."""
+    statuses = statuses if statuses is not None else available(model, precision, weights)
+    ok = {s.name for s in statuses if s.available}
+    if not ok:
+        why = "; ".join(f"{s.name}: {s.reason}" for s in statuses)
+        raise PipelineError(f"no backend can run {model} ({precision}): {why}")
+    record = measured(model, precision)
+    if record:
+        timed = {n: t for n, t in record["ms"].items() if n in ok}
+        if timed:
+            best = min(timed, key=timed.get)
+            parts = ", ".join(f"{n} {t:.0f} ms" for n, t in sorted(timed.items(), key=lambda kv: kv[1]))
+            return AutoPick(best, f"{best} is fastest measured on this machine ({record['size']}x{record['size']}: {parts})")
+    gpu = gpu_visible()[0]
+    order = GPU_ORDER if gpu else CPU_ORDER
+    for name in order:
+        if name in ok:
+            skipped = [n for n in order[:order.index(name)] if n not in ok]
+            where = "on this GPU machine" if gpu else "on a CPU-only machine (no CUDA GPU, so no trt/ort-cuda/ort-trt)"
+            note = f"; faster-ranked but unavailable: {', '.join(skipped)}" if skipped else ""
+            return AutoPick(name, f"{name} is the expected fastest available {where}{note} "
+                                  f"(`python -m pipeline backends --model {model} --measure` times them here)")
+    name = sorted(ok)[0]
+    return AutoPick(name, f"{name} is the only kind available")
+

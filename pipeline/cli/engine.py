@@ -1,0 +1,101 @@
+"""`python -m pipeline engine`: ONNX -> TensorRT engine(s) with our sr plugins."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.engine import (
+    Profile,
+    build_engine,
+    default_profile,
+    ensure_engine,
+    profiles_from_config,
+    tensorrt_problem,
+    validate_profile,
+)
+from pipeline.errors import PipelineError
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--onnx", type=Path, help="ONNX file to build (exported by `python -m pipeline export`)")
+    parser.add_argument("--output", type=Path, help="engine file to write (a .json sidecar is written next to it)")
+    parser.add_argument("--all", action="store_true", help="build every custom-op ONNX file in --onnx-dir")
+    parser.add_argument("--onnx-dir", type=Path, default=Path("outputs/onnx"))
+    parser.add_argument("--output-dir", type=Path, default=Path("outputs/engines"))
+    parser.add_argument("--baseline", action="store_true",
+                        help="with --all: also build the --ops standard ONNX files (TensorRT's own Resize/DeformConv)")
+    parser.add_argument("--precision", choices=("fp32", "fp16", "all"), default="all",
+                        help="with --all: which graphs to build (the precision of a graph is its own; default all)")
+    parser.add_argument("--batch", help="MIN,OPT,MAX batch (default 1,1,4)")
+    parser.add_argument("--height", help="MIN,OPT,MAX input height (default 8,256,512)")
+    parser.add_argument("--width", help="MIN,OPT,MAX input width (default 8,256,512)")
+    parser.add_argument("--scale", help="MIN,OPT,MAX scale the size input may take (default 2,3,4 within the model's range)")
+    parser.add_argument("--profile-config", type=Path, help="JSON with one or more profiles (overrides the flags)")
+    parser.add_argument("--workspace", type=int, default=1024, help="builder workspace limit in MiB (default 1024)")
+    parser.add_argument("--opt-level", type=int, default=3, choices=range(0, 6), metavar="0-5",
+                        help="builder optimization level (default 3)")
+    parser.add_argument("--timing-cache", type=Path, help="timing cache file reused across builds "
+                        "(default $SRDEPLOY_CACHE/trt-timing.cache)")
+    parser.add_argument("--plugin-lib", type=Path, help="plugin library (default: pipeline.native.libraries.trt_plugin_library())")
+    parser.add_argument("--force", action="store_true", help="rebuild even when a fresh engine exists")
+    parser.add_argument("--quiet", action="store_true", help="no progress line")
+
+
+def profiles_from_args(args, spec) -> list[Profile]:
+    if args.profile_config:
+        return profiles_from_config(args.profile_config, spec)
+    base = default_profile(spec)
+    d = {"batch": args.batch or base.batch, "height": args.height or base.height,
+         "width": args.width or base.width, "scale": args.scale or base.scale}
+    return [validate_profile(Profile.from_dict(d), spec)]
+
+
+def _jobs(args) -> list[tuple[Path, Path, dict]]:
+    """(onnx, engine, metadata) pairs to build, validated before TensorRT is touched."""
+    from pipeline.artifacts.onnx_file import onnx_metadata
+
+    if args.all:
+        if not args.onnx_dir.is_dir():
+            raise PipelineError(f"ONNX folder not found: {args.onnx_dir} (run `make onnx` first)")
+        jobs = []
+        for f in sorted(args.onnx_dir.glob("*.onnx")):
+            meta = onnx_metadata(f)
+            if meta.get("ops", "custom") == "standard" and not args.baseline:
+                continue
+            if args.precision != "all" and meta.get("precision", "fp32") != args.precision:
+                continue
+            jobs.append((f, args.output_dir / f"{f.stem}.engine", meta))
+        if not jobs:
+            raise PipelineError(f"no matching ONNX files in {args.onnx_dir} (run `make onnx` first)")
+        return jobs
+    if not args.onnx or not args.output:
+        raise PipelineError("give --onnx FILE --output FILE.engine, or --all --onnx-dir DIR --output-dir DIR")
+    if not args.onnx.is_file():
+        raise PipelineError(f"ONNX file not found: {args.onnx}")
+    return [(args.onnx, args.output, onnx_metadata(args.onnx))]
+
+
+def run(args) -> int:
+    from models.registry import get_spec
+
+    if args.all and args.onnx:
+        raise PipelineError("--all builds a folder; do not combine it with --onnx")
+    # Environment first: on a machine without a GPU/TensorRT nothing else matters (one line, no traceback).
+    problem = tensorrt_problem()
+    if problem:
+        raise PipelineError(problem)
+    jobs = _jobs(args)
+    for onnx_file, engine_file, meta in jobs:
+        model = meta.get("model")
+        try:
+            spec = get_spec(model)
+        except KeyError:
+            raise PipelineError(f"{onnx_file} has no known 'model' in its metadata (got {model!r}); re-export it") from None
+        profiles = profiles_from_args(args, spec)
+        opts = dict(plugin_lib=args.plugin_lib, workspace_mb=args.workspace, opt_level=args.opt_level,
+                    timing_cache=args.timing_cache, progress=not args.quiet)
+        if args.force:
+            build_engine(onnx_file, engine_file, profiles, **opts)
+        else:
+            ensure_engine(onnx_file, engine_file, profiles, **opts)
+    return 0
+

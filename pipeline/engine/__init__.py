@@ -1,0 +1,43 @@
+"""`engine` stage: ONNX -> TensorRT 11 engine with our sr plugins, plus a JSON sidecar per engine.
+
+The plugin library is loaded through TensorRT's plugin registry, the sr function bodies are stripped
+so the ONNX parser falls back to our plugins, and the network is strongly typed (TensorRT 11 always
+is), so an FP16 engine comes from the FP16 ONNX graph. Profiles, sidecars and staleness checks are plain
+Python (tested without TensorRT); only `build_engine` and `current_environment` need it.
+
+    environment  what engines need here (GPU, TensorRT) and the facts an engine is tied to
+    profiles     min/opt/max shapes and scale range
+    sidecar      the JSON next to each engine; fresh / stale / foreign
+    plugins      loading our plugin library into TensorRT's registry
+    build        ONNX -> engine, and the cached-engine policy
+"""
+from pipeline.engine.build import build_engine, ensure_engine
+from pipeline.engine.environment import (
+                                      INSTALL_HINT,
+                                      current_environment,
+                                      tensorrt_problem,
+)
+from pipeline.engine.plugins import load_plugins
+from pipeline.engine.profiles import (
+                                      Profile,
+                                      default_profile,
+                                      profile_for_input,
+                                      profiles_from_config,
+                                      validate_profile,
+)
+from pipeline.engine.sidecar import (
+                                      ENV_KEYS,
+                                      SIDECAR_VERSION,
+                                      check_engine,
+                                      make_sidecar,
+                                      plan_engine,
+                                      read_sidecar,
+                                      sidecar_path,
+                                      sidecar_problems,
+                                      sidecar_profiles,
+)
+
+__all__ = ["ENV_KEYS", "INSTALL_HINT", "SIDECAR_VERSION", "Profile", "build_engine", "check_engine",
+           "current_environment", "default_profile", "ensure_engine", "load_plugins", "make_sidecar", "plan_engine",
+           "profile_for_input", "profiles_from_config", "read_sidecar", "sidecar_path", "sidecar_problems",
+           "sidecar_profiles", "tensorrt_problem", "validate_profile"]

@@ -1,0 +1,145 @@
+"""ONNX -> serialized TensorRT engine (atomic) + sidecar, and the cached-engine policy."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from pipeline.artifacts.onnx_file import load_onnx
+from pipeline.engine.environment import current_environment, tensorrt_problem
+from pipeline.engine.plugins import load_plugins
+from pipeline.engine.profiles import Profile
+from pipeline.engine.sidecar import (
+    check_engine,
+    make_sidecar,
+    plan_engine,
+    read_sidecar,
+    sidecar_path,
+)
+from pipeline.errors import PipelineError
+
+
+def _make_logger():
+    import tensorrt as trt
+
+    return trt.Logger(trt.Logger.WARNING)
+
+
+def _progress_monitor(stream=sys.stderr):
+    import tensorrt as trt
+
+    class Progress(trt.IProgressMonitor):
+        """One line, rewritten in place: the innermost builder phase and its step count."""
+
+        def __init__(self):
+            trt.IProgressMonitor.__init__(self)
+            self.phases: dict[str, tuple[int, int]] = {}
+
+        def phase_start(self, phase_name, parent_phase, num_steps):
+            self.phases[phase_name] = (0, num_steps)
+            self._show(phase_name)
+
+        def step_complete(self, phase_name, step):
+            self.phases[phase_name] = (step + 1, self.phases.get(phase_name, (0, 0))[1])
+            self._show(phase_name)
+            return True  # False would cancel the build
+
+        def phase_finish(self, phase_name):
+            self.phases.pop(phase_name, None)
+
+        def _show(self, phase):
+            done, total = self.phases.get(phase, (0, 0))
+            stream.write(f"\r  building: {phase} {done}/{total}".ljust(72))
+            stream.flush()
+
+    return Progress()
+
+
+def build_engine(onnx_file: Path, output: Path, profiles: list[Profile], *, plugin_lib: Path | None = None,
+                 workspace_mb: int = 1024, opt_level: int = 3, timing_cache: Path | None = None,
+                 progress: bool = True, log=print) -> dict:
+    """Build and serialize an engine (atomically) and its sidecar; return the sidecar."""
+    import tensorrt as trt
+
+    from models.registry import file_sha256
+    from pipeline.artifacts.atomic import atomic_write
+    from pipeline.artifacts.cache import cache_dir
+    from pipeline.export import strip_sr_functions
+
+    problem = tensorrt_problem()
+    if problem:
+        raise PipelineError(problem)
+    if plugin_lib is None:
+        from pipeline.native.libraries import trt_plugin_library
+
+        plugin_lib = trt_plugin_library()
+    onnx_file, output = Path(onnx_file), Path(output)
+    model, meta = load_onnx(onnx_file)
+    ops = meta.get("ops", "custom")
+    precision = meta.get("precision", "fp32")
+    if ops == "custom":
+        load_plugins(plugin_lib)
+        model = strip_sr_functions(model)  # no function bodies: the parser falls back to our plugins
+    t0 = time.perf_counter()
+    logger = _make_logger()
+    builder = trt.Builder(logger)
+    # TensorRT 11 networks are always strongly typed (kSTRONGLY_TYPED is deprecated and ignored): tensor types
+    # come from the graph, so the FP16 ONNX graph gives an FP16 engine without any builder precision flag.
+    network = builder.create_network(0)
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse(model.SerializeToString()):
+        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+        raise PipelineError(f"TensorRT cannot parse {onnx_file.name}: {errors or 'unknown parser error'}")
+    inputs = {network.get_input(i).name for i in range(network.num_inputs)}
+    config = builder.create_builder_config()
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(workspace_mb) << 20)
+    config.builder_optimization_level = int(opt_level)
+    timing_cache = Path(timing_cache) if timing_cache else cache_dir() / "trt-timing.cache"
+    blob = timing_cache.read_bytes() if timing_cache.is_file() else b""
+    cache = config.create_timing_cache(blob)
+    config.set_timing_cache(cache, False)
+    if progress:
+        config.progress_monitor = _progress_monitor()
+    for p in profiles:
+        prof = builder.create_optimization_profile()
+        prof.set_shape("input", *p.input_shapes())
+        if "size" in inputs:
+            prof.set_shape_input("size", *[list(v) for v in p.size_values()])
+        config.add_optimization_profile(prof)
+    serialized = builder.build_serialized_network(network, config)
+    if progress:
+        sys.stderr.write("\n")
+    if serialized is None:
+        raise PipelineError(f"TensorRT failed to build an engine from {onnx_file.name} (see the TensorRT log above)")
+    atomic_write(output, bytes(serialized))
+    atomic_write(timing_cache, bytes(config.get_timing_cache().serialize()))
+    env = current_environment(plugin_lib)
+    io = {"inputs": sorted(inputs), "has_size_input": "size" in inputs}
+    sidecar = make_sidecar(env, onnx_file=onnx_file, onnx_sha256=file_sha256(onnx_file),
+                           model=meta.get("model", "?"), precision=precision, ops=ops, profiles=profiles,
+                           io=io, build_seconds=round(time.perf_counter() - t0, 2))
+    atomic_write(sidecar_path(output), json.dumps(sidecar, indent=2).encode())
+    log(f"engine: {output} ({precision}, {ops} ops, {len(profiles)} profile(s), {sidecar['build_seconds']} s)")
+    return sidecar
+
+
+def ensure_engine(onnx_file: Path, output: Path, profiles: list[Profile], *, rebuild_stale: bool = True,
+                  log=print, **build_opts) -> dict:
+    """Use `output` if its sidecar matches this machine, ONNX file and profiles; else (re)build it, or
+    with rebuild_stale=False refuse a stale one with the reason."""
+    from models.registry import file_sha256
+
+    env = current_environment(build_opts.get("plugin_lib"))
+    onnx_sha = file_sha256(onnx_file)
+    action, why = plan_engine(output, env, onnx_sha, profiles)
+    if action == "use":
+        log(f"engine: {output} is {why}")
+        return read_sidecar(output)
+    if action == "rebuild":
+        if not rebuild_stale:
+            check_engine(output, env, onnx_sha)  # raises with the reasons and the rebuild command
+            raise PipelineError(f"engine {output} was built with other profiles; rebuild it ({why})")
+        log(f"engine {Path(output).name}: rebuilding ({why})")
+    return build_engine(onnx_file, output, profiles, log=log, **build_opts)
+

@@ -1,0 +1,51 @@
+"""What TensorRT engines need on this machine, and the facts an engine is tied to (sidecar keys)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+INSTALL_HINT = ("on a machine with an NVIDIA GPU run `.venv/bin/pip install -e '.[gpu]'` "
+                "(TensorRT 11 for CUDA 13: tensorrt-cu13)")
+
+
+def _gpu_problem() -> str | None:
+    try:
+        import torch
+    except ImportError:
+        return "PyTorch is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA GPU is visible"
+    return None
+
+
+def _trt_import_problem() -> str | None:
+    try:
+        import tensorrt  # noqa: F401
+    except (ImportError, OSError) as e:  # OSError: bindings present but libnvinfer missing
+        detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return f"TensorRT is not installed ({detail})"
+    return None
+
+
+def tensorrt_problem() -> str | None:
+    """None when TensorRT engines can be built and run here, else one line saying what is missing and how to get it."""
+    missing = [p for p in (_gpu_problem(), _trt_import_problem()) if p]
+    if not missing:
+        return None
+    return "TensorRT engines need a CUDA GPU and TensorRT 11: " + " and ".join(missing) + "; " + INSTALL_HINT
+
+
+def current_environment(plugin_lib: Path | None = None) -> dict:
+    import tensorrt as trt
+    import torch
+
+    from models.registry import file_sha256
+
+    if plugin_lib is None:
+        from pipeline.native.libraries import trt_plugin_library
+
+        plugin_lib = trt_plugin_library()
+    props = torch.cuda.get_device_properties(0)
+    return {"tensorrt": trt.__version__, "cuda": torch.version.cuda, "gpu": props.name,
+            "compute_capability": f"{props.major}.{props.minor}", "plugin_library": str(plugin_lib),
+            "plugin_sha256": file_sha256(Path(plugin_lib))}
+

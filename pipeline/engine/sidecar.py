@@ -1,0 +1,94 @@
+"""The JSON sidecar next to every engine, and whether an engine is fresh for this machine and ONNX file."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from pipeline.engine.profiles import Profile
+from pipeline.errors import PipelineError
+
+SIDECAR_VERSION = 1
+
+
+ENV_KEYS = ("tensorrt", "gpu", "compute_capability", "plugin_sha256")
+
+
+def sidecar_path(engine: Path) -> Path:
+    return Path(str(engine) + ".json")
+
+
+def make_sidecar(env: dict, *, onnx_file: Path, onnx_sha256: str, model: str, precision: str, ops: str,
+                 profiles: list[Profile], io: dict | None = None, build_seconds: float | None = None) -> dict:
+    return {
+        "sidecar_version": SIDECAR_VERSION,
+        **{k: env.get(k) for k in ("tensorrt", "cuda", "gpu", "compute_capability", "plugin_library", "plugin_sha256")},
+        "onnx": str(onnx_file),
+        "onnx_sha256": onnx_sha256,
+        "model": model,
+        "precision": precision,
+        "ops": ops,
+        "profiles": [p.to_dict() for p in profiles],
+        "io": io or {},
+        "build_seconds": build_seconds,
+        "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def read_sidecar(engine: Path) -> dict | None:
+    try:
+        return json.loads(sidecar_path(engine).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def sidecar_problems(sidecar: dict | None, env: dict, onnx_sha256: str | None = None) -> list[str]:
+    """Why an engine cannot be used on this machine (empty list = fresh). `env` = current_environment()."""
+    if sidecar is None:
+        return ["no readable sidecar (.engine.json), so its TensorRT/GPU/plugin build is unknown"]
+    if sidecar.get("sidecar_version") != SIDECAR_VERSION:
+        return [f"sidecar version {sidecar.get('sidecar_version')} != {SIDECAR_VERSION}"]
+    problems = []
+    names = {"tensorrt": "TensorRT", "gpu": "GPU", "compute_capability": "compute capability",
+             "plugin_sha256": "plugin library"}
+    for key in ENV_KEYS:
+        if sidecar.get(key) != env.get(key):
+            was, now = sidecar.get(key), env.get(key)
+            if key == "plugin_sha256":
+                was, now = (str(was)[:12], str(now)[:12])
+            problems.append(f"{names[key]} {was} (built) != {now} (here)")
+    if onnx_sha256 is not None and sidecar.get("onnx_sha256") != onnx_sha256:
+        problems.append("the ONNX file changed since the build")
+    return problems
+
+
+def sidecar_profiles(sidecar: dict) -> list[Profile]:
+    return [Profile.from_dict(p) for p in sidecar.get("profiles", [])]
+
+
+def check_engine(engine: Path, env: dict, onnx_sha256: str | None = None) -> dict:
+    """Sidecar of a usable engine, or PipelineError saying why it is stale/foreign and how to rebuild."""
+    engine = Path(engine)
+    if not engine.is_file():
+        raise PipelineError(f"engine not found: {engine} (build it with `python -m pipeline engine` / `make engine`)")
+    sidecar = read_sidecar(engine)
+    problems = sidecar_problems(sidecar, env, onnx_sha256)
+    if problems:
+        raise PipelineError(f"engine {engine.name} is stale or foreign: {'; '.join(problems)}; rebuild it with "
+                            f"`python -m pipeline engine --onnx {sidecar.get('onnx', 'MODEL.onnx') if sidecar else 'MODEL.onnx'} "
+                            f"--output {engine}`")
+    return sidecar
+
+
+def plan_engine(engine: Path, env: dict, onnx_sha256: str, profiles: list[Profile]) -> tuple[str, str]:
+    """What to do with a cached engine: ("use", why) / ("build", why) / ("rebuild", why). Pure logic."""
+    if not Path(engine).is_file():
+        return "build", "no engine yet"
+    sidecar = read_sidecar(engine)
+    problems = sidecar_problems(sidecar, env, onnx_sha256)
+    if problems:
+        return "rebuild", "; ".join(problems)
+    if sidecar.get("profiles") != [p.to_dict() for p in profiles]:
+        return "rebuild", "profiles changed"
+    return "use", f"up to date (TensorRT {env.get('tensorrt')}, {env.get('gpu')})"
+
