@@ -20,6 +20,7 @@ STAGES = {
     "compare": ("pipeline.cli.compare", "compare every available backend's output with PyTorch FP32"),
     "bench": ("pipeline.cli.bench", "benchmark latency/throughput of every available backend"),
     "backends": ("pipeline.cli.backends", "list the backends this machine can run, and why others cannot"),
+    "models": ("pipeline.cli.models", "list our models and the checkpoint architectures that load; describe one"),
     "demo": ("pipeline.cli.demo", "end-to-end demo on shipped weights and skimage images"),
 }
 
