@@ -40,3 +40,53 @@ def save(name: str, directory: Path, fmt: str = "pth", wrap: str | None = None) 
     else:
         torch.save({wrap: state} if wrap else state, path)
     return path
+
+
+class TinyDeform(torch.nn.Module):
+    """A user's own net calling torchvision's deform_conv2d (DCNv2): conv -> offsets/mask -> deform conv -> x2."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(1)
+        self.head = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.offsets = torch.nn.Conv2d(8, 27, 3, padding=1)  # 2*9 offsets + 9 mask logits
+        self.weight = torch.nn.Parameter(torch.randn(8, 8, 3, 3) * 0.1)
+        self.bias = torch.nn.Parameter(torch.zeros(8))
+        self.tail = torch.nn.Conv2d(8, 12, 3, padding=1)
+        self.shuffle = torch.nn.PixelShuffle(2)
+        torch.nn.init.normal_(self.offsets.weight, std=0.05)
+
+    def forward(self, x):
+        from torchvision.ops import deform_conv2d
+
+        f = torch.relu(self.head(x))
+        o = self.offsets(f)
+        f = deform_conv2d(f, o[:, :18], self.weight, self.bias, padding=1, mask=torch.sigmoid(o[:, 18:]))
+        return self.shuffle(self.tail(torch.relu(f)))
+
+
+class TwoConvs(torch.nn.Module):
+    """Two 5x5 convs then x2 pixel shuffle: receptive field exactly 4 LR pixels; declares `scale`."""
+
+    scale = 2
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(2)
+        self.a = torch.nn.Conv2d(3, 8, 5, padding=2)
+        self.b = torch.nn.Conv2d(8, 12, 5, padding=2)
+
+    def forward(self, x):
+        return torch.nn.functional.pixel_shuffle(self.b(torch.tanh(self.a(x))), 2)
+
+
+def deform_factory():
+    return TinyDeform().eval(), 2
+
+
+def two_convs_factory():
+    return TwoConvs().eval()
+
+
+def undeclared_scale_factory():
+    return torch.nn.Conv2d(3, 3, 1)

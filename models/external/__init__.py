@@ -18,7 +18,7 @@ from torch import nn
 from models.registry import WeightsError, file_sha256
 
 from . import checkpoint, factory, receptive
-from .modules import AnyScale, PaddedNet
+from .modules import AnyScale, PaddedNet, make_traceable
 
 SUFFIXES = checkpoint.SUFFIXES
 architectures = checkpoint.architectures
@@ -111,7 +111,7 @@ def load(value: str | Path, *, measure: bool = True) -> External:
     if facts["input_channels"] != RGB or facts["output_channels"] != RGB:
         raise WeightsError(f"model {value} maps {facts['input_channels']} to {facts['output_channels']} channels; "
                            f"the pipeline runs RGB models ({RGB} to {RGB})")
-    module = PaddedNet(net.float().eval(), facts["scale"], facts["align"]).eval()
+    module = PaddedNet(make_traceable(net.float().eval()), facts["scale"], facts["align"]).eval()
     rf = None
     if measure:
         try:

@@ -7,11 +7,35 @@ and crops the output back, so any input size works and the exported graph keeps 
 """
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from models.ops import dynamic_resize
+
+
+def _window_reverse(windows: torch.Tensor, window_size: int, h: int, w: int) -> torch.Tensor:
+    """Swin's window_reverse with the batch left to view(-1): the original computes it by float division, on
+    which torch.export can only specialise to the example size (the exported graph is then wrong elsewhere)."""
+    c = windows.shape[-1]
+    x = windows.view(-1, h // window_size, w // window_size, window_size, window_size, c)
+    return x.permute(0, 1, 3, 2, 4, 5).contiguous().view(-1, h, w, c)
+
+
+def make_traceable(net: nn.Module) -> nn.Module:
+    """Make Swin-style nets export at any size, with the same values: the shifted-window mask is always computed
+    for the actual size (not the cached one, chosen by comparing sizes, which export freezes to the example),
+    and window_reverse is the integer-exact version above (patched in spandrel's arch module, same results)."""
+    for m in net.modules():
+        if hasattr(m, "calculate_mask") and isinstance(getattr(m, "input_resolution", None), tuple):
+            m.input_resolution = (0, 0)
+        arch_module = sys.modules.get(type(m).__module__)
+        if arch_module is not None and arch_module.__name__.startswith("spandrel.") \
+                and callable(getattr(arch_module, "window_reverse", None)):
+            arch_module.window_reverse = _window_reverse
+    return net
 
 
 class PaddedNet(nn.Module):
