@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from models import external
+from models.external.modules import AnyScale
 from models.registry import WeightsError, file_sha256
 from pipeline.cli import main as cli_main
 from pipeline.export import graph
@@ -169,7 +170,7 @@ def _ort(proto, feed):
 def test_fixed_x4_net_at_x3_runs_x4_then_sr_dynamic_resize(ckpt_dir, exporter):
     ext = external.load(ckpt_dir / "compact.pth", measure=False)
     net3 = ext.module_for(3)
-    assert ext.module_for(4) is ext.module and isinstance(net3, external.AnyScale)
+    assert ext.module_for(4) is ext.module and isinstance(net3, AnyScale)
     x = torch.rand(1, 3, 17, 22)
     size = torch.tensor([51, 66])
     with torch.no_grad():

@@ -1,125 +1,30 @@
 """Bring your own model: a checkpoint file (through spandrel) or a `package.module:factory`.
 
-`load(value)` gives an `External`: what the pipeline needs to know (`ExternalSpec`: name, architecture, scale,
-checkpoint SHA-256, channels, size needs, dtypes, measured receptive field) and a torch module taking NCHW
-float RGB in [0, 1] at the net's own factor. `External.module_for(scale)` is that module for another
-scale: the net's own output resized with `sr::DynamicResize` (a fixed-x4 net asked for x3 runs at x4).
-Every failure is a `models.registry.WeightsError` with one line naming the file or factory.
+`load(value)` gives an `External`: its `ExternalSpec` (name, architecture, scale, checkpoint SHA-256, channels,
+size needs, dtypes, measured receptive field) and a torch module taking NCHW float RGB in [0, 1] at the net's
+own factor; `External.module_for(scale)` runs it at another scale (its own output resized with
+`sr::DynamicResize`: a fixed-x4 net asked for x3 runs at x4). Failures are one-line
+`models.registry.WeightsError`s naming the file or factory.
+
+This package imports without torch (`is_external`, `ExternalSpec`): the registry lookup asks it first.
 """
 from __future__ import annotations
 
-import hashlib
-import math
-from dataclasses import asdict, dataclass
-from pathlib import Path
-
-from torch import nn
-
-from models.registry import WeightsError, file_sha256
-
-from . import checkpoint, factory, receptive
-from .modules import AnyScale, PaddedNet, make_traceable
-
-SUFFIXES = checkpoint.SUFFIXES
-architectures = checkpoint.architectures
-RGB = 3  # the pipeline feeds and writes RGB
+from .spec import RGB, SUFFIXES, ExternalSpec, is_external, is_factory
 
 
-@dataclass(frozen=True)
-class ExternalSpec:
-    name: str  # file name, or the factory reference
-    source: str  # absolute checkpoint path, or the factory reference
-    architecture: str  # spandrel architecture id, or "factory:<class name>"
-    scale: int  # the net's own factor
-    sha256: str  # of the checkpoint file; for a factory, of its parameters and buffers
-    input_channels: int
-    output_channels: int
-    min_size: int  # smallest input side the net accepts
-    align: int  # input sides are padded to a multiple of this (window size); tiles must start on one
-    supports_half: bool
-    supports_bfloat16: bool
-    receptive_field: int | None  # LR pixels one output pixel sees (measured); None: the whole image
+def load(value, *, measure: bool = True):
+    """models.external.loader.load (imports torch and spandrel)."""
+    from .loader import load as _load
 
-    @property
-    def identity(self) -> str:
-        """What makes two specs the same model: architecture, scale and weights (for cache keys, metadata)."""
-        return f"{self.architecture}-x{self.scale}-{self.sha256[:16]}"
-
-    def describe(self) -> dict:
-        return asdict(self) | {"any_size": self.min_size <= 1, "identity": self.identity}
+    return _load(value, measure=measure)
 
 
-@dataclass
-class External:
-    spec: ExternalSpec
-    module: PaddedNet  # NCHW [0, 1] -> NCHW at spec.scale, eval mode, CPU
+def architectures() -> list[str]:
+    """Ids of the architectures spandrel recognises from a state dict (imports spandrel)."""
+    from .checkpoint import architectures as _architectures
 
-    def module_for(self, scale: float | None) -> nn.Module:
-        """The net itself at its own factor (or scale None); otherwise AnyScale(net): forward(x, size)."""
-        if scale is None or float(scale) == self.spec.scale:
-            return self.module
-        return AnyScale(self.module, self.spec.scale).eval()
+    return _architectures()
 
 
-def is_external(value: str) -> bool:
-    """Whether a --model value names a checkpoint file or a factory rather than a registered model."""
-    return Path(value).suffix.lower() in SUFFIXES or factory.is_factory(value)
-
-
-def _tensor_sha256(net: nn.Module) -> str:
-    h = hashlib.sha256()
-    for k, v in sorted(net.state_dict().items()):
-        h.update(k.encode())
-        h.update(str(tuple(v.shape)).encode())
-        h.update(v.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
-
-
-def _from_checkpoint(path: Path) -> tuple[dict, nn.Module]:
-    desc = checkpoint.load_descriptor(path)
-    req = desc.size_requirements
-    if req.square:
-        raise WeightsError(f"checkpoint {path}: {desc.architecture.id} needs square inputs, which the pipeline "
-                           "does not provide")
-    window = getattr(desc.model, "window_size", 1)
-    align = math.lcm(max(1, req.multiple_of), window if isinstance(window, int) and window > 0 else 1)
-    facts = dict(name=path.name, source=str(path.resolve()), architecture=desc.architecture.id, scale=desc.scale,
-                 sha256=file_sha256(path), input_channels=desc.input_channels,
-                 output_channels=desc.output_channels, min_size=max(1, req.minimum), align=align,
-                 supports_half=desc.supports_half, supports_bfloat16=desc.supports_bfloat16)
-    return facts, desc.model
-
-
-def _from_factory(ref: str) -> tuple[dict, nn.Module]:
-    net, scale = factory.build(ref)
-    align = getattr(net, "align", 1)
-    facts = dict(name=ref, source=ref, architecture=f"factory:{type(net).__name__}", scale=scale,
-                 sha256=_tensor_sha256(net), input_channels=getattr(net, "in_channels", RGB),
-                 output_channels=getattr(net, "out_channels", RGB), min_size=1,
-                 align=align if isinstance(align, int) and align > 0 else 1,
-                 supports_half=bool(getattr(net, "supports_half", True)), supports_bfloat16=True)
-    return facts, net
-
-
-def load(value: str | Path, *, measure: bool = True) -> External:
-    """Resolve a checkpoint path or `package.module:factory` to its spec and module (CPU, eval, float32).
-
-    measure=False skips the receptive-field probe (spec.receptive_field is then None).
-    """
-    value = str(value)
-    facts, net = _from_factory(value) if factory.is_factory(value) else _from_checkpoint(Path(value))
-    if facts["input_channels"] != RGB or facts["output_channels"] != RGB:
-        raise WeightsError(f"model {value} maps {facts['input_channels']} to {facts['output_channels']} channels; "
-                           f"the pipeline runs RGB models ({RGB} to {RGB})")
-    module = PaddedNet(make_traceable(net.float().eval()), facts["scale"], facts["align"]).eval()
-    rf = None
-    if measure:
-        try:
-            rf = receptive.measure(module, facts["scale"], RGB, facts["align"], side=max(48, facts["min_size"]))
-        except Exception as e:  # noqa: BLE001 - user nets: a forward failure is their model's fault, one line
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise WeightsError(f"model {value} does not run on a 1x3x48x48 input: {first}") from None
-    return External(ExternalSpec(**facts, receptive_field=rf), module)
-
-
-__all__ = ["AnyScale", "External", "ExternalSpec", "PaddedNet", "SUFFIXES", "architectures", "is_external", "load"]
+__all__ = ["RGB", "SUFFIXES", "ExternalSpec", "architectures", "is_external", "is_factory", "load"]

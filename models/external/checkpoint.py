@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 
 from models.registry import WeightsError
 
-SUFFIXES = (".pth", ".pt", ".ckpt", ".safetensors")
+from .spec import SUFFIXES
 
 
 def architectures() -> list[str]:

@@ -9,17 +9,10 @@ NCHW float at `scale` times the size; it loads its own weights. Optional attribu
 from __future__ import annotations
 
 import importlib
-import re
 
 from torch import nn
 
 from models.registry import WeightsError
-
-PATTERN = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
-
-
-def is_factory(value: str) -> bool:
-    return bool(PATTERN.match(value))
 
 
 def build(ref: str) -> tuple[nn.Module, int]:
