@@ -9,6 +9,7 @@ import platform
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import psutil
 
 from pipeline.artifacts.atomic import atomic_path, atomic_write
@@ -25,7 +26,7 @@ def environment() -> dict:
         pass
     env["physical_cores"] = psutil.cpu_count(logical=False)
     env["memory_gb"] = round(psutil.virtual_memory().total / 2**30, 1)
-    try:
+    try:  # optional at run time (the deploy runtime has no torch); CUDA queries may fail on a broken driver
         import torch
 
         env["torch"] = torch.__version__
@@ -34,13 +35,8 @@ def environment() -> dict:
         env["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     except Exception:
         pass
-    try:
-        import onnxruntime as ort
-
-        env["onnxruntime"] = ort.__version__
-        env["ort_providers"] = ort.get_available_providers()
-    except Exception:
-        pass
+    env["onnxruntime"] = ort.__version__
+    env["ort_providers"] = ort.get_available_providers()
     try:
         import tensorrt  # noqa: F401
 

@@ -4,7 +4,7 @@ Per backend: max / median / p99 absolute error, max relative error, PSNR (data r
 PyTorch FP32 output, and pass/fail with tolerances by precision (FP32: max abs <= --tol-fp32;
 FP16: PSNR >= --psnr-fp16 dB). `--bisect` names the first ONNX node whose output diverges for each
 failing ONNX-based backend (pipeline.analysis.layer_bisect). pipeline.report writes the result as report.md,
-report.json and error.png.
+report.json and error.png. models.registry (torch) is imported where the reference side needs it.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 from pipeline import backends as B
+from pipeline.analysis.candidates import candidate_statuses
 from pipeline.analysis.layer_bisect import bisect_onnx
 from pipeline.analysis.reference import compare_inputs, load_net, reference_outputs
 from pipeline.errors import PipelineError, first_line
@@ -70,19 +71,6 @@ def verdict(stats: dict, precision: str, tol_fp32: float = DEFAULT_TOL_FP32,
     return stats["max_abs"] <= tol_fp32, f"max abs <= {tol_fp32:g}"
 
 
-def _candidates(model: str, precisions: list[str], backends: list[str] | None, weights=None) -> list:
-    """BackendStatus and precision of every backend/precision to try (`backends`: only those)."""
-    out = []
-    for precision in precisions:
-        for st in B.available(model, precision, weights):
-            if backends and st.name not in backends:
-                continue
-            if st.name == "ort-cpu" and not backends:
-                continue  # same session as "ort" on a machine whose best provider is the CPU one
-            out.append((st, precision))
-    return out
-
-
 def _compare_backend(st, precision: str, model: str, scale: float, inputs: dict, ref: dict, opts: dict,
                      log=print) -> dict:
     """One row: the backend's outputs on `inputs` against `ref`, or why it did not run."""
@@ -126,8 +114,9 @@ def compare_model(model: str, *, scales: list[float] | None = None, size: int = 
     opts = {"weights": weights, "tol_fp32": tol_fp32, "psnr_fp16": psnr_fp16, "bisect": bisect}
     for scale in scales:
         ref = reference_outputs(model, inputs, scale, weights)
-        for st, precision in _candidates(model, list(precisions), backends, weights):
-            result["rows"].append(_compare_backend(st, precision, model, scale, inputs, ref, opts, log))
+        for precision in precisions:
+            for st in candidate_statuses(model, precision, backends, weights):
+                result["rows"].append(_compare_backend(st, precision, model, scale, inputs, ref, opts, log))
     return result
 
 

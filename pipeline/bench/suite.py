@@ -8,6 +8,9 @@ sweeps over input size, scale, batch and CPU threads (pipeline.bench.sweeps), an
     variants   what is timed: the baseline loop and the backends
     sweeps     the points of one model
     results    the rows and sections of the document
+
+models.registry and torch are imported where they are used: the baseline and the FLOP count need them,
+importing this package does not.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from pipeline.analysis.reference import compare_inputs
 from pipeline.bench.results import apply_peak, auto_row, flops_entry, method
 from pipeline.bench.roofline import flops_per_output_pixel, measure_peak_gflops
 from pipeline.bench.sweeps import ModelBench
+from pipeline.bench.timing import cuda_torch
 from pipeline.errors import PipelineError
 
 FULL = dict(main_size=256, sizes=(128, 256, 512, 1024), scales=(2.0, 3.0, 4.0, 2.5), batches=(1, 2, 4),
@@ -45,7 +49,7 @@ def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
     peak["samples"] = [peak["gflops"]]
     log(f"machine peak: {peak['gflops']:.1f} GFLOP/s ({peak['method']})")
     doc = {"kind": "bench", "environment": report.environment(), "peak": peak, "results": [], "auto": [],
-           "folder": [], "flops": {}, "skipped": [], "method": method(cfg, _has_cuda())}
+           "folder": [], "flops": {}, "skipped": [], "method": method(cfg, cuda_torch() is not None)}
     for model in models:
         log(f"bench {model}")
         spec = get_spec(model)
@@ -78,7 +82,7 @@ def _folder_row(model: str, cfg: dict, weights, log, note) -> dict | None:
 def folder_run(model: str, n_images: int, size: int, weights=None, log=print, backend: str = "auto") -> dict:
     """Time `python -m pipeline sr` (in-process) on n held-out crops vs pure inference of the same images."""
     from models.registry import get_spec
-    from pipeline.cli import main as cli_main
+    from pipeline.cli import main as cli_main  # bench -> CLI: goes with folder_throughput (pipeline.bench.folder)
 
     imgs = list(compare_inputs(size).items())[:n_images]
     with tempfile.TemporaryDirectory() as tmp:
@@ -113,11 +117,3 @@ def folder_run(model: str, n_images: int, size: int, weights=None, log=print, ba
     return {"model": model, "backend": used_name if used_name != "auto" else be.name, "images": len(imgs),
             "size": size, "folder_s": folder_s, "inference_s": inf_s, "overhead_s": folder_s - inf_s,
             "overhead_pct": 100.0 * (folder_s - inf_s) / folder_s}
-
-
-def _has_cuda() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()

@@ -56,7 +56,7 @@ class RssSampler:
         self.sample()
 
 
-def _cuda_torch():
+def cuda_torch():
     """torch, when it is already imported and sees a GPU. Not imported here: a process that never loaded
     torch has no torch CUDA work to wait for, and the deploy runtime runs without it."""
     torch = sys.modules.get("torch")
@@ -64,7 +64,7 @@ def _cuda_torch():
 
 
 def _sync() -> None:
-    torch = _cuda_torch()
+    torch = cuda_torch()
     if torch is not None:
         torch.cuda.synchronize()
 
@@ -79,7 +79,7 @@ def time_interleaved(fns: list, *, warmup: int = 1, iters: int = 20, time_budget
         for _ in range(warmup):
             fn()
     _sync()
-    torch = _cuda_torch()
+    torch = cuda_torch()
     if torch is not None:
         torch.cuda.reset_peak_memory_stats()
     ms: dict[str, list[float]] = {name: [] for name, _ in fns}

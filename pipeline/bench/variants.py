@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline import backends as B
+from pipeline.analysis.candidates import candidate_statuses
 from pipeline.analysis.reference import load_net
 from pipeline.errors import PipelineError
 
@@ -44,12 +45,8 @@ def backend_variants(model_name: str, precisions=("fp32",), weights=None, only=N
     """Every available backend (or those in `only`) loaded; each one that cannot run is `note`d with why."""
     out = []
     for precision in precisions:
-        for st in B.available(model_name, precision, weights):
+        for st in candidate_statuses(model_name, precision, only, weights):
             label = st.name if precision == "fp32" else f"{st.name}-{precision}"
-            if only is not None and st.name not in only:
-                continue
-            if st.name == "ort-cpu" and only is None:
-                continue  # same session as "ort" when its best provider is the CPU one
             if not st.available:
                 note(f"{model_name} {label}: {st.reason}")
                 continue

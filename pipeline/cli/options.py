@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from pipeline import backends as B
+from pipeline.analysis.candidates import candidate_statuses
 from pipeline.artifacts.cache import PRECISIONS
 from pipeline.errors import PipelineError
 
@@ -91,9 +92,7 @@ def check_runnable(models: list[str], precisions, backends: list[str] | None, we
     reasons: dict[str, list[str]] = {}
     for model in models:
         for precision in precisions:
-            for st in B.available(model, precision, weights):
-                if backends and st.name not in backends:
-                    continue
+            for st in candidate_statuses(model, precision, backends, weights):
                 if st.available:
                     return
                 reasons.setdefault(st.reason, []).append(st.name)
