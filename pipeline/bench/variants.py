@@ -22,7 +22,6 @@ class Variant:
     name: str
     infer: Callable | None
     describe: str = ""
-    reason: str = ""
 
 
 def baseline_variant(model_name: str, weights=None) -> Variant:
@@ -55,7 +54,7 @@ def backend_variants(model_name: str, precisions=("fp32",), weights=None, only=N
             except PipelineError as e:
                 note(f"{model_name} {label}: {e}")
                 continue
-            out.append(Variant(label, be.infer, be.describe(), st.reason))
+            out.append(Variant(label, be.infer, be.describe()))
     return out
 
 
