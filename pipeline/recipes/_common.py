@@ -66,7 +66,7 @@ def run_ort(model: onnx.ModelProto | bytes, *inputs) -> list[np.ndarray]:
     """Feed inputs positionally (torch tensors or arrays); return every graph output."""
     sess = session(model)
     feeds = {i.name: np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x)
-             for i, x in zip(sess.get_inputs(), inputs)}
+             for i, x in zip(sess.get_inputs(), inputs, strict=True)}
     return sess.run(None, feeds)
 
 

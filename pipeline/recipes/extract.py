@@ -75,7 +75,7 @@ def main(out_dir: Path | None = None) -> dict:
     outs = run_ort(debug, x)
     print(f"  debug model outputs: {[o.name for o in debug.graph.output]}")
     err = max(err, check_close("debug output 'output'", outs[0], want))
-    for block, got in zip(("convs1", "convs2", "convs3"), outs[1:]):
+    for block, got in zip(("convs1", "convs2", "convs3"), outs[1:], strict=True):
         err = max(err, check_close(f"debug output {block}", got, captured[block]))
     save(sub, out_dir, "extract_convs2.onnx")
     save(debug, out_dir, "extract_debug_outputs.onnx")
