@@ -97,3 +97,12 @@ def save(model: onnx.ModelProto, out_dir: Path | None, name: str) -> None:
     onnx.save(model, tmp)
     tmp.replace(path)
     print(f"  saved {path}")
+
+
+def script_main(file: str) -> int:
+    """`python -m pipeline.recipes.NAME [--out DIR]`: the same as `python -m pipeline.recipes NAME [--out DIR]`."""
+    import sys
+
+    from pipeline.recipes.__main__ import main
+
+    return main([Path(file).stem, *sys.argv[1:]])

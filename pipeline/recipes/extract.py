@@ -16,7 +16,7 @@ import onnx
 import onnx.utils
 import torch
 
-from pipeline.recipes._common import check_close, export_legacy, op_types, run_ort, save
+from pipeline.recipes._common import check_close, export_legacy, op_types, run_ort, save, script_main
 
 
 def _convs(n: int) -> torch.nn.Sequential:
@@ -84,4 +84,4 @@ def main(out_dir: Path | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(script_main(__file__))
