@@ -134,7 +134,7 @@ def test_asking_for_nothing_that_can_run_is_an_error(capsys, stage):
     if trt.available:
         pytest.skip("TensorRT runs here")
     line = _one_line_error(capsys, main([stage, "--model", "srcnn-x3", "--backends", "trt"]))
-    assert "--backends trt can run here" in line and trt.reason in line
+    assert "none of --backends trt can run here" in line and trt.reason in line
 
 
 def test_missing_weights_is_one_line(tmp_path, capsys):

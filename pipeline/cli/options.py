@@ -97,8 +97,8 @@ def check_runnable(models: list[str], precisions, backends: list[str] | None, we
                     return
                 reasons.setdefault(st.reason, []).append(st.name)
     why = "; ".join(f"{'/'.join(dict.fromkeys(names))}: {reason}" for reason, names in reasons.items())
-    asked = f"--backends {' '.join(backends)}" if backends else "no backend"
-    raise PipelineError(f"{asked} can run here ({why or 'none registered'})")
+    asked = f"--backends {' '.join(backends)}" if backends else "the backends"
+    raise PipelineError(f"none of {asked} can run here ({why or 'none registered'})")
 
 
 # -- output locations ----------------------------------------------------------------------------------
