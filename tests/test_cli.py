@@ -137,6 +137,15 @@ def test_asking_for_nothing_that_can_run_is_an_error(capsys, stage):
     assert "none of --backends trt can run here" in line and trt.reason in line
 
 
+def test_single_backend_option():
+    p = argparse.ArgumentParser()
+    options.add_backend_args(p)
+    assert options.backend_from_args(p.parse_args([])) == "auto"
+    assert options.backend_from_args(p.parse_args(["--backend", "ort-folded"])) == "ort-folded"
+    with pytest.raises(PipelineError, match="unknown backend 'ort-foldd' .*valid: auto, torch"):
+        options.backend_from_args(p.parse_args(["--backend", "ort-foldd"]))
+
+
 def test_missing_weights_is_one_line(tmp_path, capsys):
     line = _one_line_error(capsys, main(["compare", "--weights", str(tmp_path / "none.pt")]))
     assert line == f"error: weights file not found: {tmp_path / 'none.pt'}"

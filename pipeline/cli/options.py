@@ -72,6 +72,19 @@ def add_precision_args(parser, multiple: bool = False) -> None:
 
 
 # -- backends ------------------------------------------------------------------------------------------
+def add_backend_args(parser) -> None:
+    """`--backend NAME` for commands that run one backend (default: auto, the fastest available here)."""
+    parser.add_argument("--backend", default="auto", metavar="NAME",
+                        help=f"auto (default: the fastest available here), or one of {', '.join(B.NAMES)} "
+                             "(`python -m pipeline backends` says which run here)")
+
+
+def backend_from_args(args) -> str:
+    if args.backend != "auto" and args.backend not in B.NAMES:
+        raise PipelineError(f"unknown backend '{args.backend}' (valid: auto, {', '.join(B.NAMES)})")
+    return args.backend
+
+
 def add_backends_arg(parser, help: str = "only these backends (default: every available one)") -> None:
     parser.add_argument("--backends", nargs="+", metavar="NAME", help=f"{help}; names: {', '.join(B.NAMES)}")
 
