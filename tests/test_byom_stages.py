@@ -1,0 +1,105 @@
+"""Bring your own model through every stage, for three spandrel families (compact SRVGG, RRDB, SwinIR) saved as
+checkpoints: export (identity in the ONNX metadata, sr::DynamicResize for other scales), ONNX Runtime vs PyTorch
+FP32 <= 1e-4, compare, a tiled folder run equal to the whole-image run at the measured margin, a quick bench."""
+from __future__ import annotations
+
+import json
+
+import cv2
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from skimage import data
+
+import byom_nets
+from models.external import resolve
+from models.registry import file_sha256, get_spec, size_tensor
+from pipeline.cli import main as cli_main
+
+# name -> checkpoint format: both formats are exercised across the three families
+FORMATS = {"compact": "pth", "rrdb": "safetensors", "swinir": "pth"}
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    d = tmp_path_factory.mktemp("byom")
+    return {name: byom_nets.save(name, d, fmt) for name, fmt in FORMATS.items()}
+
+
+@pytest.fixture(scope="module")
+def exported(checkpoints, tmp_path_factory):
+    out = tmp_path_factory.mktemp("onnx")
+    paths = {}
+    for name, ckpt in checkpoints.items():
+        paths[name] = out / f"{name}.onnx"
+        assert cli_main(["export", "--model", str(ckpt), "--output", str(paths[name])]) == 0
+    return paths
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_export_carries_identity_and_runs_in_ort_like_pytorch(name, checkpoints, exported):
+    ckpt, path = checkpoints[name], exported[name]
+    proto = onnx.load(str(path))
+    meta = {p.key: p.value for p in proto.metadata_props}
+    _, scale, arch = byom_nets.NETS[name]
+    assert (meta["architecture"], meta["native_scale"]) == (arch, str(scale))
+    assert meta["weights_sha256"] == file_sha256(ckpt) and meta["identity"].startswith(f"{arch}-x{scale}-")
+    assert int(meta["receptive_field"]) > 0
+    assert [n.op_type for n in proto.graph.node if n.domain == "sr"] == ["DynamicResize"]
+    net = resolve.build_module(str(ckpt))
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    x = torch.rand(1, 3, 21, 26)
+    for s in sorted({float(scale), 1.5}):  # its own factor and a smaller one, same graph
+        size = size_tensor(21, 26, s)
+        with torch.no_grad():
+            ref = net(x, size).numpy()
+        got = session.run(["output"], {"input": x.numpy(), "size": size.numpy()})[0]
+        assert got.shape == ref.shape and np.abs(got - ref).max() <= 1e-4
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_compare_passes_fp32(name, checkpoints, exported, tmp_path):
+    out = tmp_path / "compare"
+    code = cli_main(["compare", "--model", str(checkpoints[name]), "--output", str(out), "--precisions", "fp32",
+                     "--backends", "ort", "--size", "32"])
+    assert code == 0
+    report = json.loads((out / "report.json").read_text())
+    assert "fail" not in json.dumps(report).lower() or '"pass": true' in json.dumps(report).lower()
+
+
+def _folder(tmp_path, sizes=((40, 52), (33, 47))):
+    src = tmp_path / "in"
+    src.mkdir()
+    img = data.astronaut()
+    for i, (h, w) in enumerate(sizes):
+        crop = img[100 + 7 * i:100 + 7 * i + h, 150:150 + w].astype(np.uint16) * 257  # 16-bit: 1.5e-5 steps
+        cv2.imwrite(str(src / f"im{i}.png"), cv2.cvtColor(crop, cv2.COLOR_RGB2BGR))
+    return src
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_tiled_folder_run_equals_whole_image_run(name, checkpoints, exported, tmp_path):
+    src = _folder(tmp_path)
+    ckpt = str(checkpoints[name])
+    scale = str(byom_nets.NETS[name][1])
+    base = ["sr", str(src), "--model", ckpt, "--scale", scale, "--backend", "ort", "--quiet"]
+    assert cli_main(base[:2] + [str(tmp_path / "whole")] + base[2:] + ["--tile", "0"]) == 0
+    assert cli_main(base[:2] + [str(tmp_path / "tiled")] + base[2:] + ["--tile", "16"]) == 0
+    assert get_spec(ckpt).receptive_radius > 0
+    for f in sorted(src.iterdir()):
+        whole = cv2.imread(str(tmp_path / "whole" / f.name), cv2.IMREAD_UNCHANGED).astype(np.float64) / 65535
+        tiled = cv2.imread(str(tmp_path / "tiled" / f.name), cv2.IMREAD_UNCHANGED).astype(np.float64) / 65535
+        assert whole.shape == tiled.shape
+        assert np.abs(whole - tiled).max() <= 1e-4 + 1 / 65535
+
+
+def test_quick_bench_times_a_checkpoint(checkpoints, exported, tmp_path):
+    out = tmp_path / "bench"
+    ckpt = str(checkpoints["compact"])
+    code = cli_main(["bench", "--model", ckpt, "--output", str(out), "--quick", "--sizes", "32", "--batches", "1",
+                     "--threads", "1", "--backends", "ort", "--no-folder", "--no-ideas", "--iters", "3"])
+    assert code == 0
+    doc = json.loads((out / "report.json").read_text())
+    assert ckpt in json.dumps(doc)
