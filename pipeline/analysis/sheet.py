@@ -77,7 +77,7 @@ def _as_uint8(img: np.ndarray) -> np.ndarray:
 
 
 def columns(lr: np.ndarray, outputs: dict[str, np.ndarray], reference: np.ndarray | None,
-            scale: float) -> list[tuple[str, str, np.ndarray]]:
+            scale: float, reference_label: str = "ground truth") -> list[tuple[str, str, np.ndarray]]:
     """(name, metrics line, HR-sized uint8 image) per column, in sheet order."""
     lr = _as_uint8(lr)
     hr_shape = reference.shape[:2] if reference is not None else next(iter(outputs.values())).shape[:2]
@@ -94,15 +94,17 @@ def columns(lr: np.ndarray, outputs: dict[str, np.ndarray], reference: np.ndarra
             line = f"{psnr_y(img, reference, border):.2f} dB / {ssim_y(img, reference, border):.3f}"
         result.append((name, line, img))
     if reference is not None:
-        result.append(("ground truth", "PSNR / SSIM (Y)", _as_uint8(reference)))
+        result.append((reference_label, "PSNR / SSIM (Y)", _as_uint8(reference)))
     return result
 
 
 def render(lr: np.ndarray, outputs: dict[str, np.ndarray], reference: np.ndarray | None = None, *,
            scale: float, side: int = 64, crops: list[tuple[int, int]] | None = None,
-           min_cell: int = 128) -> tuple[np.ndarray, Layout, list[tuple[int, int]]]:
-    """The sheet as uint8 HxWx3 RGB, its layout, and the crop corners used (HR pixels)."""
-    cols = columns(lr, outputs, reference, scale)
+           min_cell: int = 128, reference_label: str = "ground truth",
+           ) -> tuple[np.ndarray, Layout, list[tuple[int, int]]]:
+    """The sheet as uint8 HxWx3 RGB, its layout, and the crop corners used (HR pixels). `reference_label` names
+    the last column (e.g. "PyTorch FP32" where compare scores backends against it)."""
+    cols = columns(lr, outputs, reference, scale, reference_label)
     h, w = cols[0][2].shape[:2]
     side = min(side, h, w)
     crops = crops if crops is not None else default_crops(cols[-1][2], side)  # ground truth, else last output
@@ -121,9 +123,10 @@ def render(lr: np.ndarray, outputs: dict[str, np.ndarray], reference: np.ndarray
 
 
 def write(path: Path, lr: np.ndarray, outputs: dict[str, np.ndarray], reference: np.ndarray | None = None, *,
-          scale: float, side: int = 64, crops: list[tuple[int, int]] | None = None) -> Path:
+          scale: float, side: int = 64, crops: list[tuple[int, int]] | None = None,
+          reference_label: str = "ground truth") -> Path:
     """Render and write the sheet as PNG (atomically); returns the path."""
-    sheet, _, _ = render(lr, outputs, reference, scale=scale, side=side, crops=crops)
+    sheet, _, _ = render(lr, outputs, reference, scale=scale, side=side, crops=crops, reference_label=reference_label)
     ok, png = cv2.imencode(".png", cv2.cvtColor(sheet, cv2.COLOR_RGB2BGR))
     if not ok:
         raise RuntimeError(f"PNG encoding of the sheet for {path} failed")
