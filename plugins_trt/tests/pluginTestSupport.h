@@ -215,6 +215,16 @@ inline Dims dims4(int64_t a, int64_t b, int64_t c, int64_t d)
     return r;
 }
 
+inline std::string dimsToString(Dims const& d)
+{
+    std::string s = "[";
+    for (int32_t i = 0; i < d.nbDims; ++i)
+    {
+        s += (i != 0 ? "," : "") + std::to_string(d.d[i]);
+    }
+    return s + "]";
+}
+
 inline Dims dims1(int64_t a)
 {
     Dims r{};
