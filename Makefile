@@ -15,7 +15,7 @@ TRT_GIT_URL ?= https://github.com/NVIDIA/TensorRT.git
 TRT_VERSION ?=
 TRT_HEADERS_DIR ?= build/trt-headers
 
-.PHONY: setup lint demo test onnx plugins build-plugins trt-headers engine sr eval compare bench train clean
+.PHONY: setup lint demo test gpu-check onnx plugins build-plugins trt-headers engine sr eval compare bench train clean
 
 setup: $(STAMP)
 
@@ -37,6 +37,17 @@ lint: setup
 
 trt-headers:
 	TRT_GIT_URL=$(TRT_GIT_URL) TRT_VERSION=$(TRT_VERSION) scripts/trt_headers.sh $(if $(wildcard $(PY)),$(PY),python3) $(TRT_HEADERS_DIR)
+
+# Proves the GPU path on a GPU machine whose Python already has PyTorch with CUDA, with no venv and nothing
+# installed (`make gpu-check PY=python3`): builds the plugins, runs `python -m pipeline doctor` (reports in
+# outputs/doctor) and the `gpu` tests. Fails when either does (doctor exits 3 on a machine without a GPU).
+gpu-check:
+	$(MAKE) --no-print-directory build-plugins PY=$(PY)
+	PYTHONPATH=. $(PY) -m pipeline doctor --output outputs/doctor; d=$$?; \
+	if $(PY) -c "import pytest" 2>/dev/null; then \
+	  PYTHONPATH=. $(PY) -m pytest -q -m gpu -p no:cacheprovider $(PYTEST_ARGS); p=$$?; \
+	else echo "gpu-check: pytest is not installed for $(PY), so the gpu tests did not run" >&2; p=1; fi; \
+	if [ $$d -ne 0 ]; then exit $$d; fi; exit $$p
 
 test: setup plugins
 	$(PY) -m pytest -q $(PYTEST_ARGS)
