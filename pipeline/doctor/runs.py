@@ -12,6 +12,7 @@ from pipeline.doctor.results import FAIL, PASS, SKIP, Check
 HARNESS_NAME = "trt_plugin_gpu_harness"
 SELFTEST_NAME = "trt_plugin_selftest"
 HARNESS_NO_GPU = 3  # trt_plugin_gpu_harness's exit code when it finds no CUDA device
+KERNELS_FIX = "`make plugins` on this machine (needs nvcc), then `pytest -m gpu tests/test_kernels_cuda.py`"
 _SUMMARY = re.compile(r"# (\d+) checks, (\d+) failed")
 
 
@@ -105,8 +106,7 @@ def cuda_kernels(torch_cuda_ok: bool) -> list[Check]:
             checks.append(Check(f"CUDA DeformConv2d vs torchvision ({name})", PASS if err <= tol else FAIL,
                                 f"max abs error {err:.2e} (tolerance {tol:g})"))
         except (PipelineError, RuntimeError, OSError) as e:
-            checks.append(Check(f"CUDA kernels vs torch ({name})", FAIL, _first_line(e),
-                                fix="`make plugins` on this machine (needs nvcc), then `pytest -m gpu tests/test_kernels_cuda.py`"))
+            checks.append(Check(f"CUDA kernels vs torch ({name})", FAIL, _first_line(e), fix=KERNELS_FIX))
     return checks
 
 

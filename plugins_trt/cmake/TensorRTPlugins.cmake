@@ -54,7 +54,7 @@ else()
   if(NOT SR_TRT_MAJOR OR SR_TRT_MAJOR LESS 10)
     set(SR_TRT_STATUS "skipped: TensorRT headers ${SR_TENSORRT_INCLUDE_DIR} are version '${SR_TRT_VERSION}'; IPluginV3 needs TensorRT 10 or newer")
   elseif(NOT TARGET sr_cuda_kernels)
-    set(SR_TRT_STATUS "skipped: the CUDA kernels are not built (${SR_CUDA_STATUS})")
+    set(SR_TRT_STATUS "skipped: the CUDA kernels are not built (${SR_CUDA_STATUS}); TensorRT headers ${SR_TRT_VERSION} were found in ${SR_TENSORRT_INCLUDE_DIR} (${SR_TRT_HINT_ORIGIN})")
   endif()
 endif()
 
