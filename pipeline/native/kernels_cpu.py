@@ -15,7 +15,7 @@ import numpy as np
 from pipeline.errors import PipelineError
 from pipeline.native.libraries import cpu_kernels_library, load_library
 
-ABI_VERSION = 1
+ABI_VERSION = 2  # 2: sr_deform_conv2d_min_workspace
 _F32P = ctypes.POINTER(ctypes.c_float)
 _INT = ctypes.c_int
 

@@ -22,8 +22,8 @@ extern "C" {
 #define SR_API
 #endif
 
-/* Bumped whenever a signature below changes (the ctypes wrapper checks it). */
-#define SR_KERNELS_CPU_ABI 1
+/* Bumped whenever a signature below changes or a function is added (the ctypes wrapper checks it). */
+#define SR_KERNELS_CPU_ABI 2
 SR_API int sr_kernels_abi_version(void);
 /* Message of the last failure in this thread ("" when none). */
 SR_API const char* sr_last_error(void);
