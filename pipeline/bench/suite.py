@@ -580,6 +580,13 @@ def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
             doc["folder"].append(part["folder"])
         again = measure_peak_gflops(seconds=0.5)
         peak["samples"] = peak.get("samples", [peak["gflops"]]) + [again["gflops"]]
+    from pipeline.bench.kernels import kernel_section
+
+    log("kernels (CUDA)")
+    doc["kernels"], why_not = kernel_section(models, quick=bool(cfg.get("quick")), log=log)
+    if why_not:
+        doc["skipped"].append(why_not)
+        log(f"  not run: {why_not}")
     if cfg.get("ideas") and "srcnn-x3" in models:
         log("optimisation ideas (srcnn-x3)")
         doc["ideas"] = optimisation_ideas(peak["gflops"], cfg["main_size"], weights, cfg, log)
