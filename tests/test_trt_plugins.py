@@ -120,7 +120,9 @@ def _no_fail_lines(proc: subprocess.CompletedProcess) -> str:
 def test_harness_host_side_steps_pass(plugin_lib: Path):
     """The GPU harness's host half (parser fields, round trip, shapes, dynamic profiles, workspace = the CPU
     library's minimum, CPU references) runs anywhere."""
-    proc = _run_built(plugin_lib.parent / HARNESS_NAME, "--host-only")
+    harness = plugin_lib.parent / HARNESS_NAME
+    assert harness.is_file(), f"{harness} must be built (compiled with -Werror) wherever the plugin library is"
+    proc = _run_built(harness, "--host-only")
     out = _no_fail_lines(proc)
     assert proc.returncode == 0, out[-3000:]
     for section in ("DynamicResize FP32 (size as shape input only)", "DynamicResize FP16 (size counted as input 1)",
