@@ -7,8 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.errors import PipelineError
-
 pytestmark = pytest.mark.gpu
 
 MODELS = ("srcnn", "deform-srcnn")
@@ -19,25 +17,8 @@ SHAPES = [[(2, 16, 16, 2.0), (1, 32, 40, 3.0), (3, 48, 48, 4.0)],
           [(2, 48, 64, 2.0), (4, 64, 64, 2.5), (2, 96, 96, 3.0)]]
 
 
-@pytest.fixture(scope="module")
-def trt_ready():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    try:
-        import tensorrt  # noqa: F401
-    except Exception as e:  # the bindings wheel alone cannot import without the TensorRT libraries
-        pytest.skip(f"tensorrt not importable: {e}")
-    from pipeline.native.libraries import trt_plugin_library
-
-    try:
-        return trt_plugin_library()
-    except PipelineError as e:  # GPU and TensorRT are here: this is a failure, not a skip
-        pytest.fail(f"TensorRT plugin library missing: {e}")
-
-
 @pytest.fixture(scope="module", params=[(m, p) for m in MODELS for p in ("fp32", "fp16")], ids=lambda v: "-".join(v))
-def engine(request, trt_ready, tmp_path_factory):
+def engine(request, gpu_plugin_lib, tmp_path_factory):
     from models.registry import get_spec
     from pipeline.engine import Profile, build_engine, validate_profile
     from pipeline.export import export_model
@@ -49,7 +30,7 @@ def engine(request, trt_ready, tmp_path_factory):
     spec = get_spec(model)
     profiles = [validate_profile(Profile.from_dict(p), spec) for p in PROFILES]
     path = out / f"{model}-{precision}.engine"
-    sidecar = build_engine(onnx_file, path, profiles, plugin_lib=trt_ready, progress=False, tf32=False)
+    sidecar = build_engine(onnx_file, path, profiles, plugin_lib=gpu_plugin_lib, progress=False, tf32=False)
     return model, precision, path, sidecar
 
 

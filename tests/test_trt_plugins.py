@@ -189,28 +189,13 @@ def test_plugin_library_says_which_headers_it_was_built_against(plugin_lib: Path
 
 # ---- GPU: real TensorRT engines --------------------------------------------------------------------------------
 
-def _trt_or_skip():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    try:
-        import tensorrt as trt
-    except Exception as e:  # the bindings wheel alone cannot import without the TensorRT libraries
-        pytest.skip(f"tensorrt not importable: {e}")
-    return trt
-
-
 @pytest.fixture(scope="module")
-def trt_env():
-    trt = _trt_or_skip()  # first, so a machine without a GPU reports "no CUDA device"
-    from pipeline.native import libraries as native
+def trt_env(gpu_plugin_lib):
+    import tensorrt as trt
+
     from pipeline.native.cuda_runtime import preload
 
-    try:
-        plugin_lib = native.trt_plugin_library()
-    except PipelineError as e:
-        # GPU and TensorRT are here: a missing library is exactly what would break the first real run.
-        pytest.fail(f"TensorRT plugin library missing on a machine with a GPU and TensorRT: {e}")
+    plugin_lib = gpu_plugin_lib
     logger = trt.Logger(trt.Logger.WARNING)
     registry = trt.get_plugin_registry()
     if registry.get_creator("DynamicResize", "1", "sr") is None:
