@@ -192,8 +192,10 @@ struct Problem
 };
 
 // Runs `p` on the attached instance with `workspace` (exactly getWorkspaceSize bytes) and reports ok/FAIL lines.
+// probePendingError: also enqueue once right after a failed cudaMalloc left a (non-sticky) error pending, which the
+// plugin must report as not its own and survive.
 void runOnGpu(IPluginV3OneRuntime* rt, Problem const& p, DeviceBuffer const& workspace, cudaStream_t stream,
-    CapturingLogger& logger)
+    CapturingLogger& logger, bool probePendingError = false)
 {
     std::vector<DeviceBuffer> ins(p.inBytes.size());
     std::vector<void const*> inPtrs;
@@ -232,6 +234,19 @@ void runOnGpu(IPluginV3OneRuntime* rt, Problem const& p, DeviceBuffer const& wor
         p.label + ": enqueue on a non-default stream (rc " + std::to_string(rc) + ", " + cudaText(synced)
             + ", log: " + logger.last() + ")");
     verify("direct enqueue");
+
+    if (probePendingError)
+    {
+        void* huge = nullptr;
+        cudaError_t const left = cudaMalloc(&huge, size_t(1) << 62); // fails and leaves the error pending
+        logger.clear();
+        int32_t const rcPending = rt->enqueue(p.inDesc.data(), &p.outDesc, inPtrs.data(), outPtrs, ws, stream);
+        cudaError_t const after = cudaStreamSynchronize(stream);
+        check(left != cudaSuccess && rcPending == 0 && after == cudaSuccess && logger.mentions("not by this layer"),
+            p.label + ": an error pending from earlier work is reported as not this layer's, and the layer runs ("
+                + cudaText(left) + ", log: " + logger.last() + ")");
+        verify("enqueue after an earlier failed call");
+    }
 
     // 2. Captured into a CUDA graph (global mode: an allocation or sync inside enqueue breaks the capture), replayed.
     cudaMemsetAsync(out.data(), 0xFF, outBytes, stream);
@@ -459,7 +474,7 @@ void runResize(IPluginCreatorV3One* creator, CapturingLogger& logger, bool fp16,
             p.inBytes.emplace_back(reinterpret_cast<unsigned char const*>(size),
                 reinterpret_cast<unsigned char const*>(size) + sizeof size);
         }
-        runOnGpu(parts(attached).runtime, p, workspace, gpu.stream, logger);
+        runOnGpu(parts(attached).runtime, p, workspace, gpu.stream, logger, i == 0);
     }
     delete attached;
     delete runtimePlugin;
@@ -580,7 +595,7 @@ void runDeform(IPluginCreatorV3One* creator, CapturingLogger& logger, DeformGrou
         std::string const err = deformReference(g, s, d, fp16);
         check(err.empty(), p.label + ": CPU reference " + err);
         p.reference = std::move(d.reference);
-        runOnGpu(parts(attached).runtime, p, workspace, gpu.stream, logger);
+        runOnGpu(parts(attached).runtime, p, workspace, gpu.stream, logger, si == 0);
     }
     delete attached;
     delete runtimePlugin;
