@@ -124,3 +124,20 @@ def test_doctor_needs_no_venv_or_install(tmp_path):
     block = make[make.index("gpu-check:"):].split("\n\n")[0]
     assert "PYTHONPATH=. $(PY) -m pipeline doctor" in block and "-m gpu" in block
     assert "setup" not in block.splitlines()[0] and "pip install" not in block and "venv" not in block
+
+
+def test_doctor_runs_on_a_bare_system_python(tmp_path):
+    """No venv, no PyTorch, nothing installed: still one line per check and a report, never a traceback."""
+    import shutil
+
+    python3 = shutil.which("python3", path="/usr/bin:/bin")
+    if python3 is None or Path(python3).resolve() == Path(sys.executable).resolve():
+        pytest.skip("no separate system python3")
+    if _gpu_here():
+        pytest.skip("this machine has a GPU: the no-GPU exit code does not apply")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([python3, "-m", "pipeline", "doctor", "--output", str(tmp_path), "--no-engines"], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=900)
+    text = proc.stdout + proc.stderr
+    assert "Traceback" not in text and proc.returncode in (EXIT_NO_GPU, EXIT_FAILED), text
+    assert json.loads((tmp_path / "doctor.json").read_text())["exit_code"] == proc.returncode

@@ -47,7 +47,8 @@ def collect(models: list[str], engines: bool = True, log=print) -> tuple[list[Ch
                            _guarded(checks, "ONNX Runtime", facts.onnxruntime_providers, None), trt_check,
                            _guarded(checks, "cudart and cuBLAS", lambda: facts.cuda_runtime(gpu_present), None))
                if c is not None]
-    plugin_checks = _guarded(checks, "plugin library", lambda: facts.plugin_library(trt_version, torch_cuda_ok), [])
+    plugin_checks = _guarded(checks, "plugin library",
+                             lambda: facts.plugin_library(trt_version, torch_cuda_ok, gpu_present), [])
     checks += plugin_checks
     checks += [c for c in (_guarded(checks, "plugin self-test", runs.selftest, None),) if c is not None]
     checks += _guarded(checks, "plugin GPU harness", lambda: runs.harness(gpu_present), [])

@@ -143,9 +143,10 @@ def _header_match(built: str, installed: str | None) -> Check:
     return Check("plugin headers vs TensorRT", PASS, f"built against {built} headers, installed {installed}")
 
 
-def plugin_library(trt_version: str | None, torch_cuda_ok: bool) -> list[Check]:
+def plugin_library(trt_version: str | None, torch_cuda_ok: bool, gpu_present: bool = True) -> list[Check]:
     from pipeline.errors import PipelineError
-    from pipeline.native.libraries import load_cuda_library, plugin_build_info, trt_plugin_library
+    from pipeline.native.cuda_runtime import missing_hint, preload
+    from pipeline.native.libraries import plugin_build_info, trt_plugin_library
 
     try:
         path = trt_plugin_library()
@@ -159,10 +160,15 @@ def plugin_library(trt_version: str | None, torch_cuda_ok: bool) -> list[Check]:
     if info.get("tensorrt_headers"):
         checks.append(_header_match(info["tensorrt_headers"], trt_version))
     try:
-        load_cuda_library(path)
-        count = _creators(path)
+        preload()
+        count = _creators(path)  # dlopens it: TensorRT's own loading path, minus TensorRT
     except (PipelineError, OSError, AttributeError) as e:
-        checks.append(Check("plugin library loads", FAIL, _first_line(e), fix=PLUGIN_FIX))
+        runtime_missing = any(status.startswith("not loadable") for status in preload().values())
+        if runtime_missing:  # not the library's fault: cudart/cuBLAS are not here (a GPU machine would need them)
+            checks.append(Check("plugin library loads", FAIL if gpu_present else SKIP, _first_line(e),
+                                fix=missing_hint()))
+        else:
+            checks.append(Check("plugin library loads", FAIL, _first_line(e), fix=PLUGIN_FIX))
         return checks
     checks.append(Check("plugin library loads", PASS, "dlopen without libnvinfer"))
     ok = count == 2
