@@ -114,6 +114,7 @@ bool parseDeformConv2dParams(nvinfer1::PluginFieldCollection const* fc, DeformCo
 
 DeformConv2dPlugin::DeformConv2dPlugin(std::string layerName, DeformConv2dParams const& params)
     : mLayerName(std::move(layerName))
+    , mLogPrefix(std::string(kNAME) + " '" + mLayerName + "': ")
     , mParams(params)
 {
     std::ostringstream os;
@@ -139,7 +140,7 @@ DeformConv2dPlugin::~DeformConv2dPlugin()
 
 std::string DeformConv2dPlugin::prefix() const
 {
-    return std::string(kNAME) + " '" + mLayerName + "': ";
+    return mLogPrefix;
 }
 
 nvinfer1::IPluginCapability* DeformConv2dPlugin::getCapabilityInterface(nvinfer1::PluginCapabilityType type) noexcept
@@ -554,7 +555,7 @@ int32_t DeformConv2dPlugin::enqueue(PluginTensorDesc const* inputDesc, PluginTen
     DeformConvGemmOptions options;
     options.allowTf32 = mParams.allowTf32 != 0;
     cublasStatus_t gemmStatus = CUBLAS_STATUS_SUCCESS;
-    std::string const who = prefix();
+    std::string const& who = mLogPrefix;
     cudaError_t const pending = takePendingCudaError(who);
     cudaError_t status = cudaSuccess;
     switch (inputDesc[kX].type)

@@ -95,6 +95,7 @@ private:
     std::string prefix() const;
 
     std::string mLayerName;
+    std::string mLogPrefix; // "DeformConv2d 'name': ", built once so enqueue formats nothing on success
     DeformConv2dParams mParams;
     int32_t mNbInputs{-1}; // 3 = X,W,offset; 4 = +B; 5 = +B,mask. Set by configurePlugin/onShapeChange.
     cublasHandle_t mCublas{nullptr}; // owned; one per plugin instance attached to a context

@@ -33,6 +33,7 @@ std::string prefix(std::string const& layerName)
 
 DynamicResizePlugin::DynamicResizePlugin(std::string layerName)
     : mLayerName(std::move(layerName))
+    , mLogPrefix(prefix(mLayerName))
 {
 }
 
@@ -268,7 +269,7 @@ int32_t DynamicResizePlugin::enqueue(PluginTensorDesc const* inputDesc, PluginTe
     {
         return 0; // empty batch: nothing to write
     }
-    std::string const who = prefix(mLayerName);
+    std::string const& who = mLogPrefix;
     cudaError_t const pending = takePendingCudaError(who);
     cudaError_t status = cudaSuccess;
     switch (inputDesc[0].type)

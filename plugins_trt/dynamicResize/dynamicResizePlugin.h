@@ -66,6 +66,7 @@ private:
         nvinfer1::DataType outType, nvinfer1::DataType const* sizeType) const;
 
     std::string mLayerName;
+    std::string mLogPrefix; // "DynamicResize 'name': ", built once so enqueue formats nothing on success
     SerializedFields mSerialized;
 };
 
