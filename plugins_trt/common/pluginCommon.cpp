@@ -1,5 +1,7 @@
 #include "common/pluginCommon.h"
 
+#include <cuda_runtime_api.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -77,9 +79,44 @@ void logWarning(std::string const& message) noexcept
     log(nvinfer1::ILogger::Severity::kWARNING, message);
 }
 
+cudaError_t takePendingCudaError(std::string const& who) noexcept
+{
+    cudaError_t const pending = cudaGetLastError();
+    if (pending != cudaSuccess)
+    {
+        logWarning(who + "a CUDA error was pending before this layer launched (left by earlier work, not by this "
+            "layer): " + cudaGetErrorName(pending) + ": " + cudaGetErrorString(pending));
+    }
+    return pending;
+}
+
+int32_t reportLaunch(std::string const& who, cudaError_t pending, cudaError_t status, char const* detail) noexcept
+{
+    if (status == cudaSuccess)
+    {
+        return 0;
+    }
+    std::string const extra = detail != nullptr && *detail != '\0' ? std::string(" (") + detail + ")" : "";
+    if (pending != cudaSuccess && status == pending)
+    {
+        logError(who + "the CUDA context was already failed by earlier work (" + cudaGetErrorName(status)
+            + "), so this layer could not run; look for the first CUDA error before this layer");
+    }
+    else
+    {
+        logError(who + "launch failed: " + cudaGetErrorName(status) + ": " + cudaGetErrorString(status) + extra);
+    }
+    return 1;
+}
+
 bool isSupportedFloatType(nvinfer1::DataType type) noexcept
 {
     return type == nvinfer1::DataType::kFLOAT || type == nvinfer1::DataType::kHALF;
+}
+
+bool isShapeIntType(nvinfer1::DataType type) noexcept
+{
+    return type == nvinfer1::DataType::kINT32 || type == nvinfer1::DataType::kINT64;
 }
 
 char const* dataTypeName(nvinfer1::DataType type) noexcept

@@ -161,6 +161,21 @@ int sr_deform_conv2d_chunk(int n, int cIn, int kH, int kW, int hOut, int wOut, s
     return ok();
 }
 
+size_t sr_deform_conv2d_min_workspace(int nMax, int cIn, int kH, int kW, int hOutMax, int wOutMax, size_t elemSize,
+    int fixedShape)
+{
+    sr::DeformConvShape s{};
+    s.n = nMax;
+    s.cIn = cIn;
+    s.kH = kH;
+    s.kW = kW;
+    s.hOut = hOutMax;
+    s.wOut = wOutMax;
+    if (nMax <= 0 || cIn <= 0 || kH <= 0 || kW <= 0 || hOutMax <= 0 || wOutMax <= 0 || elemSize == 0)
+        return 0;
+    return sr::deformConv2dProfileWorkspaceBytes(s, elemSize, fixedShape != 0);
+}
+
 int sr_deform_conv2d_f32(float const* input, float const* weight, float const* offset, float const* mask,
     float const* bias, float* output, int n, int cIn, int hIn, int wIn, int cOut, int kH, int kW, int hOut, int wOut,
     int strideH, int strideW, int padH, int padW, int dilH, int dilW, int group, int offsetGroup, int emulateFp16,

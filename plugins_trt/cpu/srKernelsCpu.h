@@ -22,8 +22,8 @@ extern "C" {
 #define SR_API
 #endif
 
-/* Bumped whenever a signature below changes (the ctypes wrapper checks it). */
-#define SR_KERNELS_CPU_ABI 1
+/* Bumped whenever a signature below changes or a function is added (the ctypes wrapper checks it). */
+#define SR_KERNELS_CPU_ABI 2
 SR_API int sr_kernels_abi_version(void);
 /* Message of the last failure in this thread ("" when none). */
 SR_API const char* sr_last_error(void);
@@ -43,6 +43,13 @@ SR_API int sr_deform_conv2d_f32(const float* input, const float* weight, const f
 /* The chunk rule (deformConv2dChunk) for a shape: images per chunk and output rows per chunk. */
 SR_API int sr_deform_conv2d_chunk(int n, int c_in, int k_h, int k_w, int h_out, int w_out, size_t elem_size,
     size_t column_budget, int* images, int* rows);
+
+/* Least workspace (bytes) the DeformConv2d plugin asks TensorRT for, for a profile whose largest problem has these
+ * extents (batch, input channels, kernel, output height/width at the profile maxima); fixed_shape != 0 when the
+ * profile has one shape. Same rule as the plugin's getWorkspaceSize (deformConv2dProfileWorkspaceBytes), so the
+ * engine stage can refuse a smaller --workspace before building. 0 for an empty problem. */
+SR_API size_t sr_deform_conv2d_min_workspace(int n_max, int c_in, int k_h, int k_w, int h_out_max, int w_out_max,
+    size_t elem_size, int fixed_shape);
 
 /* Rounds values in place to the nearest FP16 value (round to nearest even), as __float2half_rn would. */
 SR_API void sr_round_to_half(float* values, size_t count);

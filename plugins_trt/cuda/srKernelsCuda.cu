@@ -29,6 +29,7 @@ SR_CUDA_API int sr_cuda_dynamic_resize(
     int dtype, void const* in, void* out, int n, int c, int hIn, int wIn, int hOut, int wOut, void* stream)
 {
     auto const st = static_cast<cudaStream_t>(stream);
+    cudaGetLastError(); // an error left by earlier work is not this launch's (the caller checked its own)
     if (dtype == 0)
         return sr::launchDynamicResize(static_cast<float const*>(in), static_cast<float*>(out), n, c, hIn, wIn, hOut,
             wOut, st);
@@ -55,6 +56,7 @@ SR_CUDA_API int sr_cuda_deform_conv2d(int dtype, int const* dims, void const* in
     if (handle == nullptr)
         return cudaErrorInitializationError;
     auto const st = static_cast<cudaStream_t>(stream);
+    cudaGetLastError(); // as above: report only what this launch causes
     if (dtype == 0)
         return sr::launchDeformConv2d(s, static_cast<float const*>(input), static_cast<float const*>(weight),
             static_cast<float const*>(offset), static_cast<float const*>(mask), static_cast<float const*>(bias),

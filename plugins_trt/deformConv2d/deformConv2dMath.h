@@ -127,6 +127,43 @@ SR_HD inline size_t deformConv2dColumnElements(DeformConvShape const& s, DeformC
     return static_cast<size_t>(ch.images) * s.cIn * s.kH * s.kW * static_cast<size_t>(ch.rows) * s.wOut;
 }
 
+// ---- Workspace layout: [align pad][im2col columns of one chunk][align pad][cuBLAS workspace] ----------------
+// cuBLAS gets its workspace from ours (cublasSetWorkspace) so that it never allocates inside enqueue or while a CUDA
+// graph is being captured. 4 MiB is cuBLAS's recommended size before Hopper; Hopper kernels want 32 MiB.
+constexpr size_t kDeformConvCublasWorkspace = size_t(32) << 20;
+
+// Bytes of workspace for one launch of this exact shape: the chunk's columns, both parts aligned, plus cuBLAS's.
+// 0 when the batch is empty.
+inline size_t deformConv2dWorkspaceBytes(DeformConvShape const& s, size_t elemSize)
+{
+    if (s.n <= 0)
+    {
+        return 0;
+    }
+    size_t const columns = deformConv2dColumnElements(s, deformConv2dChunk(s, elemSize)) * elemSize;
+    return kWorkspaceAlignment + alignUp(columns, kWorkspaceAlignment) + kDeformConvCublasWorkspace;
+}
+
+// Bytes that serve every shape of a dynamic profile whose largest shape is `sMax` (every extent at its maximum).
+// A smaller problem can pack its chunk closer to the column budget than the largest one does; any chunk holds at
+// most max(budget, one output row of columns) and never more than the whole problem's columns, both largest at the
+// maxima. `fixed`: the profile has one shape, so the exact size is enough. This is also the least workspace a
+// TensorRT build must allow for the layer (pipeline's engine stage refuses a smaller --workspace).
+inline size_t deformConv2dProfileWorkspaceBytes(DeformConvShape const& sMax, size_t elemSize, bool fixed)
+{
+    size_t const exact = deformConv2dWorkspaceBytes(sMax, elemSize);
+    if (fixed || exact == 0)
+    {
+        return exact;
+    }
+    size_t const rowBytes = static_cast<size_t>(sMax.cIn) * sMax.kH * sMax.kW * sMax.wOut * elemSize;
+    size_t const allBytes = rowBytes * sMax.hOut * sMax.n;
+    size_t const chunkMax = kDeformConvColumnBudget > rowBytes ? kDeformConvColumnBudget : rowBytes;
+    size_t const bound = allBytes < chunkMax ? allBytes : chunkMax;
+    size_t const dynamic = kWorkspaceAlignment + alignUp(bound, kWorkspaceAlignment) + kDeformConvCublasWorkspace;
+    return dynamic > exact ? dynamic : exact;
+}
+
 // Validation shared by every implementation. Returns nullptr when the shape is usable, else a reason.
 inline char const* deformConv2dCheckShape(DeformConvShape const& s)
 {

@@ -26,6 +26,9 @@ struct DeformConv2dParams
     int32_t offsetGroup{1};
     int32_t kernelShape[2]{0, 0}; // 0 = not given: taken from W
     bool hasKernelShape{false};
+    // Not an ONNX attribute: 1 lets FP32 GEMMs use TF32 tensor-op math (the engine stage's --tf32 sets it on the
+    // node). Default 0, so FP32 engines stay FP32-accurate.
+    int32_t allowTf32{0};
 };
 
 // Parses and validates the attributes; logs the first problem and returns false on bad input.
@@ -92,6 +95,7 @@ private:
     std::string prefix() const;
 
     std::string mLayerName;
+    std::string mLogPrefix; // "DeformConv2d 'name': ", built once so enqueue formats nothing on success
     DeformConv2dParams mParams;
     int32_t mNbInputs{-1}; // 3 = X,W,offset; 4 = +B; 5 = +B,mask. Set by configurePlugin/onShapeChange.
     cublasHandle_t mCublas{nullptr}; // owned; one per plugin instance attached to a context

@@ -57,11 +57,16 @@ public:
     nvinfer1::PluginFieldCollection const* getFieldsToSerialize() noexcept override;
 
 private:
-    // Shared by configurePlugin (build-time dims, -1 = unknown) and onShapeChange (concrete dims).
+    // TensorRT's headers do not say whether the `size` shape input is counted in nbInputs of the tensor-description
+    // methods, so both layouts are accepted: 1 input (X) or 2 (X, then the INT32/INT64 size tensor, ignored).
+    bool checkInputCount(int32_t nbInputs, int32_t nbOutputs, char const* method) const;
+    // Shared by configurePlugin (build-time dims, -1 = unknown) and onShapeChange (concrete dims). sizeType is the
+    // type of the counted size input (layout 2), or nullptr in layout 1.
     bool checkIO(nvinfer1::Dims const& in, nvinfer1::DataType inType, nvinfer1::Dims const& out,
-        nvinfer1::DataType outType, int32_t nbInputs, int32_t nbOutputs) const;
+        nvinfer1::DataType outType, nvinfer1::DataType const* sizeType) const;
 
     std::string mLayerName;
+    std::string mLogPrefix; // "DynamicResize 'name': ", built once so enqueue formats nothing on success
     SerializedFields mSerialized;
 };
 
