@@ -15,7 +15,7 @@ TRT_GIT_URL ?= https://github.com/NVIDIA/TensorRT.git
 TRT_VERSION ?=
 TRT_HEADERS_DIR ?= build/trt-headers
 
-.PHONY: setup lint demo test gpu-check onnx plugins build-plugins trt-headers engine sr eval compare bench train clean
+.PHONY: setup lint format demo test gpu-check onnx plugins build-plugins trt-headers engine sr eval compare bench train clean
 
 setup: $(STAMP)
 
@@ -32,8 +32,15 @@ build-plugins:
 	cmake -S plugins_trt -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=$(abspath $(shell command -v $(PY))) -DTENSORRT_ROOT=$(TENSORRT_ROOT)
 	cmake --build $(BUILD) -j 2
 
+CXX_SOURCES = $(shell git ls-files 'plugins_trt/*.cpp' 'plugins_trt/*.h' 'plugins_trt/*.cu' 'plugins_trt/*.cuh')
+# Python: ruff (pyproject.toml); C++/CUDA: clang-format (plugins_trt/.clang-format), checked, never rewritten here.
 lint: setup
 	$(PY) -m ruff check .
+	$(dir $(PY))clang-format --style=file --dry-run --Werror $(CXX_SOURCES)
+
+# Apply the C++/CUDA style (`make lint` only checks it).
+format: setup
+	$(dir $(PY))clang-format --style=file -i $(CXX_SOURCES)
 
 trt-headers:
 	TRT_GIT_URL=$(TRT_GIT_URL) TRT_VERSION=$(TRT_VERSION) scripts/trt_headers.sh $(if $(wildcard $(PY)),$(PY),python3) $(TRT_HEADERS_DIR)

@@ -15,7 +15,7 @@ namespace plugin
 namespace
 {
 // Set once by TensorRT (or a test) before creators are used; read from any thread afterwards.
-std::atomic<nvinfer1::ILoggerFinder*> gLoggerFinder{nullptr};
+std::atomic<nvinfer1::ILoggerFinder*> gLoggerFinder {nullptr};
 
 char const* severityName(nvinfer1::ILogger::Severity severity) noexcept
 {
@@ -84,8 +84,10 @@ cudaError_t takePendingCudaError(std::string const& who) noexcept
     cudaError_t const pending = cudaGetLastError();
     if (pending != cudaSuccess)
     {
-        logWarning(who + "a CUDA error was pending before this layer launched (left by earlier work, not by this "
-            "layer): " + cudaGetErrorName(pending) + ": " + cudaGetErrorString(pending));
+        logWarning(who
+            + "a CUDA error was pending before this layer launched (left by earlier work, not by this "
+              "layer): "
+            + cudaGetErrorName(pending) + ": " + cudaGetErrorString(pending));
     }
     return pending;
 }
@@ -200,15 +202,15 @@ bool FieldReader::readInts(char const* name, int32_t expectedLength, std::vector
     }
     if (expectedLength >= 0 && f->length != expectedLength)
     {
-        logError(where + " must have " + std::to_string(expectedLength) + " value(s), got "
-            + std::to_string(f->length));
+        logError(
+            where + " must have " + std::to_string(expectedLength) + " value(s), got " + std::to_string(f->length));
         return false;
     }
     out.resize(static_cast<size_t>(f->length));
     for (int32_t i = 0; i < f->length; ++i)
     {
         out[i] = f->type == nvinfer1::PluginFieldType::kINT32 ? static_cast<int32_t const*>(f->data)[i]
-                                                                : static_cast<int64_t const*>(f->data)[i];
+                                                              : static_cast<int64_t const*>(f->data)[i];
     }
     return true;
 }
@@ -233,8 +235,8 @@ bool checkRange(char const* pluginName, char const* name, std::vector<int64_t> c
     {
         if (v < lo || v > hi)
         {
-            logError(std::string(pluginName) + ": attribute '" + name + "' value " + std::to_string(v)
-                + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+            logError(std::string(pluginName) + ": attribute '" + name + "' value " + std::to_string(v) + " is outside ["
+                + std::to_string(lo) + ", " + std::to_string(hi) + "]");
             return false;
         }
     }
@@ -244,7 +246,7 @@ bool checkRange(char const* pluginName, char const* name, std::vector<int64_t> c
 void SerializedFields::clear() noexcept
 {
     mFields.clear();
-    mCollection = nvinfer1::PluginFieldCollection{};
+    mCollection = nvinfer1::PluginFieldCollection {};
 }
 
 void SerializedFields::addInt32s(char const* name, int32_t const* data, int32_t length)

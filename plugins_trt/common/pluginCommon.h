@@ -31,7 +31,8 @@ void logWarning(std::string const& message) noexcept;
 // reportLaunch() returns 0 on success, else logs the failure, saying when the context was already broken (a sticky
 // error that was pending before our launch) rather than calling it our launch failure.
 cudaError_t takePendingCudaError(std::string const& who) noexcept;
-int32_t reportLaunch(std::string const& who, cudaError_t pending, cudaError_t status, char const* detail = nullptr) noexcept;
+int32_t reportLaunch(
+    std::string const& who, cudaError_t pending, cudaError_t status, char const* detail = nullptr) noexcept;
 
 // True for the element types every sr plugin supports (FP32, FP16).
 bool isSupportedFloatType(nvinfer1::DataType type) noexcept;
@@ -75,7 +76,7 @@ public:
 
 private:
     std::vector<nvinfer1::PluginField> mFields;
-    nvinfer1::PluginFieldCollection mCollection{};
+    nvinfer1::PluginFieldCollection mCollection {};
 };
 
 } // namespace plugin

@@ -19,16 +19,16 @@ unsigned gridFor(int64_t total)
 // columns [images][C * kH * kW][rows * Wo] for images img0.., output rows row0..row0+rows-1.
 // One thread per (image, channel, output position); it writes that position's kH*kW taps.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) deformIm2colKernel(DeformConvShape s, T const* __restrict__ input,
-    T const* __restrict__ offset, T const* __restrict__ mask, T* __restrict__ columns, int img0, int images, int row0,
-    int rows)
+__global__ void __launch_bounds__(kThreads)
+    deformIm2colKernel(DeformConvShape s, T const* __restrict__ input, T const* __restrict__ offset,
+        T const* __restrict__ mask, T* __restrict__ columns, int img0, int images, int row0, int rows)
 {
     int64_t const cols = static_cast<int64_t>(rows) * s.wOut;
     int64_t const total = static_cast<int64_t>(images) * s.cIn * cols;
     int const taps = s.kH * s.kW;
     int64_t const outPlane = static_cast<int64_t>(s.hOut) * s.wOut;
     for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
-         idx += static_cast<int64_t>(blockDim.x) * gridDim.x)
+        idx += static_cast<int64_t>(blockDim.x) * gridDim.x)
     {
         int64_t const p = idx % cols;
         int64_t const rest = idx / cols;
@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kThreads) biasFillKernel(
     int64_t const total = static_cast<int64_t>(images) * s.cOut * cols;
     int64_t const outPlane = static_cast<int64_t>(s.hOut) * s.wOut;
     for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
-         idx += static_cast<int64_t>(blockDim.x) * gridDim.x)
+        idx += static_cast<int64_t>(blockDim.x) * gridDim.x)
     {
         int64_t const p = idx % cols;
         int64_t const rest = idx / cols;
@@ -100,7 +100,8 @@ cudaError_t launchDeformConv2d(DeformConvShape const& s, T const* input, T const
     T const* mask, T const* bias, T* output, void* workspace, cublasHandle_t cublas, cudaStream_t stream,
     DeformConvGemmOptions const& options, cublasStatus_t* cublasStatus)
 {
-    auto cublasFailed = [cublasStatus](cublasStatus_t st) {
+    auto cublasFailed = [cublasStatus](cublasStatus_t st)
+    {
         if (cublasStatus != nullptr)
         {
             *cublasStatus = st;

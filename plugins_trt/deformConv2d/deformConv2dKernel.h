@@ -19,7 +19,7 @@ size_t deformConv2dWorkspaceSize(DeformConvShape const& s, size_t elemSize);
 // GEMMs are plain FP32. FP16 data always multiplies in FP16 with FP32 accumulation.
 struct DeformConvGemmOptions
 {
-    bool allowTf32{false};
+    bool allowTf32 {false};
 };
 
 // Y = deform_conv2d(X, W, offset, bias, mask) as torchvision. T = float or __half (FP16 in/out, FP32 accumulate:
@@ -32,11 +32,11 @@ struct DeformConvGemmOptions
 template <typename T>
 cudaError_t launchDeformConv2d(DeformConvShape const& s, T const* input, T const* weight, T const* offset,
     T const* mask, T const* bias, T* output, void* workspace, cublasHandle_t cublas, cudaStream_t stream,
-    DeformConvGemmOptions const& options = DeformConvGemmOptions{}, cublasStatus_t* cublasStatus = nullptr);
+    DeformConvGemmOptions const& options = DeformConvGemmOptions {}, cublasStatus_t* cublasStatus = nullptr);
 
-extern template cudaError_t launchDeformConv2d<float>(DeformConvShape const&, float const*, float const*,
-    float const*, float const*, float const*, float*, void*, cublasHandle_t, cudaStream_t,
-    DeformConvGemmOptions const&, cublasStatus_t*);
+extern template cudaError_t launchDeformConv2d<float>(DeformConvShape const&, float const*, float const*, float const*,
+    float const*, float const*, float*, void*, cublasHandle_t, cudaStream_t, DeformConvGemmOptions const&,
+    cublasStatus_t*);
 extern template cudaError_t launchDeformConv2d<__half>(DeformConvShape const&, __half const*, __half const*,
     __half const*, __half const*, __half const*, __half*, void*, cublasHandle_t, cudaStream_t,
     DeformConvGemmOptions const&, cublasStatus_t*);

@@ -61,8 +61,8 @@ SR_HD inline float deformBilinear(T const* plane, int h, int w, float y, float x
 // `image` points at that image's [C, H, W], `offset` / `mask` at that image's offset / mask tensors
 // (mask may be null = all ones). Returns mask * bilinear sample, in float.
 template <typename T>
-SR_HD inline float deformIm2colElement(DeformConvShape const& s, T const* image, T const* offset, T const* mask,
-    int c, int i, int j, int oy, int ox)
+SR_HD inline float deformIm2colElement(
+    DeformConvShape const& s, T const* image, T const* offset, T const* mask, int c, int i, int j, int oy, int ox)
 {
     int64_t const plane = static_cast<int64_t>(s.hOut) * s.wOut;
     int64_t const pos = static_cast<int64_t>(oy) * s.wOut + ox;
@@ -99,7 +99,7 @@ struct DeformConvChunk
 SR_HD inline DeformConvChunk deformConv2dChunk(
     DeformConvShape const& s, size_t elemSize, size_t budget = kDeformConvColumnBudget)
 {
-    DeformConvChunk ch{1, 1};
+    DeformConvChunk ch {1, 1};
     size_t const rowBytes = static_cast<size_t>(s.cIn) * s.kH * s.kW * s.wOut * elemSize;
     size_t const imageBytes = rowBytes * s.hOut;
     if (rowBytes == 0 || s.n <= 0 || s.hOut <= 0)

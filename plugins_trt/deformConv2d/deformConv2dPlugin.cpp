@@ -118,8 +118,8 @@ DeformConv2dPlugin::DeformConv2dPlugin(std::string layerName, DeformConv2dParams
     , mParams(params)
 {
     std::ostringstream os;
-    os << "sr.DeformConv2d.1;strides=" << mParams.strides[0] << "," << mParams.strides[1] << ";pads="
-       << mParams.pads[0] << "," << mParams.pads[1] << "," << mParams.pads[2] << "," << mParams.pads[3]
+    os << "sr.DeformConv2d.1;strides=" << mParams.strides[0] << "," << mParams.strides[1] << ";pads=" << mParams.pads[0]
+       << "," << mParams.pads[1] << "," << mParams.pads[2] << "," << mParams.pads[3]
        << ";dilations=" << mParams.dilations[0] << "," << mParams.dilations[1] << ";group=" << mParams.group
        << ";offset_group=" << mParams.offsetGroup << ";allow_tf32=" << mParams.allowTf32;
     if (mParams.hasKernelShape)
@@ -265,8 +265,8 @@ bool DeformConv2dPlugin::checkIO(Dims const* dims, DataType const* types, int32_
         && sameOrUnknown(off.d[3], y.d[3]) && (!known(kH) || !known(kW) || sameOrUnknown(off.d[1], 2 * og * kH * kW));
     if (!offsetOk)
     {
-        logError(prefix() + "offset must be [N, 2*offset_group*kH*kW, H_out, W_out]: " + shapes + ", Y "
-            + dimsToString(y));
+        logError(
+            prefix() + "offset must be [N, 2*offset_group*kH*kW, H_out, W_out]: " + shapes + ", Y " + dimsToString(y));
         return false;
     }
     if (nbInputs >= 4 && !sameOrUnknown(dims[kB].d[0], cOut))
@@ -342,9 +342,8 @@ int32_t DeformConv2dPlugin::getOutputDataTypes(
     return 0;
 }
 
-int32_t DeformConv2dPlugin::getOutputShapes(DimsExprs const* inputs, int32_t nbInputs,
-    DimsExprs const* /*shapeInputs*/, int32_t nbShapeInputs, DimsExprs* outputs, int32_t nbOutputs,
-    nvinfer1::IExprBuilder& exprBuilder) noexcept
+int32_t DeformConv2dPlugin::getOutputShapes(DimsExprs const* inputs, int32_t nbInputs, DimsExprs const* /*shapeInputs*/,
+    int32_t nbShapeInputs, DimsExprs* outputs, int32_t nbOutputs, nvinfer1::IExprBuilder& exprBuilder) noexcept
 {
     if (nbInputs < 3 || nbInputs > 5 || nbShapeInputs != 0 || nbOutputs != 1)
     {
@@ -423,7 +422,7 @@ int32_t DeformConv2dPlugin::getNbOutputs() const noexcept
 
 DeformConvShape DeformConv2dPlugin::makeShape(Dims const* inDims, Dims const& outDims, int32_t nbInputs) const
 {
-    DeformConvShape s{};
+    DeformConvShape s {};
     s.n = static_cast<int>(inDims[kX].d[0]);
     s.cIn = static_cast<int>(inDims[kX].d[1]);
     s.hIn = static_cast<int>(inDims[kX].d[2]);
@@ -572,9 +571,7 @@ int32_t DeformConv2dPlugin::enqueue(PluginTensorDesc const* inputDesc, PluginTen
             static_cast<__half const*>(mask), static_cast<__half const*>(bias), static_cast<__half*>(outputs[0]),
             workspace, mCublas, stream, options, &gemmStatus);
         break;
-    default:
-        logError(who + "enqueue got unsupported type " + dataTypeName(inputDesc[kX].type));
-        return 1;
+    default: logError(who + "enqueue got unsupported type " + dataTypeName(inputDesc[kX].type)); return 1;
     }
     char const* detail = gemmStatus != CUBLAS_STATUS_SUCCESS ? cublasGetStatusString(gemmStatus) : nullptr;
     return reportLaunch(who, pending, status, detail);

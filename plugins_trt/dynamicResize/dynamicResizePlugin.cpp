@@ -80,8 +80,10 @@ bool DynamicResizePlugin::checkInputCount(int32_t nbInputs, int32_t nbOutputs, c
 {
     if ((nbInputs != 1 && nbInputs != 2) || nbOutputs != 1)
     {
-        logError(prefix(mLayerName) + method + ": expects X (optionally followed by the size shape tensor) and 1 "
-            "output, got " + std::to_string(nbInputs) + " input(s) and " + std::to_string(nbOutputs) + " output(s)");
+        logError(prefix(mLayerName) + method
+            + ": expects X (optionally followed by the size shape tensor) and 1 "
+              "output, got "
+            + std::to_string(nbInputs) + " input(s) and " + std::to_string(nbOutputs) + " output(s)");
         return false;
     }
     return true;
@@ -98,8 +100,8 @@ bool DynamicResizePlugin::checkIO(
     }
     if (in.nbDims != 4 || out.nbDims != 4)
     {
-        logError(prefix(mLayerName) + "X and Y must be 4-D NCHW, got X " + dimsToString(in) + ", Y "
-            + dimsToString(out));
+        logError(
+            prefix(mLayerName) + "X and Y must be 4-D NCHW, got X " + dimsToString(in) + ", Y " + dimsToString(out));
         return false;
     }
     if (!isSupportedFloatType(inType) || outType != inType)
@@ -172,9 +174,10 @@ int32_t DynamicResizePlugin::getOutputShapes(DimsExprs const* inputs, int32_t nb
 {
     if ((nbInputs != 1 && nbInputs != 2) || nbShapeInputs != 1 || nbOutputs != 1)
     {
-        logError(prefix(mLayerName) + "expects X as the only tensor input and 'size' as a shape input (ONNX "
-            "attribute tensorrt_plugin_shape_input_indices=[1]); got " + std::to_string(nbInputs)
-            + " tensor input(s) and " + std::to_string(nbShapeInputs) + " shape input(s)");
+        logError(prefix(mLayerName)
+            + "expects X as the only tensor input and 'size' as a shape input (ONNX "
+              "attribute tensorrt_plugin_shape_input_indices=[1]); got "
+            + std::to_string(nbInputs) + " tensor input(s) and " + std::to_string(nbShapeInputs) + " shape input(s)");
         return 1;
     }
     if (inputs[0].nbDims != 4)
@@ -275,16 +278,14 @@ int32_t DynamicResizePlugin::enqueue(PluginTensorDesc const* inputDesc, PluginTe
     switch (inputDesc[0].type)
     {
     case DataType::kFLOAT:
-        status = launchDynamicResize<float>(static_cast<float const*>(inputs[0]), static_cast<float*>(outputs[0]), n, c,
-            hIn, wIn, hOut, wOut, stream);
+        status = launchDynamicResize<float>(
+            static_cast<float const*>(inputs[0]), static_cast<float*>(outputs[0]), n, c, hIn, wIn, hOut, wOut, stream);
         break;
     case DataType::kHALF:
-        status = launchDynamicResize<__half>(static_cast<__half const*>(inputs[0]), static_cast<__half*>(outputs[0]),
-            n, c, hIn, wIn, hOut, wOut, stream);
+        status = launchDynamicResize<__half>(static_cast<__half const*>(inputs[0]), static_cast<__half*>(outputs[0]), n,
+            c, hIn, wIn, hOut, wOut, stream);
         break;
-    default:
-        logError(who + "enqueue got unsupported type " + dataTypeName(inputDesc[0].type));
-        return 1;
+    default: logError(who + "enqueue got unsupported type " + dataTypeName(inputDesc[0].type)); return 1;
     }
     return reportLaunch(who, pending, status);
 }

@@ -8,8 +8,8 @@
 #include "tests/pluginTestSupport.h"
 
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -77,12 +77,14 @@ public:
             if (mKinds[i] == PluginFieldType::kINT32)
             {
                 std::vector<int32_t> const& v = mInts[ints++];
-                mFields.emplace_back(mNames[i].c_str(), v.data(), PluginFieldType::kINT32, static_cast<int32_t>(v.size()));
+                mFields.emplace_back(
+                    mNames[i].c_str(), v.data(), PluginFieldType::kINT32, static_cast<int32_t>(v.size()));
             }
             else
             {
                 std::string const& t = mTexts[texts++];
-                mFields.emplace_back(mNames[i].c_str(), t.c_str(), PluginFieldType::kCHAR, static_cast<int32_t>(t.size() + 1));
+                mFields.emplace_back(
+                    mNames[i].c_str(), t.c_str(), PluginFieldType::kCHAR, static_cast<int32_t>(t.size() + 1));
             }
         }
         mCollection.nbFields = static_cast<int32_t>(mFields.size());
@@ -103,7 +105,7 @@ private:
     std::vector<std::string> mNames;
     std::vector<PluginFieldType> mKinds;
     std::vector<PluginField> mFields;
-    PluginFieldCollection mCollection{};
+    PluginFieldCollection mCollection {};
 };
 
 // ---- Cases ---------------------------------------------------------------------------------------------------------
@@ -203,8 +205,8 @@ inline std::vector<Dims> deformDims(DeformGroup const& g, DeformShape const& s)
     int const ho = deformOutH(g, s.h);
     int const wo = deformOutW(g, s.w);
     int const taps = g.k * g.k;
-    std::vector<Dims> dims{
-        dims4(s.n, g.c, s.h, s.w), dims4(g.cOut, g.c / g.group, g.k, g.k), dims4(s.n, 2 * g.offsetGroup * taps, ho, wo)};
+    std::vector<Dims> dims {dims4(s.n, g.c, s.h, s.w), dims4(g.cOut, g.c / g.group, g.k, g.k),
+        dims4(s.n, 2 * g.offsetGroup * taps, ho, wo)};
     if (g.nbInputs >= 4)
     {
         dims.push_back(dims1(g.cOut));
@@ -223,7 +225,8 @@ inline DeformData makeDeformData(DeformGroup const& g, DeformShape const& s, uin
     DeformData d;
     d.dims = deformDims(g, s);
     float const wScale = 1.0F / std::sqrt(static_cast<float>(d.dims[1].d[1] * g.k * g.k));
-    auto count = [&](int t) {
+    auto count = [&](int t)
+    {
         size_t v = 1;
         for (int32_t i = 0; i < d.dims[t].nbDims; ++i)
         {
@@ -260,7 +263,8 @@ inline std::string deformReference(DeformGroup const& g, DeformShape const& s, D
     return rc == SR_OK ? std::string() : std::string("sr_deform_conv2d_f32: ") + sr_last_error();
 }
 
-inline std::string resizeReference(ResizeShape const& s, std::vector<float> const& x, std::vector<float>& ref, bool fp16)
+inline std::string resizeReference(
+    ResizeShape const& s, std::vector<float> const& x, std::vector<float>& ref, bool fp16)
 {
     ref.assign(size_t(s.n) * s.c * s.hOut * s.wOut, 0.0F);
     int const rc = sr_dynamic_resize_f32(x.data(), ref.data(), s.n, s.c, s.hIn, s.wIn, s.hOut, s.wOut, fp16 ? 1 : 0);
@@ -282,15 +286,15 @@ inline Tolerance toleranceFor(bool fp16, bool tf32)
     {
         return {2e-3, 4e-3};
     }
-    return tf32 ? Tolerance{5e-3, 5e-3} : Tolerance{2e-5, 2e-5};
+    return tf32 ? Tolerance {5e-3, 5e-3} : Tolerance {2e-5, 2e-5};
 }
 
 struct Comparison
 {
-    bool ok{true};
-    double maxAbsError{0.0};
-    size_t worstIndex{0};
-    size_t nonFinite{0};
+    bool ok {true};
+    double maxAbsError {0.0};
+    size_t worstIndex {0};
+    size_t nonFinite {0};
     std::string summary() const
     {
         char buf[96];

@@ -143,7 +143,8 @@ public:
     {
         return make(true, value);
     }
-    IDimensionExpr const* operation(DimensionOperation op, IDimensionExpr const& first, IDimensionExpr const& second) override
+    IDimensionExpr const* operation(
+        DimensionOperation op, IDimensionExpr const& first, IDimensionExpr const& second) override
     {
         int64_t const a = static_cast<Expr const&>(first).value();
         int64_t const b = static_cast<Expr const&>(second).value();
@@ -206,7 +207,7 @@ inline int64_t valueOf(IDimensionExpr const* e)
 // ---- Helpers ---------------------------------------------------------------------------------------------------
 inline Dims dims4(int64_t a, int64_t b, int64_t c, int64_t d)
 {
-    Dims r{};
+    Dims r {};
     r.nbDims = 4;
     r.d[0] = a;
     r.d[1] = b;
@@ -227,7 +228,7 @@ inline std::string dimsToString(Dims const& d)
 
 inline Dims dims1(int64_t a)
 {
-    Dims r{};
+    Dims r {};
     r.nbDims = 1;
     r.d[0] = a;
     return r;
@@ -235,7 +236,7 @@ inline Dims dims1(int64_t a)
 
 inline DynamicPluginTensorDesc tensorDesc(Dims const& d, DataType type, TensorFormat format = TensorFormat::kLINEAR)
 {
-    DynamicPluginTensorDesc t{};
+    DynamicPluginTensorDesc t {};
     t.desc.dims = d;
     t.desc.type = type;
     t.desc.format = format;
@@ -248,7 +249,7 @@ inline DynamicPluginTensorDesc tensorDesc(Dims const& d, DataType type, TensorFo
 
 inline PluginFieldCollection collection(std::vector<PluginField> const& fields)
 {
-    PluginFieldCollection fc{};
+    PluginFieldCollection fc {};
     fc.nbFields = static_cast<int32_t>(fields.size());
     fc.fields = fields.empty() ? nullptr : fields.data();
     return fc;
@@ -279,10 +280,10 @@ inline PluginField const* findField(PluginFieldCollection const* fc, char const*
 
 struct PluginParts
 {
-    IPluginV3* plugin{nullptr};
-    IPluginV3OneCore* core{nullptr};
-    IPluginV3OneBuild* build{nullptr};
-    IPluginV3OneRuntime* runtime{nullptr};
+    IPluginV3* plugin {nullptr};
+    IPluginV3OneCore* core {nullptr};
+    IPluginV3OneBuild* build {nullptr};
+    IPluginV3OneRuntime* runtime {nullptr};
 };
 
 inline PluginParts parts(IPluginV3* p)
@@ -298,14 +299,13 @@ inline PluginParts parts(IPluginV3* p)
     return r;
 }
 
-
 // ---- Loading the library like TensorRT -------------------------------------------------------------------------
 struct PluginLibrary
 {
-    void* handle{nullptr};
-    IPluginCreatorV3One* resize{nullptr};
-    IPluginCreatorV3One* deform{nullptr};
-    int32_t nbCreators{0};
+    void* handle {nullptr};
+    IPluginCreatorV3One* resize {nullptr};
+    IPluginCreatorV3One* deform {nullptr};
+    int32_t nbCreators {0};
     std::string error;
 };
 
@@ -320,7 +320,7 @@ inline PluginLibrary loadPluginLibrary(char const* path, ILoggerFinder* finder)
         lib.error = std::string("dlopen ") + path + ": " + (why != nullptr ? why : "unknown error");
         return lib;
     }
-    using GetCreators = IPluginCreatorInterface* const* (*) (int32_t&);
+    using GetCreators = IPluginCreatorInterface* const* (*)(int32_t&);
     using SetLoggerFinder = void (*)(ILoggerFinder*);
     auto getCreators = reinterpret_cast<GetCreators>(dlsym(lib.handle, "getCreators"));
     auto setLoggerFinder = reinterpret_cast<SetLoggerFinder>(dlsym(lib.handle, "setLoggerFinder"));

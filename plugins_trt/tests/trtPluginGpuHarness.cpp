@@ -170,8 +170,8 @@ public:
     }
 
 private:
-    void* mBase{nullptr};
-    size_t mBytes{0};
+    void* mBase {nullptr};
+    size_t mBytes {0};
 };
 
 std::string cudaText(cudaError_t e)
@@ -179,14 +179,15 @@ std::string cudaText(cudaError_t e)
     return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
 }
 
-// ---- One problem on the GPU: inputs uploaded, enqueue direct and through a CUDA graph --------------------------------
+// ---- One problem on the GPU: inputs uploaded, enqueue direct and through a CUDA graph
+// --------------------------------
 struct Problem
 {
     std::string label;
-    bool fp16{false};
-    Tolerance tol{};
+    bool fp16 {false};
+    Tolerance tol {};
     std::vector<PluginTensorDesc> inDesc;
-    PluginTensorDesc outDesc{};
+    PluginTensorDesc outDesc {};
     std::vector<std::vector<unsigned char>> inBytes; // as uploaded (FP32/FP16 data; raw bytes for the size tensor)
     std::vector<float> reference;
 };
@@ -219,7 +220,8 @@ void runOnGpu(IPluginV3OneRuntime* rt, Problem const& p, DeviceBuffer const& wor
     void* outPtrs[1] = {out.data()};
     void* ws = workspace.bytes() != 0 ? workspace.data() : nullptr;
 
-    auto verify = [&](std::string const& how) {
+    auto verify = [&](std::string const& how)
+    {
         std::vector<float> const got = decode(out.download(), p.fp16);
         Comparison const c = compareOutputs(got, p.reference, p.tol);
         check(c.ok, p.label + ": " + how + " matches libsr_kernels_cpu (" + c.summary() + ")");
@@ -255,9 +257,8 @@ void runOnGpu(IPluginV3OneRuntime* rt, Problem const& p, DeviceBuffer const& wor
     cudaGraphExec_t exec = nullptr;
     logger.clear();
     cudaError_t e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal);
-    int32_t const rcCaptured = e == cudaSuccess
-        ? rt->enqueue(p.inDesc.data(), &p.outDesc, inPtrs.data(), outPtrs, ws, stream)
-        : -1;
+    int32_t const rcCaptured
+        = e == cudaSuccess ? rt->enqueue(p.inDesc.data(), &p.outDesc, inPtrs.data(), outPtrs, ws, stream) : -1;
     cudaError_t const ended = cudaStreamEndCapture(stream, &graph);
     if (e == cudaSuccess)
     {
@@ -295,8 +296,8 @@ void runOnGpu(IPluginV3OneRuntime* rt, Problem const& p, DeviceBuffer const& wor
     {
         inputsIntact = inputsIntact && ins[i].canariesIntact() && ins[i].download() == p.inBytes[i];
     }
-    check(workspace.canariesIntact(), p.label + ": workspace canaries untouched (" + std::to_string(workspace.bytes())
-            + " bytes used at most)");
+    check(workspace.canariesIntact(),
+        p.label + ": workspace canaries untouched (" + std::to_string(workspace.bytes()) + " bytes used at most)");
     check(out.canariesIntact() && inputsIntact, p.label + ": output canaries untouched, inputs unchanged");
 }
 
@@ -323,7 +324,7 @@ IPluginV3* roundTrip(IPluginCreatorV3One* creator, PluginParts const& built, cha
 
 DynamicPluginTensorDesc rangeDesc(Dims const& lo, Dims const& hi, DataType type)
 {
-    DynamicPluginTensorDesc t{};
+    DynamicPluginTensorDesc t {};
     t.desc.type = type;
     t.desc.format = TensorFormat::kLINEAR;
     t.desc.scale = -1.0F;
@@ -364,8 +365,8 @@ bool supportsAll(IPluginV3OneBuild* build, std::vector<DynamicPluginTensorDesc> 
 
 struct GpuContext
 {
-    bool present{false};
-    cudaStream_t stream{nullptr};
+    bool present {false};
+    cudaStream_t stream {nullptr};
 };
 
 // ---- DynamicResize -------------------------------------------------------------------------------------------------
@@ -388,7 +389,7 @@ void runResize(IPluginCreatorV3One* creator, CapturingLogger& logger, bool fp16,
     IPluginV3* runtimePlugin = roundTrip(creator, b, "resize", label);
 
     DataType types[2] = {dt, DataType::kINT64};
-    DataType outType{};
+    DataType outType {};
     check(b.build->getOutputDataTypes(&outType, 1, types, nbIn) == 0 && outType == dt, label + ": output type");
 
     std::vector<ResizeShape> const shapes = resizeShapes();
@@ -398,18 +399,18 @@ void runResize(IPluginCreatorV3One* creator, CapturingLogger& logger, bool fp16,
     std::vector<Dims> outDims;
     for (ResizeShape const& s : shapes)
     {
-        DimsExprs x{};
+        DimsExprs x {};
         x.nbDims = 4;
         x.d[0] = eb.symbolic(s.n);
         x.d[1] = eb.fixed(s.c);
         x.d[2] = eb.symbolic(s.hIn);
         x.d[3] = eb.symbolic(s.wIn);
-        DimsExprs size{};
+        DimsExprs size {};
         size.nbDims = 2;
         size.d[0] = eb.symbolic(s.hOut);
         size.d[1] = eb.symbolic(s.wOut);
         DimsExprs ins[2] = {x, size};
-        DimsExprs y{};
+        DimsExprs y {};
         shapesOk = shapesOk && b.build->getOutputShapes(ins, nbIn, &size, 1, &y, 1, eb) == 0 && y.nbDims == 4
             && valueOf(y.d[0]) == s.n && valueOf(y.d[1]) == s.c && valueOf(y.d[2]) == s.hOut
             && valueOf(y.d[3]) == s.wOut;
@@ -418,7 +419,7 @@ void runResize(IPluginCreatorV3One* creator, CapturingLogger& logger, bool fp16,
     }
     check(shapesOk, label + ": getOutputShapes = [N, C, size[0], size[1]] for every shape");
 
-    std::vector<DynamicPluginTensorDesc> io{rangeDesc(extreme(inDims, false), extreme(inDims, true), dt)};
+    std::vector<DynamicPluginTensorDesc> io {rangeDesc(extreme(inDims, false), extreme(inDims, true), dt)};
     if (sizeCounted)
     {
         io.push_back(rangeDesc(dims1(2), dims1(2), DataType::kINT64));
@@ -443,8 +444,8 @@ void runResize(IPluginCreatorV3One* creator, CapturingLogger& logger, bool fp16,
     for (size_t i = 0; attached != nullptr && i < shapes.size(); ++i)
     {
         ResizeShape const& s = shapes[i];
-        std::string const caseLabel = label + " " + s.what + " " + dimsToString(inDims[i]) + " -> "
-            + dimsToString(outDims[i]);
+        std::string const caseLabel
+            = label + " " + s.what + " " + dimsToString(inDims[i]) + " -> " + dimsToString(outDims[i]);
         Problem p;
         p.label = caseLabel;
         p.fp16 = fp16;
@@ -501,7 +502,7 @@ void runDeform(IPluginCreatorV3One* creator, CapturingLogger& logger, DeformGrou
     IPluginV3* runtimePlugin = roundTrip(creator, b, "dcn", label);
 
     std::vector<DataType> types(g.nbInputs, dt);
-    DataType outType{};
+    DataType outType {};
     check(b.build->getOutputDataTypes(&outType, 1, types.data(), g.nbInputs) == 0 && outType == dt,
         label + ": output type");
 
@@ -523,7 +524,7 @@ void runDeform(IPluginCreatorV3One* creator, CapturingLogger& logger, DeformGrou
                 ins[t].d[j] = dynamic ? eb.symbolic(dims[t].d[j]) : eb.fixed(dims[t].d[j]);
             }
         }
-        DimsExprs y{};
+        DimsExprs y {};
         Dims const& want = dims[g.nbInputs];
         shapesOk = shapesOk && b.build->getOutputShapes(ins.data(), g.nbInputs, nullptr, 0, &y, 1, eb) == 0
             && y.nbDims == 4 && valueOf(y.d[0]) == want.d[0] && valueOf(y.d[1]) == want.d[1]
@@ -548,8 +549,9 @@ void runDeform(IPluginCreatorV3One* creator, CapturingLogger& logger, DeformGrou
     Dims const yMax = io[g.nbInputs].max;
     size_t const minimum = sr_deform_conv2d_min_workspace(static_cast<int>(yMax.d[0]), g.c, g.k, g.k,
         static_cast<int>(yMax.d[2]), static_cast<int>(yMax.d[3]), fp16 ? 2 : 4, g.shapes.size() == 1 ? 1 : 0);
-    check(wsBytes > 0 && wsBytes == minimum, label + ": getWorkspaceSize " + std::to_string(wsBytes)
-            + " = sr_deform_conv2d_min_workspace " + std::to_string(minimum));
+    check(wsBytes > 0 && wsBytes == minimum,
+        label + ": getWorkspaceSize " + std::to_string(wsBytes) + " = sr_deform_conv2d_min_workspace "
+            + std::to_string(minimum));
 
     if (hostOnly || !gpu.present)
     {
@@ -589,8 +591,7 @@ void runDeform(IPluginCreatorV3One* creator, CapturingLogger& logger, DeformGrou
         }
         p.outDesc = tensorDesc(d.dims[g.nbInputs], dt).desc;
         logger.clear();
-        check(parts(attached).runtime->onShapeChange(p.inDesc.data(), g.nbInputs, &p.outDesc, 1) == 0
-                && logger.empty(),
+        check(parts(attached).runtime->onShapeChange(p.inDesc.data(), g.nbInputs, &p.outDesc, 1) == 0 && logger.empty(),
             p.label + ": onShapeChange on the attached instance");
         std::string const err = deformReference(g, s, d, fp16);
         check(err.empty(), p.label + ": CPU reference " + err);
@@ -650,7 +651,7 @@ int main(int argc, char** argv)
         else
         {
             gpu.present = true;
-            cudaDeviceProp prop{};
+            cudaDeviceProp prop {};
             cudaGetDeviceProperties(&prop, 0);
             std::printf("# GPU: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
         }

@@ -25,7 +25,7 @@ void testDynamicResize(IPluginCreatorV3One* creator, CapturingLogger& logger)
     std::printf("# DynamicResize\n");
     char const ns[] = "sr";
     int32_t const shapeIdx[] = {1};
-    std::vector<PluginField> parserFields{PluginField("plugin_namespace", ns, PluginFieldType::kCHAR, 3),
+    std::vector<PluginField> parserFields {PluginField("plugin_namespace", ns, PluginFieldType::kCHAR, 3),
         PluginField("tensorrt_plugin_shape_input_indices", shapeIdx, PluginFieldType::kINT32, 1)};
     PluginFieldCollection fc = collection(parserFields);
     logger.clear();
@@ -43,7 +43,7 @@ void testDynamicResize(IPluginCreatorV3One* creator, CapturingLogger& logger)
         "DynamicResize: name/version/namespace = DynamicResize/1/sr");
     check(r.build->getNbOutputs() == 1, "DynamicResize: one output");
 
-    DataType out{};
+    DataType out {};
     DataType in = DataType::kFLOAT;
     check(r.build->getOutputDataTypes(&out, 1, &in, 1) == 0 && out == DataType::kFLOAT, "DynamicResize: FP32 -> FP32");
     in = DataType::kHALF;
@@ -54,8 +54,8 @@ void testDynamicResize(IPluginCreatorV3One* creator, CapturingLogger& logger)
         "DynamicResize: INT32 input rejected with a logged error");
 
     // Formats: X picks FP32/FP16 LINEAR, Y must match it.
-    DynamicPluginTensorDesc io[2] = {tensorDesc(dims4(1, 3, 8, 8), DataType::kFLOAT),
-        tensorDesc(dims4(1, 3, 16, 16), DataType::kFLOAT)};
+    DynamicPluginTensorDesc io[2]
+        = {tensorDesc(dims4(1, 3, 8, 8), DataType::kFLOAT), tensorDesc(dims4(1, 3, 16, 16), DataType::kFLOAT)};
     check(r.build->supportsFormatCombination(0, io, 1, 1), "DynamicResize: X FP32 LINEAR supported");
     check(r.build->supportsFormatCombination(1, io, 1, 1), "DynamicResize: Y FP32 after X FP32 supported");
     io[1].desc.type = DataType::kHALF;
@@ -71,17 +71,17 @@ void testDynamicResize(IPluginCreatorV3One* creator, CapturingLogger& logger)
 
     // Output shape: N, C from X; H_out, W_out are the values of the size shape input.
     TestExprBuilder eb;
-    DimsExprs x{};
+    DimsExprs x {};
     x.nbDims = 4;
     x.d[0] = eb.symbolic(2);
     x.d[1] = eb.fixed(3);
     x.d[2] = eb.symbolic(7);
     x.d[3] = eb.symbolic(5);
-    DimsExprs size{};
+    DimsExprs size {};
     size.nbDims = 2;
     size.d[0] = eb.symbolic(11);
     size.d[1] = eb.symbolic(13);
-    DimsExprs y{};
+    DimsExprs y {};
     logger.clear();
     int32_t const rc = r.build->getOutputShapes(&x, 1, &size, 1, &y, 1, eb);
     check(rc == 0 && y.nbDims == 4 && valueOf(y.d[0]) == 2 && valueOf(y.d[1]) == 3 && y.d[2] == size.d[0]
@@ -91,7 +91,7 @@ void testDynamicResize(IPluginCreatorV3One* creator, CapturingLogger& logger)
     check(r.build->getOutputShapes(&x, 1, nullptr, 0, &y, 1, eb) != 0
             && logger.mentions("tensorrt_plugin_shape_input_indices"),
         "DynamicResize: missing shape input rejected, error names tensorrt_plugin_shape_input_indices");
-    DimsExprs badSize{};
+    DimsExprs badSize {};
     badSize.nbDims = 2;
     badSize.d[0] = eb.fixed(0);
     badSize.d[1] = eb.fixed(4);
@@ -121,7 +121,7 @@ void testDynamicResize(IPluginCreatorV3One* creator, CapturingLogger& logger)
     // The other layout: TensorRT may count the size shape tensor as input 1 (INT32/INT64, ignored by the plugin).
     {
         DataType types2[2] = {DataType::kHALF, DataType::kINT64};
-        DataType out2{};
+        DataType out2 {};
         check(r.build->getOutputDataTypes(&out2, 1, types2, 2) == 0 && out2 == DataType::kHALF,
             "DynamicResize (size counted): getOutputDataTypes(FP16, INT64) -> FP16");
         types2[1] = DataType::kFLOAT;
@@ -142,15 +142,15 @@ void testDynamicResize(IPluginCreatorV3One* creator, CapturingLogger& logger)
         io3[2].desc.type = DataType::kFLOAT;
         check(all && int64Ok && halfSizeRejected && mismatchRejected,
             "DynamicResize (size counted): formats X/size(INT32|INT64)/Y, FP16 size and Y != X rejected");
-        DynamicPluginTensorDesc cin2[2] = {tensorDesc(dims4(-1, 3, -1, -1), DataType::kFLOAT),
-            tensorDesc(dims1(2), DataType::kINT64)};
+        DynamicPluginTensorDesc cin2[2]
+            = {tensorDesc(dims4(-1, 3, -1, -1), DataType::kFLOAT), tensorDesc(dims1(2), DataType::kINT64)};
         DynamicPluginTensorDesc cout2 = tensorDesc(dims4(-1, 3, -1, -1), DataType::kFLOAT);
         logger.clear();
         check(r.build->configurePlugin(cin2, 2, &cout2, 1) == 0 && logger.empty()
                 && r.build->getWorkspaceSize(cin2, 2, &cout2, 1) == 0,
             "DynamicResize (size counted): configurePlugin + getWorkspaceSize with 2 inputs");
-        PluginTensorDesc rin2[2] = {tensorDesc(dims4(2, 3, 7, 5), DataType::kFLOAT).desc,
-            tensorDesc(dims1(2), DataType::kINT64).desc};
+        PluginTensorDesc rin2[2]
+            = {tensorDesc(dims4(2, 3, 7, 5), DataType::kFLOAT).desc, tensorDesc(dims1(2), DataType::kINT64).desc};
         PluginTensorDesc rout2 = tensorDesc(dims4(2, 3, 11, 13), DataType::kFLOAT).desc;
         logger.clear();
         check(r.runtime->onShapeChange(rin2, 2, &rout2, 1) == 0 && logger.empty(),
@@ -160,8 +160,7 @@ void testDynamicResize(IPluginCreatorV3One* creator, CapturingLogger& logger)
         check(r.build->getOutputShapes(x2, 2, &size, 1, &y, 1, eb) == 0 && y.d[2] == size.d[0] && logger.empty(),
             "DynamicResize (size counted): getOutputShapes with 2 inputs + the shape input");
         logger.clear();
-        check(r.runtime->onShapeChange(rin2, 3, &rout2, 1) != 0 && !logger.empty(),
-            "DynamicResize: 3 inputs rejected");
+        check(r.runtime->onShapeChange(rin2, 3, &rout2, 1) != 0 && !logger.empty(), "DynamicResize: 3 inputs rejected");
     }
 
     // Serialization (no attributes) and clone.
@@ -180,27 +179,27 @@ void testDynamicResize(IPluginCreatorV3One* creator, CapturingLogger& logger)
 // ---- DeformConv2d ----------------------------------------------------------------------------------------------
 struct DeformAttrs
 {
-    std::vector<int32_t> strides{2, 1};
-    std::vector<int32_t> pads{1, 2, 1, 2};
-    std::vector<int32_t> dilations{1, 2};
-    std::vector<int32_t> group{2};
-    std::vector<int32_t> offsetGroup{2};
-    std::vector<int32_t> kernelShape{3, 3};
-    std::vector<int32_t> allowTf32{0};
+    std::vector<int32_t> strides {2, 1};
+    std::vector<int32_t> pads {1, 2, 1, 2};
+    std::vector<int32_t> dilations {1, 2};
+    std::vector<int32_t> group {2};
+    std::vector<int32_t> offsetGroup {2};
+    std::vector<int32_t> kernelShape {3, 3};
+    std::vector<int32_t> allowTf32 {0};
 
     std::vector<PluginField> fields(bool withKernel = true) const
     {
-        std::vector<PluginField> f{
+        std::vector<PluginField> f {
             PluginField("strides", strides.data(), PluginFieldType::kINT32, static_cast<int32_t>(strides.size())),
             PluginField("pads", pads.data(), PluginFieldType::kINT32, static_cast<int32_t>(pads.size())),
             PluginField("dilations", dilations.data(), PluginFieldType::kINT32, static_cast<int32_t>(dilations.size())),
             PluginField("group", group.data(), PluginFieldType::kINT32, static_cast<int32_t>(group.size())),
-            PluginField("offset_group", offsetGroup.data(), PluginFieldType::kINT32,
-                static_cast<int32_t>(offsetGroup.size()))};
+            PluginField(
+                "offset_group", offsetGroup.data(), PluginFieldType::kINT32, static_cast<int32_t>(offsetGroup.size()))};
         if (withKernel)
         {
-            f.emplace_back("kernel_shape", kernelShape.data(), PluginFieldType::kINT32,
-                static_cast<int32_t>(kernelShape.size()));
+            f.emplace_back(
+                "kernel_shape", kernelShape.data(), PluginFieldType::kINT32, static_cast<int32_t>(kernelShape.size()));
         }
         f.emplace_back("allow_tf32", allowTf32.data(), PluginFieldType::kINT32, static_cast<int32_t>(allowTf32.size()));
         return f;
@@ -213,8 +212,8 @@ void expectRejected(IPluginCreatorV3One* creator, CapturingLogger& logger, std::
     PluginFieldCollection fc = collection(fields);
     logger.clear();
     IPluginV3* p = creator->createPlugin("bad", &fc, TensorRTPhase::kBUILD);
-    check(p == nullptr && logger.mentions(fieldName), "DeformConv2d: " + what + " -> nullptr, error names '"
-            + fieldName + "' (last: " + logger.last() + ")");
+    check(p == nullptr && logger.mentions(fieldName),
+        "DeformConv2d: " + what + " -> nullptr, error names '" + fieldName + "' (last: " + logger.last() + ")");
     delete p;
 }
 
@@ -233,7 +232,7 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
 {
     std::printf("# DeformConv2d\n");
     PluginFieldCollection const* names = creator->getFieldNames();
-    std::vector<std::string> expectNames{
+    std::vector<std::string> expectNames {
         "strides", "pads", "dilations", "group", "offset_group", "kernel_shape", "allow_tf32"};
     bool allListed = names != nullptr;
     for (auto const& n : expectNames)
@@ -261,8 +260,8 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
         "DeformConv2d: name/version/namespace = DeformConv2d/1/sr");
 
     // INT64 fields (as Python users pass numpy int64) are accepted too.
-    std::vector<int64_t> s64{1, 1};
-    std::vector<PluginField> f64{PluginField("strides", s64.data(), PluginFieldType::kINT64, 2)};
+    std::vector<int64_t> s64 {1, 1};
+    std::vector<PluginField> f64 {PluginField("strides", s64.data(), PluginFieldType::kINT64, 2)};
     PluginFieldCollection fc64 = collection(f64);
     IPluginV3* p64 = creator->createPlugin("dcn64", &fc64, TensorRTPhase::kBUILD);
     check(p64 != nullptr, "DeformConv2d: INT64 fields accepted");
@@ -273,15 +272,17 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
     if (pDef != nullptr)
     {
         PluginFieldCollection const* d = parts(pDef).runtime->getFieldsToSerialize();
-        bool ok = d != nullptr && findField(d, "strides") && fieldValues(*findField(d, "strides")) == std::vector<int64_t>{1, 1}
-            && fieldValues(*findField(d, "pads")) == std::vector<int64_t>{0, 0, 0, 0}
-            && fieldValues(*findField(d, "dilations")) == std::vector<int64_t>{1, 1}
-            && fieldValues(*findField(d, "group")) == std::vector<int64_t>{1}
-            && fieldValues(*findField(d, "offset_group")) == std::vector<int64_t>{1}
+        bool ok = d != nullptr && findField(d, "strides")
+            && fieldValues(*findField(d, "strides")) == std::vector<int64_t> {1, 1}
+            && fieldValues(*findField(d, "pads")) == std::vector<int64_t> {0, 0, 0, 0}
+            && fieldValues(*findField(d, "dilations")) == std::vector<int64_t> {1, 1}
+            && fieldValues(*findField(d, "group")) == std::vector<int64_t> {1}
+            && fieldValues(*findField(d, "offset_group")) == std::vector<int64_t> {1}
             && findField(d, "kernel_shape") == nullptr
-            && fieldValues(*findField(d, "allow_tf32")) == std::vector<int64_t>{0};
-        check(ok, "DeformConv2d: defaults strides=1,1 pads=0 dilations=1,1 group=1 offset_group=1, no kernel_shape, "
-                  "allow_tf32=0");
+            && fieldValues(*findField(d, "allow_tf32")) == std::vector<int64_t> {0};
+        check(ok,
+            "DeformConv2d: defaults strides=1,1 pads=0 dilations=1,1 group=1 offset_group=1, no kernel_shape, "
+            "allow_tf32=0");
     }
 
     // Invalid attributes: nullptr, no crash, an error naming the field.
@@ -332,23 +333,23 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
     }
     {
         float const bad[2] = {1.0F, 1.0F};
-        std::vector<PluginField> f{PluginField("dilations", bad, PluginFieldType::kFLOAT32, 2)};
+        std::vector<PluginField> f {PluginField("dilations", bad, PluginFieldType::kFLOAT32, 2)};
         expectRejected(creator, logger, f, "dilations", "FLOAT32 dilations");
     }
     {
         int32_t const g1[1] = {1};
         int32_t const g2[1] = {2};
-        std::vector<PluginField> f{PluginField("group", g1, PluginFieldType::kINT32, 1),
-            PluginField("group", g2, PluginFieldType::kINT32, 1)};
+        std::vector<PluginField> f {
+            PluginField("group", g1, PluginFieldType::kINT32, 1), PluginField("group", g2, PluginFieldType::kINT32, 1)};
         expectRejected(creator, logger, f, "group", "group given twice");
     }
     {
-        std::vector<PluginField> f{PluginField("strides", nullptr, PluginFieldType::kINT32, 2)};
+        std::vector<PluginField> f {PluginField("strides", nullptr, PluginFieldType::kINT32, 2)};
         expectRejected(creator, logger, f, "strides", "strides without data");
     }
     {
         int64_t const huge[2] = {int64_t(1) << 40, 1};
-        std::vector<PluginField> f{PluginField("strides", huge, PluginFieldType::kINT64, 2)};
+        std::vector<PluginField> f {PluginField("strides", huge, PluginFieldType::kINT64, 2)};
         expectRejected(creator, logger, f, "strides", "stride beyond int32");
     }
 
@@ -356,7 +357,7 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
     PluginFieldCollection const* ser = r.runtime->getFieldsToSerialize();
     bool serOk = ser != nullptr && ser->nbFields == 7;
     DeformAttrs expect;
-    std::vector<std::pair<char const*, std::vector<int32_t>>> expected{{"strides", expect.strides},
+    std::vector<std::pair<char const*, std::vector<int32_t>>> expected {{"strides", expect.strides},
         {"pads", expect.pads}, {"dilations", expect.dilations}, {"group", expect.group},
         {"offset_group", expect.offsetGroup}, {"kernel_shape", expect.kernelShape}, {"allow_tf32", expect.allowTf32}};
     for (auto const& e : expected)
@@ -389,16 +390,16 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
         std::vector<PluginField> tf = tf32.fields();
         PluginFieldCollection tfc = collection(tf);
         IPluginV3* pTf = creator->createPlugin("dcnTf32", &tfc, TensorRTPhase::kBUILD);
-        PluginField const* f = pTf != nullptr ? findField(parts(pTf).runtime->getFieldsToSerialize(), "allow_tf32")
-                                               : nullptr;
-        check(f != nullptr && fieldValues(*f) == std::vector<int64_t>{1}
+        PluginField const* f
+            = pTf != nullptr ? findField(parts(pTf).runtime->getFieldsToSerialize(), "allow_tf32") : nullptr;
+        check(f != nullptr && fieldValues(*f) == std::vector<int64_t> {1}
                 && std::strcmp(parts(pTf).build->getTimingCacheID(), r.build->getTimingCacheID()) != 0,
             "DeformConv2d: allow_tf32=1 accepted, serialized, and part of the timing-cache id");
         delete pTf;
     }
 
     // Output types.
-    DataType outType{};
+    DataType outType {};
     DataType f32[5] = {DataType::kFLOAT, DataType::kFLOAT, DataType::kFLOAT, DataType::kFLOAT, DataType::kFLOAT};
     DataType f16[5] = {DataType::kHALF, DataType::kHALF, DataType::kHALF, DataType::kHALF, DataType::kHALF};
     check(r.build->getOutputDataTypes(&outType, 1, f32, 5) == 0 && outType == DataType::kFLOAT,
@@ -412,12 +413,12 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
 
     // Formats for 3, 4 and 5 inputs: all LINEAR, all the type of X.
     int32_t const n = 2, c = 4, h = 9, w = 10, cOut = 6, k = 3;
-    int64_t const ho = (h + 1 + 1 - (1 * (k - 1) + 1)) / 2 + 1;   // strides 2, pads 1/1, dilation 1
-    int64_t const wo = (w + 2 + 2 - (2 * (k - 1) + 1)) / 1 + 1;   // stride 1, pads 2/2, dilation 2
+    int64_t const ho = (h + 1 + 1 - (1 * (k - 1) + 1)) / 2 + 1; // strides 2, pads 1/1, dilation 1
+    int64_t const wo = (w + 2 + 2 - (2 * (k - 1) + 1)) / 1 + 1; // stride 1, pads 2/2, dilation 2
     int32_t const og = 2;
     for (int32_t nbIn = 3; nbIn <= 5; ++nbIn)
     {
-        std::vector<DynamicPluginTensorDesc> io{tensorDesc(dims4(n, c, h, w), DataType::kHALF),
+        std::vector<DynamicPluginTensorDesc> io {tensorDesc(dims4(n, c, h, w), DataType::kHALF),
             tensorDesc(dims4(cOut, c / 2, k, k), DataType::kHALF),
             tensorDesc(dims4(n, 2 * og * k * k, ho, wo), DataType::kHALF)};
         if (nbIn >= 4)
@@ -447,7 +448,7 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
         check(r.build->configurePlugin(io.data(), nbIn, &io[nbIn], 1) == 0 && logger.empty(),
             "DeformConv2d: configurePlugin with consistent shapes, " + std::to_string(nbIn) + " inputs");
         // Fixed shape: the workspace is exactly the kernel library's im2col chunk.
-        sr::DeformConvShape s{n, c, h, w, cOut, k, k, static_cast<int>(ho), static_cast<int>(wo), 2, 1, 1, 2, 1, 2, 2,
+        sr::DeformConvShape s {n, c, h, w, cOut, k, k, static_cast<int>(ho), static_cast<int>(wo), 2, 1, 1, 2, 1, 2, 2,
             og, nbIn >= 4, nbIn == 5};
         size_t const ws = r.build->getWorkspaceSize(io.data(), nbIn, &io[nbIn], 1);
         size_t const columns = size_t(n) * c * k * k * ho * wo * 2;
@@ -461,7 +462,7 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
 
     // Shape validation in configurePlugin / onShapeChange (no GPU needed: they fail before touching cuBLAS).
     {
-        std::vector<DynamicPluginTensorDesc> io{tensorDesc(dims4(n, c, h, w), DataType::kFLOAT),
+        std::vector<DynamicPluginTensorDesc> io {tensorDesc(dims4(n, c, h, w), DataType::kFLOAT),
             tensorDesc(dims4(cOut, c, k, k), DataType::kFLOAT), // C/group would be 2
             tensorDesc(dims4(n, 2 * og * k * k, ho, wo), DataType::kFLOAT),
             tensorDesc(dims4(n, cOut, ho, wo), DataType::kFLOAT)};
@@ -507,7 +508,7 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
     // Dynamic profile: one workspace size must serve every problem up to the maxima.
     {
         int32_t const bigC = 64, bigW = 2048, bigH = 2048;
-        std::vector<DynamicPluginTensorDesc> io{tensorDesc(dims4(1, bigC, bigH, bigW), DataType::kFLOAT),
+        std::vector<DynamicPluginTensorDesc> io {tensorDesc(dims4(1, bigC, bigH, bigW), DataType::kFLOAT),
             tensorDesc(dims4(bigC, bigC / 2, k, k), DataType::kFLOAT),
             tensorDesc(dims4(1, 2 * og * k * k, bigH, bigW), DataType::kFLOAT),
             tensorDesc(dims4(1, bigC, bigH, bigW), DataType::kFLOAT)};
@@ -530,8 +531,8 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
         {
             for (int32_t hSmall : {bigH, 1500, 300, 40, 1})
             {
-                sr::DeformConvShape s{1, bigC, hSmall, wSmall, bigC, k, k, hSmall, wSmall, 1, 1, 1, 1, 1, 1, 2, og,
-                    false, false};
+                sr::DeformConvShape s {
+                    1, bigC, hSmall, wSmall, bigC, k, k, hSmall, wSmall, 1, 1, 1, 1, 1, 1, 2, og, false, false};
                 if (exactWorkspace(s, 4) > ws)
                 {
                     covers = false;
@@ -540,13 +541,16 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
                 }
             }
         }
-        check(covers, "DeformConv2d: dynamic-profile workspace " + std::to_string(ws)
-                + " covers every smaller problem" + (worst.empty() ? "" : " (fails at " + worst + ")"));
+        check(covers,
+            "DeformConv2d: dynamic-profile workspace " + std::to_string(ws) + " covers every smaller problem"
+                + (worst.empty() ? "" : " (fails at " + worst + ")"));
         check(ws <= sr::kDeformConvColumnBudget + size_t(bigC) * k * k * bigW * 4 + 2 * sr::kWorkspaceAlignment
                     + sr::kDeformConvCublasWorkspace,
             "DeformConv2d: dynamic-profile workspace stays within the column budget (+ one row) + cuBLAS slice");
-        check(ws == sr::deformConv2dProfileWorkspaceBytes(sr::DeformConvShape{1, bigC, bigH, bigW, bigC, k, k, bigH,
-                        bigW, 1, 1, 1, 1, 1, 1, 2, og, false, false}, 4, false),
+        check(ws
+                == sr::deformConv2dProfileWorkspaceBytes(sr::DeformConvShape {1, bigC, bigH, bigW, bigC, k, k, bigH,
+                                                             bigW, 1, 1, 1, 1, 1, 1, 2, og, false, false},
+                    4, false),
             "DeformConv2d: getWorkspaceSize = deformConv2dProfileWorkspaceBytes (the engine stage's minimum)");
         delete padded;
     }
@@ -554,7 +558,7 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
     // Output shapes through the expression builder: symbolic N/H/W, constant channels.
     {
         TestExprBuilder eb;
-        DimsExprs in[3]{};
+        DimsExprs in[3] {};
         in[0].nbDims = 4;
         in[0].d[0] = eb.symbolic(n);
         in[0].d[1] = eb.fixed(c);
@@ -570,7 +574,7 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
         {
             in[2].d[i] = eb.symbolic(1);
         }
-        DimsExprs y{};
+        DimsExprs y {};
         logger.clear();
         int32_t const rc = r.build->getOutputShapes(in, 3, nullptr, 0, &y, 1, eb);
         check(rc == 0 && y.nbDims == 4 && valueOf(y.d[0]) == n && valueOf(y.d[1]) == cOut && valueOf(y.d[2]) == ho
@@ -582,8 +586,8 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
         {
             in[0].d[2] = eb.fixed(h);
             in[0].d[3] = eb.fixed(w);
-            check(parts(pDef).build->getOutputShapes(in, 3, nullptr, 0, &y, 1, eb) == 0
-                    && valueOf(y.d[2]) == h - k + 1 && valueOf(y.d[3]) == w - k + 1 && y.d[2]->isConstant(),
+            check(parts(pDef).build->getOutputShapes(in, 3, nullptr, 0, &y, 1, eb) == 0 && valueOf(y.d[2]) == h - k + 1
+                    && valueOf(y.d[3]) == w - k + 1 && y.d[2]->isConstant(),
                 "DeformConv2d: defaults + kernel from W -> [N, C_out, H-2, W-2], constant for constant input");
             in[0].d[2] = eb.fixed(2);
             logger.clear();
@@ -626,7 +630,8 @@ int main(int argc, char** argv)
     }
     check(lib.error.empty(), "library exports getCreators and setLoggerFinder");
     check(lib.nbCreators == 2, "getCreators returns 2 creators");
-    check(lib.resize != nullptr && lib.deform != nullptr, "IPluginCreatorV3One creators for DynamicResize and DeformConv2d");
+    check(lib.resize != nullptr && lib.deform != nullptr,
+        "IPluginCreatorV3One creators for DynamicResize and DeformConv2d");
     for (IPluginCreatorV3One* c : {lib.resize, lib.deform})
     {
         if (c != nullptr)
