@@ -77,9 +77,9 @@ def check_engine(engine: Path, env: dict, onnx_sha256: str | None = None) -> dic
     sidecar = read_sidecar(engine)
     problems = sidecar_problems(sidecar, env, onnx_sha256)
     if problems:
+        onnx_file = (sidecar or {}).get("onnx", "MODEL.onnx")
         raise PipelineError(f"engine {engine.name} is stale or foreign: {'; '.join(problems)}; rebuild it with "
-                            f"`python -m pipeline engine --onnx {sidecar.get('onnx', 'MODEL.onnx') if sidecar else 'MODEL.onnx'} "
-                            f"--output {engine}`")
+                            f"`python -m pipeline engine --onnx {onnx_file} --output {engine}`")
     return sidecar
 
 
