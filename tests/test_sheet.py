@@ -64,3 +64,17 @@ def test_mismatched_output_is_refused(images):
     lr, hr, _ = images
     with pytest.raises(ValueError, match="'odd'"):
         sheet.render(lr, {"odd": hr[:90]}, hr, scale=3)
+
+
+def test_compare_sheet_shows_each_passing_backend(tmp_path):
+    rows = [{"backend": "torch", "precision": "fp32", "status": "pass", "scale": 3.0},
+            {"backend": "ort", "precision": "fp32", "status": "pass", "scale": 3.0},
+            {"backend": "trt", "precision": "fp32", "status": "unavailable", "scale": 3.0}]
+    path = sheet.compare_sheet(tmp_path, "srcnn-x3", rows, 3.0)
+    got = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    layout = sheet.Layout(2, 5, 64 * 2)  # LR, bicubic, torch, ort, ground truth; two 64 px crops zoomed x2
+    assert path.name == "sheet-srcnn-x3-x3.png" and got.shape == (layout.height, layout.width, 3)
+    torch_cell, ort_cell = (got[layout.origin(0, c)[0]:layout.origin(0, c)[0] + layout.cell,
+                                layout.origin(0, c)[1]:layout.origin(0, c)[1] + layout.cell] for c in (2, 3))
+    assert np.abs(torch_cell.astype(int) - ort_cell.astype(int)).max() <= 1  # backends agree to a level
+    assert sheet.compare_sheet(tmp_path, "srcnn-x3", rows[2:], 3.0) is None  # nothing passed: no sheet

@@ -132,3 +132,30 @@ def write(path: Path, lr: np.ndarray, outputs: dict[str, np.ndarray], reference:
         raise RuntimeError(f"PNG encoding of the sheet for {path} failed")
     atomic_write(Path(path), png.tobytes())
     return Path(path)
+
+
+def _safe_name(model: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in Path(model).name)
+
+
+def compare_sheet(out_dir: Path, model: str, rows: list[dict], scale: float, *, weights=None, size: int = 192,
+                  image: str = "astronaut") -> Path | None:
+    """The sheet compare writes: a held-out image's centre crop degraded as in eval, upscaled by every backend
+    and precision that passed (so the eye sees what the numbers say), against the original crop."""
+    from pipeline import backends as B
+    from pipeline.data.degradation import make_pair
+    from pipeline.data.sample_images import load_rgb
+
+    ran = [(r["backend"], r["precision"]) for r in rows if r.get("status") == "pass" and r.get("scale") == scale]
+    if not ran:
+        return None
+    img = load_rgb(image)
+    h, w = img.shape[:2]
+    s = min(size, h, w)
+    lr, hr = make_pair(img[(h - s) // 2:(h - s) // 2 + s, (w - s) // 2:(w - s) // 2 + s], scale)
+    x = np.ascontiguousarray(lr.transpose(2, 0, 1)[None], dtype=np.float32) / 255.0
+    outputs = {}
+    for name, precision in dict.fromkeys(ran):
+        y = B.create(name, model, precision, weights=weights).infer(x, scale)[0].transpose(1, 2, 0)
+        outputs[f"{name} {precision}"] = y[: hr.shape[0], : hr.shape[1]]
+    return write(Path(out_dir) / f"sheet-{_safe_name(model)}-x{scale:g}.png", lr, outputs, hr, scale=scale)

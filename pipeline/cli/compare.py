@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pipeline import report
+from pipeline.analysis import sheet
 from pipeline.analysis.compare import DEFAULT_PSNR_FP16, DEFAULT_TOL_FP32, compare_model
 from pipeline.cli import options
 from pipeline.errors import PipelineError
@@ -49,6 +50,9 @@ def run(args) -> int:
                                      bisect=args.bisect, weights=weights))
     doc = {"kind": "compare", "environment": report.environment(), "models": results}
     paths = report.write_compare(doc, out_dir)
+    for m in results:  # what the numbers say, to look at: the same crops from every passing backend
+        for scale in m["scales"]:
+            sheet.compare_sheet(out_dir, m["model"], m["rows"], scale, weights=weights)
     ran = [r for m in results for r in m["rows"] if r["status"] in ("pass", "fail", "error")]
     failed = [r for r in ran if r["status"] != "pass"]
     print(f"report: {paths['md']}  ({len(failed)} failing of {len(ran)} run)")
