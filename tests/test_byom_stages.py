@@ -17,6 +17,7 @@ from skimage import data
 from models.external import resolve
 from models.registry import file_sha256, get_spec, size_tensor
 from pipeline.cli import main as cli_main
+from pipeline.sr import tiling
 
 # name -> checkpoint format: both formats are exercised across the three families
 FORMATS = {"compact": "pth", "rrdb": "safetensors", "swinir": "pth"}
@@ -70,7 +71,7 @@ def test_compare_passes_fp32(name, checkpoints, exported, tmp_path):
     assert any(r["status"] == "pass" for r in rows)
 
 
-def _folder(tmp_path, sizes=((40, 52), (33, 47))):
+def _folder(tmp_path, sizes=((64, 64), (45, 59))):
     src = tmp_path / "in"
     src.mkdir()
     img = data.astronaut()
@@ -87,8 +88,12 @@ def test_tiled_folder_run_equals_whole_image_run(name, checkpoints, exported, tm
     scale = str(byom_nets.NETS[name][1])
     base = ["sr", str(src), "--model", ckpt, "--scale", scale, "--backend", "ort", "--quiet"]
     assert cli_main(base[:2] + [str(tmp_path / "whole")] + base[2:] + ["--tile", "0"]) == 0
-    assert cli_main(base[:2] + [str(tmp_path / "tiled")] + base[2:] + ["--tile", "16"]) == 0
-    assert get_spec(ckpt).receptive_radius > 0
+    summary = tmp_path / "tiled.json"
+    assert cli_main(base[:2] + [str(tmp_path / "tiled")] + base[2:] + ["--tile", "16", "--summary", str(summary)]) == 0
+    spec = get_spec(ckpt)
+    run = json.loads(summary.read_text())
+    assert run["tile_margin_hr"] == tiling.context_margin(spec.receptive_radius, float(scale))  # the measured field
+    assert all(im["tiles"] > 1 for im in run["images"])
     for f in sorted(src.iterdir()):
         whole = cv2.imread(str(tmp_path / "whole" / f.name), cv2.IMREAD_UNCHANGED).astype(np.float64) / 65535
         tiled = cv2.imread(str(tmp_path / "tiled" / f.name), cv2.IMREAD_UNCHANGED).astype(np.float64) / 65535
@@ -100,7 +105,7 @@ def test_quick_bench_times_a_checkpoint(checkpoints, exported, tmp_path):
     out = tmp_path / "bench"
     ckpt = str(checkpoints["compact"])
     code = cli_main(["bench", "--model", ckpt, "--output", str(out), "--quick", "--sizes", "32", "--batches", "1",
-                     "--threads", "1", "--backends", "ort", "--no-folder", "--no-ideas", "--iters", "3"])
+                     "--threads", "1", "--backends", "ort", "--no-folder", "--iters", "3"])
     assert code == 0
     doc = json.loads((out / "report.json").read_text())
     assert ckpt in json.dumps(doc)

@@ -37,6 +37,11 @@ class ExternalModelSpec(ModelSpec):
         stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(self.external.name).stem)[:40]
         return f"{stem}-{self.external.identity}"
 
+    @property
+    def tile_align(self) -> int:
+        """LR pixels tile crops must start on (a window net's grid)."""
+        return self.external.align
+
     def to_metadata(self) -> dict[str, str]:
         return super().to_metadata() | self.external.to_metadata()
 
@@ -89,7 +94,8 @@ def model_spec(value: str) -> ExternalModelSpec:
     ext = loaded(value).spec
     top = float(ext.scale) if ext.scale > 1 else MAX_ANY_SCALE
     rf = ext.receptive_field
-    radius = UNBOUNDED_RADIUS if rf is None else math.ceil(rf * top)
+    # A crop's first window (shifted windows wrap there) differs from the whole image's: one more window of context.
+    radius = UNBOUNDED_RADIUS if rf is None else math.ceil((rf + (ext.align if ext.align > 1 else 0)) * top)
     return ExternalModelSpec(
         name=value, factory=f"{__name__}:build_module", weights_file=_weights_file(ext),
         default_scale=float(max(ext.scale, 2)), scale_range=(1.0, top), dynamic_scale=True,
