@@ -16,7 +16,6 @@ import numpy as np
 
 from pipeline.analysis.metrics import psnr_y, ssim_y
 from pipeline.artifacts.atomic import atomic_write
-from pipeline.data.degradation import upscale_bicubic
 
 GAP = 4  # px between cells and around the sheet
 HEADER = 40  # px for a column's two label lines
@@ -79,6 +78,8 @@ def _as_uint8(img: np.ndarray) -> np.ndarray:
 def columns(lr: np.ndarray, outputs: dict[str, np.ndarray], reference: np.ndarray | None,
             scale: float, reference_label: str = "ground truth") -> list[tuple[str, str, np.ndarray]]:
     """(name, metrics line, HR-sized uint8 image) per column, in sheet order."""
+    from pipeline.data.degradation import upscale_bicubic  # torch's bicubic, the pipeline's baseline: lazily
+
     lr = _as_uint8(lr)
     hr_shape = reference.shape[:2] if reference is not None else next(iter(outputs.values())).shape[:2]
     cols = [("LR (nearest)", cv2.resize(lr, hr_shape[::-1], interpolation=cv2.INTER_NEAREST)),
@@ -159,3 +160,10 @@ def compare_sheet(out_dir: Path, model: str, rows: list[dict], scale: float, *, 
         y = B.create(name, model, precision, weights=weights).infer(x, scale)[0].transpose(1, 2, 0)
         outputs[f"{name} {precision}"] = y[: hr.shape[0], : hr.shape[1]]
     return write(Path(out_dir) / f"sheet-{_safe_name(model)}-x{scale:g}.png", lr, outputs, hr, scale=scale)
+
+
+def compare_sheets(out_dir: Path, results: list[dict], weights_for=lambda model: None) -> list[Path]:
+    """compare_sheet for every model and scale of a compare document's `models` section."""
+    paths = [compare_sheet(out_dir, m["model"], m["rows"], scale, weights=weights_for(m["model"]))
+             for m in results for scale in m["scales"]]
+    return [p for p in paths if p is not None]

@@ -50,9 +50,7 @@ def run(args) -> int:
                                      bisect=args.bisect, weights=weights))
     doc = {"kind": "compare", "environment": report.environment(), "models": results}
     paths = report.write_compare(doc, out_dir)
-    for m in results:  # what the numbers say, to look at: the same crops from every passing backend
-        for scale in m["scales"]:
-            sheet.compare_sheet(out_dir, m["model"], m["rows"], scale, weights=weights)
+    sheet.compare_sheets(out_dir, results, lambda _: weights)  # the same crops from every passing backend
     ran = [r for m in results for r in m["rows"] if r["status"] in ("pass", "fail", "error")]
     failed = [r for r in ran if r["status"] != "pass"]
     print(f"report: {paths['md']}  ({len(failed)} failing of {len(ran)} run)")

@@ -5,6 +5,7 @@ import json
 import time
 from pathlib import Path
 
+from pipeline.analysis import sheet
 from pipeline.artifacts.atomic import atomic_write
 from pipeline.demo import DEMO_MODEL, DEMO_SCALE, _write_inputs, demo_markdown
 from pipeline.errors import PipelineError
@@ -57,6 +58,7 @@ def run(args) -> int:
         cmp_doc = {"kind": "compare", "environment": report.environment(),
                    "models": [compare_model(m, size=64, weights=weights(m), log=quiet) for m in models]}
         report.write_compare(cmp_doc, root / "compare")
+        sheet.compare_sheets(root / "compare", cmp_doc["models"], weights)  # the crops, to look at
         rows = [r for m in cmp_doc["models"] for r in m["rows"] if r["status"] in ("pass", "fail", "error")]
         print(f"[3/4] compare: {sum(r['status'] == 'pass' for r in rows)}/{len(rows)} backend runs pass -> "
               f"{root / 'compare' / 'report.md'}")
