@@ -196,14 +196,3 @@ def test_user_deform_conv2d_exports_as_sr_deform_conv2d(exporter):
     with torch.no_grad():
         ref = ext.module(x).numpy()
     assert np.abs(_ort(proto, {"input": x.numpy()}) - ref).max() <= 1e-4
-
-
-def test_window_net_exports_with_dynamo_at_any_size(ckpt_dir):
-    ext = external.load(ckpt_dir / "swinir.safetensors", measure=False)
-    proto = _export(ext.module, (torch.rand(2, 3, 16, 20),), ["input"], "dynamo")
-    for shape in ((1, 3, 16, 20), (1, 3, 19, 23), (2, 3, 28, 17)):
-        x = torch.rand(*shape)
-        with torch.no_grad():
-            ref = ext.module(x).numpy()
-        got = _ort(proto, {"input": x.numpy()})
-        assert got.shape == ref.shape and np.abs(got - ref).max() <= 1e-4

@@ -51,9 +51,9 @@ def test_export_carries_identity_and_runs_in_ort_like_pytorch(name, checkpoints,
     assert [n.op_type for n in proto.graph.node if n.domain == "sr"] == ["DynamicResize"]
     net = resolve.build_module(str(ckpt))
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    x = torch.rand(1, 3, 21, 26)
-    for s in sorted({float(scale), 1.5}):  # its own factor and a smaller one, same graph
-        size = size_tensor(21, 26, s)
+    for s, shape in ((float(scale), (1, 3, 21, 26)), (1.5, (2, 3, 24, 17))):  # own factor and a smaller one
+        x = torch.rand(*shape)  # sides off SwinIR's window grid: the padding is in the graph
+        size = size_tensor(shape[2], shape[3], s)
         with torch.no_grad():
             ref = net(x, size).numpy()
         got = session.run(["output"], {"input": x.numpy(), "size": size.numpy()})[0]
