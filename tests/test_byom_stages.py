@@ -46,7 +46,8 @@ def test_export_carries_identity_and_runs_in_ort_like_pytorch(name, checkpoints,
     meta = {p.key: p.value for p in proto.metadata_props}
     _, scale, arch = byom_nets.NETS[name]
     assert (meta["architecture"], meta["native_scale"]) == (arch, str(scale))
-    assert meta["weights_sha256"] == file_sha256(ckpt) and meta["identity"].startswith(f"{arch}-x{scale}-")
+    assert meta["weights_sha256"] == meta["checkpoint_sha256"] == file_sha256(ckpt)
+    assert meta["identity"] == f"{arch}-x{scale}-{file_sha256(ckpt)[:16]}"
     assert int(meta["receptive_field"]) > 0
     assert [n.op_type for n in proto.graph.node if n.domain == "sr"] == ["DynamicResize"]
     net = resolve.build_module(str(ckpt))

@@ -48,6 +48,6 @@ class ExternalSpec:
 
     def to_metadata(self) -> dict[str, str]:
         """ONNX metadata_props naming the model exactly (added to the registry spec's own)."""
-        return {"architecture": self.architecture, "native_scale": str(self.scale), "weights_sha256": self.sha256,
+        return {"architecture": self.architecture, "native_scale": str(self.scale), "checkpoint_sha256": self.sha256,
                 "source": self.source, "receptive_field": "none" if self.receptive_field is None
                 else str(self.receptive_field), "tile_align": str(self.align), "identity": self.identity}
