@@ -110,3 +110,19 @@ def test_quick_bench_times_a_checkpoint(checkpoints, exported, tmp_path):
     assert code == 0
     doc = json.loads((out / "report.json").read_text())
     assert ckpt in json.dumps(doc)
+
+
+def test_factory_with_deform_conv2d_through_export_and_our_kernels(tmp_path, cpu_kernels):
+    """A user's nn.Module calling torchvision's deform_conv2d: sr::DeformConv2d + sr::DynamicResize in the file,
+    and the same numbers from ONNX Runtime, from ONNX Runtime on our CPU kernels (what TensorRT's plugins run)
+    and from PyTorch."""
+    out = tmp_path / "deform.onnx"
+    assert cli_main(["export", "--model", "byom_nets:deform_factory", "--output", str(out)]) == 0
+    proto = onnx.load(str(out))
+    assert sorted(n.op_type for n in proto.graph.node if n.domain == "sr") == ["DeformConv2d", "DynamicResize"]
+    meta = {p.key: p.value for p in proto.metadata_props}
+    assert meta["architecture"] == "factory:TinyDeform" and meta["native_scale"] == "2"
+    code = cli_main(["compare", "--model", "byom_nets:deform_factory", "--output", str(tmp_path / "cmp"),
+                     "--precisions", "fp32", "--backends", "ort", "ort-sr-kernels", "torch", "--size", "32"])
+    rows = [r for m in json.loads((tmp_path / "cmp" / "report.json").read_text())["models"] for r in m["rows"]]
+    assert code == 0 and {r["backend"] for r in rows if r["status"] == "pass"} == {"ort", "ort-sr-kernels", "torch"}
