@@ -126,3 +126,18 @@ def test_factory_with_deform_conv2d_through_export_and_our_kernels(tmp_path, cpu
                      "--precisions", "fp32", "--backends", "ort", "ort-sr-kernels", "torch", "--size", "32"])
     rows = [r for m in json.loads((tmp_path / "cmp" / "report.json").read_text())["models"] for r in m["rows"]]
     assert code == 0 and {r["backend"] for r in rows if r["status"] == "pass"} == {"ort", "ort-sr-kernels", "torch"}
+
+
+@pytest.mark.parametrize("stage", ["export", "sr", "compare"])
+def test_bad_checkpoint_is_one_line_and_writes_nothing(stage, tmp_path, capsys):
+    bad = tmp_path / "mystery.safetensors"
+    byom_nets.save_file({"encoder.0.weight": torch.zeros(4, 3, 3, 3)}, str(bad))
+    out = tmp_path / "out"
+    argv = {"export": ["export", "--model", str(bad), "--output", str(out / "m.onnx")],
+            "sr": ["sr", str(_folder(tmp_path)), str(out), "--model", str(bad)],
+            "compare": ["compare", "--model", str(bad), "--output", str(out)]}[stage]
+    code = cli_main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1
+    assert str(bad) in err and "Compact" in err  # names the file and what loads
+    assert not out.exists() or not any(out.rglob("*"))  # export makes its output folder first, nothing in it
