@@ -147,9 +147,8 @@ def _check_complete(data: bytes, fmt: str | None) -> None:
         # The end-of-image marker must come after the last start-of-scan marker.
         if data.rfind(b"\xff\xd9") < data.rfind(b"\xff\xda") or data.rfind(b"\xff\xd9") < 0:
             raise ImageError("truncated JPEG (no end-of-image marker)")
-    elif data[:8] == b"\x89PNG\r\n\x1a\n":
-        if data.rfind(b"IEND") < 0:
-            raise ImageError("truncated PNG (no IEND chunk)")
+    elif data[:8] == b"\x89PNG\r\n\x1a\n" and data.rfind(b"IEND") < 0:
+        raise ImageError("truncated PNG (no IEND chunk)")
 
 
 def decode(data: bytes, fmt: str | None = None) -> Image:
