@@ -175,8 +175,9 @@ def test_alpha_is_bicubic_and_gray_stays_gray(torch_run, tree, weights):
     got = _read(out / "nested/rgba.png")
     a = torch.from_numpy(src[:, :, 3].astype(np.float32) / 255)[None, None]
     exp = F.interpolate(a, size=got.shape[:2], mode="bicubic", align_corners=False)[0, 0].numpy()
-    diff = np.abs(got[:, :, 3].astype(int) - np.clip(np.rint(exp * 255), 0, 255))
-    assert diff.max() <= 1 and (diff > 0).mean() < 0.01  # equal up to float rounding flips
+    # each alpha sample is torch's bicubic value rounded, up to float noise: this linear ramp puts many
+    # values on .5 boundaries, where OpenCV's and torch's summation orders (~1e-7 apart) round apart
+    assert np.abs(got[:, :, 3] - np.clip(exp * 255, 0, 255)).max() <= 0.5 + 1e-3
     assert (got[30:45, 30:45, 3] == 0).all()  # the transparent square, scaled by 2.5
     # gray: the RGB model on the replicated channel, written back as BT.601 luma
     gray_in = _read(tree / "nested/camera_gray.png").astype(np.float32) / 255

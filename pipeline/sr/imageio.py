@@ -118,6 +118,10 @@ def exif_orientation(data: bytes) -> int:
 
     OpenCV's IMREAD_UNCHANGED (needed for alpha and 16-bit) ignores EXIF, so we read the tag ourselves;
     Pillow (a dependency of scikit-image and matplotlib) parses only the header here."""
+    # PNG keeps EXIF in an eXIf chunk, JPEG in an "Exif" APP1 segment: without those bytes there is no
+    # tag, and opening the file with Pillow (~1.5 ms) is skipped
+    if (data[:8] == b"\x89PNG\r\n\x1a\n" and b"eXIf" not in data) or (data[:2] == b"\xff\xd8" and b"Exif" not in data):
+        return 1
     try:
         from PIL import Image as PILImage
 
@@ -203,11 +207,18 @@ def new_output(height: int, width: int, channels: int, depth: int) -> np.ndarray
     return np.empty(shape, dtype=dtype)
 
 
+def _round_clip(x: np.ndarray, depth: int, out: np.ndarray) -> np.ndarray:
+    """float in [0, 1] -> float32 integer sample values in `out`: the one place values are rounded and clipped."""
+    maxv = np.float32(65535.0 if depth == 16 else 255.0)
+    np.multiply(x, maxv, out=out)
+    np.rint(out, out=out)
+    np.clip(out, 0, maxv, out=out)
+    return out
+
+
 def quantize(x: np.ndarray, depth: int) -> np.ndarray:
-    """float in [0, 1] -> integer samples: the one place values are rounded and clipped."""
-    maxv = 65535.0 if depth == 16 else 255.0
-    y = np.rint(x * np.float32(maxv))
-    np.clip(y, 0, maxv, out=y)
+    """float in [0, 1] -> integer samples (uint8 or uint16)."""
+    y = _round_clip(x, depth, np.empty(np.shape(x), dtype=np.float32))
     return y.astype(np.uint16 if depth == 16 else np.uint8)
 
 
@@ -220,8 +231,11 @@ def store_rgb(out: np.ndarray, y0: int, x0: int, rgb: np.ndarray, depth: int) ->
         g = np.tensordot(GRAY_WEIGHTS, rgb, axes=1)
         out[y0:y0 + h, x0:x0 + w] = quantize(g, depth)
         return
+    # One scratch plane reused for the three channels: the same values as quantize() in about half
+    # its time (no temporary per step; this runs for every output pixel, on the inference thread).
+    plane = np.empty((h, w), dtype=np.float32)
     for c in range(3):
-        out[y0:y0 + h, x0:x0 + w, 2 - c] = quantize(rgb[c], depth)
+        out[y0:y0 + h, x0:x0 + w, 2 - c] = _round_clip(rgb[c], depth, plane)
 
 
 def store_alpha(out: np.ndarray, y0: int, x0: int, alpha: np.ndarray, depth: int) -> None:
