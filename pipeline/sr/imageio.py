@@ -151,6 +151,12 @@ def apply_orientation(pixels: np.ndarray, orientation: int) -> np.ndarray:
     return pixels
 
 
+def _cv2_reason(e: Exception) -> str:
+    """OpenCV errors end with the reason (after the source location lines)."""
+    lines = str(e).strip().splitlines()
+    return lines[-1] if lines else type(e).__name__
+
+
 def _check_complete(data: bytes, fmt: str | None) -> None:
     """Reject truncated files that decoders would silently fill with gray."""
     if fmt == "jpg" or data[:2] == b"\xff\xd8":
@@ -169,7 +175,7 @@ def decode(data: bytes, fmt: str | None = None) -> Image:
     try:
         pixels = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED)
     except cv2.error as e:
-        raise ImageError(f"cannot decode: {str(e).strip().splitlines()[-1]}") from None
+        raise ImageError(f"cannot decode: {_cv2_reason(e)}") from None
     if pixels is None:
         raise ImageError("not a readable image (decoder rejected the data)")
     if pixels.dtype not in (np.uint8, np.uint16):
@@ -268,7 +274,7 @@ def encode(pixels: np.ndarray, fmt: str, jpeg_quality: int = 95) -> bytes:
     try:
         ok, buf = cv2.imencode(ext, np.ascontiguousarray(pixels), params)
     except cv2.error as e:
-        raise ImageError(f"cannot encode {fmt}: {str(e).strip().splitlines()[-1]}") from None
+        raise ImageError(f"cannot encode {fmt}: {_cv2_reason(e)}") from None
     if not ok:
         raise ImageError(f"cannot encode {fmt}")
     return buf.tobytes()
