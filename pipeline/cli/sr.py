@@ -1,6 +1,7 @@
 """`python -m pipeline sr INPUT OUTPUT`: super-resolve an image or a folder tree of images."""
 from __future__ import annotations
 
+from pipeline.cli.options import add_backend_args, add_precision_args, add_weights_arg, backend_from_args
 from pipeline.sr import upscale
 from pipeline.sr.settings import DEFAULT_MODEL
 
@@ -8,16 +9,16 @@ from pipeline.sr.settings import DEFAULT_MODEL
 def add_arguments(p) -> None:
     p.add_argument("input", help="image file or folder (searched recursively)")
     p.add_argument("output", help="output folder (mirrors INPUT's tree) or, for a single image, a file name")
+    # not the shared --model group: its default would hide whether the user named a model, and without
+    # one the model comes from the --onnx file's metadata
     p.add_argument("--model", default=None, help=f"registered model name (default: the one --onnx was exported "
                                                  f"for, else {DEFAULT_MODEL})")
     p.add_argument("--scale", type=float, default=None, help="upscale factor, integer or not (default: the model's)")
-    p.add_argument("--backend", default="auto", help="auto, torch, ort, ort-folded, ort-sr-kernels, trt, ... "
-                                                     "(`python -m pipeline backends` lists them; default: auto = "
-                                                     "fastest available)")
-    p.add_argument("--precision", default="fp32", help="fp32 or fp16 (default: fp32)")
+    add_backend_args(p)
+    add_precision_args(p)
     p.add_argument("--onnx", metavar="FILE", help="use this ONNX file instead of the cached export")
     p.add_argument("--engine", metavar="FILE", help="use this TensorRT engine instead of the cached build")
-    p.add_argument("--weights", metavar="FILE", help="weights file instead of the model's shipped weights")
+    add_weights_arg(p)
     p.add_argument("--threads", type=int, default=None, help="inference threads, >= 1 (default: the backend's choice)")
     p.add_argument("--format", dest="fmt", help="output format: png, jpg, bmp, tiff, webp (default: as the input)")
     p.add_argument("--jpeg-quality", type=int, default=95, help="JPEG/WebP quality, 1-100 (default: 95)")
@@ -37,7 +38,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    summary = upscale(args.input, args.output, model=args.model, scale=args.scale, backend=args.backend,
+    summary = upscale(args.input, args.output, model=args.model, scale=args.scale, backend=backend_from_args(args),
                       precision=args.precision, onnx=args.onnx, engine=args.engine, weights=args.weights,
                       threads=args.threads, fmt=args.fmt, jpeg_quality=args.jpeg_quality, tile=args.tile,
                       tile_overlap=args.tile_overlap, batch=args.batch, workers=args.workers,

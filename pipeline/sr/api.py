@@ -93,7 +93,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     settings.check_numbers(tile=tile, tile_overlap=tile_overlap, batch=batch, workers=workers, threads=threads,
                            jpeg_quality=jpeg_quality)
     fmt = settings.check_format(fmt)
-    settings.check_paths(summary=summary, reference=reference, onnx=onnx, engine=engine)
+    settings.check_paths(summary=summary, reference=reference, onnx=onnx, engine=engine, weights=weights)
     if isinstance(backend, str):
         settings.check_precision(precision)
     model = settings.resolve_model(model, onnx, backend)

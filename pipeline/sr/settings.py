@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipeline.artifacts.cache import PRECISIONS
 from pipeline.artifacts.onnx_file import onnx_metadata
 from pipeline.errors import PipelineError
 from pipeline.sr import imageio
 
-DEFAULT_MODEL = "srcnn"
-PRECISIONS = ("fp32", "fp16")
+DEFAULT_MODEL = "srcnn"  # when neither --model nor the --onnx file (or a loaded backend) names one
 JPEG_QUALITY = (1, 100)  # OpenCV's JPEG and WebP quality range (WebP takes no 0)
 
 
@@ -44,7 +44,7 @@ def check_precision(precision: str) -> str:
     return precision
 
 
-def check_paths(*, summary, reference, onnx, engine) -> None:
+def check_paths(*, summary, reference, onnx, engine, weights) -> None:
     if summary is not None and Path(summary).is_dir():
         raise PipelineError(f"--summary {summary} is a folder; give the JSON file to write")
     if reference is not None and not Path(reference).is_dir():
@@ -53,6 +53,8 @@ def check_paths(*, summary, reference, onnx, engine) -> None:
         raise PipelineError(f"ONNX file not found: {onnx}")
     if engine is not None and not Path(engine).is_file():
         raise PipelineError(f"TensorRT engine not found: {engine}")
+    if weights is not None and not Path(weights).is_file():
+        raise PipelineError(f"weights file not found: {weights}")
 
 
 def resolve_model(model: str | None, onnx=None, backend=None) -> str:
