@@ -160,4 +160,6 @@ def test_onnx_file_names_the_model(folder, tmp_path):
 def test_backend_instance_for_another_model_is_refused(folder, torch_backend, tmp_path):
     with pytest.raises(PipelineError, match="runs model 'srcnn', not 'srcnn-x3'"):
         upscale(folder, tmp_path / "never", model="srcnn-x3", backend=torch_backend, progress=False)
+    with pytest.raises(PipelineError, match="cannot change the already-loaded backend"):
+        upscale(folder, tmp_path / "never", backend=torch_backend, threads=2, progress=False)
     assert not (tmp_path / "never").exists()

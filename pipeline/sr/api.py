@@ -83,7 +83,8 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     """Super-resolve an image or a folder tree (OUTPUT mirrors it) and return the run's Summary.
 
     model: registered name; by default the one `backend` (if loaded) or `onnx` was made for, else srcnn.
-    backend: a name ('auto' picks the fastest available and says why) or an already-loaded Backend.
+    backend: a name ('auto' picks the fastest available and says why) or an already-loaded Backend
+    (then onnx/engine/weights/threads/precision do not apply: it is used as it is).
     tile: LR tile side, 0 = never tile, None = from free memory. progress=False hides the bar and
     per-image lines (the header and failures still go out). log: where lines go (default: stderr).
     Argument problems raise PipelineError before any work; per-image failures are in the Summary.
@@ -96,6 +97,9 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     settings.check_paths(summary=summary, reference=reference, onnx=onnx, engine=engine, weights=weights)
     if isinstance(backend, str):
         settings.check_precision(precision)
+    elif any(v is not None for v in (onnx, engine, weights, threads)):
+        raise PipelineError("onnx, engine, weights and threads choose what backend to load; "
+                            "they cannot change the already-loaded backend that was given")
     model = settings.resolve_model(model, onnx, backend)
     spec = model_spec(model)
     scale = check_scale(spec, spec.default_scale if scale is None else scale)
