@@ -18,6 +18,7 @@ def test_folder_throughput_reports_both_sides_and_the_ratio():
     assert r["scale"] == 3 and r["repeats"] == 2 and len(r["runs_folder_s"]) == len(r["runs_inference_s"]) == 2
     assert r["inference_s"] > 0 and r["folder_s"] > 0
     assert r["ratio"] == pytest.approx(r["inference_s"] / r["folder_s"])
+    assert r["ratio_best"] == pytest.approx(min(r["runs_inference_s"]) / min(r["runs_folder_s"]))
     assert r["folder_ms_per_image"] == pytest.approx(1e3 * r["folder_s"] / 3)
     assert r["overhead_s"] == pytest.approx(r["folder_s"] - r["inference_s"])
     assert r["goal"] == GOAL and r["meets_goal"] == (r["ratio"] >= GOAL)

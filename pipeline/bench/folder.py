@@ -1,7 +1,9 @@
 """Folder throughput: the sr stage on a folder of images against pure inference of the same images.
 
 Both sides use one loaded backend (its loading is start-up, not throughput) and the same decoded pixels;
-runs alternate folder / inference so a noisy shared machine slows both alike, and medians are taken.
+runs alternate folder / inference so a noisy shared machine slows both alike. The ratio is taken from
+the medians; `ratio_best` (fastest run of each) is reported too, because on a machine shared with other
+work the medians move by tens of percent from one run to the next while the fastest runs stay close.
 The goal (issue 11): the folder run reaches >= 85 % of pure inference throughput.
 """
 from __future__ import annotations
@@ -66,14 +68,15 @@ def folder_throughput(model: str, n_images: int, size: int, backend="auto", weig
             folder.append(time.perf_counter() - t0)
             infer.append(_inference_s(be, batches, scale))
     folder_s, inference_s = statistics.median(folder), statistics.median(infer)
-    ratio = inference_s / folder_s
+    ratio, ratio_best = inference_s / folder_s, min(infer) / min(folder)
     log(f"  {model} folder run: {1e3 * folder_s / n_images:.0f} ms/image vs {1e3 * inference_s / n_images:.0f} ms "
-        f"pure inference ({be.name}, {n_images} x {size}^2, x{scale:g}): {100 * ratio:.0f} % of inference throughput "
-        f"(goal {100 * GOAL:.0f} %)")
+        f"pure inference ({be.name}, {n_images} x {size}^2, x{scale:g}, medians of {len(folder)}): "
+        f"{100 * ratio:.0f} % of inference throughput (fastest runs: {100 * ratio_best:.0f} %; "
+        f"goal {100 * GOAL:.0f} %)")
     return {"model": model, "backend": be.name, "backend_description": be.describe(), "images": n_images,
             "size": size, "scale": scale, "repeats": len(folder),
             "folder_ms_per_image": 1e3 * folder_s / n_images, "inference_ms_per_image": 1e3 * inference_s / n_images,
-            "ratio": ratio, "goal": GOAL, "meets_goal": ratio >= GOAL,
+            "ratio": ratio, "ratio_best": ratio_best, "goal": GOAL, "meets_goal": ratio >= GOAL,
             "folder_s": folder_s, "inference_s": inference_s, "overhead_s": folder_s - inference_s,
             "overhead_pct": 100.0 * (folder_s - inference_s) / folder_s,
             "runs_folder_s": folder, "runs_inference_s": infer}
