@@ -32,7 +32,9 @@ class Scheduler:
         self.pending: list[Planned] = []  # whole images of one size waiting to fill a batch
         self.done_mpix = 0.0
         self.t0 = 0.0
-        self.bar = None
+        self.bar = None      # these three exist while run() runs
+        self.readers: ThreadPoolExecutor | None = None
+        self.writers: ThreadPoolExecutor | None = None
 
     # -- progress and failures ---------------------------------------------------------------------------
 
