@@ -95,6 +95,12 @@ def test_bad_numbers_are_one_line_before_any_work(folder, tmp_path, capsys, extr
     assert not (tmp_path / "never").exists()
 
 
+def test_tile_zero_still_means_never_tile(folder, torch_backend, tmp_path):
+    s = upscale(folder, tmp_path / "out", scale=SCALE, backend=torch_backend, tile=0, progress=False,
+                log=lambda _: None)
+    assert s.tile is None and s.to_dict()["tile"] is None and all(r.tiles == 1 for r in s.ok)
+
+
 def test_format_that_contradicts_the_output_name_is_an_error(folder, tmp_path, capsys):
     code, err = _sr(capsys, folder / "a.png", tmp_path / "out.jpg", "--format", "png", "--backend", "torch")
     assert code == 2 and "names a jpg file but --format png" in err and len(err.strip().splitlines()) == 1
