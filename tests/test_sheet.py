@@ -78,3 +78,23 @@ def test_compare_sheet_shows_each_passing_backend(tmp_path):
                                 layout.origin(0, c)[1]:layout.origin(0, c)[1] + layout.cell] for c in (2, 3))
     assert np.abs(torch_cell.astype(int) - ort_cell.astype(int)).max() <= 1  # backends agree to a level
     assert sheet.compare_sheet(tmp_path, "srcnn-x3", rows[2:], 3.0) is None  # nothing passed: no sheet
+
+
+def test_sr_with_reference_writes_a_sheet_beside_the_output(images, tmp_path):
+    from pipeline.cli import main as cli_main
+
+    lr, hr, _ = images
+    (tmp_path / "lr").mkdir()
+    (tmp_path / "hr").mkdir()
+    cv2.imwrite(str(tmp_path / "lr" / "face.png"), cv2.cvtColor(lr, cv2.COLOR_RGB2BGR))
+    cv2.imwrite(str(tmp_path / "hr" / "face.png"), cv2.cvtColor(hr, cv2.COLOR_RGB2BGR))
+    out = tmp_path / "out"
+    assert cli_main(["sr", str(tmp_path / "lr"), str(out), "--model", "srcnn", "--scale", "3", "--backend", "ort",
+                     "--reference", str(tmp_path / "hr"), "--quiet"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["face.png"]  # the mirrored tree holds only outputs
+    got = cv2.imread(str(tmp_path / "out.sheet.png"), cv2.IMREAD_COLOR)
+    layout = sheet.Layout(2, 4, 48 * 3)  # 96 px output: two 48 px crops, zoomed x3
+    assert got.shape == (layout.height, layout.width, 3)
+    y0, x0 = layout.origin(0, 3)
+    truth = cv2.cvtColor(got[y0:y0 + layout.cell:3, x0:x0 + layout.cell:3], cv2.COLOR_BGR2RGB)
+    assert any(np.array_equal(truth, hr[y:y + 48, x:x + 48]) for y in range(0, 49, 24) for x in range(0, 49, 24))

@@ -75,15 +75,21 @@ def _as_uint8(img: np.ndarray) -> np.ndarray:
     return (np.clip(img, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
 
 
-def columns(lr: np.ndarray, outputs: dict[str, np.ndarray], reference: np.ndarray | None,
-            scale: float, reference_label: str = "ground truth") -> list[tuple[str, str, np.ndarray]]:
-    """(name, metrics line, HR-sized uint8 image) per column, in sheet order."""
-    from pipeline.data.degradation import upscale_bicubic  # torch's bicubic, the pipeline's baseline: lazily
+def _torch_bicubic(lr: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    from pipeline.data.degradation import upscale_bicubic  # the eval baseline; torch only when used
 
+    return upscale_bicubic(lr, size)
+
+
+def columns(lr: np.ndarray, outputs: dict[str, np.ndarray], reference: np.ndarray | None,
+            scale: float, reference_label: str = "ground truth",
+            bicubic=_torch_bicubic) -> list[tuple[str, str, np.ndarray]]:
+    """(name, metrics line, HR-sized uint8 image) per column, in sheet order. `bicubic(lr uint8, (h, w))` makes
+    the baseline column (the sr stage passes its torch-free one)."""
     lr = _as_uint8(lr)
     hr_shape = reference.shape[:2] if reference is not None else next(iter(outputs.values())).shape[:2]
     cols = [("LR (nearest)", cv2.resize(lr, hr_shape[::-1], interpolation=cv2.INTER_NEAREST)),
-            ("bicubic", upscale_bicubic(lr, hr_shape))]
+            ("bicubic", _as_uint8(bicubic(lr, tuple(hr_shape))))]
     cols += [(name, _as_uint8(img)) for name, img in outputs.items()]
     border = math.ceil(scale)
     result = []
@@ -101,11 +107,11 @@ def columns(lr: np.ndarray, outputs: dict[str, np.ndarray], reference: np.ndarra
 
 def render(lr: np.ndarray, outputs: dict[str, np.ndarray], reference: np.ndarray | None = None, *,
            scale: float, side: int = 64, crops: list[tuple[int, int]] | None = None,
-           min_cell: int = 128, reference_label: str = "ground truth",
+           min_cell: int = 128, reference_label: str = "ground truth", bicubic=_torch_bicubic,
            ) -> tuple[np.ndarray, Layout, list[tuple[int, int]]]:
     """The sheet as uint8 HxWx3 RGB, its layout, and the crop corners used (HR pixels). `reference_label` names
     the last column (e.g. "PyTorch FP32" where compare scores backends against it)."""
-    cols = columns(lr, outputs, reference, scale, reference_label)
+    cols = columns(lr, outputs, reference, scale, reference_label, bicubic)
     h, w = cols[0][2].shape[:2]
     side = min(side, h, w)
     crops = crops if crops is not None else default_crops(cols[-1][2], side)  # ground truth, else last output
@@ -125,9 +131,10 @@ def render(lr: np.ndarray, outputs: dict[str, np.ndarray], reference: np.ndarray
 
 def write(path: Path, lr: np.ndarray, outputs: dict[str, np.ndarray], reference: np.ndarray | None = None, *,
           scale: float, side: int = 64, crops: list[tuple[int, int]] | None = None,
-          reference_label: str = "ground truth") -> Path:
+          reference_label: str = "ground truth", bicubic=_torch_bicubic) -> Path:
     """Render and write the sheet as PNG (atomically); returns the path."""
-    sheet, _, _ = render(lr, outputs, reference, scale=scale, side=side, crops=crops, reference_label=reference_label)
+    sheet, _, _ = render(lr, outputs, reference, scale=scale, side=side, crops=crops, reference_label=reference_label,
+                         bicubic=bicubic)
     ok, png = cv2.imencode(".png", cv2.cvtColor(sheet, cv2.COLOR_RGB2BGR))
     if not ok:
         raise RuntimeError(f"PNG encoding of the sheet for {path} failed")
@@ -167,3 +174,35 @@ def compare_sheets(out_dir: Path, results: list[dict], weights_for=lambda model:
     paths = [compare_sheet(out_dir, m["model"], m["rows"], scale, weights=weights_for(m["model"]))
              for m in results for scale in m["scales"]]
     return [p for p in paths if p is not None]
+
+
+def read_rgb8(path: Path) -> np.ndarray:
+    """Any image file the sr stage writes or reads (gray, 16-bit, alpha) as uint8 HxWx3 RGB for the sheet."""
+    img = cv2.imread(str(path), cv2.IMREAD_UNCHANGED)
+    if img is None:
+        raise ValueError(f"cannot read {path} for the sheet")
+    if img.dtype == np.uint16:
+        img = (img.astype(np.float32) / 257.0 + 0.5).astype(np.uint8)
+    if img.ndim == 2:
+        return np.repeat(img[:, :, None], 3, axis=2)
+    return cv2.cvtColor(img[:, :, :3], cv2.COLOR_BGR2RGB)
+
+
+def from_float(bicubic):
+    """A float CHW [0, 1] bicubic (the sr stage's torch-free one) in the sheet's uint8 HxWx3 form."""
+    return lambda lr, size: bicubic(lr.transpose(2, 0, 1).astype(np.float32) / 255.0, size).transpose(1, 2, 0)
+
+
+def for_sr_run(summary, output: Path, bicubic=_torch_bicubic) -> Path | None:
+    """The sheet `sr --reference` writes beside OUTPUT (`OUTPUT.sheet.png`, outside the mirrored tree): the first
+    scored image's crops, LR / bicubic / the model / ground truth. None when no image was scored."""
+    scored = [r for r in summary.ok if "psnr" in r.metrics]
+    if not scored:
+        return None
+    r = scored[0]
+    lr, sr, hr = read_rgb8(r.job.src), read_rgb8(r.job.dst), read_rgb8(Path(r.metrics["reference"]))
+    hr = hr[: sr.shape[0], : sr.shape[1]]  # HR sides not multiples of the scale: cropped as the metrics do
+    side = max(16, min(64, sr.shape[0] // 2, sr.shape[1] // 2))
+    out = Path(output)
+    return write(out.with_name(out.name + ".sheet.png"), lr, {Path(summary.model).name: sr}, hr,
+                 scale=summary.scale, side=side, bicubic=bicubic)

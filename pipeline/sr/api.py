@@ -17,6 +17,7 @@ from pipeline.artifacts.atomic import atomic_write
 from pipeline.backends.checks import check_scale, model_spec
 from pipeline.errors import PipelineError
 from pipeline.sr import imageio, settings
+from pipeline.sr.bicubic import bicubic
 from pipeline.sr.console import Console
 from pipeline.sr.jobs import JobList, discover
 from pipeline.sr.records import Record, Summary
@@ -125,4 +126,8 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     if summary is not None:
         atomic_write(Path(summary), json.dumps(result.to_dict(), indent=2) + "\n")
     _report(result, reference, console)
+    if result.reference:  # one scored image's crops side by side, beside OUTPUT; metrics import only with --reference
+        from pipeline.analysis import sheet
+
+        console.info(f"sheet: {sheet.for_sr_run(result, Path(output), sheet.from_float(bicubic))}")
     return result
