@@ -119,6 +119,7 @@ def build_engine(onnx_file: Path, output: Path, profiles: list[Profile], *, plug
     sidecar = make_sidecar(env, onnx_file=onnx_file, onnx_sha256=file_sha256(onnx_file),
                            model=meta.get("model", "?"), precision=precision, ops=ops, profiles=profiles,
                            io=io, build_seconds=round(time.perf_counter() - t0, 2))
+    sidecar["onnx_metadata"] = meta  # the model spec travels with the engine (backends.trt_backend.engine_spec)
     atomic_write(sidecar_path(output), json.dumps(sidecar, indent=2).encode())
     log(f"engine: {output} ({precision}, {ops} ops, {len(profiles)} profile(s), {sidecar['build_seconds']} s)")
     return sidecar

@@ -120,12 +120,12 @@ class FoldedSRCNN(nn.Module):
             for p in range(s):
                 for q in range(s):
                     for k in range(-r3, r3 + 1):
-                        for l in range(-r3, r3 + 1):
-                            (bp, pp), (bq, qq) = divmod(p + k, s), divmod(q + l, s)
+                        for j in range(-r3, r3 + 1):
+                            (bp, pp), (bq, qq) = divmod(p + k, s), divmod(q + j, s)
                             # Output channels channel-major (c*s*s + phase): F.pixel_shuffle / DepthToSpace CRD.
                             o = torch.arange(co3) * s * s + p * s + q
                             i = (pp * s + qq) * mid
-                            k3[o, i:i + mid, bp + R, bq + R] += w3[:, :, k + r3, l + r3]
+                            k3[o, i:i + mid, bp + R, bq + R] += w3[:, :, k + r3, j + r3]
             self.fold3 = nn.Conv2d(s * s * mid, s * s * co3, 2 * R + 1, padding=R)
             with torch.no_grad():
                 self.fold3.weight.copy_(k3)
@@ -157,10 +157,7 @@ class FoldedSRCNN(nn.Module):
             return self.reference(x)
         # Interior: everything on the LR grid.
         y = F.relu(self.fold2(F.relu(self.fold1(F.pad(x, (P, P, P, P), mode="replicate")))))
-        if self.conv3_on_lr:
-            out = F.pixel_shuffle(self.fold3(y), s)
-        else:
-            out = self.conv3(depth_to_space_dcr(y, s))
+        out = F.pixel_shuffle(self.fold3(y), s) if self.conv3_on_lr else self.conv3(depth_to_space_dcr(y, s))
         # Output frame (r1 + r3 HR pixels): reference ops on thin strips.
         n = 2 * f
         top = self._strip(self._upsample(x[:, :, :c, :])[:, :, :n, :], (0, 0, r1, 0), (0, 0, r3, 0), True)
@@ -188,7 +185,9 @@ def srcnn_macs_per_output_pixel(model: nn.Module, folded_scale: int | None = Non
 
 
 def export_folded_onnx(folded: FoldedSRCNN, path, height: int = 64, width: int = 64) -> None:
-    """ONNX (standard ops, opset 17, dynamic batch/height/width) of a FoldedSRCNN: input `input`, output `output`."""
+    """ONNX (standard ops, opset 17, dynamic batch/height/width) of a FoldedSRCNN: input `input`, output `output`.
+    Its metadata records the scale and `min_lr`: smaller inputs must run the plain model (the traced graph holds
+    only the folded branch)."""
     import onnx
 
     x = torch.rand(1, 3, height, width)
@@ -197,9 +196,10 @@ def export_folded_onnx(folded: FoldedSRCNN, path, height: int = 64, width: int =
                                     "output": {0: "batch", 2: "out_height", 3: "out_width"}},
                       dynamo=False)
     m = onnx.load(str(path))
-    if m.ir_version > 10:  # ORT here rejects IR > 13; keep it conservative
-        m.ir_version = 10
-        onnx.save(m, str(path))
+    m.ir_version = min(m.ir_version, 10)  # ORT here rejects IR > 13; keep it conservative
+    for key, value in (("folded_scale", folded.scale), ("min_lr", folded.min_lr)):
+        m.metadata_props.append(onnx.StringStringEntryProto(key=key, value=str(value)))
+    onnx.save(m, str(path))
 
 
 @functools.lru_cache(maxsize=8)

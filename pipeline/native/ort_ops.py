@@ -153,6 +153,9 @@ def session_with_sr_kernels(model: onnx.ModelProto | str | Path, session_options
     """
     import onnxruntime as ort
 
+    # Load the kernel library now: the ops call it from inside ORT, where a Python exception (library missing)
+    # cannot propagate and terminates the process (pybind11 error_already_set through C++, exit 134).
+    kernels_cpu.library()
     adapted = adapt_for_ort(_load(model))
     so = session_options or ort.SessionOptions()
     so.register_custom_ops_library(register_sr_ops())
