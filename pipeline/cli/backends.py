@@ -3,11 +3,14 @@ from __future__ import annotations
 
 from pipeline.errors import PipelineError
 
+DEFAULT_MODEL = "srcnn-x3"
+
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--model", default="srcnn-x3", help="model to check (default srcnn-x3)")
+    parser.add_argument("--model", help=f"model to check (default {DEFAULT_MODEL}, or the one --onnx holds)")
     parser.add_argument("--precision", choices=("fp32", "fp16"), default="fp32")
     parser.add_argument("--weights", help="weights file (default: the model's shipped weights)")
+    parser.add_argument("--onnx", metavar="FILE", help="an exported ONNX file: the model comes from its metadata")
     parser.add_argument("--measure", action="store_true",
                         help="time each available backend on one 256x256 image and remember the fastest for --backend auto")
     parser.add_argument("--size", type=int, default=256, help="image side for --measure (default 256)")
@@ -23,19 +26,21 @@ def format_table(statuses) -> str:
 
 
 def run(args) -> int:
-    from pipeline.backends import available, measure, pick_auto
+    from pipeline.backends import available, measure, pick_auto, resolve_spec
 
     if args.size < 1 or args.repeats < 1:
         raise PipelineError("--size and --repeats must be >= 1")
-    statuses = available(args.model, args.precision, args.weights)
-    print(f"backends for {args.model} ({args.precision}):")
+    model = args.model or (None if args.onnx else DEFAULT_MODEL)  # None: the ONNX file says which model
+    statuses = available(model, args.precision, args.weights, onnx=args.onnx)
+    model = model or resolve_spec(None, args.onnx).name
+    print(f"backends for {model} ({args.precision}{', ' + args.onnx if args.onnx else ''}):")
     print(format_table(statuses))
     if args.measure:
         print(f"measuring ({args.size}x{args.size}, median of {args.repeats}):")
-        measure(args.model, args.precision, size=args.size, repeats=args.repeats, weights=args.weights)
+        measure(model, args.precision, size=args.size, repeats=args.repeats, weights=args.weights)
     if not any(s.available for s in statuses):
         print("--backend auto -> none: no backend can run this model here (reasons above)")
         return 1
-    pick = pick_auto(args.model, args.precision, statuses)
+    pick = pick_auto(model, args.precision, statuses)
     print(f"--backend auto -> {pick.name}: {pick.reason}")
     return 0

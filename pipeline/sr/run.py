@@ -36,7 +36,7 @@ WRITE_BYTES = 512 << 20
 # -- setup: everything that can fail before any image is read -------------------------------------------
 
 def check_model_and_scale(model: str, scale: float | None):
-    from models.registry import get_spec
+    from models.spec import get_spec
 
     try:
         spec = get_spec(model)
