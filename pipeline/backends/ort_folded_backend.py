@@ -25,13 +25,15 @@ from pipeline.errors import PipelineError, first_line
 
 def _folded_problem(spec: ModelSpec, onnx: Path | None, weights=None) -> str | None:
     """Why the ONNX file this backend would use carries no folded variant, or None."""
+    if spec.weights_file and not spec.foldable:  # a registered model says so itself
+        return f"bicubic folding applies to SRCNN only, not '{spec.name}'"
     if onnx is None:
         try:
             onnx = cached_onnx(spec.name, "fp32", weights=weights)
         except PipelineError as e:
             return str(e)
         if not onnx.is_file():  # exported on first use; SRCNN exports carry folded variants
-            return None if spec.foldable else f"bicubic folding applies to SRCNN only, not '{spec.name}'"
+            return None
     variants = folded_variants(onnx)
     if not variants:
         return (f"{Path(onnx).name} carries no folded variants (bicubic folding applies to SRCNN fp32 exports "
