@@ -162,7 +162,8 @@ def test_trt_ep_graph_rewrite(weights):
     for n in custom:
         attrs = {a.name: a for a in n.attribute}
         assert attrs["plugin_namespace"].s == b"sr"
-    assert {o.domain for o in m.opset_import} >= {"", TRT_EP_PLUGIN_DOMAIN} and "sr" not in {o.domain for o in m.opset_import}
+    domains = {o.domain for o in m.opset_import}
+    assert domains >= {"", TRT_EP_PLUGIN_DOMAIN} and "sr" not in domains
 
 
 # -- bad input ---------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from pipeline.export.fold import (
 def test_phase_taps_sum_to_one_and_match_half_pixel_bicubic():
     for s in (2, 3, 4):
         taps = bicubic_phase_taps(s)
-        for p, row in taps.items():
+        for row in taps.values():
             assert sum(row.values()) == pytest.approx(1.0, abs=1e-12)
             assert len(row) <= 4
     assert bicubic_phase_taps(3)[1] == {0: pytest.approx(1.0)}  # centre phase is the LR pixel itself

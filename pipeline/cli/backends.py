@@ -12,7 +12,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--weights", help="weights file (default: the model's shipped weights)")
     parser.add_argument("--onnx", metavar="FILE", help="an exported ONNX file: the model comes from its metadata")
     parser.add_argument("--measure", action="store_true",
-                        help="time each available backend on one 256x256 image and remember the fastest for --backend auto")
+                        help="time each available backend on one 256x256 image and remember the fastest for "
+                             "--backend auto")
     parser.add_argument("--size", type=int, default=256, help="image side for --measure (default 256)")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per backend for --measure (default 5)")
 
