@@ -133,3 +133,14 @@ def test_missing_cpu_kernel_library_is_one_line_not_an_abort(exported, tmp_path,
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     assert len(lines) == 1 and "absent.so" in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_time_to_first_image_runs_the_cli_in_fresh_processes(exported):
+    """The bench row's mechanics (no speed assertion here: the goal is checked by `make bench`)."""
+    from pipeline.bench.startup import time_to_first_image
+
+    row = time_to_first_image(exported["srcnn-x3"], size=24, scale=3, runs=2)
+    assert row["model"] == "srcnn-x3" and len(row["walls_s"]) == 2 and row["min_s"] <= row["median_s"] <= row["max_s"]
+    assert "--onnx" in row["command"] and row["median_s"] > 0
+    with pytest.raises(PipelineError, match="startup run failed"):
+        time_to_first_image(exported["srcnn-x3"], size=24, scale=2, runs=1)  # x2 is out of range for srcnn-x3
