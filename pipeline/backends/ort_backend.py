@@ -232,10 +232,13 @@ class OrtBackend(Backend):
         if self.session is None:
             raise PipelineError(f"{self.name} backend used before load()")
         feeds, out_hw = self.feeds(batch, scale)
-        (y,) = self.session.run([self._out_name], feeds)
+        y = self._run(feeds)
         if tuple(y.shape[-2:]) != out_hw:
             raise PipelineError(f"{self.name}: output {y.shape} does not match the expected {out_hw[0]}x{out_hw[1]}")
         return y.astype(np.float32, copy=False)
+
+    def _run(self, feeds: dict) -> np.ndarray:
+        return self.session.run([self._out_name], feeds)[0]
 
     def describe(self) -> str:
         threads = f", {self.threads or physical_cores()} threads" if self.provider == "cpu" else ""
