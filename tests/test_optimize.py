@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from models.srcnn import SRCNN
+from pipeline.backends.ort_backend import cpu_session_options
 from pipeline.export.fold import (
     FoldedSRCNN,
     bicubic_phase_taps,
     export_folded_onnx,
     fold_srcnn,
-    ort_session_options,
     srcnn_macs_per_output_pixel,
 )
 
@@ -66,7 +66,7 @@ def test_folded_onnx_in_onnxruntime_is_exact(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         export_folded_onnx(fold_srcnn(ref, 3), p, 16, 16)
-    sess = ort.InferenceSession(str(p), ort_session_options(1), providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(str(p), cpu_session_options(1), providers=["CPUExecutionProvider"])
     x = np.random.default_rng(0).random((1, 3, 19, 26), dtype=np.float32)  # another size: dynamic axes
     y = sess.run(None, {"input": x})[0]
     with torch.inference_mode():

@@ -1,16 +1,16 @@
 """`python -m pipeline backends [--model NAME] [--measure]`: which backends run here, and why others cannot."""
 from __future__ import annotations
 
+from pipeline.backends import available, measure, pick_auto
+from pipeline.cli import options
 from pipeline.errors import PipelineError
-
-DEFAULT_MODEL = "srcnn-x3"
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--model", help=f"model to check (default {DEFAULT_MODEL}, or the one --onnx holds)")
-    parser.add_argument("--precision", choices=("fp32", "fp16"), default="fp32")
-    parser.add_argument("--weights", help="weights file (default: the model's shipped weights)")
-    parser.add_argument("--onnx", metavar="FILE", help="an exported ONNX file: the model comes from its metadata")
+    options.add_model_args(parser)
+    options.add_precision_args(parser)
+    options.add_weights_arg(parser)
+    options.add_onnx_arg(parser)
     parser.add_argument("--measure", action="store_true",
                         help="time each available backend on one 256x256 image and remember the fastest for "
                              "--backend auto")
@@ -27,18 +27,17 @@ def format_table(statuses) -> str:
 
 
 def run(args) -> int:
-    from pipeline.backends import available, measure, pick_auto, resolve_spec
-
     if args.size < 1 or args.repeats < 1:
         raise PipelineError("--size and --repeats must be >= 1")
-    model = args.model or (None if args.onnx else DEFAULT_MODEL)  # None: the ONNX file says which model
-    statuses = available(model, args.precision, args.weights, onnx=args.onnx)
-    model = model or resolve_spec(None, args.onnx).name
-    print(f"backends for {model} ({args.precision}{', ' + args.onnx if args.onnx else ''}):")
+    model = options.model_from_args(args)
+    weights = options.weights_from_args(args)
+    onnx = options.onnx_from_args(args)
+    statuses = available(model, args.precision, weights, onnx=onnx)
+    print(f"backends for {model} ({args.precision}{f', {onnx}' if onnx else ''}):")
     print(format_table(statuses))
     if args.measure:
         print(f"measuring ({args.size}x{args.size}, median of {args.repeats}):")
-        measure(model, args.precision, size=args.size, repeats=args.repeats, weights=args.weights)
+        measure(model, args.precision, size=args.size, repeats=args.repeats, weights=weights)
     if not any(s.available for s in statuses):
         print("--backend auto -> none: no backend can run this model here (reasons above)")
         return 1
