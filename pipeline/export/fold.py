@@ -1,4 +1,4 @@
-"""Performance ideas for SRCNN on CPU, each exact against the reference model.
+"""Bicubic folded into SRCNN's conv1: an exact, faster SRCNN on the CPU (the `ort-folded` backend's graphs).
 
 Main idea -- fold the fixed bicubic upsampler into conv1 (sub-pixel reformulation):
 for an integer scale s, every HR pixel (s*m + p, s*n + q) of a bicubic upsample is a fixed 4x4-tap
@@ -12,13 +12,13 @@ upsampled image and 64-channel HR feature map are never materialised.
 Borders: bicubic clamps its taps (replicate) -> replicate-pad the LR input, exact.  conv1 zero-pads
 the *HR* upsampled image, which the LR formulation cannot see, so the 4-pixel HR frame (kernel//2)
 is recomputed on thin strips with the original ops and concatenated -- the result is exact (fp32
-rounding only, < 1e-5 on [0, 1] images), which tests/test_bench.py checks.
+rounding only, < 1e-5 on [0, 1] images), which tests/test_optimize.py checks.
 
-`ort_session_options(threads)` holds the ONNX Runtime settings measured best here.
+The export writes one folded ONNX per integer scale beside an SRCNN file (pipeline.export.extras); the
+`ort-folded` backend runs them with the one set of session options (backends.ort_backend.cpu_session_options).
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -200,38 +200,3 @@ def export_folded_onnx(folded: FoldedSRCNN, path, height: int = 64, width: int =
     for key, value in (("folded_scale", folded.scale), ("min_lr", folded.min_lr)):
         m.metadata_props.append(onnx.StringStringEntryProto(key=key, value=str(value)))
     onnx.save(m, str(path))
-
-
-@functools.lru_cache(maxsize=8)
-def folded_onnx(model_name: str, scale: int, weights: str | None = None) -> bytes:
-    """Serialized ONNX (standard ops; input `input` [N,3,H,W] -> output `output`) of the folded, exact
-    equivalent of registered SRCNN `model_name` ('srcnn' or 'srcnn-x3') at integer `scale` >= 2.
-    Load it with `onnxruntime.InferenceSession(bytes, ort_session_options(threads))`; there is no
-    `size` input: one graph per scale. Images below FoldedSRCNN.min_lr px per side run the reference ops."""
-    import tempfile
-    import warnings
-    from pathlib import Path
-
-    from models.registry import load_model
-
-    folded = fold_srcnn(load_model(model_name, weights), scale)
-    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # TracerWarnings of the small-input fallback branch
-        path = Path(tmp) / "folded.onnx"
-        export_folded_onnx(folded, path)
-        return path.read_bytes()
-
-
-def ort_session_options(threads: int | None = None, *, profile: bool = False):
-    """ONNX Runtime CPU settings measured best for these conv nets on a small CPU (see bench report)."""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    if threads:
-        so.intra_op_num_threads = int(threads)
-        so.inter_op_num_threads = 1
-    so.add_session_config_entry("session.intra_op.allow_spinning", "1")
-    so.enable_profiling = profile
-    return so
