@@ -90,6 +90,25 @@ def test_backends_from_onnx_without_torch(exported, tmp_path):
     assert "--backend auto -> ort-folded" in proc.stdout
 
 
+def test_compare_and_bench_from_onnx_without_torch(exported, tmp_path):
+    """compare checks every backend against the PyTorch outputs stored at export time; bench times them and the
+    start-up, all in a process where torch cannot be imported."""
+    import json
+
+    onnx = str(exported["srcnn-x3"])
+    proc = run_without_torch("compare", "--onnx", onnx, "--output", str(tmp_path / "cmp"), cache=tmp_path / "cache")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {r["backend"]: r for r in json.loads((tmp_path / "cmp" / "report.json").read_text())["models"][0]["rows"]}
+    assert rows["ort"]["status"] == rows["ort-folded"]["status"] == "pass" and rows["torch"]["status"] == "unavailable"
+    assert rows["ort-folded"]["max_abs"] < 1e-4
+    proc = run_without_torch("bench", "--onnx", onnx, "--quick", "--sizes", "32", "--iters", "2", "--output",
+                             str(tmp_path / "bench"), cache=tmp_path / "cache")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads((tmp_path / "bench" / "report.json").read_text())
+    assert {r["backend"] for r in doc["rows"]} >= {"ort", "ort-folded"} and doc["startup"]["median_s"] > 0
+    assert "startup" in (tmp_path / "bench" / "report.md").read_text()
+
+
 def test_unregistered_model_runs_from_its_metadata(exported, tmp_path):
     """A file of a model this install does not register: the spec comes from the file."""
     src = exported["srcnn"]
