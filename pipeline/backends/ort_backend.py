@@ -154,7 +154,8 @@ class OrtBackend(Backend):
         return cls.ok(f"ONNX Runtime {ort.__version__}, {wanted}{extra}")
 
     # -- loading ---------------------------------------------------------------------------------------
-    def _onnx_file(self) -> Path:
+    def resolve_onnx(self) -> Path:
+        """The ONNX file to run: the given one (checked against model and precision) or the cached export."""
         if self.onnx_path is not None:
             check_onnx_matches(self.onnx_path, self.model_name, self.precision)
             return self.onnx_path
@@ -192,7 +193,7 @@ class OrtBackend(Backend):
                     }.get(provider, "")
             raise PipelineError(f"ONNX Runtime provider {wanted} is not available in this onnxruntime build "
                                 f"(have: {', '.join(ort.get_available_providers())}); {hint}")
-        path = self._onnx_file()
+        path = self.resolve_onnx()
         try:
             sess = ort.InferenceSession(self._session_bytes(path, provider), sess_options=cpu_session_options(
                 self.threads), providers=self._providers(provider))

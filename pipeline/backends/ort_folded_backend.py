@@ -76,11 +76,11 @@ class OrtFoldedBackend(Backend):
                       "the plain graph)")
 
     def load(self) -> OrtFoldedBackend:
-        self.plain.load()
-        self.variants = folded_variants(self.plain.onnx_file)
+        self.onnx_file = self.plain.resolve_onnx()  # checked against the model; exported into the cache if missing
+        self.plain.onnx_path = self.onnx_file  # its session is made on first use: integer scales never need it
+        self.variants = folded_variants(self.onnx_file)
         if not self.variants:
-            raise PipelineError(_folded_problem(self.spec, self.plain.onnx_file))
-        self.onnx_file = self.plain.onnx_file
+            raise PipelineError(_folded_problem(self.spec, self.onnx_file))
         if not self.spec.dynamic_scale:  # static model: its one scale is loaded now
             self._session(int(self.spec.default_scale))
         return self
@@ -110,6 +110,8 @@ class OrtFoldedBackend(Backend):
                 raise PipelineError(f"ort-folded: output {y.shape} != expected {(s.n, 3, s.out_h, s.out_w)}")
             return y
         self.last_path = "plain graph"
+        if self.plain.session is None:
+            self.plain.load()
         return self.plain.infer(batch, scale)
 
     def describe(self) -> str:

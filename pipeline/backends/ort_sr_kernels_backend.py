@@ -60,7 +60,7 @@ class OrtSrKernelsBackend(OrtBackend):
 
     def load(self) -> OrtSrKernelsBackend:
         kernels_cpu.library()  # a missing library is one line here, not an abort inside ORT (see ort_ops)
-        path = self._onnx_file()
+        path = self.resolve_onnx()
         stripped = strip_sr_functions(onnx.load(str(path)))
         if stripped.functions and any(f.domain == DOMAIN for f in stripped.functions):
             raise PipelineError(f"{path.name}: sr function bodies survived stripping; our kernels would not run")
