@@ -21,6 +21,7 @@ from pipeline.backends.checks import check_batch, check_weights, resolve_spec
 from pipeline.contract import DOMAIN
 from pipeline.errors import PipelineError, first_line
 from pipeline.native.cuda_driver import gpu_visible
+from pipeline.native.cuda_runtime import preload
 from pipeline.native.libraries import trt_plugin_library
 
 PROVIDERS = {
@@ -168,6 +169,7 @@ class OrtBackend(Backend):
             return ["CPUExecutionProvider"]
         if provider == "cuda":
             return [("CUDAExecutionProvider", {"cudnn_conv_algo_search": "EXHAUSTIVE"}), "CPUExecutionProvider"]
+        preload()  # the plugin library's RUNPATH is $ORIGIN alone: cudart/cuBLAS loaded before the EP dlopens it
         trt_cache = cache_dir() / "ort-trt"
         trt_cache.mkdir(parents=True, exist_ok=True)
         opts = {
