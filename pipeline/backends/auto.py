@@ -88,13 +88,14 @@ def time_backend(backend: Backend, size: int = 256, scale: float | None = None, 
 
 
 def measure(model: str, precision: str = "fp32", names: list[str] | None = None, size: int = 256,
-            repeats: int = 5, log=print, weights=None) -> dict[str, float]:
-    """Time each available backend on this machine and remember the result for pick_auto."""
-    names = names or [s.name for s in available(model, precision, weights) if s.available and s.name != "ort-cpu"]
+            repeats: int = 5, log=print, weights=None, onnx=None) -> dict[str, float]:
+    """Time each available backend on this machine (on `onnx` when given) and remember the result for pick_auto."""
+    names = names or [s.name for s in available(model, precision, weights, onnx=onnx)
+                      if s.available and s.name != "ort-cpu"]
     ms = {}
     for name in names:
         try:
-            b = create_named(name, model, precision, weights=weights)
+            b = create_named(name, model, precision, weights=weights, onnx=onnx)
         except PipelineError as e:
             log(f"  {name}: cannot run ({e})")
             continue

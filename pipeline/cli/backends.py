@@ -37,7 +37,7 @@ def run(args) -> int:
     print(format_table(statuses))
     if args.measure:
         print(f"measuring ({args.size}x{args.size}, median of {args.repeats}):")
-        measure(model, args.precision, size=args.size, repeats=args.repeats, weights=weights)
+        measure(model, args.precision, size=args.size, repeats=args.repeats, weights=weights, onnx=onnx)
     if not any(s.available for s in statuses):
         print("--backend auto -> none: no backend can run this model here (reasons above)")
         return 1
