@@ -4,9 +4,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import torch
 
 from models.registry import ModelSpec, size_tensor
+from pipeline.backends.ort_backend import cpu_session_options
 
 # Max |ORT - PyTorch FP32| on outputs in the 0-1 range.
 TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2}
@@ -31,11 +33,7 @@ def verify_scales(spec: ModelSpec, scale: float | None) -> list[float]:
 
 def max_abs_error(path: Path, model: torch.nn.Module, spec: ModelSpec, *, size_input: str | None, io_dtype: str,
                   scales: list[float]) -> float:
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 2
-    session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(path), cpu_session_options(threads=2), providers=["CPUExecutionProvider"])
     x = sample_batch()
     worst = 0.0
     for scale in scales:
