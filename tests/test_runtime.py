@@ -163,3 +163,22 @@ def test_time_to_first_image_runs_the_cli_in_fresh_processes(exported):
     assert "--onnx" in row["command"] and row["median_s"] > 0
     with pytest.raises(PipelineError, match="startup run failed"):
         time_to_first_image(exported["srcnn-x3"], size=24, scale=2, runs=1)  # x2 is out of range for srcnn-x3
+
+
+def test_engine_sidecar_carries_the_model(tmp_path, exported):
+    """An engine's sidecar keeps its ONNX file's metadata, so the model of `--engine FILE` needs no registry."""
+    import json
+
+    from pipeline.backends.trt_backend import engine_spec
+    from pipeline.engine.sidecar import sidecar_path
+
+    engine = tmp_path / "m.engine"
+    engine.write_bytes(b"not read here")
+    meta = {**onnx_metadata(exported["srcnn"]), "model": "my-srcnn", "scale_max": "4"}
+    sidecar_path(engine).write_text(json.dumps({"model": "my-srcnn", "onnx_metadata": meta}))
+    spec = engine_spec(engine, None)
+    assert spec.name == "my-srcnn" and spec.scale_range == (1.0, 4.0) and spec.receptive_radius == 6
+    with pytest.raises(PipelineError, match="built for model 'my-srcnn', not 'srcnn'"):
+        engine_spec(engine, "srcnn")
+    st = {s.name: s for s in backends.available(None, engine=engine)}
+    assert not st["ort"].available and "TensorRT only" in st["ort"].reason and not st["torch"].available
