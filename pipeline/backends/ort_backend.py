@@ -76,6 +76,10 @@ def torch_installed() -> bool:
 def onnx_source_problem(spec: ModelSpec, precision: str, onnx_path: Path | None, weights=None) -> str | None:
     """Why no ONNX file can be had for `spec` (given, cached, or exportable here), or None."""
     if onnx_path is not None:
+        try:
+            check_onnx_matches(onnx_path, None, precision)
+        except PipelineError as e:
+            return str(e)
         return None
     try:
         if cached_onnx(spec.name, precision, weights=weights).is_file():
