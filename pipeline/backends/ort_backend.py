@@ -20,6 +20,7 @@ from pipeline.backends.base import Backend, BackendStatus, check_precision
 from pipeline.backends.checks import check_batch, check_weights, resolve_spec
 from pipeline.contract import DOMAIN
 from pipeline.errors import PipelineError, first_line
+from pipeline.export.sr_ops import strip_sr_functions
 from pipeline.native.cuda_driver import gpu_visible
 from pipeline.native.cuda_runtime import preload
 from pipeline.native.libraries import trt_plugin_library
@@ -95,8 +96,6 @@ def onnx_source_problem(spec: ModelSpec, precision: str, onnx_path: Path | None,
 def rewrite_for_trt_ep(model):
     """Stripped sr graph -> graph whose custom nodes live in ORT's TensorRT-plugin domain, so ORT accepts
     them and hands them to the TensorRT parser, which finds our plugins by op type + plugin_namespace."""
-    from pipeline.export.sr_ops import strip_sr_functions
-
     stripped = strip_sr_functions(model)
     for node in stripped.graph.node:
         if node.domain == DOMAIN:

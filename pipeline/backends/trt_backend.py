@@ -13,10 +13,25 @@ from pathlib import Path
 import numpy as np
 
 from models.spec import MODELS, ModelSpec
+from pipeline.artifacts.cache import engine_for, onnx_for
 from pipeline.backends.base import Backend, BackendStatus, check_precision
 from pipeline.backends.checks import check_batch, resolve_spec
 from pipeline.backends.ort_backend import onnx_source_problem
-from pipeline.engine.environment import INSTALL_HINT
+from pipeline.engine import (
+    INSTALL_HINT,
+    Profile,
+    check_engine,
+    current_environment,
+    default_profile,
+    ensure_engine,
+    load_plugins,
+    profile_for_input,
+    read_sidecar,
+    sidecar_profiles,
+    sidecar_tf32,
+    tensorrt_problem,
+    validate_profile,
+)
 from pipeline.errors import PipelineError
 from pipeline.native.cuda_driver import gpu_visible
 from pipeline.native.libraries import trt_plugin_library
@@ -31,8 +46,6 @@ def _tensorrt_installed() -> bool:
 
 def engine_spec(engine: Path, model: str | None) -> ModelSpec:
     """The model an engine holds, from its sidecar (which carries the ONNX file's metadata)."""
-    from pipeline.engine.sidecar import read_sidecar  # the engine stage: only with TensorRT
-
     sidecar = read_sidecar(Path(engine)) or {}
     meta = sidecar.get("onnx_metadata") or {"model": sidecar.get("model")}
     name = meta.get("model")
@@ -76,8 +89,6 @@ class TrtBackend(Backend):
                        if bad]
             return cls.no("TensorRT engines need a CUDA GPU and TensorRT 11: " + " and ".join(missing) + "; "
                           + INSTALL_HINT)
-        from pipeline.engine import tensorrt_problem  # the engine stage: only with TensorRT
-
         problem = tensorrt_problem()
         if problem:
             return cls.no(problem)
@@ -94,15 +105,6 @@ class TrtBackend(Backend):
 
     # -- loading ---------------------------------------------------------------------------------------
     def _engine_and_sidecar(self, env: dict, plugin_lib: Path) -> tuple[Path, dict]:
-        from pipeline.artifacts.cache import engine_for, onnx_for
-        from pipeline.engine import (
-            Profile,
-            check_engine,
-            default_profile,
-            ensure_engine,
-            validate_profile,
-        )
-
         if self.engine_path is not None:  # the user's file: refuse when stale, never rebuild behind their back
             sidecar = check_engine(self.engine_path, env)
             if sidecar.get("model") not in (None, "?", self.model_name):
@@ -120,14 +122,6 @@ class TrtBackend(Backend):
         return path, sidecar
 
     def load(self) -> TrtBackend:
-        from pipeline.engine import (
-            current_environment,
-            load_plugins,
-            sidecar_profiles,
-            sidecar_tf32,
-            tensorrt_problem,
-        )
-
         problem = tensorrt_problem()
         if problem:
             raise PipelineError(problem)
@@ -211,8 +205,6 @@ class TrtBackend(Backend):
 
     def infer(self, batch: np.ndarray, scale: float) -> np.ndarray:
         import torch
-
-        from pipeline.engine import profile_for_input
 
         if self.context is None:
             raise PipelineError("trt backend used before load()")

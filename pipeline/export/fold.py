@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 
+import onnx
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -188,8 +189,6 @@ def export_folded_onnx(folded: FoldedSRCNN, path, height: int = 64, width: int =
     """ONNX (standard ops, opset 17, dynamic batch/height/width) of a FoldedSRCNN: input `input`, output `output`.
     Its metadata records the scale and `min_lr`: smaller inputs must run the plain model (the traced graph holds
     only the folded branch)."""
-    import onnx
-
     x = torch.rand(1, 3, height, width)
     torch.onnx.export(folded, (x,), str(path), input_names=["input"], output_names=["output"], opset_version=17,
                       dynamic_axes={"input": {0: "batch", 2: "height", 3: "width"},

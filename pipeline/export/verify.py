@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import torch
+from skimage import data
 
 from models.registry import ModelSpec, size_tensor
 from pipeline.backends.ort_backend import cpu_session_options
@@ -16,8 +17,6 @@ TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2}
 
 def sample_batch() -> torch.Tensor:
     """Two small real crops (astronaut's face, the cat's eye), NCHW float32 in [0, 1]; odd, unequal H/W on purpose."""
-    from skimage import data
-
     crops = [data.astronaut()[60:83, 180:209], data.chelsea()[90:113, 150:179]]
     x = np.stack([c.astype(np.float32) / 255.0 for c in crops]).transpose(0, 3, 1, 2)
     return torch.from_numpy(np.ascontiguousarray(x))

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from pipeline.contract import DEFORM_CONV, DOMAIN, DYNAMIC_RESIZE
@@ -190,8 +191,6 @@ def session_with_sr_kernels(model: onnx.ModelProto | str | Path, session_options
 
     `model` (ModelProto or path) must have its sr function bodies stripped (pipeline.export.strip_sr_functions).
     """
-    import onnxruntime as ort
-
     # Load the kernel library now: the ops call it from inside ORT, where a Python exception (library missing)
     # cannot propagate and terminates the process (pybind11 error_already_set through C++, exit 134).
     kernels_cpu.library()
