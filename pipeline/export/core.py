@@ -19,7 +19,7 @@ from models.registry import (
 )
 from pipeline.artifacts.atomic import atomic_path
 from pipeline.errors import PipelineError
-from pipeline.export import extras, fp16, graph, sr_ops
+from pipeline.export import dynamo, extras, fp16, graph, sr_ops, torchscript
 from pipeline.export import verify as verification
 
 EXPORTERS = ("dynamo", "torchscript")
@@ -136,11 +136,6 @@ def build_graph(model: str, *, exporter: str = "dynamo", ops: str = "custom", we
     sha = file_sha256(weights_path)
     io = size_input if spec.dynamic_scale else None
     names = ["input"] + ([io] if io else [])
-    from pipeline.export import (  # heavy imports (onnxscript) only when exporting
-        dynamo,
-        torchscript,
-    )
-
     backend = dynamo if exporter == "dynamo" else torchscript
     try:
         proto = backend.export(module, _example_args(spec, io), names, ops=ops, opset=opset)
