@@ -1,6 +1,7 @@
 """The one inference interface every backend implements (PyTorch, ONNX Runtime, TensorRT, ...)."""
 from __future__ import annotations
 
+import importlib.util
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import ClassVar, NamedTuple
@@ -17,6 +18,14 @@ class BackendStatus(NamedTuple):
     name: str
     available: bool
     reason: str
+
+
+def installed(package: str) -> bool:
+    """Whether an optional package can be imported, without importing it (torch alone takes seconds)."""
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):  # ValueError: blocked as sys.modules[package] = None
+        return False
 
 
 def check_precision(precision: str) -> str:

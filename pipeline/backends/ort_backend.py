@@ -5,7 +5,6 @@ a missing GPU provider is an error, never a silent fallback to the CPU.
 `ort` picks the best provider present; `ort-cpu`, `ort-cuda`, `ort-trt` pin one (subclasses below)."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,7 @@ import psutil
 from models.spec import ModelSpec
 from pipeline.artifacts.cache import cache_dir, cached_onnx, onnx_for
 from pipeline.artifacts.onnx_file import check_onnx_matches
-from pipeline.backends.base import Backend, BackendStatus, check_precision
+from pipeline.backends.base import Backend, BackendStatus, check_precision, installed
 from pipeline.backends.checks import check_batch, check_weights, resolve_spec
 from pipeline.contract import DOMAIN
 from pipeline.errors import PipelineError, first_line
@@ -66,14 +65,6 @@ def pick_provider() -> str:
     return "cpu"
 
 
-def torch_installed() -> bool:
-    """PyTorch importable (without importing it: that alone takes seconds)."""
-    try:
-        return importlib.util.find_spec("torch") is not None
-    except (ImportError, ValueError):  # ValueError: blocked as sys.modules["torch"] = None
-        return False
-
-
 def onnx_source_problem(spec: ModelSpec, precision: str, onnx_path: Path | None, weights=None) -> str | None:
     """Why no ONNX file can be had for `spec` (given, cached, or exportable here), or None."""
     if onnx_path is not None:
@@ -87,7 +78,7 @@ def onnx_source_problem(spec: ModelSpec, precision: str, onnx_path: Path | None,
             return None
     except PipelineError as e:
         return str(e)
-    if not torch_installed():
+    if not installed("torch"):
         return ("no cached ONNX file and exporting one needs PyTorch: pass --onnx FILE or install the export "
                 "extra (pip install 'srdeploy[export]')")
     return None

@@ -4,14 +4,13 @@ The graph is the custom-op export with its sr function bodies stripped, so ORT c
 standard-op fallback: every sr node runs our kernel, exactly as the TensorRT plugins would on a GPU."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import onnx
 
 from models.spec import ModelSpec
-from pipeline.backends.base import BackendStatus
+from pipeline.backends.base import BackendStatus, installed
 from pipeline.backends.ort_backend import OrtBackend, cpu_session_options, onnx_source_problem
 from pipeline.contract import DOMAIN
 from pipeline.errors import PipelineError, first_line
@@ -23,13 +22,6 @@ from pipeline.native.ort_ops import session_with_sr_kernels
 
 def sr_node_count(model) -> int:
     return sum(1 for n in model.graph.node if n.domain == DOMAIN)
-
-
-def _extensions_installed() -> bool:
-    try:
-        return importlib.util.find_spec("onnxruntime_extensions") is not None
-    except (ImportError, ValueError):
-        return False
 
 
 class OrtSrKernelsBackend(OrtBackend):
@@ -46,7 +38,7 @@ class OrtSrKernelsBackend(OrtBackend):
     def status(cls, spec: ModelSpec, precision: str, *, onnx=None, engine=None, weights=None) -> BackendStatus:
         if engine is not None:
             return cls.no("an engine file runs on TensorRT only")
-        if not _extensions_installed():
+        if not installed("onnxruntime_extensions"):
             return cls.no("onnxruntime-extensions is not installed (pip install onnxruntime-extensions)")
         try:
             kernels_cpu.library()

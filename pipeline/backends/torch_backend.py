@@ -7,9 +7,8 @@ import importlib.metadata
 import numpy as np
 
 from models.spec import ModelSpec
-from pipeline.backends.base import Backend, BackendStatus, check_precision
+from pipeline.backends.base import Backend, BackendStatus, check_precision, installed
 from pipeline.backends.checks import check_batch, check_weights, model_spec
-from pipeline.backends.ort_backend import torch_installed
 from pipeline.errors import PipelineError
 from pipeline.native.cuda_driver import gpu_visible
 
@@ -33,7 +32,7 @@ class TorchBackend(Backend):
     def status(cls, spec: ModelSpec, precision: str, *, onnx=None, engine=None, weights=None) -> BackendStatus:
         if onnx is not None or engine is not None:
             return cls.no("runs the registered PyTorch model, not an ONNX file or engine")
-        if not torch_installed():
+        if not installed("torch"):
             return cls.no("PyTorch is not installed (the export extra: pip install 'srdeploy[export]')")
         if not spec.weights_file:
             return cls.no(f"model '{spec.name}' is not registered here")

@@ -7,14 +7,13 @@ the `size` shape tensor is fed from host memory (TensorRT reads shape-tensor val
 built when missing and rebuilt when stale."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 
 from models.spec import MODELS, ModelSpec
 from pipeline.artifacts.cache import engine_for, onnx_for
-from pipeline.backends.base import Backend, BackendStatus, check_precision
+from pipeline.backends.base import Backend, BackendStatus, check_precision, installed
 from pipeline.backends.checks import check_batch, resolve_spec
 from pipeline.backends.ort_backend import onnx_source_problem
 from pipeline.engine import (
@@ -35,13 +34,6 @@ from pipeline.engine import (
 from pipeline.errors import PipelineError
 from pipeline.native.cuda_driver import gpu_visible
 from pipeline.native.libraries import trt_plugin_library
-
-
-def _tensorrt_installed() -> bool:
-    try:
-        return importlib.util.find_spec("tensorrt") is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def engine_spec(engine: Path, model: str | None) -> ModelSpec:
@@ -84,8 +76,8 @@ class TrtBackend(Backend):
     @classmethod
     def status(cls, spec: ModelSpec, precision: str, *, onnx=None, engine=None, weights=None) -> BackendStatus:
         gpu = gpu_visible()
-        if not gpu[0] or not _tensorrt_installed():  # asked without importing torch (seconds) or TensorRT
-            missing = [m for m, bad in ((gpu[1], not gpu[0]), ("TensorRT is not installed", not _tensorrt_installed()))
+        if not gpu[0] or not installed("tensorrt"):  # asked without importing torch (seconds) or TensorRT
+            missing = [m for m, bad in ((gpu[1], not gpu[0]), ("TensorRT is not installed", not installed("tensorrt")))
                        if bad]
             return cls.no("TensorRT engines need a CUDA GPU and TensorRT 11: " + " and ".join(missing) + "; "
                           + INSTALL_HINT)
