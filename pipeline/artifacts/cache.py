@@ -20,6 +20,9 @@ from pipeline.errors import PipelineError
 PRECISIONS = ("fp32", "fp16")
 OPS = ("custom", "standard")
 EXPORTERS = ("dynamo", "torchscript")
+# Part of every ONNX cache key: bumped when exports gain something the runtime relies on, so older cached files
+# are not reused. 2: the model spec in the metadata, reference outputs and folded variants beside the file.
+ONNX_LAYOUT = 2
 
 
 def cache_dir() -> Path:
@@ -53,7 +56,7 @@ def onnx_name(model: str, weights_sha: str, precision: str = "fp32", ops: str = 
     _check_choice("ops", ops, OPS)
     _check_choice("exporter", exporter, EXPORTERS)
     io = "" if io_dtype == "fp32" else f"-io{io_dtype}"
-    return f"{model}-{precision}{io}-{ops}-{exporter}-w{weights_sha[:16]}.onnx"
+    return f"{model}-{precision}{io}-{ops}-{exporter}-w{weights_sha[:16]}-v{ONNX_LAYOUT}.onnx"
 
 
 def profile_key(profile: dict) -> str:
