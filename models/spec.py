@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from models.external.spec import is_external
+
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 
 
@@ -86,10 +88,18 @@ MODELS: dict[str, ModelSpec] = {
 
 
 def get_spec(name: str) -> ModelSpec:
-    try:
+    """A registered model, or a user's checkpoint path / package.module:factory (models.external.resolve)."""
+    if name in MODELS:
         return MODELS[name]
-    except KeyError:
-        raise KeyError(f"unknown model '{name}' (known: {', '.join(MODELS)})") from None
+    if is_external(name):
+        from models.external.resolve import model_spec  # torch + spandrel: only for a user's model
+
+        try:
+            return model_spec(name)
+        except WeightsError as e:  # callers turn a KeyError into their one-line "unknown model" error
+            raise KeyError(str(e)) from None
+    raise KeyError(f"unknown model '{name}' (known: {', '.join(MODELS)}, or a checkpoint path, or "
+                   "package.module:factory)")
 
 
 def output_size(height: int, width: int, scale: float) -> tuple[int, int]:

@@ -14,7 +14,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from models.registry import WeightsError
+from models.spec import WeightsError
 
 from .spec import SUFFIXES
 

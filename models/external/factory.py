@@ -12,7 +12,7 @@ import importlib
 
 from torch import nn
 
-from models.registry import WeightsError
+from models.spec import WeightsError
 
 
 def build(ref: str) -> tuple[nn.Module, int]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from torch import nn
 
-from models.registry import WeightsError, file_sha256
+from models.spec import WeightsError, file_sha256
 
 from . import checkpoint, factory, receptive
 from .modules import AnyScale, PaddedNet, make_traceable

@@ -110,7 +110,8 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
 
     loaded, choice = load_backend(backend, model, precision, onnx=onnx, engine=engine, weights=weights,
                                   threads=threads)
-    console.always(f"sr: {spec.name} x{scale:g} on {loaded.describe()} ({choice}); {len(found.jobs)} image(s) "
+    how = f" ({spec.scale_note(scale)})" if hasattr(spec, "scale_note") else ""  # a user's model: own factor?
+    console.always(f"sr: {spec.name} x{scale:g}{how} on {loaded.describe()} ({choice}); {len(found.jobs)} image(s) "
                    f"-> {output}")
     if found.ignored:
         console.info(f"ignored {len(found.ignored)} file(s) without an image extension (e.g. {found.ignored[0]})")

@@ -131,6 +131,7 @@ class ImageWorker:
         self.backend = backend
         self.scale = scale
         self.margin = tile_margin(model, scale, tile_overlap)
+        self.align = tiling.tile_align(model)
         self.batch = batch_limit(backend, batch)
         self.tile = tile_size(backend, scale, self.margin, self.batch, tile)
         self.jpeg_quality = jpeg_quality
@@ -146,7 +147,7 @@ class ImageWorker:
         problem = output_problem(oh, ow, image.channels, image.depth, rec.job.fmt)
         if problem:
             raise ImageError(problem)
-        plan = tiling.plan(image.height, image.width, self.scale, self.tile, self.margin)
+        plan = tiling.plan(image.height, image.width, self.scale, self.tile, self.margin, align=self.align)
         rec.tiles, rec.max_shift = plan.count, plan.max_shift
         if not plan.exact:
             rec.notes.append(f"tile grid off the whole-image sampling grid by up to {plan.max_shift:.3f} input px "
