@@ -7,7 +7,7 @@ import json
 import spandrel
 
 from models import external
-from models.registry import MODELS, WeightsError
+from models.spec import MODELS, WeightsError
 from pipeline.errors import PipelineError
 
 
