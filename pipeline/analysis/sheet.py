@@ -14,7 +14,6 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from pipeline.analysis.metrics import psnr_y, ssim_y
 from pipeline.artifacts.atomic import atomic_write
 
 GAP = 4  # px between cells and around the sheet
@@ -91,6 +90,9 @@ def columns(lr: np.ndarray, outputs: dict[str, np.ndarray], reference: np.ndarra
     cols = [("LR (nearest)", cv2.resize(lr, hr_shape[::-1], interpolation=cv2.INTER_NEAREST)),
             ("bicubic", _as_uint8(bicubic(lr, tuple(hr_shape))))]
     cols += [(name, _as_uint8(img)) for name, img in outputs.items()]
+    # scikit-image's metrics cost ~0.8 s to import and are not in every install: only when there is a reference
+    from pipeline.analysis.metrics import psnr_y, ssim_y
+
     border = math.ceil(scale)
     result = []
     for name, img in cols:
