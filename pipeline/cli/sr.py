@@ -1,6 +1,7 @@
 """`python -m pipeline sr INPUT OUTPUT`: super-resolve an image or a folder tree of images."""
 from __future__ import annotations
 
+from pipeline.errors import PipelineError
 from pipeline.sr.run import BACKENDS
 
 
@@ -30,10 +31,21 @@ def add_arguments(p) -> None:
                                                         "report PSNR/SSIM (Y, border cropped) vs bicubic")
     p.add_argument("--summary", metavar="FILE", help="write a JSON summary (per-image times, sizes, status)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-image lines (failures still print)")
+    p.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                   help="run on a Ray cluster: no ADDRESS starts one on this machine (127.0.0.1 only); 'auto' or "
+                        "ray://HOST:PORT joins one (OUTPUT must be a path every node sees)")
+    p.add_argument("--ray-actors", type=int, metavar="N", help="with --ray: actors upscaling in parallel, one GPU "
+                   "each on GPU clusters, one CPU otherwise (default: one per GPU, else per CPU)")
 
 
 
 def run(args) -> int:
+    if args.ray is None and args.ray_actors is not None:
+        raise PipelineError("--ray-actors applies to --ray runs")
+    if args.ray is not None:
+        from pipeline.cluster.runner import run_ray
+
+        return run_ray(args)
     from pipeline.sr.run import run as run_folder
 
     return run_folder(args)
