@@ -235,8 +235,8 @@ def test_driver_memory_stays_bounded_over_10000_images(tmp_path):
     during = [(done, rss) for done, rss in samples if n // 10 <= done < n]
     assert len(during) >= 3, f"too few samples while images streamed: {samples[-10:]}"
     growth = max(rss for _, rss in during) - during[0][1]
-    # Streaming: what the driver holds must not grow with the images done (3 KiB each) beyond noise.
-    assert growth < 12 * 2**20, f"driver RSS grew {growth / 2**20:.1f} MiB over {during[-1][0] - during[0][0]} images"
+    # Streaming: measured +1.6 MiB over ~8,900 images; keeping every record (not even the images) gave +17 MiB.
+    assert growth < 8 * 2**20, f"driver RSS grew {growth / 2**20:.1f} MiB over {during[-1][0] - during[0][0]} images"
 
 
 @in_namespace
