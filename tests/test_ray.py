@@ -179,7 +179,8 @@ def _actor_processes(driver_pid: int) -> list:
 def test_killed_actor_loses_no_image(tmp_path):
     src, out, cache = tmp_path / "in", tmp_path / "out", tmp_path / "cache"
     rng = np.random.default_rng(1)
-    base = np.ascontiguousarray(data.astronaut()[::4, ::4, ::-1])  # 128x128: ~0.1 s each, so the run lasts
+    # 192x192 at x3: ~0.3 s each on one CPU thread, so the run lasts long enough to kill an actor in it
+    base = cv2.resize(np.ascontiguousarray(data.astronaut()[:, :, ::-1]), (192, 192), interpolation=cv2.INTER_AREA)
     names = [f"part{i % 3}/img{i:02d}.png" for i in range(36)]
     for rel in names:
         _write(src / rel, np.clip(base.astype(np.int16) + rng.integers(-8, 9, base.shape), 0, 255).astype(np.uint8))
@@ -202,7 +203,7 @@ def test_killed_actor_loses_no_image(tmp_path):
     assert _tree(out) == sorted(names)  # every image, and no temp file of the killed writer
     for rel in names:
         img = _read(out / rel)
-        assert img is not None and img.shape == (384, 384, 3), rel  # complete, decodable files
+        assert img is not None and img.shape == (576, 576, 3), rel  # complete, decodable files
     rc, err = ray_sr([*args[:-1], str(tmp_path / "again.json"), "--skip-existing"], cache)
     assert rc == 0 and _summary(tmp_path / "again.json")["counts"] == {"ok": 0, "failed": 0, "skipped": len(names),
                                                                        "ignored": 0}
@@ -300,3 +301,27 @@ def test_files_made_once_on_the_driver_are_cached_on_each_node(tmp_path, monkeyp
     user = artifacts.prepare(store, "ort", "srcnn", "fp32", 3.0, onnx=given)
     opts = artifacts.materialize(store, user)
     assert Path(opts["onnx"]).read_bytes() == given.read_bytes() and Path(opts["onnx"]).parent.name == "shared"
+
+
+def test_summary_spool_merges_records_into_one_document(tmp_path):
+    from pipeline.cluster.spool import SummarySpool
+
+    spool = SummarySpool(tmp_path / "sub" / "run.json")
+    recs = [{"input": "a.png", "output": "o/a.png", "status": "ok", "out_size": [30, 20], "psnr": 30.0, "ssim": 0.9,
+             "psnr_bicubic": 29.0, "ssim_bicubic": 0.8},
+            {"input": "b.png", "output": "o/b.png", "status": "ok", "out_size": [10, 10], "psnr": 32.0, "ssim": 0.7,
+             "psnr_bicubic": 31.0, "ssim_bicubic": 0.6},
+            {"input": "c.png", "output": "o/c.png", "status": "failed", "reason": "empty file"},
+            {"input": "d.png", "output": "o/d.png", "status": "skipped", "reason": "output exists"}]
+    for r in recs:
+        spool.add(r)
+    spool.write({"model": "srcnn", "scale": 3.0}, ["notes.txt"])
+    spool.close()
+    doc = json.loads((tmp_path / "sub" / "run.json").read_text())
+    assert doc["images"] == recs
+    assert doc["counts"] == {"ok": 2, "failed": 1, "skipped": 1, "ignored": 1}
+    assert doc["failures"] == [{"input": "c.png", "reason": "empty file"}] and doc["ignored"] == ["notes.txt"]
+    assert doc["reference"] == pytest.approx({"psnr": 31.0, "ssim": 0.8, "psnr_bicubic": 30.0, "ssim_bicubic": 0.7,
+                                              "images": 2})
+    assert doc["model"] == "srcnn" and spool.out_mpix == pytest.approx(700 / 1e6)
+    assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["run.json"]  # the spool left nothing behind

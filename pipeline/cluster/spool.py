@@ -10,6 +10,8 @@ from pathlib import Path
 
 from pipeline.artifacts.atomic import atomic_path
 
+REFERENCE_KEYS = ("psnr", "ssim", "psnr_bicubic", "ssim_bicubic")  # as pipeline.sr's summary
+
 
 class SummarySpool:
     def __init__(self, summary: str | Path | None):
@@ -17,6 +19,8 @@ class SummarySpool:
         self.counts = {"ok": 0, "failed": 0, "skipped": 0}
         self.failures: list[dict] = []
         self.out_mpix = 0.0
+        self.scores = dict.fromkeys(REFERENCE_KEYS, 0.0)
+        self.scored = 0
         self._spool = None
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -32,14 +36,27 @@ class SummarySpool:
         elif status == "ok" and record.get("out_size"):
             w, h = record["out_size"]
             self.out_mpix += w * h / 1e6
+            if "psnr" in record:  # scored against --reference
+                self.scored += 1
+                for k in REFERENCE_KEYS:
+                    self.scores[k] += record[k]
         if self._spool is not None:
             self._spool.write(json.dumps(record) + "\n")
+
+    @property
+    def reference(self) -> dict | None:
+        """Mean scores over the images that had a reference, as the local summary's `reference`."""
+        if not self.scored:
+            return None
+        return {**{k: v / self.scored for k, v in self.scores.items()}, "images": self.scored}
 
     def write(self, header: dict, ignored: list[str]) -> None:
         """header: the run's settings and totals (the local summary's keys); then images, failures, ignored."""
         if self.path is None:
             return
         head = {**header, "counts": {**self.counts, "ignored": len(ignored)}}
+        if self.reference:
+            head["reference"] = self.reference
         self._spool.flush()
         self._spool.seek(0)
         with atomic_path(self.path) as tmp, open(tmp, "w") as f:
