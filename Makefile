@@ -48,7 +48,7 @@ eval: setup
 	$(PY) -m pipeline eval --model $(MODEL)
 
 compare: setup plugins
-	$(PY) -m pipeline compare --model $(MODEL) --output outputs/compare
+	$(PY) -m pipeline compare --model all --output outputs/compare
 
 bench: setup plugins
 	$(PY) -m pipeline bench --model all --output outputs/bench

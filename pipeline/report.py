@@ -8,13 +8,15 @@ import os
 import platform
 from pathlib import Path
 
+import numpy as np
+import onnxruntime as ort
+import psutil
+
 from pipeline.artifacts.atomic import atomic_path, atomic_write
 
 
 # -- environment ---------------------------------------------------------------------------------------
 def environment() -> dict:
-    import numpy as np
-
     env = {"python": platform.python_version(), "platform": platform.platform(), "numpy": np.__version__,
            "cpu": platform.processor() or platform.machine(), "logical_cores": os.cpu_count()}
     try:
@@ -22,14 +24,9 @@ def environment() -> dict:
             env["cpu"] = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), env["cpu"])
     except OSError:
         pass
-    try:
-        import psutil
-
-        env["physical_cores"] = psutil.cpu_count(logical=False)
-        env["memory_gb"] = round(psutil.virtual_memory().total / 2**30, 1)
-    except Exception:
-        pass
-    try:
+    env["physical_cores"] = psutil.cpu_count(logical=False)
+    env["memory_gb"] = round(psutil.virtual_memory().total / 2**30, 1)
+    try:  # optional at run time (the deploy runtime has no torch); CUDA queries may fail on a broken driver
         import torch
 
         env["torch"] = torch.__version__
@@ -38,13 +35,8 @@ def environment() -> dict:
         env["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     except Exception:
         pass
-    try:
-        import onnxruntime as ort
-
-        env["onnxruntime"] = ort.__version__
-        env["ort_providers"] = ort.get_available_providers()
-    except Exception:
-        pass
+    env["onnxruntime"] = ort.__version__
+    env["ort_providers"] = ort.get_available_providers()
     try:
         import tensorrt  # noqa: F401
 
@@ -106,7 +98,7 @@ def parse_table(md: str, first_header: str, has: str | None = None) -> list[dict
             for row in lines[i + 2:]:
                 if not row.startswith("|"):
                     break
-                rows.append(dict(zip(cells, [c.strip() for c in row.strip().strip("|").split("|")])))
+                rows.append(dict(zip(cells, [c.strip() for c in row.strip().strip("|").split("|")], strict=False)))
             return rows
     return []
 
@@ -252,11 +244,6 @@ def bench_markdown(doc: dict) -> str:
                        [[a["model"], a["backend"], a["size"], a["scale"], a["median_ms"], a["baseline_ms"],
                          a["speedup"], a["floor"], a["meets_floor"], a["roofline_fraction"]] for a in doc["auto"]])
         lines += [""] + [f"- {a['model']}: {a['reason']}" for a in doc["auto"]]
-    if doc.get("ideas"):
-        lines += ["", "## Optimisation ideas (SRCNN x3, 256x256 -> 768x768)", ""]
-        lines += table(["idea", "median ms", "speed-up vs torch eager", "roofline", "max abs err", "note"],
-                       [[i["idea"], i["median_ms"], i["speedup"], i["roofline_fraction"], i.get("max_abs_err"),
-                         i["note"]] for i in doc["ideas"]])
     if doc.get("folder"):
         lines += ["", "## Whole folder run (`pipeline sr`) vs pure inference", ""]
         lines += table(["model", "backend", "images", "folder s", "inference s", "overhead s", "overhead %"],
@@ -280,7 +267,7 @@ def plot_bench(doc: dict, out_dir: Path) -> dict[str, str]:
     size_rows = [r for r in results if r["sweep"] in ("size", "main")]
     if size_rows:
         fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4), squeeze=False)
-        for ax, model in zip(axes[0], models):
+        for ax, model in zip(axes[0], models, strict=True):
             for be in sorted({r["backend"] for r in size_rows if r["model"] == model}):
                 pts = sorted({(r["size"], r["latency_ms"]["median"]) for r in size_rows
                               if r["model"] == model and r["backend"] == be and r["batch"] == 1})

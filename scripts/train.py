@@ -104,7 +104,8 @@ def init_identity(model: nn.Module, gen: torch.Generator, noise: float = 1e-3, r
     for i in range(3):
         w3[i, i, c, c] += 1.0
     model.conv3.bias.zero_()
-    for w in (model.conv1.weight[:3], model.deform_weight[:3] if isinstance(model, DeformSRCNN) else model.conv2.weight[:3]):
+    middle = model.deform_weight if isinstance(model, DeformSRCNN) else model.conv2.weight
+    for w in (model.conv1.weight[:3], middle[:3]):
         w.add_(torch.randn(w.shape, generator=gen) * noise)
 
 
@@ -334,7 +335,8 @@ def train_one(name: str, *, steps: int, batch: int, patch: int, lr: float, seed:
         "training": {
             "images": list(train_images), "source": "skimage.data (offline)",
             "held_out_images": list(sample_images.HELD_OUT),
-            "scales": list(scales), "scale_probabilities": [round(float(v), 4) for v in sampler.probs], "degradation": "antialiased bicubic downscale (torch), uint8 LR",
+            "scales": list(scales), "scale_probabilities": [round(float(v), 4) for v in sampler.probs],
+            "degradation": "antialiased bicubic downscale (torch), uint8 LR",
             "init": "identity on the bicubic-upsampled input + small noise; offsets zero",
             "loss": f"MSE on RGB, {loss_margin}-px patch margin excluded", "optimizer": "Adam, one-cycle cosine",
             "steps_requested": steps, "steps_done": done, "batch": batch, "hr_patch": patch, "lr": lr,

@@ -8,14 +8,10 @@ from argparse import Namespace
 import pytest
 import torch
 
-from pipeline.bench.suite import (
-    BASELINE,
-    QUICK,
-    flops_per_output_pixel,
-    latency_stats,
-    measure_peak_gflops,
-    time_calls,
-)
+from pipeline.bench.roofline import flops_per_output_pixel, measure_peak_gflops
+from pipeline.bench.suite import QUICK
+from pipeline.bench.timing import latency_stats, time_calls, time_interleaved
+from pipeline.bench.variants import BASELINE
 from pipeline.cli.bench import config_from_args
 from pipeline.errors import PipelineError
 
@@ -37,6 +33,16 @@ def test_time_calls_counts_and_budget():
     assert len(t["ms"]) == 3 and min(t["ms"]) >= 19.0
 
 
+def test_time_interleaved_round_robin_and_budget():
+    order = []
+    fns = [(n, (lambda n=n: order.append(n))) for n in ("a", "b", "c")]
+    t = time_interleaved(fns, warmup=1, iters=4, time_budget=10.0, min_iters=1)
+    assert order[:3] == ["a", "b", "c"] and order[3:] == ["a", "b", "c"] * 4  # warm-ups, then rounds
+    assert all(len(t[n]["ms"]) == 4 and t[n]["peak_rss_mb"] > 10 for n in ("a", "b", "c"))
+    slow = time_interleaved([("s", lambda: time.sleep(0.02))], warmup=0, iters=100, time_budget=0.01, min_iters=2)
+    assert len(slow["s"]["ms"]) == 2
+
+
 def test_flops_and_peak_are_sane():
     fpp = flops_per_output_pixel("srcnn-x3")
     assert fpp == pytest.approx(2 * (3 * 64 * 81 + 64 * 32 + 32 * 3 * 25), rel=0.01)
@@ -47,7 +53,7 @@ def test_flops_and_peak_are_sane():
 
 def test_config_rejects_bad_values():
     base = dict(quick=True, sizes=None, scales=None, batches=None, threads=None, iters=None, time_budget=None,
-                no_folder=False, no_ideas=False, backends=None)
+                no_folder=False, backends=None)
     with pytest.raises(PipelineError):
         config_from_args(Namespace(**{**base, "iters": 0}))
     with pytest.raises(PipelineError):
@@ -70,8 +76,9 @@ def random_weights(tmp_path):
 def test_tiny_bench_run_writes_consistent_report(tmp_path, random_weights):
     from pipeline.cli import bench
 
+    threads = [1 if torch.get_num_threads() != 1 else 2]
     args = Namespace(model="srcnn-x3", output=str(tmp_path / "out"), quick=True, sizes=[16], scales=None,
-                     batches=[1, 2], threads=[1 if torch.get_num_threads() != 1 else 2], iters=2, time_budget=0.01, no_folder=False, no_ideas=True,
+                     batches=[1, 2], threads=threads, iters=2, time_budget=0.01, no_folder=False,
                      backends=["torch", "ort", "ort-folded"], weights=str(random_weights))
     assert bench.run(args) == 0
     doc = json.loads((tmp_path / "out" / "report.json").read_text())
@@ -88,8 +95,10 @@ def test_tiny_bench_run_writes_consistent_report(tmp_path, random_weights):
     main = {r["backend"]: r for r in res if r["sweep"] == "main"}
     assert all(main[n]["max_abs_err"] < 1e-4 for n in ("ort", "ort-folded"))  # same inputs, checked outputs
     assert {r["sweep"] for r in res} >= {"main", "size", "batch", "threads"}
+    # the folded model runs through the ort-folded backend in every sweep, the threads one included
+    assert {r["sweep"] for r in res if r["backend"] == "ort-folded"} >= {"main", "batch", "threads"}
     assert doc["auto"] and doc["auto"][0]["backend"] in names
     assert doc["folder"] and doc["folder"][0]["folder_s"] > 0
-    assert "## Method" in md and "warm-up" in md and "GFLOP/s" in md
+    assert "## Method" in md and "warm-up" in md and "GFLOP/s" in md and "ideas" not in md.lower()
     for png in ("latency_vs_size.png", "speedup.png", "error.png"):
         assert (tmp_path / "out" / png).stat().st_size > 1000

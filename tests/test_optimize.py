@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from models.srcnn import SRCNN
+from pipeline.backends.ort_backend import cpu_session_options
 from pipeline.export.fold import (
     FoldedSRCNN,
     bicubic_phase_taps,
     export_folded_onnx,
     fold_srcnn,
-    ort_session_options,
     srcnn_macs_per_output_pixel,
 )
 
@@ -21,7 +21,7 @@ from pipeline.export.fold import (
 def test_phase_taps_sum_to_one_and_match_half_pixel_bicubic():
     for s in (2, 3, 4):
         taps = bicubic_phase_taps(s)
-        for p, row in taps.items():
+        for row in taps.values():
             assert sum(row.values()) == pytest.approx(1.0, abs=1e-12)
             assert len(row) <= 4
     assert bicubic_phase_taps(3)[1] == {0: pytest.approx(1.0)}  # centre phase is the LR pixel itself
@@ -66,7 +66,7 @@ def test_folded_onnx_in_onnxruntime_is_exact(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         export_folded_onnx(fold_srcnn(ref, 3), p, 16, 16)
-    sess = ort.InferenceSession(str(p), ort_session_options(1), providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(str(p), cpu_session_options(1), providers=["CPUExecutionProvider"])
     x = np.random.default_rng(0).random((1, 3, 19, 26), dtype=np.float32)  # another size: dynamic axes
     y = sess.run(None, {"input": x})[0]
     with torch.inference_mode():

@@ -41,6 +41,17 @@ def test_cli_runs_a_recipe_and_saves_its_models(tmp_path, capsys):
     assert edited.ir_version <= 13  # ONNX Runtime's limit
 
 
+def test_each_recipe_module_runs_as_a_script_and_honours_out(tmp_path):
+    # `python -m pipeline.recipes.NAME --out DIR` once ignored --out.
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "pipeline.recipes.helper_model", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "linear_func_sub.onnx").is_file()
+
+
 def test_asinh_and_its_symbolic_is_undone_afterwards():
     facts = load("asinh").main()
     assert facts["ops"] == ["Asinh"] and facts["max_abs_err"] < 1e-5

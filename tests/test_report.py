@@ -9,7 +9,9 @@ import pytest
 
 from pipeline import report
 from pipeline.analysis.compare import error_stats, verdict
-from pipeline.bench.suite import BASELINE, _record, _Variant, time_calls
+from pipeline.bench.results import result_row
+from pipeline.bench.timing import time_calls
+from pipeline.bench.variants import BASELINE, Variant
 
 
 def _close(md_cell: str, value) -> bool:
@@ -26,22 +28,25 @@ def _close(md_cell: str, value) -> bool:
 def _bench_doc():
     rng = np.random.default_rng(0)
     results = []
-    base = _Variant(BASELINE, None, "loop")
-    fast = _Variant("ort", None, "ORT")
+    base = Variant(BASELINE, None, "loop")
+    fast = Variant("ort", None, "ORT")
     for size in (16, 32):
         for batch in (1, 2):
             tb = {"ms": list(rng.uniform(20, 30, 7) * batch), "peak_rss_mb": 100.0, "peak_device_mb": None}
-            b = _record(results, model="m", sweep="size", variant=base, size=size, scale=3.0, batch=batch, threads=None,
-                        timing=tb, out_hw=None, flops_px=40000.0, peak=50.0)
+            b = result_row(model="m", sweep="size", variant=base, size=size, scale=3.0, batch=batch, threads=None,
+                           timing=tb, out_hw=(3 * size, 3 * size), flops_px=40000.0, peak=50.0)
             b["speedup_vs_baseline"] = 1.0
+            results.append(b)
             tf = {"ms": list(rng.uniform(5, 9, 7) * batch), "peak_rss_mb": 120.0, "peak_device_mb": None}
-            _record(results, model="m", sweep="main" if size == 16 and batch == 1 else "size", variant=fast, size=size,
-                    scale=3.0, batch=batch, threads=2, timing=tf, out_hw=None, flops_px=40000.0, peak=50.0,
-                    baseline_ms=b["latency_ms"]["median"], err=1e-7)
+            results.append(result_row(model="m", sweep="main" if size == 16 and batch == 1 else "size", variant=fast,
+                                      size=size, scale=3.0, batch=batch, threads=2, timing=tf,
+                                      out_hw=(3 * size, 3 * size), flops_px=40000.0, peak=50.0,
+                                      baseline_ms=b["latency_ms"]["median"], err=1e-7))
     return {"kind": "bench", "environment": report.environment(), "peak": {"gflops": 50.0, "method": "test"},
-            "method": {"warmup": 1, "iters": 7, "time_budget_s": 1.0, "min_iters": 2, "sync": "cpu", "baseline": "loop"},
+            "method": {"warmup": 1, "iters": 7, "time_budget_s": 1.0, "min_iters": 2, "sync": "cpu",
+                       "baseline": "loop"},
             "flops": {"m": {"shape": "256x256 -> 768x768", "gflop_256": 23.6, "macs_per_output_pixel": 20000}},
-            "results": results, "auto": [], "folder": [], "ideas": [], "skipped": ["m trt: no GPU"]}
+            "results": results, "auto": [], "folder": [], "skipped": ["m trt: no GPU"]}
 
 
 def test_bench_report_consistent(tmp_path):
@@ -51,7 +56,7 @@ def test_bench_report_consistent(tmp_path):
     md = paths["md"].read_text()
     rows = report.parse_table(md, "model", has="median ms")
     assert len(rows) == len(js["results"]) == 8
-    for row, r in zip(rows, js["results"]):
+    for row, r in zip(rows, js["results"], strict=True):
         lat = r["latency_ms"]
         assert lat["min"] <= lat["median"] <= lat["p90"] <= lat["p99"] <= lat["max"]
         assert lat["n"] == len(r["latencies_ms"]) == 7
@@ -87,7 +92,7 @@ def test_compare_report_consistent(tmp_path):
     table = report.parse_table(md, "model")
     ran = [r for r in js["models"][0]["rows"] if r["status"] in ("pass", "fail")]
     assert [t["status"] for t in table] == ["PASS", "FAIL", "PASS"]
-    for t, r in zip(table, ran):
+    for t, r in zip(table, ran, strict=True):
         assert _close(t["max abs"], r["max_abs"]) and _close(t["PSNR dB"], float(r["psnr_db"]))
     assert "trt" in md and "no GPU" in md and paths["error_png"].stat().st_size > 1000
 
@@ -102,8 +107,8 @@ def test_json_has_no_bare_infinities(tmp_path):
     assert "Infinity" not in text and json.loads(text)["models"][0]["rows"][0]["psnr_db"] == "inf"
 
 
-def test_time_calls_feeds_record():
+def test_time_calls_feeds_result_row():
     t = time_calls(lambda: None, warmup=0, iters=3, time_budget=1.0, min_iters=1)
-    r = _record([], model="m", sweep="main", variant=_Variant("x", None), size=8, scale=2.0, batch=1, threads=None,
-                timing=t, out_hw=None, flops_px=1.0, peak=1.0)
-    assert r["out_h"] == r["out_w"] == 16 and r["latency_ms"]["n"] == 3
+    r = result_row(model="m", sweep="main", variant=Variant("x", None), size=8, scale=2.0, batch=1, threads=None,
+                   timing=t, out_hw=(16, 16), flops_px=1.0, peak=1.0)
+    assert r["out_h"] == r["out_w"] == 16 and r["latency_ms"]["n"] == 3 and r["speedup_vs_baseline"] is None

@@ -144,7 +144,7 @@ class TrtUseCollector:
     def _assign(self, target, value) -> bool:
         if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)) \
                 and len(target.elts) == len(value.elts):
-            return any([self._assign(t, v) for t, v in zip(target.elts, value.elts)])
+            return any([self._assign(t, v) for t, v in zip(target.elts, value.elts, strict=True)])
         k = _key(target)
         if k is not None and k not in self.tainted and self.is_tainted(value):
             self.tainted.add(k)

@@ -3,7 +3,8 @@
 Per backend: max / median / p99 absolute error, max relative error, PSNR (data range 1) against the
 PyTorch FP32 output, and pass/fail with tolerances by precision (FP32: max abs <= --tol-fp32;
 FP16: PSNR >= --psnr-fp16 dB). `--bisect` names the first ONNX node whose output diverges for each
-failing ONNX-based backend (pipeline.analysis.layer_bisect). Writes report.md, report.json and error.png to --output.
+failing ONNX-based backend (pipeline.analysis.layer_bisect). pipeline.report writes the result as report.md,
+report.json and error.png. models.registry (torch) is imported where the reference side needs it.
 """
 from __future__ import annotations
 
@@ -12,7 +13,11 @@ import time
 
 import numpy as np
 
-from pipeline.errors import PipelineError
+from pipeline import backends as B
+from pipeline.analysis.candidates import candidate_statuses
+from pipeline.analysis.layer_bisect import bisect_onnx
+from pipeline.analysis.reference import compare_inputs, load_net, reference_outputs
+from pipeline.errors import PipelineError, first_line
 
 DEFAULT_TOL_FP32 = 1e-4
 DEFAULT_PSNR_FP16 = 50.0
@@ -31,7 +36,7 @@ def error_stats(out: np.ndarray | list, ref: np.ndarray | list) -> dict:
     if len(outs) != len(refs):
         raise ValueError(f"{len(outs)} outputs vs {len(refs)} references")
     diffs, rels = [], []
-    for o, r in zip(outs, refs):
+    for o, r in zip(outs, refs, strict=True):
         o, r = np.asarray(o, np.float64), np.asarray(r, np.float64)
         if o.shape != r.shape:
             raise ValueError(f"output shape {o.shape} differs from reference shape {r.shape}")
@@ -66,108 +71,52 @@ def verdict(stats: dict, precision: str, tol_fp32: float = DEFAULT_TOL_FP32,
     return stats["max_abs"] <= tol_fp32, f"max abs <= {tol_fp32:g}"
 
 
-# -- inputs --------------------------------------------------------------------------------------------
-def compare_inputs(size: int = 96, names: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
-    """Held-out skimage photos, centre-cropped to size x size, as float32 [1, 3, H, W] in [0, 1]."""
-    from pipeline.data.sample_images import HELD_OUT, load_rgb
-
-    out = {}
-    for name in names or HELD_OUT:
-        img = load_rgb(name)
-        h, w = img.shape[:2]
-        s = min(size, h, w)
-        y0, x0 = (h - s) // 2, (w - s) // 2
-        crop = img[y0:y0 + s, x0:x0 + s]
-        out[name] = np.ascontiguousarray(crop.transpose(2, 0, 1)[None], dtype=np.float32) / 255.0
-    return out
-
-
-def load_net(model: str, weights=None):
-    """models.registry.load_model with its weight errors as one-line PipelineErrors."""
-    from models.registry import WeightsError, load_model
-
+def _compare_backend(st, precision: str, model: str, scale: float, inputs: dict, ref: dict, opts: dict,
+                     log=print) -> dict:
+    """One row: the backend's outputs on `inputs` against `ref`, or why it did not run."""
+    row = {"backend": st.name, "precision": precision, "scale": scale}
+    where = f"  {model} x{scale:g} {st.name:<15} {precision}"
+    if not st.available:
+        log(f"{where}: unavailable ({st.reason})")
+        return {**row, "status": "unavailable", "reason": st.reason}
+    t0 = time.perf_counter()
     try:
-        return load_model(model, weights)
-    except WeightsError as e:
-        raise PipelineError(str(e)) from None
-
-
-def _reference(model: str, inputs: dict, scale: float, weights=None) -> dict[str, np.ndarray]:
-    import torch
-
-    from models.registry import get_spec, run
-
-    spec = get_spec(model)
-    net = load_net(model, weights)
-    with torch.inference_mode():
-        return {k: run(net, spec, torch.from_numpy(x), scale).numpy() for k, x in inputs.items()}
-
-
-def _candidates(model: str, precisions: list[str], backends: list[str] | None, weights=None, log=print):
-    """(name, precision, factory or None, reason) for every backend/precision to try."""
-    from pipeline import backends as B
-
-    out = []
-    for precision in precisions:
-        statuses = B.available(model, precision, weights)
-        for st in statuses:
-            if backends and st.name not in backends:
-                continue
-            if st.name == "ort-cpu" and not backends:
-                continue  # same session as "ort" on a machine whose best provider is the CPU one
-            if not st.available:
-                out.append((st.name, precision, None, st.reason))
-                continue
-            out.append((st.name, precision,
-                        (lambda n=st.name, p=precision: B.create(n, model, p, weights=weights)), st.reason))
-    return out
+        be = B.create(st.name, model, precision, weights=opts["weights"])
+        outs = [be.infer(x, scale) for x in inputs.values()]
+    except PipelineError as e:
+        log(f"{where}: error ({e})")
+        return {**row, "status": "error", "reason": str(e)}
+    stats = error_stats(outs, [ref[k] for k in inputs])
+    ok, crit = verdict(stats, precision, opts["tol_fp32"], opts["psnr_fp16"])
+    row.update(status="pass" if ok else "fail", criterion=crit, describe=be.describe(),
+               seconds=round(time.perf_counter() - t0, 3), **stats)
+    log(f"{where}: {row['status'].upper():<4} max {stats['max_abs']:.2e} p99 {stats['p99_abs']:.2e} "
+        f"PSNR {stats['psnr_db']:.1f} dB ({crit})")
+    if not ok and opts["bisect"]:
+        row["bisect"] = _bisect_row(model, be, inputs, scale, precision, opts["tol_fp32"], opts["weights"], log)
+    return row
 
 
 def compare_model(model: str, *, scales: list[float] | None = None, size: int = 96, precisions=("fp32", "fp16"),
                   backends: list[str] | None = None, tol_fp32: float = DEFAULT_TOL_FP32,
-                  psnr_fp16: float = DEFAULT_PSNR_FP16, bisect: bool = False, weights=None,
-                  include_folded: bool = True, log=print) -> dict:
+                  psnr_fp16: float = DEFAULT_PSNR_FP16, bisect: bool = False, weights=None, log=print) -> dict:
     """Run the comparison for one model; returns the JSON-able result section."""
     from models.registry import get_spec
 
     spec = get_spec(model)
     scales = scales or [spec.default_scale]
+    for scale in scales:  # every scale checked before any work
+        spec.check_scale(scale)
     inputs = compare_inputs(size)
     result = {"model": model, "input_size": size, "images": list(inputs), "scales": scales,
               "tolerances": {"fp32_max_abs": tol_fp32, "fp16_psnr_db": psnr_fp16, "rel_floor": REL_FLOOR},
               "reference": "PyTorch FP32 eager on CPU (models.registry.run)", "rows": []}
+    opts = {"weights": weights, "tol_fp32": tol_fp32, "psnr_fp16": psnr_fp16, "bisect": bisect}
     for scale in scales:
-        spec.check_scale(scale)
-        ref = _reference(model, inputs, scale, weights)
-        cands = _candidates(model, list(precisions), backends, weights, log)
-        if include_folded and "ort-folded" not in {c[0] for c in cands} and model in ("srcnn", "srcnn-x3") and float(scale).is_integer() and scale >= 3 \
-                and (not backends or "ort-folded" in backends):
-            cands.append(("ort-folded", "fp32", lambda s=scale: folded_backend(model, int(s), weights), "optimize.py"))
-        for name, precision, factory, reason in cands:
-            row = {"backend": name, "precision": precision, "scale": scale}
-            if factory is None:
-                row.update(status="unavailable", reason=reason)
-                result["rows"].append(row)
-                log(f"  {model} x{scale:g} {name:<15} {precision}: unavailable ({reason})")
-                continue
-            t0 = time.perf_counter()
-            try:
-                be = factory()
-                outs = {k: be.infer(x, scale) for k, x in inputs.items()}
-            except PipelineError as e:
-                row.update(status="error", reason=str(e))
-                result["rows"].append(row)
-                log(f"  {model} x{scale:g} {name:<15} {precision}: error ({e})")
-                continue
-            stats = error_stats([outs[k] for k in inputs], [ref[k] for k in inputs])
-            ok, crit = verdict(stats, precision, tol_fp32, psnr_fp16)
-            row.update(status="pass" if ok else "fail", criterion=crit, describe=be.describe(),
-                       seconds=round(time.perf_counter() - t0, 3), **stats)
-            log(f"  {model} x{scale:g} {name:<15} {precision}: {row['status'].upper():<4} max {stats['max_abs']:.2e} "
-                f"p99 {stats['p99_abs']:.2e} PSNR {stats['psnr_db']:.1f} dB ({crit})")
-            if not ok and bisect:
-                row["bisect"] = _bisect_row(model, be, inputs, scale, precision, tol_fp32, weights, log)
-            result["rows"].append(row)
+        ref = reference_outputs(model, inputs, scale, weights)
+        for precision in precisions:
+            for st in candidate_statuses(model, precision, backends, weights):
+                result["rows"].append(_compare_backend(st, precision, model, scale, inputs, ref, opts, log))
     return result
 
 
@@ -176,7 +125,6 @@ def _bisect_row(model, be, inputs, scale, precision, tol_fp32, weights, log) -> 
     if onnx_file is None:
         return {"error": f"{be.name} has no ONNX graph to bisect"}
     from models.registry import get_spec, size_tensor
-    from pipeline.analysis.layer_bisect import bisect_onnx
 
     spec = get_spec(model)
     x = next(iter(inputs.values()))
@@ -190,48 +138,6 @@ def _bisect_row(model, be, inputs, scale, precision, tol_fp32, weights, log) -> 
     try:
         found = bisect_onnx(onnx_file, load_net(model, weights), feeds, extra_args=extra, rtol=tol)
     except Exception as e:  # bisect is diagnostics: report why it could not run rather than abort the report
-        return {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+        return {"error": f"{type(e).__name__}: {first_line(e)}"}
     log(f"    bisect: {found.get('summary')}")
     return found
-
-
-class _FoldedOrt:
-    """ONNX Runtime on the exact folded SRCNN (pipeline.export.fold) -- a candidate for the backends' auto."""
-
-    name, precision, device = "ort-folded", "fp32", "cpu"
-
-    def __init__(self, model: str, scale: int, weights=None, threads: int | None = None):
-        import onnxruntime as ort
-
-        from pipeline.export.fold import folded_onnx, ort_session_options
-
-        self.model_name, self.scale = model, scale
-        from models.registry import WeightsError
-
-        try:
-            graph = folded_onnx(model, scale, str(weights) if weights else None)
-        except WeightsError as e:
-            raise PipelineError(str(e)) from None
-        self.session = ort.InferenceSession(graph, ort_session_options(threads), providers=["CPUExecutionProvider"])
-        self.threads = threads
-
-    def infer(self, batch: np.ndarray, scale: float) -> np.ndarray:
-        if float(scale) != self.scale:
-            raise PipelineError(f"ort-folded was built for x{self.scale}, not x{scale:g}")
-        return self.session.run(None, {"input": np.ascontiguousarray(batch, np.float32)})[0]
-
-    def describe(self) -> str:
-        return f"ort-folded (bicubic folded into conv1, ORT CPU, x{self.scale})"
-
-
-def folded_backend(model: str, scale: int, weights=None, threads: int | None = None) -> _FoldedOrt:
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return _FoldedOrt(model, scale, weights, threads)
-
-
-# -- CLI -------------------------------------------------------------------------------------------------
-
-

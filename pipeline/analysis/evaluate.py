@@ -65,7 +65,8 @@ def evaluate(model_name: str, scales=DEFAULT_SCALES, weights: str | Path | None 
             with torch.no_grad():
                 sr = to_uint8(run_model(model, spec, to_tensor(lr), scale))
             if sr.shape != hr.shape:  # a model whose size rule differs from the registry's would be wrong
-                raise PipelineError(f"model '{model_name}' produced {sr.shape[:2]} for x{key}, expected {hr.shape[:2]}")
+                raise PipelineError(f"model '{model_name}' produced {sr.shape[:2]} for x{key}, "
+                                    f"expected {hr.shape[:2]}")
             per_image[name] = {
                 "hr_size": list(hr.shape[:2]), "lr_size": list(lr.shape[:2]),
                 "bicubic_psnr_y": psnr_y(bic, hr, crop), "model_psnr_y": psnr_y(sr, hr, crop),
@@ -80,10 +81,11 @@ def evaluate(model_name: str, scales=DEFAULT_SCALES, weights: str | Path | None 
 
 
 def format_table(result: dict) -> str:
-    lines = [f"model {result['model']}" + (f"  weights {result['weights']} (sha256 {result['weights_sha256'][:12]})"
-                                           if result["weights"] else ""),
+    weights = f"  weights {result['weights']} (sha256 {result['weights_sha256'][:12]})" if result["weights"] else ""
+    lines = [f"model {result['model']}{weights}",
              f"held-out images: {', '.join(result['images'])}  ({result['metric']})",
-             f"{'scale':>6} {'bicubic PSNR':>13} {'model PSNR':>11} {'gain':>7} {'bicubic SSIM':>13} {'model SSIM':>11}"]
+             f"{'scale':>6} {'bicubic PSNR':>13} {'model PSNR':>11} {'gain':>7} {'bicubic SSIM':>13} "
+             f"{'model SSIM':>11}"]
     for key, r in result["scales"].items():
         if "skipped" in r:
             lines.append(f"{'x' + key:>6}  not evaluated: {r['skipped']}")

@@ -15,6 +15,9 @@ import re
 from pathlib import Path
 
 import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import helper, shape_inference
 
 _FLOAT_TYPES = {1: np.float32, 10: np.float16, 11: np.float64}
 
@@ -44,9 +47,6 @@ def _module_of(node, modules: set[str]) -> str | None:
 
 def _with_all_outputs(model):
     """Copy of `model` whose float node outputs are all graph outputs (types from shape inference)."""
-    import onnx
-    from onnx import helper, shape_inference
-
     try:
         inferred = shape_inference.infer_shapes(model)
     except Exception:  # custom ops without shape functions: fall back to what the file says
@@ -103,9 +103,7 @@ def bisect_onnx(onnx_model, module, feeds: dict[str, np.ndarray], *, extra_args:
     `feeds["input"]` (float32 NCHW) is also the first argument of `module`; `extra_args` follow it.
     Returns {'first_divergent': {...} | None, 'suspects': [...], 'matches': [...], 'summary': str}.
     """
-    import onnx
-    import onnxruntime as ort
-    import torch
+    import torch  # the reference side only; ONNX Runtime runs without it
 
     model = onnx.load(str(onnx_model)) if isinstance(onnx_model, (str, Path)) else onnx_model
     marked = _with_all_outputs(model)
@@ -117,13 +115,13 @@ def bisect_onnx(onnx_model, module, feeds: dict[str, np.ndarray], *, extra_args:
         v = feeds[inp.name]
         run_feeds[inp.name] = v.astype(np.float16) if inp.type == "tensor(float16)" else v
     names = [o.name for o in sess.get_outputs()]
-    values = dict(zip(names, sess.run(names, run_feeds)))
+    values = dict(zip(names, sess.run(names, run_feeds), strict=True))
 
     calls, modules = _torch_outputs(module, (torch.from_numpy(feeds["input"]), *extra_args))
     used: dict[str, set[int]] = {}
     graph_out = model.graph.output[0].name
-    matches, first, last_ok_index, suspects_since = [], None, -1, []
-    for idx, node in enumerate(model.graph.node):
+    matches, first, suspects_since = [], None, []
+    for node in model.graph.node:
         mod = _module_of(node, modules) or ("<output>" if graph_out in node.output else None)
         out_name = node.output[0] if node.output else None
         val = values.get(out_name)
@@ -147,7 +145,7 @@ def bisect_onnx(onnx_model, module, feeds: dict[str, np.ndarray], *, extra_args:
         matches.append(entry)
         if first is None:
             if ok:
-                last_ok_index, suspects_since = idx, []
+                suspects_since = []
             else:
                 first = entry
     if first is None:

@@ -2,14 +2,19 @@
 
 Each stage has a module in this package exposing `add_arguments(parser)` and `run(args) -> int`; modules
 are imported only when their subcommand runs, so `--help` and light stages stay fast.
+
+Exit codes: 0 done; 1 the command ran but some items failed (images in `sr`, backends in `compare`);
+2 bad usage or an error, printed as one line `error: ...` (`--debug`, before or after the stage name,
+prints the traceback too); 130 interrupted.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+import traceback
 
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, first_line
 
 # subcommand -> (module, one-line help)
 STAGES = {
@@ -23,33 +28,62 @@ STAGES = {
     "triton": ("pipeline.cli.triton", "write a Triton Inference Server model repository (TensorRT or ONNX Runtime)"),
     "demo": ("pipeline.cli.demo", "end-to-end demo on shipped weights and skimage images"),
 }
+DEBUG_FLAG = "--debug"
 
 
-def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse.Namespace | None]:
-    parser = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__.splitlines()[0])
+class UsageError(Exception):
+    """A command line argparse rejects; reported as one line like any other error."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse would print the usage block and exit
+        raise UsageError(f"{message} (see: {self.prog} --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m pipeline", description=__doc__.splitlines()[0],
+                     epilog=f"{DEBUG_FLAG}: print the traceback of an error (anywhere on the command line)")
     sub = parser.add_subparsers(dest="stage", metavar="STAGE")
     for name, (_, help_) in STAGES.items():
         sub.add_parser(name, help=help_, add_help=False)
-    return parser, sub
+    return parser
+
+
+def _run_stage(stage: str, rest: list[str]) -> int:
+    module_name, help_ = STAGES[stage]
+    module = importlib.import_module(module_name)
+    stage_parser = _Parser(prog=f"python -m pipeline {stage}", description=help_)
+    module.add_arguments(stage_parser)
+    return int(module.run(stage_parser.parse_args(rest)) or 0)
+
+
+def _dispatch(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        build_parser().print_help()
+        return 0
+    if argv[0] not in STAGES:
+        build_parser().parse_args(argv[:1])  # raises UsageError naming the valid stages
+        raise UsageError(f"unknown stage '{argv[0]}' (choose from: {', '.join(STAGES)})")
+    return _run_stage(argv[0], argv[1:])
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in STAGES:
-        parser, _ = build_parser(argv)
-        parser.print_help() if not argv or argv[0] in ("-h", "--help") else parser.parse_args(argv)
-        return 0 if not argv or argv[0] in ("-h", "--help") else 2
-    stage, rest = argv[0], argv[1:]
-    module_name, help_ = STAGES[stage]
-    stage_parser = argparse.ArgumentParser(prog=f"python -m pipeline {stage}", description=help_)
+    debug = DEBUG_FLAG in argv
+    argv = [a for a in argv if a != DEBUG_FLAG]
     try:
-        module = importlib.import_module(module_name)
-        module.add_arguments(stage_parser)
-        args = stage_parser.parse_args(rest)
-        return int(module.run(args) or 0)
-    except PipelineError as e:
+        return _dispatch(argv)
+    except (PipelineError, UsageError) as e:
+        if debug:
+            traceback.print_exc()
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # a bug or an unforeseen environment problem: still one line unless asked
+        if debug:
+            traceback.print_exc()
+        hint = "" if debug else f" (run with {DEBUG_FLAG} for the traceback)"
+        print(f"error: {type(e).__name__}: {first_line(e)}{hint}", file=sys.stderr)
+        return 2

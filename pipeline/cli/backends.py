@@ -1,15 +1,18 @@
 """`python -m pipeline backends [--model NAME] [--measure]`: which backends run here, and why others cannot."""
 from __future__ import annotations
 
+from pipeline.backends import available, measure, pick_auto
+from pipeline.cli import options
 from pipeline.errors import PipelineError
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--model", default="srcnn-x3", help="model to check (default srcnn-x3)")
-    parser.add_argument("--precision", choices=("fp32", "fp16"), default="fp32")
-    parser.add_argument("--weights", help="weights file (default: the model's shipped weights)")
+    options.add_model_args(parser)
+    options.add_precision_args(parser)
+    options.add_weights_arg(parser)
     parser.add_argument("--measure", action="store_true",
-                        help="time each available backend on one 256x256 image and remember the fastest for --backend auto")
+                        help="time each available backend on one 256x256 image and remember the fastest for "
+                             "--backend auto")
     parser.add_argument("--size", type=int, default=256, help="image side for --measure (default 256)")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per backend for --measure (default 5)")
 
@@ -23,19 +26,19 @@ def format_table(statuses) -> str:
 
 
 def run(args) -> int:
-    from pipeline.backends import available, measure, pick_auto
-
     if args.size < 1 or args.repeats < 1:
         raise PipelineError("--size and --repeats must be >= 1")
-    statuses = available(args.model, args.precision, args.weights)
-    print(f"backends for {args.model} ({args.precision}):")
+    model = options.model_from_args(args)
+    weights = options.weights_from_args(args)
+    statuses = available(model, args.precision, weights)
+    print(f"backends for {model} ({args.precision}):")
     print(format_table(statuses))
     if args.measure:
         print(f"measuring ({args.size}x{args.size}, median of {args.repeats}):")
-        measure(args.model, args.precision, size=args.size, repeats=args.repeats, weights=args.weights)
+        measure(model, args.precision, size=args.size, repeats=args.repeats, weights=weights)
     if not any(s.available for s in statuses):
         print("--backend auto -> none: no backend can run this model here (reasons above)")
         return 1
-    pick = pick_auto(args.model, args.precision, statuses)
+    pick = pick_auto(model, args.precision, statuses)
     print(f"--backend auto -> {pick.name}: {pick.reason}")
     return 0

@@ -2,15 +2,17 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
-from pipeline.bench.suite import FLOOR_SPEEDUP, FULL, QUICK, run_bench
+from pipeline import report
+from pipeline.bench.results import FLOOR_SPEEDUP
+from pipeline.bench.suite import FULL, QUICK, run_bench
+from pipeline.cli import options
 from pipeline.errors import PipelineError
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--model", default="all", help="model name or 'all' (default: all)")
-    p.add_argument("--output", default="outputs/bench", help="report folder (default: outputs/bench)")
+    options.add_model_args(p, allow_all=True)
+    options.add_output_dir_arg(p, default="outputs/bench")
     p.add_argument("--quick", action="store_true", help="small sizes, few iterations (< 2 min on 2 cores)")
     p.add_argument("--sizes", type=int, nargs="+", help="input sides for the size sweep")
     p.add_argument("--scales", type=float, nargs="+", help="scales for the scale sweep (run-time-factor models)")
@@ -18,11 +20,9 @@ def add_arguments(p) -> None:
     p.add_argument("--threads", type=int, nargs="+", help="CPU thread counts for the threads sweep")
     p.add_argument("--iters", type=int, help="max timed calls per configuration")
     p.add_argument("--time-budget", type=float, help="seconds of timed calls per configuration")
-    p.add_argument("--backends", nargs="+", help="only these backends (plus the baseline; 'ort-folded' = "
-                                                 "pipeline.export.fold's folded SRCNN)")
+    options.add_backends_arg(p, help="only these backends (the baseline loop always runs)")
     p.add_argument("--no-folder", action="store_true", help="skip the whole-folder (pipeline sr) timing")
-    p.add_argument("--no-ideas", action="store_true", help="skip the optimisation-ideas table")
-    p.add_argument("--weights", help="weights file (default: the shipped weights)")
+    options.add_weights_arg(p)
 
 
 def config_from_args(args) -> dict:
@@ -42,28 +42,27 @@ def config_from_args(args) -> dict:
         cfg["time_budget"] = args.time_budget
     if any(s < 8 for s in cfg["sizes"]) or any(b < 1 for b in cfg["batches"]) or any(t < 1 for t in cfg["threads"]):
         raise PipelineError("sizes must be >= 8 and batches/threads >= 1")
-    if args.backends:
-        cfg["backends"] = tuple(args.backends)
+    backends = options.backends_from_args(args)
+    if backends:
+        cfg["backends"] = tuple(backends)
     if args.no_folder:
         cfg["folder_images"] = 0
-    if args.no_ideas:
-        cfg["ideas"] = False
     return cfg
 
 
 def run(args) -> int:
-    from pipeline import report
-    from pipeline.cli.options import models_arg
-
     cfg = config_from_args(args)
+    models = options.models_from_args(args, allow_all=True)
+    out_dir = options.check_output_dir(args.output)
+    weights = options.weights_from_args(args)
+    options.check_runnable(models, ("fp32",), cfg.get("backends"), weights)
     t0 = time.perf_counter()
-    doc = run_bench(models_arg(args.model), cfg, weights=args.weights)
+    doc = run_bench(models, cfg, weights=weights)
     doc["total_seconds"] = time.perf_counter() - t0
-    paths = report.write_bench(doc, Path(args.output))
+    paths = report.write_bench(doc, out_dir)
     for a in doc["auto"]:
         if a["speedup"] is not None:
             print(f"auto ({a['backend']}) on {a['model']}: x{a['speedup']:.2f} vs the PyTorch eager loop "
                   f"(floor x{FLOOR_SPEEDUP:g}: {'met' if a['meets_floor'] else 'NOT met'})")
     print(f"report: {paths['md']} ({doc['total_seconds']:.0f} s)")
     return 0
-

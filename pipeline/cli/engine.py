@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipeline.artifacts.onnx_file import onnx_metadata
+from pipeline.cli import options
 from pipeline.engine import (
     Profile,
     build_engine,
@@ -20,7 +22,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--output", type=Path, help="engine file to write (a .json sidecar is written next to it)")
     parser.add_argument("--all", action="store_true", help="build every custom-op ONNX file in --onnx-dir")
     parser.add_argument("--onnx-dir", type=Path, default=Path("outputs/onnx"))
-    parser.add_argument("--output-dir", type=Path, default=Path("outputs/engines"))
+    options.add_output_dir_arg(parser, "outputs/engines", flag="--output-dir", what="engine folder (with --all)")
     parser.add_argument("--baseline", action="store_true",
                         help="with --all: also build the --ops standard ONNX files (TensorRT's own Resize/DeformConv)")
     parser.add_argument("--precision", choices=("fp32", "fp16", "all"), default="all",
@@ -28,14 +30,16 @@ def add_arguments(parser) -> None:
     parser.add_argument("--batch", help="MIN,OPT,MAX batch (default 1,1,4)")
     parser.add_argument("--height", help="MIN,OPT,MAX input height (default 8,256,512)")
     parser.add_argument("--width", help="MIN,OPT,MAX input width (default 8,256,512)")
-    parser.add_argument("--scale", help="MIN,OPT,MAX scale the size input may take (default 2,3,4 within the model's range)")
+    parser.add_argument("--scale", help="MIN,OPT,MAX scale the size input may take (default 2,3,4 within the "
+                                        "model's range)")
     parser.add_argument("--profile-config", type=Path, help="JSON with one or more profiles (overrides the flags)")
     parser.add_argument("--workspace", type=int, default=1024, help="builder workspace limit in MiB (default 1024)")
     parser.add_argument("--opt-level", type=int, default=3, choices=range(0, 6), metavar="0-5",
                         help="builder optimization level (default 3)")
     parser.add_argument("--timing-cache", type=Path, help="timing cache file reused across builds "
                         "(default $SRDEPLOY_CACHE/trt-timing.cache)")
-    parser.add_argument("--plugin-lib", type=Path, help="plugin library (default: pipeline.native.libraries.trt_plugin_library())")
+    parser.add_argument("--plugin-lib", type=Path,
+                        help="plugin library (default: pipeline.native.libraries.trt_plugin_library())")
     parser.add_argument("--force", action="store_true", help="rebuild even when a fresh engine exists")
     parser.add_argument("--quiet", action="store_true", help="no progress line")
 
@@ -51,8 +55,6 @@ def profiles_from_args(args, spec) -> list[Profile]:
 
 def _jobs(args) -> list[tuple[Path, Path, dict]]:
     """(onnx, engine, metadata) pairs to build, validated before TensorRT is touched."""
-    from pipeline.artifacts.onnx_file import onnx_metadata
-
     if args.all:
         if not args.onnx_dir.is_dir():
             raise PipelineError(f"ONNX folder not found: {args.onnx_dir} (run `make onnx` first)")
@@ -66,16 +68,18 @@ def _jobs(args) -> list[tuple[Path, Path, dict]]:
             jobs.append((f, args.output_dir / f"{f.stem}.engine", meta))
         if not jobs:
             raise PipelineError(f"no matching ONNX files in {args.onnx_dir} (run `make onnx` first)")
+        options.check_output_dir(args.output_dir, "--output-dir")
         return jobs
     if not args.onnx or not args.output:
         raise PipelineError("give --onnx FILE --output FILE.engine, or --all --onnx-dir DIR --output-dir DIR")
     if not args.onnx.is_file():
         raise PipelineError(f"ONNX file not found: {args.onnx}")
+    options.check_output_file(args.output, "--output")
     return [(args.onnx, args.output, onnx_metadata(args.onnx))]
 
 
 def run(args) -> int:
-    from models.registry import get_spec
+    from models.registry import get_spec  # imports torch: only once the command runs, not for --help
 
     if args.all and args.onnx:
         raise PipelineError("--all builds a folder; do not combine it with --onnx")
@@ -89,7 +93,8 @@ def run(args) -> int:
         try:
             spec = get_spec(model)
         except KeyError:
-            raise PipelineError(f"{onnx_file} has no known 'model' in its metadata (got {model!r}); re-export it") from None
+            raise PipelineError(f"{onnx_file} has no known 'model' in its metadata (got {model!r}); "
+                                "re-export it") from None
         profiles = profiles_from_args(args, spec)
         opts = dict(plugin_lib=args.plugin_lib, workspace_mb=args.workspace, opt_level=args.opt_level,
                     timing_cache=args.timing_cache, progress=not args.quiet)

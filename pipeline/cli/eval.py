@@ -5,27 +5,33 @@ import argparse
 import json
 from pathlib import Path
 
-from models.registry import MODELS, WeightsError
+from models.registry import WeightsError
 from pipeline.analysis.evaluate import DEFAULT_SCALES, evaluate, format_table
 from pipeline.artifacts.atomic import atomic_write
+from pipeline.cli import options
 from pipeline.data import sample_images
 from pipeline.errors import PipelineError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, choices=sorted(MODELS), help="registered model name")
+    options.add_model_args(parser)
     parser.add_argument("--scales", type=float, nargs="+", default=list(DEFAULT_SCALES),
                         help="upscale factors to evaluate (default: 2 3 4; the static srcnn-x3 only does 3)")
-    parser.add_argument("--weights", type=Path, help="weight file to evaluate instead of the shipped one")
-    parser.add_argument("--json", type=Path, help="also write all numbers (per image too) to this JSON file")
+    options.add_weights_arg(parser)
+    parser.add_argument("--json", type=Path, metavar="FILE",
+                        help="also write all numbers (per image too) to this JSON file")
     parser.add_argument("--images", nargs="+", choices=sample_images.HELD_OUT, metavar="NAME",
                         help=f"subset of the held-out images (default: all of {', '.join(sample_images.HELD_OUT)})")
 
 
 def run(args: argparse.Namespace) -> int:
+    model = options.model_from_args(args)
+    weights = options.weights_from_args(args)
+    if args.json is not None:
+        options.check_output_file(args.json, "--json")
     try:
         images = {n: sample_images.load_rgb(n) for n in args.images} if args.images else None
-        result = evaluate(args.model, args.scales, args.weights, images=images)
+        result = evaluate(model, args.scales, weights, images=images)
     except (WeightsError, ValueError) as e:
         raise PipelineError(str(e)) from None
     skipped = [r["skipped"] for r in result["scales"].values() if "skipped" in r]
@@ -36,4 +42,3 @@ def run(args: argparse.Namespace) -> int:
         atomic_write(Path(args.json), json.dumps(result, indent=2, allow_nan=True) + "\n")
         print(f"wrote {args.json}")
     return 0
-

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from models.registry import MODELS
+from pipeline.cli import options
 from pipeline.errors import PipelineError
 from pipeline.export.core import (
     EXPORTERS,
@@ -22,26 +23,26 @@ from pipeline.export.core import (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    what = parser.add_mutually_exclusive_group(required=True)
-    what.add_argument("--model", help=f"registered model ({', '.join(MODELS)})")
+    what = parser.add_mutually_exclusive_group()
+    options.add_model_args(what)
     what.add_argument("--all", action="store_true",
                       help="every model x ops (custom, standard) x precision (fp32, fp16) into --output-dir, "
                            "shipped weights, one exporter (--exporter)")
-    parser.add_argument("--output", type=Path, help="output .onnx file (with --model)")
-    parser.add_argument("--output-dir", type=Path, help="output directory (with --all)")
+    parser.add_argument("--output", type=Path, metavar="FILE", help="output .onnx file (with --model)")
+    options.add_output_dir_arg(parser, None, flag="--output-dir", what="output folder (with --all)")
     parser.add_argument("--exporter", choices=EXPORTERS + ("all",), default="dynamo",
                         help="torch exporter: dynamo (default) or the legacy torchscript one; 'all' (with --all) "
                              "exports with both")
     parser.add_argument("--ops", choices=OPS, default="custom",
                         help="custom: sr::DynamicResize / sr::DeformConv2d with standard-ONNX function bodies "
                              "(default); standard: plain Resize / DeformConv")
-    parser.add_argument("--precision", choices=PRECISIONS, default="fp32", help="graph precision (default fp32)")
+    options.add_precision_args(parser)
     parser.add_argument("--io-dtype", choices=IO_DTYPES, default="fp32",
                         help="dtype of input/output in an fp16 graph (default fp32: Casts at the boundary)")
     parser.add_argument("--size-input", choices=SIZE_INPUTS, default="size",
                         help="run-time factor models: int64 'size' (H_out, W_out) input (default), or float 'scale' "
                              "(s_h, s_w) -> Resize(scales), the tutorial's NewInterpolate (needs --ops standard)")
-    parser.add_argument("--weights", type=Path, help="state-dict file (default: the shipped weights)")
+    options.add_weights_arg(parser)
     parser.add_argument("--opset", type=int, help="default-domain opset (default 20; >= 19)")
     parser.add_argument("--scale", type=float, help="factor used to verify (default: the model's default)")
     parser.add_argument("--no-verify", action="store_true", help="skip the ONNX Runtime vs PyTorch check")
@@ -62,13 +63,16 @@ def run(args: argparse.Namespace) -> int:
         if args.weights is not None or args.scale is not None or args.size_input != "size":
             raise PipelineError("--weights / --scale / --size-input apply to one model: use --model, not --all "
                                 "(--all exports the shipped weights)")
+        options.check_output_dir(args.output_dir, "--output-dir")
         return _run_all(args, verify)
     if args.output is None or args.output_dir is not None:
         raise PipelineError("--model writes one file: give --output FILE.onnx")
     if args.exporter == "all":
         raise PipelineError("--exporter all works with --all; with --model pick dynamo or torchscript")
-    r = export_model(args.model, args.output, exporter=args.exporter, ops=args.ops, precision=args.precision,
-                     io_dtype=args.io_dtype, weights=args.weights, opset=args.opset, verify=verify,
+    model = options.model_from_args(args)
+    options.check_output_file(args.output, "--output")
+    r = export_model(model, args.output, exporter=args.exporter, ops=args.ops, precision=args.precision,
+                     io_dtype=args.io_dtype, weights=options.weights_from_args(args), opset=args.opset, verify=verify,
                      size_input=args.size_input, scale=args.scale)
     print(describe(r), flush=True)
     return 0

@@ -1,15 +1,152 @@
-"""Argument groups and checks the stage commands share: one definition and one default each."""
+"""Argument groups and checks the stage commands share: one definition and one default each.
+
+`add_*(parser)` registers a group of flags; the matching `*_from_args(args)` / `check_*` validates them
+before any work is done, raising PipelineError (the CLI prints one line and exits 2). Commands call the
+checks in `run(args)`, so a Namespace built in Python is checked the same way as a command line.
+"""
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+from pipeline import backends as B
+from pipeline.analysis.candidates import candidate_statuses
+from pipeline.artifacts.cache import PRECISIONS
 from pipeline.errors import PipelineError
 
+DEFAULT_MODEL = "srcnn"
 
-def models_arg(name: str) -> list[str]:
-    from models.registry import MODELS
 
-    if name == "all":
-        return list(MODELS)
-    if name not in MODELS:
-        raise PipelineError(f"unknown model '{name}' (known: all, {', '.join(MODELS)})")
-    return [name]
+# -- model ---------------------------------------------------------------------------------------------
+def add_model_args(parser, allow_all: bool = False) -> None:
+    what = "registered model name" + (", or 'all'" if allow_all else "")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help=f"{what} (default: {DEFAULT_MODEL})")
 
+
+def _known_models() -> tuple[str, ...]:
+    from models.registry import MODELS  # imports torch: only when a model name is checked, not at parse time
+
+    return tuple(MODELS)
+
+
+def models_from_args(args, allow_all: bool = False) -> list[str]:
+    """The models `--model` names: one, or every registered one for 'all' (when `allow_all`)."""
+    known = _known_models()
+    if allow_all and args.model == "all":
+        return list(known)
+    if args.model not in known:
+        choices = ", ".join((("all",) if allow_all else ()) + known)
+        raise PipelineError(f"unknown model '{args.model}' (known: {choices})")
+    return [args.model]
+
+
+def model_from_args(args) -> str:
+    return models_from_args(args)[0]
+
+
+# -- weights -------------------------------------------------------------------------------------------
+def add_weights_arg(parser) -> None:
+    parser.add_argument("--weights", type=Path, metavar="FILE",
+                        help="state-dict file to use instead of the model's shipped weights")
+
+
+def weights_from_args(args) -> Path | None:
+    w = getattr(args, "weights", None)
+    if w is None:
+        return None
+    w = Path(w)
+    if not w.is_file():
+        raise PipelineError(f"weights file not found: {w}")
+    return w
+
+
+# -- precision -----------------------------------------------------------------------------------------
+def add_precision_args(parser, multiple: bool = False) -> None:
+    """`--precision P` (default fp32), or with `multiple` `--precisions P...` (default: all of them)."""
+    if multiple:
+        parser.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=PRECISIONS,
+                            help=f"precisions to run (default: {' '.join(PRECISIONS)})")
+    else:
+        parser.add_argument("--precision", default=PRECISIONS[0], choices=PRECISIONS,
+                            help=f"graph precision (default: {PRECISIONS[0]})")
+
+
+# -- backends ------------------------------------------------------------------------------------------
+def add_backend_args(parser) -> None:
+    """`--backend NAME` for commands that run one backend (default: auto, the fastest available here)."""
+    parser.add_argument("--backend", default="auto", metavar="NAME",
+                        help=f"auto (default: the fastest available here), or one of {', '.join(B.NAMES)} "
+                             "(`python -m pipeline backends` says which run here)")
+
+
+def backend_from_args(args) -> str:
+    if args.backend != "auto" and args.backend not in B.NAMES:
+        raise PipelineError(f"unknown backend '{args.backend}' (valid: auto, {', '.join(B.NAMES)})")
+    return args.backend
+
+
+def add_backends_arg(parser, help: str = "only these backends (default: every available one)") -> None:
+    parser.add_argument("--backends", nargs="+", metavar="NAME", help=f"{help}; names: {', '.join(B.NAMES)}")
+
+
+def backends_from_args(args) -> list[str] | None:
+    """The `--backends` list (None: every available one); a name that is not a backend is an error."""
+    names = getattr(args, "backends", None)
+    if not names:
+        return None
+    for name in names:
+        if name not in B.NAMES:
+            raise PipelineError(f"unknown backend '{name}' in --backends (valid: {', '.join(B.NAMES)})")
+    return list(dict.fromkeys(names))
+
+
+def check_runnable(models: list[str], precisions, backends: list[str] | None, weights=None) -> None:
+    """Error when none of the asked-for backends can run any of `models` here (one line, the reasons)."""
+    reasons: dict[str, list[str]] = {}
+    for model in models:
+        for precision in precisions:
+            for st in candidate_statuses(model, precision, backends, weights):
+                if st.available:
+                    return
+                reasons.setdefault(st.reason, []).append(st.name)
+    why = "; ".join(f"{'/'.join(dict.fromkeys(names))}: {reason}" for reason, names in reasons.items())
+    asked = f"--backends {' '.join(backends)}" if backends else "the backends"
+    raise PipelineError(f"none of {asked} can run here ({why or 'none registered'})")
+
+
+# -- output locations ----------------------------------------------------------------------------------
+def add_output_dir_arg(parser, default: str | None, flag: str = "--output", what: str = "report folder") -> None:
+    parser.add_argument(flag, type=Path, default=Path(default) if default else None, metavar="DIR",
+                        help=f"{what} (default: {default})" if default else what)
+
+
+def _folder_problem(folder: Path) -> str | None:
+    """Why `folder` cannot be created or written, or None."""
+    base = folder.absolute()
+    while not base.exists() and base != base.parent:
+        base = base.parent
+    if not base.is_dir():
+        return "is a file" if base == folder.absolute() else f"is inside {base}, which is a file"
+    if not os.access(base, os.W_OK | os.X_OK):
+        return f"cannot be written ({base} is not writable)"
+    return None
+
+
+def check_output_dir(path, flag: str = "--output") -> Path:
+    """A folder that is or can be made writable here; checked before any work, so none is lost."""
+    path = Path(path)
+    problem = _folder_problem(path)
+    if problem:
+        raise PipelineError(f"{flag} {path} {problem}; give a folder")
+    return path
+
+
+def check_output_file(path, flag: str) -> Path:
+    """A file name that can be written here (not a folder, not inside a file), checked before any work."""
+    path = Path(path)
+    if path.is_dir():
+        raise PipelineError(f"{flag} {path} is a folder; give a file name")
+    problem = _folder_problem(path.parent)
+    if problem:
+        raise PipelineError(f"{flag} {path}: its folder {problem}")
+    return path

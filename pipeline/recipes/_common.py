@@ -66,7 +66,7 @@ def run_ort(model: onnx.ModelProto | bytes, *inputs) -> list[np.ndarray]:
     """Feed inputs positionally (torch tensors or arrays); return every graph output."""
     sess = session(model)
     feeds = {i.name: np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x)
-             for i, x in zip(sess.get_inputs(), inputs)}
+             for i, x in zip(sess.get_inputs(), inputs, strict=True)}
     return sess.run(None, feeds)
 
 
@@ -97,3 +97,12 @@ def save(model: onnx.ModelProto, out_dir: Path | None, name: str) -> None:
     onnx.save(model, tmp)
     tmp.replace(path)
     print(f"  saved {path}")
+
+
+def script_main(file: str) -> int:
+    """`python -m pipeline.recipes.NAME [--out DIR]`: the same as `python -m pipeline.recipes NAME [--out DIR]`."""
+    import sys
+
+    from pipeline.recipes.__main__ import main
+
+    return main([Path(file).stem, *sys.argv[1:]])

@@ -20,6 +20,7 @@ from pipeline.recipes._common import (
     op_types,
     run_ort,
     save,
+    script_main,
 )
 
 OPSET = 9  # the tutorial's opset; Asinh exists in ONNX since opset 9
@@ -60,4 +61,4 @@ def main(out_dir: Path | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(script_main(__file__))

@@ -32,6 +32,7 @@ from pipeline.recipes._common import (
     op_types,
     run_ort,
     save,
+    script_main,
 )
 
 OPSET = 19  # DeformConv entered the default ONNX domain in opset 19
@@ -151,4 +152,4 @@ def main(out_dir: Path | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(script_main(__file__))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from pipeline.recipes._common import check_close, export_legacy, op_types, run_ort, save
+from pipeline.recipes._common import check_close, export_legacy, op_types, run_ort, save, script_main
 
 
 class Model(torch.nn.Module):
@@ -51,4 +51,4 @@ def main(out_dir: Path | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(script_main(__file__))

@@ -16,7 +16,7 @@ import onnx
 import onnx.utils
 import torch
 
-from pipeline.recipes._common import check_close, export_legacy, op_types, run_ort, save
+from pipeline.recipes._common import check_close, export_legacy, op_types, run_ort, save, script_main
 
 
 def _convs(n: int) -> torch.nn.Sequential:
@@ -75,7 +75,7 @@ def main(out_dir: Path | None = None) -> dict:
     outs = run_ort(debug, x)
     print(f"  debug model outputs: {[o.name for o in debug.graph.output]}")
     err = max(err, check_close("debug output 'output'", outs[0], want))
-    for block, got in zip(("convs1", "convs2", "convs3"), outs[1:]):
+    for block, got in zip(("convs1", "convs2", "convs3"), outs[1:], strict=True):
         err = max(err, check_close(f"debug output {block}", got, captured[block]))
     save(sub, out_dir, "extract_convs2.onnx")
     save(debug, out_dir, "extract_debug_outputs.onnx")
@@ -84,4 +84,4 @@ def main(out_dir: Path | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(script_main(__file__))

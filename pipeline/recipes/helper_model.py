@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from pipeline.recipes._common import check_close, op_types, run_ort, save
+from pipeline.recipes._common import check_close, op_types, run_ort, save, script_main
 
 IR_VERSION, OPSET = 10, 18
 
@@ -55,4 +55,4 @@ def main(out_dir: Path | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(script_main(__file__))

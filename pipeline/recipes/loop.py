@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from torch._higher_order_ops import while_loop  # torch.cond's looping sibling
 
-from pipeline.recipes._common import check_close, export_legacy, op_types, run_ort, save
+from pipeline.recipes._common import check_close, export_legacy, op_types, run_ort, save, script_main
 
 WHY_DYNAMO = ("torch.onnx.export now defaults to the dynamo exporter, which captures the model "
               "with torch.export tracing instead of TorchScript scripting, so data-dependent "
@@ -90,4 +90,4 @@ def main(out_dir: Path | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(script_main(__file__))

@@ -21,6 +21,7 @@ from pipeline.recipes._common import (
     op_types,
     run_ort,
     save,
+    script_main,
 )
 
 CPP_SOURCE = r"""
@@ -82,4 +83,4 @@ def main(out_dir: Path | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(script_main(__file__))

@@ -32,6 +32,7 @@ from pipeline.recipes._common import (
     op_types,
     run_ort,
     save,
+    script_main,
 )
 
 recipes = Opset("recipes", 1)
@@ -108,4 +109,4 @@ def main(out_dir: Path | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(script_main(__file__))

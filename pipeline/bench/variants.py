@@ -1,0 +1,87 @@
+"""What a bench point times: the tutorial's plain PyTorch loop (the baseline) and every backend that can run."""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline import backends as B
+from pipeline.analysis.candidates import candidate_statuses
+from pipeline.analysis.reference import load_net
+from pipeline.errors import PipelineError
+
+BASELINE = "torch-eager-loop"
+
+
+@dataclass
+class Variant:
+    """One thing to time: `infer(batch, scale)` plus a label."""
+
+    name: str
+    infer: Callable | None
+    describe: str = ""
+
+
+def baseline_variant(model_name: str, weights=None) -> Variant:
+    """The tutorial's plain loop: PyTorch eager, one image at a time, numpy in and out."""
+    import torch
+
+    from models.registry import get_spec, run
+
+    spec = get_spec(model_name)
+    net = load_net(model_name, weights)
+
+    def infer(batch, scale):
+        with torch.no_grad():
+            return np.concatenate([run(net, spec, torch.from_numpy(img[None]), scale).numpy() for img in batch])
+
+    return Variant(BASELINE, infer, "PyTorch eager, for-loop over images, torch.no_grad")
+
+
+def backend_variants(model_name: str, precisions=("fp32",), weights=None, only=None, note=print) -> list[Variant]:
+    """Every available backend (or those in `only`) loaded; each one that cannot run is `note`d with why."""
+    out = []
+    for precision in precisions:
+        for st in candidate_statuses(model_name, precision, only, weights):
+            label = st.name if precision == "fp32" else f"{st.name}-{precision}"
+            if not st.available:
+                note(f"{model_name} {label}: {st.reason}")
+                continue
+            try:
+                be = B.create(st.name, model_name, precision, weights=weights)
+            except PipelineError as e:
+                note(f"{model_name} {label}: {e}")
+                continue
+            out.append(Variant(label, be.infer, be.describe()))
+    return out
+
+
+def thread_variants(variants: list[Variant], model_name: str, threads: int, weights=None, note=print) -> list[Variant]:
+    """The variants a CPU-threads sweep can pin: torch (through torch_threads) and the ORT sessions,
+    re-created with `threads` intra-op threads."""
+    out = [v for v in variants if v.name == "torch"]
+    for v in variants:
+        if not v.name.startswith("ort"):
+            continue
+        try:
+            be = B.create(v.name, model_name, "fp32", weights=weights, threads=threads)
+        except PipelineError as e:
+            note(f"{model_name} threads={threads} {v.name}: {e}")
+            continue
+        out.append(Variant(v.name, be.infer, be.describe()))
+    return out
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None):
+    import torch
+
+    old = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
