@@ -79,9 +79,10 @@ def ray_sr(args: list[str], cache: Path) -> tuple[int, str]:
     return _finish(_start(args, cache))
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("cache")
+@pytest.fixture
+def cache() -> Path:
+    """The test session's artifact cache (tests/conftest.py): the runs below share its ONNX exports."""
+    return Path(os.environ["SRDEPLOY_CACHE"])
 
 
 def _write(path: Path, pixels: np.ndarray) -> None:
@@ -121,7 +122,7 @@ def _summary(path: Path) -> dict:
 
 @in_namespace
 def test_ray_run_equals_local_run_and_resumes(tmp_path):
-    src, cache = tmp_path / "in", tmp_path / "cache"
+    src, cache = tmp_path / "in", tmp_path / "cache"  # a fresh cache: the driver's one export is observable
     good = _good_tree(src)
     common = ["--backend", "ort", "--threads", "1", "--scale", "2.5", "--tile", "24"]
     rc, err = ray_sr([str(src), str(tmp_path / "ray"), "--ray", "--ray-actors", "2", "--summary",
@@ -176,8 +177,8 @@ def _actor_processes(driver_pid: int) -> list:
 
 
 @in_namespace
-def test_killed_actor_loses_no_image(tmp_path):
-    src, out, cache = tmp_path / "in", tmp_path / "out", tmp_path / "cache"
+def test_killed_actor_loses_no_image(tmp_path, cache):
+    src, out = tmp_path / "in", tmp_path / "out"
     rng = np.random.default_rng(1)
     # 192x192 at x3: ~0.3 s each on one CPU thread, so the run lasts long enough to kill an actor in it
     base = cv2.resize(np.ascontiguousarray(data.astronaut()[:, :, ::-1]), (192, 192), interpolation=cv2.INTER_AREA)
@@ -211,11 +212,11 @@ def test_killed_actor_loses_no_image(tmp_path):
 
 @in_namespace
 @pytest.mark.slow
-def test_driver_memory_stays_bounded_over_10000_images(tmp_path):
+def test_driver_memory_stays_bounded_over_10000_images(tmp_path, cache):
     import psutil
 
     n = 10_000
-    src, out, cache = tmp_path / "in", tmp_path / "out", tmp_path / "cache"
+    src, out = tmp_path / "in", tmp_path / "out"
     rng = np.random.default_rng(0)
     for i in range(n):  # 16x16 -> 32x32x3: each result is 3 KiB, so holding them all would add ~30 MB
         _write(src / f"d{i // 500:02d}" / f"{i:05d}.png", rng.integers(0, 256, (16, 16, 3), dtype=np.uint8))
@@ -246,11 +247,11 @@ def test_driver_memory_stays_bounded_over_10000_images(tmp_path):
     (["--ray", "--backend", "nope"], "unknown backend 'nope'"),
     (["--ray", "--scale", "99"], "out of range"),
 ])
-def test_bad_arguments_fail_before_ray_starts(tmp_path, args, msg):
+def test_bad_arguments_fail_before_ray_starts(tmp_path, cache, args, msg):
     src = tmp_path / "in"
     _write(src / "a.png", np.zeros((8, 8, 3), np.uint8))
     t0 = time.monotonic()
-    rc, err = ray_sr([str(src), str(tmp_path / "out"), *args], tmp_path / "cache")
+    rc, err = ray_sr([str(src), str(tmp_path / "out"), *args], cache)
     assert rc == 2 and err.startswith("error: ") and msg in err and err.count("\n") == 1, err
     assert not (tmp_path / "out").exists()
     assert time.monotonic() - t0 < 60  # no cluster was started

@@ -23,13 +23,6 @@ TRITON_DTYPE = {onnx.TensorProto.FLOAT: "TYPE_FP32", onnx.TensorProto.FLOAT16: "
                 onnx.TensorProto.INT64: "TYPE_INT64"}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _env(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SRDEPLOY_CACHE", str(tmp_path_factory.mktemp("cache")))
-        yield
-
-
 def _parse(repo: Path, name: str):
     cfg = model_config_pb2.ModelConfig()
     text_format.Parse((repo / name / "config.pbtxt").read_text(), cfg)

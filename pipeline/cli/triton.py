@@ -3,23 +3,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipeline.cli import options
 from pipeline.errors import PipelineError
 from pipeline.serve import write_repository
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--model", required=True, help="registered model name")
-    p.add_argument("--output", required=True, type=Path, help="model repository folder (REPO/<name>/ is written)")
+    options.add_model_args(p)
+    p.add_argument("--output", required=True, type=Path, metavar="REPO",
+                   help="model repository folder (REPO/<name>/ is written)")
     p.add_argument("--backend", choices=("trt", "ort"), default="trt",
                    help="trt: TensorRT plan (needs a GPU and TensorRT to build, or --engine); "
                         "ort: ONNX Runtime on the exported ONNX (default: trt)")
-    p.add_argument("--precision", choices=("fp32", "fp16"), default="fp32", help="default: fp32")
+    options.add_precision_args(p)
     src = p.add_mutually_exclusive_group()
     src.add_argument("--onnx", type=Path, metavar="FILE", help="exported ONNX file instead of the cached export")
     src.add_argument("--engine", type=Path, metavar="FILE",
                      help="built TensorRT engine (its .json sidecar next to it) instead of building one")
     p.add_argument("--name", help="model name in the repository (default: --model)")
-    p.add_argument("--weights", metavar="FILE", help="weights file instead of the shipped weights")
+    options.add_weights_arg(p)
     p.add_argument("--plugin-lib", type=Path, metavar="FILE", help="TensorRT plugin library the engine was built "
                    "with (default: build/plugins/libsr_trt_plugins.so)")
     p.add_argument("--instances", type=int, default=1, help="model instances per device (default: 1)")
@@ -30,9 +32,12 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     if args.max_batch is not None and args.backend == "trt":
         raise PipelineError("--max-batch applies to --backend ort; an engine's batch limit is its profile's")
-    result = write_repository(args.model, args.output, backend=args.backend, precision=args.precision,
+    model = options.model_from_args(args)
+    weights = options.weights_from_args(args)
+    repo = options.check_output_dir(args.output)
+    result = write_repository(model, repo, backend=args.backend, precision=args.precision,
                               name=args.name, onnx=args.onnx, engine=args.engine, plugin_lib=args.plugin_lib,
-                              weights=args.weights, instances=args.instances, kind=args.kind,
+                              weights=weights, instances=args.instances, kind=args.kind,
                               max_batch=args.max_batch)
     print(f"wrote {result.config_file} and {result.model_file}")
     if result.plugin_file is not None:
