@@ -5,10 +5,17 @@ STAMP   := $(VENV)/.installed
 BUILD   := build/plugins
 CUDA_HOME ?= /usr/local/cuda
 export CUDA_HOME
-# TensorRT C++ headers (for the plugin library). Unset: the plugin library is skipped with a message.
-TENSORRT_ROOT ?= $(patsubst %/include/NvInferRuntime.h,%,$(wildcard /tmp/tensorrt-headers/include/NvInferRuntime.h))
+# TensorRT C++ headers for the plugin library: TENSORRT_ROOT when given, else the TensorRT 11.1 headers in
+# ../shared/third_party when that folder exists (CI, developer machines); unset, CMake searches the system locations
+# and build/trt-headers/ (what `make trt-headers` fetched) and says what it used, or why the library is skipped.
+SHARED_TRT := $(abspath ../shared/third_party/tensorrt-11.1)
+TENSORRT_ROOT ?= $(if $(wildcard $(SHARED_TRT)/include/NvInferRuntime.h),$(SHARED_TRT),)
+# `make trt-headers`: where to fetch the NVIDIA/TensorRT headers from, and the version (default: tensorrt.__version__).
+TRT_GIT_URL ?= https://github.com/NVIDIA/TensorRT.git
+TRT_VERSION ?=
+TRT_HEADERS_DIR ?= build/trt-headers
 
-.PHONY: setup lint demo test onnx plugins engine sr eval compare bench train clean
+.PHONY: setup lint format demo test gpu-check onnx plugins build-plugins trt-headers engine sr eval compare bench train clean
 
 setup: $(STAMP)
 
@@ -18,11 +25,36 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 plugins: setup
-	cmake -S plugins_trt -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=$(abspath $(PY)) $(if $(TENSORRT_ROOT),-DTENSORRT_ROOT=$(TENSORRT_ROOT),)
+	$(MAKE) --no-print-directory build-plugins PY=$(PY)
+
+# The build alone, with whatever Python PY names (no venv, nothing installed): `make gpu-check` uses it too.
+build-plugins:
+	cmake -S plugins_trt -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=$(abspath $(shell command -v $(PY))) -DTENSORRT_ROOT=$(TENSORRT_ROOT)
 	cmake --build $(BUILD) -j 2
 
+CXX_SOURCES = $(shell git ls-files 'plugins_trt/*.cpp' 'plugins_trt/*.h' 'plugins_trt/*.cu' 'plugins_trt/*.cuh')
+# Python: ruff (pyproject.toml); C++/CUDA: clang-format (plugins_trt/.clang-format), checked, never rewritten here.
 lint: setup
 	$(PY) -m ruff check .
+	$(dir $(PY))clang-format --style=file --dry-run --Werror $(CXX_SOURCES)
+
+# Apply the C++/CUDA style (`make lint` only checks it).
+format: setup
+	$(dir $(PY))clang-format --style=file -i $(CXX_SOURCES)
+
+trt-headers:
+	TRT_GIT_URL=$(TRT_GIT_URL) TRT_VERSION=$(TRT_VERSION) scripts/trt_headers.sh $(if $(wildcard $(PY)),$(PY),python3) $(TRT_HEADERS_DIR)
+
+# Proves the GPU path on a GPU machine whose Python already has PyTorch with CUDA, with no venv and nothing
+# installed (`make gpu-check PY=python3`): builds the plugins, runs `python -m pipeline doctor` (reports in
+# outputs/doctor) and the `gpu` tests. Fails when either does (doctor exits 3 on a machine without a GPU).
+gpu-check:
+	$(MAKE) --no-print-directory build-plugins PY=$(PY)
+	PYTHONPATH=. $(PY) -m pipeline doctor --output outputs/doctor; d=$$?; \
+	if $(PY) -c "import pytest" 2>/dev/null; then \
+	  PYTHONPATH=. $(PY) -m pytest -q -m gpu -p no:cacheprovider $(PYTEST_ARGS); p=$$?; \
+	else echo "gpu-check: pytest is not installed for $(PY), so the gpu tests did not run" >&2; p=1; fi; \
+	if [ $$d -ne 0 ]; then exit $$d; fi; exit $$p
 
 test: setup plugins
 	$(PY) -m pytest -q $(PYTEST_ARGS)

@@ -18,3 +18,5 @@ RESIZE_ATTRS = {"mode": "cubic", "cubic_coeff_a": -0.75, "coordinate_transformat
 PLUGIN_NAMESPACE_ATTR = "plugin_namespace"
 SHAPE_INPUT_ATTR = "tensorrt_plugin_shape_input_indices"
 DYNAMIC_RESIZE_SHAPE_INPUTS = (1,)  # DynamicResize's `size` is a shape input
+# DeformConv2d plugin field (not an ONNX DeformConv attribute): 1 lets FP32 GEMMs use TF32 (engine --tf32).
+ALLOW_TF32_ATTR = "allow_tf32"

@@ -214,6 +214,22 @@ def result_row(r: dict) -> list:
             r.get("max_abs_err")]
 
 
+def kernel_markdown(section: dict | None) -> list[str]:
+    """The bench's CUDA kernel section (pipeline.bench.kernels); nothing when it did not run (see Not run)."""
+    if not section:
+        return []
+    lines = ["", "## Kernels on CUDA (ours vs PyTorch, same run)", "",
+             "Median of CUDA-event-timed calls after warm-up; ratio = PyTorch ms / ours ms (> 1: ours faster).", ""]
+    lines += table(["op", "vs", "precision", "shape", "ours ms", "PyTorch ms", "ratio", "floor", "meets floor"],
+                   [[r["op"], r["vs"], r["precision"], r["shape"], r["ours_ms"], r["torch_ms"], r["ratio"],
+                     r["floor"], "" if r["meets_floor"] is None else r["meets_floor"]] for r in section["kernels"]])
+    lines += ["", "Models end to end on torch CUDA (eager):", ""]
+    lines += table(["model", "precision", "shape", "median ms"],
+                   [[m["model"], m["precision"], m["shape"], m["median_ms"] if m["median_ms"] is not None
+                     else m.get("error", "")] for m in section["models"]])
+    return lines
+
+
 def bench_markdown(doc: dict) -> str:
     m = doc["method"]
     lines = ["# Benchmark", "", "## Environment", ""] + env_lines(doc["environment"]) + [
@@ -249,6 +265,7 @@ def bench_markdown(doc: dict) -> str:
         lines += table(["model", "backend", "images", "folder s", "inference s", "overhead s", "overhead %"],
                        [[f["model"], f["backend"], f["images"], f["folder_s"], f["inference_s"], f["overhead_s"],
                          f["overhead_pct"]] for f in doc["folder"]])
+    lines += kernel_markdown(doc.get("kernels"))
     lines += ["", "## Results", ""]
     lines += table(RESULT_HEADER, [result_row(r) for r in doc["results"]])
     if doc.get("skipped"):

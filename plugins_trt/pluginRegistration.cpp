@@ -8,6 +8,20 @@
 
 #define SR_PLUGIN_EXPORT __attribute__((visibility("default")))
 
+#ifndef SR_TRT_HEADERS_VERSION
+#define SR_TRT_HEADERS_VERSION "unknown"
+#endif
+#ifndef SR_CUDA_TOOLKIT_VERSION
+#define SR_CUDA_TOOLKIT_VERSION "unknown"
+#endif
+
+// What the library was built against, as one string in the file (not an exported symbol: TensorRT's plugin-library
+// convention exports getCreators/setLoggerFinder only). `python -m pipeline doctor` reads it to compare with the
+// installed TensorRT; `strings libsr_trt_plugins.so | grep SR_BUILD_INFO` shows it.
+extern "C" __attribute__((used, visibility("hidden"))) char const srBuildInfo[]
+    = "SR_BUILD_INFO tensorrt_headers=" SR_TRT_HEADERS_VERSION " cuda_toolkit=" SR_CUDA_TOOLKIT_VERSION
+      " plugins=DynamicResize/1/sr,DeformConv2d/1/sr;";
+
 extern "C" SR_PLUGIN_EXPORT void setLoggerFinder(nvinfer1::ILoggerFinder* finder)
 {
     sr::plugin::setLoggerFinder(finder);

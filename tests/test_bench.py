@@ -102,3 +102,20 @@ def test_tiny_bench_run_writes_consistent_report(tmp_path, random_weights):
     assert "## Method" in md and "warm-up" in md and "GFLOP/s" in md and "ideas" not in md.lower()
     for png in ("latency_vs_size.png", "speedup.png", "error.png"):
         assert (tmp_path / "out" / png).stat().st_size > 1000
+    if not torch.cuda.is_available():  # the CUDA kernel section is listed under "Not run" with the reason
+        assert doc["kernels"] is None
+        assert any(s.startswith("kernel benchmarks") and "no CUDA device" in s for s in doc["skipped"])
+        assert "## Not run" in md and "kernel benchmarks" in md
+
+
+def test_kernel_section_report():
+    from pipeline import report
+
+    section = {"kernels": [{"op": "DeformConv2d", "vs": "torchvision.ops.deform_conv2d", "precision": "fp16",
+                            "size": 512, "shape": "1x64x512x512", "ours_ms": 1.0, "torch_ms": 2.0, "ratio": 2.0,
+                            "floor": "speed >= 1.5x torchvision", "meets_floor": True}],
+               "models": [{"model": "srcnn", "precision": "fp16", "shape": "1x3x256x256 x3", "median_ms": None,
+                           "error": "no half kernel"}]}
+    md = "\n".join(report.kernel_markdown(section))
+    assert "## Kernels on CUDA" in md and "| DeformConv2d |" in md and "no half kernel" in md
+    assert report.kernel_markdown(None) == []

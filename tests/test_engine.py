@@ -73,8 +73,8 @@ def test_profile_strings_and_config(tmp_path):
     with pytest.raises(PipelineError, match="unknown keys"):
         Profile.from_dict({"batchsize": 1})
     cfg = tmp_path / "profiles.json"
-    cfg.write_text(json.dumps({"profiles": [{"height": [8, 64, 128], "width": [8, 64, 128]},
-                                            {"batch": [1, 4, 8], "height": [256, 512, 512], "width": [256, 512, 512]}]}))
+    big = {"batch": [1, 4, 8], "height": [256, 512, 512], "width": [256, 512, 512]}
+    cfg.write_text(json.dumps({"profiles": [{"height": [8, 64, 128], "width": [8, 64, 128]}, big]}))
     ps = profiles_from_config(cfg, SRCNN)
     assert len(ps) == 2 and ps[1].batch == (1, 4, 8)
     cfg.write_text("{not json")
@@ -106,7 +106,8 @@ def _sidecar(**over):
 
 def test_fresh_sidecar_has_no_problems():
     s = _sidecar()
-    for key in ("tensorrt", "cuda", "gpu", "compute_capability", "plugin_sha256", "onnx_sha256", "profiles", "precision"):
+    keys = ("tensorrt", "cuda", "gpu", "compute_capability", "plugin_sha256", "onnx_sha256", "profiles", "precision")
+    for key in keys:
         assert key in s
     assert sidecar_problems(s, ENV, "b" * 64) == []
 
@@ -137,7 +138,8 @@ def test_check_engine_refuses_stale_with_rebuild_command(tmp_path):
         check_engine(engine, ENV)
     sidecar_path(engine).write_text(json.dumps(_sidecar(tensorrt="10.0.0")))
     assert read_sidecar(engine)["tensorrt"] == "10.0.0"
-    with pytest.raises(PipelineError, match=r"stale or foreign: TensorRT 10.0.0 \(built\) != 11.4.0.106.*python -m pipeline engine"):
+    stale = r"stale or foreign: TensorRT 10.0.0 \(built\) != 11.4.0.106.*python -m pipeline engine"
+    with pytest.raises(PipelineError, match=stale):
         check_engine(engine, ENV)
     sidecar_path(engine).write_text(json.dumps(_sidecar()))
     assert check_engine(engine, ENV)["precision"] == "fp16"

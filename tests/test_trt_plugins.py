@@ -7,9 +7,11 @@ PyTorch / torchvision in FP32 and FP16.
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +20,7 @@ import pytest
 from pipeline.errors import PipelineError
 
 SELFTEST_NAME = "trt_plugin_selftest"
+HARNESS_NAME = "trt_plugin_gpu_harness"
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +30,25 @@ def plugin_lib() -> Path:
     try:
         return native.trt_plugin_library()
     except PipelineError as e:
+        if _torch_cuda() and _tensorrt_imports():
+            pytest.fail(f"TensorRT plugin library missing on a machine with a GPU and TensorRT: {e}")
         pytest.skip(f"TensorRT plugin library not built (TensorRT headers missing at build time?): {e}")
+
+
+def _tensorrt_imports() -> bool:
+    try:
+        import tensorrt  # noqa: F401
+    except Exception:  # the bindings wheel alone cannot import without the TensorRT libraries
+        return False
+    return True
+
+
+def _torch_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
 
 
 def _tool(name: str) -> str:
@@ -81,31 +102,104 @@ def test_does_not_need_libnvinfer(plugin_lib: Path):
         assert "libnvinfer" not in deps, deps
 
 
+def _run_built(program: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    from pipeline.native.cuda_runtime import subprocess_env
+
+    if not program.is_file():
+        pytest.skip(f"{program} not built (it is built with the plugin library by `make plugins`)")
+    return subprocess.run([str(program), *args], capture_output=True, text=True, timeout=timeout,
+                          env=subprocess_env())
+
+
+def _no_fail_lines(proc: subprocess.CompletedProcess) -> str:
+    failed = [line for line in proc.stdout.splitlines() if line.startswith("FAIL")]
+    assert not failed, "\n".join(failed[:20])
+    return proc.stdout
+
+
+def test_harness_host_side_steps_pass(plugin_lib: Path):
+    """The GPU harness's host half (parser fields, round trip, shapes, dynamic profiles, workspace = the CPU
+    library's minimum, CPU references) runs anywhere."""
+    harness = plugin_lib.parent / HARNESS_NAME
+    assert harness.is_file(), f"{harness} must be built (compiled with -Werror) wherever the plugin library is"
+    proc = _run_built(harness, "--host-only")
+    out = _no_fail_lines(proc)
+    assert proc.returncode == 0, out[-3000:]
+    for section in ("DynamicResize FP32 (size as shape input only)", "DynamicResize FP16 (size counted as input 1)",
+                    "DeformConv2d FP16 [64 ch", "allow_tf32=1"):
+        assert section in out, section
+    assert re.search(r"# \d+ checks, 0 failed", out), out[-500:]
+
+
+def test_harness_exits_3_without_a_gpu(plugin_lib: Path):
+    if _torch_cuda():
+        pytest.skip("a CUDA GPU is present: test_gpu_harness covers this machine")
+    proc = _run_built(plugin_lib.parent / HARNESS_NAME)
+    assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr
+    assert "no CUDA device" in proc.stdout
+
+
+@pytest.mark.gpu
+def test_gpu_harness(plugin_lib: Path):
+    """Each plugin's whole IPluginV3 life on the GPU without TensorRT: direct and CUDA-graph enqueue, canaried
+    workspace, every output against libsr_kernels_cpu."""
+    if not _torch_cuda():
+        pytest.skip("no CUDA device")
+    proc = _run_built(plugin_lib.parent / HARNESS_NAME, timeout=900)
+    out = _no_fail_lines(proc)
+    assert proc.returncode == 0, out[-3000:]
+    assert "CUDA graph replay matches libsr_kernels_cpu" in out
+
+
+def test_libraries_carry_no_build_machine_path(plugin_lib: Path):
+    readelf = _tool("readelf")
+    libs = sorted(plugin_lib.parent.glob("libsr_*.so"))
+    assert plugin_lib in libs and len(libs) >= 2, libs
+    for lib in libs:
+        dyn = subprocess.run([readelf, "-d", str(lib)], capture_output=True, text=True, check=True).stdout
+        paths = [p for m in re.findall(r"\((?:RUNPATH|RPATH)\)\s+Library r(?:un)?path: \[([^\]]*)\]", dyn)
+                 for p in m.split(":")]
+        assert paths == ["$ORIGIN"], f"{lib.name}: {paths}"
+
+
+def test_cuda_libraries_load_through_load_time_discovery(plugin_lib: Path):
+    """With no build-time path, a fresh Python (torch not imported) still loads our CUDA libraries: pipeline.native
+    preloads cudart/cuBLAS from the wheels or the toolkit first."""
+    code = ("import sys; from pathlib import Path; from pipeline.native.libraries import load_cuda_library; "
+            "[load_cuda_library(Path(p)) for p in sys.argv[1:]]; print('loaded')")
+    libs = [str(plugin_lib), str(plugin_lib.parent / "libsr_kernels_cuda.so")]
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    proc = subprocess.run([sys.executable, "-c", code, *libs], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1], env=env)
+    assert proc.returncode == 0 and "loaded" in proc.stdout, proc.stderr
+
+
+def test_plugin_library_says_which_headers_it_was_built_against(plugin_lib: Path):
+    from pipeline.native.libraries import plugin_build_info
+
+    info = plugin_build_info(plugin_lib)
+    cache = (plugin_lib.parent / "CMakeCache.txt").read_text()
+    include = re.search(r"^SR_TENSORRT_INCLUDE_DIR:PATH=(.*)$", cache, re.M).group(1)
+    header = (Path(include) / "NvInferVersion.h").read_text()
+    version = ".".join(re.search(rf"#define TRT_{p}_ENTERPRISE (\d+)", header).group(1)
+                       for p in ("MAJOR", "MINOR", "PATCH"))
+    assert info.get("tensorrt_headers") == version, info
+    assert info.get("plugins") == "DynamicResize/1/sr,DeformConv2d/1/sr", info
+
+
 # ---- GPU: real TensorRT engines --------------------------------------------------------------------------------
 
-def _trt_or_skip():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    try:
-        import tensorrt as trt
-    except Exception as e:  # the bindings wheel alone cannot import without the TensorRT libraries
-        pytest.skip(f"tensorrt not importable: {e}")
-    return trt
-
-
 @pytest.fixture(scope="module")
-def trt_env():
-    trt = _trt_or_skip()  # first, so a machine without a GPU reports "no CUDA device"
-    from pipeline.native import libraries as native
+def trt_env(gpu_plugin_lib):
+    import tensorrt as trt
 
-    try:
-        plugin_lib = native.trt_plugin_library()
-    except PipelineError as e:
-        pytest.skip(f"TensorRT plugin library not built: {e}")
+    from pipeline.native.cuda_runtime import preload
+
+    plugin_lib = gpu_plugin_lib
     logger = trt.Logger(trt.Logger.WARNING)
     registry = trt.get_plugin_registry()
     if registry.get_creator("DynamicResize", "1", "sr") is None:
+        preload()  # the library's RUNPATH is $ORIGIN alone
         assert registry.load_library(str(plugin_lib)) is not None, f"load_library({plugin_lib}) failed"
     for name in ("DynamicResize", "DeformConv2d"):
         assert registry.get_creator(name, "1", "sr") is not None, f"creator {name}/1/sr not registered"

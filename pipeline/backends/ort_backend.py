@@ -134,8 +134,10 @@ class OrtBackend(Backend):
         if provider == "cuda":
             return [("CUDAExecutionProvider", {"cudnn_conv_algo_search": "EXHAUSTIVE"}), "CPUExecutionProvider"]
         from pipeline.artifacts.cache import cache_dir
+        from pipeline.native.cuda_runtime import preload
         from pipeline.native.libraries import trt_plugin_library
 
+        preload()  # the plugin library's RUNPATH is $ORIGIN alone: cudart/cuBLAS loaded before the EP dlopens it
         trt_cache = cache_dir() / "ort-trt"
         trt_cache.mkdir(parents=True, exist_ok=True)
         opts = {

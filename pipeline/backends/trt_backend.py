@@ -67,6 +67,7 @@ class TrtBackend(Backend):
             current_environment,
             load_plugins,
             sidecar_profiles,
+            sidecar_tf32,
             tensorrt_problem,
         )
 
@@ -83,6 +84,7 @@ class TrtBackend(Backend):
         env = current_environment(plugin_lib)
         path, sidecar = self._engine_and_sidecar(env, plugin_lib)
         self.profiles = sidecar_profiles(sidecar)
+        self.tf32 = sidecar_tf32(sidecar)
         self._logger = trt.Logger(trt.Logger.WARNING)
         self._runtime = trt.Runtime(self._logger)
         engine = self._runtime.deserialize_cuda_engine(path.read_bytes())
@@ -189,4 +191,5 @@ class TrtBackend(Backend):
 
     def describe(self) -> str:
         graph = ", CUDA graph" if self.cuda_graph else ""
-        return f"trt ({self.device}, {self.precision}{graph}, {getattr(self, 'engine_file', '?')})"
+        tf32 = "" if self.precision != "fp32" or not hasattr(self, "tf32") else f", TF32 {'on' if self.tf32 else 'off'}"
+        return f"trt ({self.device}, {self.precision}{tf32}{graph}, {getattr(self, 'engine_file', '?')})"

@@ -27,6 +27,7 @@ import numpy as np
 from pipeline import backends as B
 from pipeline import report
 from pipeline.analysis.reference import compare_inputs
+from pipeline.bench.kernels import kernel_section
 from pipeline.bench.results import apply_peak, auto_row, flops_entry, method
 from pipeline.bench.roofline import flops_per_output_pixel, measure_peak_gflops
 from pipeline.bench.sweeps import ModelBench
@@ -66,6 +67,11 @@ def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
             if folder:
                 doc["folder"].append(folder)
         peak["samples"].append(measure_peak_gflops(seconds=0.5)["gflops"])  # the load may have changed
+    log("kernels (CUDA)")
+    doc["kernels"], why_not = kernel_section(models, quick=bool(cfg.get("quick")), log=log)
+    if why_not:
+        doc["skipped"].append(why_not)
+        log(f"  not run: {why_not}")
     apply_peak(doc, max(peak["samples"]))
     return doc
 

@@ -27,6 +27,7 @@ STAGES = {
     "backends": ("pipeline.cli.backends", "list the backends this machine can run, and why others cannot"),
     "triton": ("pipeline.cli.triton", "write a Triton Inference Server model repository (TensorRT or ONNX Runtime)"),
     "demo": ("pipeline.cli.demo", "end-to-end demo on shipped weights and skimage images"),
+    "doctor": ("pipeline.cli.doctor", "what this machine can run (GPU, CUDA, TensorRT, plugins), proven by running it"),
 }
 DEBUG_FLAG = "--debug"
 

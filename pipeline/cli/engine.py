@@ -33,7 +33,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--scale", help="MIN,OPT,MAX scale the size input may take (default 2,3,4 within the "
                                         "model's range)")
     parser.add_argument("--profile-config", type=Path, help="JSON with one or more profiles (overrides the flags)")
-    parser.add_argument("--workspace", type=int, default=1024, help="builder workspace limit in MiB (default 1024)")
+    parser.add_argument("--workspace", type=int, default=1024,
+                        help="builder workspace limit in MiB (default 1024); refused below what our DeformConv2d "
+                             "layers need for the profile")
+    parser.add_argument("--tf32", action="store_true",
+                        help="let FP32 math use TF32 (TensorRT layers and our DeformConv2d GEMMs): faster, ~1e-3 "
+                             "relative error. Default off, so FP32 engines stay FP32-accurate; the sidecar records it")
     parser.add_argument("--opt-level", type=int, default=3, choices=range(0, 6), metavar="0-5",
                         help="builder optimization level (default 3)")
     parser.add_argument("--timing-cache", type=Path, help="timing cache file reused across builds "
@@ -97,7 +102,7 @@ def run(args) -> int:
                                 "re-export it") from None
         profiles = profiles_from_args(args, spec)
         opts = dict(plugin_lib=args.plugin_lib, workspace_mb=args.workspace, opt_level=args.opt_level,
-                    timing_cache=args.timing_cache, progress=not args.quiet)
+                    timing_cache=args.timing_cache, progress=not args.quiet, tf32=args.tf32)
         if args.force:
             build_engine(onnx_file, engine_file, profiles, **opts)
         else:

@@ -9,6 +9,7 @@ Python (tested without TensorRT); only `build_engine` and `current_environment` 
     profiles     min/opt/max shapes and scale range
     sidecar      the JSON next to each engine; fresh / stale / foreign
     plugins      loading our plugin library into TensorRT's registry
+    workspace    the least --workspace our DeformConv2d layers need for a profile
     build        ONNX -> engine, and the cached-engine policy
 """
 from pipeline.engine.build import build_engine, ensure_engine
@@ -35,9 +36,12 @@ from pipeline.engine.sidecar import (
                                       sidecar_path,
                                       sidecar_problems,
                                       sidecar_profiles,
+                                      sidecar_tf32,
 )
+from pipeline.engine.workspace import check_workspace, min_workspace_bytes
 
-__all__ = ["ENV_KEYS", "INSTALL_HINT", "SIDECAR_VERSION", "Profile", "build_engine", "check_engine",
-           "current_environment", "default_profile", "ensure_engine", "load_plugins", "make_sidecar", "plan_engine",
-           "profile_for_input", "profiles_from_config", "read_sidecar", "sidecar_path", "sidecar_problems",
-           "sidecar_profiles", "tensorrt_problem", "validate_profile"]
+__all__ = ["ENV_KEYS", "INSTALL_HINT", "SIDECAR_VERSION", "Profile", "build_engine", "check_engine", "check_workspace",
+           "current_environment", "default_profile", "ensure_engine", "load_plugins", "make_sidecar",
+           "min_workspace_bytes", "plan_engine", "profile_for_input", "profiles_from_config", "read_sidecar",
+           "sidecar_path", "sidecar_problems", "sidecar_profiles", "sidecar_tf32", "tensorrt_problem",
+           "validate_profile"]

@@ -17,6 +17,7 @@ from pipeline.engine.sidecar import (
     read_sidecar,
     sidecar_path,
 )
+from pipeline.engine.workspace import check_workspace
 from pipeline.errors import PipelineError
 
 
@@ -58,8 +59,11 @@ def _progress_monitor(stream=sys.stderr):
 
 def build_engine(onnx_file: Path, output: Path, profiles: list[Profile], *, plugin_lib: Path | None = None,
                  workspace_mb: int = 1024, opt_level: int = 3, timing_cache: Path | None = None,
-                 progress: bool = True, log=print) -> dict:
-    """Build and serialize an engine (atomically) and its sidecar; return the sidecar."""
+                 progress: bool = True, tf32: bool = False, log=print) -> dict:
+    """Build and serialize an engine (atomically) and its sidecar; return the sidecar.
+
+    tf32=False (default) keeps FP32 math FP32: TensorRT's TF32 flag off and our DeformConv2d GEMMs without TF32, so
+    FP32 engines meet the 1e-4 accuracy checks; tf32=True allows TF32 in both, for speed."""
     import tensorrt as trt
 
     from models.registry import file_sha256
@@ -78,9 +82,11 @@ def build_engine(onnx_file: Path, output: Path, profiles: list[Profile], *, plug
     model, meta = load_onnx(onnx_file)
     ops = meta.get("ops", "custom")
     precision = meta.get("precision", "fp32")
+    check_workspace(workspace_mb, model, profiles, precision)  # before TensorRT spends time on a doomed build
     if ops == "custom":
         load_plugins(plugin_lib)
-        model = strip_sr_functions(model)  # no function bodies: the parser falls back to our plugins
+        # No function bodies: the parser falls back to our plugins.
+        model = strip_sr_functions(model, allow_tf32=tf32)
     t0 = time.perf_counter()
     logger = _make_logger()
     builder = trt.Builder(logger)
@@ -95,6 +101,10 @@ def build_engine(onnx_file: Path, output: Path, profiles: list[Profile], *, plug
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(workspace_mb) << 20)
     config.builder_optimization_level = int(opt_level)
+    if tf32:
+        config.set_flag(trt.BuilderFlag.TF32)
+    else:
+        config.clear_flag(trt.BuilderFlag.TF32)  # on by default in TensorRT
     timing_cache = Path(timing_cache) if timing_cache else cache_dir() / "trt-timing.cache"
     blob = timing_cache.read_bytes() if timing_cache.is_file() else b""
     cache = config.create_timing_cache(blob)
@@ -118,9 +128,11 @@ def build_engine(onnx_file: Path, output: Path, profiles: list[Profile], *, plug
     io = {"inputs": sorted(inputs), "has_size_input": "size" in inputs}
     sidecar = make_sidecar(env, onnx_file=onnx_file, onnx_sha256=file_sha256(onnx_file),
                            model=meta.get("model", "?"), precision=precision, ops=ops, profiles=profiles,
-                           io=io, build_seconds=round(time.perf_counter() - t0, 2))
+                           io=io, build_seconds=round(time.perf_counter() - t0, 2), tf32=tf32,
+                           workspace_mb=int(workspace_mb))
     atomic_write(sidecar_path(output), json.dumps(sidecar, indent=2).encode())
-    log(f"engine: {output} ({precision}, {ops} ops, {len(profiles)} profile(s), {sidecar['build_seconds']} s)")
+    log(f"engine: {output} ({precision}, TF32 {'on' if tf32 else 'off'}, {ops} ops, {len(profiles)} profile(s), "
+        f"{sidecar['build_seconds']} s)")
     return sidecar
 
 
@@ -132,7 +144,7 @@ def ensure_engine(onnx_file: Path, output: Path, profiles: list[Profile], *, reb
 
     env = current_environment(build_opts.get("plugin_lib"))
     onnx_sha = file_sha256(onnx_file)
-    action, why = plan_engine(output, env, onnx_sha, profiles)
+    action, why = plan_engine(output, env, onnx_sha, profiles, tf32=bool(build_opts.get("tf32", False)))
     if action == "use":
         log(f"engine: {output} is {why}")
         return read_sidecar(output)

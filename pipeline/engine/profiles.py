@@ -88,7 +88,8 @@ def validate_profile(profile: Profile, spec) -> Profile:
         raise PipelineError(f"profile scale: model '{spec.name}' has a fixed factor; use {spec.default_scale:g} only")
     out_max = profile.size_values()[2]
     if out_max[0] * out_max[1] * profile.batch[2] > 2**31 - 1:
-        raise PipelineError(f"profile: max output {profile.batch[2]}x3x{out_max[0]}x{out_max[1]} is too large for one engine")
+        raise PipelineError(f"profile: max output {profile.batch[2]}x3x{out_max[0]}x{out_max[1]} "
+                            "is too large for one engine")
     return profile
 
 
@@ -109,6 +110,12 @@ def profiles_from_config(path: Path, spec) -> list[Profile]:
     return [validate_profile(Profile.from_dict(p), spec) for p in items]
 
 
+def _limits(p: Profile) -> str:
+    (lo_h, lo_w), _, (hi_h, hi_w) = p.size_values()
+    return (f"batch {p.batch[0]}-{p.batch[2]}, input {p.height[0]}-{p.height[2]} x {p.width[0]}-{p.width[2]}, "
+            f"output {lo_h}-{hi_h} x {lo_w}-{hi_w}")
+
+
 def profile_for_input(profiles: list[Profile], n: int, h: int, w: int, out_h: int, out_w: int) -> int:
     """Index of the first profile that admits this batch, or PipelineError naming the limits."""
     for i, p in enumerate(profiles):
@@ -116,9 +123,7 @@ def profile_for_input(profiles: list[Profile], n: int, h: int, w: int, out_h: in
         if (p.batch[0] <= n <= p.batch[2] and p.height[0] <= h <= p.height[2] and p.width[0] <= w <= p.width[2]
                 and smin_h <= out_h <= smax_h and smin_w <= out_w <= smax_w):
             return i
-    limits = "; ".join(f"batch {p.batch[0]}-{p.batch[2]}, input {p.height[0]}-{p.height[2]} x {p.width[0]}-{p.width[2]}, "
-                       f"output {p.size_values()[0][0]}-{p.size_values()[2][0]} x {p.size_values()[0][1]}-{p.size_values()[2][1]}"
-                       for p in profiles)
+    limits = "; ".join(_limits(p) for p in profiles)
     raise PipelineError(f"input {n}x3x{h}x{w} -> {out_h}x{out_w} is outside the engine's profiles ({limits}); "
                         "use tiling or rebuild the engine with a wider profile")
 

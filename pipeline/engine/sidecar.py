@@ -19,7 +19,8 @@ def sidecar_path(engine: Path) -> Path:
 
 
 def make_sidecar(env: dict, *, onnx_file: Path, onnx_sha256: str, model: str, precision: str, ops: str,
-                 profiles: list[Profile], io: dict | None = None, build_seconds: float | None = None) -> dict:
+                 profiles: list[Profile], io: dict | None = None, build_seconds: float | None = None,
+                 tf32: bool = False, workspace_mb: int | None = None) -> dict:
     return {
         "sidecar_version": SIDECAR_VERSION,
         **{k: env.get(k) for k in ("tensorrt", "cuda", "gpu", "compute_capability", "plugin_library", "plugin_sha256")},
@@ -27,6 +28,8 @@ def make_sidecar(env: dict, *, onnx_file: Path, onnx_sha256: str, model: str, pr
         "onnx_sha256": onnx_sha256,
         "model": model,
         "precision": precision,
+        "tf32": bool(tf32),  # FP32 math may use TF32 (engine --tf32); off keeps FP32 engines FP32-accurate
+        "workspace_mb": workspace_mb,
         "ops": ops,
         "profiles": [p.to_dict() for p in profiles],
         "io": io or {},
@@ -74,13 +77,19 @@ def check_engine(engine: Path, env: dict, onnx_sha256: str | None = None) -> dic
     sidecar = read_sidecar(engine)
     problems = sidecar_problems(sidecar, env, onnx_sha256)
     if problems:
+        onnx_file = (sidecar or {}).get("onnx", "MODEL.onnx")
         raise PipelineError(f"engine {engine.name} is stale or foreign: {'; '.join(problems)}; rebuild it with "
-                            f"`python -m pipeline engine --onnx {sidecar.get('onnx', 'MODEL.onnx') if sidecar else 'MODEL.onnx'} "
-                            f"--output {engine}`")
+                            f"`python -m pipeline engine --onnx {onnx_file} --output {engine}`")
     return sidecar
 
 
-def plan_engine(engine: Path, env: dict, onnx_sha256: str, profiles: list[Profile]) -> tuple[str, str]:
+def sidecar_tf32(sidecar: dict) -> bool:
+    """Whether the engine may use TF32; sidecars from before the flag had TensorRT's default, TF32 on."""
+    return bool(sidecar.get("tf32", True))
+
+
+def plan_engine(engine: Path, env: dict, onnx_sha256: str, profiles: list[Profile], *,
+                tf32: bool = False) -> tuple[str, str]:
     """What to do with a cached engine: ("use", why) / ("build", why) / ("rebuild", why). Pure logic."""
     if not Path(engine).is_file():
         return "build", "no engine yet"
@@ -90,5 +99,8 @@ def plan_engine(engine: Path, env: dict, onnx_sha256: str, profiles: list[Profil
         return "rebuild", "; ".join(problems)
     if sidecar.get("profiles") != [p.to_dict() for p in profiles]:
         return "rebuild", "profiles changed"
+    if sidecar_tf32(sidecar) != tf32:
+        was, want = ("on" if v else "off" for v in (sidecar_tf32(sidecar), tf32))
+        return "rebuild", f"built with TF32 {was}, wanted {want}"
     return "use", f"up to date (TensorRT {env.get('tensorrt')}, {env.get('gpu')})"
 

@@ -14,6 +14,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from pipeline.contract import (  # noqa: F401 (re-exported)
+    ALLOW_TF32_ATTR,
     DEFORM_CONV,
     DEFORM_CONV_ATTRS,
     DEFORM_CONV_MIN_OPSET,
@@ -51,7 +52,8 @@ def register_schemas() -> None:
                outputs=[Schema.FormalParameter("Y", "T")], type_constraints=[image],
                attributes=[Schema.Attribute(a, Schema.AttrType.INT if a in ("group", "offset_group")
                                             else Schema.AttrType.INTS, required=False)
-                           for a in DEFORM_CONV_ATTRS] + plugin_attrs),
+                           for a in DEFORM_CONV_ATTRS]
+                          + [Schema.Attribute(ALLOW_TF32_ATTR, Schema.AttrType.INT, required=False)] + plugin_attrs),
     ]
     for s in schemas:
         if not defs.has(s.name, s.since_version, s.domain):
@@ -113,11 +115,12 @@ def add_sr_functions(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def strip_sr_functions(model: onnx.ModelProto) -> onnx.ModelProto:
+def strip_sr_functions(model: onnx.ModelProto, *, allow_tf32: bool = False) -> onnx.ModelProto:
     """Copy of `model` for TensorRT / our own kernels: sr function bodies removed, plugin attributes added.
 
     Every sr node gets plugin_namespace="sr"; DynamicResize also gets tensorrt_plugin_shape_input_indices=[1]
-    so its size input reaches the plugin as a shape tensor. The input model is not modified.
+    so its size input reaches the plugin as a shape tensor; with allow_tf32, DeformConv2d gets allow_tf32=1 (its
+    FP32 GEMMs may then use TF32, as the engine's own layers do with --tf32). The input model is not modified.
     """
     out = onnx.ModelProto()
     out.CopyFrom(model)
@@ -130,6 +133,8 @@ def strip_sr_functions(model: onnx.ModelProto) -> onnx.ModelProto:
         _set_attr(node, helper.make_attribute(PLUGIN_NAMESPACE_ATTR, DOMAIN))
         if node.op_type == DYNAMIC_RESIZE:
             _set_attr(node, helper.make_attribute(SHAPE_INPUT_ATTR, list(DYNAMIC_RESIZE_SHAPE_INPUTS)))
+        if node.op_type == DEFORM_CONV and allow_tf32:
+            _set_attr(node, helper.make_attribute(ALLOW_TF32_ATTR, 1))
     return out
 
 

@@ -15,7 +15,7 @@ import numpy as np
 from pipeline.errors import PipelineError
 from pipeline.native.libraries import cpu_kernels_library, load_library
 
-ABI_VERSION = 1
+ABI_VERSION = 2  # 2: sr_deform_conv2d_min_workspace
 _F32P = ctypes.POINTER(ctypes.c_float)
 _INT = ctypes.c_int
 
@@ -35,6 +35,8 @@ def _lib() -> ctypes.CDLL:
     lib.sr_deform_conv2d_f32.restype = _INT
     lib.sr_deform_conv2d_chunk.argtypes = [_INT] * 6 + [ctypes.c_size_t] * 2 + [ctypes.POINTER(_INT)] * 2
     lib.sr_deform_conv2d_chunk.restype = _INT
+    lib.sr_deform_conv2d_min_workspace.argtypes = [_INT] * 6 + [ctypes.c_size_t, _INT]
+    lib.sr_deform_conv2d_min_workspace.restype = ctypes.c_size_t
     lib.sr_round_to_half.argtypes = [_F32P, ctypes.c_size_t]
     lib.sr_round_to_half.restype = None
     return lib
@@ -174,3 +176,11 @@ def deform_conv2d_chunk(n: int, c_in: int, kh: int, kw: int, h_out: int, w_out: 
     _check(_lib().sr_deform_conv2d_chunk(n, c_in, kh, kw, h_out, w_out, elem_size, column_budget,
                                          ctypes.byref(images), ctypes.byref(rows)), "deform_conv2d_chunk")
     return images.value, rows.value
+
+
+def deform_conv2d_min_workspace(n_max: int, c_in: int, kh: int, kw: int, h_out_max: int, w_out_max: int,
+                                elem_size: int = 4, fixed_shape: bool = False) -> int:
+    """Bytes the DeformConv2d plugin asks TensorRT for (its getWorkspaceSize rule) for a profile whose largest problem
+    has these extents; `fixed_shape` when the profile has one shape. 0 for an empty problem."""
+    return int(_lib().sr_deform_conv2d_min_workspace(n_max, c_in, kh, kw, h_out_max, w_out_max, elem_size,
+                                                     1 if fixed_shape else 0))

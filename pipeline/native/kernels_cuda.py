@@ -10,7 +10,7 @@ import functools
 from collections.abc import Sequence
 
 from pipeline.errors import PipelineError
-from pipeline.native.libraries import cuda_kernels_library, load_library
+from pipeline.native.libraries import cuda_kernels_library, load_cuda_library
 
 _VP = ctypes.c_void_p
 _INT = ctypes.c_int
@@ -21,7 +21,7 @@ DIM_NAMES = ("n", "c_in", "h_in", "w_in", "c_out", "k_h", "k_w", "h_out", "w_out
 @functools.cache
 def _lib() -> ctypes.CDLL:
     path = cuda_kernels_library()
-    lib = load_library(path)
+    lib = load_cuda_library(path)
     lib.sr_cuda_dynamic_resize.argtypes = [_INT, _VP, _VP] + [_INT] * 6 + [_VP]
     lib.sr_cuda_dynamic_resize.restype = _INT
     lib.sr_cuda_deform_conv2d_workspace_size.argtypes = [ctypes.POINTER(_INT), _INT, _INT, ctypes.c_size_t]

@@ -23,6 +23,10 @@ SOURCE_DIR = REPO_ROOT / "plugins_trt"
 CPU_KERNELS_NAME = "libsr_kernels_cpu.so"
 TRT_PLUGINS_NAME = "libsr_trt_plugins.so"
 CUDA_KERNELS_NAME = "libsr_kernels_cuda.so"
+# How to get the plugin library built when it is missing: it needs nvcc and TensorRT's C++ headers.
+TRT_HEADERS_HINT = (" with nvcc and TensorRT headers available (TENSORRT_ROOT=<dir with include/NvInfer.h>, the "
+                    "system's TensorRT dev package, or `make trt-headers` to fetch those matching the installed "
+                    "tensorrt)")
 
 
 def _locate(env_var: str, filename: str, what: str, hint: str = "") -> Path:
@@ -46,6 +50,35 @@ def load_library(path: Path) -> ctypes.CDLL:
         raise PipelineError(f"cannot load {path}: {e}") from None
 
 
+def load_cuda_library(path: Path) -> ctypes.CDLL:
+    """dlopen one of our CUDA libraries after loading the cudart/cuBLAS it needs (its RUNPATH is $ORIGIN alone)."""
+    from pipeline.native.cuda_runtime import missing_hint, preload
+
+    preload()
+    try:
+        return ctypes.CDLL(str(path))
+    except OSError as e:
+        raise PipelineError(f"cannot load {path}: {e} ({missing_hint()})") from None
+
+
+BUILD_INFO_MARKER = b"SR_BUILD_INFO "
+
+
+def plugin_build_info(path: Path) -> dict[str, str]:
+    """What the plugin library was built against, from the string it carries ({} for an older or foreign file):
+    e.g. {"tensorrt_headers": "11.1.0", "cuda_toolkit": "13.0.88", "plugins": "DynamicResize/1/sr,..."}."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return {}
+    start = data.find(BUILD_INFO_MARKER)
+    if start < 0:
+        return {}
+    end = data.find(b";", start)
+    text = data[start + len(BUILD_INFO_MARKER):end if end > 0 else start + 512].decode("ascii", "replace")
+    return dict(item.split("=", 1) for item in text.split() if "=" in item)
+
+
 def cpu_kernels_library() -> Path:
     """Path of libsr_kernels_cpu.so (always built by `make plugins`)."""
     return _locate("SR_KERNELS_CPU_LIB", CPU_KERNELS_NAME, "sr CPU kernels library")
@@ -53,8 +86,7 @@ def cpu_kernels_library() -> Path:
 
 def trt_plugin_library() -> Path:
     """Path of libsr_trt_plugins.so (built by `make plugins` only when TensorRT headers are found)."""
-    return _locate("SR_TRT_PLUGIN_LIB", TRT_PLUGINS_NAME, "sr TensorRT plugin library",
-                   " with TensorRT headers available (TENSORRT_ROOT=...)")
+    return _locate("SR_TRT_PLUGIN_LIB", TRT_PLUGINS_NAME, "sr TensorRT plugin library", TRT_HEADERS_HINT)
 
 
 def cuda_kernels_library() -> Path:

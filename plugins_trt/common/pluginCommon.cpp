@@ -1,5 +1,7 @@
 #include "common/pluginCommon.h"
 
+#include <cuda_runtime_api.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -13,7 +15,7 @@ namespace plugin
 namespace
 {
 // Set once by TensorRT (or a test) before creators are used; read from any thread afterwards.
-std::atomic<nvinfer1::ILoggerFinder*> gLoggerFinder{nullptr};
+std::atomic<nvinfer1::ILoggerFinder*> gLoggerFinder {nullptr};
 
 char const* severityName(nvinfer1::ILogger::Severity severity) noexcept
 {
@@ -77,9 +79,46 @@ void logWarning(std::string const& message) noexcept
     log(nvinfer1::ILogger::Severity::kWARNING, message);
 }
 
+cudaError_t takePendingCudaError(std::string const& who) noexcept
+{
+    cudaError_t const pending = cudaGetLastError();
+    if (pending != cudaSuccess)
+    {
+        logWarning(who
+            + "a CUDA error was pending before this layer launched (left by earlier work, not by this "
+              "layer): "
+            + cudaGetErrorName(pending) + ": " + cudaGetErrorString(pending));
+    }
+    return pending;
+}
+
+int32_t reportLaunch(std::string const& who, cudaError_t pending, cudaError_t status, char const* detail) noexcept
+{
+    if (status == cudaSuccess)
+    {
+        return 0;
+    }
+    std::string const extra = detail != nullptr && *detail != '\0' ? std::string(" (") + detail + ")" : "";
+    if (pending != cudaSuccess && status == pending)
+    {
+        logError(who + "the CUDA context was already failed by earlier work (" + cudaGetErrorName(status)
+            + "), so this layer could not run; look for the first CUDA error before this layer");
+    }
+    else
+    {
+        logError(who + "launch failed: " + cudaGetErrorName(status) + ": " + cudaGetErrorString(status) + extra);
+    }
+    return 1;
+}
+
 bool isSupportedFloatType(nvinfer1::DataType type) noexcept
 {
     return type == nvinfer1::DataType::kFLOAT || type == nvinfer1::DataType::kHALF;
+}
+
+bool isShapeIntType(nvinfer1::DataType type) noexcept
+{
+    return type == nvinfer1::DataType::kINT32 || type == nvinfer1::DataType::kINT64;
 }
 
 char const* dataTypeName(nvinfer1::DataType type) noexcept
@@ -163,15 +202,15 @@ bool FieldReader::readInts(char const* name, int32_t expectedLength, std::vector
     }
     if (expectedLength >= 0 && f->length != expectedLength)
     {
-        logError(where + " must have " + std::to_string(expectedLength) + " value(s), got "
-            + std::to_string(f->length));
+        logError(
+            where + " must have " + std::to_string(expectedLength) + " value(s), got " + std::to_string(f->length));
         return false;
     }
     out.resize(static_cast<size_t>(f->length));
     for (int32_t i = 0; i < f->length; ++i)
     {
         out[i] = f->type == nvinfer1::PluginFieldType::kINT32 ? static_cast<int32_t const*>(f->data)[i]
-                                                                : static_cast<int64_t const*>(f->data)[i];
+                                                              : static_cast<int64_t const*>(f->data)[i];
     }
     return true;
 }
@@ -196,8 +235,8 @@ bool checkRange(char const* pluginName, char const* name, std::vector<int64_t> c
     {
         if (v < lo || v > hi)
         {
-            logError(std::string(pluginName) + ": attribute '" + name + "' value " + std::to_string(v)
-                + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+            logError(std::string(pluginName) + ": attribute '" + name + "' value " + std::to_string(v) + " is outside ["
+                + std::to_string(lo) + ", " + std::to_string(hi) + "]");
             return false;
         }
     }
@@ -207,7 +246,7 @@ bool checkRange(char const* pluginName, char const* name, std::vector<int64_t> c
 void SerializedFields::clear() noexcept
 {
     mFields.clear();
-    mCollection = nvinfer1::PluginFieldCollection{};
+    mCollection = nvinfer1::PluginFieldCollection {};
 }
 
 void SerializedFields::addInt32s(char const* name, int32_t const* data, int32_t length)

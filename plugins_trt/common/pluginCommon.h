@@ -3,6 +3,7 @@
 #pragma once
 
 #include <NvInferRuntime.h>
+#include <cuda_runtime_api.h>
 
 #include <cstdint>
 #include <string>
@@ -24,8 +25,19 @@ void log(nvinfer1::ILogger::Severity severity, std::string const& message) noexc
 void logError(std::string const& message) noexcept;
 void logWarning(std::string const& message) noexcept;
 
+// Launch-error attribution. A non-sticky CUDA error left on this thread by earlier work (another layer, the
+// application) would otherwise be returned by our post-launch cudaGetLastError and blamed on us. Call
+// takePendingCudaError() right before launching: it clears such an error and logs it as not ours. After launching,
+// reportLaunch() returns 0 on success, else logs the failure, saying when the context was already broken (a sticky
+// error that was pending before our launch) rather than calling it our launch failure.
+cudaError_t takePendingCudaError(std::string const& who) noexcept;
+int32_t reportLaunch(
+    std::string const& who, cudaError_t pending, cudaError_t status, char const* detail = nullptr) noexcept;
+
 // True for the element types every sr plugin supports (FP32, FP16).
 bool isSupportedFloatType(nvinfer1::DataType type) noexcept;
+// True for the integer types of a shape tensor (INT32, INT64).
+bool isShapeIntType(nvinfer1::DataType type) noexcept;
 char const* dataTypeName(nvinfer1::DataType type) noexcept;
 std::string dimsToString(nvinfer1::Dims const& dims);
 
@@ -64,7 +76,7 @@ public:
 
 private:
     std::vector<nvinfer1::PluginField> mFields;
-    nvinfer1::PluginFieldCollection mCollection{};
+    nvinfer1::PluginFieldCollection mCollection {};
 };
 
 } // namespace plugin

@@ -1,9 +1,9 @@
 // Shared helpers for the sr kernels: compiled by g++ (CPU loops, plugin host code) and nvcc (CUDA kernels).
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cmath>
 #include <cstring>
 
 // Per-element math is written once and compiled for host and device.

@@ -80,176 +80,196 @@ void gemmBlock(float const* w, int64_t kLen, int rows, float const* col, int64_t
 
 } // namespace
 
-extern "C" {
-
-int sr_kernels_abi_version(void)
+extern "C"
 {
-    return SR_KERNELS_CPU_ABI;
-}
-
-char const* sr_last_error(void)
-{
-    return gLastError.c_str();
-}
-
-void sr_round_to_half(float* values, size_t count)
-{
-    for (size_t i = 0; i < count; ++i)
-        values[i] = sr::roundToHalf(values[i]);
-}
-
-int sr_dynamic_resize_f32(
-    float const* in, float* out, int n, int c, int hIn, int wIn, int hOut, int wOut, int emulateFp16)
-{
-    if (n < 0 || c < 0 || hIn < 0 || wIn < 0 || hOut < 0 || wOut < 0)
-        return fail(SR_ERR_INVALID_ARGUMENT, "dynamic_resize: sizes must be non-negative");
-    int64_t const planes = static_cast<int64_t>(n) * c;
-    if (planes == 0 || hOut == 0 || wOut == 0)
-        return ok();
-    if (hIn == 0 || wIn == 0)
-        return fail(SR_ERR_INVALID_ARGUMENT, "dynamic_resize: cannot resize an empty image to a non-empty size");
-    if (in == nullptr || out == nullptr)
-        return fail(SR_ERR_NULL_POINTER, "dynamic_resize: null buffer");
-    try
+    int sr_kernels_abi_version(void)
     {
-        bool const emulate = emulateFp16 != 0;
-        size_t const planeIn = static_cast<size_t>(hIn) * wIn;
-        size_t const planeOut = static_cast<size_t>(hOut) * wOut;
-        std::vector<float> const src = maybeRounded(in, static_cast<size_t>(planes) * planeIn, emulate);
-        float const scaleH = sr::resizeScale(hIn, hOut);
-        float const scaleW = sr::resizeScale(wIn, wOut);
-        std::vector<sr::CubicTaps> tx(wOut);
-        for (int ox = 0; ox < wOut; ++ox)
-            tx[ox] = sr::cubicTaps(scaleW, ox, wIn);
-        for (int64_t p = 0; p < planes; ++p)
+        return SR_KERNELS_CPU_ABI;
+    }
+
+    char const* sr_last_error(void)
+    {
+        return gLastError.c_str();
+    }
+
+    void sr_round_to_half(float* values, size_t count)
+    {
+        for (size_t i = 0; i < count; ++i)
+            values[i] = sr::roundToHalf(values[i]);
+    }
+
+    int sr_dynamic_resize_f32(
+        float const* in, float* out, int n, int c, int hIn, int wIn, int hOut, int wOut, int emulateFp16)
+    {
+        if (n < 0 || c < 0 || hIn < 0 || wIn < 0 || hOut < 0 || wOut < 0)
+            return fail(SR_ERR_INVALID_ARGUMENT, "dynamic_resize: sizes must be non-negative");
+        int64_t const planes = static_cast<int64_t>(n) * c;
+        if (planes == 0 || hOut == 0 || wOut == 0)
+            return ok();
+        if (hIn == 0 || wIn == 0)
+            return fail(SR_ERR_INVALID_ARGUMENT, "dynamic_resize: cannot resize an empty image to a non-empty size");
+        if (in == nullptr || out == nullptr)
+            return fail(SR_ERR_NULL_POINTER, "dynamic_resize: null buffer");
+        try
         {
-            float const* plane = src.data() + p * planeIn;
-            float* dst = out + p * planeOut;
-            for (int oy = 0; oy < hOut; ++oy)
+            bool const emulate = emulateFp16 != 0;
+            size_t const planeIn = static_cast<size_t>(hIn) * wIn;
+            size_t const planeOut = static_cast<size_t>(hOut) * wOut;
+            std::vector<float> const src = maybeRounded(in, static_cast<size_t>(planes) * planeIn, emulate);
+            float const scaleH = sr::resizeScale(hIn, hOut);
+            float const scaleW = sr::resizeScale(wIn, wOut);
+            std::vector<sr::CubicTaps> tx(wOut);
+            for (int ox = 0; ox < wOut; ++ox)
+                tx[ox] = sr::cubicTaps(scaleW, ox, wIn);
+            for (int64_t p = 0; p < planes; ++p)
             {
-                sr::CubicTaps const ty = sr::cubicTaps(scaleH, oy, hIn);
-                for (int ox = 0; ox < wOut; ++ox)
+                float const* plane = src.data() + p * planeIn;
+                float* dst = out + p * planeOut;
+                for (int oy = 0; oy < hOut; ++oy)
                 {
-                    float const v = sr::dynamicResizeElement(plane, hIn, wIn, ty, tx[ox]);
-                    dst[static_cast<int64_t>(oy) * wOut + ox] = emulate ? sr::roundToHalf(v) : v;
+                    sr::CubicTaps const ty = sr::cubicTaps(scaleH, oy, hIn);
+                    for (int ox = 0; ox < wOut; ++ox)
+                    {
+                        float const v = sr::dynamicResizeElement(plane, hIn, wIn, ty, tx[ox]);
+                        dst[static_cast<int64_t>(oy) * wOut + ox] = emulate ? sr::roundToHalf(v) : v;
+                    }
                 }
             }
         }
-    }
-    catch (std::exception const& e)
-    {
-        return fail(SR_ERR_INTERNAL, std::string("dynamic_resize: ") + e.what());
-    }
-    return ok();
-}
-
-int sr_deform_conv2d_chunk(int n, int cIn, int kH, int kW, int hOut, int wOut, size_t elemSize, size_t budget,
-    int* images, int* rows)
-{
-    if (images == nullptr || rows == nullptr)
-        return fail(SR_ERR_NULL_POINTER, "deform_conv2d_chunk: null output");
-    sr::DeformConvShape s{};
-    s.n = n;
-    s.cIn = cIn;
-    s.kH = kH;
-    s.kW = kW;
-    s.hOut = hOut;
-    s.wOut = wOut;
-    sr::DeformConvChunk const ch = sr::deformConv2dChunk(s, elemSize, budget ? budget : sr::kDeformConvColumnBudget);
-    *images = ch.images;
-    *rows = ch.rows;
-    return ok();
-}
-
-int sr_deform_conv2d_f32(float const* input, float const* weight, float const* offset, float const* mask,
-    float const* bias, float* output, int n, int cIn, int hIn, int wIn, int cOut, int kH, int kW, int hOut, int wOut,
-    int strideH, int strideW, int padH, int padW, int dilH, int dilW, int group, int offsetGroup, int emulateFp16,
-    size_t columnBudget)
-{
-    sr::DeformConvShape const s{n, cIn, hIn, wIn, cOut, kH, kW, hOut, wOut, strideH, strideW, padH, padW, dilH, dilW,
-        group, offsetGroup, bias != nullptr, mask != nullptr};
-    if (char const* why = sr::deformConv2dCheckShape(s))
-        return fail(SR_ERR_INVALID_ARGUMENT, std::string("deform_conv2d: ") + why);
-    if (n == 0)
-        return ok();
-    if (input == nullptr || weight == nullptr || offset == nullptr || output == nullptr)
-        return fail(SR_ERR_NULL_POINTER, "deform_conv2d: null buffer");
-    try
-    {
-        bool const emulate = emulateFp16 != 0;
-        int const taps = kH * kW;
-        int const cInG = cIn / group;
-        int const cOutG = cOut / group;
-        int64_t const outPlane = static_cast<int64_t>(hOut) * wOut;
-        size_t const inCount = static_cast<size_t>(n) * cIn * hIn * wIn;
-        size_t const offCount = static_cast<size_t>(n) * offsetGroup * 2 * taps * outPlane;
-        size_t const maskCount = static_cast<size_t>(n) * offsetGroup * taps * outPlane;
-        std::vector<float> const x = maybeRounded(input, inCount, emulate);
-        std::vector<float> const w = maybeRounded(weight, static_cast<size_t>(cOut) * cInG * taps, emulate);
-        std::vector<float> const off = maybeRounded(offset, offCount, emulate);
-        std::vector<float> const mk = mask ? maybeRounded(mask, maskCount, emulate) : std::vector<float>();
-        std::vector<float> const b = bias ? maybeRounded(bias, cOut, emulate) : std::vector<float>();
-
-        sr::DeformConvChunk const ch = sr::deformConv2dChunk(
-            s, emulate ? 2 : 4, columnBudget ? columnBudget : sr::kDeformConvColumnBudget);
-        std::vector<float> columns(sr::deformConv2dColumnElements(s, ch));
-        std::vector<float> acc(static_cast<size_t>(kCoBlock) * kPBlock);
-
-        for (int img0 = 0; img0 < n; img0 += ch.images)
+        catch (std::exception const& e)
         {
-            int const images = ch.images < n - img0 ? ch.images : n - img0;
-            for (int row0 = 0; row0 < hOut; row0 += ch.rows)
+            return fail(SR_ERR_INTERNAL, std::string("dynamic_resize: ") + e.what());
+        }
+        return ok();
+    }
+
+    int sr_deform_conv2d_chunk(
+        int n, int cIn, int kH, int kW, int hOut, int wOut, size_t elemSize, size_t budget, int* images, int* rows)
+    {
+        if (images == nullptr || rows == nullptr)
+            return fail(SR_ERR_NULL_POINTER, "deform_conv2d_chunk: null output");
+        sr::DeformConvShape s {};
+        s.n = n;
+        s.cIn = cIn;
+        s.kH = kH;
+        s.kW = kW;
+        s.hOut = hOut;
+        s.wOut = wOut;
+        sr::DeformConvChunk const ch
+            = sr::deformConv2dChunk(s, elemSize, budget ? budget : sr::kDeformConvColumnBudget);
+        *images = ch.images;
+        *rows = ch.rows;
+        return ok();
+    }
+
+    size_t sr_deform_conv2d_min_workspace(
+        int nMax, int cIn, int kH, int kW, int hOutMax, int wOutMax, size_t elemSize, int fixedShape)
+    {
+        sr::DeformConvShape s {};
+        s.n = nMax;
+        s.cIn = cIn;
+        s.kH = kH;
+        s.kW = kW;
+        s.hOut = hOutMax;
+        s.wOut = wOutMax;
+        if (nMax <= 0 || cIn <= 0 || kH <= 0 || kW <= 0 || hOutMax <= 0 || wOutMax <= 0 || elemSize == 0)
+            return 0;
+        return sr::deformConv2dProfileWorkspaceBytes(s, elemSize, fixedShape != 0);
+    }
+
+    int sr_deform_conv2d_f32(float const* input, float const* weight, float const* offset, float const* mask,
+        float const* bias, float* output, int n, int cIn, int hIn, int wIn, int cOut, int kH, int kW, int hOut,
+        int wOut, int strideH, int strideW, int padH, int padW, int dilH, int dilW, int group, int offsetGroup,
+        int emulateFp16, size_t columnBudget)
+    {
+        sr::DeformConvShape const s {n, cIn, hIn, wIn, cOut, kH, kW, hOut, wOut, strideH, strideW, padH, padW, dilH,
+            dilW, group, offsetGroup, bias != nullptr, mask != nullptr};
+        if (char const* why = sr::deformConv2dCheckShape(s))
+            return fail(SR_ERR_INVALID_ARGUMENT, std::string("deform_conv2d: ") + why);
+        if (n == 0)
+            return ok();
+        if (input == nullptr || weight == nullptr || offset == nullptr || output == nullptr)
+            return fail(SR_ERR_NULL_POINTER, "deform_conv2d: null buffer");
+        try
+        {
+            bool const emulate = emulateFp16 != 0;
+            int const taps = kH * kW;
+            int const cInG = cIn / group;
+            int const cOutG = cOut / group;
+            int64_t const outPlane = static_cast<int64_t>(hOut) * wOut;
+            size_t const inCount = static_cast<size_t>(n) * cIn * hIn * wIn;
+            size_t const offCount = static_cast<size_t>(n) * offsetGroup * 2 * taps * outPlane;
+            size_t const maskCount = static_cast<size_t>(n) * offsetGroup * taps * outPlane;
+            std::vector<float> const x = maybeRounded(input, inCount, emulate);
+            std::vector<float> const w = maybeRounded(weight, static_cast<size_t>(cOut) * cInG * taps, emulate);
+            std::vector<float> const off = maybeRounded(offset, offCount, emulate);
+            std::vector<float> const mk = mask ? maybeRounded(mask, maskCount, emulate) : std::vector<float>();
+            std::vector<float> const b = bias ? maybeRounded(bias, cOut, emulate) : std::vector<float>();
+
+            sr::DeformConvChunk const ch
+                = sr::deformConv2dChunk(s, emulate ? 2 : 4, columnBudget ? columnBudget : sr::kDeformConvColumnBudget);
+            std::vector<float> columns(sr::deformConv2dColumnElements(s, ch));
+            std::vector<float> acc(static_cast<size_t>(kCoBlock) * kPBlock);
+
+            for (int img0 = 0; img0 < n; img0 += ch.images)
             {
-                int const rows = ch.rows < hOut - row0 ? ch.rows : hOut - row0;
-                int64_t const cols = static_cast<int64_t>(rows) * wOut;
-                // Deformable im2col: columns [image][c * taps + tap][rows * Wo].
-                for (int bi = 0; bi < images; ++bi)
+                int const images = ch.images < n - img0 ? ch.images : n - img0;
+                for (int row0 = 0; row0 < hOut; row0 += ch.rows)
                 {
-                    int64_t const img = img0 + bi;
-                    float const* image = x.data() + img * cIn * hIn * wIn;
-                    float const* offImg = off.data() + img * offsetGroup * 2 * taps * outPlane;
-                    float const* mkImg = mask ? mk.data() + img * offsetGroup * taps * outPlane : nullptr;
-                    for (int c = 0; c < cIn; ++c)
-                        for (int i = 0; i < kH; ++i)
-                            for (int j = 0; j < kW; ++j)
-                            {
-                                float* col = columns.data() + ((bi * static_cast<int64_t>(cIn) + c) * taps + i * kW + j) * cols;
-                                for (int64_t p = 0; p < cols; ++p)
-                                {
-                                    int const oy = row0 + static_cast<int>(p / wOut);
-                                    int const ox = static_cast<int>(p % wOut);
-                                    float const v = sr::deformIm2colElement(s, image, offImg, mkImg, c, i, j, oy, ox);
-                                    col[p] = emulate ? sr::roundToHalf(v) : v;
-                                }
-                            }
-                }
-                // GEMM per image and group: out[co, p] = bias[co] + sum_k W[co, k] * col[k, p] (FP32 accumulate,
-                // k in order). Blocked: kCoBlock output channels x kPBlock positions stay in L1 while k streams.
-                for (int bi = 0; bi < images; ++bi)
-                {
-                    int64_t const img = img0 + bi;
-                    for (int g = 0; g < group; ++g)
+                    int const rows = ch.rows < hOut - row0 ? ch.rows : hOut - row0;
+                    int64_t const cols = static_cast<int64_t>(rows) * wOut;
+                    // Deformable im2col: columns [image][c * taps + tap][rows * Wo].
+                    for (int bi = 0; bi < images; ++bi)
                     {
-                        float const* colG = columns.data() + (bi * static_cast<int64_t>(cIn) + g * cInG) * taps * cols;
-                        int64_t const kLen = static_cast<int64_t>(cInG) * taps;
-                        for (int64_t p0 = 0; p0 < cols; p0 += kPBlock)
-                        {
-                            int64_t const pn = cols - p0 < kPBlock ? cols - p0 : kPBlock;
-                            for (int co0 = g * cOutG; co0 < (g + 1) * cOutG; co0 += kCoBlock)
-                            {
-                                int const con = (g + 1) * cOutG - co0 < kCoBlock ? (g + 1) * cOutG - co0 : kCoBlock;
-                                gemmBlock(w.data() + static_cast<int64_t>(co0) * kLen, kLen, con, colG + p0, cols, pn,
-                                    acc.data());
-                                for (int r = 0; r < con; ++r)
+                        int64_t const img = img0 + bi;
+                        float const* image = x.data() + img * cIn * hIn * wIn;
+                        float const* offImg = off.data() + img * offsetGroup * 2 * taps * outPlane;
+                        float const* mkImg = mask ? mk.data() + img * offsetGroup * taps * outPlane : nullptr;
+                        for (int c = 0; c < cIn; ++c)
+                            for (int i = 0; i < kH; ++i)
+                                for (int j = 0; j < kW; ++j)
                                 {
-                                    float const init = bias ? b[co0 + r] : 0.0f;
-                                    float* dst = output + (img * cOut + co0 + r) * outPlane
-                                        + static_cast<int64_t>(row0) * wOut + p0;
-                                    float const* a = acc.data() + r * kPBlock;
-                                    for (int64_t p = 0; p < pn; ++p)
+                                    float* col = columns.data()
+                                        + ((bi * static_cast<int64_t>(cIn) + c) * taps + i * kW + j) * cols;
+                                    for (int64_t p = 0; p < cols; ++p)
                                     {
-                                        float const v = a[p] + init;
-                                        dst[p] = emulate ? sr::roundToHalf(v) : v;
+                                        int const oy = row0 + static_cast<int>(p / wOut);
+                                        int const ox = static_cast<int>(p % wOut);
+                                        float const v
+                                            = sr::deformIm2colElement(s, image, offImg, mkImg, c, i, j, oy, ox);
+                                        col[p] = emulate ? sr::roundToHalf(v) : v;
+                                    }
+                                }
+                    }
+                    // GEMM per image and group: out[co, p] = bias[co] + sum_k W[co, k] * col[k, p] (FP32 accumulate,
+                    // k in order). Blocked: kCoBlock output channels x kPBlock positions stay in L1 while k streams.
+                    for (int bi = 0; bi < images; ++bi)
+                    {
+                        int64_t const img = img0 + bi;
+                        for (int g = 0; g < group; ++g)
+                        {
+                            float const* colG
+                                = columns.data() + (bi * static_cast<int64_t>(cIn) + g * cInG) * taps * cols;
+                            int64_t const kLen = static_cast<int64_t>(cInG) * taps;
+                            for (int64_t p0 = 0; p0 < cols; p0 += kPBlock)
+                            {
+                                int64_t const pn = cols - p0 < kPBlock ? cols - p0 : kPBlock;
+                                for (int co0 = g * cOutG; co0 < (g + 1) * cOutG; co0 += kCoBlock)
+                                {
+                                    int const con = (g + 1) * cOutG - co0 < kCoBlock ? (g + 1) * cOutG - co0 : kCoBlock;
+                                    gemmBlock(w.data() + static_cast<int64_t>(co0) * kLen, kLen, con, colG + p0, cols,
+                                        pn, acc.data());
+                                    for (int r = 0; r < con; ++r)
+                                    {
+                                        float const init = bias ? b[co0 + r] : 0.0f;
+                                        float* dst = output + (img * cOut + co0 + r) * outPlane
+                                            + static_cast<int64_t>(row0) * wOut + p0;
+                                        float const* a = acc.data() + r * kPBlock;
+                                        for (int64_t p = 0; p < pn; ++p)
+                                        {
+                                            float const v = a[p] + init;
+                                            dst[p] = emulate ? sr::roundToHalf(v) : v;
+                                        }
                                     }
                                 }
                             }
@@ -258,12 +278,11 @@ int sr_deform_conv2d_f32(float const* input, float const* weight, float const* o
                 }
             }
         }
+        catch (std::exception const& e)
+        {
+            return fail(SR_ERR_INTERNAL, std::string("deform_conv2d: ") + e.what());
+        }
+        return ok();
     }
-    catch (std::exception const& e)
-    {
-        return fail(SR_ERR_INTERNAL, std::string("deform_conv2d: ") + e.what());
-    }
-    return ok();
-}
 
 } // extern "C"

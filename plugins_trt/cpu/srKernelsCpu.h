@@ -8,7 +8,8 @@
 #include <stddef.h>
 
 #ifdef __cplusplus
-extern "C" {
+extern "C"
+{
 #endif
 
 #define SR_OK 0
@@ -22,30 +23,37 @@ extern "C" {
 #define SR_API
 #endif
 
-/* Bumped whenever a signature below changes (the ctypes wrapper checks it). */
-#define SR_KERNELS_CPU_ABI 1
-SR_API int sr_kernels_abi_version(void);
-/* Message of the last failure in this thread ("" when none). */
-SR_API const char* sr_last_error(void);
+/* Bumped whenever a signature below changes or a function is added (the ctypes wrapper checks it). */
+#define SR_KERNELS_CPU_ABI 2
+    SR_API int sr_kernels_abi_version(void);
+    /* Message of the last failure in this thread ("" when none). */
+    SR_API const char* sr_last_error(void);
 
-/* out[n, c, h_out, w_out] = bicubic resize of in[n, c, h_in, w_in] (torch F.interpolate, align_corners=False). */
-SR_API int sr_dynamic_resize_f32(const float* in, float* out, int n, int c, int h_in, int w_in, int h_out, int w_out,
-    int emulate_fp16);
+    /* out[n, c, h_out, w_out] = bicubic resize of in[n, c, h_in, w_in] (torch F.interpolate, align_corners=False). */
+    SR_API int sr_dynamic_resize_f32(
+        const float* in, float* out, int n, int c, int h_in, int w_in, int h_out, int w_out, int emulate_fp16);
 
-/* torchvision deform_conv2d. mask / bias may be NULL. pad_h / pad_w are the begin pads (h_out / w_out carry the end
- * pads). column_budget: bytes per im2col chunk (0 = the CUDA launcher's default), so tests can force the chunking
- * the GPU uses for big inputs; elem size for the chunk rule is 2 with emulate_fp16 else 4. */
-SR_API int sr_deform_conv2d_f32(const float* input, const float* weight, const float* offset, const float* mask,
-    const float* bias, float* output, int n, int c_in, int h_in, int w_in, int c_out, int k_h, int k_w, int h_out,
-    int w_out, int stride_h, int stride_w, int pad_h, int pad_w, int dil_h, int dil_w, int group, int offset_group,
-    int emulate_fp16, size_t column_budget);
+    /* torchvision deform_conv2d. mask / bias may be NULL. pad_h / pad_w are the begin pads (h_out / w_out carry the end
+     * pads). column_budget: bytes per im2col chunk (0 = the CUDA launcher's default), so tests can force the chunking
+     * the GPU uses for big inputs; elem size for the chunk rule is 2 with emulate_fp16 else 4. */
+    SR_API int sr_deform_conv2d_f32(const float* input, const float* weight, const float* offset, const float* mask,
+        const float* bias, float* output, int n, int c_in, int h_in, int w_in, int c_out, int k_h, int k_w, int h_out,
+        int w_out, int stride_h, int stride_w, int pad_h, int pad_w, int dil_h, int dil_w, int group, int offset_group,
+        int emulate_fp16, size_t column_budget);
 
-/* The chunk rule (deformConv2dChunk) for a shape: images per chunk and output rows per chunk. */
-SR_API int sr_deform_conv2d_chunk(int n, int c_in, int k_h, int k_w, int h_out, int w_out, size_t elem_size,
-    size_t column_budget, int* images, int* rows);
+    /* The chunk rule (deformConv2dChunk) for a shape: images per chunk and output rows per chunk. */
+    SR_API int sr_deform_conv2d_chunk(int n, int c_in, int k_h, int k_w, int h_out, int w_out, size_t elem_size,
+        size_t column_budget, int* images, int* rows);
 
-/* Rounds values in place to the nearest FP16 value (round to nearest even), as __float2half_rn would. */
-SR_API void sr_round_to_half(float* values, size_t count);
+    /* Least workspace (bytes) the DeformConv2d plugin asks TensorRT for, for a profile whose largest problem has these
+     * extents (batch, input channels, kernel, output height/width at the profile maxima); fixed_shape != 0 when the
+     * profile has one shape. Same rule as the plugin's getWorkspaceSize (deformConv2dProfileWorkspaceBytes), so the
+     * engine stage can refuse a smaller --workspace before building. 0 for an empty problem. */
+    SR_API size_t sr_deform_conv2d_min_workspace(
+        int n_max, int c_in, int k_h, int k_w, int h_out_max, int w_out_max, size_t elem_size, int fixed_shape);
+
+    /* Rounds values in place to the nearest FP16 value (round to nearest even), as __float2half_rn would. */
+    SR_API void sr_round_to_half(float* values, size_t count);
 
 #ifdef __cplusplus
 }

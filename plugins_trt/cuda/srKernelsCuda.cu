@@ -16,10 +16,12 @@ cublasHandle_t sharedCublas()
 {
     static std::once_flag once;
     static cublasHandle_t handle = nullptr;
-    std::call_once(once, [] {
-        if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS)
-            handle = nullptr;
-    });
+    std::call_once(once,
+        []
+        {
+            if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS)
+                handle = nullptr;
+        });
     return handle;
 }
 
@@ -29,18 +31,19 @@ SR_CUDA_API int sr_cuda_dynamic_resize(
     int dtype, void const* in, void* out, int n, int c, int hIn, int wIn, int hOut, int wOut, void* stream)
 {
     auto const st = static_cast<cudaStream_t>(stream);
+    cudaGetLastError(); // an error left by earlier work is not this launch's (the caller checked its own)
     if (dtype == 0)
-        return sr::launchDynamicResize(static_cast<float const*>(in), static_cast<float*>(out), n, c, hIn, wIn, hOut,
-            wOut, st);
+        return sr::launchDynamicResize(
+            static_cast<float const*>(in), static_cast<float*>(out), n, c, hIn, wIn, hOut, wOut, st);
     if (dtype == 1)
-        return sr::launchDynamicResize(static_cast<__half const*>(in), static_cast<__half*>(out), n, c, hIn, wIn,
-            hOut, wOut, st);
+        return sr::launchDynamicResize(
+            static_cast<__half const*>(in), static_cast<__half*>(out), n, c, hIn, wIn, hOut, wOut, st);
     return cudaErrorInvalidValue;
 }
 
 SR_CUDA_API size_t sr_cuda_deform_conv2d_workspace_size(int const* dims, int hasBias, int hasMask, size_t elemSize)
 {
-    sr::DeformConvShape s{dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], dims[7], dims[8], dims[9],
+    sr::DeformConvShape s {dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], dims[7], dims[8], dims[9],
         dims[10], dims[11], dims[12], dims[13], dims[14], dims[15], dims[16], hasBias != 0, hasMask != 0};
     return sr::deformConv2dWorkspaceSize(s, elemSize);
 }
@@ -49,12 +52,13 @@ SR_CUDA_API size_t sr_cuda_deform_conv2d_workspace_size(int const* dims, int has
 SR_CUDA_API int sr_cuda_deform_conv2d(int dtype, int const* dims, void const* input, void const* weight,
     void const* offset, void const* mask, void const* bias, void* output, void* workspace, void* stream)
 {
-    sr::DeformConvShape s{dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], dims[7], dims[8], dims[9],
+    sr::DeformConvShape s {dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], dims[7], dims[8], dims[9],
         dims[10], dims[11], dims[12], dims[13], dims[14], dims[15], dims[16], bias != nullptr, mask != nullptr};
     cublasHandle_t const handle = sharedCublas();
     if (handle == nullptr)
         return cudaErrorInitializationError;
     auto const st = static_cast<cudaStream_t>(stream);
+    cudaGetLastError(); // as above: report only what this launch causes
     if (dtype == 0)
         return sr::launchDeformConv2d(s, static_cast<float const*>(input), static_cast<float const*>(weight),
             static_cast<float const*>(offset), static_cast<float const*>(mask), static_cast<float const*>(bias),

@@ -19,16 +19,16 @@ unsigned gridFor(int64_t total)
 // columns [images][C * kH * kW][rows * Wo] for images img0.., output rows row0..row0+rows-1.
 // One thread per (image, channel, output position); it writes that position's kH*kW taps.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) deformIm2colKernel(DeformConvShape s, T const* __restrict__ input,
-    T const* __restrict__ offset, T const* __restrict__ mask, T* __restrict__ columns, int img0, int images, int row0,
-    int rows)
+__global__ void __launch_bounds__(kThreads)
+    deformIm2colKernel(DeformConvShape s, T const* __restrict__ input, T const* __restrict__ offset,
+        T const* __restrict__ mask, T* __restrict__ columns, int img0, int images, int row0, int rows)
 {
     int64_t const cols = static_cast<int64_t>(rows) * s.wOut;
     int64_t const total = static_cast<int64_t>(images) * s.cIn * cols;
     int const taps = s.kH * s.kW;
     int64_t const outPlane = static_cast<int64_t>(s.hOut) * s.wOut;
     for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
-         idx += static_cast<int64_t>(blockDim.x) * gridDim.x)
+        idx += static_cast<int64_t>(blockDim.x) * gridDim.x)
     {
         int64_t const p = idx % cols;
         int64_t const rest = idx / cols;
@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kThreads) biasFillKernel(
     int64_t const total = static_cast<int64_t>(images) * s.cOut * cols;
     int64_t const outPlane = static_cast<int64_t>(s.hOut) * s.wOut;
     for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
-         idx += static_cast<int64_t>(blockDim.x) * gridDim.x)
+        idx += static_cast<int64_t>(blockDim.x) * gridDim.x)
     {
         int64_t const p = idx % cols;
         int64_t const rest = idx / cols;
@@ -92,13 +92,26 @@ size_t deformConv2dWorkspaceSize(DeformConvShape const& s, size_t elemSize)
     {
         return 0;
     }
-    return deformConv2dColumnElements(s, deformConv2dChunk(s, elemSize)) * elemSize + kWorkspaceAlignment;
+    return deformConv2dWorkspaceBytes(s, elemSize);
 }
 
 template <typename T>
 cudaError_t launchDeformConv2d(DeformConvShape const& s, T const* input, T const* weight, T const* offset,
-    T const* mask, T const* bias, T* output, void* workspace, cublasHandle_t cublas, cudaStream_t stream)
+    T const* mask, T const* bias, T* output, void* workspace, cublasHandle_t cublas, cudaStream_t stream,
+    DeformConvGemmOptions const& options, cublasStatus_t* cublasStatus)
 {
+    auto cublasFailed = [cublasStatus](cublasStatus_t st)
+    {
+        if (cublasStatus != nullptr)
+        {
+            *cublasStatus = st;
+        }
+        return cudaErrorUnknown;
+    };
+    if (cublasStatus != nullptr)
+    {
+        *cublasStatus = CUBLAS_STATUS_SUCCESS;
+    }
     if (deformConv2dCheckShape(s) != nullptr)
     {
         return cudaErrorInvalidValue;
@@ -113,12 +126,25 @@ cudaError_t launchDeformConv2d(DeformConvShape const& s, T const* input, T const
         return cudaErrorInvalidValue;
     }
     T const* maskOrNull = s.hasMask ? mask : nullptr;
-    if (cublasSetStream(cublas, stream) != CUBLAS_STATUS_SUCCESS
-        || cublasSetPointerMode(cublas, CUBLAS_POINTER_MODE_HOST) != CUBLAS_STATUS_SUCCESS)
-    {
-        return cudaErrorUnknown;
-    }
     T* columns = reinterpret_cast<T*>(alignUp(reinterpret_cast<uintptr_t>(workspace), kWorkspaceAlignment));
+    size_t const columnBytes = deformConv2dColumnElements(s, deformConv2dChunk(s, sizeof(T))) * sizeof(T);
+    void* cublasWorkspace = reinterpret_cast<char*>(columns) + alignUp(columnBytes, kWorkspaceAlignment);
+    // cublasSetStream resets the workspace to cuBLAS's own pool, so the workspace is set after it, on every launch.
+    // Math mode: TF32 tensor ops for FP32 only when allowed; plain FP32 otherwise (FP16 uses tensor cores anyway).
+    cublasMath_t const math = options.allowTf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+    cublasStatus_t st = cublasSetStream(cublas, stream);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasSetWorkspace(cublas, cublasWorkspace, kDeformConvCublasWorkspace);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasSetPointerMode(cublas, CUBLAS_POINTER_MODE_HOST);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasSetMathMode(cublas, math);
+    if (st != CUBLAS_STATUS_SUCCESS)
+    {
+        return cublasFailed(st);
+    }
+    cublasComputeType_t const compute
+        = options.allowTf32 && cudaTypeOf<T>() == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 
     DeformConvChunk const ch = deformConv2dChunk(s, sizeof(T));
     int const taps = s.kH * s.kW;
@@ -153,14 +179,13 @@ cudaError_t launchDeformConv2d(DeformConvShape const& s, T const* input, T const
             // Row-major out_g[CoutG, N] = W_g[CoutG, K] x col_g[K, N]  <=>  column-major
             // out_g^T (N x CoutG, ld Ho*Wo) = col_g^T (N x K, ld N) x W_g^T (K x CoutG, ld K).
             T* out0 = output + static_cast<int64_t>(img0) * s.cOut * outPlane + static_cast<int64_t>(row0) * s.wOut;
-            cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
             if (s.group == 1)
             {
                 // One batched call over the chunk's images; the weight is shared (stride 0).
                 st = cublasGemmStridedBatchedEx(cublas, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(cols), cOutG,
                     static_cast<int>(k), &alpha, columns, dt, static_cast<int>(cols), k * cols, weight, dt,
                     static_cast<int>(k), 0, &beta, out0, dt, static_cast<int>(outPlane), s.cOut * outPlane, images,
-                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                    compute, CUBLAS_GEMM_DEFAULT);
             }
             else
             {
@@ -171,13 +196,12 @@ cudaError_t launchDeformConv2d(DeformConvShape const& s, T const* input, T const
                         static_cast<int>(k), &alpha, columns + static_cast<int64_t>(b) * s.cIn * taps * cols, dt,
                         static_cast<int>(cols), k * cols, weight, dt, static_cast<int>(k),
                         static_cast<long long>(cOutG) * k, &beta, out0 + static_cast<int64_t>(b) * s.cOut * outPlane,
-                        dt, static_cast<int>(outPlane), cOutG * outPlane, s.group, CUBLAS_COMPUTE_32F,
-                        CUBLAS_GEMM_DEFAULT);
+                        dt, static_cast<int>(outPlane), cOutG * outPlane, s.group, compute, CUBLAS_GEMM_DEFAULT);
                 }
             }
             if (st != CUBLAS_STATUS_SUCCESS)
             {
-                return cudaErrorUnknown;
+                return cublasFailed(st);
             }
         }
     }
@@ -185,8 +209,10 @@ cudaError_t launchDeformConv2d(DeformConvShape const& s, T const* input, T const
 }
 
 template cudaError_t launchDeformConv2d<float>(DeformConvShape const&, float const*, float const*, float const*,
-    float const*, float const*, float*, void*, cublasHandle_t, cudaStream_t);
+    float const*, float const*, float*, void*, cublasHandle_t, cudaStream_t, DeformConvGemmOptions const&,
+    cublasStatus_t*);
 template cudaError_t launchDeformConv2d<__half>(DeformConvShape const&, __half const*, __half const*, __half const*,
-    __half const*, __half const*, __half*, void*, cublasHandle_t, cudaStream_t);
+    __half const*, __half const*, __half*, void*, cublasHandle_t, cudaStream_t, DeformConvGemmOptions const&,
+    cublasStatus_t*);
 
 } // namespace sr

@@ -61,8 +61,8 @@ SR_HD inline float deformBilinear(T const* plane, int h, int w, float y, float x
 // `image` points at that image's [C, H, W], `offset` / `mask` at that image's offset / mask tensors
 // (mask may be null = all ones). Returns mask * bilinear sample, in float.
 template <typename T>
-SR_HD inline float deformIm2colElement(DeformConvShape const& s, T const* image, T const* offset, T const* mask,
-    int c, int i, int j, int oy, int ox)
+SR_HD inline float deformIm2colElement(
+    DeformConvShape const& s, T const* image, T const* offset, T const* mask, int c, int i, int j, int oy, int ox)
 {
     int64_t const plane = static_cast<int64_t>(s.hOut) * s.wOut;
     int64_t const pos = static_cast<int64_t>(oy) * s.wOut + ox;
@@ -99,7 +99,7 @@ struct DeformConvChunk
 SR_HD inline DeformConvChunk deformConv2dChunk(
     DeformConvShape const& s, size_t elemSize, size_t budget = kDeformConvColumnBudget)
 {
-    DeformConvChunk ch{1, 1};
+    DeformConvChunk ch {1, 1};
     size_t const rowBytes = static_cast<size_t>(s.cIn) * s.kH * s.kW * s.wOut * elemSize;
     size_t const imageBytes = rowBytes * s.hOut;
     if (rowBytes == 0 || s.n <= 0 || s.hOut <= 0)
@@ -125,6 +125,43 @@ SR_HD inline DeformConvChunk deformConv2dChunk(
 SR_HD inline size_t deformConv2dColumnElements(DeformConvShape const& s, DeformConvChunk const& ch)
 {
     return static_cast<size_t>(ch.images) * s.cIn * s.kH * s.kW * static_cast<size_t>(ch.rows) * s.wOut;
+}
+
+// ---- Workspace layout: [align pad][im2col columns of one chunk][align pad][cuBLAS workspace] ----------------
+// cuBLAS gets its workspace from ours (cublasSetWorkspace) so that it never allocates inside enqueue or while a CUDA
+// graph is being captured. 4 MiB is cuBLAS's recommended size before Hopper; Hopper kernels want 32 MiB.
+constexpr size_t kDeformConvCublasWorkspace = size_t(32) << 20;
+
+// Bytes of workspace for one launch of this exact shape: the chunk's columns, both parts aligned, plus cuBLAS's.
+// 0 when the batch is empty.
+inline size_t deformConv2dWorkspaceBytes(DeformConvShape const& s, size_t elemSize)
+{
+    if (s.n <= 0)
+    {
+        return 0;
+    }
+    size_t const columns = deformConv2dColumnElements(s, deformConv2dChunk(s, elemSize)) * elemSize;
+    return kWorkspaceAlignment + alignUp(columns, kWorkspaceAlignment) + kDeformConvCublasWorkspace;
+}
+
+// Bytes that serve every shape of a dynamic profile whose largest shape is `sMax` (every extent at its maximum).
+// A smaller problem can pack its chunk closer to the column budget than the largest one does; any chunk holds at
+// most max(budget, one output row of columns) and never more than the whole problem's columns, both largest at the
+// maxima. `fixed`: the profile has one shape, so the exact size is enough. This is also the least workspace a
+// TensorRT build must allow for the layer (pipeline's engine stage refuses a smaller --workspace).
+inline size_t deformConv2dProfileWorkspaceBytes(DeformConvShape const& sMax, size_t elemSize, bool fixed)
+{
+    size_t const exact = deformConv2dWorkspaceBytes(sMax, elemSize);
+    if (fixed || exact == 0)
+    {
+        return exact;
+    }
+    size_t const rowBytes = static_cast<size_t>(sMax.cIn) * sMax.kH * sMax.kW * sMax.wOut * elemSize;
+    size_t const allBytes = rowBytes * sMax.hOut * sMax.n;
+    size_t const chunkMax = kDeformConvColumnBudget > rowBytes ? kDeformConvColumnBudget : rowBytes;
+    size_t const bound = allBytes < chunkMax ? allBytes : chunkMax;
+    size_t const dynamic = kWorkspaceAlignment + alignUp(bound, kWorkspaceAlignment) + kDeformConvCublasWorkspace;
+    return dynamic > exact ? dynamic : exact;
 }
 
 // Validation shared by every implementation. Returns nullptr when the shape is usable, else a reason.

@@ -3,7 +3,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <exception>
 #include <limits>
 #include <sstream>
@@ -103,7 +102,8 @@ bool parseDeformConv2dParams(nvinfer1::PluginFieldCollection const* fc, DeformCo
         || !readPair(fc, "dilations", 2, 1, kMAX_SPATIAL, p.dilations)
         || !readPair(fc, "group", 1, 1, kMAX_GROUPS, &p.group)
         || !readPair(fc, "offset_group", 1, 1, kMAX_GROUPS, &p.offsetGroup)
-        || !readPair(fc, "kernel_shape", 2, 1, kMAX_SPATIAL, p.kernelShape, &hasKernel))
+        || !readPair(fc, "kernel_shape", 2, 1, kMAX_SPATIAL, p.kernelShape, &hasKernel)
+        || !readPair(fc, "allow_tf32", 1, 0, 1, &p.allowTf32))
     {
         return false;
     }
@@ -114,13 +114,14 @@ bool parseDeformConv2dParams(nvinfer1::PluginFieldCollection const* fc, DeformCo
 
 DeformConv2dPlugin::DeformConv2dPlugin(std::string layerName, DeformConv2dParams const& params)
     : mLayerName(std::move(layerName))
+    , mLogPrefix(std::string(kNAME) + " '" + mLayerName + "': ")
     , mParams(params)
 {
     std::ostringstream os;
-    os << "sr.DeformConv2d.1;strides=" << mParams.strides[0] << "," << mParams.strides[1] << ";pads="
-       << mParams.pads[0] << "," << mParams.pads[1] << "," << mParams.pads[2] << "," << mParams.pads[3]
+    os << "sr.DeformConv2d.1;strides=" << mParams.strides[0] << "," << mParams.strides[1] << ";pads=" << mParams.pads[0]
+       << "," << mParams.pads[1] << "," << mParams.pads[2] << "," << mParams.pads[3]
        << ";dilations=" << mParams.dilations[0] << "," << mParams.dilations[1] << ";group=" << mParams.group
-       << ";offset_group=" << mParams.offsetGroup;
+       << ";offset_group=" << mParams.offsetGroup << ";allow_tf32=" << mParams.allowTf32;
     if (mParams.hasKernelShape)
     {
         os << ";kernel_shape=" << mParams.kernelShape[0] << "," << mParams.kernelShape[1];
@@ -139,7 +140,7 @@ DeformConv2dPlugin::~DeformConv2dPlugin()
 
 std::string DeformConv2dPlugin::prefix() const
 {
-    return std::string(kNAME) + " '" + mLayerName + "': ";
+    return mLogPrefix;
 }
 
 nvinfer1::IPluginCapability* DeformConv2dPlugin::getCapabilityInterface(nvinfer1::PluginCapabilityType type) noexcept
@@ -264,8 +265,8 @@ bool DeformConv2dPlugin::checkIO(Dims const* dims, DataType const* types, int32_
         && sameOrUnknown(off.d[3], y.d[3]) && (!known(kH) || !known(kW) || sameOrUnknown(off.d[1], 2 * og * kH * kW));
     if (!offsetOk)
     {
-        logError(prefix() + "offset must be [N, 2*offset_group*kH*kW, H_out, W_out]: " + shapes + ", Y "
-            + dimsToString(y));
+        logError(
+            prefix() + "offset must be [N, 2*offset_group*kH*kW, H_out, W_out]: " + shapes + ", Y " + dimsToString(y));
         return false;
     }
     if (nbInputs >= 4 && !sameOrUnknown(dims[kB].d[0], cOut))
@@ -341,9 +342,8 @@ int32_t DeformConv2dPlugin::getOutputDataTypes(
     return 0;
 }
 
-int32_t DeformConv2dPlugin::getOutputShapes(DimsExprs const* inputs, int32_t nbInputs,
-    DimsExprs const* /*shapeInputs*/, int32_t nbShapeInputs, DimsExprs* outputs, int32_t nbOutputs,
-    nvinfer1::IExprBuilder& exprBuilder) noexcept
+int32_t DeformConv2dPlugin::getOutputShapes(DimsExprs const* inputs, int32_t nbInputs, DimsExprs const* /*shapeInputs*/,
+    int32_t nbShapeInputs, DimsExprs* outputs, int32_t nbOutputs, nvinfer1::IExprBuilder& exprBuilder) noexcept
 {
     if (nbInputs < 3 || nbInputs > 5 || nbShapeInputs != 0 || nbOutputs != 1)
     {
@@ -422,7 +422,7 @@ int32_t DeformConv2dPlugin::getNbOutputs() const noexcept
 
 DeformConvShape DeformConv2dPlugin::makeShape(Dims const* inDims, Dims const& outDims, int32_t nbInputs) const
 {
-    DeformConvShape s{};
+    DeformConvShape s {};
     s.n = static_cast<int>(inDims[kX].d[0]);
     s.cIn = static_cast<int>(inDims[kX].d[1]);
     s.hIn = static_cast<int>(inDims[kX].d[2]);
@@ -470,19 +470,12 @@ size_t DeformConv2dPlugin::getWorkspaceSize(DynamicPluginTensorDesc const* input
         sMax.hOut = convOutputSize(sMax.hIn, mParams.pads[0], mParams.pads[2], sMax.kH, sMax.dilH, sMax.strideH);
         sMax.wOut = convOutputSize(sMax.wIn, mParams.pads[1], mParams.pads[3], sMax.kW, sMax.dilW, sMax.strideW);
     }
-    size_t const exact = deformConv2dWorkspaceSize(sMax, elemSize);
-    if (fixed || exact == 0)
+    if (deformConv2dCheckShape(sMax) != nullptr)
     {
-        return exact; // one shape: exactly the launcher's im2col chunk
+        return 0;
     }
-    // Dynamic profile: TensorRT wants one size that serves every problem up to the maxima, and a smaller problem can
-    // pack its chunk closer to the column budget than the largest one does. Any chunk holds at most
-    // max(budget, one output row of columns) and never more than the whole problem's columns; both are largest at
-    // the profile maxima.
-    size_t const rowBytes = static_cast<size_t>(sMax.cIn) * sMax.kH * sMax.kW * sMax.wOut * elemSize;
-    size_t const allBytes = rowBytes * sMax.hOut * sMax.n;
-    size_t const chunkBound = std::min(std::max(kDeformConvColumnBudget, rowBytes), allBytes);
-    return std::max(exact, chunkBound + kWorkspaceAlignment);
+    // One rule, shared with the CPU library's sr_deform_conv2d_min_workspace (the engine stage's --workspace check).
+    return deformConv2dProfileWorkspaceBytes(sMax, elemSize, fixed);
 }
 
 char const* DeformConv2dPlugin::getTimingCacheID() noexcept
@@ -558,6 +551,11 @@ int32_t DeformConv2dPlugin::enqueue(PluginTensorDesc const* inputDesc, PluginTen
     }
     void const* bias = mNbInputs >= 4 ? inputs[kB] : nullptr;
     void const* mask = mNbInputs == 5 ? inputs[kMASK] : nullptr;
+    DeformConvGemmOptions options;
+    options.allowTf32 = mParams.allowTf32 != 0;
+    cublasStatus_t gemmStatus = CUBLAS_STATUS_SUCCESS;
+    std::string const& who = mLogPrefix;
+    cudaError_t const pending = takePendingCudaError(who);
     cudaError_t status = cudaSuccess;
     switch (inputDesc[kX].type)
     {
@@ -565,24 +563,18 @@ int32_t DeformConv2dPlugin::enqueue(PluginTensorDesc const* inputDesc, PluginTen
         status = launchDeformConv2d<float>(s, static_cast<float const*>(inputs[kX]),
             static_cast<float const*>(inputs[kW]), static_cast<float const*>(inputs[kOFFSET]),
             static_cast<float const*>(mask), static_cast<float const*>(bias), static_cast<float*>(outputs[0]),
-            workspace, mCublas, stream);
+            workspace, mCublas, stream, options, &gemmStatus);
         break;
     case DataType::kHALF:
         status = launchDeformConv2d<__half>(s, static_cast<__half const*>(inputs[kX]),
             static_cast<__half const*>(inputs[kW]), static_cast<__half const*>(inputs[kOFFSET]),
             static_cast<__half const*>(mask), static_cast<__half const*>(bias), static_cast<__half*>(outputs[0]),
-            workspace, mCublas, stream);
+            workspace, mCublas, stream, options, &gemmStatus);
         break;
-    default:
-        logError(prefix() + "enqueue got unsupported type " + dataTypeName(inputDesc[kX].type));
-        return 1;
+    default: logError(who + "enqueue got unsupported type " + dataTypeName(inputDesc[kX].type)); return 1;
     }
-    if (status != cudaSuccess)
-    {
-        logError(prefix() + "launch failed: " + cudaGetErrorString(status));
-        return 1;
-    }
-    return 0;
+    char const* detail = gemmStatus != CUBLAS_STATUS_SUCCESS ? cublasGetStatusString(gemmStatus) : nullptr;
+    return reportLaunch(who, pending, status, detail);
 }
 
 nvinfer1::IPluginV3* DeformConv2dPlugin::attachToContext(nvinfer1::IPluginResourceContext* /*context*/) noexcept
@@ -611,6 +603,7 @@ nvinfer1::PluginFieldCollection const* DeformConv2dPlugin::getFieldsToSerialize(
         {
             mSerialized.addInt32s("kernel_shape", mParams.kernelShape, 2);
         }
+        mSerialized.addInt32s("allow_tf32", &mParams.allowTf32, 1);
         return mSerialized.collection();
     }
     catch (std::exception const& e)
@@ -628,6 +621,7 @@ DeformConv2dPluginCreator::DeformConv2dPluginCreator()
     mFields.emplace_back("group", nullptr, PluginFieldType::kINT32, 1);
     mFields.emplace_back("offset_group", nullptr, PluginFieldType::kINT32, 1);
     mFields.emplace_back("kernel_shape", nullptr, PluginFieldType::kINT32, 2);
+    mFields.emplace_back("allow_tf32", nullptr, PluginFieldType::kINT32, 1);
     mFieldNames.nbFields = static_cast<int32_t>(mFields.size());
     mFieldNames.fields = mFields.data();
 }

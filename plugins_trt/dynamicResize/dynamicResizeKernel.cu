@@ -15,7 +15,7 @@ __global__ void __launch_bounds__(kThreads) dynamicResizeKernel(T const* __restr
 {
     int64_t const planeIn = static_cast<int64_t>(hIn) * wIn;
     for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
-         idx += static_cast<int64_t>(blockDim.x) * gridDim.x)
+        idx += static_cast<int64_t>(blockDim.x) * gridDim.x)
     {
         int const ox = static_cast<int>(idx % wOut);
         int64_t const rest = idx / wOut;
@@ -54,7 +54,6 @@ cudaError_t launchDynamicResize(
 }
 
 template cudaError_t launchDynamicResize<float>(float const*, float*, int, int, int, int, int, int, cudaStream_t);
-template cudaError_t launchDynamicResize<__half>(
-    __half const*, __half*, int, int, int, int, int, int, cudaStream_t);
+template cudaError_t launchDynamicResize<__half>(__half const*, __half*, int, int, int, int, int, int, cudaStream_t);
 
 } // namespace sr

@@ -66,7 +66,7 @@ SR_HD inline CubicTaps cubicTaps(float scale, int dst, int inSize)
     float const fl = floorf(src);
     int const i0 = static_cast<int>(fl);
     cubicWeights(src - fl, taps.w);
-SR_UNROLL
+    SR_UNROLL
     for (int k = 0; k < 4; ++k)
     {
         taps.idx[k] = clampIndex(i0 - 1 + k, inSize);
@@ -80,7 +80,7 @@ template <typename T>
 SR_HD inline float dynamicResizeElement(T const* plane, int hIn, int wIn, CubicTaps const& ty, CubicTaps const& tx)
 {
     float rows[4];
-SR_UNROLL
+    SR_UNROLL
     for (int r = 0; r < 4; ++r)
     {
         T const* row = plane + static_cast<int64_t>(ty.idx[r]) * wIn;

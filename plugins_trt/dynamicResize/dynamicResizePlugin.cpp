@@ -33,6 +33,7 @@ std::string prefix(std::string const& layerName)
 
 DynamicResizePlugin::DynamicResizePlugin(std::string layerName)
     : mLayerName(std::move(layerName))
+    , mLogPrefix(prefix(mLayerName))
 {
 }
 
@@ -75,19 +76,32 @@ char const* DynamicResizePlugin::getPluginNamespace() const noexcept
     return kPLUGIN_NAMESPACE;
 }
 
-bool DynamicResizePlugin::checkIO(Dims const& in, DataType inType, Dims const& out, DataType outType,
-    int32_t nbInputs, int32_t nbOutputs) const
+bool DynamicResizePlugin::checkInputCount(int32_t nbInputs, int32_t nbOutputs, char const* method) const
 {
-    if (nbInputs != 1 || nbOutputs != 1)
+    if ((nbInputs != 1 && nbInputs != 2) || nbOutputs != 1)
     {
-        logError(prefix(mLayerName) + "expects 1 tensor input (X) plus the size shape input and 1 output, got "
+        logError(prefix(mLayerName) + method
+            + ": expects X (optionally followed by the size shape tensor) and 1 "
+              "output, got "
             + std::to_string(nbInputs) + " input(s) and " + std::to_string(nbOutputs) + " output(s)");
+        return false;
+    }
+    return true;
+}
+
+bool DynamicResizePlugin::checkIO(
+    Dims const& in, DataType inType, Dims const& out, DataType outType, DataType const* sizeType) const
+{
+    if (sizeType != nullptr && !isShapeIntType(*sizeType))
+    {
+        logError(prefix(mLayerName) + "the second input must be the INT32/INT64 size shape tensor, got "
+            + dataTypeName(*sizeType));
         return false;
     }
     if (in.nbDims != 4 || out.nbDims != 4)
     {
-        logError(prefix(mLayerName) + "X and Y must be 4-D NCHW, got X " + dimsToString(in) + ", Y "
-            + dimsToString(out));
+        logError(
+            prefix(mLayerName) + "X and Y must be 4-D NCHW, got X " + dimsToString(in) + ", Y " + dimsToString(out));
         return false;
     }
     if (!isSupportedFloatType(inType) || outType != inType)
@@ -125,26 +139,30 @@ bool DynamicResizePlugin::checkIO(Dims const& in, DataType inType, Dims const& o
 int32_t DynamicResizePlugin::configurePlugin(
     DynamicPluginTensorDesc const* in, int32_t nbInputs, DynamicPluginTensorDesc const* out, int32_t nbOutputs) noexcept
 {
-    if (in == nullptr || out == nullptr || nbInputs < 1 || nbOutputs < 1)
+    if (in == nullptr || out == nullptr || !checkInputCount(nbInputs, nbOutputs, "configurePlugin"))
     {
-        logError(prefix(mLayerName) + "configurePlugin called without tensor descriptions");
         return 1;
     }
-    return checkIO(in[0].desc.dims, in[0].desc.type, out[0].desc.dims, out[0].desc.type, nbInputs, nbOutputs) ? 0 : 1;
+    DataType const* sizeType = nbInputs == 2 ? &in[1].desc.type : nullptr;
+    return checkIO(in[0].desc.dims, in[0].desc.type, out[0].desc.dims, out[0].desc.type, sizeType) ? 0 : 1;
 }
 
 int32_t DynamicResizePlugin::getOutputDataTypes(
     DataType* outputTypes, int32_t nbOutputs, DataType const* inputTypes, int32_t nbInputs) const noexcept
 {
-    if (nbInputs != 1 || nbOutputs != 1 || outputTypes == nullptr || inputTypes == nullptr)
+    if (outputTypes == nullptr || inputTypes == nullptr || !checkInputCount(nbInputs, nbOutputs, "getOutputDataTypes"))
     {
-        logError(prefix(mLayerName) + "expects 1 tensor input and 1 output, got " + std::to_string(nbInputs)
-            + " and " + std::to_string(nbOutputs));
         return 1;
     }
     if (!isSupportedFloatType(inputTypes[0]))
     {
         logError(prefix(mLayerName) + "X must be FP32 or FP16, got " + dataTypeName(inputTypes[0]));
+        return 1;
+    }
+    if (nbInputs == 2 && !isShapeIntType(inputTypes[1]))
+    {
+        logError(prefix(mLayerName) + "the second input must be the INT32/INT64 size shape tensor, got "
+            + dataTypeName(inputTypes[1]));
         return 1;
     }
     outputTypes[0] = inputTypes[0];
@@ -154,11 +172,12 @@ int32_t DynamicResizePlugin::getOutputDataTypes(
 int32_t DynamicResizePlugin::getOutputShapes(DimsExprs const* inputs, int32_t nbInputs, DimsExprs const* shapeInputs,
     int32_t nbShapeInputs, DimsExprs* outputs, int32_t nbOutputs, nvinfer1::IExprBuilder& /*exprBuilder*/) noexcept
 {
-    if (nbInputs != 1 || nbShapeInputs != 1 || nbOutputs != 1)
+    if ((nbInputs != 1 && nbInputs != 2) || nbShapeInputs != 1 || nbOutputs != 1)
     {
-        logError(prefix(mLayerName) + "expects X as the only tensor input and 'size' as a shape input (ONNX "
-            "attribute tensorrt_plugin_shape_input_indices=[1]); got " + std::to_string(nbInputs)
-            + " tensor input(s) and " + std::to_string(nbShapeInputs) + " shape input(s)");
+        logError(prefix(mLayerName)
+            + "expects X as the only tensor input and 'size' as a shape input (ONNX "
+              "attribute tensorrt_plugin_shape_input_indices=[1]); got "
+            + std::to_string(nbInputs) + " tensor input(s) and " + std::to_string(nbShapeInputs) + " shape input(s)");
         return 1;
     }
     if (inputs[0].nbDims != 4)
@@ -193,16 +212,20 @@ int32_t DynamicResizePlugin::getOutputShapes(DimsExprs const* inputs, int32_t nb
 bool DynamicResizePlugin::supportsFormatCombination(
     int32_t pos, DynamicPluginTensorDesc const* inOut, int32_t nbInputs, int32_t nbOutputs) noexcept
 {
-    if (inOut == nullptr || nbInputs != 1 || nbOutputs != 1 || pos < 0 || pos > 1)
+    if (inOut == nullptr || (nbInputs != 1 && nbInputs != 2) || nbOutputs != 1 || pos < 0 || pos > nbInputs)
     {
         return false;
     }
     PluginTensorDesc const& d = inOut[pos].desc;
+    if (nbInputs == 2 && pos == 1)
+    {
+        return isShapeIntType(d.type); // the size shape tensor, counted as an input: its values are read on the host
+    }
     if (d.format != TensorFormat::kLINEAR)
     {
         return false;
     }
-    // pos 0 = X picks the type; the output must match it.
+    // pos 0 = X picks the type; the output (last position) must match it.
     return pos == 0 ? isSupportedFloatType(d.type) : d.type == inOut[0].desc.type;
 }
 
@@ -226,12 +249,12 @@ char const* DynamicResizePlugin::getTimingCacheID() noexcept
 int32_t DynamicResizePlugin::onShapeChange(
     PluginTensorDesc const* in, int32_t nbInputs, PluginTensorDesc const* out, int32_t nbOutputs) noexcept
 {
-    if (in == nullptr || out == nullptr || nbInputs < 1 || nbOutputs < 1)
+    if (in == nullptr || out == nullptr || !checkInputCount(nbInputs, nbOutputs, "onShapeChange"))
     {
-        logError(prefix(mLayerName) + "onShapeChange called without tensor descriptions");
         return 1;
     }
-    return checkIO(in[0].dims, in[0].type, out[0].dims, out[0].type, nbInputs, nbOutputs) ? 0 : 1;
+    DataType const* sizeType = nbInputs == 2 ? &in[1].type : nullptr;
+    return checkIO(in[0].dims, in[0].type, out[0].dims, out[0].type, sizeType) ? 0 : 1;
 }
 
 int32_t DynamicResizePlugin::enqueue(PluginTensorDesc const* inputDesc, PluginTensorDesc const* outputDesc,
@@ -249,27 +272,22 @@ int32_t DynamicResizePlugin::enqueue(PluginTensorDesc const* inputDesc, PluginTe
     {
         return 0; // empty batch: nothing to write
     }
+    std::string const& who = mLogPrefix;
+    cudaError_t const pending = takePendingCudaError(who);
     cudaError_t status = cudaSuccess;
     switch (inputDesc[0].type)
     {
     case DataType::kFLOAT:
-        status = launchDynamicResize<float>(static_cast<float const*>(inputs[0]), static_cast<float*>(outputs[0]), n, c,
-            hIn, wIn, hOut, wOut, stream);
+        status = launchDynamicResize<float>(
+            static_cast<float const*>(inputs[0]), static_cast<float*>(outputs[0]), n, c, hIn, wIn, hOut, wOut, stream);
         break;
     case DataType::kHALF:
-        status = launchDynamicResize<__half>(static_cast<__half const*>(inputs[0]), static_cast<__half*>(outputs[0]),
-            n, c, hIn, wIn, hOut, wOut, stream);
+        status = launchDynamicResize<__half>(static_cast<__half const*>(inputs[0]), static_cast<__half*>(outputs[0]), n,
+            c, hIn, wIn, hOut, wOut, stream);
         break;
-    default:
-        logError(prefix(mLayerName) + "enqueue got unsupported type " + dataTypeName(inputDesc[0].type));
-        return 1;
+    default: logError(who + "enqueue got unsupported type " + dataTypeName(inputDesc[0].type)); return 1;
     }
-    if (status != cudaSuccess)
-    {
-        logError(prefix(mLayerName) + "kernel launch failed: " + cudaGetErrorString(status));
-        return 1;
-    }
-    return 0;
+    return reportLaunch(who, pending, status);
 }
 
 nvinfer1::IPluginV3* DynamicResizePlugin::attachToContext(nvinfer1::IPluginResourceContext* /*context*/) noexcept

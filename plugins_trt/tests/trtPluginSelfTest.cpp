@@ -2,292 +2,22 @@
 // way TensorRT does (dlopen + getCreators/setLoggerFinder) and drives the creators and the build-time plugin API
 // (fields, types, formats, output shapes through a small IExprBuilder, workspace, serialization round trip).
 // Usage: trt_plugin_selftest [path/to/libsr_trt_plugins.so]. Prints one "ok"/"FAIL" line per check; exit 0 = all ok.
+#include "deformConv2d/deformConv2dMath.h"
+#include "tests/pluginTestSupport.h"
+
 #include <NvInferRuntime.h>
 
-#include "deformConv2d/deformConv2dMath.h"
-
-#include <dlfcn.h>
-
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <functional>
-#include <limits>
-#include <memory>
 #include <string>
 #include <vector>
 
 using namespace nvinfer1;
+using namespace srtest;
 
 namespace
 {
-
-int gFailures = 0;
-int gChecks = 0;
-
-void check(bool cond, std::string const& what)
-{
-    ++gChecks;
-    if (cond)
-    {
-        std::printf("ok   %s\n", what.c_str());
-    }
-    else
-    {
-        ++gFailures;
-        std::printf("FAIL %s\n", what.c_str());
-    }
-}
-
-// ---- Logger: captures what the plugins report through TensorRT's logger ----------------------------------------
-class CapturingLogger : public ILogger
-{
-public:
-    void log(Severity severity, AsciiChar const* msg) noexcept override
-    {
-        if (severity <= Severity::kWARNING)
-        {
-            mMessages.emplace_back(msg);
-        }
-    }
-    void clear()
-    {
-        mMessages.clear();
-    }
-    bool empty() const
-    {
-        return mMessages.empty();
-    }
-    // True when some captured message mentions `text`.
-    bool mentions(std::string const& text) const
-    {
-        return std::any_of(mMessages.begin(), mMessages.end(),
-            [&](std::string const& m) { return m.find(text) != std::string::npos; });
-    }
-    std::string last() const
-    {
-        return mMessages.empty() ? std::string("<none>") : mMessages.back();
-    }
-
-private:
-    std::vector<std::string> mMessages;
-};
-
-class TestLoggerFinder : public ILoggerFinder
-{
-public:
-    ILogger* findLogger() override
-    {
-        return &logger;
-    }
-    CapturingLogger logger;
-};
-
-// ---- A tiny IExprBuilder: every expression carries its value and whether TensorRT would see it as constant ------
-class Expr;
-class ExprImpl : public apiv::VDimensionExpr
-{
-public:
-    ExprImpl(bool constant, int64_t value)
-        : mConstant(constant)
-        , mValue(value)
-    {
-    }
-    bool isConstant() const override
-    {
-        return mConstant;
-    }
-    int64_t getConstantValue() const override
-    {
-        return mConstant ? mValue : std::numeric_limits<int64_t>::min();
-    }
-    bool isSizeTensor() const override
-    {
-        return false;
-    }
-    bool mConstant;
-    int64_t mValue;
-};
-
-class Expr : public IDimensionExpr
-{
-public:
-    Expr(bool constant, int64_t value)
-        : mImplObj(constant, value)
-    {
-        mImpl = &mImplObj;
-    }
-    int64_t value() const
-    {
-        return mImplObj.mValue;
-    }
-
-private:
-    ExprImpl mImplObj;
-};
-
-int64_t floorDiv(int64_t a, int64_t b)
-{
-    int64_t q = a / b;
-    if ((a % b != 0) && ((a < 0) != (b < 0)))
-    {
-        --q;
-    }
-    return q;
-}
-
-class BuilderImpl : public apiv::VExprBuilder
-{
-public:
-    IDimensionExpr const* constant(int64_t value) override
-    {
-        return make(true, value);
-    }
-    IDimensionExpr const* operation(DimensionOperation op, IDimensionExpr const& first, IDimensionExpr const& second) override
-    {
-        int64_t const a = static_cast<Expr const&>(first).value();
-        int64_t const b = static_cast<Expr const&>(second).value();
-        int64_t r = 0;
-        switch (op)
-        {
-        case DimensionOperation::kSUM: r = a + b; break;
-        case DimensionOperation::kPROD: r = a * b; break;
-        case DimensionOperation::kMAX: r = std::max(a, b); break;
-        case DimensionOperation::kMIN: r = std::min(a, b); break;
-        case DimensionOperation::kSUB: r = a - b; break;
-        case DimensionOperation::kEQUAL: r = a == b; break;
-        case DimensionOperation::kLESS: r = a < b; break;
-        case DimensionOperation::kFLOOR_DIV: r = floorDiv(a, b); break;
-        case DimensionOperation::kCEIL_DIV: r = -floorDiv(-a, b); break;
-        default: return nullptr;
-        }
-        return make(first.isConstant() && second.isConstant(), r);
-    }
-    IDimensionExpr const* declareSizeTensor(int32_t, IDimensionExpr const&, IDimensionExpr const&) override
-    {
-        return nullptr;
-    }
-    Expr const* make(bool constant, int64_t value)
-    {
-        mPool.emplace_back(new Expr(constant, value));
-        return mPool.back().get();
-    }
-
-private:
-    std::vector<std::unique_ptr<Expr>> mPool;
-};
-
-class TestExprBuilder : public IExprBuilder
-{
-public:
-    TestExprBuilder()
-    {
-        mImpl = &mBuilder;
-    }
-    // Input dimension that TensorRT would only know at run time (value used to evaluate the result).
-    IDimensionExpr const* symbolic(int64_t value)
-    {
-        return mBuilder.make(false, value);
-    }
-    IDimensionExpr const* fixed(int64_t value)
-    {
-        return mBuilder.make(true, value);
-    }
-
-private:
-    BuilderImpl mBuilder;
-};
-
-int64_t valueOf(IDimensionExpr const* e)
-{
-    return e == nullptr ? -999 : static_cast<Expr const*>(e)->value();
-}
-
-// ---- Helpers ---------------------------------------------------------------------------------------------------
-Dims dims4(int64_t a, int64_t b, int64_t c, int64_t d)
-{
-    Dims r{};
-    r.nbDims = 4;
-    r.d[0] = a;
-    r.d[1] = b;
-    r.d[2] = c;
-    r.d[3] = d;
-    return r;
-}
-
-Dims dims1(int64_t a)
-{
-    Dims r{};
-    r.nbDims = 1;
-    r.d[0] = a;
-    return r;
-}
-
-DynamicPluginTensorDesc tensorDesc(Dims const& d, DataType type, TensorFormat format = TensorFormat::kLINEAR)
-{
-    DynamicPluginTensorDesc t{};
-    t.desc.dims = d;
-    t.desc.type = type;
-    t.desc.format = format;
-    t.desc.scale = -1.0F;
-    t.min = d;
-    t.opt = d;
-    t.max = d;
-    return t;
-}
-
-PluginFieldCollection collection(std::vector<PluginField> const& fields)
-{
-    PluginFieldCollection fc{};
-    fc.nbFields = static_cast<int32_t>(fields.size());
-    fc.fields = fields.empty() ? nullptr : fields.data();
-    return fc;
-}
-
-std::vector<int64_t> fieldValues(PluginField const& f)
-{
-    std::vector<int64_t> v;
-    for (int32_t i = 0; i < f.length; ++i)
-    {
-        v.push_back(f.type == PluginFieldType::kINT64 ? static_cast<int64_t const*>(f.data)[i]
-                                                      : static_cast<int32_t const*>(f.data)[i]);
-    }
-    return v;
-}
-
-PluginField const* findField(PluginFieldCollection const* fc, char const* name)
-{
-    for (int32_t i = 0; fc != nullptr && i < fc->nbFields; ++i)
-    {
-        if (std::strcmp(fc->fields[i].name, name) == 0)
-        {
-            return &fc->fields[i];
-        }
-    }
-    return nullptr;
-}
-
-struct PluginParts
-{
-    IPluginV3* plugin{nullptr};
-    IPluginV3OneCore* core{nullptr};
-    IPluginV3OneBuild* build{nullptr};
-    IPluginV3OneRuntime* runtime{nullptr};
-};
-
-PluginParts parts(IPluginV3* p)
-{
-    PluginParts r;
-    r.plugin = p;
-    if (p != nullptr)
-    {
-        r.core = static_cast<IPluginV3OneCore*>(p->getCapabilityInterface(PluginCapabilityType::kCORE));
-        r.build = static_cast<IPluginV3OneBuild*>(p->getCapabilityInterface(PluginCapabilityType::kBUILD));
-        r.runtime = static_cast<IPluginV3OneRuntime*>(p->getCapabilityInterface(PluginCapabilityType::kRUNTIME));
-    }
-    return r;
-}
 
 // ---- DynamicResize ---------------------------------------------------------------------------------------------
 void testDynamicResize(IPluginCreatorV3One* creator, CapturingLogger& logger)
@@ -295,7 +25,7 @@ void testDynamicResize(IPluginCreatorV3One* creator, CapturingLogger& logger)
     std::printf("# DynamicResize\n");
     char const ns[] = "sr";
     int32_t const shapeIdx[] = {1};
-    std::vector<PluginField> parserFields{PluginField("plugin_namespace", ns, PluginFieldType::kCHAR, 3),
+    std::vector<PluginField> parserFields {PluginField("plugin_namespace", ns, PluginFieldType::kCHAR, 3),
         PluginField("tensorrt_plugin_shape_input_indices", shapeIdx, PluginFieldType::kINT32, 1)};
     PluginFieldCollection fc = collection(parserFields);
     logger.clear();
@@ -313,7 +43,7 @@ void testDynamicResize(IPluginCreatorV3One* creator, CapturingLogger& logger)
         "DynamicResize: name/version/namespace = DynamicResize/1/sr");
     check(r.build->getNbOutputs() == 1, "DynamicResize: one output");
 
-    DataType out{};
+    DataType out {};
     DataType in = DataType::kFLOAT;
     check(r.build->getOutputDataTypes(&out, 1, &in, 1) == 0 && out == DataType::kFLOAT, "DynamicResize: FP32 -> FP32");
     in = DataType::kHALF;
@@ -324,8 +54,8 @@ void testDynamicResize(IPluginCreatorV3One* creator, CapturingLogger& logger)
         "DynamicResize: INT32 input rejected with a logged error");
 
     // Formats: X picks FP32/FP16 LINEAR, Y must match it.
-    DynamicPluginTensorDesc io[2] = {tensorDesc(dims4(1, 3, 8, 8), DataType::kFLOAT),
-        tensorDesc(dims4(1, 3, 16, 16), DataType::kFLOAT)};
+    DynamicPluginTensorDesc io[2]
+        = {tensorDesc(dims4(1, 3, 8, 8), DataType::kFLOAT), tensorDesc(dims4(1, 3, 16, 16), DataType::kFLOAT)};
     check(r.build->supportsFormatCombination(0, io, 1, 1), "DynamicResize: X FP32 LINEAR supported");
     check(r.build->supportsFormatCombination(1, io, 1, 1), "DynamicResize: Y FP32 after X FP32 supported");
     io[1].desc.type = DataType::kHALF;
@@ -341,17 +71,17 @@ void testDynamicResize(IPluginCreatorV3One* creator, CapturingLogger& logger)
 
     // Output shape: N, C from X; H_out, W_out are the values of the size shape input.
     TestExprBuilder eb;
-    DimsExprs x{};
+    DimsExprs x {};
     x.nbDims = 4;
     x.d[0] = eb.symbolic(2);
     x.d[1] = eb.fixed(3);
     x.d[2] = eb.symbolic(7);
     x.d[3] = eb.symbolic(5);
-    DimsExprs size{};
+    DimsExprs size {};
     size.nbDims = 2;
     size.d[0] = eb.symbolic(11);
     size.d[1] = eb.symbolic(13);
-    DimsExprs y{};
+    DimsExprs y {};
     logger.clear();
     int32_t const rc = r.build->getOutputShapes(&x, 1, &size, 1, &y, 1, eb);
     check(rc == 0 && y.nbDims == 4 && valueOf(y.d[0]) == 2 && valueOf(y.d[1]) == 3 && y.d[2] == size.d[0]
@@ -361,7 +91,7 @@ void testDynamicResize(IPluginCreatorV3One* creator, CapturingLogger& logger)
     check(r.build->getOutputShapes(&x, 1, nullptr, 0, &y, 1, eb) != 0
             && logger.mentions("tensorrt_plugin_shape_input_indices"),
         "DynamicResize: missing shape input rejected, error names tensorrt_plugin_shape_input_indices");
-    DimsExprs badSize{};
+    DimsExprs badSize {};
     badSize.nbDims = 2;
     badSize.d[0] = eb.fixed(0);
     badSize.d[1] = eb.fixed(4);
@@ -388,6 +118,51 @@ void testDynamicResize(IPluginCreatorV3One* creator, CapturingLogger& logger)
     check(r.runtime->onShapeChange(&rin, 1, &rout, 1) != 0 && !logger.empty(),
         "DynamicResize: onShapeChange rejects an empty output width");
 
+    // The other layout: TensorRT may count the size shape tensor as input 1 (INT32/INT64, ignored by the plugin).
+    {
+        DataType types2[2] = {DataType::kHALF, DataType::kINT64};
+        DataType out2 {};
+        check(r.build->getOutputDataTypes(&out2, 1, types2, 2) == 0 && out2 == DataType::kHALF,
+            "DynamicResize (size counted): getOutputDataTypes(FP16, INT64) -> FP16");
+        types2[1] = DataType::kFLOAT;
+        logger.clear();
+        check(r.build->getOutputDataTypes(&out2, 1, types2, 2) != 0 && logger.mentions("size shape tensor"),
+            "DynamicResize (size counted): a float second input is rejected, naming the size shape tensor");
+        DynamicPluginTensorDesc io3[3] = {tensorDesc(dims4(1, 3, 8, 8), DataType::kFLOAT),
+            tensorDesc(dims1(2), DataType::kINT32), tensorDesc(dims4(1, 3, 16, 16), DataType::kFLOAT)};
+        bool const all = r.build->supportsFormatCombination(0, io3, 2, 1)
+            && r.build->supportsFormatCombination(1, io3, 2, 1) && r.build->supportsFormatCombination(2, io3, 2, 1);
+        io3[1].desc.type = DataType::kINT64;
+        bool const int64Ok = r.build->supportsFormatCombination(1, io3, 2, 1);
+        io3[1].desc.type = DataType::kHALF;
+        bool const halfSizeRejected = !r.build->supportsFormatCombination(1, io3, 2, 1);
+        io3[1].desc.type = DataType::kINT64;
+        io3[2].desc.type = DataType::kHALF;
+        bool const mismatchRejected = !r.build->supportsFormatCombination(2, io3, 2, 1);
+        io3[2].desc.type = DataType::kFLOAT;
+        check(all && int64Ok && halfSizeRejected && mismatchRejected,
+            "DynamicResize (size counted): formats X/size(INT32|INT64)/Y, FP16 size and Y != X rejected");
+        DynamicPluginTensorDesc cin2[2]
+            = {tensorDesc(dims4(-1, 3, -1, -1), DataType::kFLOAT), tensorDesc(dims1(2), DataType::kINT64)};
+        DynamicPluginTensorDesc cout2 = tensorDesc(dims4(-1, 3, -1, -1), DataType::kFLOAT);
+        logger.clear();
+        check(r.build->configurePlugin(cin2, 2, &cout2, 1) == 0 && logger.empty()
+                && r.build->getWorkspaceSize(cin2, 2, &cout2, 1) == 0,
+            "DynamicResize (size counted): configurePlugin + getWorkspaceSize with 2 inputs");
+        PluginTensorDesc rin2[2]
+            = {tensorDesc(dims4(2, 3, 7, 5), DataType::kFLOAT).desc, tensorDesc(dims1(2), DataType::kINT64).desc};
+        PluginTensorDesc rout2 = tensorDesc(dims4(2, 3, 11, 13), DataType::kFLOAT).desc;
+        logger.clear();
+        check(r.runtime->onShapeChange(rin2, 2, &rout2, 1) == 0 && logger.empty(),
+            "DynamicResize (size counted): onShapeChange with 2 inputs");
+        DimsExprs x2[2] = {x, size};
+        logger.clear();
+        check(r.build->getOutputShapes(x2, 2, &size, 1, &y, 1, eb) == 0 && y.d[2] == size.d[0] && logger.empty(),
+            "DynamicResize (size counted): getOutputShapes with 2 inputs + the shape input");
+        logger.clear();
+        check(r.runtime->onShapeChange(rin2, 3, &rout2, 1) != 0 && !logger.empty(), "DynamicResize: 3 inputs rejected");
+    }
+
     // Serialization (no attributes) and clone.
     PluginFieldCollection const* ser = r.runtime->getFieldsToSerialize();
     check(ser != nullptr && ser->nbFields == 0, "DynamicResize: serializes no fields (no attributes)");
@@ -404,27 +179,29 @@ void testDynamicResize(IPluginCreatorV3One* creator, CapturingLogger& logger)
 // ---- DeformConv2d ----------------------------------------------------------------------------------------------
 struct DeformAttrs
 {
-    std::vector<int32_t> strides{2, 1};
-    std::vector<int32_t> pads{1, 2, 1, 2};
-    std::vector<int32_t> dilations{1, 2};
-    std::vector<int32_t> group{2};
-    std::vector<int32_t> offsetGroup{2};
-    std::vector<int32_t> kernelShape{3, 3};
+    std::vector<int32_t> strides {2, 1};
+    std::vector<int32_t> pads {1, 2, 1, 2};
+    std::vector<int32_t> dilations {1, 2};
+    std::vector<int32_t> group {2};
+    std::vector<int32_t> offsetGroup {2};
+    std::vector<int32_t> kernelShape {3, 3};
+    std::vector<int32_t> allowTf32 {0};
 
     std::vector<PluginField> fields(bool withKernel = true) const
     {
-        std::vector<PluginField> f{
+        std::vector<PluginField> f {
             PluginField("strides", strides.data(), PluginFieldType::kINT32, static_cast<int32_t>(strides.size())),
             PluginField("pads", pads.data(), PluginFieldType::kINT32, static_cast<int32_t>(pads.size())),
             PluginField("dilations", dilations.data(), PluginFieldType::kINT32, static_cast<int32_t>(dilations.size())),
             PluginField("group", group.data(), PluginFieldType::kINT32, static_cast<int32_t>(group.size())),
-            PluginField("offset_group", offsetGroup.data(), PluginFieldType::kINT32,
-                static_cast<int32_t>(offsetGroup.size()))};
+            PluginField(
+                "offset_group", offsetGroup.data(), PluginFieldType::kINT32, static_cast<int32_t>(offsetGroup.size()))};
         if (withKernel)
         {
-            f.emplace_back("kernel_shape", kernelShape.data(), PluginFieldType::kINT32,
-                static_cast<int32_t>(kernelShape.size()));
+            f.emplace_back(
+                "kernel_shape", kernelShape.data(), PluginFieldType::kINT32, static_cast<int32_t>(kernelShape.size()));
         }
+        f.emplace_back("allow_tf32", allowTf32.data(), PluginFieldType::kINT32, static_cast<int32_t>(allowTf32.size()));
         return f;
     }
 };
@@ -435,8 +212,8 @@ void expectRejected(IPluginCreatorV3One* creator, CapturingLogger& logger, std::
     PluginFieldCollection fc = collection(fields);
     logger.clear();
     IPluginV3* p = creator->createPlugin("bad", &fc, TensorRTPhase::kBUILD);
-    check(p == nullptr && logger.mentions(fieldName), "DeformConv2d: " + what + " -> nullptr, error names '"
-            + fieldName + "' (last: " + logger.last() + ")");
+    check(p == nullptr && logger.mentions(fieldName),
+        "DeformConv2d: " + what + " -> nullptr, error names '" + fieldName + "' (last: " + logger.last() + ")");
     delete p;
 }
 
@@ -447,20 +224,22 @@ size_t exactWorkspace(sr::DeformConvShape const& s, size_t elem)
     {
         return 0;
     }
-    return sr::deformConv2dColumnElements(s, sr::deformConv2dChunk(s, elem)) * elem + sr::kWorkspaceAlignment;
+    size_t const columns = sr::deformConv2dColumnElements(s, sr::deformConv2dChunk(s, elem)) * elem;
+    return sr::kWorkspaceAlignment + sr::alignUp(columns, sr::kWorkspaceAlignment) + sr::kDeformConvCublasWorkspace;
 }
 
 void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
 {
     std::printf("# DeformConv2d\n");
     PluginFieldCollection const* names = creator->getFieldNames();
-    std::vector<std::string> expectNames{"strides", "pads", "dilations", "group", "offset_group", "kernel_shape"};
+    std::vector<std::string> expectNames {
+        "strides", "pads", "dilations", "group", "offset_group", "kernel_shape", "allow_tf32"};
     bool allListed = names != nullptr;
     for (auto const& n : expectNames)
     {
         allListed = allListed && findField(names, n.c_str()) != nullptr;
     }
-    check(allListed, "DeformConv2d: getFieldNames lists every ONNX DeformConv attribute");
+    check(allListed, "DeformConv2d: getFieldNames lists every ONNX DeformConv attribute and allow_tf32");
 
     DeformAttrs attrs;
     std::vector<PluginField> fields = attrs.fields();
@@ -481,8 +260,8 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
         "DeformConv2d: name/version/namespace = DeformConv2d/1/sr");
 
     // INT64 fields (as Python users pass numpy int64) are accepted too.
-    std::vector<int64_t> s64{1, 1};
-    std::vector<PluginField> f64{PluginField("strides", s64.data(), PluginFieldType::kINT64, 2)};
+    std::vector<int64_t> s64 {1, 1};
+    std::vector<PluginField> f64 {PluginField("strides", s64.data(), PluginFieldType::kINT64, 2)};
     PluginFieldCollection fc64 = collection(f64);
     IPluginV3* p64 = creator->createPlugin("dcn64", &fc64, TensorRTPhase::kBUILD);
     check(p64 != nullptr, "DeformConv2d: INT64 fields accepted");
@@ -493,13 +272,17 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
     if (pDef != nullptr)
     {
         PluginFieldCollection const* d = parts(pDef).runtime->getFieldsToSerialize();
-        bool ok = d != nullptr && findField(d, "strides") && fieldValues(*findField(d, "strides")) == std::vector<int64_t>{1, 1}
-            && fieldValues(*findField(d, "pads")) == std::vector<int64_t>{0, 0, 0, 0}
-            && fieldValues(*findField(d, "dilations")) == std::vector<int64_t>{1, 1}
-            && fieldValues(*findField(d, "group")) == std::vector<int64_t>{1}
-            && fieldValues(*findField(d, "offset_group")) == std::vector<int64_t>{1}
-            && findField(d, "kernel_shape") == nullptr;
-        check(ok, "DeformConv2d: defaults strides=1,1 pads=0 dilations=1,1 group=1 offset_group=1, no kernel_shape");
+        bool ok = d != nullptr && findField(d, "strides")
+            && fieldValues(*findField(d, "strides")) == std::vector<int64_t> {1, 1}
+            && fieldValues(*findField(d, "pads")) == std::vector<int64_t> {0, 0, 0, 0}
+            && fieldValues(*findField(d, "dilations")) == std::vector<int64_t> {1, 1}
+            && fieldValues(*findField(d, "group")) == std::vector<int64_t> {1}
+            && fieldValues(*findField(d, "offset_group")) == std::vector<int64_t> {1}
+            && findField(d, "kernel_shape") == nullptr
+            && fieldValues(*findField(d, "allow_tf32")) == std::vector<int64_t> {0};
+        check(ok,
+            "DeformConv2d: defaults strides=1,1 pads=0 dilations=1,1 group=1 offset_group=1, no kernel_shape, "
+            "allow_tf32=0");
     }
 
     // Invalid attributes: nullptr, no crash, an error naming the field.
@@ -540,45 +323,50 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
     }
     {
         DeformAttrs a;
+        a.allowTf32 = {2};
+        expectRejected(creator, logger, a.fields(), "allow_tf32", "allow_tf32 2");
+    }
+    {
+        DeformAttrs a;
         a.kernelShape = {3};
         expectRejected(creator, logger, a.fields(), "kernel_shape", "kernel_shape of length 1");
     }
     {
         float const bad[2] = {1.0F, 1.0F};
-        std::vector<PluginField> f{PluginField("dilations", bad, PluginFieldType::kFLOAT32, 2)};
+        std::vector<PluginField> f {PluginField("dilations", bad, PluginFieldType::kFLOAT32, 2)};
         expectRejected(creator, logger, f, "dilations", "FLOAT32 dilations");
     }
     {
         int32_t const g1[1] = {1};
         int32_t const g2[1] = {2};
-        std::vector<PluginField> f{PluginField("group", g1, PluginFieldType::kINT32, 1),
-            PluginField("group", g2, PluginFieldType::kINT32, 1)};
+        std::vector<PluginField> f {
+            PluginField("group", g1, PluginFieldType::kINT32, 1), PluginField("group", g2, PluginFieldType::kINT32, 1)};
         expectRejected(creator, logger, f, "group", "group given twice");
     }
     {
-        std::vector<PluginField> f{PluginField("strides", nullptr, PluginFieldType::kINT32, 2)};
+        std::vector<PluginField> f {PluginField("strides", nullptr, PluginFieldType::kINT32, 2)};
         expectRejected(creator, logger, f, "strides", "strides without data");
     }
     {
         int64_t const huge[2] = {int64_t(1) << 40, 1};
-        std::vector<PluginField> f{PluginField("strides", huge, PluginFieldType::kINT64, 2)};
+        std::vector<PluginField> f {PluginField("strides", huge, PluginFieldType::kINT64, 2)};
         expectRejected(creator, logger, f, "strides", "stride beyond int32");
     }
 
     // getFieldsToSerialize round trip: every attribute comes back with the same values.
     PluginFieldCollection const* ser = r.runtime->getFieldsToSerialize();
-    bool serOk = ser != nullptr && ser->nbFields == 6;
+    bool serOk = ser != nullptr && ser->nbFields == 7;
     DeformAttrs expect;
-    std::vector<std::pair<char const*, std::vector<int32_t>>> expected{{"strides", expect.strides},
+    std::vector<std::pair<char const*, std::vector<int32_t>>> expected {{"strides", expect.strides},
         {"pads", expect.pads}, {"dilations", expect.dilations}, {"group", expect.group},
-        {"offset_group", expect.offsetGroup}, {"kernel_shape", expect.kernelShape}};
+        {"offset_group", expect.offsetGroup}, {"kernel_shape", expect.kernelShape}, {"allow_tf32", expect.allowTf32}};
     for (auto const& e : expected)
     {
         PluginField const* f = findField(ser, e.first);
         serOk = serOk && f != nullptr && f->type == PluginFieldType::kINT32
             && fieldValues(*f) == std::vector<int64_t>(e.second.begin(), e.second.end());
     }
-    check(serOk, "DeformConv2d: getFieldsToSerialize holds all 6 attributes as INT32 with the given values");
+    check(serOk, "DeformConv2d: getFieldsToSerialize holds all 7 attributes as INT32 with the given values");
     IPluginV3* p2 = creator->createPlugin("dcn0", ser, TensorRTPhase::kRUNTIME);
     check(p2 != nullptr, "DeformConv2d: createPlugin(kRUNTIME) from serialized fields");
     if (p2 != nullptr)
@@ -596,9 +384,22 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
     }
     check(pDef != nullptr && std::strcmp(parts(pDef).build->getTimingCacheID(), r.build->getTimingCacheID()) != 0,
         "DeformConv2d: different attributes give different timing-cache ids");
+    {
+        DeformAttrs tf32;
+        tf32.allowTf32 = {1};
+        std::vector<PluginField> tf = tf32.fields();
+        PluginFieldCollection tfc = collection(tf);
+        IPluginV3* pTf = creator->createPlugin("dcnTf32", &tfc, TensorRTPhase::kBUILD);
+        PluginField const* f
+            = pTf != nullptr ? findField(parts(pTf).runtime->getFieldsToSerialize(), "allow_tf32") : nullptr;
+        check(f != nullptr && fieldValues(*f) == std::vector<int64_t> {1}
+                && std::strcmp(parts(pTf).build->getTimingCacheID(), r.build->getTimingCacheID()) != 0,
+            "DeformConv2d: allow_tf32=1 accepted, serialized, and part of the timing-cache id");
+        delete pTf;
+    }
 
     // Output types.
-    DataType outType{};
+    DataType outType {};
     DataType f32[5] = {DataType::kFLOAT, DataType::kFLOAT, DataType::kFLOAT, DataType::kFLOAT, DataType::kFLOAT};
     DataType f16[5] = {DataType::kHALF, DataType::kHALF, DataType::kHALF, DataType::kHALF, DataType::kHALF};
     check(r.build->getOutputDataTypes(&outType, 1, f32, 5) == 0 && outType == DataType::kFLOAT,
@@ -612,12 +413,12 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
 
     // Formats for 3, 4 and 5 inputs: all LINEAR, all the type of X.
     int32_t const n = 2, c = 4, h = 9, w = 10, cOut = 6, k = 3;
-    int64_t const ho = (h + 1 + 1 - (1 * (k - 1) + 1)) / 2 + 1;   // strides 2, pads 1/1, dilation 1
-    int64_t const wo = (w + 2 + 2 - (2 * (k - 1) + 1)) / 1 + 1;   // stride 1, pads 2/2, dilation 2
+    int64_t const ho = (h + 1 + 1 - (1 * (k - 1) + 1)) / 2 + 1; // strides 2, pads 1/1, dilation 1
+    int64_t const wo = (w + 2 + 2 - (2 * (k - 1) + 1)) / 1 + 1; // stride 1, pads 2/2, dilation 2
     int32_t const og = 2;
     for (int32_t nbIn = 3; nbIn <= 5; ++nbIn)
     {
-        std::vector<DynamicPluginTensorDesc> io{tensorDesc(dims4(n, c, h, w), DataType::kHALF),
+        std::vector<DynamicPluginTensorDesc> io {tensorDesc(dims4(n, c, h, w), DataType::kHALF),
             tensorDesc(dims4(cOut, c / 2, k, k), DataType::kHALF),
             tensorDesc(dims4(n, 2 * og * k * k, ho, wo), DataType::kHALF)};
         if (nbIn >= 4)
@@ -647,11 +448,13 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
         check(r.build->configurePlugin(io.data(), nbIn, &io[nbIn], 1) == 0 && logger.empty(),
             "DeformConv2d: configurePlugin with consistent shapes, " + std::to_string(nbIn) + " inputs");
         // Fixed shape: the workspace is exactly the kernel library's im2col chunk.
-        sr::DeformConvShape s{n, c, h, w, cOut, k, k, static_cast<int>(ho), static_cast<int>(wo), 2, 1, 1, 2, 1, 2, 2,
+        sr::DeformConvShape s {n, c, h, w, cOut, k, k, static_cast<int>(ho), static_cast<int>(wo), 2, 1, 1, 2, 1, 2, 2,
             og, nbIn >= 4, nbIn == 5};
         size_t const ws = r.build->getWorkspaceSize(io.data(), nbIn, &io[nbIn], 1);
-        check(ws == exactWorkspace(s, 2) && ws == size_t(n) * c * k * k * ho * wo * 2 + 256,
-            "DeformConv2d: workspace (fixed shape, FP16) = N*C*kH*kW*Ho*Wo*2 + 256 = " + std::to_string(ws));
+        size_t const columns = size_t(n) * c * k * k * ho * wo * 2;
+        check(ws == exactWorkspace(s, 2) && ws == 256 + (columns + 255) / 256 * 256 + (size_t(32) << 20),
+            "DeformConv2d: workspace (fixed shape, FP16) = 256 + align256(N*C*kH*kW*Ho*Wo*2) + 32 MiB cuBLAS = "
+                + std::to_string(ws));
         DynamicPluginTensorDesc unknownOut = tensorDesc(dims4(-1, -1, -1, -1), DataType::kHALF);
         check(r.build->getWorkspaceSize(io.data(), nbIn, &unknownOut, 1) == ws,
             "DeformConv2d: workspace without output bounds derives H_out/W_out from the input maxima");
@@ -659,7 +462,7 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
 
     // Shape validation in configurePlugin / onShapeChange (no GPU needed: they fail before touching cuBLAS).
     {
-        std::vector<DynamicPluginTensorDesc> io{tensorDesc(dims4(n, c, h, w), DataType::kFLOAT),
+        std::vector<DynamicPluginTensorDesc> io {tensorDesc(dims4(n, c, h, w), DataType::kFLOAT),
             tensorDesc(dims4(cOut, c, k, k), DataType::kFLOAT), // C/group would be 2
             tensorDesc(dims4(n, 2 * og * k * k, ho, wo), DataType::kFLOAT),
             tensorDesc(dims4(n, cOut, ho, wo), DataType::kFLOAT)};
@@ -705,7 +508,7 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
     // Dynamic profile: one workspace size must serve every problem up to the maxima.
     {
         int32_t const bigC = 64, bigW = 2048, bigH = 2048;
-        std::vector<DynamicPluginTensorDesc> io{tensorDesc(dims4(1, bigC, bigH, bigW), DataType::kFLOAT),
+        std::vector<DynamicPluginTensorDesc> io {tensorDesc(dims4(1, bigC, bigH, bigW), DataType::kFLOAT),
             tensorDesc(dims4(bigC, bigC / 2, k, k), DataType::kFLOAT),
             tensorDesc(dims4(1, 2 * og * k * k, bigH, bigW), DataType::kFLOAT),
             tensorDesc(dims4(1, bigC, bigH, bigW), DataType::kFLOAT)};
@@ -728,8 +531,8 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
         {
             for (int32_t hSmall : {bigH, 1500, 300, 40, 1})
             {
-                sr::DeformConvShape s{1, bigC, hSmall, wSmall, bigC, k, k, hSmall, wSmall, 1, 1, 1, 1, 1, 1, 2, og,
-                    false, false};
+                sr::DeformConvShape s {
+                    1, bigC, hSmall, wSmall, bigC, k, k, hSmall, wSmall, 1, 1, 1, 1, 1, 1, 2, og, false, false};
                 if (exactWorkspace(s, 4) > ws)
                 {
                     covers = false;
@@ -738,17 +541,24 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
                 }
             }
         }
-        check(covers, "DeformConv2d: dynamic-profile workspace " + std::to_string(ws)
-                + " covers every smaller problem" + (worst.empty() ? "" : " (fails at " + worst + ")"));
-        check(ws <= sr::kDeformConvColumnBudget + size_t(bigC) * k * k * bigW * 4 + sr::kWorkspaceAlignment,
-            "DeformConv2d: dynamic-profile workspace stays within the column budget (+ one row)");
+        check(covers,
+            "DeformConv2d: dynamic-profile workspace " + std::to_string(ws) + " covers every smaller problem"
+                + (worst.empty() ? "" : " (fails at " + worst + ")"));
+        check(ws <= sr::kDeformConvColumnBudget + size_t(bigC) * k * k * bigW * 4 + 2 * sr::kWorkspaceAlignment
+                    + sr::kDeformConvCublasWorkspace,
+            "DeformConv2d: dynamic-profile workspace stays within the column budget (+ one row) + cuBLAS slice");
+        check(ws
+                == sr::deformConv2dProfileWorkspaceBytes(sr::DeformConvShape {1, bigC, bigH, bigW, bigC, k, k, bigH,
+                                                             bigW, 1, 1, 1, 1, 1, 1, 2, og, false, false},
+                    4, false),
+            "DeformConv2d: getWorkspaceSize = deformConv2dProfileWorkspaceBytes (the engine stage's minimum)");
         delete padded;
     }
 
     // Output shapes through the expression builder: symbolic N/H/W, constant channels.
     {
         TestExprBuilder eb;
-        DimsExprs in[3]{};
+        DimsExprs in[3] {};
         in[0].nbDims = 4;
         in[0].d[0] = eb.symbolic(n);
         in[0].d[1] = eb.fixed(c);
@@ -764,7 +574,7 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
         {
             in[2].d[i] = eb.symbolic(1);
         }
-        DimsExprs y{};
+        DimsExprs y {};
         logger.clear();
         int32_t const rc = r.build->getOutputShapes(in, 3, nullptr, 0, &y, 1, eb);
         check(rc == 0 && y.nbDims == 4 && valueOf(y.d[0]) == n && valueOf(y.d[1]) == cOut && valueOf(y.d[2]) == ho
@@ -776,8 +586,8 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
         {
             in[0].d[2] = eb.fixed(h);
             in[0].d[3] = eb.fixed(w);
-            check(parts(pDef).build->getOutputShapes(in, 3, nullptr, 0, &y, 1, eb) == 0
-                    && valueOf(y.d[2]) == h - k + 1 && valueOf(y.d[3]) == w - k + 1 && y.d[2]->isConstant(),
+            check(parts(pDef).build->getOutputShapes(in, 3, nullptr, 0, &y, 1, eb) == 0 && valueOf(y.d[2]) == h - k + 1
+                    && valueOf(y.d[3]) == w - k + 1 && y.d[2]->isConstant(),
                 "DeformConv2d: defaults + kernel from W -> [N, C_out, H-2, W-2], constant for constant input");
             in[0].d[2] = eb.fixed(2);
             logger.clear();
@@ -811,57 +621,32 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
 int main(int argc, char** argv)
 {
     char const* path = argc > 1 ? argv[1] : SR_TRT_PLUGIN_LIBRARY;
-    void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr)
+    static TestLoggerFinder finder;
+    PluginLibrary const lib = loadPluginLibrary(path, &finder);
+    if (lib.handle == nullptr)
     {
-        std::printf("FAIL dlopen %s: %s\n", path, dlerror());
+        std::printf("FAIL %s\n", lib.error.c_str());
         return 2;
     }
-    using GetCreators = IPluginCreatorInterface* const* (*) (int32_t&);
-    using SetLoggerFinder = void (*)(ILoggerFinder*);
-    auto getCreators = reinterpret_cast<GetCreators>(dlsym(lib, "getCreators"));
-    auto setLoggerFinder = reinterpret_cast<SetLoggerFinder>(dlsym(lib, "setLoggerFinder"));
-    check(getCreators != nullptr && setLoggerFinder != nullptr, "library exports getCreators and setLoggerFinder");
-    if (getCreators == nullptr || setLoggerFinder == nullptr)
+    check(lib.error.empty(), "library exports getCreators and setLoggerFinder");
+    check(lib.nbCreators == 2, "getCreators returns 2 creators");
+    check(lib.resize != nullptr && lib.deform != nullptr,
+        "IPluginCreatorV3One creators for DynamicResize and DeformConv2d");
+    for (IPluginCreatorV3One* c : {lib.resize, lib.deform})
     {
-        return 1;
-    }
-    static TestLoggerFinder finder;
-    setLoggerFinder(&finder);
-
-    int32_t nb = 0;
-    IPluginCreatorInterface* const* creators = getCreators(nb);
-    check(creators != nullptr && nb == 2, "getCreators returns 2 creators");
-    IPluginCreatorV3One* resize = nullptr;
-    IPluginCreatorV3One* deform = nullptr;
-    for (int32_t i = 0; creators != nullptr && i < nb; ++i)
-    {
-        bool const v3 = std::strcmp(creators[i]->getInterfaceInfo().kind, "PLUGIN CREATOR_V3ONE") == 0;
-        check(v3, "creator " + std::to_string(i) + " is an IPluginCreatorV3One");
-        if (!v3)
+        if (c != nullptr)
         {
-            continue;
-        }
-        auto* c = static_cast<IPluginCreatorV3One*>(creators[i]);
-        check(std::strcmp(c->getPluginVersion(), "1") == 0 && std::strcmp(c->getPluginNamespace(), "sr") == 0,
-            std::string("creator ") + c->getPluginName() + " has version 1, namespace sr");
-        if (std::strcmp(c->getPluginName(), "DynamicResize") == 0)
-        {
-            resize = c;
-        }
-        else if (std::strcmp(c->getPluginName(), "DeformConv2d") == 0)
-        {
-            deform = c;
+            check(std::strcmp(c->getPluginVersion(), "1") == 0 && std::strcmp(c->getPluginNamespace(), "sr") == 0,
+                std::string("creator ") + c->getPluginName() + " has version 1, namespace sr");
         }
     }
-    check(resize != nullptr && deform != nullptr, "creators for DynamicResize and DeformConv2d");
-    if (resize != nullptr)
+    if (lib.resize != nullptr)
     {
-        testDynamicResize(resize, finder.logger);
+        testDynamicResize(lib.resize, finder.logger);
     }
-    if (deform != nullptr)
+    if (lib.deform != nullptr)
     {
-        testDeformConv2d(deform, finder.logger);
+        testDeformConv2d(lib.deform, finder.logger);
     }
     std::printf("# %d checks, %d failed\n", gChecks, gFailures);
     return gFailures == 0 ? 0 : 1;

@@ -1,0 +1,133 @@
+"""Kernel section of `bench` (CUDA only): our launchers against PyTorch's on the same GPU, in one run.
+
+DynamicResize vs F.interpolate(bicubic) and our DeformConv2d vs torchvision.ops.deform_conv2d, FP32 and FP16, at the
+deform-srcnn layer's shape (64 -> 32 channels, 3x3, offset groups 2, mask and bias) for 256^2, 512^2 and 1024^2
+inputs; plus each model end to end on torch CUDA. Timed with CUDA events after warm-up (median of the calls).
+Floors: our DeformConv2d at least 1.5x torchvision's speed in FP16 at 512^2; DynamicResize within 1.2x of
+F.interpolate's time.
+"""
+from __future__ import annotations
+
+SIZES = (256, 512, 1024)
+DEFORM_FLOOR = 1.5  # ours at least this much faster than torchvision (FP16, 512^2)
+RESIZE_FLOOR = 1.2  # ours at most this much slower than F.interpolate
+RESIZE_SCALE = 3
+
+
+def not_run_reason() -> str | None:
+    """None when a CUDA device and our CUDA kernel library are here, else why the section is not run."""
+    try:
+        import torch
+    except ImportError:
+        return "PyTorch is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    from pipeline.errors import PipelineError
+    from pipeline.native.libraries import cuda_kernels_library
+
+    try:
+        cuda_kernels_library()
+    except PipelineError as e:
+        return str(e)
+    return None
+
+
+def _median_ms(fn, iters: int) -> float:
+    import torch
+
+    for _ in range(2):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def _deform_inputs(size: int, dtype):
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    c_in, c_out, k, og = 64, 32, 3, 2
+
+    def rand(*shape, lo=0.0, hi=1.0):
+        return (torch.rand(*shape, device="cuda", generator=g) * (hi - lo) + lo).to(dtype)
+
+    return dict(input=rand(1, c_in, size, size), weight=rand(c_out, c_in, k, k, lo=-0.05, hi=0.05),
+                offset=rand(1, 2 * og * k * k, size, size, lo=-2, hi=2), mask=rand(1, og * k * k, size, size),
+                bias=rand(c_out))
+
+
+def kernel_rows(sizes=SIZES, iters: int = 20, log=print) -> list[dict]:
+    import torch
+    import torch.nn.functional as F
+    from torchvision.ops import deform_conv2d as tv_deform_conv2d
+
+    from pipeline.native import kernels_cuda
+
+    rows = []
+    for dtype in (torch.float32, torch.float16):
+        precision = "fp32" if dtype == torch.float32 else "fp16"
+        for size in sizes:
+            x = torch.rand(1, 3, size, size, device="cuda", dtype=dtype)
+            out = (size * RESIZE_SCALE, size * RESIZE_SCALE)
+            ours = _median_ms(lambda x=x, out=out: kernels_cuda.dynamic_resize(x, out), iters)
+            theirs = _median_ms(lambda x=x, out=out: F.interpolate(x, size=out, mode="bicubic", align_corners=False),
+                                iters)
+            rows.append({"op": "DynamicResize", "vs": "F.interpolate(bicubic)", "precision": precision, "size": size,
+                         "shape": f"1x3x{size}x{size} -> {out[0]}x{out[1]}", "ours_ms": ours, "torch_ms": theirs,
+                         "ratio": theirs / ours, "floor": f"time <= {RESIZE_FLOOR:g}x F.interpolate",
+                         "meets_floor": ours <= RESIZE_FLOOR * theirs})
+            t = _deform_inputs(size, dtype)
+            ours = _median_ms(lambda t=t: kernels_cuda.deform_conv2d(t["input"], t["weight"], t["offset"], t["bias"],
+                                                                     t["mask"], padding=1), iters)
+            theirs = _median_ms(lambda t=t: tv_deform_conv2d(t["input"], t["offset"], t["weight"], t["bias"],
+                                                             padding=1, mask=t["mask"]), iters)
+            floor = precision == "fp16" and size == 512
+            rows.append({"op": "DeformConv2d", "vs": "torchvision.ops.deform_conv2d", "precision": precision,
+                         "size": size, "shape": f"1x64x{size}x{size} -> 32 ch, 3x3, offset groups 2, mask",
+                         "ours_ms": ours, "torch_ms": theirs, "ratio": theirs / ours,
+                         "floor": f"speed >= {DEFORM_FLOOR:g}x torchvision" if floor else "",
+                         "meets_floor": theirs / ours >= DEFORM_FLOOR if floor else None})
+            log(f"  kernels {precision} {size}: {rows[-2]['op']} x{rows[-2]['ratio']:.2f}, "
+                f"{rows[-1]['op']} x{rows[-1]['ratio']:.2f} vs torch")
+    return rows
+
+
+def model_rows(models: list[str], size: int = 256, iters: int = 20) -> list[dict]:
+    """Each model end to end on torch CUDA (eager, FP32 and FP16 weights) at its default scale."""
+    import torch
+
+    from models.registry import get_spec, load_model, run
+
+    rows = []
+    for model in models:
+        spec = get_spec(model)
+        for dtype in (torch.float32, torch.float16):
+            net = load_model(model, device="cuda").to(dtype).eval()
+            x = torch.rand(1, 3, size, size, device="cuda", dtype=dtype)
+            row = {"model": model, "precision": "fp32" if dtype == torch.float32 else "fp16",
+                   "shape": f"1x3x{size}x{size} x{spec.default_scale:g}", "median_ms": None}
+            try:
+                with torch.inference_mode():
+                    row["median_ms"] = _median_ms(lambda n=net, x=x, s=spec: run(n, s, x, s.default_scale), iters)
+            except RuntimeError as e:  # e.g. an op without a half kernel: reported, the rest still runs
+                row["error"] = str(e).splitlines()[0]
+            rows.append(row)
+    return rows
+
+
+def kernel_section(models: list[str], quick: bool = False, log=print) -> tuple[dict | None, str | None]:
+    """({"kernels": rows, "models": rows}, None) on a CUDA machine, else (None, why not run)."""
+    reason = not_run_reason()
+    if reason is not None:
+        return None, ("kernel benchmarks (DynamicResize vs F.interpolate, DeformConv2d vs torchvision, models on "
+                      f"torch CUDA): {reason}")
+    iters = 5 if quick else 20
+    sizes = SIZES[:2] if quick else SIZES
+    return {"kernels": kernel_rows(sizes, iters, log), "models": model_rows(models, iters=iters)}, None

@@ -1,0 +1,23 @@
+"""`python -m pipeline doctor`: what this machine can run (GPU, CUDA, PyTorch, ONNX Runtime, TensorRT, our plugins),
+proven by running it; exit 0 all present passed, 1 a check failed, 3 no CUDA GPU (see pipeline.doctor)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--output", type=Path, default=Path("outputs/doctor"),
+                        help="folder for doctor.md and doctor.json (default: outputs/doctor)")
+    parser.add_argument("--model", default="all", help="models whose TensorRT engines are checked (default: all)")
+    parser.add_argument("--no-engines", action="store_true", help="skip the TensorRT engine build-and-compare step")
+
+
+def run(args) -> int:
+    from pipeline.cli.options import models_arg
+    from pipeline.doctor import diagnose
+
+    try:
+        models = models_arg(args.model)
+    except ImportError:  # no PyTorch: the engine step is skipped anyway, and says why
+        models = [] if args.model == "all" else [args.model]
+    return diagnose(args.output, models, engines=not args.no_engines)

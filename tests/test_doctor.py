@@ -1,0 +1,143 @@
+"""`python -m pipeline doctor`: on this machine (no GPU) it runs the host-side checks, writes both reports and exits 3;
+its parts turn every problem into a line with a fix, never a traceback."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.doctor import facts, report
+from pipeline.doctor.results import EXIT_FAILED, EXIT_NO_GPU, EXIT_OK, FAIL, INFO, PASS, SKIP, Check, exit_code
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _gpu_here() -> bool:
+    count, _, _ = facts._driver()
+    return count > 0
+
+
+@pytest.fixture(scope="module")
+def doctor_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    out = tmp_path_factory.mktemp("doctor")
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "doctor", "--output", str(out), "--no-engines"],
+                          cwd=REPO, capture_output=True, text=True, timeout=900)
+    return proc, out
+
+
+def test_doctor_without_gpu_exits_3_and_writes_reports(doctor_run):
+    if _gpu_here():
+        pytest.skip("this machine has a GPU: the no-GPU exit code does not apply")
+    proc, out = doctor_run
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == EXIT_NO_GPU, text
+    assert "Traceback" not in text
+    data = json.loads((out / "doctor.json").read_text())
+    assert data["exit_code"] == EXIT_NO_GPU and data["failures"] == []
+    names = {c["name"]: c for c in data["checks"]}
+    assert names["GPU and driver"]["status"] == SKIP and names["GPU and driver"]["fix"]
+    for name in ("PyTorch CUDA", "ONNX Runtime", "TensorRT", "cudart and cuBLAS", "plugin library",
+                 "CUDA kernels vs torch"):
+        assert name in names, sorted(names)
+    md = (out / "doctor.md").read_text()
+    assert "exit 3" in md and "| GPU and driver | SKIP |" in md
+
+
+def test_doctor_runs_the_plugin_checks_the_machine_allows(doctor_run):
+    proc, out = doctor_run
+    data = json.loads((out / "doctor.json").read_text())
+    names = {c["name"]: c for c in data["checks"]}
+    if names["plugin library"]["status"] != PASS:
+        pytest.skip("plugin library not built here")
+    assert names["plugin library loads"]["status"] == PASS
+    assert names["plugin creators"]["status"] == PASS
+    assert names["plugin self-test"]["status"] == PASS, names["plugin self-test"]
+    harness = names.get("plugin GPU harness") or names["plugin GPU harness (host-side steps)"]
+    assert harness["status"] == PASS and "0 failed" in harness["detail"], harness
+    assert names["plugin library"]["data"]["tensorrt_headers"]
+
+
+def test_every_line_of_the_console_output_is_one_check(doctor_run):
+    proc, _ = doctor_run
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-1].startswith("doctor: ") and "(exit " in lines[-1]
+    assert all(line.split()[0] in ("PASS", "FAIL", "SKIP", "INFO") for line in lines[:-1]), lines
+
+
+def test_exit_codes():
+    ok, bad, skip = Check("a", PASS), Check("b", FAIL, "x", "y"), Check("c", SKIP, "no gpu")
+    assert exit_code([ok, skip], gpu_present=True) == EXIT_OK
+    assert exit_code([ok, skip], gpu_present=False) == EXIT_NO_GPU
+    assert exit_code([ok, bad], gpu_present=False) == EXIT_FAILED
+    assert exit_code([ok, bad], gpu_present=True) == EXIT_FAILED
+
+
+def test_failure_lines_carry_their_fix():
+    bad = Check("plugin library", FAIL, "not found", "make plugins")
+    assert bad.line() == "FAIL plugin library: not found -> fix: make plugins"
+    assert "fix" not in Check("x", INFO, "fact", "ignored").line()
+    md = report.to_markdown([Check("ok", PASS, "fine"), bad], EXIT_FAILED)
+    assert "## Failures" in md and "- plugin library: not found — fix: make plugins" in md
+    data = report.to_json([bad], EXIT_FAILED)
+    assert data["failures"] == [bad.line()] and data["exit_code"] == 1
+
+
+def test_missing_plugin_library_fails_where_gpu_and_tensorrt_are(monkeypatch, tmp_path):
+    """Section 'a loud first run': with TensorRT and a CUDA torch, a missing library is a failure with the fix."""
+    monkeypatch.setenv("SR_TRT_PLUGIN_LIB", str(tmp_path / "missing.so"))
+    [where_ready] = facts.plugin_library("11.4.0", torch_cuda_ok=True)
+    [elsewhere] = facts.plugin_library(None, torch_cuda_ok=False)
+    assert where_ready.status == FAIL and "make plugins" in where_ready.fix and "trt-headers" in where_ready.fix
+    assert elsewhere.status == SKIP
+
+
+def test_header_version_against_installed_tensorrt():
+    assert facts._header_match("11.1.0", "11.4.0").status == PASS
+    mismatch = facts._header_match("11.1.0", "10.13.3.9")
+    assert mismatch.status == FAIL and "trt-headers" in mismatch.fix
+    assert facts._header_match("11.1.0", None).status == SKIP
+
+
+def test_a_crashing_probe_becomes_a_failed_check():
+    from pipeline.doctor import _guarded
+
+    checks: list[Check] = []
+
+    def broken():
+        raise ZeroDivisionError("boom")
+
+    assert _guarded(checks, "probe", broken, "default") == "default"
+    assert checks[0].status == FAIL and "ZeroDivisionError: boom" in checks[0].detail
+
+
+def test_doctor_needs_no_venv_or_install(tmp_path):
+    """`make gpu-check PY=python3` runs the doctor as `PYTHONPATH=. python -m pipeline doctor`."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "doctor", "--help"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "--no-engines" in proc.stdout, proc.stderr
+    make = (REPO / "Makefile").read_text()
+    block = make[make.index("gpu-check:"):].split("\n\n")[0]
+    assert "PYTHONPATH=. $(PY) -m pipeline doctor" in block and "-m gpu" in block
+    assert "setup" not in block.splitlines()[0] and "pip install" not in block and "venv" not in block
+
+
+def test_doctor_runs_on_a_bare_system_python(tmp_path):
+    """No venv, no PyTorch, nothing installed: still one line per check and a report, never a traceback."""
+    import shutil
+
+    python3 = shutil.which("python3", path="/usr/bin:/bin")
+    if python3 is None or Path(python3).resolve() == Path(sys.executable).resolve():
+        pytest.skip("no separate system python3")
+    if _gpu_here():
+        pytest.skip("this machine has a GPU: the no-GPU exit code does not apply")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([python3, "-m", "pipeline", "doctor", "--output", str(tmp_path), "--no-engines"], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=900)
+    text = proc.stdout + proc.stderr
+    assert "Traceback" not in text and proc.returncode in (EXIT_NO_GPU, EXIT_FAILED), text
+    assert json.loads((tmp_path / "doctor.json").read_text())["exit_code"] == proc.returncode
