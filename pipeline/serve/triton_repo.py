@@ -112,7 +112,7 @@ def _trt_artifact(model: str, precision: str, onnx: Path | None, engine: Path | 
     profiles = sidecar_profiles(sidecar)
     if not profiles:
         raise PipelineError(f"sidecar of {engine.name} lists no optimisation profiles")
-    facts = {k: str(sidecar[k]) for k in ("tensorrt", "gpu", "compute_capability") if sidecar.get(k)}
+    facts = {k: str(sidecar[k]) for k in ("tensorrt", "gpu", "compute_capability", "tf32") if k in sidecar}
     facts["profiles"] = "; ".join(f"batch {p.batch[0]}-{p.batch[2]}, input {p.height[0]}-{p.height[2]} x "
                                   f"{p.width[0]}-{p.width[2]}, scale {p.scale[0]:g}-{p.scale[2]:g}" for p in profiles)
     plugin_sha = sidecar.get("plugin_sha256") if sidecar.get("ops", "custom") == "custom" else None
