@@ -7,6 +7,7 @@ into OUTPUT, which must be a path every node sees. The driver holds only the job
 records stream to the --summary spool. Ray retries the batches of an actor that dies on a restarted actor."""
 from __future__ import annotations
 
+import json
 import math
 import sys
 import time
@@ -46,7 +47,9 @@ def _triage(found, skip_existing: bool, spool: SummarySpool, console: Console) -
         elif skip_existing and job.dst.exists():
             spool.add({**base, "status": "skipped", "reason": "output exists"})
         else:
-            todo.append({"src": str(job.src), "dst": str(job.dst), "rel": job.rel, "fmt": job.fmt})
+            # absolute: actors do not run in the driver's working folder
+            todo.append({"src": str(job.src.absolute()), "dst": str(job.dst.absolute()), "rel": job.rel,
+                         "fmt": job.fmt})
     if spool.counts["skipped"]:
         console.info(f"skipping {spool.counts['skipped']} image(s) whose output exists")
     return todo
@@ -71,8 +74,6 @@ def _pool(ray, n_rows: int, actors: int, cluster: connect.Cluster, ctor: dict):
 
 def _stream(ds, spool: SummarySpool, bar, console: Console, scale: float, seen: dict) -> float:
     """Records into the summary and the bar as they come; returns when the first actor was ready (wall clock)."""
-    import json
-
     ready = math.inf
     for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
         ready = min(ready, float(batch["ready_at"].min()))

@@ -98,6 +98,9 @@ def check_arguments(args) -> tuple[str, float, str | None]:
 
 
 def worker_options(args) -> dict:
+    def absolute(path):  # actors do not run in the driver's working folder
+        return str(Path(path).absolute()) if path else None
+
     return {"tile": args.tile, "tile_overlap": args.tile_overlap, "batch": args.batch,
-            "jpeg_quality": args.jpeg_quality, "reference": args.reference, "weights": args.weights,
-            "threads": args.threads}
+            "jpeg_quality": args.jpeg_quality, "reference": absolute(args.reference),
+            "weights": absolute(args.weights), "threads": args.threads}
