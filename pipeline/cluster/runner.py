@@ -55,13 +55,13 @@ def _triage(found, skip_existing: bool, spool: SummarySpool, console: Console) -
     return todo
 
 
-def _resolve_backend(args, cluster: connect.Cluster) -> tuple[str, str]:
+def _resolve_backend(args, model: str, cluster: connect.Cluster) -> tuple[str, str]:
     """'auto' on a CPU cluster is picked here (the actors then load that one); on GPU nodes each actor picks."""
     if args.backend != "auto" or cluster.gpus > 0 or args.onnx or args.engine:
         return args.backend, "requested" if args.backend != "auto" else "auto: picked by each actor on its node"
     from pipeline.backends import pick_auto
 
-    pick = pick_auto(args.model, args.precision, weights=args.weights)
+    pick = pick_auto(model, args.precision, weights=args.weights)
     return pick.name, f"auto: {pick.reason}"
 
 
@@ -95,7 +95,7 @@ def _stream(ds, spool: SummarySpool, bar, console: Console, scale: float, seen: 
 def _run_on_cluster(args, model, scale, todo, spool, console, cluster) -> dict:
     """Make the files once, stream the rows through the actor pool; returns facts for the summary."""
     ray = connect.import_ray()
-    backend, choice = _resolve_backend(args, cluster)
+    backend, choice = _resolve_backend(args, model, cluster)
     shared = artifacts.prepare(ray, backend, model, args.precision, scale, weights=args.weights, onnx=args.onnx,
                                engine=args.engine, log=console.info)
     actors = args.ray_actors or max(1, int(cluster.gpus or cluster.cpus))
