@@ -72,8 +72,9 @@ def _ort_artifact(model: str, precision: str, onnx: Path | None, weights, max_ba
     return _Artifact(Path(onnx), io_from_onnx(proto), limit, meta)
 
 
-def _engine_sidecar(model: str, precision: str, onnx: Path | None, engine: Path | None, weights, log):
-    """(engine file, sidecar): the given engine, or the cached build (needs a GPU and TensorRT)."""
+def _engine_sidecar(model: str, precision: str, onnx: Path | None, engine: Path | None, weights, plugin_lib, log):
+    """(engine file, sidecar): the given engine, or the cached build the trt backend uses (needs a GPU and
+    TensorRT)."""
     if engine is None:
         problem = tensorrt_problem()
         if problem:
@@ -84,7 +85,7 @@ def _engine_sidecar(model: str, precision: str, onnx: Path | None, engine: Path 
         onnx = onnx or onnx_for(model, precision, "custom", weights=weights, log=log)
         profiles = [default_profile(model_spec(model))]
         engine = engine_for(onnx, {"profiles": [p.to_dict() for p in profiles]})
-        ensure_engine(Path(onnx), engine, profiles, log=log)
+        ensure_engine(Path(onnx), engine, profiles, plugin_lib=plugin_lib, log=log)
     engine = Path(engine)
     if not engine.is_file():
         raise PipelineError(f"TensorRT engine not found: {engine}")
@@ -100,8 +101,9 @@ def _engine_sidecar(model: str, precision: str, onnx: Path | None, engine: Path 
     return engine, sidecar
 
 
-def _trt_artifact(model: str, precision: str, onnx: Path | None, engine: Path | None, weights, log) -> _Artifact:
-    engine, sidecar = _engine_sidecar(model, precision, onnx, engine, weights, log)
+def _trt_artifact(model: str, precision: str, onnx: Path | None, engine: Path | None, weights, plugin_lib,
+                  log) -> _Artifact:
+    engine, sidecar = _engine_sidecar(model, precision, onnx, engine, weights, plugin_lib, log)
     onnx_file = Path(onnx) if onnx else Path(sidecar.get("onnx") or "")
     if onnx_file.is_file():
         proto, meta = load_onnx(onnx_file, external_data=False)
@@ -161,7 +163,7 @@ def write_repository(model: str, repo: Path, *, backend: str = "trt", precision:
     if repo.exists() and not repo.is_dir():
         raise PipelineError(f"--output {repo} is a file; give a folder for the model repository")
     if backend == "trt":
-        art = _trt_artifact(model, precision, onnx, engine, weights, log)
+        art = _trt_artifact(model, precision, onnx, engine, weights, plugin_lib, log)
     else:
         art = _ort_artifact(model, precision, onnx, weights, max_batch, log)
     params = card_parameters(model, weights, art.meta)
