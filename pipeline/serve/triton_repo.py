@@ -82,6 +82,8 @@ def _engine_sidecar(model: str, precision: str, onnx: Path | None, engine: Path 
         from pipeline.artifacts.cache import engine_for, onnx_for
         from pipeline.engine import ensure_engine
 
+        if onnx is not None:
+            check_onnx_matches(Path(onnx), model, precision)
         onnx = onnx or onnx_for(model, precision, "custom", weights=weights, log=log)
         profiles = [default_profile(model_spec(model))]
         engine = engine_for(onnx, {"profiles": [p.to_dict() for p in profiles]})
