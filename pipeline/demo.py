@@ -1,19 +1,31 @@
 """`python -m pipeline demo --output outputs`: the main job on embedded defaults, in a few minutes.
 
 1. Held-out skimage photos (never trained on) -> HR PNGs, and their bicubic x3 downscales as LR inputs.
-2. `pipeline sr` super-resolves the LR folder with the shipped weights (backend auto: the fastest
-   available, CPU ones when there is no GPU) and scores it against the HR images (PSNR/SSIM vs bicubic).
-3. A short compare (every available backend/precision vs PyTorch FP32) and a quick bench.
+2. The sr stage (pipeline.sr.upscale) super-resolves the LR folder with the shipped weights (backend
+   auto: the fastest available, CPU ones when there is no GPU) and scores it against the HR images
+   (PSNR/SSIM vs bicubic).
+3. A short compare (pipeline.analysis.compare.compare_model: every available backend/precision vs
+   PyTorch FP32) and a quick bench (pipeline.bench.suite.run_bench).
 4. outputs/demo/report.md ties it together; the last lines printed say where everything is.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from pipeline.errors import PipelineError
 
 DEMO_MODEL = "srcnn"
 DEMO_SCALE = 3.0
+# LR inputs smaller than this make the PSNR/SSIM border crop and window meaningless (or empty).
+MIN_LR_SIDE = 8
+
+
+def check_max_side(max_side: int, scale: float) -> None:
+    least = math.ceil(MIN_LR_SIDE * scale)
+    if max_side < least:
+        raise PipelineError(f"--max-side must be at least {least} (inputs of {MIN_LR_SIDE} px or more at "
+                            f"x{scale:g}), got {max_side}")
 
 
 def _write_inputs(root: Path, names, max_side: int, scale: float) -> tuple[Path, Path, list[str]]:
@@ -22,6 +34,7 @@ def _write_inputs(root: Path, names, max_side: int, scale: float) -> tuple[Path,
     from pipeline.data.degradation import make_pair
     from pipeline.data.sample_images import HELD_OUT, load_rgb
 
+    check_max_side(max_side, scale)
     names = list(names or HELD_OUT)
     unknown = [n for n in names if n not in HELD_OUT]
     if unknown:

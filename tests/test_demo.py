@@ -23,7 +23,13 @@ def weights_dir(tmp_path):
     return d
 
 
-def test_demo_writes_images_and_report(tmp_path, weights_dir, capsys):
+def test_demo_writes_images_and_report(tmp_path, weights_dir, capsys, monkeypatch):
+    import pipeline.cli.sr
+
+    def no_cli(args):
+        raise AssertionError("the demo must call the sr stage's API (pipeline.sr.upscale), not its CLI")
+
+    monkeypatch.setattr(pipeline.cli.sr, "run", no_cli)
     out = tmp_path / "outputs"
     rc = main(["demo", "--output", str(out), "--weights-dir", str(weights_dir), "--images", "astronaut",
                "--max-side", "48", "--no-bench"])
@@ -50,3 +56,11 @@ def test_demo_rejects_training_images(tmp_path):
 
         demo.run(Namespace(output=str(tmp_path), model="srcnn", backend="auto", images=["camera"], max_side=48,
                            weights_dir=None, no_bench=True, no_compare=True))
+
+
+@pytest.mark.parametrize("side", ["0", "5"])
+def test_demo_max_side_too_small_is_one_line(tmp_path, capsys, side):
+    rc = main(["demo", "--output", str(tmp_path), "--max-side", side, "--no-bench", "--no-compare"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("error: --max-side must be at least 24"), err
+    assert not (tmp_path / "demo").exists()

@@ -40,6 +40,18 @@ def test_exif_orientation_matches_pillow(rgb, orientation):
     assert diff.mean() < 2.0
 
 
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG", "WEBP"])
+def test_exif_orientation_in_other_containers(rgb, fmt):
+    im = PILImage.fromarray(rgb)
+    exif = im.getexif()
+    exif[0x0112] = 6
+    with_tag, without = io.BytesIO(), io.BytesIO()
+    im.save(with_tag, format=fmt, exif=exif)
+    im.save(without, format=fmt)
+    assert imageio.exif_orientation(with_tag.getvalue()) == 6
+    assert imageio.exif_orientation(without.getvalue()) == 1
+
+
 def test_layouts_and_float_regions(rgb):
     bgr = rgb[:, :, ::-1]
     img = imageio.decode(_png(bgr))
@@ -115,6 +127,15 @@ def test_quantize_rounds_and_clips_once():
     assert imageio.quantize(x, 8).tolist() == [0, 0, 0, 1, 2, 255, 255]
     assert imageio.quantize(np.float32([1 / 65535, 2.6 / 65535]), 16).tolist() == [1, 3]
     assert imageio.quantize(x, 16).dtype == np.uint16
+
+
+@pytest.mark.parametrize("depth", [8, 16])
+def test_store_rgb_equals_quantize_per_channel(depth):
+    rgb = np.random.default_rng(1).random((3, 37, 41), dtype=np.float32) * 1.2 - 0.1  # out of range too
+    out = imageio.new_output(40, 45, 3, depth)
+    imageio.store_rgb(out, 2, 3, rgb, depth)
+    for c in range(3):
+        assert np.array_equal(out[2:39, 3:44, 2 - c], imageio.quantize(rgb[c], depth))
 
 
 def test_store_rgb_writes_bgr_and_gray_luma():

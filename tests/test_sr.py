@@ -175,8 +175,9 @@ def test_alpha_is_bicubic_and_gray_stays_gray(torch_run, tree, weights):
     got = _read(out / "nested/rgba.png")
     a = torch.from_numpy(src[:, :, 3].astype(np.float32) / 255)[None, None]
     exp = F.interpolate(a, size=got.shape[:2], mode="bicubic", align_corners=False)[0, 0].numpy()
-    diff = np.abs(got[:, :, 3].astype(int) - np.clip(np.rint(exp * 255), 0, 255))
-    assert diff.max() <= 1 and (diff > 0).mean() < 0.01  # equal up to float rounding flips
+    # each alpha sample is torch's bicubic value rounded, up to float noise: this linear ramp puts many
+    # values on .5 boundaries, where OpenCV's and torch's summation orders (~1e-7 apart) round apart
+    assert np.abs(got[:, :, 3] - np.clip(exp * 255, 0, 255)).max() <= 0.5 + 1e-3
     assert (got[30:45, 30:45, 3] == 0).all()  # the transparent square, scaled by 2.5
     # gray: the RGB model on the replicated channel, written back as BT.601 luma
     gray_in = _read(tree / "nested/camera_gray.png").astype(np.float32) / 255
@@ -210,7 +211,8 @@ def test_tiled_run_equals_untiled(tree, weights, tmp_path, capsys):
         (sel / rel).parent.mkdir(parents=True, exist_ok=True)
         (sel / rel).write_bytes((tree / rel).read_bytes())
     assert _sr(capsys, sel, tmp_path / "whole", "--tile", 0, *args)[0] == 0
-    assert _sr(capsys, sel, tmp_path / "tiled", "--tile", 12, "--batch", 2, "--summary", tmp_path / "s.json", *args)[0] == 0
+    assert _sr(capsys, sel, tmp_path / "tiled", "--tile", 12, "--batch", 2, "--summary", tmp_path / "s.json",
+               *args)[0] == 0
     tiles = {r["input"]: r["tiles"] for r in json.loads((tmp_path / "s.json").read_text())["images"]}
     assert min(tiles.values()) > 4
     for rel in tiles:
@@ -352,10 +354,10 @@ def test_too_large_output_is_skipped_before_inference(tmp_path, weights, capsys)
     assert not (tmp_path / "o" / "wide.webp").exists() and (tmp_path / "o" / "ok.webp").is_file()
 
 
-def test_backend_input_limit_is_respected(tree, weights, tmp_path, capsys, monkeypatch):
+def test_backend_input_limit_is_respected(tree, weights, tmp_path, capsys):
     """Engines with bounded profiles (TensorRT) expose max_input_size(); every crop must fit it."""
-    import pipeline.sr.run as sr_mod
     from pipeline import backends
+    from pipeline.sr import upscale
 
     real = backends.create("torch", "srcnn", "fp32", **({"weights": weights} if weights else {}))
     seen = []
@@ -374,12 +376,10 @@ def test_backend_input_limit_is_respected(tree, weights, tmp_path, capsys, monke
         def describe(self):
             return "bounded torch"
 
-    monkeypatch.setattr(sr_mod, "create_backend", lambda *a, **k: (Bounded(), ""))
     sel = tmp_path / "sel"
     _write(sel / "a.png", _bgr(data.astronaut()[::4, ::4][:120, :110]))
-    assert _sr(capsys, sel, tmp_path / "o", "--backend", "torch", *_common(weights))[0] == 0
-    assert len(seen) > 1
-    monkeypatch.undo()
+    s = upscale(sel, tmp_path / "o", scale=SCALE, backend=Bounded(), progress=False)
+    assert s.counts["ok"] == 1 and len(seen) > 1
     assert _sr(capsys, sel, tmp_path / "w", "--backend", "torch", "--tile", 0, *_common(weights))[0] == 0
     assert np.abs(_read(tmp_path / "o/a.png").astype(int) - _read(tmp_path / "w/a.png")).max() <= 1
 
@@ -398,9 +398,10 @@ def test_backend_tiled_float_output_equals_whole_image(backend_name, weights):
         assert plan.count >= 9 and plan.exact
         out = np.full_like(whole, np.nan)
 
-        def write(t, y):
+        def write(t, y, out=out):
             sy, sx = t.keep_slices()
             out[:, t.y.keep0:t.y.keep1, t.x.keep0:t.x.keep1] = y[:, sy, sx]
 
-        tiling.run_tiles(plan, lambda y0, y1, x0, x1: x[0, :, y0:y1, x0:x1], lambda v: b.infer(v, scale), write, 2)
+        tiling.run_tiles(plan, lambda y0, y1, x0, x1: x[0, :, y0:y1, x0:x1],
+                         lambda v, scale=scale: b.infer(v, scale), write, 2)
         assert np.abs(out - whole).max() < 1e-4, (backend_name, scale)

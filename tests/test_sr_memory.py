@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SNIPPET = """
 import json, resource, sys, threading, time
 import psutil, torch, torch.nn.functional, cv2
-import pipeline.sr.run, pipeline.backends.torch_backend, pipeline.backends.ort_backend
+import pipeline.sr.api, pipeline.backends.torch_backend, pipeline.backends.ort_backend
 from pipeline.cli import main
 proc, peak, stop = psutil.Process(), [0], threading.Event()
 def sample():

@@ -93,7 +93,7 @@ def test_axis_plan_partitions_output(length, scale, tile):
     spans = tiling.plan_axis(length, scale, tile, margin)
     lo = tiling.output_length(length, scale)
     assert spans[0].keep0 == 0 and spans[-1].keep1 == lo
-    for a, b in zip(spans, spans[1:]):
+    for a, b in zip(spans, spans[1:], strict=False):
         assert a.keep1 == b.keep0
     for s in spans:
         assert 0 <= s.crop0 < s.crop1 <= length

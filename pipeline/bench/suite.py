@@ -15,18 +15,10 @@ importing this package does not.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import tempfile
-import time
-from pathlib import Path
-
-import cv2
-import numpy as np
 
 from pipeline import backends as B
 from pipeline import report
-from pipeline.analysis.reference import compare_inputs
+from pipeline.bench.folder import folder_throughput
 from pipeline.bench.kernels import kernel_section
 from pipeline.bench.results import apply_peak, auto_row, flops_entry, method
 from pipeline.bench.roofline import flops_per_output_pixel, measure_peak_gflops
@@ -77,49 +69,11 @@ def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
 
 
 def _folder_row(model: str, cfg: dict, weights, log, note) -> dict | None:
-    """The one call site of the whole-folder timing (to become pipeline.bench.folder.folder_throughput)."""
+    """The whole-folder run (`upscale`) against pure inference on the same loaded backend."""
     try:
-        return folder_run(model, cfg["folder_images"], cfg["folder_size"], weights, log)
+        return folder_throughput(model, cfg["folder_images"], cfg["folder_size"], weights=weights, log=log)
     except PipelineError as e:
         note(f"{model} folder run: {e}")
         return None
 
 
-def folder_run(model: str, n_images: int, size: int, weights=None, log=print, backend: str = "auto") -> dict:
-    """Time `python -m pipeline sr` (in-process) on n held-out crops vs pure inference of the same images."""
-    from models.registry import get_spec
-    from pipeline.cli import main as cli_main  # bench -> CLI: goes with folder_throughput (pipeline.bench.folder)
-
-    imgs = list(compare_inputs(size).items())[:n_images]
-    with tempfile.TemporaryDirectory() as tmp:
-        src, dst = Path(tmp) / "in", Path(tmp) / "out"
-        src.mkdir()
-        for name, x in imgs:
-            rgb = (x[0].transpose(1, 2, 0) * 255 + 0.5).astype(np.uint8)
-            cv2.imwrite(str(src / f"{name}.png"), rgb[:, :, ::-1])
-        summary = Path(tmp) / "summary.json"
-        argv = ["sr", str(src), str(dst), "--model", model, "--backend", backend, "--quiet", "--summary", str(summary)]
-        if weights:
-            argv += ["--weights", str(weights)]
-        t0 = time.perf_counter()
-        with open(os.devnull, "w") as devnull, contextlib.redirect_stderr(devnull), contextlib.redirect_stdout(devnull):
-            rc = cli_main(argv)
-        folder_s = time.perf_counter() - t0
-        if rc != 0:
-            raise PipelineError(f"pipeline sr exited with {rc}")
-        try:
-            used = json.loads(summary.read_text()).get("backend", backend)
-        except (OSError, ValueError):
-            used = backend
-    be = B.create(backend, model, "fp32", weights=weights)
-    scale = get_spec(model).default_scale
-    be.infer(imgs[0][1], scale)  # warm
-    t0 = time.perf_counter()
-    for _, x in imgs:
-        be.infer(x, scale)
-    inf_s = time.perf_counter() - t0
-    used_name = used if isinstance(used, str) else be.name
-    log(f"  {model} folder run: {folder_s:.2f} s for {len(imgs)} images vs {inf_s:.2f} s pure inference ({be.name})")
-    return {"model": model, "backend": used_name if used_name != "auto" else be.name, "images": len(imgs),
-            "size": size, "folder_s": folder_s, "inference_s": inf_s, "overhead_s": folder_s - inf_s,
-            "overhead_pct": 100.0 * (folder_s - inf_s) / folder_s}

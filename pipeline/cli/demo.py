@@ -1,13 +1,14 @@
 """`python -m pipeline demo`: the main job on embedded defaults, in a few minutes."""
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
+from pipeline import report
 from pipeline.artifacts.atomic import atomic_write
-from pipeline.demo import DEMO_MODEL, DEMO_SCALE, _write_inputs, demo_markdown
+from pipeline.demo import DEMO_MODEL, DEMO_SCALE, _write_inputs, check_max_side, demo_markdown
 from pipeline.errors import PipelineError
+from pipeline.sr import upscale
 
 
 def add_arguments(p) -> None:
@@ -21,11 +22,38 @@ def add_arguments(p) -> None:
     p.add_argument("--no-compare", action="store_true", help="skip the backend comparison")
 
 
-def run(args) -> int:
-    from pipeline import report
-    from pipeline.cli import main as cli_main
+def _quiet(*_args, **_kwargs) -> None:
+    """The demo prints one line per step; the stages' own logs are dropped."""
 
+
+def _compare(models: list[str], weights, root: Path) -> dict:
+    from pipeline.analysis.compare import compare_model
+
+    doc = {"kind": "compare", "environment": report.environment(),
+           "models": [compare_model(m, size=64, weights=weights(m), log=_quiet) for m in models]}
+    report.write_compare(doc, root / "compare")
+    rows = [r for m in doc["models"] for r in m["rows"] if r["status"] in ("pass", "fail", "error")]
+    print(f"[3/4] compare: {sum(r['status'] == 'pass' for r in rows)}/{len(rows)} backend runs pass -> "
+          f"{root / 'compare' / 'report.md'}")
+    return doc
+
+
+def _bench(weights, root: Path) -> dict:
+    from pipeline.bench.suite import QUICK, run_bench
+
+    cfg = dict(QUICK, quick=True, folder_images=2)
+    doc = run_bench(["srcnn-x3"], cfg, weights=weights("srcnn-x3"), log=_quiet)
+    report.write_bench(doc, root / "bench")
+    auto = doc["auto"][0] if doc["auto"] else None
+    line = (f"auto = {auto['backend']}: x{auto['speedup']:.2f} vs the PyTorch eager loop"
+            if auto and auto.get("speedup") else "see report")
+    print(f"[4/4] quick bench (srcnn-x3, {cfg['main_size']}^2): {line} -> {root / 'bench' / 'report.md'}")
+    return doc
+
+
+def run(args) -> int:
     t0 = time.perf_counter()
+    check_max_side(args.max_side, DEMO_SCALE)
     wdir = Path(args.weights_dir) if args.weights_dir else None
 
     def weights(model: str):
@@ -37,43 +65,21 @@ def run(args) -> int:
     lr_dir, hr_dir, names = _write_inputs(root, args.images, args.max_side, DEMO_SCALE)
     print(f"[1/4] {len(names)} held-out images -> LR inputs {lr_dir}/ (HR references in {hr_dir}/)")
 
-    sr_dir, summary_file = root / "sr", root / "sr_summary.json"
-    rc = cli_main(["sr", str(lr_dir), str(sr_dir), "--model", args.model, "--scale", str(DEMO_SCALE),
-                   "--backend", args.backend, "--reference", str(hr_dir), "--summary", str(summary_file), "--quiet"]
-                 + (["--weights", weights(args.model)] if wdir else []))
-    if rc != 0:
-        raise PipelineError(f"the sr stage failed (exit {rc}); see the lines above")
-    sr = json.loads(summary_file.read_text())
-    ref = sr.get("reference", {})
-    print(f"[2/4] upscaled images -> {sr_dir}/ with {sr['backend']}; "
+    sr_dir = root / "sr"
+    summary = upscale(lr_dir, sr_dir, model=args.model, scale=DEMO_SCALE, backend=args.backend,
+                      weights=weights(args.model), reference=hr_dir, summary=root / "sr_summary.json",
+                      progress=False)
+    if summary.failed:
+        raise PipelineError(f"the sr stage failed on {len(summary.failed)} image(s): "
+                            f"{summary.failed[0].job.rel}: {summary.failed[0].reason}")
+    ref = summary.reference or {}
+    print(f"[2/4] upscaled images -> {sr_dir}/ with {summary.backend}; "
           f"PSNR-Y {ref.get('psnr', float('nan')):.2f} dB vs bicubic {ref.get('psnr_bicubic', float('nan')):.2f} dB")
 
-    cmp_doc = None
-    if not args.no_compare:
-        from pipeline.analysis.compare import compare_model
-
-        quiet = lambda *a, **k: None  # noqa: E731 - the demo prints one line per step
-        models = [args.model] + (["srcnn-x3"] if args.model != "srcnn-x3" else [])
-        cmp_doc = {"kind": "compare", "environment": report.environment(),
-                   "models": [compare_model(m, size=64, weights=weights(m), log=quiet) for m in models]}
-        report.write_compare(cmp_doc, root / "compare")
-        rows = [r for m in cmp_doc["models"] for r in m["rows"] if r["status"] in ("pass", "fail", "error")]
-        print(f"[3/4] compare: {sum(r['status'] == 'pass' for r in rows)}/{len(rows)} backend runs pass -> "
-              f"{root / 'compare' / 'report.md'}")
-    bench_doc = None
-    if not args.no_bench:
-        from pipeline.bench.suite import QUICK, run_bench
-
-        cfg = dict(QUICK, quick=True, folder_images=2)
-        bench_doc = run_bench(["srcnn-x3"], cfg, weights=weights("srcnn-x3"), log=lambda *a, **k: None)
-        report.write_bench(bench_doc, root / "bench")
-        auto = bench_doc["auto"][0] if bench_doc["auto"] else None
-        line = (f"auto = {auto['backend']}: x{auto['speedup']:.2f} vs the PyTorch eager loop"
-                if auto and auto.get("speedup") else "see report")
-        print(f"[4/4] quick bench (srcnn-x3, {cfg['main_size']}^2): {line} -> {root / 'bench' / 'report.md'}")
-
-    md = demo_markdown(sr, names, cmp_doc, bench_doc, time.perf_counter() - t0)
+    models = [args.model] + (["srcnn-x3"] if args.model != "srcnn-x3" else [])
+    cmp_doc = None if args.no_compare else _compare(models, weights, root)
+    bench_doc = None if args.no_bench else _bench(weights, root)
+    md = demo_markdown(summary.to_dict(), names, cmp_doc, bench_doc, time.perf_counter() - t0)
     atomic_write(root / "report.md", md)
     print(f"done in {time.perf_counter() - t0:.0f} s. Report: {root / 'report.md'}; upscaled images: {sr_dir}/")
     return 0
-

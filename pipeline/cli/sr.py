@@ -1,24 +1,28 @@
 """`python -m pipeline sr INPUT OUTPUT`: super-resolve an image or a folder tree of images."""
 from __future__ import annotations
 
+from pipeline.cli.options import add_backend_args, add_precision_args, add_weights_arg, backend_from_args
 from pipeline.errors import PipelineError
-from pipeline.sr.run import BACKENDS
+from pipeline.sr import upscale
+from pipeline.sr.settings import DEFAULT_MODEL
 
 
 def add_arguments(p) -> None:
     p.add_argument("input", help="image file or folder (searched recursively)")
     p.add_argument("output", help="output folder (mirrors INPUT's tree) or, for a single image, a file name")
-    p.add_argument("--model", default="srcnn", help="registered model name (default: srcnn)")
+    # not the shared --model group: its default would hide whether the user named a model, and without
+    # one the model comes from the --onnx file's metadata
+    p.add_argument("--model", default=None, help=f"registered model name (default: the one --onnx was exported "
+                                                 f"for, else {DEFAULT_MODEL})")
     p.add_argument("--scale", type=float, default=None, help="upscale factor, integer or not (default: the model's)")
-    p.add_argument("--backend", default="auto", help=f"{', '.join(BACKENDS)}, ... (`python -m pipeline backends` "
-                                                     "lists them; default: auto = fastest available)")
-    p.add_argument("--precision", default="fp32", help="fp32 or fp16 (default: fp32)")
+    add_backend_args(p)
+    add_precision_args(p)
     p.add_argument("--onnx", metavar="FILE", help="use this ONNX file instead of the cached export")
     p.add_argument("--engine", metavar="FILE", help="use this TensorRT engine instead of the cached build")
-    p.add_argument("--weights", metavar="FILE", help="weights file instead of the model's shipped weights")
-    p.add_argument("--threads", type=int, default=None, help="inference threads (default: the backend's choice)")
+    add_weights_arg(p)
+    p.add_argument("--threads", type=int, default=None, help="inference threads, >= 1 (default: the backend's choice)")
     p.add_argument("--format", dest="fmt", help="output format: png, jpg, bmp, tiff, webp (default: as the input)")
-    p.add_argument("--jpeg-quality", type=int, default=95, help="JPEG/WebP quality (default: 95)")
+    p.add_argument("--jpeg-quality", type=int, default=95, help="JPEG/WebP quality, 1-100 (default: 95)")
     p.add_argument("--tile", type=int, default=None,
                    help="tile side in input pixels; 0 = never tile (default: from free memory)")
     p.add_argument("--tile-overlap", type=int, default=None,
@@ -30,13 +34,13 @@ def add_arguments(p) -> None:
     p.add_argument("--reference", metavar="HR_DIR", help="ground-truth HR images with the same relative names: "
                                                         "report PSNR/SSIM (Y, border cropped) vs bicubic")
     p.add_argument("--summary", metavar="FILE", help="write a JSON summary (per-image times, sizes, status)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar or per-image lines (failures still print)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or per-image lines; the first line (model, "
+                                                       "scale, backend and why) and failures still print")
     p.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
                    help="run on a Ray cluster: no ADDRESS starts one on this machine (127.0.0.1 only); 'auto' or "
                         "ray://HOST:PORT joins one (OUTPUT must be a path every node sees)")
     p.add_argument("--ray-actors", type=int, metavar="N", help="with --ray: actors upscaling in parallel, one GPU "
                    "each on GPU clusters, one CPU otherwise (default: one per GPU, else per CPU)")
-
 
 
 def run(args) -> int:
@@ -46,6 +50,10 @@ def run(args) -> int:
         from pipeline.cluster.runner import run_ray
 
         return run_ray(args)
-    from pipeline.sr.run import run as run_folder
-
-    return run_folder(args)
+    summary = upscale(args.input, args.output, model=args.model, scale=args.scale, backend=backend_from_args(args),
+                      precision=args.precision, onnx=args.onnx, engine=args.engine, weights=args.weights,
+                      threads=args.threads, fmt=args.fmt, jpeg_quality=args.jpeg_quality, tile=args.tile,
+                      tile_overlap=args.tile_overlap, batch=args.batch, workers=args.workers,
+                      skip_existing=args.skip_existing, reference=args.reference, summary=args.summary,
+                      progress=not args.quiet)
+    return 1 if summary.failed else 0

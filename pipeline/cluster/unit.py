@@ -1,100 +1,49 @@
-"""The one place the Ray runner touches the sr stage's internals: building the per-image worker and running
-one job through it (decode -> tiled inference -> atomic write), returning its record as a dict.
-
-Built on pipeline.sr.run (Runner, _decode, _encode, Record) until the sr stage exposes its per-image unit;
-when it does, only this module changes."""
+"""The one place the Ray runner touches the sr stage: its argument checks, backend loading and per-image unit of
+work (pipeline.sr.ImageWorker: decode -> tiled inference -> atomic write -> Record), used exactly as the local
+run uses them, one image at a time inside an actor."""
 from __future__ import annotations
 
-import time
 from pathlib import Path
-from types import SimpleNamespace
 
-from pipeline.errors import PipelineError, first_line
-from pipeline.sr.imageio import ImageError
-from pipeline.sr.jobs import Job
-from pipeline.sr.run import Record, Runner, _decode, _encode, _infer_reason, check_model_and_scale, create_backend
-
-WORKER_OPTIONS = ("tile", "tile_overlap", "batch", "jpeg_quality", "reference")
+from pipeline.backends.checks import check_scale, model_spec
+from pipeline.cli.options import backend_from_args
+from pipeline.sr import ImageWorker, Job, settings
+from pipeline.sr import load_backend as _load_backend
 
 
 def load_backend(name: str, model: str, precision: str, **opts):
     """(loaded backend, why it was chosen) exactly as the local run loads it."""
-    return create_backend(name, model, precision, opts.get("onnx"), opts.get("engine"), opts.get("weights"),
-                          opts.get("threads"))
+    return _load_backend(name, model, precision, onnx=opts.get("onnx"), engine=opts.get("engine"),
+                         weights=opts.get("weights"), threads=opts.get("threads"))
 
 
-def make_worker(backend, model: str, scale: float, options: dict):
-    spec, scale = check_model_and_scale(model, scale)
-    args = SimpleNamespace(**{k: options.get(k) for k in WORKER_OPTIONS})
-    args.batch = args.batch or 1
-    args.jpeg_quality = args.jpeg_quality or 95
-
-    def quiet(_msg: str) -> None:  # per-image lines are the driver's job; the record carries the notes
-        pass
-
-    return Runner(args, backend, spec, scale, quiet, quiet)
+def make_worker(backend, model: str, scale: float, options: dict) -> ImageWorker:
+    return ImageWorker(backend, model, scale, tile=options.get("tile"), tile_overlap=options.get("tile_overlap"),
+                       batch=options.get("batch") or 1, jpeg_quality=options.get("jpeg_quality") or 95,
+                       reference=options.get("reference"))
 
 
 def job_from_row(src: str, dst: str, rel: str, fmt: str) -> Job:
     return Job(Path(src), Path(dst), rel, fmt)
 
 
-def process(worker, job: Job) -> dict:
+def process(worker: ImageWorker, job: Job) -> dict:
     """One image start to end on this thread; failures are the record's status and reason, never raised."""
-    rec = Record(job)
-    image, reason, rec.decode_s = _decode(job)
-    if image is None:
-        rec.status, rec.reason = "failed", reason
-        return rec.as_dict()
-    rec.status, rec.reason = "ok", ""
-    try:
-        plan, out = worker.prepare(rec, image)
-    except ImageError as e:  # the output cannot be made (too large for the format or the memory)
-        rec.status, rec.reason = "failed", str(e)
-        return rec.as_dict()
-    t0 = time.perf_counter()
-    try:
-        worker.run_tiled(image, plan, out)
-    except Exception as e:  # an inference failure of this image only
-        rec.status, rec.reason = "failed", _infer_reason(e)
-        return rec.as_dict()
-    rec.infer_s = time.perf_counter() - t0
-    try:
-        _encode(rec, out, image, worker)
-    except ImageError as e:
-        rec.status, rec.reason = "failed", str(e)
-    except OSError as e:
-        rec.status, rec.reason = "failed", f"cannot write {job.dst}: {e.strerror or e}"
-    except Exception as e:  # an encoder or metrics crash on this image only
-        rec.status, rec.reason = "failed", f"{type(e).__name__}: {first_line(e)}"
-    return rec.as_dict()
+    return worker.process(job).as_dict()
 
 
 def check_arguments(args) -> tuple[str, float, str | None]:
     """The local run's argument checks (one PipelineError line before any work); (model, scale, format)."""
-    from pipeline import backends
-    from pipeline.sr import imageio
-    from pipeline.sr.run import PRECISIONS
-
-    _, scale = check_model_and_scale(args.model, args.scale)
-    fmt = None
-    if args.fmt:
-        try:
-            fmt = imageio.normalize_format(args.fmt)
-        except ValueError as e:
-            raise PipelineError(str(e)) from None
-    if args.batch < 1:
-        raise PipelineError("--batch must be at least 1")
-    if args.backend != "auto" and args.backend not in backends.NAMES:
-        raise PipelineError(f"unknown backend '{args.backend}' (choose from: auto, {', '.join(backends.NAMES)})")
-    if args.precision not in PRECISIONS:
-        raise PipelineError(f"unknown precision '{args.precision}' (choose from: {', '.join(PRECISIONS)})")
-    for flag, value, what in (("--onnx", args.onnx, "ONNX file"), ("--engine", args.engine, "TensorRT engine")):
-        if value is not None and not Path(value).is_file():
-            raise PipelineError(f"{what} not found: {value} ({flag})")
-    if args.reference and not Path(args.reference).is_dir():
-        raise PipelineError(f"reference folder not found: {args.reference}")
-    return args.model, scale, fmt
+    settings.check_numbers(tile=args.tile, tile_overlap=args.tile_overlap, batch=args.batch, workers=args.workers,
+                           threads=args.threads, jpeg_quality=args.jpeg_quality)
+    fmt = settings.check_format(args.fmt)
+    settings.check_paths(summary=args.summary, reference=args.reference, onnx=args.onnx, engine=args.engine,
+                         weights=args.weights)
+    settings.check_precision(args.precision)
+    backend_from_args(args)
+    model = settings.resolve_model(args.model, args.onnx)
+    spec = model_spec(model)
+    return model, check_scale(spec, spec.default_scale if args.scale is None else args.scale), fmt
 
 
 def worker_options(args) -> dict:

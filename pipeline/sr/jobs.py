@@ -17,7 +17,7 @@ class Job:
     dst: Path
     rel: str          # path relative to INPUT (how the file is named in logs and the summary)
     fmt: str          # output format key (png, jpg, ...)
-    problem: str = "" # set when the job must fail before decoding (e.g. an output name collision)
+    problem: str = ""  # set when the job must fail before decoding (e.g. an output name collision)
 
 
 @dataclass
@@ -41,38 +41,30 @@ def _out_name(rel: Path, fmt: str | None) -> tuple[Path, str]:
     return rel.with_suffix(FORMAT_EXT[fmt]), fmt
 
 
-def discover(input_path: str | Path, output_path: str | Path, fmt: str | None = None) -> JobList:
-    """Jobs for INPUT -> OUTPUT. Raises PipelineError (one line) for unusable arguments."""
-    src_root = Path(input_path)
-    out_root = Path(output_path)
-    if not src_root.exists():
-        raise PipelineError(f"input not found: {src_root}")
-    src_abs = src_root.resolve()
-    out_abs = out_root.resolve()
+def _single_file(src_root: Path, out_root: Path, fmt: str | None) -> JobList:
+    if format_of(src_root) is None:
+        raise PipelineError(f"input {src_root} is not an image file (known extensions: "
+                            f"{', '.join(sorted(FORMAT_EXT))})")
+    if out_root.is_dir() or (format_of(out_root) is None and not out_root.exists()):
+        name, f = _out_name(Path(src_root.name), fmt)
+        dst = out_root / name
+    else:  # OUTPUT names the file to write
+        named = format_of(out_root)
+        if fmt is not None and named is not None and named != fmt:
+            raise PipelineError(f"OUTPUT {out_root} names a {named} file but --format {fmt} was given; "
+                                f"name it {FORMAT_EXT[fmt]} or leave out --format")
+        dst, f = out_root, fmt or named or format_of(src_root)
+    if dst.resolve() == src_root.resolve():
+        raise PipelineError(f"output {dst} is the input file; choose another OUTPUT (inputs are never overwritten)")
+    return JobList([Job(src_root, dst, src_root.name, f)], [], src_root.parent)
 
-    if src_root.is_file():
-        if format_of(src_root) is None:
-            raise PipelineError(f"input {src_root} is not an image file (known extensions: "
-                                f"{', '.join(sorted(FORMAT_EXT))})")
-        if out_root.is_dir() or (format_of(out_root) is None and not out_root.exists()):
-            name, f = _out_name(Path(src_root.name), fmt)
-            dst = out_root / name
-        else:  # OUTPUT names the file to write
-            dst, f = out_root, fmt or format_of(out_root) or format_of(src_root)
-        if dst.resolve() == src_abs:
-            raise PipelineError(f"output {dst} is the input file; choose another OUTPUT (inputs are never overwritten)")
-        return JobList([Job(src_root, dst, src_root.name, f)], [], src_root.parent)
 
-    if not src_root.is_dir():
-        raise PipelineError(f"input {src_root} is neither a file nor a folder")
-    if out_abs == src_abs:
-        raise PipelineError(f"OUTPUT {out_root} is the INPUT folder; choose another folder (inputs are never overwritten)")
-    if out_root.exists() and not out_root.is_dir():
-        raise PipelineError(f"OUTPUT {out_root} is a file; give a folder for a folder INPUT")
-
+def _walk(src_root: Path, out_root: Path, fmt: str | None) -> JobList:
+    """Every file under INPUT: image files become jobs, others are listed as ignored."""
     jobs: list[Job] = []
     ignored: list[str] = []
-    out_in_src = _inside(out_abs, src_abs)
+    out_abs = out_root.resolve()
+    out_in_src = _inside(out_abs, src_root.resolve())
     for dirpath, dirnames, filenames in os.walk(src_root, followlinks=False):
         here = Path(dirpath)
         # Never descend into OUTPUT (when it lies inside INPUT): results are not inputs.
@@ -86,8 +78,11 @@ def discover(input_path: str | Path, output_path: str | Path, fmt: str | None = 
                 continue
             out_rel, f = _out_name(rel, fmt)
             jobs.append(Job(path, out_root / out_rel, rel.as_posix(), f))
+    return JobList(jobs, ignored, src_root)
 
-    # Guards: an output path that is an input file, or that two inputs map to (a.png + a.jpg -> a.png).
+
+def _flag_conflicts(jobs: list[Job]) -> None:
+    """An output path that is an input file, or that two inputs map to (a.png + a.jpg -> a.png)."""
     inputs = {j.src.resolve() for j in jobs}
     seen: dict[Path, str] = {}
     for j in jobs:
@@ -98,4 +93,23 @@ def discover(input_path: str | Path, output_path: str | Path, fmt: str | None = 
             j.problem = f"output {j.dst} would also be written for {seen[d]}"
         else:
             seen[d] = j.rel
-    return JobList(jobs, ignored, src_root)
+
+
+def discover(input_path: str | Path, output_path: str | Path, fmt: str | None = None) -> JobList:
+    """Jobs for INPUT -> OUTPUT. Raises PipelineError (one line) for unusable arguments."""
+    src_root = Path(input_path)
+    out_root = Path(output_path)
+    if not src_root.exists():
+        raise PipelineError(f"input not found: {src_root}")
+    if src_root.is_file():
+        return _single_file(src_root, out_root, fmt)
+    if not src_root.is_dir():
+        raise PipelineError(f"input {src_root} is neither a file nor a folder")
+    if out_root.resolve() == src_root.resolve():
+        raise PipelineError(f"OUTPUT {out_root} is the INPUT folder; choose another folder "
+                            f"(inputs are never overwritten)")
+    if out_root.exists() and not out_root.is_dir():
+        raise PipelineError(f"OUTPUT {out_root} is a file; give a folder for a folder INPUT")
+    found = _walk(src_root, out_root, fmt)
+    _flag_conflicts(found.jobs)
+    return found

@@ -122,7 +122,7 @@ def plan_axis(length: int, scale: float, tile: int | None, margin: int, window: 
     if len(cuts) > 2 and cuts[-1] - cuts[-2] < keep // 4:  # fold a sliver into the previous tile
         cuts.pop(-2)
     spans = []
-    for k0, k1 in zip(cuts[:-1], cuts[1:]):
+    for k0, k1 in zip(cuts[:-1], cuts[1:], strict=True):
         y0 = _best_end(k0 - margin, 0, -1, length, out_length, window)
         y1 = _best_end(k1 + margin, out_length, +1, length, out_length, window)
         c0, c1 = _lr_row(y0, length, out_length), _lr_row(y1, length, out_length)
@@ -225,7 +225,7 @@ def run_tiles(tile_plan: TilePlan, read: Callable[[int, int, int, int], np.ndarr
             x = np.stack([read(t.y.crop0, t.y.crop1, t.x.crop0, t.x.crop1) for t in chunk])
             y = infer(x)
             del x
-            for t, out in zip(chunk, y):
+            for t, out in zip(chunk, y, strict=True):
                 if tuple(out.shape[-2:]) != t.out_shape:
                     raise RuntimeError(f"backend returned {tuple(out.shape[-2:])} for a crop of "
                                        f"{t.crop_shape}, expected {t.out_shape}")

@@ -1,0 +1,128 @@
+"""`upscale(INPUT, OUTPUT, ...) -> Summary`: the sr stage's Python API (`python -m pipeline sr` calls it).
+
+Flow: check every option and find the jobs (pipeline.sr.settings, pipeline.sr.jobs) -> load the backend
+(pipeline.backends; 'auto' picks one and says why) -> run the images (pipeline.sr.scheduler around a
+pipeline.sr.worker.ImageWorker) -> Summary (and the --summary JSON). Everything that can be wrong with the
+arguments fails before any image is read; one bad image never stops the run (it is a failed record).
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pipeline import backends
+from pipeline.artifacts.atomic import atomic_write
+from pipeline.backends.checks import check_scale, model_spec
+from pipeline.errors import PipelineError
+from pipeline.sr import imageio, settings
+from pipeline.sr.console import Console
+from pipeline.sr.jobs import JobList, discover
+from pipeline.sr.records import Record, Summary
+from pipeline.sr.reference import MISSING
+from pipeline.sr.scheduler import Scheduler
+from pipeline.sr.worker import ImageWorker
+
+
+def load_backend(backend, model: str, precision: str, *, onnx=None, engine=None, weights=None,
+                 threads=None) -> tuple[backends.Backend, str]:
+    """A loaded backend and why it was chosen; `backend` is a name ('auto', 'ort', ...) or a loaded one."""
+    if not isinstance(backend, str):
+        return backend, getattr(backend, "selection_reason", "") or "given"
+    opts = {k: v for k, v in (("onnx", onnx), ("engine", engine), ("weights", weights), ("threads", threads))
+            if v is not None}
+    loaded = backends.create(backend, model, precision, **opts)
+    return loaded, getattr(loaded, "selection_reason", "") or backend
+
+
+def _triage(found: JobList, skip_existing: bool, console: Console) -> tuple[list[Record], list[Record]]:
+    """Records for every job, and those still to do (not failed up front, not skipped)."""
+    records = [Record(j) for j in found.jobs]
+    todo = []
+    for rec in records:
+        if rec.job.problem:
+            rec.fail(rec.job.problem)
+            console.always(f"failed {rec.job.rel}: {rec.reason}")
+        elif skip_existing and rec.job.dst.exists():
+            rec.status, rec.reason = "skipped", "output exists"
+        else:
+            todo.append(rec)
+    skipped = len(records) - len(todo) - sum(r.status == "failed" for r in records)
+    if skipped:
+        console.info(f"skipping {skipped} image(s) whose output exists")
+    return records, todo
+
+
+def _report(summary: Summary, reference, console: Console) -> None:
+    ref = summary.reference
+    if ref:
+        console.info(f"reference ({ref['images']} image(s)): PSNR-Y {ref['psnr']:.2f} dB "
+                     f"(bicubic {ref['psnr_bicubic']:.2f}), "
+                     f"SSIM-Y {ref['ssim']:.4f} (bicubic {ref['ssim_bicubic']:.4f})")
+    elif reference is not None and summary.ok:
+        missing = sum(r.metrics.get("reference") == MISSING for r in summary.ok)
+        console.always(f"reference: no image in {reference} matches an output ({missing} with no file of the same "
+                       f"name, {len(summary.ok) - missing} of another size or unreadable); no scores "
+                       f"(per-image reasons are in the summary)")
+    c = summary.counts
+    console.info(f"done: {c['ok']} ok, {c['failed']} failed, {c['skipped']} skipped in {summary.wall_s:.1f} s "
+                 f"({summary.images_per_s} images/s, {summary.mpix_per_s} MPix/s output)")
+    failed = summary.failed
+    if failed:
+        console.always(f"{len(failed)} image(s) failed: " + ", ".join(r.job.rel for r in failed[:5])
+                       + (" ..." if len(failed) > 5 else ""))
+
+
+def upscale(input: str | Path, output: str | Path, *, model: str | None = None, scale: float | None = None,
+            backend: str | backends.Backend = "auto", precision: str = "fp32", onnx=None, engine=None, weights=None,
+            threads: int | None = None, fmt: str | None = None, jpeg_quality: int = 95, tile: int | None = None,
+            tile_overlap: int | None = None, batch: int = 1, workers: int = 2, skip_existing: bool = False,
+            reference=None, summary=None, progress: bool = True,
+            log: Callable[[str], object] | None = None) -> Summary:
+    """Super-resolve an image or a folder tree (OUTPUT mirrors it) and return the run's Summary.
+
+    model: registered name; by default the one `backend` (if loaded) or `onnx` was made for, else srcnn.
+    backend: a name ('auto' picks the fastest available and says why) or an already-loaded Backend
+    (then onnx/engine/weights/threads/precision do not apply: it is used as it is).
+    tile: LR tile side, 0 = never tile, None = from free memory. progress=False hides the bar and
+    per-image lines (the header and failures still go out). log: where lines go (default: stderr).
+    Argument problems raise PipelineError before any work; per-image failures are in the Summary.
+    """
+    t_start = time.perf_counter()
+    console = Console(progress, log)
+    settings.check_numbers(tile=tile, tile_overlap=tile_overlap, batch=batch, workers=workers, threads=threads,
+                           jpeg_quality=jpeg_quality)
+    fmt = settings.check_format(fmt)
+    settings.check_paths(summary=summary, reference=reference, onnx=onnx, engine=engine, weights=weights)
+    if isinstance(backend, str):
+        settings.check_precision(precision)
+    elif any(v is not None for v in (onnx, engine, weights, threads)):
+        raise PipelineError("onnx, engine, weights and threads choose what backend to load; "
+                            "they cannot change the already-loaded backend that was given")
+    model = settings.resolve_model(model, onnx, backend)
+    spec = model_spec(model)
+    scale = check_scale(spec, spec.default_scale if scale is None else scale)
+    found = discover(input, output, fmt)
+    if not found.jobs:
+        raise PipelineError(f"no images found in {input} (extensions: {', '.join(sorted(imageio.FORMATS))})")
+
+    loaded, choice = load_backend(backend, model, precision, onnx=onnx, engine=engine, weights=weights,
+                                  threads=threads)
+    console.always(f"sr: {spec.name} x{scale:g} on {loaded.describe()} ({choice}); {len(found.jobs)} image(s) "
+                   f"-> {output}")
+    if found.ignored:
+        console.info(f"ignored {len(found.ignored)} file(s) without an image extension (e.g. {found.ignored[0]})")
+    worker = ImageWorker(loaded, spec.name, scale, tile=tile, tile_overlap=tile_overlap, batch=batch,
+                         jpeg_quality=jpeg_quality, reference=reference)
+    records, todo = _triage(found, skip_existing, console)
+    process_s = Scheduler(worker, console, workers).run(todo)
+
+    result = Summary(model=spec.name, scale=scale, backend=loaded.describe(), backend_choice=choice,
+                     input=str(input), output=str(output), tile=worker.tile, tile_margin_hr=worker.margin,
+                     batch=worker.batch, workers=workers, records=records, ignored=found.ignored,
+                     wall_s=time.perf_counter() - t_start, process_s=process_s)
+    if summary is not None:
+        atomic_write(Path(summary), json.dumps(result.to_dict(), indent=2) + "\n")
+    _report(result, reference, console)
+    return result

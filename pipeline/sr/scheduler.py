@@ -1,0 +1,154 @@
+"""Runs a folder's images through an ImageWorker with decoding and encoding overlapped with inference.
+
+Decoding runs ahead on a small pool (bounded prefetch), inference runs on the calling thread (whole
+images of one size batched up to --batch, large ones tiled), and encoding + the atomic write run on a
+second pool behind a queue bounded in bytes, so memory stays bounded however large the folder is.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from pipeline.sr.console import Console
+from pipeline.sr.imageio import ImageError
+from pipeline.sr.records import Record
+from pipeline.sr.worker import Decoded, ImageWorker, Planned, decode, infer_reason, write_reason
+
+# Images being decoded at once beyond the pool size and the batch; bounds memory along with WRITE_BYTES.
+PREFETCH = 2
+WRITE_BYTES = 512 << 20
+
+
+class Scheduler:
+    def __init__(self, worker: ImageWorker, console: Console, workers: int = 2, write_bytes: int = WRITE_BYTES):
+        self.worker = worker
+        self.console = console
+        self.workers = workers
+        self.write_limit = write_bytes
+        self.decoding: deque[tuple[Record, Future]] = deque()
+        self.writing: deque[tuple[Planned, Future]] = deque()
+        self.write_bytes = 0
+        self.pending: list[Planned] = []  # whole images of one size waiting to fill a batch
+        self.done_mpix = 0.0
+        self.t0 = 0.0
+        self.bar = None      # these three exist while run() runs
+        self.readers: ThreadPoolExecutor | None = None
+        self.writers: ThreadPoolExecutor | None = None
+
+    # -- progress and failures ---------------------------------------------------------------------------
+
+    def _finished(self, rec: Record) -> None:
+        if rec.status == "ok":
+            self.done_mpix += rec.out_mpix
+        elapsed = max(time.perf_counter() - self.t0, 1e-9)
+        self.bar.set_postfix_str(f"{self.done_mpix / elapsed:.2f} MPix/s", refresh=False)
+        self.bar.update(1)
+
+    def _fail(self, rec: Record, reason: str) -> None:
+        rec.fail(reason)
+        self.console.always(f"failed {rec.job.rel}: {reason}")
+        self._finished(rec)
+
+    # -- the write queue ----------------------------------------------------------------------------------
+
+    def _reap(self, until_bytes: int | None = None) -> None:
+        """Collect finished writes; with `until_bytes`, wait until no more than that many bytes are queued."""
+        while self.writing and (self.writing[0][1].done()
+                                or (until_bytes is not None and self.write_bytes > until_bytes)):
+            item, fut = self.writing.popleft()
+            self.write_bytes -= item.out.nbytes
+            try:
+                fut.result()
+            except Exception as e:  # an encoder or file system failure on one image must not stop the batch
+                self._fail(item.rec, write_reason(item.rec, e))
+                continue
+            item.rec.status = "ok"
+            self._finished(item.rec)
+
+    def _submit_write(self, item: Planned) -> None:
+        self._reap(self.write_limit - item.out.nbytes)  # bound the output buffers waiting for the encoder
+        self.writing.append((item, self.writers.submit(self.worker.encode, item)))
+        self.write_bytes += item.out.nbytes
+        rec = item.rec
+        self.console.info(f"{rec.job.rel}: {rec.in_size[0]}x{rec.in_size[1]} -> {rec.out_size[0]}x{rec.out_size[1]} "
+                          f"(x{self.worker.scale:g}, {rec.mode} {rec.bit_depth}-bit, {rec.tiles} "
+                          f"tile{'s' if rec.tiles != 1 else ''})")
+
+    # -- inference ------------------------------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        """Run the waiting batch of equal-size whole images."""
+        items, self.pending = self.pending, []
+        if not items:
+            return
+        try:
+            self.worker.infer_batch(items)
+        except Exception as e:  # the batch's images fail; the run goes on
+            reason = infer_reason(e)
+            for it in items:
+                self._fail(it.rec, reason)
+            return
+        for it in items:
+            self._submit_write(it)
+
+    def _infer(self, item: Planned) -> None:
+        if self.worker.batchable(item):
+            if self.pending and self.pending[0].image.pixels.shape[:2] != item.image.pixels.shape[:2]:
+                self._flush()
+            self.pending.append(item)
+            if len(self.pending) >= self.worker.batch:
+                self._flush()
+            return
+        self._flush()
+        try:
+            self.worker.infer_tiled(item)
+        except Exception as e:  # this image fails; the run goes on
+            self._fail(item.rec, infer_reason(e))
+            return
+        self._submit_write(item)
+
+    def _take(self, rec: Record, decoded: Decoded) -> None:
+        """One decoded image: plan it and run (or queue) its inference."""
+        rec.decode_s = decoded.seconds
+        if decoded.image is None:
+            self._fail(rec, decoded.reason)
+            return
+        try:
+            item = self.worker.plan(rec, decoded.image)
+        except ImageError as e:
+            self._fail(rec, str(e))
+            return
+        for n in rec.notes:
+            self.console.info(f"{rec.job.rel}: {n}")
+        self._infer(item)
+
+    # -- the run ----------------------------------------------------------------------------------------------
+
+    def _refill(self, queue: deque[Record]) -> None:
+        while queue and len(self.decoding) < self.workers + PREFETCH + self.worker.batch:
+            rec = queue.popleft()
+            self.decoding.append((rec, self.readers.submit(decode, rec.job)))
+
+    def run(self, todo: list[Record]) -> float:
+        """Process every record; returns the seconds from the first decode to the last write."""
+        self.t0 = time.perf_counter()
+        self.bar = self.console.bar(len(todo))
+        self.readers = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="sr-decode")
+        self.writers = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="sr-encode")
+        queue = deque(todo)
+        try:
+            self._refill(queue)
+            while self.decoding:
+                rec, fut = self.decoding.popleft()
+                self._refill(queue)
+                decoded = fut.result()
+                self._reap()
+                self._take(rec, decoded)
+            self._flush()
+            self._reap(-1)
+        finally:
+            self.readers.shutdown(wait=True, cancel_futures=True)
+            self.writers.shutdown(wait=True)
+            self.bar.close()
+        return time.perf_counter() - self.t0

@@ -1,0 +1,74 @@
+"""Checks of the sr stage's options, all made before any image is read or any output written: a bad
+value is one PipelineError line (the CLI's exit 2), never a silent fallback or a failure after the work."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.artifacts.cache import PRECISIONS
+from pipeline.artifacts.onnx_file import onnx_metadata
+from pipeline.errors import PipelineError
+from pipeline.sr import imageio
+
+DEFAULT_MODEL = "srcnn"  # when neither --model nor the --onnx file (or a loaded backend) names one
+JPEG_QUALITY = (1, 100)  # OpenCV's JPEG and WebP quality range (WebP takes no 0)
+
+
+def _at_least(name: str, value: int | None, low: int, note: str = "") -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+        raise PipelineError(f"{name} must be an integer >= {low}{note}, got {value!r}")
+
+
+def check_numbers(*, tile, tile_overlap, batch, workers, threads, jpeg_quality) -> None:
+    _at_least("--tile", tile, 0, " (0 = never tile)")
+    _at_least("--tile-overlap", tile_overlap, 0)
+    _at_least("--batch", batch, 1)
+    _at_least("--workers", workers, 1)
+    _at_least("--threads", threads, 1)
+    lo, hi = JPEG_QUALITY
+    if isinstance(jpeg_quality, bool) or not isinstance(jpeg_quality, int) or not lo <= jpeg_quality <= hi:
+        raise PipelineError(f"--jpeg-quality must be an integer from {lo} to {hi}, got {jpeg_quality!r}")
+
+
+def check_format(fmt: str | None) -> str | None:
+    if fmt is None:
+        return None
+    try:
+        return imageio.normalize_format(fmt)
+    except ValueError as e:
+        raise PipelineError(str(e)) from None
+
+
+def check_precision(precision: str) -> str:
+    if precision not in PRECISIONS:
+        raise PipelineError(f"unknown precision '{precision}' (choose from: {', '.join(PRECISIONS)})")
+    return precision
+
+
+def check_paths(*, summary, reference, onnx, engine, weights) -> None:
+    if summary is not None and Path(summary).is_dir():
+        raise PipelineError(f"--summary {summary} is a folder; give the JSON file to write")
+    if reference is not None and not Path(reference).is_dir():
+        raise PipelineError(f"reference folder not found: {reference}")
+    if onnx is not None and not Path(onnx).is_file():
+        raise PipelineError(f"ONNX file not found: {onnx}")
+    if engine is not None and not Path(engine).is_file():
+        raise PipelineError(f"TensorRT engine not found: {engine}")
+    if weights is not None and not Path(weights).is_file():
+        raise PipelineError(f"weights file not found: {weights}")
+
+
+def resolve_model(model: str | None, onnx=None, backend=None) -> str:
+    """The model to run: --model, else the one a loaded backend or an ONNX file was made for, else the
+    default. A --model that disagrees with the backend or the file is an error, not a guess."""
+    if backend is not None and not isinstance(backend, str):
+        loaded = getattr(backend, "model_name", None)
+        if model is not None and loaded and model != loaded:
+            raise PipelineError(f"the given backend runs model '{loaded}', not '{model}'")
+        return model or loaded or DEFAULT_MODEL
+    if onnx is not None:
+        exported = onnx_metadata(Path(onnx)).get("model")
+        if model is not None and exported and model != exported:
+            raise PipelineError(f"{onnx} was exported for model '{exported}', not '{model}' "
+                                f"(leave out --model to use the file's)")
+        return model or exported or DEFAULT_MODEL
+    return model or DEFAULT_MODEL

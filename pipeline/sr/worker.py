@@ -1,0 +1,230 @@
+"""The per-image unit of work of the sr stage: decode -> plan -> infer (tiled or batched) -> encode and
+write atomically -> record.
+
+`ImageWorker` holds what every image of a run shares (a loaded backend, scale, tile plan settings,
+output options). The folder scheduler (pipeline.sr.scheduler) calls its steps on its own threads to
+overlap them; `ImageWorker.process(job)` runs the same steps in a row for one image, for callers that
+schedule images themselves (e.g. one worker per Ray actor). Per-image problems become the Record's
+status and one-line reason; they are never raised.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.errors import PipelineError, first_line
+from pipeline.sr import imageio, tiling
+from pipeline.sr.bicubic import bicubic
+from pipeline.sr.imageio import Image, ImageError
+from pipeline.sr.jobs import Job
+from pipeline.sr.records import Record
+from pipeline.sr.reference import reference_metrics
+
+try:
+    import psutil
+except ImportError:  # optional: without it the free-memory check is skipped
+    psutil = None
+
+
+@dataclass
+class Decoded:
+    """A decode attempt: the image, or the one-line reason it could not be read."""
+
+    image: Image | None
+    reason: str
+    seconds: float
+
+
+@dataclass
+class Planned:
+    """An image ready for inference: its record, pixels, tile plan and output buffer."""
+
+    rec: Record
+    image: Image
+    plan: tiling.TilePlan
+    out: np.ndarray
+
+
+def decode(job: Job) -> Decoded:
+    t0 = time.perf_counter()
+    try:
+        image, reason = imageio.read_image(job.src), ""
+    except ImageError as e:
+        image, reason = None, str(e)
+    except Exception as e:  # a decoder crash on one file must not stop the batch
+        image, reason = None, f"{type(e).__name__}: {first_line(e)}"
+    return Decoded(image, reason, time.perf_counter() - t0)
+
+
+def infer_reason(e: BaseException) -> str:
+    """One line for an inference failure of one image."""
+    if isinstance(e, PipelineError):
+        return str(e)
+    if isinstance(e, MemoryError):
+        return "out of memory during inference (try a smaller --tile)"
+    return f"inference failed: {type(e).__name__}: {first_line(e)}"
+
+
+def write_reason(rec: Record, e: BaseException) -> str:
+    """One line for an encode/write failure of one image."""
+    if isinstance(e, ImageError):
+        return str(e)
+    if isinstance(e, OSError):
+        return f"cannot write {rec.job.dst}: {e.strerror or e}"
+    return f"{type(e).__name__}: {first_line(e)}"
+
+
+def output_problem(h: int, w: int, channels: int, depth: int, fmt: str) -> str:
+    """Why an output of h x w cannot be produced, or ''."""
+    side = imageio.MAX_SIDE.get(fmt, 2**31 - 1)
+    if max(h, w) > side:
+        return f"output {w}x{h} exceeds the {fmt} limit of {side} pixels per side"
+    need = h * w * channels * (2 if depth == 16 else 1) * 2  # buffer + encoded copy
+    free = psutil.virtual_memory().available if psutil is not None else None
+    if free is not None and need > free // 2:
+        return (f"output {w}x{h} needs {need / 2**30:.1f} GiB, more than half the free memory "
+                f"({free / 2**30:.1f} GiB)")
+    return ""
+
+
+def tile_margin(model: str, scale: float, tile_overlap: int | None) -> int:
+    """HR pixels of context each tile reads past its kept region."""
+    if tile_overlap is None:
+        return tiling.context_margin(tiling.receptive_radius(model), scale)
+    return math.ceil(tile_overlap * scale)
+
+
+def batch_limit(backend, batch: int) -> int:
+    """--batch, capped by the largest batch an engine's profiles take (TensorRT)."""
+    profiles = getattr(backend, "profiles", None)
+    if profiles:
+        try:
+            return min(batch, max(int(p.batch[2]) for p in profiles))
+        except (AttributeError, TypeError, IndexError, ValueError):
+            pass
+    return batch
+
+
+def tile_size(backend, scale: float, margin: int, batch: int, tile: int | None) -> int | None:
+    """LR tile side (None = whole images): --tile, or from free memory, capped so crops fit an engine."""
+    size = tiling.auto_tile(scale, margin, batch) if tile is None else (tile or None)
+    max_in = getattr(backend, "max_input_size", None)
+    if not callable(max_in):
+        return size
+    limit = tiling.max_tile_for_input_limit(min(max_in()), scale, margin)
+    if limit < 1:
+        raise PipelineError(f"the backend's largest input {max_in()} is too small for tiles with "
+                            f"{margin} px of context at x{scale:g}; rebuild it with a larger profile")
+    return limit if size is None or size > limit else size
+
+
+class ImageWorker:
+    """Everything one run's images share, and the steps that turn one input file into one output file."""
+
+    def __init__(self, backend, model: str, scale: float, *, tile: int | None = None,
+                 tile_overlap: int | None = None, batch: int = 1, jpeg_quality: int = 95,
+                 reference: str | Path | None = None):
+        self.backend = backend
+        self.scale = scale
+        self.margin = tile_margin(model, scale, tile_overlap)
+        self.batch = batch_limit(backend, batch)
+        self.tile = tile_size(backend, scale, self.margin, self.batch, tile)
+        self.jpeg_quality = jpeg_quality
+        self.reference = Path(reference) if reference else None
+
+    # -- the steps ---------------------------------------------------------------------------------------
+
+    def plan(self, rec: Record, image: Image) -> Planned:
+        """Check the output is producible and plan its tiles; raises ImageError."""
+        oh, ow = tiling.output_length(image.height, self.scale), tiling.output_length(image.width, self.scale)
+        rec.in_size, rec.out_size = (image.width, image.height), (ow, oh)
+        rec.mode, rec.bit_depth = image.mode, image.depth
+        problem = output_problem(oh, ow, image.channels, image.depth, rec.job.fmt)
+        if problem:
+            raise ImageError(problem)
+        plan = tiling.plan(image.height, image.width, self.scale, self.tile, self.margin)
+        rec.tiles, rec.max_shift = plan.count, plan.max_shift
+        if not plan.exact:
+            rec.notes.append(f"tile grid off the whole-image sampling grid by up to {plan.max_shift:.3f} input px "
+                             f"(scale {self.scale:g} does not align with this size); output is close, not equal")
+        return Planned(rec, image, plan, imageio.new_output(oh, ow, image.channels, image.depth))
+
+    def batchable(self, item: Planned) -> bool:
+        return item.plan.whole and self.batch > 1
+
+    def _infer(self, batch: np.ndarray) -> np.ndarray:
+        return self.backend.infer(np.ascontiguousarray(batch, dtype=np.float32), self.scale)
+
+    def infer_tiled(self, item: Planned) -> None:
+        """One image, tile by tile (or whole: the one-tile plan), into its output buffer."""
+        image, out, depth = item.image, item.out, item.image.depth
+
+        def write(t: tiling.Tile, y: np.ndarray) -> None:
+            sy, sx = t.keep_slices()
+            imageio.store_rgb(out, t.y.keep0, t.x.keep0, y[:, sy, sx], depth)
+            if image.has_alpha:  # alpha: plain bicubic on the same crop, so it tiles exactly as well
+                a = bicubic(image.region_alpha(t.y.crop0, t.y.crop1, t.x.crop0, t.x.crop1), t.out_shape)
+                imageio.store_alpha(out, t.y.keep0, t.x.keep0, a[sy, sx], depth)
+
+        t0 = time.perf_counter()
+        tiling.run_tiles(item.plan, image.region_rgb, self._infer, write, self.batch)
+        item.rec.infer_s = time.perf_counter() - t0
+
+    def infer_batch(self, items: list[Planned]) -> None:
+        """Whole images of one size in one inference call."""
+        t0 = time.perf_counter()
+        x = np.stack([it.image.region_rgb(0, it.image.height, 0, it.image.width) for it in items])
+        y = self._infer(x)
+        del x
+        for it, yi in zip(items, y, strict=True):
+            imageio.store_rgb(it.out, 0, 0, yi, it.image.depth)
+            if it.image.has_alpha:
+                a = bicubic(it.image.region_alpha(0, it.image.height, 0, it.image.width), it.out.shape[:2])
+                imageio.store_alpha(it.out, 0, 0, a, it.image.depth)
+        share = (time.perf_counter() - t0) / len(items)
+        for it in items:
+            it.rec.infer_s = share
+
+    def encode(self, item: Planned) -> None:
+        """Encode and write atomically, then score against --reference; raises on failure."""
+        rec = item.rec
+        t0 = time.perf_counter()
+        rec.notes.extend(imageio.write_image(rec.job.dst, item.out, rec.job.fmt, self.jpeg_quality))
+        rec.encode_s = time.perf_counter() - t0
+        if self.reference is not None:
+            rec.metrics = reference_metrics(self.reference, rec.job.rel, item.out, item.image, self.scale)
+
+    # -- one image, start to end ------------------------------------------------------------------------
+
+    def process(self, job: Job) -> Record:
+        """Decode, infer and write one image in this thread; failures are in the returned Record."""
+        rec = Record(job)
+        if job.problem:
+            rec.fail(job.problem)
+            return rec
+        d = decode(job)
+        rec.decode_s = d.seconds
+        if d.image is None:
+            rec.fail(d.reason)
+            return rec
+        try:
+            item = self.plan(rec, d.image)
+        except ImageError as e:
+            rec.fail(str(e))
+            return rec
+        try:
+            self.infer_tiled(item)
+        except Exception as e:  # one image's inference failure is its record's, not the caller's
+            rec.fail(infer_reason(e))
+            return rec
+        try:
+            self.encode(item)
+        except Exception as e:  # likewise for its encoder or file system errors
+            rec.fail(write_reason(rec, e))
+            return rec
+        rec.status = "ok"
+        return rec
