@@ -19,6 +19,8 @@ TRT_HEADERS_DIR ?= build/trt-headers
 
 setup: $(STAMP)
 
+# Everything: the runtime, the `export` extra (PyTorch, for export/training) and the test tools. A deploy-only
+# install is `pip install .` (no PyTorch): it runs exported ONNX files and engines.
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q -e '.[test]'

@@ -1,72 +1,31 @@
-"""Model registry: name -> constructor, shipped weights and scale contract. Every stage uses it."""
+"""The torch side of the model registry: build a registered net, load and check its weights, run it.
+
+The torch-free facts (names, scale contract, weights file, receptive field) live in models.spec and are
+re-exported here so torch-side code keeps one import.
+"""
 from __future__ import annotations
 
-import hashlib
-import math
-from collections.abc import Callable
-from dataclasses import dataclass
+import pickle
+import warnings
+import zipfile
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from .deform_srcnn import DeformSRCNN
-from .srcnn import SRCNN
+from .spec import (
+    MODELS,
+    WEIGHTS_DIR,
+    ModelSpec,
+    WeightsError,
+    file_sha256,
+    get_spec,
+    output_size,
+    weights_path,
+)
 
-WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
-
-
-class WeightsError(RuntimeError):
-    """A weight file is missing, unreadable or does not fit the model; the message is one line."""
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    name: str
-    build: Callable[[], nn.Module]
-    weights_file: str
-    default_scale: float
-    # Scales the model accepts (inclusive); a static model accepts only its own factor.
-    scale_range: tuple[float, float]
-    dynamic_scale: bool
-    description: str
-
-    @property
-    def weights_path(self) -> Path:
-        return WEIGHTS_DIR / self.weights_file
-
-    def check_scale(self, scale: float) -> float:
-        scale = float(scale)
-        lo, hi = self.scale_range
-        if not math.isfinite(scale) or not (lo <= scale <= hi) or scale <= 1.0:
-            allowed = f"exactly {lo:g}" if lo == hi else f"in [{lo:g}, {hi:g}] and > 1"
-            raise ValueError(f"scale {scale:g} is out of range for model '{self.name}' (allowed: {allowed})")
-        return scale
-
-
-MODELS: dict[str, ModelSpec] = {
-    s.name: s
-    for s in (
-        ModelSpec("srcnn", SRCNN, "srcnn.pt", 3.0, (1.0, 8.0), True,
-                  "SRCNN, upscale factor chosen at run time (trained on x2-x4)"),
-        ModelSpec("srcnn-x3", lambda: SRCNN(upscale_factor=3), "srcnn-x3.pt", 3.0, (3.0, 3.0), False,
-                  "SRCNN with a fixed x3 nn.Upsample (the classic tutorial's model)"),
-        ModelSpec("deform-srcnn", DeformSRCNN, "deform-srcnn.pt", 3.0, (1.0, 8.0), True,
-                  "SRCNN with a modulated deformable conv (DCNv2) in the middle, run-time factor"),
-    )
-}
-
-
-def get_spec(name: str) -> ModelSpec:
-    try:
-        return MODELS[name]
-    except KeyError:
-        raise KeyError(f"unknown model '{name}' (known: {', '.join(MODELS)})") from None
-
-
-def output_size(height: int, width: int, scale: float) -> tuple[int, int]:
-    """Output size for an input size and scale: round half up, at least 1 pixel."""
-    return max(1, math.floor(height * scale + 0.5)), max(1, math.floor(width * scale + 0.5))
+__all__ = ["MODELS", "WEIGHTS_DIR", "ModelSpec", "WeightsError", "adapt_mmagic_state_dict", "file_sha256",
+           "get_spec", "load_model", "load_state_dict_file", "output_size", "run", "size_tensor", "weights_path"]
 
 
 def size_tensor(height: int, width: int, scale: float) -> torch.Tensor:
@@ -82,14 +41,6 @@ def run(model: nn.Module, spec: ModelSpec, x: torch.Tensor, scale: float) -> tor
     return model(x)
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def adapt_mmagic_state_dict(checkpoint: dict) -> dict[str, torch.Tensor]:
     """Keys of an mmagic/mmediting SRCNN checkpoint ('generator.conv1.weight', possibly under
     'state_dict') -> this package's keys ('conv1.weight'). Other entries (e.g. EMA copies) are dropped."""
@@ -99,15 +50,31 @@ def adapt_mmagic_state_dict(checkpoint: dict) -> dict[str, torch.Tensor]:
     return adapted or dict(state)
 
 
+def _unreadable(path: Path, error: Exception) -> WeightsError:
+    """torch.load's failure as one line about the user's file (torch's own text is a paragraph or an errno)."""
+    with open(path, "rb") as f:
+        is_zip_header = f.read(4) == b"PK\x03\x04"  # torch.save writes a zip archive
+    if is_zip_header and not zipfile.is_zipfile(path):
+        return WeightsError(f"{path} is truncated or corrupt (an incomplete PyTorch checkpoint); save or copy it again")
+    if is_zip_header and isinstance(error, pickle.UnpicklingError):
+        return WeightsError(f"{path} is not a PyTorch checkpoint (state dict): it pickles objects other than tensors "
+                            "(a whole model?); save model.state_dict() instead")
+    if is_zip_header:
+        return WeightsError(f"{path} is truncated or corrupt ({type(error).__name__})")
+    return WeightsError(f"{path} is not a PyTorch checkpoint (state dict); expected a file written by "
+                        "torch.save(model.state_dict(), ...)")
+
+
 def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
     path = Path(path)
     if not path.is_file():
         raise WeightsError(f"weights file not found: {path} (run `make train` to recreate the shipped weights)")
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the weights-only unpickler's protocol chatter
+            obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # truncated zip, pickle error, not a torch file at all
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise WeightsError(f"cannot read weights file {path}: {first}") from None
+        raise _unreadable(path, e) from None
     if not isinstance(obj, dict):
         raise WeightsError(f"weights file {path} holds a {type(obj).__name__}, expected a state dict")
     return adapt_mmagic_state_dict(obj)
@@ -117,7 +84,7 @@ def load_model(name: str, weights: str | Path | None = None, device: str | torch
     """Build model `name`, load its shipped weights (or `weights`), eval mode, on `device`."""
     spec = get_spec(name)
     model = spec.build()
-    path = Path(weights) if weights is not None else spec.weights_path
+    path = weights_path(spec, weights)
     state = load_state_dict_file(path)
     expected = model.state_dict()
     missing = sorted(set(expected) - set(state))

@@ -52,7 +52,10 @@ def test_onnx_for_exports_once_then_reuses(tmp_path, weights, monkeypatch):
     assert meta["model"] == "srcnn" and meta["precision"] == "fp32" and meta["ops"] == "custom"
     mtime = p.stat().st_mtime_ns
     assert artifacts.onnx_for("srcnn", weights=weights) == p and p.stat().st_mtime_ns == mtime
-    assert sorted(x.name for x in p.parent.iterdir()) == [p.name]  # no temp leftovers
+    # No temp leftovers: the file and exactly the siblings its metadata names (folded variants, references).
+    named = [n.partition(":")[2] for n in meta["folded_variants"].split(",")] + [meta["reference"]]
+    assert sorted(x.name for x in p.parent.iterdir()) == sorted([p.name, *named])
+    assert all(not n.startswith(".") for n in named) and len(named) == 4  # x2, x3, x4 + reference
 
 
 def test_new_weights_give_a_new_artifact(tmp_path, weights, monkeypatch):

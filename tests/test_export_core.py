@@ -9,6 +9,7 @@ import torch
 from test_export_exporters import make_weights
 
 import models.registry as registry
+import models.spec
 from models.registry import file_sha256, load_model
 from pipeline.cli import main
 from pipeline.errors import PipelineError
@@ -73,13 +74,19 @@ def test_cli_single_file_prints_one_line(tmp_path, weights, capsys):
 
 
 def test_cli_all_writes_every_model_ops_precision(tmp_path, weights, monkeypatch, capsys):
-    monkeypatch.setattr(registry, "WEIGHTS_DIR", weights)  # the "shipped" weights for this test
+    monkeypatch.setattr(models.spec, "WEIGHTS_DIR", weights)  # the "shipped" weights for this test
     rc = main(["export", "--all", "--output-dir", str(tmp_path), "--exporter", "torchscript"])
     lines = capsys.readouterr().out.strip().splitlines()
     expected = {onnx_filename(m, exporter="torchscript", ops=o, precision=p)
                 for m in registry.MODELS for o in ("custom", "standard") for p in ("fp32", "fp16")}
     assert rc == 0
-    assert {p.name for p in tmp_path.iterdir()} == expected and len(expected) == 12
+    onnx_files = {p.name for p in tmp_path.iterdir() if p.suffix == ".onnx" and ".folded-x" not in p.name}
+    assert onnx_files == expected and len(expected) == 12
+    # Beside each: its reference outputs; beside each fp32 SRCNN: folded variants (named in its metadata).
+    siblings = {p.name for p in tmp_path.iterdir()} - expected
+    assert {n.replace(".onnx", ".reference.npz") for n in expected} <= siblings
+    assert "srcnn.custom.fp32.torchscript.folded-x4.onnx" in siblings
+    assert not any(n.startswith("deform-srcnn") and "folded" in n for n in siblings)
     assert len(lines) == 12 and all("max|ORT-PyTorch|" in line for line in lines)
     assert "deform-srcnn.custom.fp16.torchscript.onnx" in expected
 
@@ -90,7 +97,7 @@ def test_cli_all_rejects_single_model_options(tmp_path, capsys):
 
 
 def test_cli_all_reports_missing_weights(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(registry, "WEIGHTS_DIR", tmp_path / "none")
+    monkeypatch.setattr(models.spec, "WEIGHTS_DIR", tmp_path / "none")
     rc = main(["export", "--all", "--output-dir", str(tmp_path / "o"), "--exporter", "torchscript"])
     err = capsys.readouterr()
     assert rc == 2

@@ -59,9 +59,10 @@ def _deform_case(n_inputs, stride=1, pad=1, dil=1, groups=1, offset_groups=1, k=
     node = helper.make_node("DeformConv2d", names, ["Y"], domain="sr", strides=[stride, stride],
                             pads=[pad] * 4, dilations=[dil, dil], group=groups, offset_group=offset_groups,
                             kernel_shape=[k, k])
-    inputs = [helper.make_tensor_value_info(nm, TensorProto.FLOAT, list(t.shape)) for nm, t in zip(names, tensors)]
+    inputs = [helper.make_tensor_value_info(nm, TensorProto.FLOAT, list(t.shape))
+              for nm, t in zip(names, tensors, strict=True)]
     m = _model([node], inputs, [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["n", "c", "ho", "wo"])])
-    return m, {nm: t.numpy() for nm, t in zip(names, tensors)}, ref
+    return m, {nm: t.numpy() for nm, t in zip(names, tensors, strict=True)}, ref
 
 
 @pytest.mark.parametrize("n_inputs,kw", [

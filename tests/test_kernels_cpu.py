@@ -1,4 +1,5 @@
-"""libsr_kernels_cpu.so (via pipeline.native.kernels_cpu) against torch F.interpolate bicubic and torchvision deform_conv2d."""
+"""libsr_kernels_cpu.so (via pipeline.native.kernels_cpu) against torch F.interpolate bicubic and torchvision
+deform_conv2d."""
 from __future__ import annotations
 
 import numpy as np
@@ -121,12 +122,14 @@ def make_deform_case(rng, n, c, h, w, c_out, k, stride, pad, dil, groups, offset
     case = dict(input=t(n, c, h, w), weight=t(c_out, c // groups, kh, kw) * 0.3,
                 offset=t(n, 2 * offset_groups * kh * kw, ho, wo) * off_scale,
                 bias=t(c_out) if bias else None,
-                mask=torch.from_numpy(rng.random((n, offset_groups * kh * kw, ho, wo), dtype=np.float32)) if mask else None)
+                mask=(torch.from_numpy(rng.random((n, offset_groups * kh * kw, ho, wo), dtype=np.float32))
+                      if mask else None))
     return case, dict(stride=(sh, sw), padding=(ph, pw), dilation=(dh, dw))
 
 
 def tv_ref(case, geo):
-    return tv_deform_conv2d(case["input"], case["offset"], case["weight"], case["bias"], mask=case["mask"], **geo).numpy()
+    return tv_deform_conv2d(case["input"], case["offset"], case["weight"], case["bias"], mask=case["mask"],
+                            **geo).numpy()
 
 
 DEFORM_CASES = [

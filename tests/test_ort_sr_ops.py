@@ -186,6 +186,21 @@ def test_bad_sr_node_is_a_clear_error():
         session_with_sr_kernels(model)
 
 
+def test_error_inside_a_kernel_is_one_line_not_an_abort():
+    """A Python exception thrown through ONNX Runtime from an op callback used to terminate the process."""
+    from pipeline.native import ort_ops
+
+    model, _, _ = build_graph(True)
+    node = next(n for n in model.graph.node if n.op_type == "DeformConv2d")
+    next(a for a in node.attribute if a.name == "kernel_shape").ints[:] = [5, 5]  # weight is 3x3
+    session = session_with_sr_kernels(model)
+    f = feeds(np.random.default_rng(0), 1, 3, 5, 6, (10, 12), 3, 1, (1, 1, 1, 1), 1, 1)
+    with pytest.raises(PipelineError, match="sr kernel failed: DeformConv2d kernel_shape"):
+        ort_ops.run(session, f)
+    good, _, _ = build_graph(True)
+    assert ort_ops.run(session_with_sr_kernels(good), f)[0].shape == (1, 4, 10, 12)  # the error does not linger
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("precision,rel", [("fp32", 1e-5), ("fp16", 2e-3)])
 def test_exported_deform_srcnn_runs_on_our_kernels(tmp_path, precision, rel):

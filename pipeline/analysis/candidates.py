@@ -4,9 +4,9 @@ from __future__ import annotations
 from pipeline import backends as B
 
 
-def candidate_statuses(model: str, precision: str, only: list[str] | tuple[str, ...] | None = None,
-                       weights=None) -> list[B.BackendStatus]:
+def candidate_statuses(model: str | None, precision: str, only: list[str] | tuple[str, ...] | None = None,
+                       weights=None, onnx=None) -> list[B.BackendStatus]:
     """The status (available or why not) of each backend in `only`, or by default of every backend but the
     `ort-cpu` alias, which repeats `ort`'s session on a machine whose best provider is the CPU one."""
-    return [st for st in B.available(model, precision, weights)
+    return [st for st in B.available(model, precision, weights, onnx=onnx)
             if (st.name in only if only else st.name != "ort-cpu")]

@@ -17,6 +17,8 @@ from pipeline import backends as B
 from pipeline.analysis.candidates import candidate_statuses
 from pipeline.analysis.layer_bisect import bisect_onnx
 from pipeline.analysis.reference import compare_inputs, load_net, reference_outputs
+from pipeline.artifacts.onnx_file import onnx_metadata
+from pipeline.artifacts.reference import read_reference
 from pipeline.errors import PipelineError, first_line
 
 DEFAULT_TOL_FP32 = 1e-4
@@ -81,7 +83,7 @@ def _compare_backend(st, precision: str, model: str, scale: float, inputs: dict,
         return {**row, "status": "unavailable", "reason": st.reason}
     t0 = time.perf_counter()
     try:
-        be = B.create(st.name, model, precision, weights=opts["weights"])
+        be = B.create(st.name, model, precision, weights=opts["weights"], onnx=opts.get("onnx"))
         outs = [be.infer(x, scale) for x in inputs.values()]
     except PipelineError as e:
         log(f"{where}: error ({e})")
@@ -117,6 +119,24 @@ def compare_model(model: str, *, scales: list[float] | None = None, size: int = 
         for precision in precisions:
             for st in candidate_statuses(model, precision, backends, weights):
                 result["rows"].append(_compare_backend(st, precision, model, scale, inputs, ref, opts, log))
+    return result
+
+
+def compare_onnx(onnx, *, backends: list[str] | None = None, tol_fp32: float = DEFAULT_TOL_FP32,
+                 psnr_fp16: float = DEFAULT_PSNR_FP16, log=print) -> dict:
+    """Every available backend running the exported file `onnx` against the PyTorch FP32 outputs stored beside
+    it at export time: the same rows as compare_model, without PyTorch."""
+    ref = read_reference(onnx)
+    model = B.resolve_spec(None, onnx).name
+    precision = onnx_metadata(onnx).get("precision", "fp32")
+    first = next(iter(ref.inputs.values()))
+    result = {"model": model, "onnx": str(onnx), "input_size": int(first.shape[-1]), "images": list(ref.inputs),
+              "scales": [ref.scale],
+              "tolerances": {"fp32_max_abs": tol_fp32, "fp16_psnr_db": psnr_fp16, "rel_floor": REL_FLOOR},
+              "reference": "PyTorch FP32 outputs stored at export time beside the ONNX file", "rows": []}
+    opts = {"weights": None, "onnx": onnx, "tol_fp32": tol_fp32, "psnr_fp16": psnr_fp16, "bisect": False}
+    for st in candidate_statuses(None, precision, backends, onnx=onnx):
+        result["rows"].append(_compare_backend(st, precision, model, ref.scale, ref.inputs, ref.outputs, opts, log))
     return result
 
 

@@ -13,11 +13,16 @@ import os
 import tempfile
 from pathlib import Path
 
+from models.spec import WeightsError, file_sha256, get_spec
+from models.spec import weights_path as spec_weights_path
 from pipeline.errors import PipelineError
 
 PRECISIONS = ("fp32", "fp16")
 OPS = ("custom", "standard")
 EXPORTERS = ("dynamo", "torchscript")
+# Part of every ONNX cache key: bumped when exports gain something the runtime relies on, so older cached files
+# are not reused. 2: the model spec in the metadata, reference outputs and folded variants beside the file.
+ONNX_LAYOUT = 2
 
 
 def cache_dir() -> Path:
@@ -26,21 +31,15 @@ def cache_dir() -> Path:
 
 
 def weights_path(model: str, weights: str | Path | None = None) -> Path:
-    from models.registry import get_spec
-
     try:
-        spec = get_spec(model)
+        return spec_weights_path(get_spec(model), weights)
     except KeyError as e:
         raise PipelineError(str(e.args[0])) from None
-    path = Path(weights) if weights is not None else spec.weights_path
-    if not path.is_file():
-        raise PipelineError(f"weights file not found: {path} (run `make train` to recreate the shipped weights)")
-    return path
+    except WeightsError as e:
+        raise PipelineError(str(e)) from None
 
 
 def weights_sha256(model: str, weights: str | Path | None = None) -> str:
-    from models.registry import file_sha256
-
     return file_sha256(weights_path(model, weights))
 
 
@@ -57,7 +56,7 @@ def onnx_name(model: str, weights_sha: str, precision: str = "fp32", ops: str = 
     _check_choice("ops", ops, OPS)
     _check_choice("exporter", exporter, EXPORTERS)
     io = "" if io_dtype == "fp32" else f"-io{io_dtype}"
-    return f"{model}-{precision}{io}-{ops}-{exporter}-w{weights_sha[:16]}.onnx"
+    return f"{model}-{precision}{io}-{ops}-{exporter}-w{weights_sha[:16]}-v{ONNX_LAYOUT}.onnx"
 
 
 def profile_key(profile: dict) -> str:
@@ -70,29 +69,40 @@ def engine_name(onnx_file: str | Path, profile: dict) -> str:
     return f"{Path(onnx_file).stem}-p{profile_key(profile)}.engine"
 
 
+def cached_onnx(model: str, precision: str = "fp32", ops: str = "custom", *, exporter: str = "dynamo",
+                io_dtype: str = "fp32", weights: str | Path | None = None, cache: Path | None = None) -> Path:
+    """Where the cached ONNX file for this key lives (it may not exist yet)."""
+    folder = Path(cache) if cache is not None else cache_dir() / "onnx"
+    return folder / onnx_name(model, weights_sha256(model, weights), precision, ops, exporter, io_dtype)
+
+
 def onnx_for(model: str, precision: str = "fp32", ops: str = "custom", *, exporter: str = "dynamo",
              io_dtype: str = "fp32", weights: str | Path | None = None, cache: Path | None = None,
              verify: bool = True, log=None) -> Path:
     """Path of the cached ONNX file for this key; exported (atomically) when missing."""
-    sha = weights_sha256(model, weights)
-    folder = Path(cache) if cache is not None else cache_dir() / "onnx"
-    path = folder / onnx_name(model, sha, precision, ops, exporter, io_dtype)
+    path = cached_onnx(model, precision, ops, exporter=exporter, io_dtype=io_dtype, weights=weights, cache=cache)
+    folder = path.parent
     if path.is_file() and path.stat().st_size > 0:
         return path
-    try:
+    try:  # PyTorch (the `export` extra) is needed only here, to make a missing file
         from pipeline.export import export_model
     except ImportError as e:
-        raise PipelineError(f"cannot export {model} to ONNX: pipeline.export is unavailable ({e})") from None
+        raise PipelineError(f"no cached ONNX file for {model} and exporting one needs PyTorch ({e}): install "
+                            "the export extra (pip install 'srdeploy[export]') or pass --onnx FILE") from None
     folder.mkdir(parents=True, exist_ok=True)
     if log is not None:
         log(f"exporting {model} ({precision}, {ops} ops, {exporter}) to the ONNX cache: {path}")
-    # Export into a private temp folder next to the target, then rename: atomic even if two runs race.
+    # Export into a private temp folder next to the target, then rename: atomic even if two runs race. The
+    # siblings the export writes (folded variants, reference outputs) move first, the file naming them last.
     with tempfile.TemporaryDirectory(prefix=".export-", dir=folder) as tmp:
         tmp_file = Path(tmp) / path.name
         export_model(model, tmp_file, exporter=exporter, ops=ops, precision=precision, io_dtype=io_dtype,
                      weights=weights_path(model, weights), verify=verify)
         if not tmp_file.is_file():
             raise PipelineError(f"export of {model} produced no file at {tmp_file}")
+        for sibling in Path(tmp).iterdir():
+            if sibling != tmp_file:
+                os.replace(sibling, folder / sibling.name)
         os.replace(tmp_file, path)
     return path
 

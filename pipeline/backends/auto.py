@@ -1,6 +1,8 @@
 """`--backend auto`: the fastest available backend, measured on this machine or by the expected order."""
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import json
 import os
 import platform
@@ -9,8 +11,13 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
+
+from pipeline.artifacts.atomic import atomic_write
+from pipeline.artifacts.cache import cache_dir
 from pipeline.backends.availability import BackendStatus, available, gpu_visible
 from pipeline.backends.base import Backend
+from pipeline.backends.checks import resolve_spec
 from pipeline.backends.registry import create_named
 from pipeline.errors import PipelineError
 
@@ -27,15 +34,14 @@ class AutoPick(NamedTuple):
     reason: str
 
 
-def create(backend: str, model: str, precision: str = "fp32", **opts) -> Backend:
-    """A loaded backend. 'auto' picks the fastest available one and records why in `selection_reason`."""
+def create(backend: str, model: str | None, precision: str = "fp32", **opts) -> Backend:
+    """A loaded backend. 'auto' picks the fastest available one and records why in `selection_reason`.
+    `model` may be None when `onnx`/`engine` names a file: the model then comes from the file."""
     if backend == "auto":
         if opts.get("engine") is not None:  # an engine file only runs on TensorRT
             pick = AutoPick("trt", "an engine file was given")
-        elif opts.get("onnx") is not None:  # an ONNX file: ONNX Runtime with its best provider
-            pick = AutoPick("ort", "an ONNX file was given")
         else:
-            pick = pick_auto(model, precision, weights=opts.get("weights"))
+            pick = pick_auto(model, precision, weights=opts.get("weights"), onnx=opts.get("onnx"))
         b = create_named(pick.name, model, precision, **opts)
         b.selection_reason = f"auto: {pick.reason}"
         return b
@@ -43,9 +49,6 @@ def create(backend: str, model: str, precision: str = "fp32", **opts) -> Backend
 
 
 def machine_fingerprint() -> str:
-    import onnxruntime
-    import torch
-
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -54,14 +57,17 @@ def machine_fingerprint() -> str:
         pass
     gpu = gpu_visible()
     return json.dumps({"cpu": cpu, "cores": os.cpu_count(), "gpu": gpu[1] if gpu[0] else None,
-                       "torch": torch.__version__, "ort": onnxruntime.__version__}, sort_keys=True)
+                       "torch": _version("torch"), "ort": _version("onnxruntime")}, sort_keys=True)
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _measure_file(model: str, precision: str) -> Path:
-    import hashlib
-
-    from pipeline.artifacts.cache import cache_dir
-
     key = hashlib.sha256(machine_fingerprint().encode()).hexdigest()[:12]
     return cache_dir() / "auto" / f"{model}-{precision}-{key}.json"
 
@@ -69,8 +75,6 @@ def _measure_file(model: str, precision: str) -> Path:
 def time_backend(backend: Backend, size: int = 256, scale: float | None = None, repeats: int = 5,
                  warmup: int = 1) -> float:
     """Median latency (ms) of one size x size image through a loaded backend."""
-    import numpy as np
-
     scale = backend.spec.default_scale if scale is None else scale
     x = np.random.default_rng(0).random((1, 3, size, size), dtype=np.float32)
     for _ in range(warmup):
@@ -84,15 +88,14 @@ def time_backend(backend: Backend, size: int = 256, scale: float | None = None, 
 
 
 def measure(model: str, precision: str = "fp32", names: list[str] | None = None, size: int = 256,
-            repeats: int = 5, log=print, weights=None) -> dict[str, float]:
-    """Time each available backend on this machine and remember the result for pick_auto."""
-    from pipeline.artifacts.atomic import atomic_write
-
-    names = names or [s.name for s in available(model, precision, weights) if s.available and s.name != "ort-cpu"]
+            repeats: int = 5, log=print, weights=None, onnx=None) -> dict[str, float]:
+    """Time each available backend on this machine (on `onnx` when given) and remember the result for pick_auto."""
+    names = names or [s.name for s in available(model, precision, weights, onnx=onnx)
+                      if s.available and s.name != "ort-cpu"]
     ms = {}
     for name in names:
         try:
-            b = create_named(name, model, precision, weights=weights)
+            b = create_named(name, model, precision, weights=weights, onnx=onnx)
         except PipelineError as e:
             log(f"  {name}: cannot run ({e})")
             continue
@@ -112,11 +115,13 @@ def measured(model: str, precision: str = "fp32") -> dict | None:
         return None
 
 
-def pick_auto(model: str, precision: str = "fp32", statuses: list[BackendStatus] | None = None,
-              weights=None) -> AutoPick:
+def pick_auto(model: str | None, precision: str = "fp32", statuses: list[BackendStatus] | None = None,
+              weights=None, onnx=None) -> AutoPick:
     """Fastest available backend: a measurement of this machine if one was made (`backends --measure`),
-    otherwise the expected order (GPU: trt > ort-trt > ort-cuda > torch; CPU: ort > ort-sr-kernels > torch)."""
-    statuses = statuses if statuses is not None else available(model, precision, weights)
+    otherwise the expected order (GPU: trt > ort-trt > ort-cuda > torch; CPU: ort-folded > ort > ort-sr-kernels
+    > torch)."""
+    statuses = statuses if statuses is not None else available(model, precision, weights, onnx=onnx)
+    model = model if model is not None else resolve_spec(None, onnx).name
     ok = {s.name for s in statuses if s.available}
     if not ok:
         why = "; ".join(f"{s.name}: {s.reason}" for s in statuses)
@@ -127,7 +132,8 @@ def pick_auto(model: str, precision: str = "fp32", statuses: list[BackendStatus]
         if timed:
             best = min(timed, key=timed.get)
             parts = ", ".join(f"{n} {t:.0f} ms" for n, t in sorted(timed.items(), key=lambda kv: kv[1]))
-            return AutoPick(best, f"{best} is fastest measured on this machine ({record['size']}x{record['size']}: {parts})")
+            size = f"{record['size']}x{record['size']}"
+            return AutoPick(best, f"{best} is fastest measured on this machine ({size}: {parts})")
     gpu = gpu_visible()[0]
     order = GPU_ORDER if gpu else CPU_ORDER
     for name in order:

@@ -1,23 +1,70 @@
 """The one inference interface every backend implements (PyTorch, ONNX Runtime, TensorRT, ...)."""
 from __future__ import annotations
 
+import importlib.util
 from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import ClassVar, NamedTuple
 
 import numpy as np
+
+from models.spec import ModelSpec
+from pipeline.errors import PipelineError
+
+PRECISIONS = ("fp32", "fp16")
+
+
+class BackendStatus(NamedTuple):
+    name: str
+    available: bool
+    reason: str
+
+
+def installed(package: str) -> bool:
+    """Whether an optional package can be imported, without importing it (torch alone takes seconds)."""
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):  # ValueError: blocked as sys.modules[package] = None
+        return False
+
+
+def check_precision(precision: str) -> str:
+    if precision not in PRECISIONS:
+        raise PipelineError(f"unknown precision '{precision}' (choose from: {', '.join(PRECISIONS)})")
+    return precision
 
 
 class Backend(ABC):
     """A loaded model on one runtime.
 
     `infer` takes an NCHW float32 batch in [0, 1] (RGB) and a scale, returns the NCHW float32 output
-    of size round(H*scale) x round(W*scale) (models.registry.output_size). Outputs are not clipped:
+    of size round(H*scale) x round(W*scale) (models.spec.output_size). Outputs are not clipped:
     clipping and rounding to the image's bit depth happen once, where images are written.
+
+    Each class owns whether it can run here (`status`, one line of why not) and the keyword options its
+    constructor takes (`OPTIONS`, which `create` checks against).
     """
 
-    name: str        # e.g. "torch", "ort", "ort-sr-kernels", "trt"
-    device: str      # e.g. "cpu", "cuda:0"
-    precision: str   # "fp32" or "fp16"
+    name: ClassVar[str]  # e.g. "torch", "ort", "ort-sr-kernels", "trt"
+    OPTIONS: ClassVar[frozenset[str]] = frozenset()
+    device: str          # e.g. "cpu", "cuda:0"
+    precision: str       # "fp32" or "fp16"
     model_name: str
+    spec: ModelSpec
+
+    @classmethod
+    @abstractmethod
+    def status(cls, spec: ModelSpec, precision: str, *, onnx: Path | None = None,
+               engine: Path | None = None) -> BackendStatus:
+        """Whether this backend can run `spec` at `precision` here (from `onnx`/`engine` when given), and why."""
+
+    @classmethod
+    def ok(cls, reason: str) -> BackendStatus:
+        return BackendStatus(cls.name, True, reason)
+
+    @classmethod
+    def no(cls, reason: str) -> BackendStatus:
+        return BackendStatus(cls.name, False, reason)
 
     @abstractmethod
     def load(self) -> Backend:

@@ -1,10 +1,14 @@
-"""Input checks every backend runs before launching anything, so bad input fails with one clear line."""
+"""Checks every backend runs: which model it serves (registry or ONNX metadata) and the input batch, so bad input
+fails with one clear line before anything is launched."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from models.spec import ModelSpec, WeightsError, get_spec, output_size, weights_path
+from pipeline.artifacts.onnx_file import spec_from_onnx
 from pipeline.errors import PipelineError
 
 
@@ -18,13 +22,31 @@ class BatchShape:
     out_w: int
 
 
-def model_spec(model: str):
-    from models.registry import get_spec
-
+def model_spec(model: str) -> ModelSpec:
     try:
         return get_spec(model)
     except KeyError as e:
         raise PipelineError(str(e.args[0])) from None
+
+
+def resolve_spec(model: str | None, onnx: str | Path | None = None) -> ModelSpec:
+    """The spec a backend serves: from the ONNX file's metadata when one is given (`model`, if named, must
+    match it), else the registered model `model`."""
+    if onnx is not None:
+        return spec_from_onnx(Path(onnx), model)
+    if model is None:
+        raise PipelineError("no model given: name a registered model or pass an ONNX file")
+    return model_spec(model)
+
+
+def check_weights(spec: ModelSpec, weights=None) -> Path:
+    """The weights file a backend that builds from PyTorch needs, or one PipelineError line about it."""
+    if not spec.weights_file:
+        raise PipelineError(f"model '{spec.name}' is not registered here, so it runs only from its ONNX file")
+    try:
+        return weights_path(spec, weights)
+    except WeightsError as e:
+        raise PipelineError(str(e)) from None
 
 
 def check_scale(spec, scale: float) -> float:
@@ -36,8 +58,6 @@ def check_scale(spec, scale: float) -> float:
 
 def check_batch(batch, spec, scale: float, backend: str = "") -> BatchShape:
     """Validate an NCHW float32 RGB batch and the scale; return the input and output sizes."""
-    from models.registry import output_size
-
     who = f"{backend}: " if backend else ""
     if not isinstance(batch, np.ndarray):
         raise PipelineError(f"{who}expected a numpy NCHW float32 batch, got {type(batch).__name__}")

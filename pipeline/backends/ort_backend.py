@@ -1,18 +1,28 @@
 """ONNX Runtime runner: CPU provider (tuned session options), CUDA provider with onnxruntime-gpu, TensorRT
 provider with our plugin library. The provider that actually runs is checked after session creation, so
-a missing GPU provider is an error, never a silent fallback to the CPU."""
+a missing GPU provider is an error, never a silent fallback to the CPU.
+
+`ort` picks the best provider present; `ort-cpu`, `ort-cuda`, `ort-trt` pin one (subclasses below)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
+import onnx
+import onnxruntime as ort
+import psutil
 
+from models.spec import ModelSpec
+from pipeline.artifacts.cache import cache_dir, cached_onnx, onnx_for
 from pipeline.artifacts.onnx_file import check_onnx_matches
-from pipeline.backends.base import Backend
-from pipeline.backends.checks import check_batch, model_spec
+from pipeline.backends.base import Backend, BackendStatus, check_precision, installed
+from pipeline.backends.checks import check_batch, check_weights, resolve_spec
 from pipeline.contract import DOMAIN
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, first_line
+from pipeline.export.sr_ops import strip_sr_functions
+from pipeline.native.cuda_driver import gpu_visible
+from pipeline.native.cuda_runtime import preload
+from pipeline.native.libraries import trt_plugin_library
 
 PROVIDERS = {
     "cpu": "CPUExecutionProvider",
@@ -24,19 +34,12 @@ TRT_EP_PLUGIN_DOMAIN = "trt.plugins"
 
 
 def physical_cores() -> int:
-    try:
-        import psutil
-
-        n = psutil.cpu_count(logical=False)
-    except Exception:  # psutil missing or cannot read the topology
-        n = None
-    return max(1, n or os.cpu_count() or 1)
+    return max(1, psutil.cpu_count(logical=False) or psutil.cpu_count() or 1)
 
 
-def cpu_session_options(threads: int | None = None):
-    """Session options for the CPU provider (each choice measured on SRCNN x3, see README 'backends')."""
-    import onnxruntime as ort
-
+def cpu_session_options(threads: int | None = None) -> ort.SessionOptions:
+    """The one set of session options every ORT session here uses (each choice measured on SRCNN x3, README
+    'backends')."""
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL   # a chain of convs: no branch parallelism to win
@@ -53,10 +56,6 @@ def cpu_session_options(threads: int | None = None):
 
 
 def available_providers() -> list[str]:
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        return []
     return list(ort.get_available_providers())
 
 
@@ -64,27 +63,33 @@ def pick_provider() -> str:
     """Best provider this onnxruntime build offers: TensorRT > CUDA > CPU (GPU ones need a visible GPU)."""
     have = available_providers()
     for key in ("tensorrt", "cuda"):
-        if PROVIDERS[key] in have and _gpu_visible():
+        if PROVIDERS[key] in have and gpu_visible()[0]:
             return key
     return "cpu"
 
 
-def _gpu_visible() -> bool:
+def onnx_source_problem(spec: ModelSpec, precision: str, onnx_path: Path | None, weights=None) -> str | None:
+    """Why no ONNX file can be had for `spec` (given, cached, or exportable here), or None."""
+    if onnx_path is not None:
+        try:
+            check_onnx_matches(onnx_path, None, precision)
+        except PipelineError as e:
+            return str(e)
+        return None
     try:
-        import torch
-
-        return torch.cuda.is_available()
-    except Exception:
-        return False
+        if cached_onnx(spec.name, precision, weights=weights).is_file():
+            return None
+    except PipelineError as e:
+        return str(e)
+    if not installed("torch"):
+        return ("no cached ONNX file and exporting one needs PyTorch: pass --onnx FILE or install the export "
+                "extra (pip install 'srdeploy[export]')")
+    return None
 
 
 def rewrite_for_trt_ep(model):
     """Stripped sr graph -> graph whose custom nodes live in ORT's TensorRT-plugin domain, so ORT accepts
     them and hands them to the TensorRT parser, which finds our plugins by op type + plugin_namespace."""
-    import onnx
-
-    from pipeline.export import strip_sr_functions
-
     stripped = strip_sr_functions(model)
     for node in stripped.graph.node:
         if node.domain == DOMAIN:
@@ -97,18 +102,19 @@ def rewrite_for_trt_ep(model):
 
 class OrtBackend(Backend):
     name = "ort"
+    PROVIDER = "auto"  # the provider this class runs on; "auto" = the best one present
+    OPTIONS = frozenset({"onnx", "weights", "threads", "exporter", "ops", "io_dtype", "log"})
 
-    def __init__(self, model: str, precision: str = "fp32", *, provider: str = "auto", onnx: str | Path | None = None,
+    def __init__(self, model: str | None, precision: str = "fp32", *, onnx: str | Path | None = None,
                  weights=None, threads: int | None = None, exporter: str = "dynamo", ops: str = "custom",
-                 io_dtype: str = "fp32", log=None):
-        if precision not in ("fp32", "fp16"):
-            raise PipelineError(f"unknown precision '{precision}' (choose from: fp32, fp16)")
-        if provider not in ("auto", *PROVIDERS):
-            raise PipelineError(f"unknown ONNX Runtime provider '{provider}' (choose from: auto, {', '.join(PROVIDERS)})")
-        self.model_name = model
-        self.spec = model_spec(model)
-        self.precision = precision
-        self.provider = provider
+                 io_dtype: str = "fp32", log=None, provider: str | None = None):
+        self.provider = provider or self.PROVIDER
+        if self.provider not in ("auto", *PROVIDERS):
+            raise PipelineError(f"unknown ONNX Runtime provider '{self.provider}' "
+                                f"(choose from: auto, {', '.join(PROVIDERS)})")
+        self.precision = check_precision(precision)
+        self.spec = resolve_spec(model, onnx)
+        self.model_name = self.spec.name
         self.onnx_path = Path(onnx) if onnx is not None else None
         self.weights = weights
         self.threads = threads
@@ -119,15 +125,39 @@ class OrtBackend(Backend):
         self.device = "cpu"
         self.session = None
 
+    # -- availability ----------------------------------------------------------------------------------
+    @classmethod
+    def status(cls, spec: ModelSpec, precision: str, *, onnx=None, engine=None, weights=None) -> BackendStatus:
+        if engine is not None:
+            return cls.no("an engine file runs on TensorRT only")
+        have = available_providers()
+        provider = pick_provider() if cls.PROVIDER == "auto" else cls.PROVIDER
+        wanted = PROVIDERS[provider]
+        if wanted not in have:
+            return cls.no(f"{wanted} is not in this onnxruntime build (have: {', '.join(have)}); "
+                          "install onnxruntime-gpu on a machine with an NVIDIA GPU")
+        gpu = gpu_visible()
+        if provider != "cpu" and not gpu[0]:
+            return cls.no(f"{wanted} needs a GPU: {gpu[1]}")
+        if provider == "tensorrt":
+            try:
+                trt_plugin_library()
+            except PipelineError as e:
+                return cls.no(str(e))
+        problem = onnx_source_problem(spec, precision, onnx, weights)
+        if problem:
+            return cls.no(problem)
+        extra = "; no GPU provider (onnxruntime-gpu not installed or no GPU)" if (
+            cls.PROVIDER == "auto" and provider == "cpu") else ""
+        return cls.ok(f"ONNX Runtime {ort.__version__}, {wanted}{extra}")
+
     # -- loading ---------------------------------------------------------------------------------------
-    def _onnx_file(self) -> Path:
+    def resolve_onnx(self) -> Path:
+        """The ONNX file to run: the given one (checked against model and precision) or the cached export."""
         if self.onnx_path is not None:
-            if not self.onnx_path.is_file():
-                raise PipelineError(f"ONNX file not found: {self.onnx_path}")
             check_onnx_matches(self.onnx_path, self.model_name, self.precision)
             return self.onnx_path
-        from pipeline.artifacts.cache import onnx_for
-
+        check_weights(self.spec, self.weights)
         return onnx_for(self.model_name, self.precision, self.ops, exporter=self.exporter, io_dtype=self.io_dtype,
                         weights=self.weights, log=self.log)
 
@@ -136,10 +166,6 @@ class OrtBackend(Backend):
             return ["CPUExecutionProvider"]
         if provider == "cuda":
             return [("CUDAExecutionProvider", {"cudnn_conv_algo_search": "EXHAUSTIVE"}), "CPUExecutionProvider"]
-        from pipeline.artifacts.cache import cache_dir
-        from pipeline.native.cuda_runtime import preload
-        from pipeline.native.libraries import trt_plugin_library
-
         preload()  # the plugin library's RUNPATH is $ORIGIN alone: cudart/cuBLAS loaded before the EP dlopens it
         trt_cache = cache_dir() / "ort-trt"
         trt_cache.mkdir(parents=True, exist_ok=True)
@@ -155,36 +181,34 @@ class OrtBackend(Backend):
     def _session_bytes(self, path: Path, provider: str) -> bytes | str:
         if provider != "tensorrt":
             return str(path)
-        import onnx
-
         return rewrite_for_trt_ep(onnx.load(str(path))).SerializeToString()
 
     def load(self) -> OrtBackend:
-        try:
-            import onnxruntime as ort
-        except ImportError:
-            raise PipelineError("onnxruntime is not installed (pip install onnxruntime)") from None
         provider = pick_provider() if self.provider == "auto" else self.provider
         wanted = PROVIDERS[provider]
         if wanted not in ort.get_available_providers():
             hint = {"cuda": "install onnxruntime-gpu on a machine with an NVIDIA GPU",
-                    "tensorrt": "install onnxruntime-gpu and TensorRT on a machine with an NVIDIA GPU"}.get(provider, "")
+                    "tensorrt": "install onnxruntime-gpu and TensorRT on a machine with an NVIDIA GPU",
+                    }.get(provider, "")
             raise PipelineError(f"ONNX Runtime provider {wanted} is not available in this onnxruntime build "
                                 f"(have: {', '.join(ort.get_available_providers())}); {hint}")
-        path = self._onnx_file()
-        so = cpu_session_options(self.threads)
+        path = self.resolve_onnx()
         try:
-            sess = ort.InferenceSession(self._session_bytes(path, provider), sess_options=so,
-                                        providers=self._providers(provider))
-        except Exception as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise PipelineError(f"ONNX Runtime cannot load {path.name} with {wanted}: {first}") from None
+            sess = ort.InferenceSession(self._session_bytes(path, provider), sess_options=cpu_session_options(
+                self.threads), providers=self._providers(provider))
+        except Exception as e:  # ORT raises its own exception types
+            raise PipelineError(f"ONNX Runtime cannot load {path.name} with {wanted}: {first_line(e)}") from None
         got = sess.get_providers()[0]
         if got != wanted:  # ORT quietly drops providers that fail to initialise: say so instead.
             raise PipelineError(f"ONNX Runtime fell back to {got}; {wanted} failed to initialise")
-        self.session = sess
         self.provider = provider
         self.device = "cpu" if provider == "cpu" else "cuda:0"
+        self._attach(sess, path)
+        return self
+
+    def _attach(self, sess, path: Path) -> None:
+        """Adopt a created session: its I/O names and types, checked against the model."""
+        self.session = sess
         self.onnx_file = path
         self._inputs = {i.name: i for i in sess.get_inputs()}
         if "input" not in self._inputs:
@@ -192,8 +216,8 @@ class OrtBackend(Backend):
         self._in_dtype = np.float16 if self._inputs["input"].type == "tensor(float16)" else np.float32
         self._out_name = sess.get_outputs()[0].name
         if self.spec.dynamic_scale and "size" not in self._inputs:
-            raise PipelineError(f"{path.name} has no 'size' input but model {self.model_name} takes its scale at run time")
-        return self
+            raise PipelineError(f"{path.name} has no 'size' input but model {self.model_name} takes its scale at "
+                                "run time")
 
     # -- inference -------------------------------------------------------------------------------------
     def feeds(self, batch: np.ndarray, scale: float) -> tuple[dict, tuple[int, int]]:
@@ -208,11 +232,29 @@ class OrtBackend(Backend):
         if self.session is None:
             raise PipelineError(f"{self.name} backend used before load()")
         feeds, out_hw = self.feeds(batch, scale)
-        (y,) = self.session.run([self._out_name], feeds)
+        y = self._run(feeds)
         if tuple(y.shape[-2:]) != out_hw:
             raise PipelineError(f"{self.name}: output {y.shape} does not match the expected {out_hw[0]}x{out_hw[1]}")
         return y.astype(np.float32, copy=False)
 
+    def _run(self, feeds: dict) -> np.ndarray:
+        return self.session.run([self._out_name], feeds)[0]
+
     def describe(self) -> str:
         threads = f", {self.threads or physical_cores()} threads" if self.provider == "cpu" else ""
         return f"{self.name} ({PROVIDERS.get(self.provider, self.provider)}, {self.precision}{threads})"
+
+
+class OrtCpuBackend(OrtBackend):
+    name = "ort-cpu"
+    PROVIDER = "cpu"
+
+
+class OrtCudaBackend(OrtBackend):
+    name = "ort-cuda"
+    PROVIDER = "cuda"
+
+
+class OrtTrtBackend(OrtBackend):
+    name = "ort-trt"
+    PROVIDER = "tensorrt"

@@ -2,119 +2,120 @@
 
 For an integer scale s the folded net computes conv1/conv2 (and conv3) on the low-resolution grid and
 is exact against the reference model (fp32 rounding only); the HR-sized upsampled image and 64-channel
-HR feature map are never built. One folded ONNX per (weights, scale) is cached like the other
-artifacts. Scales that are not integers, and images smaller than the folded border strips, run the
-model's own exported graph in ONNX Runtime (the same maths); `describe()` and `last_path` say which ran.
+HR feature map are never built. The folded graphs are made at export time and travel beside the ONNX file
+(named in its metadata), so no PyTorch is needed here. Scales without a folded graph, and images smaller
+than its border strips, run the model's own graph in ONNX Runtime (the same maths); `describe()` and
+`last_path` say which ran.
 """
 from __future__ import annotations
 
-import os
-import tempfile
-import warnings
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 
-from pipeline.backends.base import Backend
-from pipeline.backends.checks import check_batch, model_spec
-from pipeline.backends.ort_backend import OrtBackend, cpu_session_options
-from pipeline.errors import PipelineError
+from models.spec import ModelSpec
+from pipeline.artifacts.cache import cached_onnx
+from pipeline.artifacts.onnx_file import folded_variants
+from pipeline.backends.base import Backend, BackendStatus
+from pipeline.backends.checks import check_batch, resolve_spec
+from pipeline.backends.ort_backend import OrtCpuBackend, cpu_session_options, onnx_source_problem
+from pipeline.errors import PipelineError, first_line
 
-FOLDABLE = ("srcnn", "srcnn-x3")
 
-
-def folded_onnx_for(model: str, scale: int, weights=None, folded=None) -> Path:
-    """Cached ONNX of the folded model at an integer scale (exported atomically when missing)."""
-    from pipeline.artifacts.cache import cache_dir, weights_sha256
-
-    sha = weights_sha256(model, weights)
-    path = cache_dir() / "onnx" / f"{model}-fp32-folded-x{scale}-w{sha[:16]}.onnx"
-    if path.is_file() and path.stat().st_size > 0:
-        return path
-    from models.registry import load_model
-    from pipeline.export.fold import export_folded_onnx, fold_srcnn
-
-    folded = folded if folded is not None else fold_srcnn(load_model(model, weights), scale)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".fold-", dir=path.parent) as tmp:
-        tmp_file = Path(tmp) / path.name
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the legacy exporter's deprecation chatter
-            export_folded_onnx(folded, tmp_file)
-        os.replace(tmp_file, path)
-    return path
+def _folded_problem(spec: ModelSpec, onnx: Path | None, weights=None) -> str | None:
+    """Why the ONNX file this backend would use carries no folded variant, or None."""
+    if spec.weights_file and not spec.foldable:  # a registered model says so itself
+        return f"bicubic folding applies to SRCNN only, not '{spec.name}'"
+    if onnx is None:
+        try:
+            onnx = cached_onnx(spec.name, "fp32", weights=weights)
+        except PipelineError as e:
+            return str(e)
+        if not onnx.is_file():  # exported on first use; SRCNN exports carry folded variants
+            return None
+    variants = folded_variants(onnx)
+    if not variants:
+        return (f"{Path(onnx).name} carries no folded variants (bicubic folding applies to SRCNN fp32 exports "
+                "made by this version)")
+    missing = [p.name for p in variants.values() if not p.is_file()]
+    if missing:
+        return f"folded variants named in {Path(onnx).name} are missing: {', '.join(missing)}"
+    return None
 
 
 class OrtFoldedBackend(Backend):
     name = "ort-folded"
+    OPTIONS = frozenset({"onnx", "weights", "threads", "exporter", "log"})
 
-    def __init__(self, model: str, precision: str = "fp32", *, weights=None, threads: int | None = None,
-                 exporter: str = "dynamo", log=None):
-        if model not in FOLDABLE:
-            raise PipelineError(f"ort-folded applies to SRCNN ({', '.join(FOLDABLE)}), not '{model}'")
+    def __init__(self, model: str | None, precision: str = "fp32", *, onnx: str | Path | None = None, weights=None,
+                 threads: int | None = None, exporter: str = "dynamo", log=None):
         if precision != "fp32":
             raise PipelineError("ort-folded is fp32 only (use ort for the fp16 graph)")
-        self.model_name = model
-        self.spec = model_spec(model)
+        self.spec = resolve_spec(model, onnx)
+        self.model_name = self.spec.name
         self.precision = precision
         self.device = "cpu"
-        self.weights = weights
         self.threads = threads
-        self.exporter = exporter
-        self.log = log
-        self.sessions: dict[int, tuple[object, int]] = {}
-        self.plain: OrtBackend | None = None
+        self.plain = OrtCpuBackend(self.model_name, "fp32", onnx=onnx, weights=weights, threads=threads,
+                                   exporter=exporter, log=log)
+        self.sessions: dict[int, tuple[ort.InferenceSession, int]] = {}
+        self.variants: dict[int, Path] = {}
         self.last_path = None
 
+    @classmethod
+    def status(cls, spec: ModelSpec, precision: str, *, onnx=None, engine=None, weights=None) -> BackendStatus:
+        if engine is not None:
+            return cls.no("an engine file runs on TensorRT only")
+        if precision != "fp32":
+            return cls.no("fp32 only")
+        problem = onnx_source_problem(spec, precision, onnx, weights) or _folded_problem(spec, onnx, weights)
+        if problem:
+            return cls.no(problem)
+        return cls.ok("ONNX Runtime CPU on SRCNN with bicubic folded into conv1 (exact; integer scales, others run "
+                      "the plain graph)")
+
     def load(self) -> OrtFoldedBackend:
-        try:
-            import onnxruntime  # noqa: F401
-
-            from pipeline.export.fold import fold_srcnn  # noqa: F401
-        except ImportError as e:
-            raise PipelineError(f"ort-folded needs onnxruntime and pipeline.export.fold ({e})") from None
-        from models.registry import WeightsError, load_model
-
-        try:
-            self.net = load_model(self.model_name, self.weights)
-        except WeightsError as e:
-            raise PipelineError(str(e)) from None
-        if not self.spec.dynamic_scale:  # static model: its one scale is built now
+        self.onnx_file = self.plain.resolve_onnx()  # checked against the model; exported into the cache if missing
+        self.plain.onnx_path = self.onnx_file  # its session is made on first use: integer scales never need it
+        self.variants = folded_variants(self.onnx_file)
+        if not self.variants:
+            raise PipelineError(_folded_problem(self.spec, self.onnx_file))
+        if not self.spec.dynamic_scale:  # static model: its one scale is loaded now
             self._session(int(self.spec.default_scale))
         return self
 
-    def _session(self, scale: int):
+    def _session(self, scale: int) -> tuple[ort.InferenceSession, int] | None:
+        if scale not in self.variants:
+            return None
         if scale not in self.sessions:
-            import onnxruntime as ort
-
-            from pipeline.export.fold import fold_srcnn
-
-            folded = fold_srcnn(self.net, scale)
-            path = folded_onnx_for(self.model_name, scale, self.weights, folded)
-            sess = ort.InferenceSession(str(path), cpu_session_options(self.threads), providers=["CPUExecutionProvider"])
-            self.sessions[scale] = (sess, folded.min_lr)
+            path = self.variants[scale]
+            try:
+                sess = ort.InferenceSession(str(path), cpu_session_options(self.threads),
+                                            providers=["CPUExecutionProvider"])
+            except Exception as e:  # ORT raises its own exception types
+                raise PipelineError(f"ONNX Runtime cannot load {path}: {first_line(e)}") from None
+            min_lr = int(sess.get_modelmeta().custom_metadata_map.get("min_lr", 0))
+            self.sessions[scale] = (sess, min_lr)
         return self.sessions[scale]
-
-    def _plain(self) -> OrtBackend:
-        if self.plain is None:
-            self.plain = OrtBackend(self.model_name, "fp32", provider="cpu", weights=self.weights,
-                                    threads=self.threads, exporter=self.exporter, log=self.log).load()
-        return self.plain
 
     def infer(self, batch: np.ndarray, scale: float) -> np.ndarray:
         s = check_batch(batch, self.spec, scale, self.name)
         k = int(round(float(scale)))
-        if k == float(scale) and k >= 2:
-            sess, min_lr = self._session(k)
-            if min(s.h, s.w) >= min_lr:
-                self.last_path = f"folded x{k}"
-                (y,) = sess.run(None, {"input": np.ascontiguousarray(batch)})
-                if y.shape != (s.n, 3, s.out_h, s.out_w):
-                    raise PipelineError(f"ort-folded: output {y.shape} != expected {(s.n, 3, s.out_h, s.out_w)}")
-                return y
+        found = self._session(k) if k == float(scale) else None
+        if found is not None and min(s.h, s.w) >= found[1]:
+            self.last_path = f"folded x{k}"
+            (y,) = found[0].run(None, {"input": np.ascontiguousarray(batch)})
+            if y.shape != (s.n, 3, s.out_h, s.out_w):
+                raise PipelineError(f"ort-folded: output {y.shape} != expected {(s.n, 3, s.out_h, s.out_w)}")
+            return y
         self.last_path = "plain graph"
-        return self._plain().infer(batch, scale)
+        if self.plain.session is None:
+            self.plain.load()
+        return self.plain.infer(batch, scale)
 
     def describe(self) -> str:
-        return ("ort-folded (CPUExecutionProvider, fp32, bicubic folded into conv1 for integer scales; "
-                "other scales and tiny images: the plain graph)")
+        scales = ", ".join(f"x{k}" for k in sorted(self.variants)) or "none loaded"
+        threads = self.plain.threads or "default"
+        return (f"ort-folded (CPUExecutionProvider, fp32, bicubic folded into conv1 at {scales}; other scales and "
+                f"tiny images: the plain graph; threads {threads})")

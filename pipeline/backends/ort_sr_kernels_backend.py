@@ -4,11 +4,20 @@ The graph is the custom-op export with its sr function bodies stripped, so ORT c
 standard-op fallback: every sr node runs our kernel, exactly as the TensorRT plugins would on a GPU."""
 from __future__ import annotations
 
-import inspect
+from pathlib import Path
 
-from pipeline.backends.ort_backend import OrtBackend, cpu_session_options
+import numpy as np
+import onnx
+
+from models.spec import ModelSpec
+from pipeline.backends.base import BackendStatus, installed
+from pipeline.backends.ort_backend import OrtBackend, cpu_session_options, onnx_source_problem
 from pipeline.contract import DOMAIN
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, first_line
+from pipeline.export.sr_ops import strip_sr_functions
+from pipeline.native import kernels_cpu, ort_ops
+from pipeline.native.libraries import cpu_kernels_library
+from pipeline.native.ort_ops import session_with_sr_kernels
 
 
 def sr_node_count(model) -> int:
@@ -17,51 +26,51 @@ def sr_node_count(model) -> int:
 
 class OrtSrKernelsBackend(OrtBackend):
     name = "ort-sr-kernels"
+    PROVIDER = "cpu"
+    OPTIONS = frozenset({"onnx", "weights", "threads", "exporter", "io_dtype", "log"})
 
-    def __init__(self, model: str, precision: str = "fp32", **opts):
-        opts.pop("provider", None)
-        opts["ops"] = "custom"
-        super().__init__(model, precision, provider="cpu", **opts)
+    def __init__(self, model: str | None, precision: str = "fp32", *, onnx: str | Path | None = None, weights=None,
+                 threads: int | None = None, exporter: str = "dynamo", io_dtype: str = "fp32", log=None):
+        super().__init__(model, precision, onnx=onnx, weights=weights, threads=threads, exporter=exporter,
+                         ops="custom", io_dtype=io_dtype, log=log)
+
+    @classmethod
+    def status(cls, spec: ModelSpec, precision: str, *, onnx=None, engine=None, weights=None) -> BackendStatus:
+        if engine is not None:
+            return cls.no("an engine file runs on TensorRT only")
+        if not installed("onnxruntime_extensions"):
+            return cls.no("onnxruntime-extensions is not installed (pip install onnxruntime-extensions)")
+        try:
+            kernels_cpu.library()
+        except PipelineError as e:
+            return cls.no(str(e))
+        problem = onnx_source_problem(spec, precision, onnx, weights)
+        if problem:
+            return cls.no(problem)
+        note = "" if spec.dynamic_scale else f"; {spec.name} has no sr ops, so this is the plain ort graph"
+        return cls.ok(f"ONNX Runtime CPU + our sr kernels ({cpu_kernels_library().name}){note}")
 
     def load(self) -> OrtSrKernelsBackend:
-        import onnx
-
-        try:
-            from pipeline.export import strip_sr_functions
-            from pipeline.native.ort_ops import session_with_sr_kernels
-        except ImportError as e:
-            raise PipelineError(f"ort-sr-kernels needs pipeline.export and pipeline.native.ort_ops ({e})") from None
-        path = self._onnx_file()
+        kernels_cpu.library()  # a missing library is one line here, not an abort inside ORT (see ort_ops)
+        path = self.resolve_onnx()
         stripped = strip_sr_functions(onnx.load(str(path)))
         if stripped.functions and any(f.domain == DOMAIN for f in stripped.functions):
             raise PipelineError(f"{path.name}: sr function bodies survived stripping; our kernels would not run")
-        so = cpu_session_options(self.threads)
-        params = inspect.signature(session_with_sr_kernels).parameters
-        kwargs = {}
-        for key in ("sess_options", "session_options", "options"):
-            if key in params:
-                kwargs[key] = so
-                break
         try:
-            sess = session_with_sr_kernels(stripped, **kwargs)
+            sess = session_with_sr_kernels(stripped, cpu_session_options(self.threads))
         except PipelineError:
             raise
-        except Exception as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise PipelineError(f"ort-sr-kernels cannot load {path.name}: {first}") from None
-        self.session = sess
+        except Exception as e:  # ORT raises its own exception types
+            raise PipelineError(f"ort-sr-kernels cannot load {path.name}: {first_line(e)}") from None
         self.provider = "cpu"
         self.device = "cpu"
-        self.onnx_file = path
         self.sr_nodes = sr_node_count(stripped)
-        self._inputs = {i.name: i for i in sess.get_inputs()}
-        if "input" not in self._inputs:
-            raise PipelineError(f"{path.name} has no input named 'input'")
-        import numpy as np
-
-        self._in_dtype = np.float16 if self._inputs["input"].type == "tensor(float16)" else np.float32
-        self._out_name = sess.get_outputs()[0].name
+        self._attach(sess, path)
         return self
 
+    def _run(self, feeds: dict) -> np.ndarray:
+        return ort_ops.run(self.session, feeds, [self._out_name])[0]  # a kernel error is a line, not an abort
+
     def describe(self) -> str:
-        return f"ort-sr-kernels (CPUExecutionProvider + our sr kernels on {getattr(self, 'sr_nodes', '?')} nodes, {self.precision})"
+        return (f"ort-sr-kernels (CPUExecutionProvider + our sr kernels on {getattr(self, 'sr_nodes', '?')} nodes, "
+                f"{self.precision})")

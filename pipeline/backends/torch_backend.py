@@ -1,33 +1,55 @@
-"""PyTorch eager runner: CPU, or CUDA when present; fp16 only on CUDA."""
+"""PyTorch eager runner: CPU, or CUDA when present; fp16 only on CUDA. PyTorch is optional at run time (the
+`export` extra), so it is imported only when this backend loads."""
 from __future__ import annotations
+
+import importlib.metadata
 
 import numpy as np
 
-from pipeline.backends.base import Backend
-from pipeline.backends.checks import check_batch, model_spec
+from models.spec import ModelSpec
+from pipeline.backends.base import Backend, BackendStatus, check_precision, installed
+from pipeline.backends.checks import check_batch, check_weights, model_spec
 from pipeline.errors import PipelineError
+from pipeline.native.cuda_driver import gpu_visible
 
 
 class TorchBackend(Backend):
     name = "torch"
+    OPTIONS = frozenset({"device", "weights", "channels_last", "threads"})
 
     def __init__(self, model: str, precision: str = "fp32", *, device: str | None = None, weights=None,
                  channels_last: bool | None = None, threads: int | None = None):
-        if precision not in ("fp32", "fp16"):
-            raise PipelineError(f"unknown precision '{precision}' (choose from: fp32, fp16)")
+        self.precision = check_precision(precision)
         self.model_name = model
         self.spec = model_spec(model)
-        self.precision = precision
         self.device = device or "auto"
         self.weights = weights
         self.channels_last = channels_last
         self.threads = threads
         self.net = None
 
+    @classmethod
+    def status(cls, spec: ModelSpec, precision: str, *, onnx=None, engine=None, weights=None) -> BackendStatus:
+        if onnx is not None or engine is not None:
+            return cls.no("runs the registered PyTorch model, not an ONNX file or engine")
+        if not installed("torch"):
+            return cls.no("PyTorch is not installed (the export extra: pip install 'srdeploy[export]')")
+        if not spec.weights_file:
+            return cls.no(f"model '{spec.name}' is not registered here")
+        version = importlib.metadata.version("torch")
+        gpu = gpu_visible()
+        if gpu[0]:
+            return cls.ok(f"PyTorch {version} on cuda ({gpu[1]})")
+        if precision == "fp16":
+            return cls.no("fp16 needs a CUDA GPU; " + gpu[1])
+        return cls.ok(f"PyTorch {version} on cpu ({gpu[1]})")
+
     def load(self) -> TorchBackend:
         import torch
 
         from models.registry import WeightsError, load_model
+
+        check_weights(self.spec, self.weights)
 
         if self.device == "auto":
             self.device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -11,22 +11,59 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.backends.base import Backend
-from pipeline.backends.checks import check_batch, model_spec
+from models.spec import MODELS, ModelSpec
+from pipeline.artifacts.cache import engine_for, onnx_for
+from pipeline.backends.base import Backend, BackendStatus, check_precision, installed
+from pipeline.backends.checks import check_batch, resolve_spec
+from pipeline.backends.ort_backend import onnx_source_problem
+from pipeline.engine import (
+    INSTALL_HINT,
+    Profile,
+    check_engine,
+    current_environment,
+    default_profile,
+    ensure_engine,
+    load_plugins,
+    profile_for_input,
+    read_sidecar,
+    sidecar_profiles,
+    sidecar_tf32,
+    tensorrt_problem,
+    validate_profile,
+)
 from pipeline.errors import PipelineError
+from pipeline.native.cuda_driver import gpu_visible
+from pipeline.native.libraries import trt_plugin_library
+
+
+def engine_spec(engine: Path, model: str | None) -> ModelSpec:
+    """The model an engine holds, from its sidecar (which carries the ONNX file's metadata)."""
+    sidecar = read_sidecar(Path(engine)) or {}
+    meta = sidecar.get("onnx_metadata") or {"model": sidecar.get("model")}
+    name = meta.get("model")
+    if name in (None, "?"):
+        return resolve_spec(model)
+    if model is not None and name != model:
+        raise PipelineError(f"{Path(engine).name} was built for model '{name}', not '{model}'")
+    if name in MODELS:
+        return MODELS[name]
+    try:
+        return ModelSpec.from_metadata(meta)
+    except (KeyError, ValueError):
+        raise PipelineError(f"{Path(engine).name}: its sidecar does not describe model '{name}'; rebuild the "
+                            "engine from an ONNX file exported by this version") from None
 
 
 class TrtBackend(Backend):
     name = "trt"
+    OPTIONS = frozenset({"engine", "onnx", "profile", "weights", "cuda_graph", "device", "log"})
 
-    def __init__(self, model: str, precision: str = "fp32", *, engine: str | Path | None = None,
+    def __init__(self, model: str | None, precision: str = "fp32", *, engine: str | Path | None = None,
                  onnx: str | Path | None = None, profile: dict | None = None, weights=None,
                  cuda_graph: bool = False, device: int = 0, log=None):
-        if precision not in ("fp32", "fp16"):
-            raise PipelineError(f"unknown precision '{precision}' (choose from: fp32, fp16)")
-        self.model_name = model
-        self.spec = model_spec(model)
-        self.precision = precision
+        self.precision = check_precision(precision)
+        self.spec = engine_spec(engine, model) if engine is not None else resolve_spec(model, onnx)
+        self.model_name = self.spec.name
         self.engine_path = Path(engine) if engine is not None else None
         self.onnx_path = Path(onnx) if onnx is not None else None
         self.profile = profile
@@ -36,21 +73,35 @@ class TrtBackend(Backend):
         self.log = log or (lambda msg: None)
         self.context = None
 
+    @classmethod
+    def status(cls, spec: ModelSpec, precision: str, *, onnx=None, engine=None, weights=None) -> BackendStatus:
+        gpu = gpu_visible()
+        if not gpu[0] or not installed("tensorrt"):  # asked without importing torch (seconds) or TensorRT
+            missing = [m for m, bad in ((gpu[1], not gpu[0]), ("TensorRT is not installed", not installed("tensorrt")))
+                       if bad]
+            return cls.no("TensorRT engines need a CUDA GPU and TensorRT 11: " + " and ".join(missing) + "; "
+                          + INSTALL_HINT)
+        problem = tensorrt_problem()
+        if problem:
+            return cls.no(problem)
+        try:
+            trt_plugin_library()
+        except PipelineError as e:
+            return cls.no(str(e))
+        problem = None if engine is not None else onnx_source_problem(spec, precision, onnx, weights)
+        if problem:
+            return cls.no(problem)
+        import tensorrt as trt
+
+        return cls.ok(f"TensorRT {trt.__version__} with our sr plugins")
+
     # -- loading ---------------------------------------------------------------------------------------
     def _engine_and_sidecar(self, env: dict, plugin_lib: Path) -> tuple[Path, dict]:
-        from pipeline.artifacts.cache import engine_for, onnx_for
-        from pipeline.engine import (
-            Profile,
-            check_engine,
-            default_profile,
-            ensure_engine,
-            validate_profile,
-        )
-
         if self.engine_path is not None:  # the user's file: refuse when stale, never rebuild behind their back
             sidecar = check_engine(self.engine_path, env)
             if sidecar.get("model") not in (None, "?", self.model_name):
-                raise PipelineError(f"{self.engine_path.name} was built for model '{sidecar['model']}', not '{self.model_name}'")
+                raise PipelineError(f"{self.engine_path.name} was built for model '{sidecar['model']}', "
+                                    f"not '{self.model_name}'")
             if sidecar.get("precision") != self.precision:
                 raise PipelineError(f"{self.engine_path.name} is a {sidecar.get('precision')} engine, "
                                     f"but precision {self.precision} was requested")
@@ -63,21 +114,11 @@ class TrtBackend(Backend):
         return path, sidecar
 
     def load(self) -> TrtBackend:
-        from pipeline.engine import (
-            current_environment,
-            load_plugins,
-            sidecar_profiles,
-            sidecar_tf32,
-            tensorrt_problem,
-        )
-
         problem = tensorrt_problem()
         if problem:
             raise PipelineError(problem)
         import tensorrt as trt
         import torch
-
-        from pipeline.native.libraries import trt_plugin_library
 
         plugin_lib = trt_plugin_library()
         load_plugins(plugin_lib)
@@ -98,7 +139,8 @@ class TrtBackend(Backend):
         inputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
         outputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT]
         if "input" not in inputs or len(outputs) != 1:
-            raise PipelineError(f"{path.name}: expected inputs 'input'[, 'size'] and one output, got {inputs} -> {outputs}")
+            raise PipelineError(f"{path.name}: expected inputs 'input'[, 'size'] and one output, "
+                                f"got {inputs} -> {outputs}")
         self.out_name = outputs[0]
         to_torch = {trt.DataType.FLOAT: torch.float32, trt.DataType.HALF: torch.float16}
         try:
@@ -155,8 +197,6 @@ class TrtBackend(Backend):
 
     def infer(self, batch: np.ndarray, scale: float) -> np.ndarray:
         import torch
-
-        from pipeline.engine import profile_for_input
 
         if self.context is None:
             raise PipelineError("trt backend used before load()")

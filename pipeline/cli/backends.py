@@ -10,6 +10,7 @@ def add_arguments(parser) -> None:
     options.add_model_args(parser)
     options.add_precision_args(parser)
     options.add_weights_arg(parser)
+    options.add_onnx_arg(parser)
     parser.add_argument("--measure", action="store_true",
                         help="time each available backend on one 256x256 image and remember the fastest for "
                              "--backend auto")
@@ -30,12 +31,13 @@ def run(args) -> int:
         raise PipelineError("--size and --repeats must be >= 1")
     model = options.model_from_args(args)
     weights = options.weights_from_args(args)
-    statuses = available(model, args.precision, weights)
-    print(f"backends for {model} ({args.precision}):")
+    onnx = options.onnx_from_args(args)
+    statuses = available(model, args.precision, weights, onnx=onnx)
+    print(f"backends for {model} ({args.precision}{f', {onnx}' if onnx else ''}):")
     print(format_table(statuses))
     if args.measure:
         print(f"measuring ({args.size}x{args.size}, median of {args.repeats}):")
-        measure(model, args.precision, size=args.size, repeats=args.repeats, weights=weights)
+        measure(model, args.precision, size=args.size, repeats=args.repeats, weights=weights, onnx=onnx)
     if not any(s.available for s in statuses):
         print("--backend auto -> none: no backend can run this model here (reasons above)")
         return 1

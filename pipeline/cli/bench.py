@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 
 from pipeline import report
+from pipeline.bench import onnx_file
 from pipeline.bench.results import FLOOR_SPEEDUP
 from pipeline.bench.suite import FULL, QUICK, run_bench
 from pipeline.cli import options
@@ -23,6 +24,7 @@ def add_arguments(p) -> None:
     options.add_backends_arg(p, help="only these backends (the baseline loop always runs)")
     p.add_argument("--no-folder", action="store_true", help="skip the whole-folder (pipeline sr) timing")
     options.add_weights_arg(p)
+    options.add_onnx_arg(p)
 
 
 def config_from_args(args) -> dict:
@@ -50,8 +52,21 @@ def config_from_args(args) -> dict:
     return cfg
 
 
+def _run_file(args, cfg: dict, onnx) -> int:
+    """`--onnx FILE`: the file's backends and its startup time, without PyTorch (pipeline.bench.onnx_file)."""
+    model = options.model_from_args(args)  # an explicit other --model is an error
+    out_dir = options.check_output_dir(args.output)
+    print(f"bench {model} ({onnx})")
+    paths = onnx_file.write(onnx_file.bench_onnx(onnx, cfg), out_dir)
+    print(f"report: {paths['md']}")
+    return 0
+
+
 def run(args) -> int:
     cfg = config_from_args(args)
+    onnx = options.onnx_from_args(args)
+    if onnx is not None:
+        return _run_file(args, cfg, onnx)
     models = options.models_from_args(args, allow_all=True)
     out_dir = options.check_output_dir(args.output)
     weights = options.weights_from_args(args)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pipeline import report
-from pipeline.analysis.compare import DEFAULT_PSNR_FP16, DEFAULT_TOL_FP32, compare_model
+from pipeline.analysis.compare import DEFAULT_PSNR_FP16, DEFAULT_TOL_FP32, compare_model, compare_onnx
 from pipeline.cli import options
 from pipeline.errors import PipelineError
 
@@ -19,10 +19,11 @@ def add_arguments(p) -> None:
                    help="FP16 min PSNR vs FP32 in dB (default 50)")
     p.add_argument("--bisect", action="store_true", help="on a failure, name the first diverging ONNX node")
     options.add_weights_arg(p)
+    options.add_onnx_arg(p)
 
 
 def _check_scales(models: list[str], scales: list[float] | None) -> None:
-    from models.registry import get_spec
+    from models.spec import get_spec
 
     for model in models if scales else ():
         for scale in scales:
@@ -32,9 +33,28 @@ def _check_scales(models: list[str], scales: list[float] | None) -> None:
                 raise PipelineError(str(e)) from None
 
 
+def _compare_file(args, onnx) -> list[dict]:
+    """`--onnx FILE`: its backends against the reference outputs stored with it at export time (no PyTorch)."""
+    if args.scales:
+        raise PipelineError("--scales does not apply with --onnx: the reference outputs stored with the file are "
+                            "at its default scale")
+    model = options.model_from_args(args)  # an explicit other --model is an error
+    print(f"compare {model} ({onnx})")
+    result = compare_onnx(onnx, backends=options.backends_from_args(args), tol_fp32=args.tol_fp32,
+                          psnr_fp16=args.psnr_fp16)
+    if not any(r["status"] != "unavailable" for r in result["rows"]):
+        why = "; ".join(f"{r['backend']}: {r['reason']}" for r in result["rows"])
+        raise PipelineError(f"no backend can run {onnx} here ({why})")
+    return [result]
+
+
 def run(args) -> int:
     if args.size < 8:
         raise PipelineError(f"--size must be at least 8 pixels, got {args.size}")
+    onnx = options.onnx_from_args(args)
+    if onnx is not None:
+        out_dir = options.check_output_dir(args.output)  # before any work
+        return _report(_compare_file(args, onnx), out_dir)
     models = options.models_from_args(args, allow_all=True)
     _check_scales(models, args.scales)
     out_dir = options.check_output_dir(args.output)
@@ -47,6 +67,10 @@ def run(args) -> int:
         results.append(compare_model(model, scales=args.scales, size=args.size, precisions=args.precisions,
                                      backends=backends, tol_fp32=args.tol_fp32, psnr_fp16=args.psnr_fp16,
                                      bisect=args.bisect, weights=weights))
+    return _report(results, out_dir)
+
+
+def _report(results: list[dict], out_dir) -> int:
     doc = {"kind": "compare", "environment": report.environment(), "models": results}
     paths = report.write_compare(doc, out_dir)
     ran = [r for m in results for r in m["rows"] if r["status"] in ("pass", "fail", "error")]

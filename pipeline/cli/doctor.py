@@ -13,11 +13,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from pipeline.cli.options import models_arg
+    from models.spec import MODELS  # no numpy or PyTorch: doctor runs on a bare system python
     from pipeline.doctor import diagnose
 
-    try:
-        models = models_arg(args.model)
-    except ImportError:  # no PyTorch: the engine step is skipped anyway, and says why
-        models = [] if args.model == "all" else [args.model]
+    models = list(MODELS) if args.model == "all" else [args.model]
     return diagnose(args.output, models, engines=not args.no_engines)

@@ -24,7 +24,7 @@ def add_model_args(parser, allow_all: bool = False) -> None:
 
 
 def _known_models() -> tuple[str, ...]:
-    from models.registry import MODELS  # imports torch: only when a model name is checked, not at parse time
+    from models.spec import MODELS  # torch-free
 
     return tuple(MODELS)
 
@@ -41,7 +41,27 @@ def models_from_args(args, allow_all: bool = False) -> list[str]:
 
 
 def model_from_args(args) -> str:
+    """The one model a command runs: the registered `--model`, or with `--onnx FILE` the model the file holds
+    (an explicit other `--model` is an error)."""
+    onnx = onnx_from_args(args)
+    if onnx is not None:
+        return B.resolve_spec(None if args.model == DEFAULT_MODEL else args.model, onnx).name
     return models_from_args(args)[0]
+
+
+def add_onnx_arg(parser) -> None:
+    parser.add_argument("--onnx", type=Path, metavar="FILE",
+                        help="an exported ONNX file: the model and what the runtime needs come from its metadata "
+                             "(runs without PyTorch)")
+
+
+def onnx_from_args(args) -> Path | None:
+    onnx = getattr(args, "onnx", None)
+    if onnx is None:
+        return None
+    if not Path(onnx).is_file():
+        raise PipelineError(f"ONNX file not found: {onnx}")
+    return Path(onnx)
 
 
 # -- weights -------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from models.registry import (
 )
 from pipeline.artifacts.atomic import atomic_path
 from pipeline.errors import PipelineError
-from pipeline.export import fp16, graph, sr_ops
+from pipeline.export import dynamo, extras, fp16, graph, sr_ops, torchscript
 from pipeline.export import verify as verification
 
 EXPORTERS = ("dynamo", "torchscript")
@@ -136,11 +136,6 @@ def build_graph(model: str, *, exporter: str = "dynamo", ops: str = "custom", we
     sha = file_sha256(weights_path)
     io = size_input if spec.dynamic_scale else None
     names = ["input"] + ([io] if io else [])
-    from pipeline.export import (  # heavy imports (onnxscript) only when exporting
-        dynamo,
-        torchscript,
-    )
-
     backend = dynamo if exporter == "dynamo" else torchscript
     try:
         proto = backend.export(module, _example_args(spec, io), names, ops=ops, opset=opset)
@@ -153,11 +148,8 @@ def build_graph(model: str, *, exporter: str = "dynamo", ops: str = "custom", we
     except ValueError as e:
         raise PipelineError(str(e).splitlines()[0]) from e
     graph.set_metadata(proto, {
-        "model": model,
+        **spec.to_metadata(),  # what a runtime without the registry needs (models.spec.ModelSpec.from_metadata)
         "weights_sha256": sha,
-        "scale_min": f"{spec.scale_range[0]:g}",
-        "scale_max": f"{spec.scale_range[1]:g}",
-        "default_scale": f"{spec.default_scale:g}",
         "size_input": io or "none",
         "exporter": exporter,
         "ops": ops,
@@ -169,8 +161,9 @@ def build_graph(model: str, *, exporter: str = "dynamo", ops: str = "custom", we
 
 
 def write_variant(g: _Graph, output: Path, *, precision: str = "fp32", io_dtype: str = "fp32", verify_: bool = True,
-                  scale: float | None = None, started: float | None = None) -> ExportResult:
-    """Write `g` at one precision atomically (temp file, verify, rename); nothing is left behind on failure."""
+                  scale: float | None = None, started: float | None = None, siblings: bool = True) -> ExportResult:
+    """Write `g` at one precision atomically (temp file, verify, rename); nothing is left behind on failure.
+    `siblings`: also write what a torch-free runtime needs beside it (folded variants, reference outputs)."""
     started = time.perf_counter() if started is None else started
     _choice(precision, PRECISIONS, "precision")
     _choice(io_dtype, IO_DTYPES, "I/O dtype")
@@ -196,19 +189,25 @@ def write_variant(g: _Graph, output: Path, *, precision: str = "fp32", io_dtype:
             if not err <= tol:
                 raise PipelineError(f"verification failed for {output}: max |ORT - PyTorch| = {err:.3g} > {tol:g} "
                                     f"({precision}); file not written")
+        if siblings:  # after verification, before the rename: the file never names a sibling that is not there
+            named = extras.write_reference_outputs(g.module, g.spec, output)
+            if precision == "fp32":
+                named.update(extras.write_folded_variants(g.module, g.spec, output))
+            onnx.save_model(graph.set_metadata(proto, named), tmp)
     return ExportResult(output, g.spec.name, g.exporter, g.ops, precision, io_dtype, g.opset, err,
                         time.perf_counter() - started, g.size_input, g.weights_sha256)
 
 
 def export_model(model: str, output: Path, *, exporter: str = "dynamo", ops: str = "custom", precision: str = "fp32",
                  io_dtype: str = "fp32", weights: Path | None = None, opset: int | None = None, verify: bool = True,
-                 size_input: str = "size", scale: float | None = None) -> ExportResult:
+                 size_input: str = "size", scale: float | None = None, siblings: bool = True) -> ExportResult:
     """Export registered `model` to `output` (.onnx) and verify it with ONNX Runtime against PyTorch.
 
     exporter: "dynamo" | "torchscript"; ops: "custom" (sr ops with standard-ONNX bodies) | "standard";
     precision "fp32" | "fp16" (io_dtype "fp32" keeps float32 I/O via Casts, "fp16" makes I/O half);
     weights None = the shipped weights; opset None = the exporter's default; size_input "scale" (standard ops
-    only) takes run-time scale factors float[2] instead of the output size; scale = factor used to verify.
+    only) takes run-time scale factors float[2] instead of the output size; scale = factor used to verify;
+    siblings: write folded variants (SRCNN, fp32) and reference outputs beside the file, named in its metadata.
     Raises PipelineError (one line) on bad input, export failure or a verification error above tolerance.
     """
     started = time.perf_counter()
@@ -222,4 +221,4 @@ def export_model(model: str, output: Path, *, exporter: str = "dynamo", ops: str
             raise PipelineError(str(e)) from None
     g = build_graph(model, exporter=exporter, ops=ops, weights=weights, opset=opset, size_input=size_input)
     return write_variant(g, output, precision=precision, io_dtype=io_dtype, verify_=verify, scale=scale,
-                         started=started)
+                         started=started, siblings=siblings)

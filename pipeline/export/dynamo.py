@@ -11,6 +11,7 @@ import warnings
 import onnx
 import onnxscript
 import torch
+import torchvision.ops  # noqa: F401 (registers torch.ops.torchvision.deform_conv2d, translated below)
 from onnxscript import opset19 as op
 
 from pipeline.export import sr_ops

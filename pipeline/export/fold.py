@@ -1,4 +1,4 @@
-"""Performance ideas for SRCNN on CPU, each exact against the reference model.
+"""Bicubic folded into SRCNN's conv1: an exact, faster SRCNN on the CPU (the `ort-folded` backend's graphs).
 
 Main idea -- fold the fixed bicubic upsampler into conv1 (sub-pixel reformulation):
 for an integer scale s, every HR pixel (s*m + p, s*n + q) of a bicubic upsample is a fixed 4x4-tap
@@ -12,15 +12,16 @@ upsampled image and 64-channel HR feature map are never materialised.
 Borders: bicubic clamps its taps (replicate) -> replicate-pad the LR input, exact.  conv1 zero-pads
 the *HR* upsampled image, which the LR formulation cannot see, so the 4-pixel HR frame (kernel//2)
 is recomputed on thin strips with the original ops and concatenated -- the result is exact (fp32
-rounding only, < 1e-5 on [0, 1] images), which tests/test_bench.py checks.
+rounding only, < 1e-5 on [0, 1] images), which tests/test_optimize.py checks.
 
-`ort_session_options(threads)` holds the ONNX Runtime settings measured best here.
+The export writes one folded ONNX per integer scale beside an SRCNN file (pipeline.export.extras); the
+`ort-folded` backend runs them with the one set of session options (backends.ort_backend.cpu_session_options).
 """
 from __future__ import annotations
 
-import functools
 import math
 
+import onnx
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -120,12 +121,12 @@ class FoldedSRCNN(nn.Module):
             for p in range(s):
                 for q in range(s):
                     for k in range(-r3, r3 + 1):
-                        for l in range(-r3, r3 + 1):
-                            (bp, pp), (bq, qq) = divmod(p + k, s), divmod(q + l, s)
+                        for j in range(-r3, r3 + 1):
+                            (bp, pp), (bq, qq) = divmod(p + k, s), divmod(q + j, s)
                             # Output channels channel-major (c*s*s + phase): F.pixel_shuffle / DepthToSpace CRD.
                             o = torch.arange(co3) * s * s + p * s + q
                             i = (pp * s + qq) * mid
-                            k3[o, i:i + mid, bp + R, bq + R] += w3[:, :, k + r3, l + r3]
+                            k3[o, i:i + mid, bp + R, bq + R] += w3[:, :, k + r3, j + r3]
             self.fold3 = nn.Conv2d(s * s * mid, s * s * co3, 2 * R + 1, padding=R)
             with torch.no_grad():
                 self.fold3.weight.copy_(k3)
@@ -157,10 +158,7 @@ class FoldedSRCNN(nn.Module):
             return self.reference(x)
         # Interior: everything on the LR grid.
         y = F.relu(self.fold2(F.relu(self.fold1(F.pad(x, (P, P, P, P), mode="replicate")))))
-        if self.conv3_on_lr:
-            out = F.pixel_shuffle(self.fold3(y), s)
-        else:
-            out = self.conv3(depth_to_space_dcr(y, s))
+        out = F.pixel_shuffle(self.fold3(y), s) if self.conv3_on_lr else self.conv3(depth_to_space_dcr(y, s))
         # Output frame (r1 + r3 HR pixels): reference ops on thin strips.
         n = 2 * f
         top = self._strip(self._upsample(x[:, :, :c, :])[:, :, :n, :], (0, 0, r1, 0), (0, 0, r3, 0), True)
@@ -188,50 +186,16 @@ def srcnn_macs_per_output_pixel(model: nn.Module, folded_scale: int | None = Non
 
 
 def export_folded_onnx(folded: FoldedSRCNN, path, height: int = 64, width: int = 64) -> None:
-    """ONNX (standard ops, opset 17, dynamic batch/height/width) of a FoldedSRCNN: input `input`, output `output`."""
-    import onnx
-
+    """ONNX (standard ops, opset 17, dynamic batch/height/width) of a FoldedSRCNN: input `input`, output `output`.
+    Its metadata records the scale and `min_lr`: smaller inputs must run the plain model (the traced graph holds
+    only the folded branch)."""
     x = torch.rand(1, 3, height, width)
     torch.onnx.export(folded, (x,), str(path), input_names=["input"], output_names=["output"], opset_version=17,
                       dynamic_axes={"input": {0: "batch", 2: "height", 3: "width"},
                                     "output": {0: "batch", 2: "out_height", 3: "out_width"}},
                       dynamo=False)
     m = onnx.load(str(path))
-    if m.ir_version > 10:  # ORT here rejects IR > 13; keep it conservative
-        m.ir_version = 10
-        onnx.save(m, str(path))
-
-
-@functools.lru_cache(maxsize=8)
-def folded_onnx(model_name: str, scale: int, weights: str | None = None) -> bytes:
-    """Serialized ONNX (standard ops; input `input` [N,3,H,W] -> output `output`) of the folded, exact
-    equivalent of registered SRCNN `model_name` ('srcnn' or 'srcnn-x3') at integer `scale` >= 2.
-    Load it with `onnxruntime.InferenceSession(bytes, ort_session_options(threads))`; there is no
-    `size` input: one graph per scale. Images below FoldedSRCNN.min_lr px per side run the reference ops."""
-    import tempfile
-    import warnings
-    from pathlib import Path
-
-    from models.registry import load_model
-
-    folded = fold_srcnn(load_model(model_name, weights), scale)
-    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # TracerWarnings of the small-input fallback branch
-        path = Path(tmp) / "folded.onnx"
-        export_folded_onnx(folded, path)
-        return path.read_bytes()
-
-
-def ort_session_options(threads: int | None = None, *, profile: bool = False):
-    """ONNX Runtime CPU settings measured best for these conv nets on a small CPU (see bench report)."""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    if threads:
-        so.intra_op_num_threads = int(threads)
-        so.inter_op_num_threads = 1
-    so.add_session_config_entry("session.intra_op.allow_spinning", "1")
-    so.enable_profiling = profile
-    return so
+    m.ir_version = min(m.ir_version, 10)  # ORT here rejects IR > 13; keep it conservative
+    for key, value in (("folded_scale", folded.scale), ("min_lr", folded.min_lr)):
+        m.metadata_props.append(onnx.StringStringEntryProto(key=key, value=str(value)))
+    onnx.save(m, str(path))

@@ -11,7 +11,7 @@ calls `strip_sr_functions` so TensorRT's parser, finding no body, falls back to 
 from __future__ import annotations
 
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, defs, helper
 
 from pipeline.contract import (  # noqa: F401 (re-exported)
     ALLOW_TF32_ATTR,
@@ -31,8 +31,6 @@ from pipeline.contract import (  # noqa: F401 (re-exported)
 
 def register_schemas() -> None:
     """Register the sr schemas with onnx.defs (idempotent): onnxscript needs them to emit sr.* calls."""
-    from onnx import defs
-
     Schema = defs.OpSchema
     image = ("T", ["tensor(float)", "tensor(float16)"], "image / feature tensor")
     opt = Schema.FormalParameterOption.Optional

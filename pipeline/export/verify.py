@@ -4,9 +4,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import torch
+from skimage import data
 
 from models.registry import ModelSpec, size_tensor
+from pipeline.backends.ort_backend import cpu_session_options
 
 # Max |ORT - PyTorch FP32| on outputs in the 0-1 range.
 TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2}
@@ -14,8 +17,6 @@ TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2}
 
 def sample_batch() -> torch.Tensor:
     """Two small real crops (astronaut's face, the cat's eye), NCHW float32 in [0, 1]; odd, unequal H/W on purpose."""
-    from skimage import data
-
     crops = [data.astronaut()[60:83, 180:209], data.chelsea()[90:113, 150:179]]
     x = np.stack([c.astype(np.float32) / 255.0 for c in crops]).transpose(0, 3, 1, 2)
     return torch.from_numpy(np.ascontiguousarray(x))
@@ -31,11 +32,7 @@ def verify_scales(spec: ModelSpec, scale: float | None) -> list[float]:
 
 def max_abs_error(path: Path, model: torch.nn.Module, spec: ModelSpec, *, size_input: str | None, io_dtype: str,
                   scales: list[float]) -> float:
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 2
-    session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(path), cpu_session_options(threads=2), providers=["CPUExecutionProvider"])
     x = sample_batch()
     worst = 0.0
     for scale in scales:

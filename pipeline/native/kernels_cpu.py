@@ -42,6 +42,11 @@ def _lib() -> ctypes.CDLL:
     return lib
 
 
+def library() -> ctypes.CDLL:
+    """The loaded, version-checked kernel library; PipelineError (one line) when it is missing or foreign."""
+    return _lib()
+
+
 def _as_f32(x, name: str, ndim: int | None = None) -> np.ndarray:
     """Contiguous float32 copy/view of an ndarray or torch tensor."""
     if hasattr(x, "detach"):  # torch.Tensor, without importing torch here

@@ -14,11 +14,13 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from pipeline.contract import DEFORM_CONV, DOMAIN, DYNAMIC_RESIZE
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, first_line
 from pipeline.native import kernels_cpu
 
 ABSENT = "sr_ort_absent_input"  # zero-size float tensor standing for an absent optional input
@@ -28,6 +30,42 @@ _INT_ATTRS = ("group", "offset_group")
 
 def _ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",") if v.strip()]
+
+
+# Errors raised inside our op callbacks. They must not propagate: a Python exception thrown through ONNX Runtime's
+# C++ (pybind11 error_already_set) terminates the process. The op returns zeros instead and `run` raises this.
+_op_errors: list[Exception] = []
+
+
+def _guarded(op, out_shape):
+    """`op` that records its exception and returns zeros of `out_shape(*inputs)` instead of raising into ORT."""
+    @functools.wraps(op)
+    def call(*inputs, **attrs):
+        try:
+            return op(*inputs, **attrs)
+        except Exception as e:  # any failure: reported by `run` as one line
+            _op_errors.append(e)
+            return np.zeros(out_shape(*inputs), np.float32)
+    return call
+
+
+def _guarded_as(out_shape):
+    return lambda op: _guarded(op, out_shape)
+
+
+def run(session, feeds: dict, outputs: list[str] | None = None) -> list:
+    """session.run for a session made by `session_with_sr_kernels`: an error inside one of our kernels is one
+    PipelineError line, not a process abort."""
+    _op_errors.clear()
+    try:
+        result = session.run(outputs, feeds)
+    except Exception:
+        if not _op_errors:
+            raise
+        result = None
+    if _op_errors:
+        raise PipelineError(f"sr kernel failed: {first_line(_op_errors[0])}")
+    return result
 
 
 @functools.cache
@@ -41,11 +79,13 @@ def register_sr_ops() -> str:
 
     @onnx_op(op_type=f"{DOMAIN}::{DYNAMIC_RESIZE}", inputs=[f32, i64], outputs=[f32],
              attrs={"emulate_fp16": i64})
+    @_guarded_as(lambda x, size: (*x.shape[:2], *(max(int(v), 0) for v in np.ravel(size)[:2])))
     def _dynamic_resize(x, size, emulate_fp16=0):
         return kernels_cpu.dynamic_resize(x, size, emulate_fp16=bool(emulate_fp16))
 
     @onnx_op(op_type=f"{DOMAIN}::{DEFORM_CONV}", inputs=[f32] * 5, outputs=[f32],
              attrs={**{a: s for a in _LIST_ATTRS}, **{a: i64 for a in _INT_ATTRS}, "emulate_fp16": i64})
+    @_guarded_as(lambda x, weight, offset, *rest: (x.shape[0], weight.shape[0], *offset.shape[2:4]))
     def _deform_conv2d(x, weight, offset, bias, mask, strides="", pads="", dilations="", kernel_shape="",
                        group=1, offset_group=1, emulate_fp16=0):
         k = _ints(kernel_shape)
@@ -151,8 +191,9 @@ def session_with_sr_kernels(model: onnx.ModelProto | str | Path, session_options
 
     `model` (ModelProto or path) must have its sr function bodies stripped (pipeline.export.strip_sr_functions).
     """
-    import onnxruntime as ort
-
+    # Load the kernel library now: the ops call it from inside ORT, where a Python exception (library missing)
+    # cannot propagate and terminates the process (pybind11 error_already_set through C++, exit 134).
+    kernels_cpu.library()
     adapted = adapt_for_ort(_load(model))
     so = session_options or ort.SessionOptions()
     so.register_custom_ops_library(register_sr_ops())

@@ -25,18 +25,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Receptive-field radius (HR pixels) of each model's layers after the resize: SRCNN: 9x9 (4) + 1x1 +
-# 5x5 (2). DeformSRCNN: 9x9 (4) + offset 3x3 (1) + deform 3x3 (1) + 5x5 (2) plus a budget of 8 px for
-# the learned offsets (trained offsets stay within a few pixels).
-RECEPTIVE_RADIUS = {"srcnn": 6, "srcnn-x3": 6, "deform-srcnn": 16}
-DEFAULT_RADIUS = 16
+from models.spec import MODELS
+
+DEFAULT_RADIUS = 16  # a model this install does not register: as wide as the widest of ours
 # Approximate bytes of working memory per output pixel of one tile (float activations: 3 + 64 + 32 + 3
 # channels, plus runtime scratch) -- used to derive a tile size from free memory.
 BYTES_PER_OUTPUT_PIXEL = 1024
 
 
 def receptive_radius(model: str) -> int:
-    return RECEPTIVE_RADIUS.get(model, DEFAULT_RADIUS)
+    """HR pixels one output pixel sees after the resize: the model's spec says (models.spec)."""
+    spec = MODELS.get(model)
+    return spec.receptive_radius if spec else DEFAULT_RADIUS
 
 
 def context_margin(radius_hr: int, scale: float) -> int:

@@ -1,0 +1,116 @@
+"""What a model is, without PyTorch: name, scale contract, weights file, receptive field, and how to build it.
+
+The deploy runtime (ONNX Runtime, TensorRT) reads only this; `models.registry` adds the torch side (building,
+weight loading, running). A spec also travels in every exported ONNX file's metadata (`to_metadata`), so a file
+of a model this install does not register still runs (`from_metadata`).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
+
+
+class WeightsError(RuntimeError):
+    """A weight file is missing, unreadable or does not fit the model; the message is one line."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    factory: str  # "module:callable" building the nn.Module (imported only by build())
+    weights_file: str
+    default_scale: float
+    # Scales the model accepts (inclusive); a static model accepts only its own factor.
+    scale_range: tuple[float, float]
+    dynamic_scale: bool
+    description: str
+    # HR pixels one output pixel sees after the resize (tiling adds the bicubic taps to this).
+    receptive_radius: int = 16
+    # SRCNN layout (bicubic, then plain convs): pipeline.export.fold makes exact folded variants of it.
+    foldable: bool = False
+    factory_kwargs: tuple[tuple[str, object], ...] = field(default=())
+
+    @property
+    def weights_path(self) -> Path:
+        return WEIGHTS_DIR / self.weights_file
+
+    def build(self):
+        """A freshly initialised nn.Module (imports torch)."""
+        module, _, attr = self.factory.partition(":")
+        return getattr(importlib.import_module(module), attr)(**dict(self.factory_kwargs))
+
+    def check_scale(self, scale: float) -> float:
+        scale = float(scale)
+        lo, hi = self.scale_range
+        if not math.isfinite(scale) or not (lo <= scale <= hi) or scale <= 1.0:
+            allowed = f"exactly {lo:g}" if lo == hi else f"in [{lo:g}, {hi:g}] and > 1"
+            raise ValueError(f"scale {scale:g} is out of range for model '{self.name}' (allowed: {allowed})")
+        return scale
+
+    def to_metadata(self) -> dict[str, str]:
+        """The ONNX metadata_props that describe this model to a runtime without the registry."""
+        return {"model": self.name, "default_scale": f"{self.default_scale:g}",
+                "scale_min": f"{self.scale_range[0]:g}", "scale_max": f"{self.scale_range[1]:g}",
+                "dynamic_scale": "1" if self.dynamic_scale else "0",
+                "receptive_radius": str(self.receptive_radius), "description": self.description}
+
+    @classmethod
+    def from_metadata(cls, meta: dict[str, str]) -> ModelSpec:
+        """The spec an exported file carries; KeyError/ValueError when its metadata lacks or garbles a field."""
+        dynamic = meta["dynamic_scale"] == "1" if "dynamic_scale" in meta else meta.get("size_input", "none") != "none"
+        return cls(name=meta["model"], factory="", weights_file="", default_scale=float(meta["default_scale"]),
+                   scale_range=(float(meta["scale_min"]), float(meta["scale_max"])), dynamic_scale=dynamic,
+                   description=meta.get("description", f"{meta['model']} (from ONNX metadata)"),
+                   receptive_radius=int(meta.get("receptive_radius", 16)))
+
+
+# Receptive radius: SRCNN 9x9 (4) + 1x1 + 5x5 (2). DeformSRCNN: 9x9 (4) + offset 3x3 (1) + deform 3x3 (1) + 5x5 (2)
+# plus a budget of 8 px for the learned offsets (trained offsets stay within a few pixels).
+MODELS: dict[str, ModelSpec] = {
+    s.name: s
+    for s in (
+        ModelSpec("srcnn", "models.srcnn:SRCNN", "srcnn.pt", 3.0, (1.0, 8.0), True,
+                  "SRCNN, upscale factor chosen at run time (trained on x2-x4)", 6, True),
+        ModelSpec("srcnn-x3", "models.srcnn:SRCNN", "srcnn-x3.pt", 3.0, (3.0, 3.0), False,
+                  "SRCNN with a fixed x3 nn.Upsample (the classic tutorial's model)", 6, True,
+                  (("upscale_factor", 3),)),
+        ModelSpec("deform-srcnn", "models.deform_srcnn:DeformSRCNN", "deform-srcnn.pt", 3.0, (1.0, 8.0), True,
+                  "SRCNN with a modulated deformable conv (DCNv2) in the middle, run-time factor", 16),
+    )
+}
+
+
+def get_spec(name: str) -> ModelSpec:
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise KeyError(f"unknown model '{name}' (known: {', '.join(MODELS)})") from None
+
+
+def output_size(height: int, width: int, scale: float) -> tuple[int, int]:
+    """Output size for an input size and scale: round half up, at least 1 pixel."""
+    return max(1, math.floor(height * scale + 0.5)), max(1, math.floor(width * scale + 0.5))
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def weights_path(spec: ModelSpec, weights: str | Path | None = None) -> Path:
+    """The weights file a model uses (`weights` or the shipped one); WeightsError (one line) when it is missing."""
+    path = Path(weights) if weights is not None else spec.weights_path
+    if path.is_dir():
+        raise WeightsError(f"weights path {path} is a directory, not a weights file")
+    if not path.is_file():
+        hint = " (run `make train` to recreate the shipped weights)" if weights is None else ""
+        raise WeightsError(f"weights file not found: {path}{hint}")
+    return path

@@ -1,0 +1,87 @@
+"""`bench --onnx FILE`: benchmark an exported file without PyTorch.
+
+Every backend that runs the file, timed round-robin (pipeline.bench.timing) at the main point and over the size
+(and, for run-time-factor models, scale) sweep, plus the time to first image in a fresh process
+(pipeline.bench.startup). The full bench's baseline loop, FLOPs/roofline and threads sweep need the PyTorch
+model, so they are not part of this report; it says so.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from pipeline import backends as B
+from pipeline import report
+from pipeline.analysis.candidates import candidate_statuses
+from pipeline.artifacts.atomic import atomic_write
+from pipeline.artifacts.onnx_file import onnx_metadata
+from pipeline.bench.startup import time_to_first_image
+from pipeline.bench.timing import latency_stats, time_interleaved
+from pipeline.errors import PipelineError
+
+NOT_RUN = "baseline loop, FLOPs/roofline and threads sweep: they need the PyTorch model (run bench without --onnx)"
+
+
+def _points(spec, cfg: dict) -> list[tuple[str, int, float]]:
+    points = [("main", cfg["main_size"], spec.default_scale)]
+    points += [("size", s, spec.default_scale) for s in cfg["sizes"] if s != cfg["main_size"]]
+    if spec.dynamic_scale:
+        lo, hi = spec.scale_range
+        points += [("scale", cfg["main_size"], s) for s in cfg["scales"]
+                   if s != spec.default_scale and lo <= s <= hi]
+    return points
+
+
+def bench_onnx(onnx: str | Path, cfg: dict, *, log=print, startup_runs: int = 5) -> dict:
+    """One JSON-able document: per point and backend the latency statistics, and the startup row."""
+    onnx = Path(onnx)
+    spec = B.resolve_spec(None, onnx)
+    precision = onnx_metadata(onnx).get("precision", "fp32")
+    statuses = candidate_statuses(None, precision, cfg.get("backends"), onnx=onnx)
+    skipped = [f"{st.name}: {st.reason}" for st in statuses if not st.available] + [NOT_RUN]
+    loaded = [B.create(st.name, None, precision, onnx=onnx) for st in statuses if st.available]
+    if not loaded:
+        raise PipelineError(f"no backend can run {onnx} here ({'; '.join(skipped[:-1])})")
+    rng = np.random.default_rng(0)
+    rows = []
+    for sweep, size, scale in _points(spec, cfg):
+        x = rng.random((1, 3, size, size), dtype=np.float32)
+        calls = [(b.name, (lambda b=b, x=x, s=scale: b.infer(x, s))) for b in loaded]
+        timings = time_interleaved(calls, warmup=cfg["warmup"], iters=cfg["iters"], time_budget=cfg["time_budget"],
+                                   min_iters=cfg["min_iters"])
+        for b in loaded:
+            lat = latency_stats(timings[b.name]["ms"])
+            rows.append({"sweep": sweep, "backend": b.name, "describe": b.describe(), "size": size, "scale": scale,
+                         "latency_ms": lat, "peak_rss_mb": timings[b.name]["peak_rss_mb"]})
+            log(f"  {spec.name} {sweep} {size}^2 x{scale:g} {b.name:<15} {lat['median']:9.1f} ms")
+    startup = time_to_first_image(onnx, size=cfg["main_size"], scale=spec.default_scale, runs=startup_runs)
+    log(f"  startup (time to first image, {cfg['main_size']}^2 x{spec.default_scale:g}): "
+        f"{startup['median_s']:.2f} s median of {startup['runs']}")
+    return {"kind": "bench-onnx", "onnx": str(onnx), "model": spec.name, "precision": precision,
+            "environment": report.environment(), "rows": rows, "startup": startup, "skipped": skipped}
+
+
+def markdown(doc: dict) -> str:
+    lines = [f"# bench: {doc['model']} from {doc['onnx']} ({doc['precision']}, no PyTorch)", "",
+             "Round-robin timed calls (pipeline.bench.timing); latency in ms.", "",
+             "| sweep | size | scale | backend | median ms | min | p90 |", "|---|---|---|---|---|---|---|"]
+    for r in doc["rows"]:
+        lat = r["latency_ms"]
+        lines.append(f"| {r['sweep']} | {r['size']}² | x{r['scale']:g} | {r['backend']} | {lat['median']:.1f} | "
+                     f"{lat['min']:.1f} | {lat['p90']:.1f} |")
+    s = doc["startup"]
+    lines += ["", f"**startup** (time to first image, `python -m pipeline sr` in a fresh process, {s['size']}² "
+              f"x{s['scale']:g}): median {s['median_s']:.2f} s of {s['runs']} runs "
+              f"({', '.join(f'{w:.2f}' for w in s['walls_s'])} s)", "", "Not run: " + "; ".join(doc["skipped"])]
+    return "\n".join(lines) + "\n"
+
+
+def write(doc: dict, out_dir: Path) -> dict[str, Path]:
+    out_dir = Path(out_dir)
+    paths = {"json": out_dir / "report.json", "md": out_dir / "report.md"}
+    atomic_write(paths["json"], json.dumps(doc, indent=2, default=str) + "\n")
+    atomic_write(paths["md"], markdown(doc))
+    return paths
+

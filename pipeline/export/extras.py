@@ -1,0 +1,64 @@
+"""What an export writes beside the ONNX file so the runtime needs no PyTorch: the folded SRCNN variants
+(`ort-folded`) and reference outputs (`compare`). Both are named in the main file's metadata."""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from models.registry import run
+from models.spec import ModelSpec, file_sha256
+from pipeline.artifacts.atomic import atomic_path
+from pipeline.artifacts.onnx_file import FOLDED_KEY, REFERENCE_KEY, REFERENCE_SHA_KEY
+from pipeline.artifacts.reference import write_reference
+from pipeline.data.sample_images import HELD_OUT, load_rgb
+from pipeline.export import fold
+
+# Integer scales a run-time-factor SRCNN gets folded variants for (the ones it is trained on).
+FOLDED_SCALES = (2, 3, 4)
+REFERENCE_SIZE = 64  # side of the held-out crops stored as reference inputs
+
+
+def folded_scales(spec: ModelSpec) -> tuple[int, ...]:
+    if spec.dynamic_scale:
+        return FOLDED_SCALES
+    return (int(spec.default_scale),) if float(spec.default_scale).is_integer() else ()
+
+
+def write_folded_variants(module: torch.nn.Module, spec: ModelSpec, output: Path) -> dict[str, str]:
+    """One folded ONNX per integer scale beside `output` (`<stem>.folded-x3.onnx`); metadata naming them."""
+    if not spec.foldable:
+        return {}
+    names = []
+    for s in folded_scales(spec):
+        folded = fold.fold_srcnn(module, s)
+        path = output.parent / f"{output.stem}.folded-x{s}.onnx"
+        with atomic_path(path) as tmp, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # TracerWarnings of the small-input fallback branch
+            fold.export_folded_onnx(folded, tmp)
+        names.append(f"{s}:{path.name}")
+    return {FOLDED_KEY: ",".join(names)}
+
+
+def reference_inputs(size: int = REFERENCE_SIZE) -> dict[str, np.ndarray]:
+    """Centre crops of the held-out images, [1, 3, size, size] float32 in [0, 1]."""
+    out = {}
+    for name in HELD_OUT:
+        img = load_rgb(name)
+        h, w = img.shape[:2]
+        y0, x0 = (h - size) // 2, (w - size) // 2
+        crop = img[y0:y0 + size, x0:x0 + size].transpose(2, 0, 1)[None]
+        out[name] = np.ascontiguousarray(crop, dtype=np.float32) / 255.0
+    return out
+
+
+def write_reference_outputs(module: torch.nn.Module, spec: ModelSpec, output: Path) -> dict[str, str]:
+    """PyTorch FP32 outputs at the default scale beside `output` (`<stem>.reference.npz`); metadata naming them."""
+    inputs = reference_inputs()
+    with torch.inference_mode():
+        outputs = {k: run(module, spec, torch.from_numpy(x), spec.default_scale).numpy() for k, x in inputs.items()}
+    path = output.parent / f"{output.stem}.reference.npz"
+    write_reference(path, spec.default_scale, inputs, outputs)
+    return {REFERENCE_KEY: path.name, REFERENCE_SHA_KEY: file_sha256(path)}
