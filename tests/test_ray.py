@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from skimage import data
 
-from models.registry import output_size
+from models.spec import output_size
 from pipeline.cli import main
 
 pytest.importorskip("ray.data", reason="Ray with Ray Data is not installed (pip install -e '.[cluster]')")
@@ -278,30 +278,33 @@ class _Store:
 
 
 def test_files_made_once_on_the_driver_are_cached_on_each_node(tmp_path, monkeypatch):
+    from pipeline.artifacts.onnx_file import folded_variants
     from pipeline.cluster import artifacts, unit
 
     store, logs = _Store(), []
     monkeypatch.setenv("SRDEPLOY_CACHE", str(tmp_path / "driver"))
-    shared = artifacts.prepare(store, "ort-folded", "srcnn", "fp32", 3.0, log=logs.append)
+    shared = artifacts.prepare(store, "ort-folded", "srcnn", "fp32", log=logs.append)
     assert sum("exporting srcnn" in m for m in logs) == 1
-    assert sorted(Path(f.rel).name.split("-w")[0] for f in shared.files) == ["srcnn-fp32-custom-dynamo",
-                                                                              "srcnn-fp32-folded-x3"]
+    onnx_rel = shared.files[0].rel
+    assert Path(onnx_rel).name.startswith("srcnn-fp32-custom-dynamo")
+    folded = folded_variants(tmp_path / "driver" / onnx_rel)
+    assert 3 in folded and {f.name for f in folded.values()} <= {Path(f.rel).name for f in shared.files}
     monkeypatch.setenv("SRDEPLOY_CACHE", str(tmp_path / "node"))  # another node: its own, empty cache
     assert artifacts.materialize(store, shared) == {}
     for f in shared.files:
         assert (tmp_path / "node" / f.rel).read_bytes() == (tmp_path / "driver" / f.rel).read_bytes()
-    stat = {f.rel: (tmp_path / "node" / f.rel).stat().st_ino for f in shared.files}
+    inodes = {f.rel: (tmp_path / "node" / f.rel).stat().st_ino for f in shared.files}
     backend, _ = unit.load_backend("ort-folded", "srcnn", "fp32", threads=1)
-    y = backend.infer(np.zeros((1, 3, 20, 20), np.float32), 3.0)  # the folded graph at x3: from the shared file
-    assert y.shape == (1, 3, 60, 60)
-    assert {f.rel: (tmp_path / "node" / f.rel).stat().st_ino for f in shared.files} == stat  # not re-exported
-    assert sorted(p.name for p in (tmp_path / "node" / "onnx").iterdir()) == sorted(Path(f.rel).name
-                                                                                   for f in shared.files)
+    y = backend.infer(np.zeros((1, 3, 20, 20), np.float32), 3.0)
+    assert y.shape == (1, 3, 60, 60) and backend.last_path.startswith("folded")  # the shared folded graph ran
+    assert {f.rel: (tmp_path / "node" / f.rel).stat().st_ino for f in shared.files} == inodes  # not re-exported
+    assert sorted((tmp_path / "node" / "onnx").iterdir()) == sorted(tmp_path / "node" / f.rel for f in shared.files)
 
-    given = tmp_path / "driver" / shared.files[0].rel
-    user = artifacts.prepare(store, "ort", "srcnn", "fp32", 3.0, onnx=given)
+    given = tmp_path / "driver" / onnx_rel
+    user = artifacts.prepare(store, "ort-folded", "srcnn", "fp32", onnx=given)
     opts = artifacts.materialize(store, user)
-    assert Path(opts["onnx"]).read_bytes() == given.read_bytes() and Path(opts["onnx"]).parent.name == "shared"
+    assert Path(opts["onnx"]).read_bytes() == given.read_bytes() and Path(opts["onnx"]).name == given.name
+    assert folded_variants(Path(opts["onnx"]))[3].read_bytes() == folded[3].read_bytes()  # siblings came along
 
 
 def test_summary_spool_merges_records_into_one_document(tmp_path):

@@ -10,7 +10,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from models.registry import get_spec, output_size
+from models.spec import get_spec, output_size
 from pipeline.artifacts.cache import onnx_for
 from pipeline.cli import main
 from pipeline.engine import Profile, make_sidecar, sidecar_path, tensorrt_problem

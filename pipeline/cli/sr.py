@@ -49,6 +49,7 @@ def run(args) -> int:
     if args.ray is not None:
         from pipeline.cluster.runner import run_ray
 
+        backend_from_args(args)  # checked here like the local run's: one line before any work
         return run_ray(args)
     summary = upscale(args.input, args.output, model=args.model, scale=args.scale, backend=backend_from_args(args),
                       precision=args.precision, onnx=args.onnx, engine=args.engine, weights=args.weights,

@@ -1,21 +1,21 @@
 """Model files made once on the driver and shared with every actor through Ray's object store.
 
-The driver exports the ONNX graph (and, for ort-folded, the folded graph) into its artifact cache exactly as
-a local run would; each actor writes the same bytes to the same place in its own node's cache when they are
-not there yet, so the backend it loads finds them cached and never exports again. A file given with
---onnx/--engine is shipped the same way and handed to the backend by path."""
+The driver exports the ONNX graph (with the folded graphs and reference outputs that travel beside it) into its
+artifact cache exactly as a local run would; each actor writes the same bytes to the same place in its own
+node's cache when they are not there yet, so the backend it loads finds them cached and never exports again.
+Files given with --onnx/--engine are shipped the same way (siblings and sidecar too) and handed over by path."""
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from models.registry import file_sha256
+from models.spec import file_sha256
 from pipeline.artifacts.atomic import atomic_write
 from pipeline.artifacts.cache import cache_dir, onnx_for
+from pipeline.artifacts.onnx_file import folded_variants, onnx_metadata, reference_file
 from pipeline.engine import sidecar_path
 
-ONNX_BACKENDS = ("auto", "ort", "ort-cpu", "ort-cuda", "ort-trt", "ort-sr-kernels", "trt")
 SHARED = "shared"  # cache sub-folder for the user's own files
 
 
@@ -36,43 +36,45 @@ class Shared:
         return [{"file": f.rel, "sha256": f.sha256} for f in self.files]
 
 
-def _files_for(backend: str, model: str, precision: str, scale: float, weights, log) -> list[Path]:
-    """Cache files `backend` would export if missing, made here."""
-    if backend in ONNX_BACKENDS:
-        return [onnx_for(model, precision, "custom", weights=weights, log=log)]
-    if backend == "ort-folded":
-        from pipeline.backends.ort_folded_backend import folded_onnx_for
-
-        files = [onnx_for(model, "fp32", "custom", weights=weights, log=log)]  # non-integer scales, tiny images
-        if float(scale).is_integer():
-            files.append(folded_onnx_for(model, int(scale), weights))
-        return files
-    return []  # torch: the weights only
+def with_siblings(onnx_file: Path) -> list[Path]:
+    """An exported ONNX file and the files its metadata names beside it (folded variants, reference outputs)."""
+    meta = onnx_metadata(onnx_file)
+    siblings = [*folded_variants(onnx_file, meta).values(), reference_file(onnx_file, meta)]
+    return [Path(onnx_file), *(p for p in siblings if p is not None and p.is_file())]
 
 
-def prepare(ray, backend: str, model: str, precision: str, scale: float, *, weights=None, onnx=None, engine=None,
+def _made_here(backend: str, model: str, precision: str, weights, log) -> list[Path]:
+    """The cached export `backend` would make if missing (ort-folded: the fp32 one carrying the folded graphs)."""
+    if backend == "torch":
+        return []  # the weights only
+    return with_siblings(onnx_for(model, "fp32" if backend == "ort-folded" else precision, "custom",
+                                  weights=weights, log=log))
+
+
+def prepare(ray, backend: str, model: str, precision: str, *, weights=None, onnx=None, engine=None,
             log=None) -> Shared:
     """Driver side: make the files once and put their bytes in the object store."""
     root = cache_dir()
     shared = Shared()
 
     def put(path: Path, rel: str) -> None:
-        sha = file_sha256(path)
-        shared.files.append(SharedFile(rel, sha, ray.put(path.read_bytes())))
+        shared.files.append(SharedFile(rel, file_sha256(path), ray.put(path.read_bytes())))
 
-    if onnx is not None or engine is not None:
-        for given, attr in ((onnx, "onnx"), (engine, "engine")):
-            if given is None:
-                continue
-            given = Path(given)
-            rel = f"{SHARED}/{file_sha256(given)[:16]}-{given.name}"
-            put(given, rel)
-            if attr == "engine" and sidecar_path(given).is_file():
-                put(sidecar_path(given), str(sidecar_path(Path(rel))))
-            setattr(shared, attr, rel)
+    given = {"onnx": onnx, "engine": engine}
+    if onnx is None and engine is None:
+        for path in _made_here(backend, model, precision, weights, log):
+            put(path, path.relative_to(root).as_posix())
         return shared
-    for path in _files_for(backend, model, precision, scale, weights, log):
-        put(path, path.relative_to(root).as_posix())
+    for attr, path in given.items():
+        if path is None:
+            continue
+        path = Path(path)
+        folder = f"{SHARED}/{file_sha256(path)[:16]}"  # the files keep their names: metadata refers to them
+        files = with_siblings(path) if attr == "onnx" else [path, sidecar_path(path)]
+        for f in files:
+            if f.is_file():
+                put(f, f"{folder}/{f.name}")
+        setattr(shared, attr, f"{folder}/{path.name}")
     return shared
 
 

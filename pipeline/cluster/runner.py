@@ -96,7 +96,7 @@ def _run_on_cluster(args, model, scale, todo, spool, console, cluster) -> dict:
     """Make the files once, stream the rows through the actor pool; returns facts for the summary."""
     ray = connect.import_ray()
     backend, choice = _resolve_backend(args, model, cluster)
-    shared = artifacts.prepare(ray, backend, model, args.precision, scale, weights=args.weights, onnx=args.onnx,
+    shared = artifacts.prepare(ray, backend, model, args.precision, weights=args.weights, onnx=args.onnx,
                                engine=args.engine, log=console.info)
     actors = args.ray_actors or max(1, int(cluster.gpus or cluster.cpus))
     options = unit.worker_options(args)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.backends.checks import check_scale, model_spec
-from pipeline.cli.options import backend_from_args
 from pipeline.sr import ImageWorker, Job, settings
 from pipeline.sr import load_backend as _load_backend
 
@@ -40,7 +39,6 @@ def check_arguments(args) -> tuple[str, float, str | None]:
     settings.check_paths(summary=args.summary, reference=args.reference, onnx=args.onnx, engine=args.engine,
                          weights=args.weights)
     settings.check_precision(args.precision)
-    backend_from_args(args)
     model = settings.resolve_model(args.model, args.onnx)
     spec = model_spec(model)
     return model, check_scale(spec, spec.default_scale if args.scale is None else args.scale), fmt

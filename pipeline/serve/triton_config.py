@@ -88,7 +88,7 @@ def profile_max_batch(profiles: list[Profile]) -> int:
 def card_parameters(model: str, weights: str | Path | None, meta: dict[str, str]) -> dict[str, str]:
     """Model card facts (models/weights/<name>.json, or the card next to --weights) and export metadata,
     as Triton string parameters."""
-    from models.registry import get_spec
+    from models.spec import get_spec
 
     spec = get_spec(model)
     params = {"model": model, "description": spec.description, "default_scale": f"{spec.default_scale:g}",

@@ -8,7 +8,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.registry import file_sha256
+from models.spec import file_sha256
 from pipeline.artifacts.atomic import atomic_path, atomic_write
 from pipeline.artifacts.onnx_file import check_onnx_matches, load_onnx
 from pipeline.backends.checks import model_spec
