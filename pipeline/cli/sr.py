@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pipeline.cli.options import add_backend_args, add_precision_args, add_weights_arg, backend_from_args
+from pipeline.errors import PipelineError
 from pipeline.sr import upscale
 from pipeline.sr.settings import DEFAULT_MODEL
 
@@ -35,9 +36,21 @@ def add_arguments(p) -> None:
     p.add_argument("--summary", metavar="FILE", help="write a JSON summary (per-image times, sizes, status)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-image lines; the first line (model, "
                                                        "scale, backend and why) and failures still print")
+    p.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                   help="run on a Ray cluster: no ADDRESS starts one on this machine (127.0.0.1 only); 'auto' or "
+                        "ray://HOST:PORT joins one (OUTPUT must be a path every node sees)")
+    p.add_argument("--ray-actors", type=int, metavar="N", help="with --ray: actors upscaling in parallel, one GPU "
+                   "each on GPU clusters, one CPU otherwise (default: one per GPU, else per CPU)")
 
 
 def run(args) -> int:
+    if args.ray is None and args.ray_actors is not None:
+        raise PipelineError("--ray-actors applies to --ray runs")
+    if args.ray is not None:
+        from pipeline.cluster.runner import run_ray
+
+        backend_from_args(args)  # checked here like the local run's: one line before any work
+        return run_ray(args)
     summary = upscale(args.input, args.output, model=args.model, scale=args.scale, backend=backend_from_args(args),
                       precision=args.precision, onnx=args.onnx, engine=args.engine, weights=args.weights,
                       threads=args.threads, fmt=args.fmt, jpeg_quality=args.jpeg_quality, tile=args.tile,

@@ -6,6 +6,9 @@ import sys
 import time
 from pathlib import Path
 
+from models.spec import file_sha256
+from pipeline.artifacts.atomic import atomic_write
+from pipeline.artifacts.cache import cache_dir
 from pipeline.artifacts.onnx_file import load_onnx
 from pipeline.engine.environment import current_environment, tensorrt_problem
 from pipeline.engine.plugins import load_plugins
@@ -19,6 +22,8 @@ from pipeline.engine.sidecar import (
 )
 from pipeline.engine.workspace import check_workspace
 from pipeline.errors import PipelineError
+from pipeline.export.sr_ops import strip_sr_functions
+from pipeline.native.libraries import trt_plugin_library
 
 
 def _make_logger():
@@ -66,17 +71,11 @@ def build_engine(onnx_file: Path, output: Path, profiles: list[Profile], *, plug
     FP32 engines meet the 1e-4 accuracy checks; tf32=True allows TF32 in both, for speed."""
     import tensorrt as trt
 
-    from models.registry import file_sha256
-    from pipeline.artifacts.atomic import atomic_write
-    from pipeline.artifacts.cache import cache_dir
-    from pipeline.export import strip_sr_functions
 
     problem = tensorrt_problem()
     if problem:
         raise PipelineError(problem)
     if plugin_lib is None:
-        from pipeline.native.libraries import trt_plugin_library
-
         plugin_lib = trt_plugin_library()
     onnx_file, output = Path(onnx_file), Path(output)
     model, meta = load_onnx(onnx_file)
@@ -141,7 +140,6 @@ def ensure_engine(onnx_file: Path, output: Path, profiles: list[Profile], *, reb
                   log=print, **build_opts) -> dict:
     """Use `output` if its sidecar matches this machine, ONNX file and profiles; else (re)build it, or
     with rebuild_stale=False refuse a stale one with the reason."""
-    from models.registry import file_sha256
 
     env = current_environment(build_opts.get("plugin_lib"))
     onnx_sha = file_sha256(onnx_file)

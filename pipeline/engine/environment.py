@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from models.spec import file_sha256
+from pipeline.native.libraries import trt_plugin_library
+
 INSTALL_HINT = ("on a machine with an NVIDIA GPU run `.venv/bin/pip install -e '.[gpu]'` "
                 "(TensorRT 11 for CUDA 13: tensorrt-cu13)")
 
@@ -38,11 +41,8 @@ def current_environment(plugin_lib: Path | None = None) -> dict:
     import tensorrt as trt
     import torch
 
-    from models.registry import file_sha256
 
     if plugin_lib is None:
-        from pipeline.native.libraries import trt_plugin_library
-
         plugin_lib = trt_plugin_library()
     props = torch.cuda.get_device_properties(0)
     return {"tensorrt": trt.__version__, "cuda": torch.version.cuda, "gpu": props.name,

@@ -1,0 +1,121 @@
+"""The same folder super-resolved locally and through Ray with 1 and 2 actors, in one run: wall times, the
+ratios, Ray's fixed cost (cluster and actor start, shutdown) and its per-image overhead.
+
+Each run is a `python -m pipeline sr` process, as a user runs it, with a --summary to read the times from.
+Without an address the Ray runs start their own local cluster, inside a private network namespace when
+`isolate` (where Ray binds the loopback only; needs root: `unshare -n`), so a benchmark never listens on the
+machine's network. The lead's bench report calls `ray_bench` and renders `report_lines`."""
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pipeline.errors import PipelineError, first_line
+
+RUN_LIMIT_S = 1800
+
+
+def _command(sr_args: list[str], isolate: bool) -> list[str]:
+    cmd = [sys.executable, "-m", "pipeline", "sr", *sr_args]
+    if not isolate:
+        return cmd
+    if shutil.which("unshare") is None:
+        raise PipelineError("isolated Ray runs need `unshare` (util-linux) and root; pass isolate=False to use "
+                            "the machine's network")
+    return ["unshare", "-n", "sh", "-c", "ip link set lo up && exec " + shlex.join(cmd)]
+
+
+def _timed_run(sr_args: list[str], summary: Path, isolate: bool) -> dict:
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(_command(sr_args, isolate), capture_output=True, text=True, timeout=RUN_LIMIT_S)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise PipelineError(f"bench run failed: {first_line(e)}") from None
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
+        raise PipelineError(f"bench run `sr {' '.join(sr_args[:2])}` exited {proc.returncode}: {tail[0]}")
+    doc = json.loads(summary.read_text())
+    ok = [r for r in doc["images"] if r["status"] == "ok"]
+    return {"wall_s": wall, "process_s": doc["process_s"], "images": len(ok),
+            "work_s": sum(r.get("time_s", 0.0) for r in ok), "backend": doc["backend"]}
+
+
+def ray_bench(folder: str | Path, *, model: str = "srcnn", scale: float = 3.0, backend: str = "ort",
+              actors: tuple[int, ...] = (1, 2), address: str | None = None, isolate: bool = True,
+              repeats: int = 1, log=print) -> dict:
+    """Time `sr folder` locally and with --ray --ray-actors N for each N, `repeats` times each (medians).
+
+    overhead_ms_per_image: the actors' time not spent decoding, inferring or encoding an image, per image
+    (process time x actors - per-image work) / images; fixed_s: wall time outside the processing phase."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise PipelineError(f"bench folder not found: {folder}")
+    common = ["--model", model, "--scale", f"{scale:g}", "--backend", backend, "--quiet"]
+    runs: dict[str, list[dict]] = {}
+    with tempfile.TemporaryDirectory(prefix="ray-bench-") as tmp:
+        configs = [("local", [], False)] + [
+            (f"ray-{n}", ["--ray", *([address] if address else []), "--ray-actors", str(n)], isolate and not address)
+            for n in actors]
+        for _ in range(repeats):
+            for name, extra, iso in configs:
+                out, summary = Path(tmp) / name, Path(tmp) / f"{name}.json"
+                shutil.rmtree(out, ignore_errors=True)
+                log(f"ray bench: {name} ...")
+                runs.setdefault(name, []).append(
+                    _timed_run([str(folder), str(out), *common, "--summary", str(summary), *extra], summary, iso))
+    return summarize(runs, actors)
+
+
+def _median(runs: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
+
+
+def summarize(runs: dict[str, list[dict]], actors: tuple[int, ...]) -> dict:
+    local = runs["local"]
+    n = local[0]["images"]
+    result = {"images": n, "repeats": len(local), "backend": local[0]["backend"],
+              "local": {"wall_s": _median(local, "wall_s"), "process_s": _median(local, "process_s")}, "ray": {}}
+    for k in actors:
+        rs = runs[f"ray-{k}"]
+        wall, proc = _median(rs, "wall_s"), _median(rs, "process_s")
+        work = _median(rs, "work_s")
+        result["ray"][k] = {
+            "wall_s": wall, "process_s": proc, "backend": rs[0]["backend"],
+            "wall_ratio_vs_local": result["local"]["wall_s"] / wall,
+            "process_ratio_vs_local": result["local"]["process_s"] / proc if proc > 0 else None,
+            "fixed_s": wall - proc,
+            "overhead_ms_per_image": max(0.0, proc * k - work) / max(n, 1) * 1e3,
+            "work_ms_per_image": work / max(n, 1) * 1e3,
+        }
+    return result
+
+
+def report_lines(result: dict) -> list[str]:
+    """Markdown table for the bench report."""
+    lines = [f"Folder of {result['images']} images, medians of {result['repeats']} run(s); local backend: "
+             f"{result['backend']}.", "",
+             "| run | wall s | processing s | vs local (wall) | vs local (processing) | Ray fixed s | "
+             "Ray overhead ms/image |", "|---|---|---|---|---|---|---|",
+             f"| local | {result['local']['wall_s']:.1f} | {result['local']['process_s']:.1f} | 1.00x | 1.00x "
+             "| - | - |"]
+    for k, r in result["ray"].items():
+        proc_ratio = f"{r['process_ratio_vs_local']:.2f}x" if r["process_ratio_vs_local"] else "-"
+        lines.append(f"| Ray, {k} actor(s) | {r['wall_s']:.1f} | {r['process_s']:.1f} | "
+                     f"{r['wall_ratio_vs_local']:.2f}x | {proc_ratio} | {r['fixed_s']:.1f} | "
+                     f"{r['overhead_ms_per_image']:.1f} |")
+    return lines
+
+
+if __name__ == "__main__":  # python -m pipeline.bench.ray_bench FOLDER [REPEATS]
+    res = ray_bench(sys.argv[1], repeats=int(sys.argv[2]) if len(sys.argv) > 2 else 1,
+                    log=lambda m: print(m, file=sys.stderr))
+    print("\n".join(report_lines(res)))
+    print(json.dumps(res, indent=2))

@@ -1,0 +1,46 @@
+"""`python -m pipeline triton --model NAME --output REPO`: a Triton Inference Server model repository."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.cli import options
+from pipeline.errors import PipelineError
+from pipeline.serve import write_repository
+
+
+def add_arguments(p) -> None:
+    options.add_model_args(p)
+    p.add_argument("--output", required=True, type=Path, metavar="REPO",
+                   help="model repository folder (REPO/<name>/ is written)")
+    p.add_argument("--backend", choices=("trt", "ort"), default="trt",
+                   help="trt: TensorRT plan (needs a GPU and TensorRT to build, or --engine); "
+                        "ort: ONNX Runtime on the exported ONNX (default: trt)")
+    options.add_precision_args(p)
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--onnx", type=Path, metavar="FILE", help="exported ONNX file instead of the cached export")
+    src.add_argument("--engine", type=Path, metavar="FILE",
+                     help="built TensorRT engine (its .json sidecar next to it) instead of building one")
+    p.add_argument("--name", help="model name in the repository (default: --model)")
+    options.add_weights_arg(p)
+    p.add_argument("--plugin-lib", type=Path, metavar="FILE", help="TensorRT plugin library the engine was built "
+                   "with (default: build/plugins/libsr_trt_plugins.so)")
+    p.add_argument("--instances", type=int, default=1, help="model instances per device (default: 1)")
+    p.add_argument("--kind", choices=("gpu", "cpu"), help="instance kind (default: gpu for trt, cpu for ort)")
+    p.add_argument("--max-batch", type=int, help="ort: most images per execution (default: the engine profile's, 4)")
+
+
+def run(args) -> int:
+    if args.max_batch is not None and args.backend == "trt":
+        raise PipelineError("--max-batch applies to --backend ort; an engine's batch limit is its profile's")
+    model = options.model_from_args(args)
+    weights = options.weights_from_args(args)
+    repo = options.check_output_dir(args.output)
+    result = write_repository(model, repo, backend=args.backend, precision=args.precision,
+                              name=args.name, onnx=args.onnx, engine=args.engine, plugin_lib=args.plugin_lib,
+                              weights=weights, instances=args.instances, kind=args.kind,
+                              max_batch=args.max_batch)
+    print(f"wrote {result.config_file} and {result.model_file}")
+    if result.plugin_file is not None:
+        print(f"plugin library: {result.plugin_file}")
+    print(f"start the server with:\n  {result.command}")
+    return 0

@@ -1,0 +1,53 @@
+"""The Ray Data actor: loads the backend once, then turns batches of job rows into one record per image.
+
+Results are written by the actor itself (atomically: temp file + rename, so a killed actor leaves no half
+image under the output name); the driver only sees small records. A writer killed mid-file leaves its temp
+file behind: the retry that writes the same output removes it."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.cluster import artifacts, unit
+
+COLUMNS = ("src", "dst", "rel", "fmt")
+
+
+def remove_stale_temps(dst: Path) -> None:
+    """Temp files of `dst` left by a writer that died (pipeline.artifacts.atomic names them .NAME.PID-TID.part)."""
+    for tmp in dst.parent.glob(f".{glob.escape(dst.name)}.*.part"):
+        tmp.unlink(missing_ok=True)
+
+
+class SrActor:
+    """map_batches callable class: constructed once per actor process."""
+
+    def __init__(self, shared: artifacts.Shared, backend: str, model: str, precision: str, scale: float,
+                 options: dict):
+        import ray
+
+        files = artifacts.materialize(ray, shared)
+        opts = {k: options.get(k) for k in ("weights", "threads")} | files
+        self.backend, self.choice = unit.load_backend(backend, model, precision, **opts)
+        self.worker = unit.make_worker(self.backend, model, scale, options)
+        self.name = f"{socket.gethostname()}:{os.getpid()}"
+        self.ready_at = time.time()  # wall clock: the driver compares actors' start with its own
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        records = []
+        for src, dst, rel, fmt in zip(*(batch[c] for c in COLUMNS), strict=True):
+            job = unit.job_from_row(str(src), str(dst), str(rel), str(fmt))
+            rec = unit.process(self.worker, job)
+            if rec["status"] == "ok":
+                remove_stale_temps(job.dst)
+            records.append(json.dumps(rec))
+        n = len(records)
+        return {"record": np.array(records, dtype=object), "actor": np.array([self.name] * n, dtype=object),
+                "backend": np.array([f"{self.backend.describe()} ({self.choice})"] * n, dtype=object),
+                "ready_at": np.full(n, self.ready_at)}

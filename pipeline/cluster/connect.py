@@ -1,0 +1,56 @@
+"""Starting or joining the Ray cluster a folder run uses, and what it offers."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from pipeline.errors import PipelineError, first_line
+
+LOCAL = "local"        # `--ray` with no address: a cluster of this machine only
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Cluster:
+    address: str
+    cpus: float
+    gpus: float
+    started_here: bool
+
+
+def import_ray():
+    try:
+        import ray
+        import ray.data
+    except ImportError as e:
+        raise PipelineError(f"--ray needs Ray with Ray Data: pip install -e '.[cluster]' ({first_line(e)})") from None
+    return ray
+
+
+def connect(address: str, *, num_cpus: int | None = None) -> Cluster:
+    """LOCAL: start a one-machine cluster on the loopback interface (no dashboard); 'auto' or ray://host:port:
+    join that cluster. Logs from the workers stay in Ray's session folder, not on the driver's terminal."""
+    ray = import_ray()
+    quiet = {"logging_level": logging.ERROR, "log_to_driver": False, "configure_logging": True}
+    try:
+        if address == LOCAL:
+            ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address=LOOPBACK, **quiet)
+        else:
+            ray.init(address=address, **quiet)
+    except Exception as e:  # ConnectionError, RuntimeError, ValueError: Ray's own messages are one line enough
+        raise PipelineError(f"cannot {'start a local' if address == LOCAL else 'join the'} Ray cluster"
+                            f"{'' if address == LOCAL else f' at {address}'}: {first_line(e)}") from None
+    res = ray.cluster_resources()
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False      # the driver draws its own bar, in images
+    ctx.print_on_execution_start = False
+    logging.getLogger("ray.data").setLevel(logging.ERROR)
+    return Cluster(address, float(res.get("CPU", 0)), float(res.get("GPU", 0)), address == LOCAL)
+
+
+def disconnect() -> None:
+    """Leave the cluster; a local one is stopped with it."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()

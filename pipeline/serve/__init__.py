@@ -1,0 +1,11 @@
+"""Serving: a model repository NVIDIA Triton Inference Server loads (TensorRT plan or ONNX Runtime).
+
+    pbtxt          protobuf text format writer for config.pbtxt (no protobuf dependency at run time)
+    triton_config  the model's I/O, batching and card facts -> Triton model configuration
+    triton_repo    REPO/<name>/config.pbtxt + 1/model.{plan,onnx}, plugin library, server command
+"""
+from pipeline.serve.triton_config import ModelIO, TensorSpec, io_from_onnx, io_from_sidecar, triton_config
+from pipeline.serve.triton_repo import RepoResult, write_repository
+
+__all__ = ["ModelIO", "RepoResult", "TensorSpec", "io_from_onnx", "io_from_sidecar", "triton_config",
+           "write_repository"]

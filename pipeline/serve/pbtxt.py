@@ -1,0 +1,43 @@
+"""Protobuf text format (what Triton's config.pbtxt is) from plain Python values.
+
+Messages are dicts, repeated fields lists, enum values `Enum("TYPE_FP32")`; strings are quoted and escaped.
+Writing text directly keeps the protobuf package off the run-time path; the tests parse the result with
+Triton's own ModelConfig message, so a field this writer gets wrong fails there."""
+from __future__ import annotations
+
+import json
+
+
+class Enum(str):
+    """An enum value: written bare (TYPE_FP32), not quoted."""
+
+
+def _scalar(value) -> str:
+    if isinstance(value, Enum):
+        return str(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # JSON string escapes are valid text-format escapes for these ASCII values
+    raise TypeError(f"cannot write {type(value).__name__} as a protobuf text value")
+
+
+def _field(name: str, value, indent: str) -> list[str]:
+    if isinstance(value, dict):
+        return [f"{indent}{name} {{", *_message(value, indent + "  "), f"{indent}}}"]
+    if isinstance(value, list):
+        if all(not isinstance(v, dict) for v in value):
+            return [f"{indent}{name}: [{', '.join(_scalar(v) for v in value)}]"]
+        return [line for v in value for line in _field(name, v, indent)]
+    return [f"{indent}{name}: {_scalar(value)}"]
+
+
+def _message(fields: dict, indent: str = "") -> list[str]:
+    return [line for name, value in fields.items() if value not in (None, [], {})
+            for line in _field(name, value, indent)]
+
+
+def dumps(config: dict) -> str:
+    return "\n".join(_message(config)) + "\n"

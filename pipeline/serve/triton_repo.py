@@ -1,0 +1,183 @@
+"""Writes a Triton model repository: REPO/<name>/config.pbtxt and REPO/<name>/1/model.onnx (ONNX Runtime
+backend; the ONNX file with its sr function bodies runs as is) or 1/model.plan (TensorRT backend, with our
+plugin library copied next to the repository, since Triton would take a folder inside it for a model)."""
+from __future__ import annotations
+
+import shlex
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from models.spec import file_sha256
+from pipeline.artifacts.atomic import atomic_path, atomic_write
+from pipeline.artifacts.onnx_file import check_onnx_matches, load_onnx
+from pipeline.backends.checks import model_spec
+from pipeline.contract import DOMAIN
+from pipeline.engine import default_profile, read_sidecar, sidecar_path, sidecar_profiles, tensorrt_problem
+from pipeline.errors import PipelineError
+from pipeline.serve.triton_config import (
+    BACKENDS,
+    ModelIO,
+    card_parameters,
+    io_from_onnx,
+    io_from_sidecar,
+    profile_max_batch,
+    triton_config,
+)
+
+VERSION = "1"  # Triton loads the highest numbered version folder; we write one
+
+
+@dataclass
+class RepoResult:
+    model_dir: Path
+    model_file: Path
+    config_file: Path
+    config: dict
+    plugin_file: Path | None
+    command: str
+
+
+@dataclass
+class _Artifact:
+    """What goes into the repository: the model file, its I/O, batching limit and facts."""
+    source: Path
+    io: ModelIO
+    max_batch: int
+    meta: dict
+    plugin_sha256: str | None = None   # engines built with our plugins
+    facts: dict | None = None
+
+
+def _copy(src: Path, dst: Path) -> None:
+    with atomic_path(dst) as tmp:
+        shutil.copyfile(src, tmp)
+
+
+def _ort_artifact(model: str, precision: str, onnx: Path | None, weights, max_batch: int | None, log) -> _Artifact:
+    from pipeline.artifacts.cache import onnx_for
+
+    if onnx is not None:
+        if not Path(onnx).is_file():
+            raise PipelineError(f"ONNX file not found: {onnx}")
+        check_onnx_matches(Path(onnx), model, precision)
+    else:
+        onnx = onnx_for(model, precision, "custom", weights=weights, log=log)
+    proto, meta = load_onnx(Path(onnx), external_data=False)
+    bodies = {(f.domain, f.name) for f in proto.functions if f.node}
+    if any(n.domain == DOMAIN and (n.domain, n.op_type) not in bodies for n in proto.graph.node):
+        raise PipelineError(f"{onnx} has sr nodes without function bodies; ONNX Runtime in Triton needs the bodies "
+                            "(use the exported file, not the one stripped for TensorRT)")
+    limit = max_batch or default_profile(model_spec(model)).batch[2]
+    return _Artifact(Path(onnx), io_from_onnx(proto), limit, meta)
+
+
+def _engine_sidecar(model: str, precision: str, onnx: Path | None, engine: Path | None, weights, plugin_lib, log):
+    """(engine file, sidecar): the given engine, or the cached build the trt backend uses (needs a GPU and
+    TensorRT)."""
+    if engine is None:
+        problem = tensorrt_problem()
+        if problem:
+            raise PipelineError(f"{problem} (or give a built engine with --engine FILE, its .json sidecar next to it)")
+        from pipeline.artifacts.cache import engine_for, onnx_for
+        from pipeline.engine import ensure_engine
+
+        if onnx is not None:
+            check_onnx_matches(Path(onnx), model, precision)
+        onnx = onnx or onnx_for(model, precision, "custom", weights=weights, log=log)
+        profiles = [default_profile(model_spec(model))]
+        engine = engine_for(onnx, {"profiles": [p.to_dict() for p in profiles]})
+        ensure_engine(Path(onnx), engine, profiles, plugin_lib=plugin_lib, log=log)
+    engine = Path(engine)
+    if not engine.is_file():
+        raise PipelineError(f"TensorRT engine not found: {engine}")
+    sidecar = read_sidecar(engine)
+    if sidecar is None:
+        raise PipelineError(f"{engine} has no readable sidecar {sidecar_path(engine).name}; its profiles and plugin "
+                            "build are unknown (build engines with `python -m pipeline engine`)")
+    if sidecar.get("model") not in (None, "?", model):
+        raise PipelineError(f"{engine.name} was built for model '{sidecar['model']}', not '{model}'")
+    if sidecar.get("precision") != precision:
+        raise PipelineError(f"{engine.name} is a {sidecar.get('precision')} engine, but precision {precision} "
+                            "was requested")
+    return engine, sidecar
+
+
+def _trt_artifact(model: str, precision: str, onnx: Path | None, engine: Path | None, weights, plugin_lib,
+                  log) -> _Artifact:
+    engine, sidecar = _engine_sidecar(model, precision, onnx, engine, weights, plugin_lib, log)
+    onnx_file = Path(onnx) if onnx else Path(sidecar.get("onnx") or "")
+    if onnx_file.is_file():
+        proto, meta = load_onnx(onnx_file, external_data=False)
+        io = io_from_onnx(proto)
+    else:  # the ONNX file stayed on the build machine: the sidecar says enough
+        io, meta = io_from_sidecar(sidecar), {}
+    meta = {"precision": sidecar.get("precision"), "ops": sidecar.get("ops"), **meta}
+    profiles = sidecar_profiles(sidecar)
+    if not profiles:
+        raise PipelineError(f"sidecar of {engine.name} lists no optimisation profiles")
+    facts = {k: str(sidecar[k]) for k in ("tensorrt", "gpu", "compute_capability", "tf32") if k in sidecar}
+    facts["profiles"] = "; ".join(f"batch {p.batch[0]}-{p.batch[2]}, input {p.height[0]}-{p.height[2]} x "
+                                  f"{p.width[0]}-{p.width[2]}, scale {p.scale[0]:g}-{p.scale[2]:g}" for p in profiles)
+    plugin_sha = sidecar.get("plugin_sha256") if sidecar.get("ops", "custom") == "custom" else None
+    return _Artifact(engine, io, profile_max_batch(profiles), meta, plugin_sha, facts)
+
+
+def _plugin(repo: Path, plugin_lib: Path | None, want_sha: str) -> Path:
+    """Copy the plugin library the engine was built with next to the repository; refuse another build of it."""
+    if plugin_lib is None:
+        from pipeline.native.libraries import trt_plugin_library
+
+        plugin_lib = trt_plugin_library()
+    plugin_lib = Path(plugin_lib)
+    if not plugin_lib.is_file():
+        raise PipelineError(f"plugin library not found: {plugin_lib}")
+    have = file_sha256(plugin_lib)
+    if have != want_sha:
+        raise PipelineError(f"plugin library {plugin_lib} (sha256 {have[:12]}) is not the one the engine was built "
+                            f"with ({str(want_sha)[:12]}); give that build with --plugin-lib")
+    dst = repo.parent / f"{repo.name}-plugins" / plugin_lib.name
+    _copy(plugin_lib, dst)
+    return dst
+
+
+def server_command(repo: Path, plugin: Path | None) -> str:
+    cmd = ["tritonserver", "--model-repository", str(repo.resolve())]
+    if plugin is not None:
+        cmd.append(f"--backend-config=tensorrt,plugins={plugin.resolve()}")
+    return shlex.join(cmd)
+
+
+def write_repository(model: str, repo: Path, *, backend: str = "trt", precision: str = "fp32", name: str | None = None,
+                     onnx: Path | None = None, engine: Path | None = None, plugin_lib: Path | None = None,
+                     weights=None, instances: int = 1, kind: str | None = None, max_batch: int | None = None,
+                     log=print) -> RepoResult:
+    """Write REPO/<name>/ for `model`; returns what was written and the tritonserver command."""
+    model_spec(model)  # unknown model: one line before anything is made
+    if backend not in BACKENDS:
+        raise PipelineError(f"unknown Triton backend '{backend}' (choose from: {', '.join(BACKENDS)})")
+    if engine is not None and backend != "trt":
+        raise PipelineError("--engine is a TensorRT engine: use it with --backend trt")
+    kind = kind or ("gpu" if backend == "trt" else "cpu")
+    if backend == "trt" and kind != "gpu":
+        raise PipelineError("TensorRT engines run on the GPU only: use --kind gpu with --backend trt")
+    repo = Path(repo)
+    if repo.exists() and not repo.is_dir():
+        raise PipelineError(f"--output {repo} is a file; give a folder for the model repository")
+    if backend == "trt":
+        art = _trt_artifact(model, precision, onnx, engine, weights, plugin_lib, log)
+    else:
+        art = _ort_artifact(model, precision, onnx, weights, max_batch, log)
+    params = card_parameters(model, weights, art.meta)
+    params.update(art.facts or {})
+    if not art.io.triton_batchable:
+        params["max_images_per_request"] = str(art.max_batch)
+    name = name or model
+    text, config = triton_config(name, backend, art.io, max_batch=art.max_batch, instances=instances, kind=kind,
+                                 parameters=params)
+    model_dir = repo / name
+    model_file = model_dir / VERSION / BACKENDS[backend][1]
+    plugin = _plugin(repo, plugin_lib, art.plugin_sha256) if art.plugin_sha256 else None
+    _copy(art.source, model_file)
+    atomic_write(model_dir / "config.pbtxt", text)
+    return RepoResult(model_dir, model_file, model_dir / "config.pbtxt", config, plugin, server_command(repo, plugin))
