@@ -141,3 +141,26 @@ def test_bad_checkpoint_is_one_line_and_writes_nothing(stage, tmp_path, capsys):
     assert code == 2 and err.startswith("error: ") and err.count("\n") == 1
     assert str(bad) in err and "Compact" in err  # names the file and what loads
     assert not out.exists() or not any(out.rglob("*"))  # export makes its output folder first, nothing in it
+
+
+def test_onnx_of_a_user_model_runs_tiled_without_torch(exported, tmp_path):
+    """The exported file carries what tiling needs (receptive radius, window grid): a process that cannot import
+    torch runs it tiled, equal to the whole-image run."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = _folder(tmp_path, sizes=((64, 64),))
+    onnx_file = str(exported["swinir"])
+    assert cli_main(["sr", str(src), str(tmp_path / "whole"), "--onnx", onnx_file, "--backend", "ort", "--tile", "0",
+                     "--quiet"]) == 0
+    blocker = ("import runpy, sys\nfor m in ('torch', 'torchvision', 'onnxscript'): sys.modules[m] = None\n"
+               "sys.argv = ['pipeline', *sys.argv[1:]]\nrunpy.run_module('pipeline', run_name='__main__')\n")
+    proc = subprocess.run([sys.executable, "-c", blocker, "sr", str(src), str(tmp_path / "tiled"), "--onnx", onnx_file,
+                           "--backend", "ort", "--tile", "16", "--summary", str(tmp_path / "s.json"), "--quiet"],
+                          cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((tmp_path / "s.json").read_text())["images"][0]["tiles"] > 1
+    whole = cv2.imread(str(tmp_path / "whole" / "im0.png"), cv2.IMREAD_UNCHANGED).astype(np.float64) / 65535
+    tiled = cv2.imread(str(tmp_path / "tiled" / "im0.png"), cv2.IMREAD_UNCHANGED).astype(np.float64) / 65535
+    assert np.abs(whole - tiled).max() <= 1e-4 + 1 / 65535

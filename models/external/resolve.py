@@ -37,11 +37,6 @@ class ExternalModelSpec(ModelSpec):
         stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(self.external.name).stem)[:40]
         return f"{stem}-{self.external.identity}"
 
-    @property
-    def tile_align(self) -> int:
-        """LR pixels tile crops must start on (a window net's grid)."""
-        return self.external.align
-
     def to_metadata(self) -> dict[str, str]:
         return super().to_metadata() | self.external.to_metadata()
 
@@ -100,4 +95,4 @@ def model_spec(value: str) -> ExternalModelSpec:
         name=value, factory=f"{__name__}:build_module", weights_file=_weights_file(ext),
         default_scale=float(max(ext.scale, 2)), scale_range=(1.0, top), dynamic_scale=True,
         description=f"{ext.architecture} x{ext.scale} from {ext.name} (other scales: sr::DynamicResize)",
-        receptive_radius=radius, factory_kwargs=(("value", value),), external=ext)
+        receptive_radius=radius, factory_kwargs=(("value", value),), tile_align=ext.align, external=ext)

@@ -50,4 +50,4 @@ class ExternalSpec:
         """ONNX metadata_props naming the model exactly (added to the registry spec's own)."""
         return {"architecture": self.architecture, "native_scale": str(self.scale), "checkpoint_sha256": self.sha256,
                 "source": self.source, "receptive_field": "none" if self.receptive_field is None
-                else str(self.receptive_field), "tile_align": str(self.align), "identity": self.identity}
+                else str(self.receptive_field), "identity": self.identity}

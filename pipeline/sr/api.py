@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pipeline import backends
 from pipeline.artifacts.atomic import atomic_write
-from pipeline.backends.checks import check_scale, model_spec
+from pipeline.backends.checks import check_scale, resolve_spec
 from pipeline.errors import PipelineError
 from pipeline.sr import imageio, settings
 from pipeline.sr.bicubic import bicubic
@@ -102,7 +102,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
         raise PipelineError("onnx, engine, weights and threads choose what backend to load; "
                             "they cannot change the already-loaded backend that was given")
     model = settings.resolve_model(model, onnx, backend)
-    spec = model_spec(model)
+    spec = resolve_spec(model, onnx)  # with --onnx, what its metadata says: no PyTorch needed
     scale = check_scale(spec, spec.default_scale if scale is None else scale)
     found = discover(input, output, fmt)
     if not found.jobs:
@@ -115,7 +115,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
                    f"-> {output}")
     if found.ignored:
         console.info(f"ignored {len(found.ignored)} file(s) without an image extension (e.g. {found.ignored[0]})")
-    worker = ImageWorker(loaded, spec.name, scale, tile=tile, tile_overlap=tile_overlap, batch=batch,
+    worker = ImageWorker(loaded, spec, scale, tile=tile, tile_overlap=tile_overlap, batch=batch,
                          jpeg_quality=jpeg_quality, reference=reference)
     records, todo = _triage(found, skip_existing, console)
     process_s = Scheduler(worker, console, workers).run(todo)
