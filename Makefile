@@ -64,18 +64,26 @@ test: setup plugins
 demo: setup plugins
 	$(PY) -m pipeline demo --output outputs
 
+# `make onnx EXPORTER=all` exports with both exporters (default: dynamo).
+EXPORTER ?= dynamo
+ONNX_DIR := outputs/onnx
 onnx: setup
-	$(PY) -m pipeline export --all --output-dir outputs/onnx
+	$(PY) -m pipeline export --all --exporter $(EXPORTER) --output-dir $(ONNX_DIR)
+	touch $(ONNX_DIR)/.exported
 
-engine: setup plugins
-	$(PY) -m pipeline engine --all --onnx-dir outputs/onnx --output-dir outputs/engines
+# The ONNX files an engine build needs, made once (`make onnx` re-exports).
+$(ONNX_DIR)/.exported: | $(STAMP)
+	$(MAKE) --no-print-directory onnx
+
+engine: setup plugins $(ONNX_DIR)/.exported
+	$(PY) -m pipeline engine --all --onnx-dir $(ONNX_DIR) --output-dir outputs/engines
 
 IN  ?= outputs/demo/input
 OUT ?= outputs/sr
 MODEL ?= srcnn
 SCALE ?= 3
 BACKEND ?= auto
-sr: setup
+sr: setup plugins
 	$(PY) -m pipeline sr $(IN) $(OUT) --model $(MODEL) --scale $(SCALE) --backend $(BACKEND)
 
 eval: setup

@@ -230,6 +230,33 @@ def kernel_markdown(section: dict | None) -> list[str]:
     return lines
 
 
+def ray_markdown(result: dict) -> list[str]:
+    """The Ray comparison (pipeline.bench.ray_bench) as a markdown table."""
+    lines = [f"Folder of {result['images']} images, medians of {result['repeats']} run(s); local backend: "
+             f"{result['backend']}.", "",
+             "| run | wall s | processing s | vs local (wall) | vs local (processing) | Ray fixed s | "
+             "Ray overhead ms/image |", "|---|---|---|---|---|---|---|",
+             f"| local | {result['local']['wall_s']:.1f} | {result['local']['process_s']:.1f} | 1.00x | 1.00x "
+             "| - | - |"]
+    for k, r in result["ray"].items():
+        proc_ratio = f"{r['process_ratio_vs_local']:.2f}x" if r["process_ratio_vs_local"] else "-"
+        lines.append(f"| Ray, {k} actor(s) | {r['wall_s']:.1f} | {r['process_s']:.1f} | "
+                     f"{r['wall_ratio_vs_local']:.2f}x | {proc_ratio} | {r['fixed_s']:.1f} | "
+                     f"{r['overhead_ms_per_image']:.1f} |")
+    return lines
+
+
+def startup_markdown(rows: list[dict] | None) -> list[str]:
+    """Time to first image rows (pipeline.bench.startup); goal <= 1.0 s for 256² x3."""
+    if not rows:
+        return []
+    return ["", "## Startup: time to first image", "",
+            "`python -m pipeline sr one.png out.png --onnx F.onnx` in a fresh process (no PyTorch imported), "
+            "median wall clock after one warm-up run; goal <= 1.0 s for 256² x3.", ""] + table(
+        ["model", "size", "scale", "runs", "median s", "min s", "max s"],
+        [[r["model"], r["size"], r["scale"], r["runs"], r["median_s"], r["min_s"], r["max_s"]] for r in rows])
+
+
 def bench_markdown(doc: dict) -> str:
     m = doc["method"]
     lines = ["# Benchmark", "", "## Environment", ""] + env_lines(doc["environment"]) + [
@@ -268,6 +295,9 @@ def bench_markdown(doc: dict) -> str:
                         "best share %"],
                        [[f["model"], f["backend"], f["images"], f["size"], f["folder_ms_per_image"],
                          f["inference_ms_per_image"], 100 * f["ratio"], 100 * f["ratio_best"]] for f in doc["folder"]])
+    lines += startup_markdown(doc.get("startup"))
+    if doc.get("ray"):
+        lines += ["", "## Folder run through Ray vs locally", ""] + ray_markdown(doc["ray"])
     lines += kernel_markdown(doc.get("kernels"))
     lines += ["", "## Results", ""]
     lines += table(RESULT_HEADER, [result_row(r) for r in doc["results"]])

@@ -99,6 +99,9 @@ def test_tiny_bench_run_writes_consistent_report(tmp_path, random_weights):
     assert {r["sweep"] for r in res if r["backend"] == "ort-folded"} >= {"main", "batch", "threads"}
     assert doc["auto"] and doc["auto"][0]["backend"] in names
     assert doc["folder"] and doc["folder"][0]["folder_s"] > 0
+    (startup,) = doc["startup"]  # a fresh `python -m pipeline sr ... --onnx F` process, timed
+    assert startup["model"] == "srcnn-x3" and 0 < startup["min_s"] <= startup["median_s"] <= startup["max_s"]
+    assert "## Startup: time to first image" in md
     assert "## Method" in md and "warm-up" in md and "GFLOP/s" in md and "ideas" not in md.lower()
     for png in ("latency_vs_size.png", "speedup.png", "error.png"):
         assert (tmp_path / "out" / png).stat().st_size > 1000

@@ -24,7 +24,7 @@ from pipeline.sr import imageio, upscale
 GOAL = 0.85  # folder run / pure inference throughput
 
 
-def _write_inputs(folder: Path, n_images: int, size: int) -> list[Path]:
+def write_folder(folder: Path, n_images: int, size: int) -> list[Path]:
     """n held-out photos (cycled when n exceeds them), centre-cropped to size x size, as PNG files."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -55,7 +55,7 @@ def folder_throughput(model: str, n_images: int, size: int, backend="auto", weig
     scale = model_spec(model).default_scale
     be = backends.create(backend, model, "fp32", weights=weights) if isinstance(backend, str) else backend
     with tempfile.TemporaryDirectory(prefix="sr-folder-bench-") as tmp:
-        paths = _write_inputs(Path(tmp) / "in", n_images, size)
+        paths = write_folder(Path(tmp) / "in", n_images, size)
         images = [imageio.read_image(p) for p in paths]
         batches = [im.region_rgb(0, im.height, 0, im.width)[None] for im in images]
         for x in {x.shape: x for x in batches}.values():  # warm each input shape once

@@ -4,7 +4,7 @@ ratios, Ray's fixed cost (cluster and actor start, shutdown) and its per-image o
 Each run is a `python -m pipeline sr` process, as a user runs it, with a --summary to read the times from.
 Without an address the Ray runs start their own local cluster, inside a private network namespace when
 `isolate` (where Ray binds the loopback only; needs root: `unshare -n`), so a benchmark never listens on the
-machine's network. The lead's bench report calls `ray_bench` and renders `report_lines`."""
+machine's network. `bench` calls `ray_bench`; pipeline.report renders it (`ray_markdown`)."""
 from __future__ import annotations
 
 import json
@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from pipeline import report
 from pipeline.errors import PipelineError, first_line
 
 RUN_LIMIT_S = 1800
@@ -98,24 +99,8 @@ def summarize(runs: dict[str, list[dict]], actors: tuple[int, ...]) -> dict:
     return result
 
 
-def report_lines(result: dict) -> list[str]:
-    """Markdown table for the bench report."""
-    lines = [f"Folder of {result['images']} images, medians of {result['repeats']} run(s); local backend: "
-             f"{result['backend']}.", "",
-             "| run | wall s | processing s | vs local (wall) | vs local (processing) | Ray fixed s | "
-             "Ray overhead ms/image |", "|---|---|---|---|---|---|---|",
-             f"| local | {result['local']['wall_s']:.1f} | {result['local']['process_s']:.1f} | 1.00x | 1.00x "
-             "| - | - |"]
-    for k, r in result["ray"].items():
-        proc_ratio = f"{r['process_ratio_vs_local']:.2f}x" if r["process_ratio_vs_local"] else "-"
-        lines.append(f"| Ray, {k} actor(s) | {r['wall_s']:.1f} | {r['process_s']:.1f} | "
-                     f"{r['wall_ratio_vs_local']:.2f}x | {proc_ratio} | {r['fixed_s']:.1f} | "
-                     f"{r['overhead_ms_per_image']:.1f} |")
-    return lines
-
-
 if __name__ == "__main__":  # python -m pipeline.bench.ray_bench FOLDER [REPEATS]
     res = ray_bench(sys.argv[1], repeats=int(sys.argv[2]) if len(sys.argv) > 2 else 1,
                     log=lambda m: print(m, file=sys.stderr))
-    print("\n".join(report_lines(res)))
+    print("\n".join(report.ray_markdown(res)))
     print(json.dumps(res, indent=2))

@@ -15,13 +15,20 @@ importing this package does not.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import tempfile
+from pathlib import Path
 
 from pipeline import backends as B
 from pipeline import report
-from pipeline.bench.folder import folder_throughput
+from pipeline.artifacts.cache import onnx_for
+from pipeline.backends.checks import model_spec
+from pipeline.bench.folder import folder_throughput, write_folder
 from pipeline.bench.kernels import kernel_section
+from pipeline.bench.ray_bench import ray_bench
 from pipeline.bench.results import apply_peak, auto_row, flops_entry, method
 from pipeline.bench.roofline import flops_per_output_pixel, measure_peak_gflops
+from pipeline.bench.startup import time_to_first_image
 from pipeline.bench.sweeps import ModelBench
 from pipeline.bench.timing import cuda_torch
 from pipeline.errors import PipelineError
@@ -32,6 +39,9 @@ FULL = dict(main_size=256, sizes=(128, 256, 512, 1024), scales=(2.0, 3.0, 4.0, 2
 QUICK = dict(main_size=128, sizes=(64, 128), scales=(2.0, 3.0), batches=(1, 2), batch_size=64, threads=(),
              iters=5, time_budget=0.5, min_iters=2, warmup=1, folder_images=2, folder_size=64,
              max_call_s=3.0, heavy_call_s=1.0)
+# Time to first image (fresh processes) and the Ray comparison (local vs 1 and 2 actors) per full bench.
+FULL.update(startup_runs=5, ray_images=24, ray_size=128)
+QUICK.update(startup_runs=1, ray_images=0, ray_size=64)
 
 
 def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
@@ -58,7 +68,11 @@ def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
             folder = _folder_row(model, cfg, weights, log, doc["skipped"].append)
             if folder:
                 doc["folder"].append(folder)
+        if cfg.get("startup_runs"):
+            doc.setdefault("startup", []).extend(_startup_row(model, cfg, weights, log, doc["skipped"].append))
         peak["samples"].append(measure_peak_gflops(seconds=0.5)["gflops"])  # the load may have changed
+    if cfg.get("ray_images"):
+        doc["ray"] = _ray_section(models[0], cfg, log, doc["skipped"].append)
     log("kernels (CUDA)")
     doc["kernels"], why_not = kernel_section(models, quick=bool(cfg.get("quick")), log=log)
     if why_not:
@@ -66,6 +80,34 @@ def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
         log(f"  not run: {why_not}")
     apply_peak(doc, max(peak["samples"]))
     return doc
+
+
+def _startup_row(model: str, cfg: dict, weights, log, note) -> list[dict]:
+    """Time to first image of `python -m pipeline sr one.png out.png --onnx F` (fresh processes, no PyTorch)."""
+    try:
+        onnx = onnx_for(model, weights=weights, log=log)
+        row = time_to_first_image(onnx, size=cfg["main_size"], runs=cfg["startup_runs"],
+                                  scale=model_spec(model).default_scale)
+    except PipelineError as e:
+        note(f"{model} startup: {e}")
+        return []
+    log(f"  startup: {row['median_s']:.2f} s median of {row['runs']} fresh processes")
+    return [row]
+
+
+def _ray_section(model: str, cfg: dict, log, note) -> dict | None:
+    """The same folder locally and through Ray with 1 and 2 actors (each Ray run in a private network namespace)."""
+    if importlib.util.find_spec("ray") is None:
+        note("Ray comparison: ray is not installed (pip install -e '.[cluster]')")
+        return None
+    with tempfile.TemporaryDirectory(prefix="bench-ray-") as tmp:
+        folder = Path(tmp) / "in"
+        write_folder(folder, cfg["ray_images"], cfg["ray_size"])
+        try:
+            return ray_bench(folder, model=model, scale=model_spec(model).default_scale, backend="auto", log=log)
+        except PipelineError as e:
+            note(f"Ray comparison: {e}")
+            return None
 
 
 def _folder_row(model: str, cfg: dict, weights, log, note) -> dict | None:
