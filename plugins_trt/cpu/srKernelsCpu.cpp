@@ -26,6 +26,19 @@ int ok()
     return SR_OK;
 }
 
+// The sizes the column-chunking rules read (the rest of the shape does not change them).
+sr::DeformConvShape columnShape(int n, int cIn, int kH, int kW, int hOut, int wOut)
+{
+    sr::DeformConvShape s {};
+    s.n = n;
+    s.cIn = cIn;
+    s.kH = kH;
+    s.kW = kW;
+    s.hOut = hOut;
+    s.wOut = wOut;
+    return s;
+}
+
 // Copy of `count` values, FP16-rounded when emulating (the caller's buffers are never modified).
 std::vector<float> maybeRounded(float const* src, size_t count, bool emulate)
 {
@@ -148,13 +161,7 @@ extern "C"
     {
         if (images == nullptr || rows == nullptr)
             return fail(SR_ERR_NULL_POINTER, "deform_conv2d_chunk: null output");
-        sr::DeformConvShape s {};
-        s.n = n;
-        s.cIn = cIn;
-        s.kH = kH;
-        s.kW = kW;
-        s.hOut = hOut;
-        s.wOut = wOut;
+        sr::DeformConvShape const s = columnShape(n, cIn, kH, kW, hOut, wOut);
         sr::DeformConvChunk const ch
             = sr::deformConv2dChunk(s, elemSize, budget ? budget : sr::kDeformConvColumnBudget);
         *images = ch.images;
@@ -165,13 +172,7 @@ extern "C"
     size_t sr_deform_conv2d_min_workspace(
         int nMax, int cIn, int kH, int kW, int hOutMax, int wOutMax, size_t elemSize, int fixedShape)
     {
-        sr::DeformConvShape s {};
-        s.n = nMax;
-        s.cIn = cIn;
-        s.kH = kH;
-        s.kW = kW;
-        s.hOut = hOutMax;
-        s.wOut = wOutMax;
+        sr::DeformConvShape const s = columnShape(nMax, cIn, kH, kW, hOutMax, wOutMax);
         if (nMax <= 0 || cIn <= 0 || kH <= 0 || kW <= 0 || hOutMax <= 0 || wOutMax <= 0 || elemSize == 0)
             return 0;
         return sr::deformConv2dProfileWorkspaceBytes(s, elemSize, fixedShape != 0);
