@@ -83,6 +83,10 @@ def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
 def load_model(name: str, weights: str | Path | None = None, device: str | torch.device = "cpu") -> nn.Module:
     """Build model `name`, load its shipped weights (or `weights`), eval mode, on `device`."""
     spec = get_spec(name)
+    if getattr(spec, "external", None) is not None:  # a user's checkpoint/factory carries its weights
+        if weights is not None and Path(weights).resolve() != spec.weights_path.resolve():
+            raise WeightsError(f"--weights does not apply to {name}: a checkpoint or factory brings its own weights")
+        return spec.build().eval().to(device)
     model = spec.build()
     path = weights_path(spec, weights)
     state = load_state_dict_file(path)

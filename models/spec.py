@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from models.external.spec import is_external
+
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 
 
@@ -34,6 +36,8 @@ class ModelSpec:
     # SRCNN layout (bicubic, then plain convs): pipeline.export.fold makes exact folded variants of it.
     foldable: bool = False
     factory_kwargs: tuple[tuple[str, object], ...] = field(default=())
+    # LR pixels every tile crop must start on: 1, or a window-attention net's grid (a user's SwinIR, models.external).
+    tile_align: int = 1
 
     @property
     def weights_path(self) -> Path:
@@ -57,7 +61,8 @@ class ModelSpec:
         return {"model": self.name, "default_scale": f"{self.default_scale:g}",
                 "scale_min": f"{self.scale_range[0]:g}", "scale_max": f"{self.scale_range[1]:g}",
                 "dynamic_scale": "1" if self.dynamic_scale else "0",
-                "receptive_radius": str(self.receptive_radius), "description": self.description}
+                "receptive_radius": str(self.receptive_radius), "tile_align": str(self.tile_align),
+                "description": self.description}
 
     @classmethod
     def from_metadata(cls, meta: dict[str, str]) -> ModelSpec:
@@ -66,7 +71,7 @@ class ModelSpec:
         return cls(name=meta["model"], factory="", weights_file="", default_scale=float(meta["default_scale"]),
                    scale_range=(float(meta["scale_min"]), float(meta["scale_max"])), dynamic_scale=dynamic,
                    description=meta.get("description", f"{meta['model']} (from ONNX metadata)"),
-                   receptive_radius=int(meta.get("receptive_radius", 16)))
+                   receptive_radius=int(meta.get("receptive_radius", 16)), tile_align=int(meta.get("tile_align", 1)))
 
 
 # Receptive radius: SRCNN 9x9 (4) + 1x1 + 5x5 (2). DeformSRCNN: 9x9 (4) + offset 3x3 (1) + deform 3x3 (1) + 5x5 (2)
@@ -86,10 +91,18 @@ MODELS: dict[str, ModelSpec] = {
 
 
 def get_spec(name: str) -> ModelSpec:
-    try:
+    """A registered model, or a user's checkpoint path / package.module:factory (models.external.resolve)."""
+    if name in MODELS:
         return MODELS[name]
-    except KeyError:
-        raise KeyError(f"unknown model '{name}' (known: {', '.join(MODELS)})") from None
+    if is_external(name):
+        from models.external.resolve import model_spec  # torch + spandrel: only for a user's model
+
+        try:
+            return model_spec(name)
+        except WeightsError as e:  # callers turn a KeyError into their one-line "unknown model" error
+            raise KeyError(str(e)) from None
+    raise KeyError(f"unknown model '{name}' (known: {', '.join(MODELS)}, or a checkpoint path, or "
+                   "package.module:factory)")
 
 
 def output_size(height: int, width: int, scale: float) -> tuple[int, int]:

@@ -73,7 +73,9 @@ def cached_onnx(model: str, precision: str = "fp32", ops: str = "custom", *, exp
                 io_dtype: str = "fp32", weights: str | Path | None = None, cache: Path | None = None) -> Path:
     """Where the cached ONNX file for this key lives (it may not exist yet)."""
     folder = Path(cache) if cache is not None else cache_dir() / "onnx"
-    return folder / onnx_name(model, weights_sha256(model, weights), precision, ops, exporter, io_dtype)
+    sha = weights_sha256(model, weights)
+    token = getattr(get_spec(model), "cache_token", model)  # a user's model: its name + identity, file-name safe
+    return folder / onnx_name(token, sha, precision, ops, exporter, io_dtype)
 
 
 def onnx_for(model: str, precision: str = "fp32", ops: str = "custom", *, exporter: str = "dynamo",

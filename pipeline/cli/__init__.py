@@ -25,6 +25,7 @@ STAGES = {
     "compare": ("pipeline.cli.compare", "compare every available backend's output with PyTorch FP32"),
     "bench": ("pipeline.cli.bench", "benchmark latency/throughput of every available backend"),
     "backends": ("pipeline.cli.backends", "list the backends this machine can run, and why others cannot"),
+    "models": ("pipeline.cli.models", "list our models and the checkpoint architectures that load; describe one"),
     "triton": ("pipeline.cli.triton", "write a Triton Inference Server model repository (TensorRT or ONNX Runtime)"),
     "demo": ("pipeline.cli.demo", "end-to-end demo on shipped weights and skimage images"),
     "doctor": ("pipeline.cli.doctor", "what this machine can run (GPU, CUDA, TensorRT, plugins), proven by running it"),

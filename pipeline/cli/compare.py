@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pipeline import report
+from pipeline.analysis import sheet
 from pipeline.analysis.compare import DEFAULT_PSNR_FP16, DEFAULT_TOL_FP32, compare_model, compare_onnx
 from pipeline.cli import options
 from pipeline.errors import PipelineError
@@ -67,7 +68,9 @@ def run(args) -> int:
         results.append(compare_model(model, scales=args.scales, size=args.size, precisions=args.precisions,
                                      backends=backends, tol_fp32=args.tol_fp32, psnr_fp16=args.psnr_fp16,
                                      bisect=args.bisect, weights=weights))
-    return _report(results, out_dir)
+    code = _report(results, out_dir)
+    sheet.compare_sheets(out_dir, results, lambda _: weights)  # the same crops from every passing backend
+    return code
 
 
 def _report(results: list[dict], out_dir) -> int:

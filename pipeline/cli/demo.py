@@ -5,6 +5,7 @@ import time
 from pathlib import Path
 
 from pipeline import report
+from pipeline.analysis import sheet
 from pipeline.artifacts.atomic import atomic_write
 from pipeline.demo import DEMO_MODEL, DEMO_SCALE, _write_inputs, check_max_side, demo_markdown
 from pipeline.errors import PipelineError
@@ -32,6 +33,7 @@ def _compare(models: list[str], weights, root: Path) -> dict:
     doc = {"kind": "compare", "environment": report.environment(),
            "models": [compare_model(m, size=64, weights=weights(m), log=_quiet) for m in models]}
     report.write_compare(doc, root / "compare")
+    sheet.compare_sheets(root / "compare", doc["models"], weights)  # the same crops from every backend, to look at
     rows = [r for m in doc["models"] for r in m["rows"] if r["status"] in ("pass", "fail", "error")]
     print(f"[3/4] compare: {sum(r['status'] == 'pass' for r in rows)}/{len(rows)} backend runs pass -> "
           f"{root / 'compare' / 'report.md'}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from models.external.spec import is_external
 from pipeline import backends as B
 from pipeline.analysis.candidates import candidate_statuses
 from pipeline.artifacts.cache import PRECISIONS
@@ -34,7 +35,7 @@ def models_from_args(args, allow_all: bool = False) -> list[str]:
     known = _known_models()
     if allow_all and args.model == "all":
         return list(known)
-    if args.model not in known:
+    if args.model not in known and not is_external(args.model):
         choices = ", ".join((("all",) if allow_all else ()) + known)
         raise PipelineError(f"unknown model '{args.model}' (known: {choices})")
     return [args.model]

@@ -14,9 +14,10 @@ from pathlib import Path
 
 from pipeline import backends
 from pipeline.artifacts.atomic import atomic_write
-from pipeline.backends.checks import check_scale, model_spec
+from pipeline.backends.checks import check_scale, resolve_spec
 from pipeline.errors import PipelineError
 from pipeline.sr import imageio, settings
+from pipeline.sr.bicubic import bicubic
 from pipeline.sr.console import Console
 from pipeline.sr.jobs import JobList, discover
 from pipeline.sr.records import Record, Summary
@@ -101,7 +102,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
         raise PipelineError("onnx, engine, weights and threads choose what backend to load; "
                             "they cannot change the already-loaded backend that was given")
     model = settings.resolve_model(model, onnx, backend)
-    spec = model_spec(model)
+    spec = resolve_spec(model, onnx)  # with --onnx, what its metadata says: no PyTorch needed
     scale = check_scale(spec, spec.default_scale if scale is None else scale)
     found = discover(input, output, fmt)
     if not found.jobs:
@@ -109,11 +110,12 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
 
     loaded, choice = load_backend(backend, model, precision, onnx=onnx, engine=engine, weights=weights,
                                   threads=threads)
-    console.always(f"sr: {spec.name} x{scale:g} on {loaded.describe()} ({choice}); {len(found.jobs)} image(s) "
+    how = f" ({spec.scale_note(scale)})" if hasattr(spec, "scale_note") else ""  # a user's model: own factor?
+    console.always(f"sr: {spec.name} x{scale:g}{how} on {loaded.describe()} ({choice}); {len(found.jobs)} image(s) "
                    f"-> {output}")
     if found.ignored:
         console.info(f"ignored {len(found.ignored)} file(s) without an image extension (e.g. {found.ignored[0]})")
-    worker = ImageWorker(loaded, spec.name, scale, tile=tile, tile_overlap=tile_overlap, batch=batch,
+    worker = ImageWorker(loaded, spec, scale, tile=tile, tile_overlap=tile_overlap, batch=batch,
                          jpeg_quality=jpeg_quality, reference=reference)
     records, todo = _triage(found, skip_existing, console)
     process_s = Scheduler(worker, console, workers).run(todo)
@@ -125,4 +127,8 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     if summary is not None:
         atomic_write(Path(summary), json.dumps(result.to_dict(), indent=2) + "\n")
     _report(result, reference, console)
+    if result.reference:  # one scored image's crops side by side, beside OUTPUT; metrics import only with --reference
+        from pipeline.analysis import sheet
+
+        console.info(f"sheet: {sheet.for_sr_run(result, Path(output), sheet.from_float(bicubic))}")
     return result

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.spec import MODELS
+from models.external.spec import is_external
+from models.spec import MODELS, ModelSpec, get_spec
 
 DEFAULT_RADIUS = 16  # a model this install does not register: as wide as the widest of ours
 # Approximate bytes of working memory per output pixel of one tile (float activations: 3 + 64 + 32 + 3
@@ -33,10 +34,25 @@ DEFAULT_RADIUS = 16  # a model this install does not register: as wide as the wi
 BYTES_PER_OUTPUT_PIXEL = 1024
 
 
-def receptive_radius(model: str) -> int:
+def _spec(model: str | ModelSpec) -> ModelSpec | None:
+    """The spec itself, a registered one, or a user's checkpoint/factory (models.external); None if unknown."""
+    if isinstance(model, ModelSpec):
+        return model
+    if model in MODELS or is_external(model):
+        return get_spec(model)
+    return None
+
+
+def receptive_radius(model: str | ModelSpec) -> int:
     """HR pixels one output pixel sees after the resize: the model's spec says (models.spec)."""
-    spec = MODELS.get(model)
+    spec = _spec(model)
     return spec.receptive_radius if spec else DEFAULT_RADIUS
+
+
+def tile_align(model: str | ModelSpec) -> int:
+    """LR pixels every crop must start on: 1, or a window-attention net's grid (ModelSpec.tile_align)."""
+    spec = _spec(model)
+    return spec.tile_align if spec else 1
 
 
 def context_margin(radius_hr: int, scale: float) -> int:
@@ -110,7 +126,8 @@ def max_tile_for_input_limit(max_input: int, scale: float, margin: int) -> int:
     return max_input - 2 * math.ceil((margin + search_window(scale)) / scale) - 2
 
 
-def plan_axis(length: int, scale: float, tile: int | None, margin: int, window: int | None = None) -> list[Span]:
+def plan_axis(length: int, scale: float, tile: int | None, margin: int, window: int | None = None,
+              align: int = 1) -> list[Span]:
     """Tiles along one axis of `length` LR pixels: kept HR regions of about `tile` * scale pixels."""
     out_length = output_length(length, scale)
     whole = Span(0, out_length, 0, length, 0, out_length, 0.0)
@@ -126,6 +143,11 @@ def plan_axis(length: int, scale: float, tile: int | None, margin: int, window: 
         y0 = _best_end(k0 - margin, 0, -1, length, out_length, window)
         y1 = _best_end(k1 + margin, out_length, +1, length, out_length, window)
         c0, c1 = _lr_row(y0, length, out_length), _lr_row(y1, length, out_length)
+        if c0 % align:  # window-attention nets: crops start on the window grid (tile_align)
+            c0 -= c0 % align
+            if (c0 * out_length) % length:
+                return [whole]
+            y0 = c0 * out_length // length
         # The backend sizes the crop's output as round(c * scale); it must be the HR extent we planned.
         if c1 <= c0 or output_length(c1 - c0, scale) != y1 - y0:
             return [whole]
@@ -188,9 +210,10 @@ class TilePlan:
         return max(s.out_len for s in self.ys) * max(s.out_len for s in self.xs)
 
 
-def plan(height: int, width: int, scale: float, tile: int | None, margin: int, window: int | None = None) -> TilePlan:
-    ys = plan_axis(height, scale, tile, margin, window)
-    xs = plan_axis(width, scale, tile, margin, window)
+def plan(height: int, width: int, scale: float, tile: int | None, margin: int, window: int | None = None,
+         align: int = 1) -> TilePlan:
+    ys = plan_axis(height, scale, tile, margin, window, align)
+    xs = plan_axis(width, scale, tile, margin, window, align)
     return TilePlan(height, width, output_length(height, scale), output_length(width, scale), tuple(ys), tuple(xs))
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from models.spec import ModelSpec
 from pipeline.errors import PipelineError, first_line
 from pipeline.sr import imageio, tiling
 from pipeline.sr.bicubic import bicubic
@@ -91,7 +92,7 @@ def output_problem(h: int, w: int, channels: int, depth: int, fmt: str) -> str:
     return ""
 
 
-def tile_margin(model: str, scale: float, tile_overlap: int | None) -> int:
+def tile_margin(model: str | ModelSpec, scale: float, tile_overlap: int | None) -> int:
     """HR pixels of context each tile reads past its kept region."""
     if tile_overlap is None:
         return tiling.context_margin(tiling.receptive_radius(model), scale)
@@ -125,12 +126,13 @@ def tile_size(backend, scale: float, margin: int, batch: int, tile: int | None) 
 class ImageWorker:
     """Everything one run's images share, and the steps that turn one input file into one output file."""
 
-    def __init__(self, backend, model: str, scale: float, *, tile: int | None = None,
+    def __init__(self, backend, model: str | ModelSpec, scale: float, *, tile: int | None = None,
                  tile_overlap: int | None = None, batch: int = 1, jpeg_quality: int = 95,
                  reference: str | Path | None = None):
         self.backend = backend
         self.scale = scale
         self.margin = tile_margin(model, scale, tile_overlap)
+        self.align = tiling.tile_align(model)
         self.batch = batch_limit(backend, batch)
         self.tile = tile_size(backend, scale, self.margin, self.batch, tile)
         self.jpeg_quality = jpeg_quality
@@ -146,7 +148,7 @@ class ImageWorker:
         problem = output_problem(oh, ow, image.channels, image.depth, rec.job.fmt)
         if problem:
             raise ImageError(problem)
-        plan = tiling.plan(image.height, image.width, self.scale, self.tile, self.margin)
+        plan = tiling.plan(image.height, image.width, self.scale, self.tile, self.margin, align=self.align)
         rec.tiles, rec.max_shift = plan.count, plan.max_shift
         if not plan.exact:
             rec.notes.append(f"tile grid off the whole-image sampling grid by up to {plan.max_shift:.3f} input px "

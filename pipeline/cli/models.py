@@ -1,0 +1,68 @@
+"""`python -m pipeline models`: our models, the checkpoint architectures that load, and what one user model is."""
+from __future__ import annotations
+
+import argparse
+import json
+
+import spandrel
+
+from models import external
+from models.spec import MODELS, WeightsError
+from pipeline.errors import PipelineError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", metavar="PATH|MODULE:FACTORY",
+                        help="describe this checkpoint or factory (architecture, scale, SHA-256, measured "
+                             "receptive field) instead of listing")
+    parser.add_argument("--json", action="store_true", help="print the description as JSON")
+
+
+def _scale_text(lo: float, hi: float) -> str:
+    return f"x{lo:g}" if lo == hi else f"any in ({lo:g}, {hi:g}]"
+
+
+def listing() -> str:
+    width = max(len(n) for n in MODELS)
+    lines = ["our models (--model NAME):"]
+    lines += [f"  {s.name:<{width}}  {_scale_text(*s.scale_range):<16} {s.description}" for s in MODELS.values()]
+    lines.append(f"your checkpoints (--model FILE{'|'.join(external.SUFFIXES)}) of these spandrel "
+                 f"{spandrel.__version__} architectures:")
+    lines.append("  " + ", ".join(external.architectures()))
+    lines.append("your own nn.Module (--model package.module:factory): factory() returns (module, scale) or a "
+                 "module with a `scale` attribute")
+    return "\n".join(lines)
+
+
+def describe(value: str) -> dict:
+    if not external.is_external(value):
+        raise PipelineError(f"'{value}' is neither a checkpoint ({', '.join(external.SUFFIXES)}) nor "
+                            "package.module:factory")
+    try:
+        return external.load(value).spec.describe()
+    except WeightsError as e:
+        raise PipelineError(str(e)) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.model:
+        print(json.dumps({"models": sorted(MODELS), "architectures": external.architectures()}) if args.json
+              else listing())
+        return 0
+    info = describe(args.model)
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    print(summary(info))
+    return 0
+
+
+def summary(info: dict) -> str:
+    """One line: what the model is and what tiling and precision can do with it."""
+    rf = info["receptive_field"]
+    sizes = "any size" if info["any_size"] else f">= {info['min_size']} px"
+    if info["align"] > 1:
+        sizes += f" (padded to a multiple of {info['align']})"
+    return (f"{info['name']}: {info['architecture']} x{info['scale']}, sha256 {info['sha256'][:16]}..., "
+            f"receptive field {'whole image' if rf is None else f'{rf} px'}, inputs {sizes}, "
+            f"fp16 {'yes' if info['supports_half'] else 'no'}")

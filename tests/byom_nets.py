@@ -1,0 +1,92 @@
+"""Small nets of three spandrel architecture families, built with spandrel's own classes and a fixed seed, saved as
+checkpoints the way their users have them (no checkpoint can be downloaded in tests)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from spandrel.architectures.Compact import Compact
+from spandrel.architectures.ESRGAN import ESRGAN
+from spandrel.architectures.SwinIR import SwinIR
+
+# name -> (constructor, scale, spandrel architecture id)
+NETS = {
+    "compact": (lambda: Compact(num_in_ch=3, num_out_ch=3, num_feat=8, num_conv=2, upscale=4), 4, "Compact"),
+    "rrdb": (lambda: ESRGAN(in_nc=3, out_nc=3, num_filters=8, num_blocks=1, scale=2), 2, "ESRGAN"),
+    "swinir": (lambda: SwinIR(img_size=16, embed_dim=12, depths=[2], num_heads=[2], window_size=4, upscale=2,
+                              upsampler="pixelshuffledirect", mlp_ratio=2.0), 2, "SwinIR"),
+}
+
+
+def build(name: str, seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    net = NETS[name][0]().eval()
+    # Random init of some families (zero-initialised last convs) would make the output ignore the input.
+    with torch.no_grad():
+        for p in net.parameters():
+            if p.ndim > 1 and not p.abs().sum():
+                p.normal_(0, 0.05)
+    return net
+
+
+def save(name: str, directory: Path, fmt: str = "pth", wrap: str | None = None) -> Path:
+    """Write `name`'s state dict as `<name>.<fmt>` (pth: torch.save, safetensors); `wrap` nests it under a key
+    (BasicSR writes {'params_ema': ...})."""
+    state = {k: v.contiguous() for k, v in build(name).state_dict().items()}
+    path = Path(directory) / f"{name}.{fmt}"
+    if fmt == "safetensors":
+        save_file(state, str(path))
+    else:
+        torch.save({wrap: state} if wrap else state, path)
+    return path
+
+
+class TinyDeform(torch.nn.Module):
+    """A user's own net calling torchvision's deform_conv2d (DCNv2): conv -> offsets/mask -> deform conv -> x2."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(1)
+        self.head = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.offsets = torch.nn.Conv2d(8, 27, 3, padding=1)  # 2*9 offsets + 9 mask logits
+        self.weight = torch.nn.Parameter(torch.randn(8, 8, 3, 3) * 0.1)
+        self.bias = torch.nn.Parameter(torch.zeros(8))
+        self.tail = torch.nn.Conv2d(8, 12, 3, padding=1)
+        self.shuffle = torch.nn.PixelShuffle(2)
+        torch.nn.init.normal_(self.offsets.weight, std=0.05)
+
+    def forward(self, x):
+        from torchvision.ops import deform_conv2d
+
+        f = torch.relu(self.head(x))
+        o = self.offsets(f)
+        f = deform_conv2d(f, o[:, :18], self.weight, self.bias, padding=1, mask=torch.sigmoid(o[:, 18:]))
+        return self.shuffle(self.tail(torch.relu(f)))
+
+
+class TwoConvs(torch.nn.Module):
+    """Two 5x5 convs then x2 pixel shuffle: receptive field exactly 4 LR pixels; declares `scale`."""
+
+    scale = 2
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(2)
+        self.a = torch.nn.Conv2d(3, 8, 5, padding=2)
+        self.b = torch.nn.Conv2d(8, 12, 5, padding=2)
+
+    def forward(self, x):
+        return torch.nn.functional.pixel_shuffle(self.b(torch.tanh(self.a(x))), 2)
+
+
+def deform_factory():
+    return TinyDeform().eval(), 2
+
+
+def two_convs_factory():
+    return TwoConvs().eval()
+
+
+def undeclared_scale_factory():
+    return torch.nn.Conv2d(3, 3, 1)
