@@ -169,7 +169,7 @@ def test_engine_sidecar_carries_the_model(tmp_path, exported):
     """An engine's sidecar keeps its ONNX file's metadata, so the model of `--engine FILE` needs no registry."""
     import json
 
-    from pipeline.backends.trt_backend import engine_spec
+    from pipeline.backends.checks import engine_spec
     from pipeline.engine.sidecar import sidecar_path
 
     engine = tmp_path / "m.engine"

@@ -169,3 +169,16 @@ def test_backend_instance_for_another_model_is_refused(folder, torch_backend, tm
     with pytest.raises(PipelineError, match="cannot change the already-loaded backend"):
         upscale(folder, tmp_path / "never", backend=torch_backend, threads=2, progress=False)
     assert not (tmp_path / "never").exists()
+
+
+def test_engine_file_names_the_model(tmp_path):
+    # `sr --engine F` without --model runs the model the engine's sidecar names (as --onnx does with metadata).
+    from pipeline.engine import sidecar_path
+    from pipeline.sr.settings import resolve_model
+
+    engine = tmp_path / "m.engine"
+    engine.write_bytes(b"plan")
+    sidecar_path(engine).write_text(json.dumps({"model": "srcnn-x3", "onnx_metadata": {"model": "srcnn-x3"}}))
+    assert resolve_model(None, engine=engine) == "srcnn-x3"
+    with pytest.raises(PipelineError, match="built for model 'srcnn-x3', not 'srcnn'"):
+        resolve_model("srcnn", engine=engine)

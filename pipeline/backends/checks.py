@@ -7,8 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from models.spec import ModelSpec, WeightsError, get_spec, output_size, weights_path
+from models.spec import MODELS, ModelSpec, WeightsError, get_spec, output_size, weights_path
 from pipeline.artifacts.onnx_file import spec_from_onnx
+from pipeline.engine.sidecar import read_sidecar
 from pipeline.errors import PipelineError
 
 
@@ -29,14 +30,34 @@ def model_spec(model: str) -> ModelSpec:
         raise PipelineError(str(e.args[0])) from None
 
 
-def resolve_spec(model: str | None, onnx: str | Path | None = None) -> ModelSpec:
-    """The spec a backend serves: from the ONNX file's metadata when one is given (`model`, if named, must
-    match it), else the registered model `model`."""
+def resolve_spec(model: str | None, onnx: str | Path | None = None, engine: str | Path | None = None) -> ModelSpec:
+    """The spec a backend serves: from the engine's sidecar or the ONNX file's metadata when one is given (`model`,
+    if named, must match it), else the registered model `model`."""
+    if engine is not None:
+        return engine_spec(Path(engine), model)
     if onnx is not None:
         return spec_from_onnx(Path(onnx), model)
     if model is None:
         raise PipelineError("no model given: name a registered model or pass an ONNX file")
     return model_spec(model)
+
+
+def engine_spec(engine: Path, model: str | None) -> ModelSpec:
+    """The model an engine holds, from its sidecar (which carries the ONNX file's metadata)."""
+    sidecar = read_sidecar(Path(engine)) or {}
+    meta = sidecar.get("onnx_metadata") or {"model": sidecar.get("model")}
+    name = meta.get("model")
+    if name in (None, "?"):
+        return resolve_spec(model)
+    if model is not None and name != model:
+        raise PipelineError(f"{Path(engine).name} was built for model '{name}', not '{model}'")
+    if name in MODELS:
+        return MODELS[name]
+    try:
+        return ModelSpec.from_metadata(meta)
+    except (KeyError, ValueError):
+        raise PipelineError(f"{Path(engine).name}: its sidecar does not describe model '{name}'; rebuild the "
+                            "engine from an ONNX file exported by this version") from None
 
 
 def check_weights(spec: ModelSpec, weights=None) -> Path:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.spec import MODELS, ModelSpec
+from models.spec import ModelSpec
 from pipeline.artifacts.cache import engine_for, onnx_for
 from pipeline.backends.base import Backend, BackendStatus, check_precision, installed
 from pipeline.backends.checks import check_batch, resolve_spec
@@ -25,7 +25,6 @@ from pipeline.engine import (
     ensure_engine,
     load_plugins,
     profile_for_input,
-    read_sidecar,
     sidecar_profiles,
     sidecar_tf32,
     tensorrt_problem,
@@ -36,24 +35,6 @@ from pipeline.native.cuda_driver import gpu_visible
 from pipeline.native.libraries import trt_plugin_library
 
 
-def engine_spec(engine: Path, model: str | None) -> ModelSpec:
-    """The model an engine holds, from its sidecar (which carries the ONNX file's metadata)."""
-    sidecar = read_sidecar(Path(engine)) or {}
-    meta = sidecar.get("onnx_metadata") or {"model": sidecar.get("model")}
-    name = meta.get("model")
-    if name in (None, "?"):
-        return resolve_spec(model)
-    if model is not None and name != model:
-        raise PipelineError(f"{Path(engine).name} was built for model '{name}', not '{model}'")
-    if name in MODELS:
-        return MODELS[name]
-    try:
-        return ModelSpec.from_metadata(meta)
-    except (KeyError, ValueError):
-        raise PipelineError(f"{Path(engine).name}: its sidecar does not describe model '{name}'; rebuild the "
-                            "engine from an ONNX file exported by this version") from None
-
-
 class TrtBackend(Backend):
     name = "trt"
     OPTIONS = frozenset({"engine", "onnx", "profile", "weights", "cuda_graph", "device", "log"})
@@ -62,7 +43,7 @@ class TrtBackend(Backend):
                  onnx: str | Path | None = None, profile: dict | None = None, weights=None,
                  cuda_graph: bool = False, device: int = 0, log=None):
         self.precision = check_precision(precision)
-        self.spec = engine_spec(engine, model) if engine is not None else resolve_spec(model, onnx)
+        self.spec = resolve_spec(model, onnx, engine)
         self.model_name = self.spec.name
         self.engine_path = Path(engine) if engine is not None else None
         self.onnx_path = Path(onnx) if onnx is not None else None

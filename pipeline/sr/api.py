@@ -101,8 +101,8 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     elif any(v is not None for v in (onnx, engine, weights, threads)):
         raise PipelineError("onnx, engine, weights and threads choose what backend to load; "
                             "they cannot change the already-loaded backend that was given")
-    model = settings.resolve_model(model, onnx, backend)
-    spec = resolve_spec(model, onnx)  # with --onnx, what its metadata says: no PyTorch needed
+    model = settings.resolve_model(model, onnx, backend, engine)
+    spec = resolve_spec(model, onnx, engine)  # with --onnx/--engine, what the file says: no PyTorch needed
     scale = check_scale(spec, spec.default_scale if scale is None else scale)
     found = discover(input, output, fmt)
     if not found.jobs:

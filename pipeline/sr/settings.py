@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pipeline.artifacts.cache import PRECISIONS
 from pipeline.artifacts.onnx_file import onnx_metadata
+from pipeline.backends.checks import resolve_spec
 from pipeline.errors import PipelineError
 from pipeline.sr import imageio
 
@@ -57,14 +58,16 @@ def check_paths(*, summary, reference, onnx, engine, weights) -> None:
         raise PipelineError(f"weights file not found: {weights}")
 
 
-def resolve_model(model: str | None, onnx=None, backend=None) -> str:
-    """The model to run: --model, else the one a loaded backend or an ONNX file was made for, else the
-    default. A --model that disagrees with the backend or the file is an error, not a guess."""
+def resolve_model(model: str | None, onnx=None, backend=None, engine=None) -> str:
+    """The model to run: --model, else the one a loaded backend, an engine or an ONNX file was made for, else
+    the default. A --model that disagrees with the backend or the file is an error, not a guess."""
     if backend is not None and not isinstance(backend, str):
         loaded = getattr(backend, "model_name", None)
         if model is not None and loaded and model != loaded:
             raise PipelineError(f"the given backend runs model '{loaded}', not '{model}'")
         return model or loaded or DEFAULT_MODEL
+    if engine is not None:
+        return resolve_spec(model, engine=engine).name
     if onnx is not None:
         exported = onnx_metadata(Path(onnx)).get("model")
         if model is not None and exported and model != exported:
