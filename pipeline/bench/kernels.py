@@ -8,6 +8,8 @@ F.interpolate's time.
 """
 from __future__ import annotations
 
+from pipeline.errors import first_line
+
 SIZES = (256, 512, 1024)
 DEFORM_FLOOR = 1.5  # ours at least this much faster than torchvision (FP16, 512^2)
 RESIZE_FLOOR = 1.2  # ours at most this much slower than F.interpolate
@@ -117,7 +119,7 @@ def model_rows(models: list[str], size: int = 256, iters: int = 20) -> list[dict
                 with torch.inference_mode():
                     row["median_ms"] = _median_ms(lambda n=net, x=x, s=spec: run(n, s, x, s.default_scale), iters)
             except RuntimeError as e:  # e.g. an op without a half kernel: reported, the rest still runs
-                row["error"] = str(e).splitlines()[0]
+                row["error"] = first_line(e)
             rows.append(row)
     return rows
 

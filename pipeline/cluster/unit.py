@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.backends.checks import check_scale, model_spec
+from pipeline.backends.base import check_precision
+from pipeline.backends.checks import check_scale, resolve_spec
 from pipeline.sr import ImageWorker, Job, settings
 from pipeline.sr import load_backend as _load_backend
 
@@ -38,9 +39,9 @@ def check_arguments(args) -> tuple[str, float, str | None]:
     fmt = settings.check_format(args.fmt)
     settings.check_paths(summary=args.summary, reference=args.reference, onnx=args.onnx, engine=args.engine,
                          weights=args.weights)
-    settings.check_precision(args.precision)
-    model = settings.resolve_model(args.model, args.onnx)
-    spec = model_spec(model)
+    check_precision(args.precision)
+    model = settings.resolve_model(args.model, args.onnx, engine=args.engine)
+    spec = resolve_spec(model, args.onnx, args.engine)
     return model, check_scale(spec, spec.default_scale if args.scale is None else args.scale), fmt
 
 

@@ -32,7 +32,7 @@ def _guarded(checks: list[Check], name: str, fn, default):
     try:
         return fn()
     except Exception as e:  # noqa: BLE001 - any bug in a probe is reported, not raised
-        checks.append(Check(name, FAIL, f"the check itself crashed: {type(e).__name__}: {facts._first_line(e)}",
+        checks.append(Check(name, FAIL, f"the check itself crashed: {type(e).__name__}: {facts.first_line(e)}",
                             fix="report this; the other checks still ran"))
         return default
 

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 
 from pipeline.doctor.results import FAIL, INFO, PASS, SKIP, Check
+from pipeline.errors import first_line
 
 TORCH_FIX = "install a CUDA 13 build of PyTorch (the project's default torch wheel on Linux x86-64)"
 TRT_FIX = "`pip install -e '.[gpu]'` (tensorrt-cu13, TensorRT 11) or `pip install tensorrt-cu13`"
@@ -16,9 +17,6 @@ PLUGIN_FIX = ("`make plugins` with TensorRT headers available: TENSORRT_ROOT=<di
               "TensorRT dev package, or `make trt-headers` (fetches those matching the installed tensorrt)")
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 def _driver() -> tuple[int, str, str]:
@@ -26,7 +24,7 @@ def _driver() -> tuple[int, str, str]:
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
     except OSError as e:
-        return 0, "", f"no NVIDIA driver (libcuda.so.1: {_first_line(e)})"
+        return 0, "", f"no NVIDIA driver (libcuda.so.1: {first_line(e)})"
     version, count = ctypes.c_int(0), ctypes.c_int(0)
     rc = cuda.cuInit(0)
     cuda.cuDriverGetVersion(ctypes.byref(version))
@@ -77,7 +75,7 @@ def torch_cuda(gpu_present: bool) -> tuple[Check, bool]:
     try:
         import torch
     except ImportError as e:
-        return Check("PyTorch CUDA", SKIP, f"PyTorch not importable ({_first_line(e)})", fix=TORCH_FIX), False
+        return Check("PyTorch CUDA", SKIP, f"PyTorch not importable ({first_line(e)})", fix=TORCH_FIX), False
     facts = {"torch": torch.__version__, "cuda_build": torch.version.cuda}
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
@@ -96,7 +94,7 @@ def onnxruntime_providers() -> Check:
     try:
         import onnxruntime as ort
     except ImportError as e:
-        return Check("ONNX Runtime", SKIP, f"not importable ({_first_line(e)})", fix="pip install onnxruntime")
+        return Check("ONNX Runtime", SKIP, f"not importable ({first_line(e)})", fix="pip install onnxruntime")
     providers = ort.get_available_providers()
     return Check("ONNX Runtime", INFO, f"{ort.__version__}: {', '.join(providers)}",
                  data={"version": ort.__version__, "providers": providers})
@@ -106,7 +104,7 @@ def tensorrt() -> tuple[Check, str | None]:
     try:
         import tensorrt as trt
     except (ImportError, OSError) as e:  # OSError: the bindings without libnvinfer
-        return Check("TensorRT", SKIP, f"not importable ({_first_line(e)})", fix=TRT_FIX), None
+        return Check("TensorRT", SKIP, f"not importable ({first_line(e)})", fix=TRT_FIX), None
     return Check("TensorRT", INFO, f"tensorrt {trt.__version__}", data={"version": trt.__version__}), trt.__version__
 
 
@@ -165,10 +163,10 @@ def plugin_library(trt_version: str | None, torch_cuda_ok: bool, gpu_present: bo
     except (PipelineError, OSError, AttributeError) as e:
         runtime_missing = any(status.startswith("not loadable") for status in preload().values())
         if runtime_missing:  # not the library's fault: cudart/cuBLAS are not here (a GPU machine would need them)
-            checks.append(Check("plugin library loads", FAIL if gpu_present else SKIP, _first_line(e),
+            checks.append(Check("plugin library loads", FAIL if gpu_present else SKIP, first_line(e),
                                 fix=missing_hint()))
         else:
-            checks.append(Check("plugin library loads", FAIL, _first_line(e), fix=PLUGIN_FIX))
+            checks.append(Check("plugin library loads", FAIL, first_line(e), fix=PLUGIN_FIX))
         return checks
     checks.append(Check("plugin library loads", PASS, "dlopen without libnvinfer"))
     ok = count == 2

@@ -6,8 +6,9 @@ import re
 import subprocess
 from pathlib import Path
 
-from pipeline.doctor.facts import PLUGIN_FIX, _first_line
+from pipeline.doctor.facts import PLUGIN_FIX
 from pipeline.doctor.results import FAIL, PASS, SKIP, Check
+from pipeline.errors import PipelineError, first_line
 
 HARNESS_NAME = "trt_plugin_gpu_harness"
 SELFTEST_NAME = "trt_plugin_selftest"
@@ -17,7 +18,6 @@ _SUMMARY = re.compile(r"# (\d+) checks, (\d+) failed")
 
 
 def _program(name: str) -> Path | None:
-    from pipeline.errors import PipelineError
     from pipeline.native.libraries import trt_plugin_library
 
     try:
@@ -35,7 +35,7 @@ def _run(argv: list[str], timeout: int) -> tuple[int, str]:
     except subprocess.TimeoutExpired:
         return -1, f"timed out after {timeout} s"
     except OSError as e:
-        return -1, _first_line(e)
+        return -1, first_line(e)
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -82,7 +82,6 @@ def cuda_kernels(torch_cuda_ok: bool) -> list[Check]:
     import torch.nn.functional as F
     from torchvision.ops import deform_conv2d
 
-    from pipeline.errors import PipelineError
     from pipeline.native import kernels_cuda
 
     checks = []
@@ -106,7 +105,7 @@ def cuda_kernels(torch_cuda_ok: bool) -> list[Check]:
             checks.append(Check(f"CUDA DeformConv2d vs torchvision ({name})", PASS if err <= tol else FAIL,
                                 f"max abs error {err:.2e} (tolerance {tol:g})"))
         except (PipelineError, RuntimeError, OSError) as e:
-            checks.append(Check(f"CUDA kernels vs torch ({name})", FAIL, _first_line(e), fix=KERNELS_FIX))
+            checks.append(Check(f"CUDA kernels vs torch ({name})", FAIL, first_line(e), fix=KERNELS_FIX))
     return checks
 
 
@@ -116,7 +115,6 @@ def engines(ready: str | None, models: list[str], log=print) -> list[Check]:
     if ready is not None:
         return [Check("TensorRT engines vs PyTorch", SKIP, ready)]
     from pipeline.analysis.compare import compare_model
-    from pipeline.errors import PipelineError
 
     checks = []
     for model in models:
@@ -124,7 +122,7 @@ def engines(ready: str | None, models: list[str], log=print) -> list[Check]:
             result = compare_model(model, backends=["trt"], precisions=("fp32", "fp16"), include_folded=False,
                                    log=log)
         except (PipelineError, RuntimeError, OSError, ValueError) as e:
-            checks.append(Check(f"TensorRT engine {model}", FAIL, _first_line(e), fix="`python -m pipeline compare "
+            checks.append(Check(f"TensorRT engine {model}", FAIL, first_line(e), fix="`python -m pipeline compare "
                                 f"--model {model} --backends trt` shows the details"))
             continue
         for row in result["rows"]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from models.spec import file_sha256
+from pipeline.errors import first_line
 from pipeline.native.libraries import trt_plugin_library
 
 INSTALL_HINT = ("on a machine with an NVIDIA GPU run `.venv/bin/pip install -e '.[gpu]'` "
@@ -24,8 +25,7 @@ def _trt_import_problem() -> str | None:
     try:
         import tensorrt  # noqa: F401
     except (ImportError, OSError) as e:  # OSError: bindings present but libnvinfer missing
-        detail = str(e).splitlines()[0] if str(e) else type(e).__name__
-        return f"TensorRT is not installed ({detail})"
+        return f"TensorRT is not installed ({first_line(e)})"
     return None
 
 

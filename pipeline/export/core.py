@@ -18,7 +18,7 @@ from models.registry import (
     size_tensor,
 )
 from pipeline.artifacts.atomic import atomic_path
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, first_line
 from pipeline.export import dynamo, extras, fp16, graph, sr_ops, torchscript
 from pipeline.export import verify as verification
 
@@ -146,7 +146,7 @@ def build_graph(model: str, *, exporter: str = "dynamo", ops: str = "custom", we
     try:
         proto = graph.finish(proto)
     except ValueError as e:
-        raise PipelineError(str(e).splitlines()[0]) from e
+        raise PipelineError(first_line(e)) from e
     graph.set_metadata(proto, {
         **spec.to_metadata(),  # what a runtime without the registry needs (models.spec.ModelSpec.from_metadata)
         "weights_sha256": sha,

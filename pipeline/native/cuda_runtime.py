@@ -15,6 +15,8 @@ import os
 import sys
 from pathlib import Path
 
+from pipeline.errors import first_line
+
 # Sonames our libraries need, in load order (cuBLAS needs cuBLASLt and cudart).
 RUNTIME_LIBRARIES = ("libcudart.so.13", "libcublasLt.so.13", "libcublas.so.13")
 # Where pip wheels keep them under site-packages (CUDA 13 wheels: nvidia/cu13/lib; older split wheels per library).
@@ -72,7 +74,7 @@ def preload() -> dict[str, str]:
             ctypes.CDLL(target, mode=ctypes.RTLD_GLOBAL)
             status[name] = target
         except OSError as e:
-            status[name] = f"not loadable: {str(e).splitlines()[0]}"
+            status[name] = f"not loadable: {first_line(e)}"
     return status
 
 

@@ -200,4 +200,4 @@ def session_with_sr_kernels(model: onnx.ModelProto | str | Path, session_options
     try:
         return ort.InferenceSession(adapted.SerializeToString(), so, providers=["CPUExecutionProvider"])
     except Exception as e:  # ORT raises its own exception types
-        raise PipelineError(f"ONNX Runtime rejected the model with sr kernels: {str(e).splitlines()[0]}") from None
+        raise PipelineError(f"ONNX Runtime rejected the model with sr kernels: {first_line(e)}") from None

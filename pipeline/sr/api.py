@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pipeline import backends
 from pipeline.artifacts.atomic import atomic_write
+from pipeline.backends.base import check_precision
 from pipeline.backends.checks import check_scale, resolve_spec
 from pipeline.errors import PipelineError
 from pipeline.sr import imageio, settings
@@ -97,7 +98,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     fmt = settings.check_format(fmt)
     settings.check_paths(summary=summary, reference=reference, onnx=onnx, engine=engine, weights=weights)
     if isinstance(backend, str):
-        settings.check_precision(precision)
+        check_precision(precision)
     elif any(v is not None for v in (onnx, engine, weights, threads)):
         raise PipelineError("onnx, engine, weights and threads choose what backend to load; "
                             "they cannot change the already-loaded backend that was given")

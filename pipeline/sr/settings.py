@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.artifacts.cache import PRECISIONS
 from pipeline.artifacts.onnx_file import onnx_metadata
 from pipeline.backends.checks import resolve_spec
 from pipeline.errors import PipelineError
@@ -39,10 +38,6 @@ def check_format(fmt: str | None) -> str | None:
         raise PipelineError(str(e)) from None
 
 
-def check_precision(precision: str) -> str:
-    if precision not in PRECISIONS:
-        raise PipelineError(f"unknown precision '{precision}' (choose from: {', '.join(PRECISIONS)})")
-    return precision
 
 
 def check_paths(*, summary, reference, onnx, engine, weights) -> None:
