@@ -13,7 +13,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import cv2
+
+from pipeline.data.degradation import make_pair
+from pipeline.data.sample_images import HELD_OUT, load_rgb
 from pipeline.errors import PipelineError
+from pipeline.report import fmt, table
 
 DEMO_MODEL = "srcnn"
 DEMO_SCALE = 3.0
@@ -29,10 +34,7 @@ def check_max_side(max_side: int, scale: float) -> None:
 
 
 def _write_inputs(root: Path, names, max_side: int, scale: float) -> tuple[Path, Path, list[str]]:
-    import cv2
 
-    from pipeline.data.degradation import make_pair
-    from pipeline.data.sample_images import HELD_OUT, load_rgb
 
     check_max_side(max_side, scale)
     names = list(names or HELD_OUT)
@@ -57,7 +59,6 @@ def _write_inputs(root: Path, names, max_side: int, scale: float) -> tuple[Path,
 
 
 def demo_markdown(sr: dict, names: list[str], cmp_doc, bench_doc, seconds: float) -> str:
-    from pipeline.report import fmt, table
 
     ref = sr.get("reference", {})
     lines = ["# Demo", "", f"Model `{sr['model']}` x{fmt(sr['scale'])} on {len(names)} held-out skimage images "

@@ -8,7 +8,9 @@ F.interpolate's time.
 """
 from __future__ import annotations
 
-from pipeline.errors import first_line
+from pipeline.errors import PipelineError, first_line
+from pipeline.native import kernels_cuda
+from pipeline.native.libraries import cuda_kernels_library
 
 SIZES = (256, 512, 1024)
 DEFORM_FLOOR = 1.5  # ours at least this much faster than torchvision (FP16, 512^2)
@@ -24,8 +26,6 @@ def not_run_reason() -> str | None:
         return "PyTorch is not installed"
     if not torch.cuda.is_available():
         return "no CUDA device"
-    from pipeline.errors import PipelineError
-    from pipeline.native.libraries import cuda_kernels_library
 
     try:
         cuda_kernels_library()
@@ -70,7 +70,6 @@ def kernel_rows(sizes=SIZES, iters: int = 20, log=print) -> list[dict]:
     import torch.nn.functional as F
     from torchvision.ops import deform_conv2d as tv_deform_conv2d
 
-    from pipeline.native import kernels_cuda
 
     rows = []
     for dtype in (torch.float32, torch.float16):

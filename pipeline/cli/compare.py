@@ -1,6 +1,7 @@
 """`python -m pipeline compare`: every available backend/precision vs PyTorch FP32."""
 from __future__ import annotations
 
+from models.spec import get_spec
 from pipeline import report
 from pipeline.analysis import sheet
 from pipeline.analysis.compare import DEFAULT_PSNR_FP16, DEFAULT_TOL_FP32, compare_model, compare_onnx
@@ -24,7 +25,6 @@ def add_arguments(p) -> None:
 
 
 def _check_scales(models: list[str], scales: list[float] | None) -> None:
-    from models.spec import get_spec
 
     for model in models if scales else ():
         for scale in scales:

@@ -6,7 +6,9 @@ from pathlib import Path
 
 from pipeline import report
 from pipeline.analysis import sheet
+from pipeline.analysis.compare import compare_model
 from pipeline.artifacts.atomic import atomic_write
+from pipeline.bench.suite import QUICK, run_bench
 from pipeline.demo import DEMO_MODEL, DEMO_SCALE, _write_inputs, check_max_side, demo_markdown
 from pipeline.errors import PipelineError
 from pipeline.sr import upscale
@@ -28,7 +30,6 @@ def _quiet(*_args, **_kwargs) -> None:
 
 
 def _compare(models: list[str], weights, root: Path) -> dict:
-    from pipeline.analysis.compare import compare_model
 
     doc = {"kind": "compare", "environment": report.environment(),
            "models": [compare_model(m, size=64, weights=weights(m), log=_quiet) for m in models]}
@@ -41,7 +42,6 @@ def _compare(models: list[str], weights, root: Path) -> dict:
 
 
 def _bench(weights, root: Path) -> dict:
-    from pipeline.bench.suite import QUICK, run_bench
 
     cfg = dict(QUICK, quick=True, folder_images=2)
     doc = run_bench(["srcnn-x3"], cfg, weights=weights("srcnn-x3"), log=_quiet)

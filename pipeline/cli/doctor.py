@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from models.spec import MODELS  # no numpy or PyTorch: doctor runs on a bare system python
+from pipeline.doctor import diagnose
+
 
 def add_arguments(parser) -> None:
     parser.add_argument("--output", type=Path, default=Path("outputs/doctor"),
@@ -13,8 +16,6 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from models.spec import MODELS  # no numpy or PyTorch: doctor runs on a bare system python
-    from pipeline.doctor import diagnose
 
     models = list(MODELS) if args.model == "all" else [args.model]
     return diagnose(args.output, models, engines=not args.no_engines)

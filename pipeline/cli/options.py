@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from models.external.spec import is_external
+from models.spec import MODELS  # torch-free
 from pipeline import backends as B
 from pipeline.analysis.candidates import candidate_statuses
 from pipeline.artifacts.cache import PRECISIONS
@@ -25,7 +26,6 @@ def add_model_args(parser, allow_all: bool = False) -> None:
 
 
 def _known_models() -> tuple[str, ...]:
-    from models.spec import MODELS  # torch-free
 
     return tuple(MODELS)
 

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from pipeline.contract import DOMAIN, OP_TYPES, VERSION
 from pipeline.errors import PipelineError
+from pipeline.native.cuda_runtime import missing_hint, preload
 
 _LOADED_LIBS: dict[str, object] = {}
 
@@ -13,7 +14,6 @@ def load_plugins(plugin_lib: Path):
     """Register our plugin creators (sr::DynamicResize, sr::DeformConv2d) with TensorRT's plugin registry."""
     import tensorrt as trt
 
-    from pipeline.native.cuda_runtime import missing_hint, preload
 
     key = str(Path(plugin_lib).resolve())
     if key not in _LOADED_LIBS:

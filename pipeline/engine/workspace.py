@@ -15,6 +15,7 @@ import onnx
 from pipeline.contract import DEFORM_CONV, DOMAIN
 from pipeline.engine.profiles import Profile
 from pipeline.errors import PipelineError
+from pipeline.native.kernels_cpu import deform_conv2d_min_workspace
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,6 @@ def min_workspace_bytes(model: onnx.ModelProto, profiles: list[Profile], precisi
 
     The SR models run the deformable layer on the upscaled image, so its input is bounded by the profile's largest
     output (and input) size."""
-    from pipeline.native.kernels_cpu import deform_conv2d_min_workspace
 
     elem = 2 if precision == "fp16" else 4
     best, where = 0, ""

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from models.spec import get_spec
 from pipeline.engine.profiles import Profile
 from pipeline.errors import PipelineError
 from pipeline.serve.pbtxt import Enum, dumps
@@ -88,7 +89,6 @@ def profile_max_batch(profiles: list[Profile]) -> int:
 def card_parameters(model: str, weights: str | Path | None, meta: dict[str, str]) -> dict[str, str]:
     """Model card facts (models/weights/<name>.json, or the card next to --weights) and export metadata,
     as Triton string parameters."""
-    from models.spec import get_spec
 
     spec = get_spec(model)
     params = {"model": model, "description": spec.description, "default_scale": f"{spec.default_scale:g}",
