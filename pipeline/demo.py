@@ -34,8 +34,6 @@ def check_max_side(max_side: int, scale: float) -> None:
 
 
 def _write_inputs(root: Path, names, max_side: int, scale: float) -> tuple[Path, Path, list[str]]:
-
-
     check_max_side(max_side, scale)
     names = list(names or HELD_OUT)
     unknown = [n for n in names if n not in HELD_OUT]
@@ -59,7 +57,6 @@ def _write_inputs(root: Path, names, max_side: int, scale: float) -> tuple[Path,
 
 
 def demo_markdown(sr: dict, names: list[str], cmp_doc, bench_doc, seconds: float) -> str:
-
     ref = sr.get("reference", {})
     lines = ["# Demo", "", f"Model `{sr['model']}` x{fmt(sr['scale'])} on {len(names)} held-out skimage images "
              f"({', '.join(names)}), backend {sr['backend']} ({sr.get('backend_choice', '')}). "

@@ -25,7 +25,6 @@ def add_arguments(p) -> None:
 
 
 def _check_scales(models: list[str], scales: list[float] | None) -> None:
-
     for model in models if scales else ():
         for scale in scales:
             try:

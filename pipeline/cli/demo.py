@@ -30,7 +30,6 @@ def _quiet(*_args, **_kwargs) -> None:
 
 
 def _compare(models: list[str], weights, root: Path) -> dict:
-
     doc = {"kind": "compare", "environment": report.environment(),
            "models": [compare_model(m, size=64, weights=weights(m), log=_quiet) for m in models]}
     report.write_compare(doc, root / "compare")
@@ -42,7 +41,6 @@ def _compare(models: list[str], weights, root: Path) -> dict:
 
 
 def _bench(weights, root: Path) -> dict:
-
     cfg = dict(QUICK, quick=True, folder_images=2)
     doc = run_bench(["srcnn-x3"], cfg, weights=weights("srcnn-x3"), log=_quiet)
     report.write_bench(doc, root / "bench")

@@ -16,6 +16,5 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-
     models = list(MODELS) if args.model == "all" else [args.model]
     return diagnose(args.output, models, engines=not args.no_engines)

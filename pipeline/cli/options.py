@@ -21,18 +21,13 @@ DEFAULT_MODEL = "srcnn"
 
 # -- model ---------------------------------------------------------------------------------------------
 def add_model_args(parser, allow_all: bool = False) -> None:
-    what = "registered model name" + (", or 'all'" if allow_all else "")
+    what = "registered model name, checkpoint file or package.module:factory" + (", or 'all'" if allow_all else "")
     parser.add_argument("--model", default=DEFAULT_MODEL, help=f"{what} (default: {DEFAULT_MODEL})")
-
-
-def _known_models() -> tuple[str, ...]:
-
-    return tuple(MODELS)
 
 
 def models_from_args(args, allow_all: bool = False) -> list[str]:
     """The models `--model` names: one, or every registered one for 'all' (when `allow_all`)."""
-    known = _known_models()
+    known = tuple(MODELS)
     if allow_all and args.model == "all":
         return list(known)
     if args.model not in known and not is_external(args.model):
