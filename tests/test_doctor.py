@@ -12,13 +12,13 @@ import pytest
 
 from pipeline.doctor import facts, report
 from pipeline.doctor.results import EXIT_FAILED, EXIT_NO_GPU, EXIT_OK, FAIL, INFO, PASS, SKIP, Check, exit_code
+from pipeline.native.cuda_driver import driver
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _gpu_here() -> bool:
-    count, _, _ = facts._driver()
-    return count > 0
+    return driver().count > 0
 
 
 @pytest.fixture(scope="module")

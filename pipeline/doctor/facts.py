@@ -10,29 +10,12 @@ import subprocess
 
 from pipeline.doctor.results import FAIL, INFO, PASS, SKIP, Check
 from pipeline.errors import first_line
+from pipeline.native.cuda_driver import driver
 
 TORCH_FIX = "install a CUDA 13 build of PyTorch (the project's default torch wheel on Linux x86-64)"
 TRT_FIX = "`pip install -e '.[gpu]'` (tensorrt-cu13, TensorRT 11) or `pip install tensorrt-cu13`"
 PLUGIN_FIX = ("`make plugins` with TensorRT headers available: TENSORRT_ROOT=<dir with include/NvInfer.h>, the "
               "TensorRT dev package, or `make trt-headers` (fetches those matching the installed tensorrt)")
-
-
-
-
-def _driver() -> tuple[int, str, str]:
-    """(device count, driver version, problem) from libcuda itself, independent of PyTorch."""
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError as e:
-        return 0, "", f"no NVIDIA driver (libcuda.so.1: {first_line(e)})"
-    version, count = ctypes.c_int(0), ctypes.c_int(0)
-    rc = cuda.cuInit(0)
-    cuda.cuDriverGetVersion(ctypes.byref(version))
-    driver = f"CUDA driver API {version.value // 1000}.{version.value % 1000 // 10}" if version.value else ""
-    if rc != 0:
-        return 0, driver, f"cuInit failed with CUresult {rc} (no usable GPU)"
-    cuda.cuDeviceGetCount(ctypes.byref(count))
-    return count.value, driver, "" if count.value else "the driver sees no GPU"
 
 
 def _nvidia_smi() -> str:
@@ -48,13 +31,14 @@ def _nvidia_smi() -> str:
 
 
 def gpu() -> tuple[Check, bool]:
-    count, driver, problem = _driver()
+    d = driver()
     smi = _nvidia_smi()
-    if count:
-        detail = f"{count} GPU(s)" + (f": {smi}" if smi else "") + (f" ({driver})" if driver else "")
-        return Check("GPU and driver", INFO, detail, data={"count": count, "driver": driver, "nvidia_smi": smi}), True
-    return Check("GPU and driver", SKIP, problem, fix="run on a machine with an NVIDIA GPU and its driver",
-                 data={"count": 0, "driver": driver}), False
+    if d.count:
+        detail = f"{d.count} GPU(s)" + (f": {smi}" if smi else "") + (f" ({d.version_text})" if d.version else "")
+        return Check("GPU and driver", INFO, detail, data={"count": d.count, "driver": d.version_text,
+                                                            "nvidia_smi": smi}), True
+    return Check("GPU and driver", SKIP, d.problem, fix="run on a machine with an NVIDIA GPU and its driver",
+                 data={"count": 0, "driver": d.version_text}), False
 
 
 def nvcc() -> Check:
