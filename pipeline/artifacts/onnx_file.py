@@ -47,7 +47,8 @@ def spec_from_onnx(path: Path, model: str | None = None) -> ModelSpec:
     meta = onnx_metadata(path)
     name = meta.get("model")
     if model is not None and name and name != model:
-        raise PipelineError(f"{path} was exported for model '{name}', not '{model}'")
+        raise PipelineError(f"{path} was exported for model '{name}', not '{model}' "
+                            "(leave out --model to use the file's)")
     if name in MODELS:
         return MODELS[name]
     try:

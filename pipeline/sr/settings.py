@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.artifacts.onnx_file import onnx_metadata
 from pipeline.backends.checks import resolve_spec
 from pipeline.errors import PipelineError
 from pipeline.sr import imageio
@@ -61,12 +60,6 @@ def resolve_model(model: str | None, onnx=None, backend=None, engine=None) -> st
         if model is not None and loaded and model != loaded:
             raise PipelineError(f"the given backend runs model '{loaded}', not '{model}'")
         return model or loaded or DEFAULT_MODEL
-    if engine is not None:
-        return resolve_spec(model, engine=engine).name
-    if onnx is not None:
-        exported = onnx_metadata(Path(onnx)).get("model")
-        if model is not None and exported and model != exported:
-            raise PipelineError(f"{onnx} was exported for model '{exported}', not '{model}' "
-                                f"(leave out --model to use the file's)")
-        return model or exported or DEFAULT_MODEL
+    if engine is not None or onnx is not None:  # the file says; a disagreeing --model is refused
+        return resolve_spec(model, onnx, engine).name
     return model or DEFAULT_MODEL
