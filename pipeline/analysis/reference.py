@@ -6,21 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.data.sample_images import HELD_OUT, load_rgb
+from pipeline.data.sample_images import held_out_crops
 from pipeline.errors import PipelineError
 
 
 def compare_inputs(size: int = 96, names: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
-    """Held-out skimage photos, centre-cropped to size x size, as float32 [1, 3, H, W] in [0, 1]."""
-    out = {}
-    for name in names or HELD_OUT:
-        img = load_rgb(name)
-        h, w = img.shape[:2]
-        s = min(size, h, w)
-        y0, x0 = (h - s) // 2, (w - s) // 2
-        crop = img[y0:y0 + s, x0:x0 + s]
-        out[name] = np.ascontiguousarray(crop.transpose(2, 0, 1)[None], dtype=np.float32) / 255.0
-    return out
+    """The images compare and bench run: held-out photos centre-cropped to size x size."""
+    return held_out_crops(size, names)
 
 
 def load_net(model: str, weights=None):

@@ -71,3 +71,16 @@ def held_out() -> dict[str, np.ndarray]:
 def train() -> dict[str, np.ndarray]:
     """name -> uint8 HxWx3 for every training image, in TRAIN order."""
     return {n: load_rgb(n) for n in TRAIN}
+
+
+def held_out_crops(size: int, names: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
+    """Held-out photos centre-cropped to size x size (or their shorter side), float32 [1, 3, H, W] in [0, 1]."""
+    out = {}
+    for name in names or HELD_OUT:
+        img = _load(name)
+        h, w = img.shape[:2]
+        s = min(size, h, w)
+        y0, x0 = (h - s) // 2, (w - s) // 2
+        crop = img[y0:y0 + s, x0:x0 + s]
+        out[name] = np.ascontiguousarray(crop.transpose(2, 0, 1)[None], dtype=np.float32) / 255.0
+    return out

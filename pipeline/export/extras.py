@@ -5,7 +5,6 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from models.registry import run
@@ -13,7 +12,7 @@ from models.spec import ModelSpec, file_sha256
 from pipeline.artifacts.atomic import atomic_path
 from pipeline.artifacts.onnx_file import FOLDED_KEY, REFERENCE_KEY, REFERENCE_SHA_KEY
 from pipeline.artifacts.reference import write_reference
-from pipeline.data.sample_images import HELD_OUT, load_rgb
+from pipeline.data.sample_images import held_out_crops
 from pipeline.export import fold
 
 # Integer scales a run-time-factor SRCNN gets folded variants for (the ones it is trained on).
@@ -42,21 +41,9 @@ def write_folded_variants(module: torch.nn.Module, spec: ModelSpec, output: Path
     return {FOLDED_KEY: ",".join(names)}
 
 
-def reference_inputs(size: int = REFERENCE_SIZE) -> dict[str, np.ndarray]:
-    """Centre crops of the held-out images, [1, 3, size, size] float32 in [0, 1]."""
-    out = {}
-    for name in HELD_OUT:
-        img = load_rgb(name)
-        h, w = img.shape[:2]
-        y0, x0 = (h - size) // 2, (w - size) // 2
-        crop = img[y0:y0 + size, x0:x0 + size].transpose(2, 0, 1)[None]
-        out[name] = np.ascontiguousarray(crop, dtype=np.float32) / 255.0
-    return out
-
-
 def write_reference_outputs(module: torch.nn.Module, spec: ModelSpec, output: Path) -> dict[str, str]:
     """PyTorch FP32 outputs at the default scale beside `output` (`<stem>.reference.npz`); metadata naming them."""
-    inputs = reference_inputs()
+    inputs = held_out_crops(REFERENCE_SIZE)
     with torch.inference_mode():
         outputs = {k: run(module, spec, torch.from_numpy(x), spec.default_scale).numpy() for k, x in inputs.items()}
     path = output.parent / f"{output.stem}.reference.npz"
