@@ -41,6 +41,13 @@ def check_onnx_matches(path: Path, model: str | None, precision: str) -> dict[st
     return meta
 
 
+def spec_of(meta: dict[str, str]) -> ModelSpec:
+    """The registered spec of the model a file's metadata names, else the spec the metadata itself carries
+    (KeyError/ValueError when it carries none)."""
+    name = meta.get("model")
+    return MODELS[name] if name in MODELS else ModelSpec.from_metadata(meta)
+
+
 def spec_from_onnx(path: Path, model: str | None = None) -> ModelSpec:
     """The model an exported file holds: the registered spec of the name in its metadata, else the spec the
     metadata itself carries. `model` (e.g. --model), when given, must match the file."""
@@ -49,10 +56,8 @@ def spec_from_onnx(path: Path, model: str | None = None) -> ModelSpec:
     if model is not None and name and name != model:
         raise PipelineError(f"{path} was exported for model '{name}', not '{model}' "
                             "(leave out --model to use the file's)")
-    if name in MODELS:
-        return MODELS[name]
     try:
-        return ModelSpec.from_metadata(meta)
+        return spec_of(meta)
     except (KeyError, ValueError) as e:
         raise PipelineError(f"{path} does not say which model it holds (metadata field {first_line(e)} missing "
                             "or bad); export it with `python -m pipeline export`") from None

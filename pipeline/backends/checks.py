@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from models.spec import MODELS, ModelSpec, WeightsError, get_spec, output_size, weights_path
-from pipeline.artifacts.onnx_file import spec_from_onnx
+from models.spec import ModelSpec, WeightsError, get_spec, output_size, weights_path
+from pipeline.artifacts.onnx_file import spec_from_onnx, spec_of
 from pipeline.engine.sidecar import read_sidecar
 from pipeline.errors import PipelineError
 
@@ -51,10 +51,8 @@ def engine_spec(engine: Path, model: str | None) -> ModelSpec:
         return resolve_spec(model)
     if model is not None and name != model:
         raise PipelineError(f"{Path(engine).name} was built for model '{name}', not '{model}'")
-    if name in MODELS:
-        return MODELS[name]
     try:
-        return ModelSpec.from_metadata(meta)
+        return spec_of(meta)
     except (KeyError, ValueError):
         raise PipelineError(f"{Path(engine).name}: its sidecar does not describe model '{name}'; rebuild the "
                             "engine from an ONNX file exported by this version") from None
