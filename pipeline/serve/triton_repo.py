@@ -11,7 +11,7 @@ from pathlib import Path
 from models.spec import file_sha256
 from pipeline.artifacts.atomic import atomic_path, atomic_write
 from pipeline.artifacts.onnx_file import check_onnx_matches, load_onnx
-from pipeline.backends.checks import model_spec
+from pipeline.backends.checks import model_spec, resolve_spec
 from pipeline.contract import DOMAIN
 from pipeline.engine import default_profile, read_sidecar, sidecar_path, sidecar_profiles, tensorrt_problem
 from pipeline.errors import PipelineError
@@ -95,8 +95,7 @@ def _engine_sidecar(model: str, precision: str, onnx: Path | None, engine: Path 
     if sidecar is None:
         raise PipelineError(f"{engine} has no readable sidecar {sidecar_path(engine).name}; its profiles and plugin "
                             "build are unknown (build engines with `python -m pipeline engine`)")
-    if sidecar.get("model") not in (None, "?", model):
-        raise PipelineError(f"{engine.name} was built for model '{sidecar['model']}', not '{model}'")
+    resolve_spec(model, engine=engine)  # refuses an engine built for another model
     if sidecar.get("precision") != precision:
         raise PipelineError(f"{engine.name} is a {sidecar.get('precision')} engine, but precision {precision} "
                             "was requested")
