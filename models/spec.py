@@ -90,6 +90,10 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
+# The model a command runs when neither --model nor an --onnx/--engine file names one.
+DEFAULT_MODEL = "srcnn"
+
+
 def get_spec(name: str) -> ModelSpec:
     """A registered model, or a user's checkpoint path / package.module:factory (models.external.resolve)."""
     if name in MODELS:

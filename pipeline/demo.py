@@ -15,12 +15,13 @@ from pathlib import Path
 
 import cv2
 
+from models.spec import DEFAULT_MODEL
 from pipeline.data.degradation import make_pair
 from pipeline.data.sample_images import HELD_OUT, load_rgb
 from pipeline.errors import PipelineError
 from pipeline.report import fmt, table
 
-DEMO_MODEL = "srcnn"
+DEMO_MODEL = DEFAULT_MODEL
 DEMO_SCALE = 3.0
 # LR inputs smaller than this make the PSNR/SSIM border crop and window meaningless (or empty).
 MIN_LR_SIDE = 8

@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from models.spec import DEFAULT_MODEL
 from pipeline import report
 from pipeline.errors import PipelineError, first_line
 
@@ -49,7 +50,7 @@ def _timed_run(sr_args: list[str], summary: Path, isolate: bool) -> dict:
             "work_s": sum(r.get("time_s", 0.0) for r in ok), "backend": doc["backend"]}
 
 
-def ray_bench(folder: str | Path, *, model: str = "srcnn", scale: float = 3.0, backend: str = "ort",
+def ray_bench(folder: str | Path, *, model: str = DEFAULT_MODEL, scale: float = 3.0, backend: str = "ort",
               actors: tuple[int, ...] = (1, 2), address: str | None = None, isolate: bool = True,
               repeats: int = 1, log=print) -> dict:
     """Time `sr folder` locally and with --ray --ray-actors N for each N, `repeats` times each (medians).

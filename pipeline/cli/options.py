@@ -10,13 +10,14 @@ import os
 from pathlib import Path
 
 from models.external.spec import is_external
-from models.spec import MODELS  # torch-free
+from models.spec import (
+    DEFAULT_MODEL,
+    MODELS,  # torch-free
+)
 from pipeline import backends as B
 from pipeline.analysis.candidates import candidate_statuses
 from pipeline.artifacts.cache import PRECISIONS
 from pipeline.errors import PipelineError
-
-DEFAULT_MODEL = "srcnn"
 
 
 # -- model ---------------------------------------------------------------------------------------------

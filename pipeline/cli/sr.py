@@ -1,10 +1,10 @@
 """`python -m pipeline sr INPUT OUTPUT`: super-resolve an image or a folder tree of images."""
 from __future__ import annotations
 
+from models.spec import DEFAULT_MODEL
 from pipeline.cli.options import add_backend_args, add_precision_args, add_weights_arg, backend_from_args
 from pipeline.errors import PipelineError
 from pipeline.sr import upscale
-from pipeline.sr.settings import DEFAULT_MODEL
 
 
 def add_arguments(p) -> None:

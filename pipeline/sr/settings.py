@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from models.spec import DEFAULT_MODEL
 from pipeline.backends.checks import resolve_spec
 from pipeline.errors import PipelineError
 from pipeline.sr import imageio
 
-DEFAULT_MODEL = "srcnn"  # when neither --model nor the --onnx file (or a loaded backend) names one
 JPEG_QUALITY = (1, 100)  # OpenCV's JPEG and WebP quality range (WebP takes no 0)
 
 
