@@ -141,3 +141,13 @@ def test_doctor_runs_on_a_bare_system_python(tmp_path):
     text = proc.stdout + proc.stderr
     assert "Traceback" not in text and proc.returncode in (EXIT_NO_GPU, EXIT_FAILED), text
     assert json.loads((tmp_path / "doctor.json").read_text())["exit_code"] == proc.returncode
+
+
+def test_engine_checks_call_compare_as_it_is():
+    # Told TensorRT is ready where it is not, the engine checks still run compare_model with its real
+    # signature and report each model as one FAIL line (they once passed a removed keyword: a TypeError).
+    from pipeline.doctor import runs
+
+    checks = runs.engines(None, ["srcnn-x3"], log=lambda _m: None)
+    assert checks and all(c.status == "fail" for c in checks)
+    assert all("TensorRT" in c.detail for c in checks)

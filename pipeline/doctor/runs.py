@@ -119,8 +119,7 @@ def engines(ready: str | None, models: list[str], log=print) -> list[Check]:
     checks = []
     for model in models:
         try:
-            result = compare_model(model, backends=["trt"], precisions=("fp32", "fp16"), include_folded=False,
-                                   log=log)
+            result = compare_model(model, backends=["trt"], precisions=("fp32", "fp16"), log=log)
         except (PipelineError, RuntimeError, OSError, ValueError) as e:
             checks.append(Check(f"TensorRT engine {model}", FAIL, first_line(e), fix="`python -m pipeline compare "
                                 f"--model {model} --backends trt` shows the details"))
