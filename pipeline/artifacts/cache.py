@@ -17,6 +17,7 @@ from models.spec import WeightsError, file_sha256, get_spec
 from models.spec import weights_path as spec_weights_path
 from pipeline.errors import PipelineError
 
+# The choices every artifact key is made of (export, backends and the CLI read them here).
 PRECISIONS = ("fp32", "fp16")
 OPS = ("custom", "standard")
 EXPORTERS = ("dynamo", "torchscript")

@@ -9,9 +9,8 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 
 from models.spec import ModelSpec
+from pipeline.artifacts.cache import PRECISIONS
 from pipeline.errors import PipelineError
-
-PRECISIONS = ("fp32", "fp16")
 
 
 class BackendStatus(NamedTuple):
