@@ -17,7 +17,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-
 CUBIC_A = -0.75  # Keys' coefficient, PyTorch's (ONNX Resize cubic_coeff_a)
 
 

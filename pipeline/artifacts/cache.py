@@ -13,7 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from models.spec import WeightsError, file_sha256, get_spec
+from models.spec import WeightsError, get_spec
 from models.spec import weights_path as spec_weights_path
 from pipeline.errors import PipelineError
 
@@ -41,7 +41,13 @@ def weights_path(model: str, weights: str | Path | None = None) -> Path:
 
 
 def weights_sha256(model: str, weights: str | Path | None = None) -> str:
-    return file_sha256(weights_path(model, weights))
+    """The weights' identity in cache keys (ModelSpec.weights_sha256: a file's hash, a factory's tensors')."""
+    try:
+        return get_spec(model).weights_sha256(weights)
+    except KeyError as e:
+        raise PipelineError(str(e.args[0])) from None
+    except WeightsError as e:
+        raise PipelineError(str(e)) from None
 
 
 def _check_choice(what: str, value: str, allowed: tuple[str, ...]) -> None:
