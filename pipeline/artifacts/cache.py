@@ -23,7 +23,8 @@ OPS = ("custom", "standard")
 EXPORTERS = ("dynamo", "torchscript")
 # Part of every ONNX cache key: bumped when exports gain something the runtime relies on, so older cached files
 # are not reused. 2: the model spec in the metadata, reference outputs and folded variants beside the file.
-ONNX_LAYOUT = 2
+# 3: sr::DynamicResize's body and the folded border strips are tile-exact (tiled output equals whole, bit for bit).
+ONNX_LAYOUT = 3
 
 
 def cache_dir() -> Path:
