@@ -211,8 +211,7 @@ def test_tiled_run_equals_untiled(tree, weights, tmp_path, capsys):
         (sel / rel).parent.mkdir(parents=True, exist_ok=True)
         (sel / rel).write_bytes((tree / rel).read_bytes())
     assert _sr(capsys, sel, tmp_path / "whole", "--tile", 0, *args)[0] == 0
-    assert _sr(capsys, sel, tmp_path / "tiled", "--tile", 12, "--batch", 2, "--summary", tmp_path / "s.json",
-               *args)[0] == 0
+    assert _sr(capsys, sel, tmp_path / "tiled", "--tile", 12, "--summary", tmp_path / "s.json", *args)[0] == 0
     tiles = {r["input"]: r["tiles"] for r in json.loads((tmp_path / "s.json").read_text())["images"]}
     assert min(tiles.values()) > 4
     for rel in tiles:  # exactly: 8-bit, 16-bit and alpha (tiles reproduce the whole image's floats bit for bit)
@@ -398,5 +397,5 @@ def test_backend_tiled_float_output_equals_whole_image(backend_name, weights):
             out[:, t.y.keep0:t.y.keep1, t.x.keep0:t.x.keep1] = y[:, sy, sx]
 
         tiling.run_tiles(plan, lambda y0, y1, x0, x1: x[0, :, y0:y1, x0:x1],
-                         lambda v, scale=scale: b.infer(v, scale), write, 2)
+                         lambda v, scale=scale: b.infer(v, scale), write, 1)  # sr's default batch
         assert np.array_equal(out, whole), (backend_name, scale, np.abs(out - whole).max())
