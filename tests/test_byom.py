@@ -4,6 +4,7 @@ any scale runs the net at its own factor then sr::DynamicResize; user deform_con
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import byom_nets
 import numpy as np
@@ -152,6 +153,63 @@ def test_receptive_field_of_known_net_and_factory_contract():
         external.load("byom_nets:undeclared_scale_factory")
     with pytest.raises(WeightsError, match="no_such_module_xyz:f"):
         external.load("no_such_module_xyz:f")
+
+
+USER_FACTORY = """
+import torch
+
+class Net(torch.nn.Module):
+    scale = 2
+
+    def __init__(self, seed):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.conv = torch.nn.Conv2d(3, 12, 3, padding=1)
+
+    def forward(self, x):
+        return torch.nn.functional.pixel_shuffle(self.conv(x), 2)
+
+def factory():  # COMMENT
+    return Net(0).eval()
+
+def same_weights():
+    return Net(0).eval()
+
+def other_weights():
+    return Net(1).eval()
+"""
+
+
+def test_factory_weights_sha256_identifies_the_weights(tmp_path, monkeypatch):
+    """A factory's weights hash is its name plus its state-dict tensors: not the hash of its Python source (which
+    neither follows the weights it loads nor stays put when a comment changes), stable across processes."""
+    import os
+    import subprocess
+    import sys
+
+    from models.external import resolve
+    from pipeline.artifacts.cache import cached_onnx, weights_sha256
+
+    src = tmp_path / "user_factory_mod.py"
+    src.write_text(USER_FACTORY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def fresh(ref):
+        sys.modules.pop("user_factory_mod", None)
+        resolve._load.cache_clear()
+        return weights_sha256(ref)
+
+    sha = fresh("user_factory_mod:factory")
+    assert sha != file_sha256(src) and len(sha) == 64
+    assert f"-w{sha[:16]}-" in cached_onnx("user_factory_mod:factory").name  # the cache key carries it
+    assert fresh("user_factory_mod:other_weights") != sha  # other weights
+    assert fresh("user_factory_mod:same_weights") != sha  # same tensors, another factory: the name is part of it
+    src.write_text(USER_FACTORY.replace("# COMMENT", "# the source changed, the weights did not"))
+    assert fresh("user_factory_mod:factory") == sha
+    code = "from pipeline.artifacts.cache import weights_sha256; print(weights_sha256('user_factory_mod:factory'))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(__file__).resolve().parents[1])])}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip() == sha, out.stderr[-2000:]  # the same in another process
 
 
 def _export(module, args, names, exporter):
