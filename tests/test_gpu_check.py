@@ -175,12 +175,14 @@ def test_make_gpu_check_without_compute_sanitizer_says_so(tmp_path, fake_machine
 
 @pytest.mark.slow  # imports every test module in a fresh interpreter (~30 s on the 2-core box)
 def test_gpu_tests_collect_without_the_optional_packages(tmp_path):
-    """`pytest -m gpu` on a GPU machine's bare Python: spandrel/safetensors missing must not break collection."""
-    for name in ("spandrel", "safetensors"):
+    """`pytest -m gpu` on a GPU machine's bare Python: optional packages missing must not break collection."""
+    for name in ("spandrel", "safetensors", "hypothesis"):
         (tmp_path / name).mkdir()
-        (tmp_path / name / "__init__.py").write_text(f"raise ImportError('{name} is blocked for this test')\n")
+        (tmp_path / name / "__init__.py").write_text(f"raise ModuleNotFoundError('{name} is blocked for this test')\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "gpu", "-p",
-                           "no:cacheprovider"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    # hypothesis's own pytest plugin (an entry point of the installed package) would not exist there either
+    args = ["--collect-only", "-q", "-m", "gpu", "-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
+    proc = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=600)
     assert proc.returncode == 0 and "error" not in proc.stdout.lower(), proc.stdout[-3000:]
     assert "tests collected" in proc.stdout
