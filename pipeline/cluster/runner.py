@@ -138,7 +138,7 @@ def run_ray(args) -> int:
     model, scale, fmt = unit.check_arguments(args)
     if args.ray_actors is not None and args.ray_actors < 1:
         raise PipelineError("--ray-actors must be at least 1")
-    found = discover(args.input, args.output, fmt)
+    found = discover(args.input, args.output, fmt, summary=args.summary)
     if not found.jobs:
         raise PipelineError(f"no images found in {args.input}")
     spool = SummarySpool(args.summary)

@@ -105,7 +105,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     model = settings.resolve_model(model, onnx, backend, engine)
     spec = resolve_spec(model, onnx, engine)  # with --onnx/--engine, what the file says: no PyTorch needed
     scale = check_scale(spec, spec.default_scale if scale is None else scale)
-    found = discover(input, output, fmt)
+    found = discover(input, output, fmt, summary=summary)
     if not found.jobs:
         raise PipelineError(f"no images found in {input} (extensions: {', '.join(sorted(imageio.FORMATS))})")
 
