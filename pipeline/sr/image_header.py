@@ -128,7 +128,7 @@ def image_size(data: bytes) -> tuple[str, int, int]:
         return ("tiff", *_tiff(data))
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return ("webp", *_webp(data))
-    raise HeaderError("not a PNG, JPEG, BMP, TIFF or WebP file (unrecognised header)")
+    raise HeaderError("not a readable image: not a PNG, JPEG, BMP, TIFF or WebP file (unrecognised header)")
 
 
 def check_header(data: bytes) -> tuple[str, int, int]:

@@ -178,11 +178,11 @@ def _check_complete(data: bytes, fmt: str | None) -> None:
 def decode(data: bytes, fmt: str | None = None) -> Image:
     if len(data) == 0:
         raise ImageError("empty file")
+    _check_complete(data, fmt)
     try:  # the size the header claims, before any decoder allocates for it
         check_header(data)
     except HeaderError as e:
         raise ImageError(str(e)) from None
-    _check_complete(data, fmt)
     buf = np.frombuffer(data, dtype=np.uint8)
     try:
         pixels = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED)
