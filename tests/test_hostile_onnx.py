@@ -321,3 +321,19 @@ def test_triton_ort_copies_external_data(capsys, place):
     version = model_dir / "1"
     assert (version / "weights.bin").read_bytes() == (place["dir"] / "weights.bin").read_bytes()
     ort.InferenceSession(str(version / "model.onnx"), providers=["CPUExecutionProvider"])  # loads as Triton would
+
+
+def test_sr_on_ray_runs_the_same_onnx_check_before_any_cluster(place):
+    """The Ray path's argument checks (pipeline.cluster.unit) refuse the file before Ray is imported or started."""
+    import argparse
+
+    from pipeline.cli import sr as sr_cli
+    from pipeline.cluster import unit
+    from pipeline.errors import PipelineError
+
+    _externalise(place, "/etc/passwd")
+    parser = argparse.ArgumentParser()
+    sr_cli.add_arguments(parser)
+    args = parser.parse_args([str(place["img"]), str(place["out"]), "--ray", "--onnx", str(place["onnx"])])
+    with pytest.raises(PipelineError, match="external data .*absolute"):
+        unit.check_arguments(args)

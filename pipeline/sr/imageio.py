@@ -7,6 +7,7 @@ image ever exists. Rounding and clipping to the output bit depth happen once, in
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import stat
@@ -18,10 +19,9 @@ import numpy as np
 from pipeline.artifacts.atomic import atomic_write
 from pipeline.sr.image_header import HeaderError, check_header, max_pixels
 
-try:  # OpenCV's own guard (2^30 pixels) must not be tighter than ours: it reads this before its first decode
+# OpenCV's own guard (2^30 pixels) must not be tighter than ours: it reads this before its first decode
+with contextlib.suppress(HeaderError):
     os.environ.setdefault("CV_IO_MAX_IMAGE_PIXELS", str(max(max_pixels(), 2**30)))
-except HeaderError:
-    pass
 import cv2  # noqa: E402
 
 # Extensions we read and write (OpenCV codecs present in opencv-python-headless).
