@@ -14,6 +14,11 @@ from pipeline.errors import PipelineError
 _SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 
 
+def _real(path: Path) -> Path:
+    """Where a path leads (os.path.realpath: a symlink loop is not a RuntimeError as with Path.resolve < 3.13)."""
+    return Path(os.path.realpath(path))
+
+
 def component_problem(name: str) -> str | None:
     """Why `name` is not one plain path component (no separator, not '.', '..', absolute or empty), or None."""
     if not isinstance(name, str) or not name:
@@ -72,7 +77,7 @@ def sibling(owner: Path, name: str, what: str, *, missing_ok: bool = False) -> P
     problem = regular_file_problem(path)
     if problem == "does not exist" and missing_ok and not path.is_symlink():
         return path
-    if not problem and path.resolve().parent != owner.parent.resolve():  # a link beside the file leading elsewhere
+    if not problem and _real(path).parent != _real(owner.parent):  # a link beside the file leading elsewhere
         problem = f"is a link leading outside {owner.name}'s folder"
     if problem:
         raise PipelineError(f"{owner}: the {what} {name} {problem}")
@@ -86,7 +91,7 @@ def inside_problem(path: Path, folder: Path) -> str | None:
         return "is an absolute path"
     if ".." in p.parts:
         return "climbs out of the folder ('..')"
-    real, root = (Path(folder) / p).resolve(), Path(folder).resolve()
+    real, root = _real(Path(folder) / p), _real(Path(folder))
     if real != root and root not in real.parents:
         return "leads outside the folder through a link"
     return None
