@@ -221,3 +221,14 @@ def test_single_image_output_naming_a_non_image_file_is_refused(capsys, tree):
     err = capsys.readouterr().err
     assert code == 2 and "not an image" in err and err.count("\n") == 1, err
     assert notes.read_text() == "my notes"
+
+
+def test_oversized_file_is_not_read_into_memory(tmp_path, monkeypatch):
+    """A file bigger than any image within the limit could be (a sparse 2 GiB `.bmp` here) is refused from its size."""
+    big = tmp_path / "huge.bmp"
+    with open(big, "wb") as f:
+        f.write(bmp_bomb(100))
+        f.truncate(2 << 30)
+    monkeypatch.setenv(MAX_PIXELS_ENV, "1000000")
+    with pytest.raises(ImageError, match="MiB, more than an image"):
+        imageio.read_image(big)

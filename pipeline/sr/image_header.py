@@ -33,6 +33,14 @@ def max_pixels() -> int:
     return value
 
 
+def max_file_bytes() -> int:
+    """Largest image file read: uncompressed 16-bit RGBA at the pixel limit, plus 64 MiB of metadata."""
+    try:
+        return max_pixels() * 8 + (64 << 20)
+    except HeaderError:  # a bad SRDEPLOY_MAX_PIXELS is reported by check_header
+        return MAX_PIXELS * 8 + (64 << 20)
+
+
 def _png(d: bytes) -> tuple[int, int]:
     if len(d) < 24 or d[12:16] != b"IHDR":
         raise HeaderError("corrupt PNG header (no IHDR chunk first)")

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.artifacts.atomic import atomic_write
-from pipeline.sr.image_header import HeaderError, check_header, max_pixels
+from pipeline.sr.image_header import MAX_PIXELS_ENV, HeaderError, check_header, max_file_bytes, max_pixels
 
 # OpenCV's own guard (2^30 pixels) must not be tighter than ours: it reads this before its first decode
 with contextlib.suppress(HeaderError):
@@ -222,6 +222,10 @@ def read_bytes(path: Path) -> bytes:
             raise ImageError("is a directory")
         if not stat.S_ISREG(mode):
             raise ImageError("not a regular file (a FIFO, socket or device); only regular files are read")
+        size, cap = os.fstat(fd).st_size, max_file_bytes()
+        if size > cap:  # read into memory whole: bounded like the pixels
+            raise ImageError(f"file is {size / 2**20:.0f} MiB, more than an image within the pixel limit can "
+                             f"take ({cap / 2**20:.0f} MiB; raise {MAX_PIXELS_ENV} if you mean it)")
         try:
             return f.read()
         except OSError as e:
