@@ -239,6 +239,7 @@ def _sidecar_engine(tmp: Path, sidecar) -> Path:
     ([1, 2], "a JSON object"),
     ("\"text\"", "a JSON object"),
     ({"sidecar_version": 1, "model": "srcnn", "onnx_metadata": [1]}, "onnx_metadata"),
+    ({"sidecar_version": 1, "model": ["srcnn"]}, "'model' field"),
     ("{not json", "not valid JSON"),
     (None, "missing"),
 ])

@@ -47,14 +47,14 @@ def engine_spec(engine: Path, model: str | None) -> ModelSpec:
     sidecar = load_sidecar(Path(engine))
     meta = sidecar.get("onnx_metadata") or {"model": sidecar.get("model")}
     name = meta.get("model")
-    if name is not None and not isinstance(name, str):
-        raise PipelineError(f"{Path(engine).name}: its sidecar's model field is not a name ({name!r})")
     if name in (None, "?"):
         return resolve_spec(model)
     if model is not None and name != model:
         raise PipelineError(f"{Path(engine).name} was built for model '{name}', not '{model}'")
     try:
         return spec_of(meta)
+    except PipelineError as e:
+        raise PipelineError(f"{Path(engine).name}: {e}") from None
     except (KeyError, ValueError):
         raise PipelineError(f"{Path(engine).name}: its sidecar does not describe model '{name}'; rebuild the "
                             "engine from an ONNX file exported by this version") from None

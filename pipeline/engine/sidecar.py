@@ -57,8 +57,9 @@ def sidecar_problem(engine: Path) -> tuple[dict | None, str | None]:
     meta = data.get("onnx_metadata")
     if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
         return None, "has an 'onnx_metadata' that is not an object of strings"
-    if not isinstance(data.get("onnx", ""), str):
-        return None, "has an 'onnx' field that is not a string"
+    for key in ("onnx", "model"):
+        if not isinstance(data.get(key, ""), str):
+            return None, f"has a '{key}' field that is not a string"
     return data, None
 
 
