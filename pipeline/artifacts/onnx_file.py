@@ -213,8 +213,17 @@ def check_onnx_file(path: str | Path, flag: str = "--onnx") -> Path:
         raise PipelineError(f"ONNX file not found: {path}")
     if problem:
         raise PipelineError(f"{flag} {path} {problem}")
-    if path.stat().st_size == 0:
+    st = path.stat()
+    if st.st_size == 0:
         raise PipelineError(f"{flag} {path} is empty (0 bytes); export it again with `python -m pipeline export`")
+    _check_contents(str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    return path
+
+
+@functools.lru_cache(maxsize=8)
+def _check_contents(name: str, inode: int, size: int, mtime_ns: int) -> None:
+    """check_onnx_file's reading part, once per file version and process (commands reach it more than once)."""
+    path = Path(name)
     model, meta = load_onnx(path, external_data=False)
     problem = _external_data_problem(path, model) or _input_problem(model)
     if problem:
@@ -227,4 +236,3 @@ def check_onnx_file(path: str | Path, flag: str = "--onnx") -> Path:
         onnx.checker.check_model(str(path))  # by path: external data is looked up beside the file
     except Exception as e:  # onnx's ValidationError and C++ checker errors
         raise PipelineError(f"{path} is not a valid ONNX model: {first_line(e)}") from None
-    return path
