@@ -30,6 +30,6 @@ class Console:
         if self.progress:
             self._write(msg)
 
-    def bar(self, total: int) -> tqdm:
-        return tqdm(total=total, unit="img", disable=not self.progress or self._log is not None, file=sys.stderr,
-                    dynamic_ncols=True)
+    def bar(self, total: int, unit: str = "img", desc: str | None = None) -> tqdm:
+        return tqdm(total=total or None, unit=unit, desc=desc, disable=not self.progress or self._log is not None,
+                    file=sys.stderr, dynamic_ncols=True)
