@@ -76,6 +76,16 @@ def plan_clips(records: list[Record], scale: float, codec: str | None, crf: int 
     return plans
 
 
+def _short(info: VideoInfo, frames: int, end: ReadEnd) -> bool:
+    """Whether the frames stopped before the clip's end: by the header's count, else by time (VFR-safe)."""
+    if info.frames_exact:
+        return frames < info.frames
+    if info.duration_s and end.end_s is not None:
+        slack = 2 / float(info.rate) if info.rate else 0.1  # the last frame's duration is not always stored
+        return end.end_s < info.duration_s - slack
+    return False
+
+
 def _rate(r: Fraction | None) -> float | None:
     return round(float(r), 4) if r else None
 
@@ -247,13 +257,11 @@ class VideoRunner:
                      "time_per_frame_s": round(wall / frames, 5) if frames else None,
                      "codec": vp.codec, "crf": vp.crf, "pix_fmt_in": info.pix_fmt, "pix_fmt_out": vp.pix_fmt,
                      "copied": info.copied}
-        # a header's count from its duration may round one frame up
-        short = info.frames is not None and frames < info.frames - 1
-        if end.errors or short:
-            of = f" of {info.frames}" if info.frames else ""
-            why = f": {end.errors[0]}" + (f" (+{len(end.errors) - 1} more)" if len(end.errors) > 1 else "") \
-                if end.errors else ""
+        if end.errors or _short(info, frames, end):
+            of = f" of {'' if info.frames_exact else '~'}{info.frames}" if info.frames else ""
+            why = f": {end.errors[0]}" if end.errors else ""
+            more = f" (+{len(end.errors) - 1} more)" if len(end.errors) > 1 else ""
             rec.fail(f"damaged or truncated video: upscaled the {frames}{of} frames that decoded into "
-                     f"{rec.job.dst}{why}")
+                     f"{rec.job.dst}{why}{more}")
             return
         rec.status = "ok"

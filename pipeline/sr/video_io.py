@@ -61,7 +61,8 @@ class VideoInfo:
     chroma: str                  # "420", "422", "444"
     rate: Fraction | None        # average frame rate
     time_base: Fraction
-    frames: int | None           # frames the header promises (None when it does not say)
+    frames: int | None           # frames the header promises, else duration x rate (None when neither is known)
+    frames_exact: bool           # the header counts them (MP4); else an estimate (MKV, WebM: off for VFR clips)
     duration_s: float | None
     rotation: int                # display rotation, degrees counter-clockwise
     colour: Colour
@@ -127,7 +128,8 @@ def probe(path: Path) -> VideoInfo:
         return VideoInfo(width=frame.width, height=frame.height, pix_fmt=fmt.name,
                          depth=max(c.bits for c in fmt.components), rgb=fmt.is_rgb, chroma=_chroma(fmt),
                          rate=Fraction(rate) if rate else None, time_base=Fraction(stream.time_base),
-                         frames=_expected_frames(stream, duration, rate), duration_s=duration,
+                         frames=_expected_frames(stream, duration, rate), frames_exact=bool(stream.frames),
+                         duration_s=duration,
                          rotation=int(round(frame.rotation or 0)), colour=_colour(frame, ctx, fmt.name),
                          codec=ctx.name, copied=copied, dropped=dropped)
 
@@ -161,6 +163,7 @@ class Frame:
 class ReadEnd:
     frames: int
     errors: list[str]
+    end_s: float | None = None  # where the last decoded frame ends, seconds (truncation is judged by time)
 
 
 def read(path: Path, info: VideoInfo) -> Iterator[Packet | Frame | ReadEnd]:
@@ -168,6 +171,8 @@ def read(path: Path, info: VideoInfo) -> Iterator[Packet | Frame | ReadEnd]:
     skipped and counted (the frames after it still come); a container that ends early ends the frames."""
     errors: list[str] = []
     count = 0
+    end_s = None
+    frame_s = 1 / float(info.rate) if info.rate else 0.0
     try:
         container = av.open(str(path))
     except av.FFmpegError as e:
@@ -197,8 +202,10 @@ def read(path: Path, info: VideoInfo) -> Iterator[Packet | Frame | ReadEnd]:
                 continue
             for f in frames:
                 count += 1
+                if f.pts is not None and f.time_base:
+                    end_s = float(f.pts * f.time_base) + (float(f.duration * f.time_base) if f.duration else frame_s)
                 yield Frame(frame_pixels(f, info), f.pts, f.duration or None)
-    yield ReadEnd(count, errors)
+    yield ReadEnd(count, errors, end_s)
 
 
 def output_pix_fmt(codec: str, info: VideoInfo) -> tuple[str, list[str]]:
