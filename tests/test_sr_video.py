@@ -262,3 +262,45 @@ def test_video_output_name_must_be_a_video(clips, weights, tmp_path, capsys):
     assert code == 2 and "is not a video file name" in err
     code, err = _sr(capsys, weights, clips / "h264.mp4", tmp_path / "folder")
     assert code == 0 and Path(tmp_path / "folder" / "h264.mp4").is_file()
+
+
+def test_frames_in_flight_stay_bounded_whatever_the_length(weights, tmp_path, capsys, monkeypatch):
+    """Decoding never runs more than a few frames ahead of inference, nor inference ahead of encoding."""
+    from pipeline.sr import video_io
+
+    src = make_clip(tmp_path / "long.mkv", "ffv1", 16, 12, 30, 30)
+    counts = {"read": 0, "encoded": 0, "ahead": 0, "behind": 0}
+    read_pixels, frame = video_io.frame_pixels, video_io.Writer.frame
+
+    def counted_read(*a):
+        counts["read"] += 1
+        counts["ahead"] = max(counts["ahead"], counts["read"] - counts["encoded"])
+        return read_pixels(*a)
+
+    def counted_write(self, *a):
+        counts["encoded"] += 1
+        return frame(self, *a)
+
+    monkeypatch.setattr(video_io, "frame_pixels", counted_read)
+    monkeypatch.setattr(video_io.Writer, "frame", counted_write)
+    for batch in (1, 4):
+        counts.update(read=0, encoded=0, ahead=0)
+        assert _sr(capsys, weights, src, tmp_path / f"out{batch}.mkv", "--batch", batch)[0] == 0
+        assert counts["read"] == counts["encoded"] == 30
+        # reader queue + one batch being upscaled + writer queue + one in each thread's hands
+        assert counts["ahead"] <= 3 * batch + 2 * 2 + 2, counts
+
+
+def test_bench_video_rows_and_report(weights):
+    from pipeline import backends, report
+    from pipeline.bench.video import video_fps
+
+    be = backends.create("torch", "srcnn", "fp32", **({"weights": weights} if weights else {}))
+    rows = video_fps("srcnn", 3, backend=be, log=lambda _m: None, sizes={"tiny": (48, 32)})
+    (row,) = rows
+    assert row["frames"] == 3 and row["input"] == [48, 32] and row["output"] == [144, 96]
+    assert row["fps"] > 0 and row["inference_fps"] > 0 and row["codec"] == "h264"
+    (skipped,) = video_fps("srcnn", 3, backend=be, log=lambda _m: None, sizes={"tiny": (48, 32)}, max_frame_s=0)
+    assert skipped["fps"] is None and "limit 0 s" in skipped["skipped"]
+    md = "\n".join(report.video_markdown(rows + [skipped]))
+    assert "## Video" in md and "tiny 48x32" in md and "vs-mlrt" in md

@@ -42,15 +42,15 @@ def write_clip(path: Path, width: int, height: int, frames: int) -> Path:
     return path
 
 
-def video_fps(model: str, frames: int, backend="auto", weights=None, log=print,
-              max_frame_s: float = 60.0) -> list[dict]:
+def video_fps(model: str, frames: int, backend="auto", weights=None, log=print, max_frame_s: float = 60.0,
+              sizes: dict[str, tuple[int, int]] = SIZES) -> list[dict]:
     """One row per size: fps of the whole clip run and of inference alone (one frame per call). A size whose
     warm-up frame takes longer than max_frame_s is not run (its row says how long the frame took)."""
     scale = model_spec(model).default_scale
     be = backends.create(backend, model, "fp32", weights=weights) if isinstance(backend, str) else backend
     rows = []
     with tempfile.TemporaryDirectory(prefix="sr-video-bench-") as tmp:
-        for label, (w, h) in SIZES.items():
+        for label, (w, h) in sizes.items():
             clip = write_clip(Path(tmp) / f"{label}.mp4", w, h, frames)
             x = np.random.default_rng(0).random((1, 3, h, w), dtype=np.float32)
             t0 = time.perf_counter()
