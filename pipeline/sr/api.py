@@ -110,8 +110,8 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     scale = check_scale(spec, spec.default_scale if scale is None else scale)
     found = discover(input, output, fmt)
     if not found.jobs:
-        raise PipelineError(f"no images or videos found in {input} (extensions: "
-                            f"{', '.join(sorted(imageio.FORMATS))}, {', '.join(videofmt.VIDEO_FORMATS)})")
+        raise PipelineError(f"no images found in {input}, nor videos (extensions: "
+                            f"{', '.join(sorted(imageio.FORMATS))}; {', '.join(videofmt.VIDEO_FORMATS)})")
     for job in found.videos:  # a --codec the container cannot hold fails before any work
         videofmt.codec_for(job.fmt, codec)
 
