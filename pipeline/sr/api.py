@@ -125,7 +125,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     if clips:  # PyAV loads only for runs with videos
         from pipeline.sr.video import VideoRunner, plan_clips
 
-        plans = plan_clips(clips, scale, codec, crf, console)
+        plans = plan_clips(clips, scale, codec, crf)
         if len(found.jobs) == 1 and plans:  # one clip: its size/crop notes belong in the first line
             what = "; ".join([what, *next(iter(plans.values())).notes])
     console.always(f"sr: {spec.name} x{scale:g}{how} on {loaded.describe()} ({choice}); {what} -> {output}")

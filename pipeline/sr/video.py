@@ -64,8 +64,7 @@ def plan(job: Job, scale: float, codec: str | None, crf: int | None) -> VideoPla
     return VideoPlan(info, chosen, crf_for(chosen, crf), pix_fmt, w, h, notes)
 
 
-def plan_clips(records: list[Record], scale: float, codec: str | None, crf: int | None,
-               console: Console) -> dict[str, VideoPlan]:
+def plan_clips(records: list[Record], scale: float, codec: str | None, crf: int | None) -> dict[str, VideoPlan]:
     """Each clip's plan by its name; a file that is no usable video fails here (its record) with one line."""
     plans = {}
     for rec in records:
@@ -144,8 +143,10 @@ class VideoRunner:
                     writer.packet(item)
                 else:
                     writer.frame(*item)
-            except Exception as e:  # the encoder or the disk: this clip fails
+            except OSError as e:  # the disk: this clip fails
                 failed.append(e)
+            except Exception as e:  # the encoder or the muxer: this clip fails
+                failed.append(VideoError(f"encoding failed: {video_io.reason(e)}"))
             rec.encode_s += time.perf_counter() - t
 
     # -- inference ------------------------------------------------------------------------------------------------
@@ -212,7 +213,7 @@ class VideoRunner:
         failed: list[BaseException] = []
         reader = threading.Thread(target=self._reader, args=(rec, vp.info, inq, stop), name="sr-video-read")
         encoder = threading.Thread(target=self._writer, args=(rec, writer, outq, failed), name="sr-video-encode")
-        bar = self.console.bar(vp.info.frames or 0, unit="frame", desc=rec.job.rel)
+        bar = self.console.bar(vp.info.frames, unit="frame", desc=rec.job.rel)
         reader.start()
         encoder.start()
         try:
@@ -247,8 +248,11 @@ class VideoRunner:
         except VideoError as e:
             rec.fail(str(e))
             return
-        except Exception as e:  # inference, encoder or disk failure: this clip fails, the run goes on
-            rec.fail(infer_reason(e) if not isinstance(e, OSError) else f"cannot write {rec.job.dst}: {e}")
+        except OSError as e:
+            rec.fail(f"cannot write {rec.job.dst}: {e.strerror or e}")
+            return
+        except Exception as e:  # inference failure: this clip fails, the run goes on
+            rec.fail(infer_reason(e))
             return
         wall = time.perf_counter() - t0
         rec.video = {"frames": frames, "frames_expected": info.frames, "duration_s": info.duration_s,
