@@ -119,7 +119,8 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
                                   threads=threads)
     how = f" ({spec.scale_note(scale)})" if hasattr(spec, "scale_note") else ""  # a user's model: own factor?
     videos = len(found.videos)
-    what = f"{len(found.jobs) - videos} image(s)" + (f", {videos} video(s)" if videos else "")
+    counts = [(len(found.jobs) - videos, "image(s)"), (videos, "video(s)")]
+    what = ", ".join(f"{n} {kind}" for n, kind in counts if n) or "0 image(s)"
     records, todo = _triage(found, skip_existing, console)
     clips = [r for r in todo if r.job.video]
     if clips:  # PyAV loads only for runs with videos
@@ -137,14 +138,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     images = [r for r in todo if not r.job.video]
     process_s = Scheduler(worker, console, workers).run(images) if images or not clips else 0.0
     if clips:
-        t0 = time.perf_counter()
-        runner = VideoRunner(worker, console)
-        for rec in clips:
-            if rec.status != "failed":  # a clip that is no usable video failed at planning
-                runner.run(rec, plans[rec.job.rel])
-            if rec.status == "failed":
-                console.always(f"failed {rec.job.rel}: {rec.reason}")
-        process_s += time.perf_counter() - t0
+        process_s += VideoRunner(worker, console).run_all(clips, plans)
 
     result = Summary(model=spec.name, scale=scale, backend=loaded.describe(), backend_choice=choice,
                      input=str(input), output=str(output), tile=worker.tile, tile_margin_hr=worker.margin,

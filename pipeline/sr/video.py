@@ -233,6 +233,16 @@ class VideoRunner:
         writer.close()
         return result
 
+    def run_all(self, records: list[Record], plans: dict[str, VideoPlan]) -> float:
+        """Every clip in turn (those that failed planning are only reported); returns the seconds taken."""
+        t0 = time.perf_counter()
+        for rec in records:
+            if rec.status != "failed":
+                self.run(rec, plans[rec.job.rel])
+            if rec.status == "failed":
+                self.console.always(f"failed {rec.job.rel}: {rec.reason}")
+        return time.perf_counter() - t0
+
     def run(self, rec: Record, vp: VideoPlan) -> None:
         """Upscale one planned clip into rec.job.dst; the outcome is rec's status and reason."""
         t0 = time.perf_counter()
