@@ -304,3 +304,10 @@ def test_bench_video_rows_and_report(weights):
     assert skipped["fps"] is None and "limit 0 s" in skipped["skipped"]
     md = "\n".join(report.video_markdown(rows + [skipped]))
     assert "## Video" in md and "tiny 48x32" in md and "vs-mlrt" in md
+
+
+def test_ray_refuses_videos_before_starting_anything(clips, weights, tmp_path, capsys):
+    pytest.importorskip("ray")
+    code, err = _sr(capsys, weights, clips, tmp_path / "out", "--ray")
+    assert code == 2 and "is a video (run videos without --ray)" in err
+    assert not (tmp_path / "out").exists()
