@@ -301,7 +301,7 @@ def test_bench_video_rows_and_report(weights):
     assert row["frames"] == 3 and row["input"] == [48, 32] and row["output"] == [144, 96]
     assert row["fps"] > 0 and row["inference_fps"] > 0 and row["codec"] == "h264"
     (skipped,) = video_fps("srcnn", 3, backend=be, log=lambda _m: None, sizes={"tiny": (48, 32)}, max_frame_s=0)
-    assert skipped["fps"] is None and "limit 0 s" in skipped["skipped"]
+    assert skipped["fps"] is None and "would take" in skipped["skipped"] and "limit 0 s" in skipped["skipped"]
     md = "\n".join(report.video_markdown(rows + [skipped]))
     assert "## Video" in md and "tiny 48x32" in md and "vs-mlrt" in md
 

@@ -44,10 +44,11 @@ QUICK = dict(main_size=128, sizes=(64, 128), scales=(2.0, 3.0), batches=(1, 2), 
 # Time to first image (fresh processes) and the Ray comparison (local vs 1 and 2 actors) per full bench.
 FULL.update(startup_runs=5, ray_images=24, ray_size=128)
 QUICK.update(startup_runs=1, ray_images=0, ray_size=64)
-# Video fps at 480p and 720p input (`pipeline sr` on an H.264 clip): frames per clip, and the warm-up frame time above
-# which a size is not run (deform-srcnn on 2 CPU cores: ~25 s per 480p frame at x3).
-FULL.update(video_frames=4, video_frame_s=60.0)
-QUICK.update(video_frames=2, video_frame_s=5.0)
+# Video fps at 480p and 720p input (`pipeline sr` on an H.264 clip): frames per clip, and the estimated frame time
+# above which a size is not run (2 CPU cores at x3: srcnn ~2 s per 480p frame and ~7 s per 720p; deform-srcnn ~30 s
+# per 480p frame, so only a full bench runs it, at 480p).
+FULL.update(video_frames=3, video_frame_s=40.0)
+QUICK.update(video_frames=2, video_frame_s=3.0)
 
 
 def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
