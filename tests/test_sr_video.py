@@ -311,3 +311,16 @@ def test_ray_refuses_videos_before_starting_anything(clips, weights, tmp_path, c
     code, err = _sr(capsys, weights, clips, tmp_path / "out", "--ray")
     assert code == 2 and "is a video (run videos without --ray)" in err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("codec", "out_name", "pix", "note"), [
+    ("av1", "o.mp4", "yuv420p10le", None),
+    ("vp9", "o.webm", "yuv420p", "10-bit written as 8-bit (vp9 here encodes 8-bit only)"),
+])
+def test_10bit_input_per_codec(weights, tmp_path, capsys, codec, out_name, pix, note):
+    src = make_clip(tmp_path / "in.mkv", "ffv1", 32, 32, 3, 10, pix_fmt="yuv420p10le")
+    code, err = _sr(capsys, weights, src, tmp_path / out_name, "--codec", codec)
+    assert code == 0, err
+    out = frames_of(tmp_path / out_name)
+    assert len(out) == 3 and out[0].format.name == pix and (out[0].width, out[0].height) == (64, 64)
+    assert note is None or note in err.splitlines()[0]

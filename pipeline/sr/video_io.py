@@ -7,6 +7,7 @@ worker exactly as the same picture saved as a PNG would.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -254,6 +255,8 @@ class Writer:
     def _streams(self, codec: str, crf: int | None, source: Path) -> None:
         info = self.info
         options = dict(ENCODER_OPTIONS[codec])
+        if codec == "av1":  # SVT-AV1 prints its banner and config to stderr itself unless told (errors still show)
+            os.environ.setdefault("SVT_LOG", "1")
         if crf is not None:
             options["crf"] = str(crf)
         v = self.out.add_stream(ENCODERS[codec], rate=info.rate, options=options)
