@@ -13,7 +13,7 @@ import torch
 from models.registry import get_spec
 from pipeline.cli import main
 from pipeline.sr import tiling
-from tests.video_clips import audio_of, frames_of, layout, make_clip
+from tests.video_clips import audio_of, frames_of, layout, make_clip, subtitle_packets
 
 av = pytest.importorskip("av")
 
@@ -324,3 +324,18 @@ def test_10bit_input_per_codec(weights, tmp_path, capsys, codec, out_name, pix, 
     out = frames_of(tmp_path / out_name)
     assert len(out) == 3 and out[0].format.name == pix and (out[0].width, out[0].height) == (64, 64)
     assert note is None or note in err.splitlines()[0]
+
+
+def test_subtitles_are_copied_or_the_clip_fails_in_one_line(weights, tmp_path, capsys):
+    srt = tmp_path / "cues.srt"
+    srt.write_text("1\n00:00:00,100 --> 00:00:00,500\nhello\n\n2\n00:00:00,600 --> 00:00:00,900\nworld\n")
+    src = make_clip(tmp_path / "in.mkv", "ffv1", 24, 16, 10, 10, audio="flac", subtitles=srt)
+    assert layout(src) == ["subtitle:srt", "video:ffv1", "audio:flac"]  # the output keeps this order
+    assert _sr(capsys, weights, src, tmp_path / "out.mkv")[0] == 0
+    assert layout(tmp_path / "out.mkv") == layout(src)
+    assert subtitle_packets(tmp_path / "out.mkv") == subtitle_packets(src) == [(b"hello", 0.1), (b"world", 0.6)]
+    code, err = _sr(capsys, weights, src, tmp_path / "out.mp4")  # MP4 holds no SubRip
+    assert code == 1
+    assert [ln for ln in err.splitlines() if ln.startswith("failed ")] == [
+        "failed in.mkv: subtitle stream srt cannot be copied into mp4 (write .mkv, which holds it)"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cues.srt", "in.mkv", "out.mkv"]

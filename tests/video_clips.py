@@ -61,10 +61,13 @@ def _write_audio(out, a, seconds: float) -> None:
 
 def make_clip(path: Path, codec: str, w: int, h: int, frames: int, rate: Fraction | int, *, pix_fmt: str = "yuv420p",
               audio: str | None = None, pts: list[int] | None = None, time_base: Fraction | None = None,
-              rotation: int = 0, colour: tuple[int, int, int, int] | None = None, video: bool = True) -> Path:
+              rotation: int = 0, colour: tuple[int, int, int, int] | None = None, video: bool = True,
+              subtitles: Path | None = None) -> Path:
     """Write a clip. pts (in time_base) makes it variable-frame-rate; colour = (matrix, range, primaries, trc) tags;
-    video=False writes the audio alone."""
+    video=False writes the audio alone; subtitles: an .srt file whose cues become a subtitle stream."""
     out = av.open(str(path), "w")
+    srt = av.open(str(subtitles)) if subtitles else None
+    sub = out.add_stream_from_template(srt.streams[0]) if srt else None
     v = _video_stream(out, codec, w, h, rate, pix_fmt, time_base, rotation, colour) if video else None
     a = None
     if audio:
@@ -81,6 +84,12 @@ def make_clip(path: Path, codec: str, w: int, h: int, frames: int, rate: Fractio
             out.mux(p)
     if a is not None:
         _write_audio(out, a, frames / float(rate))
+    if srt is not None:
+        for p in srt.demux(srt.streams[0]):
+            if p.size:
+                p.stream = sub
+                out.mux(p)
+        srt.close()
     out.close()
     return path
 
@@ -93,6 +102,11 @@ def frames_of(path: Path) -> list[av.VideoFrame]:
 def audio_of(path: Path) -> np.ndarray:
     with av.open(str(path)) as c:
         return np.concatenate([f.to_ndarray() for f in c.decode(c.streams.audio[0])], axis=1)
+
+
+def subtitle_packets(path: Path) -> list[tuple[bytes, float]]:
+    with av.open(str(path)) as c:
+        return [(bytes(p), float(p.pts * p.time_base)) for p in c.demux(c.streams.subtitles[0]) if p.size]
 
 
 def layout(path: Path) -> list[str]:

@@ -253,6 +253,23 @@ class Writer:
             raise
 
     def _streams(self, codec: str, crf: int | None, source: Path) -> None:
+        """The output's streams in the input's order: the upscaled video where the first video was, copies of
+        the audio and subtitle streams; a stream the container cannot hold fails the clip before any frame."""
+        self.copies: dict[int, av.stream.Stream] = {}
+        supported = self.out.supported_codecs
+        with av.open(str(source)) as src:
+            first_video = src.streams.video[0].index
+            for s in src.streams:
+                if s.index == first_video:
+                    self.video = self._video_stream(codec, crf)
+                elif s.type in COPIED:
+                    name = s.codec_context.name
+                    if name not in supported:
+                        raise VideoError(f"{s.type} stream {name} cannot be copied into {self.out.format.name} "
+                                         f"(write .mkv, which holds it)")
+                    self.copies[s.index] = self.out.add_stream_from_template(s)
+
+    def _video_stream(self, codec: str, crf: int | None):
         info = self.info
         options = dict(ENCODER_OPTIONS[codec])
         if codec == "av1":  # SVT-AV1 prints its banner and config to stderr itself unless told (errors still show)
@@ -272,18 +289,7 @@ class Writer:
         ctx.color_primaries, ctx.color_trc = c.primaries, c.trc
         if info.rotation:
             v.set_display_rotation(info.rotation)
-        self.video = v
-        self.copies: dict[int, av.stream.Stream] = {}
-        supported = self.out.supported_codecs
-        with av.open(str(source)) as src:
-            for s in src.streams:
-                if s.type not in COPIED:
-                    continue
-                name = s.codec_context.name
-                if name not in supported:
-                    raise VideoError(f"{s.type} stream {name} cannot be copied into {self.out.format.name} "
-                                     f"(write .mkv, which holds it)")
-                self.copies[s.index] = self.out.add_stream_from_template(s)
+        return v
 
     def frame(self, pixels: np.ndarray, pts: int | None, duration: int | None) -> None:
         """Encode one upscaled BGR frame (uint8 or uint16) with the input frame's timing."""
