@@ -174,18 +174,35 @@ def test_odd_output_is_cropped_by_one_pixel_and_the_first_line_says_so(weights, 
     assert kept > _psnr(cropped, cv2.resize(full, (62, 44))) + 3
 
 
-def test_truncated_clip_keeps_the_frames_that_decode(weights, tmp_path, capsys):
-    src = make_clip(tmp_path / "whole.mkv", "ffv1", 32, 24, 20, 10, audio="flac")
+@pytest.mark.parametrize(("name", "codec", "options", "of"), [
+    ("cut.mkv", "ffv1", None, "~20"),                            # MKV states no count: from its duration
+    ("cut.mp4", "libx264", {"movflags": "faststart"}, "20"),     # the MP4 index (first) counts the frames
+])
+def test_truncated_clip_keeps_the_frames_that_decode(weights, tmp_path, capsys, name, codec, options, of):
+    src = make_clip(tmp_path / f"whole{Path(name).suffix}", codec, 32, 24, 20, 10, audio="flac" if codec == "ffv1"
+                    else "aac", options=options)
     data = src.read_bytes()
-    cut = tmp_path / "cut.mkv"
+    cut = tmp_path / name
     cut.write_bytes(data[: len(data) * 6 // 10])
-    code, err = _sr(capsys, weights, cut, tmp_path / "out.mkv", "--summary", tmp_path / "s.json")
+    out = tmp_path / f"out{Path(name).suffix}"
+    code, err = _sr(capsys, weights, cut, out, "--summary", tmp_path / "s.json")
     assert code == 1
     failed = [ln for ln in err.splitlines() if ln.startswith("failed ")]
     assert len(failed) == 1 and "truncated" in failed[0]
-    n = len(frames_of(tmp_path / "out.mkv"))
-    assert 0 < n < 20 and f"upscaled the {n} of ~20 frames" in failed[0]  # MKV states no count: from its duration
+    n = len(frames_of(out))
+    assert 0 < n < 20 and f"upscaled the {n} of {of} frames that decoded" in failed[0]
     assert json.loads((tmp_path / "s.json").read_text())["images"][0]["video"]["frames"] == n
+
+
+def test_mp4_cut_before_its_index_is_one_line(clips, weights, tmp_path, capsys):
+    """FFmpeg writes an MP4's index at the end: without it nothing can be decoded, and nothing is written."""
+    data = (clips / "h264.mp4").read_bytes()
+    (tmp_path / "cut.mp4").write_bytes(data[: len(data) // 2])
+    code, err = _sr(capsys, weights, tmp_path / "cut.mp4", tmp_path / "out.mp4")
+    assert code == 1
+    assert [ln for ln in err.splitlines() if ln.startswith("failed ")] == [
+        "failed cut.mp4: not a readable video (Invalid data found when processing input)"]
+    assert not (tmp_path / "out.mp4").exists()
 
 
 def test_audio_only_and_non_video_files_are_one_line_each(weights, tmp_path, capsys):

@@ -62,10 +62,11 @@ def _write_audio(out, a, seconds: float) -> None:
 def make_clip(path: Path, codec: str, w: int, h: int, frames: int, rate: Fraction | int, *, pix_fmt: str = "yuv420p",
               audio: str | None = None, pts: list[int] | None = None, time_base: Fraction | None = None,
               rotation: int = 0, colour: tuple[int, int, int, int] | None = None, video: bool = True,
-              subtitles: Path | None = None) -> Path:
+              subtitles: Path | None = None, options: dict | None = None) -> Path:
     """Write a clip. pts (in time_base) makes it variable-frame-rate; colour = (matrix, range, primaries, trc) tags;
-    video=False writes the audio alone; subtitles: an .srt file whose cues become a subtitle stream."""
-    out = av.open(str(path), "w")
+    video=False writes the audio alone; subtitles: an .srt file whose cues become a subtitle stream; options: the
+    muxer's (e.g. movflags=faststart: the MP4 index first)."""
+    out = av.open(str(path), "w", options=options or {})
     srt = av.open(str(subtitles)) if subtitles else None
     sub = out.add_stream_from_template(srt.streams[0]) if srt else None
     v = _video_stream(out, codec, w, h, rate, pix_fmt, time_base, rotation, colour) if video else None
