@@ -123,7 +123,7 @@ class VideoRunner:
         except _Stop:
             pass
         except Exception as e:  # a reader crash ends the frames like a truncated file
-            self._put_quiet(q, ReadEnd(0, [video_io.reason(e)]), stop)
+            self._put_quiet(q, ReadEnd([video_io.reason(e)]), stop)
         finally:
             items.close()
 
@@ -193,7 +193,7 @@ class VideoRunner:
                 flush()
                 return item, done
             if failed:  # the writer failed: stop early, the clip is lost anyway
-                return ReadEnd(done, []), done
+                return ReadEnd([]), done
             if isinstance(item, Packet):
                 outq.put(item)
                 continue

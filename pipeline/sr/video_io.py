@@ -162,7 +162,8 @@ class Frame:
 
 @dataclass
 class ReadEnd:
-    frames: int
+    """The reader is done: the damage it met (one line each) and where its last frame ends."""
+
     errors: list[str]
     end_s: float | None = None  # where the last decoded frame ends, seconds (truncation is judged by time)
 
@@ -171,13 +172,12 @@ def read(path: Path, info: VideoInfo) -> Iterator[Packet | Frame | ReadEnd]:
     """The clip's frames (as pixels) and copied packets in file order, then a ReadEnd. A damaged packet is
     skipped and counted (the frames after it still come); a container that ends early ends the frames."""
     errors: list[str] = []
-    count = 0
     end_s = None
     frame_s = 1 / float(info.rate) if info.rate else 0.0
     try:
         container = av.open(str(path))
     except av.FFmpegError as e:
-        yield ReadEnd(0, [f"cannot reopen: {reason(e)}"])
+        yield ReadEnd([f"cannot reopen: {reason(e)}"])
         return
     with container:
         video = container.streams.video[0]
@@ -192,7 +192,7 @@ def read(path: Path, info: VideoInfo) -> Iterator[Packet | Frame | ReadEnd]:
             except av.FFmpegError as e:  # the container itself is cut or damaged: nothing more can be read
                 errors.append(f"demuxing stopped: {reason(e)}")
                 break
-            if packet.stream is not video:
+            if packet.stream.index != video.index:
                 if packet.size:
                     yield Packet(packet, packet.stream.index)
                 continue
@@ -202,11 +202,10 @@ def read(path: Path, info: VideoInfo) -> Iterator[Packet | Frame | ReadEnd]:
                 errors.append(reason(e))
                 continue
             for f in frames:
-                count += 1
                 if f.pts is not None and f.time_base:
                     end_s = float(f.pts * f.time_base) + (float(f.duration * f.time_base) if f.duration else frame_s)
                 yield Frame(frame_pixels(f, info), f.pts, f.duration or None)
-    yield ReadEnd(count, errors, end_s)
+    yield ReadEnd(errors, end_s)
 
 
 def output_pix_fmt(codec: str, info: VideoInfo) -> tuple[str, list[str]]:
