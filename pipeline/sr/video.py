@@ -166,8 +166,8 @@ class VideoRunner:
         scratch = Record(rec.job)
         item = self.worker.plan(scratch, Image(pixels))
         if not rec.in_size:  # every frame has the first frame's size and plan
-            rec.in_size, rec.mode, rec.tiles, rec.max_shift = scratch.in_size, scratch.mode, scratch.tiles, \
-                scratch.max_shift
+            rec.in_size, rec.mode, rec.tiles = scratch.in_size, scratch.mode, scratch.tiles
+            rec.max_shift = scratch.max_shift
             rec.notes.extend(scratch.notes)
         return item
 
