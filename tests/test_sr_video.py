@@ -277,6 +277,8 @@ def test_bad_video_options_fail_before_any_work(clips, weights, tmp_path, capsys
 def test_video_output_name_must_be_a_video(clips, weights, tmp_path, capsys):
     code, err = _sr(capsys, weights, clips / "h264.mp4", tmp_path / "o.png")
     assert code == 2 and "is not a video file name" in err
+    code, err = _sr(capsys, weights, clips / "h264.mp4", tmp_path / "o.mkv", "--format", "png")
+    assert code == 2 and "--format png applies to images" in err and not (tmp_path / "o.mkv").exists()
     code, err = _sr(capsys, weights, clips / "h264.mp4", tmp_path / "folder")
     assert code == 0 and Path(tmp_path / "folder" / "h264.mp4").is_file()
 

@@ -66,6 +66,9 @@ def _single_video(src_root: Path, out_root: Path) -> tuple[Path, str]:
 
 def _single_file(src_root: Path, out_root: Path, fmt: str | None) -> JobList:
     if video_format(src_root) is not None:
+        if fmt is not None:
+            raise PipelineError(f"--format {fmt} applies to images; {src_root} is a video (name OUTPUT with the "
+                                f"container you want, e.g. .mkv)")
         dst, f = _single_video(src_root, out_root)
         if dst.resolve() == src_root.resolve():
             raise PipelineError(f"output {dst} is the input file; choose another OUTPUT (inputs are never "
