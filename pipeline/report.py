@@ -262,8 +262,9 @@ VIDEO_CONTEXT = [
     "- vs-mlrt wiki, RIFE page (https://github.com/AmusementClub/vs-mlrt/wiki/RIFE): RTX 3090, 1920x1088, vs-mlrt "
     "v12, fp16: RIFE v4.4 (frame interpolation, not super-resolution) 71.30 fps on trt, 53.62 fps on ort-cuda.",
     "- mpv-upscale-2x_animejanai wiki, Benchmarks (https://github.com/the-database/mpv-upscale-2x_animejanai/wiki/"
-    "Benchmarks; a VapourSynth + TensorRT setup that bundles vs-mlrt's vsmlrt-cuda), RTX 4090, fp32: 2x_Compact "
-    "226.11 fps at 640x480 and 75.09 fps at 1280x720 input; 2x_SuperUltraCompact 583.82 and 191.16 fps.",
+    "Benchmarks; a VapourSynth + TensorRT player setup, whose successor mpv-AnimeJaNai ships vs-mlrt's vsmlrt-cuda), "
+    "RTX 4090, fp32: 2x_Compact 226.11 fps at 640x480 and 75.09 fps at 1280x720 input; 2x_SuperUltraCompact 583.82 "
+    "and 191.16 fps.",
     "- vs-mlrt's own super-resolution tables (waifu2x, RealESRGANv2, Real-CUGAN pages) could not be retrieved here, "
     "so none are quoted.",
 ]
