@@ -5,6 +5,7 @@ import os
 from fractions import Fraction
 from pathlib import Path
 
+import av
 import cv2
 import numpy as np
 import pytest
@@ -14,8 +15,6 @@ from models.registry import get_spec
 from pipeline.cli import main
 from pipeline.sr import tiling
 from tests.video_clips import audio_of, frames_of, layout, make_clip, subtitle_packets
-
-av = pytest.importorskip("av")
 
 SCALE = 2.0
 
