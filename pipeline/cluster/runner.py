@@ -141,6 +141,8 @@ def run_ray(args) -> int:
     found = discover(args.input, args.output, fmt, summary=args.summary)
     if not found.jobs:
         raise PipelineError(f"no images found in {args.input}")
+    if found.videos:  # a clip is one sequential stream of frames, not a unit to spread over actors
+        raise PipelineError(f"--ray upscales images; {found.videos[0].rel} is a video (run videos without --ray)")
     spool = SummarySpool(args.summary)
     try:
         if found.ignored:

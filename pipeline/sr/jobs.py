@@ -1,5 +1,6 @@
 """Which files the sr stage reads and where each result goes: INPUT (file or folder, recursive) ->
-OUTPUT mirroring the tree. Guarantees inputs are never overwritten and outputs are never re-read as
+OUTPUT mirroring the tree. Images and videos (pipeline.sr.videofmt) are both jobs; a video keeps its container
+unless a single-file OUTPUT names another. Guarantees inputs are never overwritten and outputs are never re-read as
 inputs (OUTPUT may lie inside INPUT)."""
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from pipeline.errors import PipelineError
 from pipeline.sr.imageio import FORMAT_EXT, format_of
+from pipeline.sr.videofmt import VIDEO_FORMATS, video_format
 
 
 @dataclass
@@ -17,16 +19,24 @@ class Job:
     src: Path
     dst: Path
     rel: str          # path relative to INPUT (how the file is named in logs and the summary)
-    fmt: str          # output format key (png, jpg, ...)
+    fmt: str          # output format key (png, jpg, ...; mp4, mkv, ... for a video)
     problem: str = ""  # set when the job must fail before decoding (e.g. an output name collision)
+
+    @property
+    def video(self) -> bool:
+        return self.fmt in VIDEO_FORMATS.values()
 
 
 @dataclass
 class JobList:
     jobs: list[Job]
-    ignored: list[str] = field(default_factory=list)  # files without an image extension
+    ignored: list[str] = field(default_factory=list)  # files without an image or video extension
     root: Path | None = None
     out_root: Path | None = None  # OUTPUT, for a folder run
+
+    @property
+    def videos(self) -> list[Job]:
+        return [j for j in self.jobs if j.video]
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -38,15 +48,37 @@ def _inside(path: Path, folder: Path) -> bool:
 
 
 def _out_name(rel: Path, fmt: str | None) -> tuple[Path, str]:
+    if video_format(rel) is not None:  # --format is for images; a video keeps its container
+        return rel, video_format(rel)
     if fmt is None:
         return rel, format_of(rel)
     return rel.with_suffix(FORMAT_EXT[fmt]), fmt
 
 
+def _single_video(src_root: Path, out_root: Path) -> tuple[Path, str]:
+    if out_root.is_dir() or (format_of(out_root) is None and video_format(out_root) is None
+                             and not out_root.exists()):
+        return out_root / src_root.name, video_format(src_root)
+    named = video_format(out_root)
+    if named is None:
+        raise PipelineError(f"OUTPUT {out_root} is not a video file name for the video {src_root} "
+                            f"(extensions: {', '.join(VIDEO_FORMATS)})")
+    return out_root, named
+
+
 def _single_file(src_root: Path, out_root: Path, fmt: str | None) -> JobList:
+    if video_format(src_root) is not None:
+        if fmt is not None:
+            raise PipelineError(f"--format {fmt} applies to images; {src_root} is a video (name OUTPUT with the "
+                                f"container you want, e.g. .mkv)")
+        dst, f = _single_video(src_root, out_root)
+        if dst.resolve() == src_root.resolve():
+            raise PipelineError(f"output {dst} is the input file; choose another OUTPUT (inputs are never "
+                                f"overwritten)")
+        return JobList([Job(src_root, dst, src_root.name, f)], [], src_root.parent)
     if format_of(src_root) is None:
-        raise PipelineError(f"input {src_root} is not an image file (known extensions: "
-                            f"{', '.join(sorted(FORMAT_EXT))})")
+        raise PipelineError(f"input {src_root} is not an image or video file (known extensions: "
+                            f"{', '.join(sorted(FORMAT_EXT))}, {', '.join(VIDEO_FORMATS)})")
     if out_root.is_dir() or (format_of(out_root) is None and not out_root.exists()):
         name, f = _out_name(Path(src_root.name), fmt)
         dst = out_root / name
@@ -96,7 +128,7 @@ def _walk(src_root: Path, out_root: Path, fmt: str | None) -> JobList:
         for name in sorted(filenames):
             path = here / name
             rel = path.relative_to(src_root)
-            if format_of(path) is None:
+            if format_of(path) is None and video_format(path) is None:
                 if not (name.startswith(".") and name.endswith(".part")):  # our own temp files
                     ignored.append(rel.as_posix())
                 continue
