@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from models import external
 from models.external.modules import AnyScale
+from models.ops import bicubic_exact
 from models.registry import WeightsError, file_sha256
 from pipeline.cli import main as cli_main
 from pipeline.export import graph
@@ -232,8 +233,11 @@ def test_fixed_x4_net_at_x3_runs_x4_then_sr_dynamic_resize(ckpt_dir, exporter):
     x = torch.rand(1, 3, 17, 22)
     size = torch.tensor([51, 66])
     with torch.no_grad():
-        want = F.interpolate(ext.module(x), size=(51, 66), mode="bicubic", align_corners=False)
-        assert torch.allclose(net3(x, size), want, atol=1e-6)
+        native = ext.module(x)
+        assert torch.equal(net3(x, size), bicubic_exact(native, 51, 66))  # sr::DynamicResize's eager form
+        # ... which is F.interpolate's bicubic up to ATen's float source positions
+        want = F.interpolate(native, size=(51, 66), mode="bicubic", align_corners=False)
+        assert torch.allclose(net3(x, size), want, atol=1e-5)
         proto = _export(net3, (torch.rand(2, 3, 16, 20), torch.tensor([48, 60])), ["input", "size"], exporter)
         assert [n.op_type for n in proto.graph.node if n.domain == "sr"] == ["DynamicResize"]
         for shape, out in (((1, 3, 17, 22), (51, 66)), ((1, 3, 24, 20), (60, 50))):  # x3 and x2.5, one graph
