@@ -16,21 +16,26 @@ from models.registry import get_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 # Runs CLI commands one after the other in a fresh interpreter and reports, for the last one, how far the process's
-# peak RSS rose above its RSS at that run's start: ru_maxrss is the kernel's high-water mark, so the peak is never
-# missed (a sampling thread can be starved on a loaded machine). The earlier runs load the model and the lazily
-# imported modules, so the rise is what the last run itself needed.
+# peak RSS rose above its RSS at that run's start. The peak is the kernel's own high-water mark (VmHWM), reset to the
+# current RSS just before the run (/proc/self/clear_refs, 5): never missed, as a sampling thread on a loaded machine
+# can, and not an earlier peak (imports, the warm-up runs, which load the model and the lazily imported modules).
 SNIPPET = """
-import json, resource, sys, time
-import psutil, torch, torch.nn.functional, cv2
+import json, re, sys, time
+import torch, torch.nn.functional, cv2
 import pipeline.sr.api, pipeline.backends.torch_backend, pipeline.backends.ort_backend
 from pipeline.cli import main
+def status(key):
+    with open("/proc/self/status") as f:
+        return int(re.search(key + r":\\s+(\\d+) kB", f.read()).group(1)) * 1024
 runs = json.loads(sys.argv[1])
 for argv in runs[:-1]:
     assert main(argv) == 0
-start = psutil.Process().memory_info().rss
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")
+start = status("VmRSS")
 t = time.perf_counter()
 code = main(runs[-1])
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = status("VmHWM")
 print(json.dumps({"code": code, "peak_rss_mib": peak / 2**20, "rise_mib": (peak - start) / 2**20,
                   "wall_s": time.perf_counter() - t}))
 """
@@ -68,7 +73,7 @@ def test_tiling_bounds_peak_memory(tmp_path):
               *_weights(tmp_path)]
     _image(tmp_path / "small.png", 40, 40)
     warm = [tmp_path / "small.png", tmp_path / "warm.png", *common]
-    # one process per measured run (ru_maxrss never goes down), each warmed up by a small run first
+    # one process per measured run, each warmed up by a small run first
     tiled = _run_sr([warm, [tmp_path / "in.png", tmp_path / "tiled.png", "--tile", 32, *common]], 300)
     whole = _run_sr([warm, [tmp_path / "in.png", tmp_path / "whole.png", "--tile", 0, *common]], 300)
     assert whole["code"] == tiled["code"] == 0
