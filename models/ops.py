@@ -49,19 +49,18 @@ def cubic_taps(in_size: int, out_size: int, device=None) -> tuple[list[torch.Ten
 
 def bicubic_exact(x: torch.Tensor, height: int, width: int) -> torch.Tensor:
     """F.interpolate(x, (height, width), mode="bicubic", align_corners=False) with exact source positions
-    (cubic_taps), accumulated like the C++ kernels (each row over its 4 columns, then the 4 rows), in float32.
-    Elementwise ops only, so every output value is the same whatever the image's size: tiles equal the whole."""
+    (cubic_taps), in float32 with the C++ kernels' arithmetic: each source row's 4 columns weighted and summed, then
+    the 4 rows. Done separably (all rows' column pass first), which is the same sums in the same order per output
+    value. Elementwise ops only, so every value is the same whatever the image's size: tiles equal the whole."""
     iy, wy = cubic_taps(x.shape[-2], height, x.device)
     ix, wx = cubic_taps(x.shape[-1], width, x.device)
     xf = x.float()
-    out = None
-    for r in range(4):
-        rows = xf.index_select(-2, iy[r])
-        acc = rows.index_select(-1, ix[0]) * wx[0]
-        for j in range(1, 4):
-            acc = acc + rows.index_select(-1, ix[j]) * wx[j]
-        term = acc * wy[r][:, None]
-        out = term if out is None else out + term
+    cols = xf.index_select(-1, ix[0]) * wx[0]  # [N, C, H_in, W_out]
+    for j in range(1, 4):
+        cols = cols + xf.index_select(-1, ix[j]) * wx[j]
+    out = cols.index_select(-2, iy[0]) * wy[0][:, None]
+    for r in range(1, 4):
+        out = out + cols.index_select(-2, iy[r]) * wy[r][:, None]
     return out.to(x.dtype)
 
 

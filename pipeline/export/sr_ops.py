@@ -117,7 +117,7 @@ def _cubic_taps(b: _Nodes, in_size: str, out_size: str) -> tuple[list[str], list
 
 
 def dynamic_resize_function(opset: int) -> onnx.FunctionProto:
-    """Body of sr::DynamicResize in standard ops: Gather the 4x4 taps and weight them (rows over columns first,
+    """Body of sr::DynamicResize in standard ops: Gather the 4x4 taps and weight them (each row's columns first,
     then the rows, in float32), the arithmetic of the C++ kernels and of eager PyTorch (models.ops.bicubic_exact).
     ONNX Resize would compute source positions in float, off by an ulp depending on the position, so a tile
     would differ from the whole image in the last bit at x3 or x2.5."""
@@ -128,13 +128,13 @@ def dynamic_resize_function(opset: int) -> onnx.FunctionProto:
     xs, wx = _cubic_taps(b, b("Gather", shape, b.const(3, i64)), b("Gather", "size", b.const(1, i64)))
     x = b("Cast", "X", to=TensorProto.FLOAT)
     b.nodes.append(_int64s("axis_1", [1]))
+    cols = None  # every source row's 4 columns first ([N, C, H_in, W_out]), then the 4 rows: the kernels' sums
+    for j in range(4):
+        term = b("Mul", b("Gather", x, xs[j], axis=3), wx[j])
+        cols = term if cols is None else b("Add", cols, term)
     out = None
     for r in range(4):
-        rows = b("Gather", x, ys[r], axis=2)
-        acc = b("Mul", b("Gather", rows, xs[0], axis=3), wx[0])
-        for j in range(1, 4):
-            acc = b("Add", acc, b("Mul", b("Gather", rows, xs[j], axis=3), wx[j]))
-        term = b("Mul", acc, b("Unsqueeze", wy[r], "axis_1"))  # [H_out, 1] against [N, C, H_out, W_out]
+        term = b("Mul", b("Gather", cols, ys[r], axis=2), b("Unsqueeze", wy[r], "axis_1"))  # wy as [H_out, 1]
         out = term if out is None else b("Add", out, term)
     b.nodes.append(helper.make_node("CastLike", [out, "X"], ["Y"]))
     return helper.make_function(DOMAIN, DYNAMIC_RESIZE, ["X", "size"], ["Y"], b.nodes,
