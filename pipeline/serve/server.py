@@ -8,6 +8,7 @@ than failing the whole start: the server runs in explicit model-control mode wit
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import os
 import re
@@ -91,7 +92,8 @@ def plan_server(repo: Path, *, binary: Path | None = None, host: str = "127.0.0.
     if models:
         unknown = sorted(set(models) - {e.name for e in entries})
         if unknown:
-            raise PipelineError(f"{repo} has no model {', '.join(unknown)} (it has: {', '.join(e.name for e in entries)})")
+            have_names = ", ".join(e.name for e in entries)
+            raise PipelineError(f"{repo} has no model {', '.join(unknown)} (it has: {have_names})")
         entries = [e for e in entries if e.name in models]
     have = {p.name for p in backends_dir.iterdir() if p.is_dir()} if backends_dir else None
     load = [e for e in entries if have is None or e.backend in have]
@@ -115,10 +117,8 @@ def plan_server(repo: Path, *, binary: Path | None = None, host: str = "127.0.0.
 
 def _die_with_parent() -> None:
     """In the child before exec: SIGTERM when the parent (this process) dies."""
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
 
 
 class Server:
