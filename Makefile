@@ -98,7 +98,7 @@ eval: setup
 compare: setup plugins
 	$(PY) -m pipeline compare --model all --output outputs/compare
 
-bench: setup plugins
+bench: setup plugins triton-env
 	$(PY) -m pipeline bench --model all --output outputs/bench
 
 train: setup
