@@ -1,6 +1,7 @@
 """The `sr` Triton model without a server: pipeline.serve.sr_service answers requests with the local run's pixels,
 one bad request never fails the others, and the config `triton` writes for it parses as Triton's ModelConfig.
 The served end-to-end runs are in test_triton_serve.py."""
+import json
 from pathlib import Path
 
 import cv2
@@ -37,11 +38,12 @@ def _bgr(h: int, w: int, seed: int = 0) -> np.ndarray:
     return np.ascontiguousarray(np.roll(img, seed * 7, axis=0)[:h, :w])
 
 
-def _local(tmp_path: Path, onnx_file: Path, name: str, pixels: np.ndarray, scale: float = 3.0) -> np.ndarray:
+def _local(tmp_path: Path, onnx_file: Path, name: str, pixels: np.ndarray, scale: float = 3.0,
+           tile: int | None = None) -> np.ndarray:
     src, out = tmp_path / "in" / name, tmp_path / "out"
     src.parent.mkdir(exist_ok=True)
     src.write_bytes(_png(pixels))
-    s = upscale(src, out, backend="ort", onnx=onnx_file, scale=scale, progress=False, log=lambda m: None)
+    s = upscale(src, out, backend="ort", onnx=onnx_file, scale=scale, tile=tile, progress=False, log=lambda m: None)
     assert not s.failed
     return cv2.imread(str(out / name), cv2.IMREAD_UNCHANGED)
 
@@ -57,6 +59,17 @@ def test_answer_equals_local_run(tmp_path, onnx_file, service, kind):
     assert set(answer) == {key, "info"}
     got = output_from_array(answer[key][0])
     assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+def test_tiled_answer_equals_local_tiled_run(tmp_path, onnx_file):
+    """A tiled image on a batching server (max_batch 4) is tiled and run as the local run tiles it (one tile at a
+    time, the same plan): the same bytes."""
+    tiled = SrService(onnx_file, "ort", max_batch=4, tile=16)
+    pixels = _bgr(44, 60)
+    want = _local(tmp_path, onnx_file, "t.png", pixels, scale=3.0, tile=16)
+    [answer] = tiled.run([{"image_bytes": np.array([[_png(pixels)]], dtype=object)}])
+    assert json.loads(answer["info"][0, 0])["tiles"] > 4
+    assert np.array_equal(output_from_array(answer["output_u8"][0]), want)
 
 
 def test_bad_request_fails_alone(service):
@@ -121,6 +134,7 @@ def test_sr_model_config(tmp_path, capsys):
     (["sr", "IN", "OUT", "--triton", "http://127.0.0.1:9", "--concurrency", "0"], "--concurrency must be"),
     (["serve", "NOREPO"], "model repository not found"),
     (["triton", "--model", "srcnn", "--backend", "ort", "--output", "R", "--name", "sr"], "both be named"),
+    (["triton", "--model", "srcnn", "--backend", "ort", "--output", "R", "--sr-name", "../x"], "plain folder name"),
 ])
 def test_bad_arguments_are_one_line(tmp_path, monkeypatch, capsys, args, msg):
     monkeypatch.chdir(tmp_path)

@@ -25,6 +25,12 @@ def _copy(src: Path, dst: Path) -> None:
         shutil.copyfile(src, tmp)
 
 
+def check_sr_name(name: str) -> None:
+    """The sr model's folder stays inside the repository."""
+    if not name or name in (".", "..") or any(c in name for c in "/\\\0") or name.startswith("."):
+        raise PipelineError(f"--sr-name '{name}' must be a plain folder name inside the repository")
+
+
 def sr_config(name: str, *, model_file: str, backend: str, env: str | None, instances: int, kind: str,
               max_batch: int = SR_MAX_BATCH, parameters: dict[str, str] | None = None) -> tuple[str, dict]:
     params = {"model_file": model_file, "backend": backend, **(parameters or {})}
@@ -47,6 +53,7 @@ def sr_config(name: str, *, model_file: str, backend: str, env: str | None, inst
 def write_sr_model(repo: Path, plain_model_file: Path, *, name: str = SR_MODEL, engine: bool, env: str | None,
                    instances: int = 1, kind: str = "cpu", parameters: dict[str, str] | None = None) -> Path:
     """Write REPO/<name>/ next to the plain model whose file is `plain_model_file`; returns its config file."""
+    check_sr_name(name)
     model_dir = Path(repo) / name
     if model_dir.resolve() == plain_model_file.parent.parent.resolve():
         raise PipelineError(f"the sr model's name '{name}' is the plain model's; give the plain model another --name")

@@ -107,7 +107,10 @@ class SrService:
 
     def worker(self, scale: float) -> ImageWorker:
         if scale not in self.workers:
-            self.workers[scale] = ImageWorker(self.backend, self.spec, scale, tile=self.tile, batch=self.max_batch)
+            # batch 1: tiles sized and run one at a time exactly as the local run's default (--batch 1) does, so
+            # large images tile the same way (ORT's float sums depend on the crop shape); whole images of one size
+            # are batched across requests by _infer
+            self.workers[scale] = ImageWorker(self.backend, self.spec, scale, tile=self.tile, batch=1)
         return self.workers[scale]
 
     # -- one request's inputs -> items ----------------------------------------------------------------------
@@ -183,7 +186,7 @@ class SrService:
         groups: dict[tuple, list[_Item]] = {}
         for it in items:
             p = it.planned
-            if it.worker.batchable(p):  # whole images of one size and scale: one call
+            if p.plan.whole and self.max_batch > 1:  # whole images of one size and scale: one call
                 groups.setdefault((it.worker.scale, p.image.height, p.image.width), []).append(it)
             else:
                 try:
@@ -191,11 +194,10 @@ class SrService:
                 except Exception as e:  # this request fails, the others go on
                     failed[it.request] = infer_reason(e)
         for group in groups.values():
-            worker = group[0].worker
-            for i in range(0, len(group), worker.batch):
-                chunk = group[i:i + worker.batch]
+            for i in range(0, len(group), self.max_batch):
+                chunk = group[i:i + self.max_batch]
                 try:
-                    worker.infer_batch([it.planned for it in chunk])
+                    chunk[0].worker.infer_batch([it.planned for it in chunk])
                 except Exception as e:
                     for it in chunk:
                         failed[it.request] = infer_reason(e)

@@ -156,6 +156,10 @@ def write_repository(model: str, repo: Path, *, backend: str = "trt", precision:
     (its environment: `python_env`, default the one `make triton-env` made); returns what was written and the
     tritonserver command."""
     model_spec(model)  # unknown model: one line before anything is made
+    if sr_name:
+        from pipeline.serve.python_repo import check_sr_name
+
+        check_sr_name(sr_name)
     if sr_name and sr_name == (name or model):
         raise PipelineError(f"the plain model and the sr model would both be named '{sr_name}'; change --name or "
                             "--sr-name")
