@@ -11,7 +11,8 @@ from skimage import data
 
 from pipeline.artifacts.cache import onnx_for
 from pipeline.cli import main
-from pipeline.serve.sr_service import OUTPUTS, SrService, array_from_output, output_from_array
+from pipeline.serve.sr_service import SrService
+from pipeline.serve.tensors import OUTPUTS, array_from_output, output_from_array
 from pipeline.sr import imageio, upscale
 
 model_config_pb2 = pytest.importorskip("tritonclient.grpc.model_config_pb2",

@@ -53,7 +53,7 @@ def run(args) -> int:
     if args.triton is None and (args.concurrency is not None or args.triton_model != "sr"):
         raise PipelineError("--concurrency and --triton-model apply to --triton runs")
     if args.triton is not None:
-        from pipeline.sr.remote import run_triton
+        from pipeline.serve.client import run_triton
 
         args.concurrency = 2 if args.concurrency is None else args.concurrency
         return run_triton(args)

@@ -5,7 +5,9 @@ Python-backend model beside it, and a local server to run it.
     triton_config  the model's I/O, batching and card facts -> Triton model configuration
     triton_repo    REPO/<name>/config.pbtxt + 1/model.{plan,onnx}, plugin library, server command
     python_repo    REPO/sr/: the Python-backend model's config and adapter (python_model/model.py)
+    tensors        the sr model's request interface (names, types, array layout)
     sr_service     what the sr model does with requests (the sr stage's steps), without Triton
+    client         `sr --triton URL`: a folder through a running server's sr model
     triton_env     the unpacked tritonserver and the sr model's Python environment (`make triton-env`)
     server         `serve`: start tritonserver, wait for readiness, stop it
 """

@@ -1,7 +1,7 @@
 """The `sr` model of a Triton repository: a Python-backend model (REPO/sr/config.pbtxt + 1/model.py) that runs the
 sr stage on the torch-free runtime (pipeline.serve.sr_service) over the plain model's own file: ONNX Runtime on
 the repository's ONNX file, or TensorRT on the engine (copied beside model.py with its sidecar). Images in, images
-out; see sr_service for the tensors. Its Python environment is named in the config (EXECUTION_ENV_PATH)."""
+out; the tensors are pipeline.serve.tensors. Its Python environment is named in the config (EXECUTION_ENV_PATH)."""
 from __future__ import annotations
 
 import os
@@ -12,7 +12,7 @@ from pipeline.artifacts.atomic import atomic_path, atomic_write
 from pipeline.engine import sidecar_path
 from pipeline.errors import PipelineError
 from pipeline.serve.pbtxt import Enum, dumps
-from pipeline.serve.sr_service import INPUTS, OUTPUTS
+from pipeline.serve.tensors import INPUTS, OUTPUTS
 from pipeline.serve.triton_config import QUEUE_DELAY_US
 
 SR_MODEL = "sr"        # the model's name in the repository (`sr --triton` asks for it by default)

@@ -2,16 +2,7 @@
 batched whole images) and answer with the sr stage's own steps (pipeline.sr.worker.ImageWorker), so served
 pixels are the local run's pixels. The Python-backend adapter (python_model/model.py) only moves tensors.
 
-The request interface (the `sr` model's config.pbtxt, pipeline.serve.python_repo, is written from these):
-  inputs  image_bytes  BYTES [1]       an encoded image (PNG/JPEG/WebP/TIFF/BMP), or
-          pixels_u8    UINT8 [H,W,C]   / pixels_u16 UINT16 [H,W,C]: RGB(A) or gray (C = 1, 3, 4) pixels
-          scale        FP64 [1]        optional; the model's default scale, within its range
-          format       BYTES [1]       optional: png, jpg, webp, tiff, bmp (encoded answer) or array (default)
-          quality      INT32 [1]       optional JPEG/WebP quality (default 95)
-  outputs output_bytes BYTES [1]       the encoded result (format != array)
-          output_u8 / output_u16       the result's pixels, RGB(A)/gray HxWxC, the input's bit depth (array)
-          info         BYTES [1]       JSON: in/out size, mode, bit depth, tiles, notes, backend, timings
-Every input and output also has Triton's leading batch dimension. One request's problem (a corrupt image, a
+The request interface is pipeline.serve.tensors. One request's problem (a corrupt image, a
 scale out of range) is that request's error; the others in the batch are answered."""
 from __future__ import annotations
 
@@ -25,21 +16,12 @@ import numpy as np
 from pipeline import backends
 from pipeline.backends.checks import check_scale, resolve_spec
 from pipeline.errors import PipelineError, first_line
+from pipeline.serve.tensors import ARRAY, ARRAY_INPUTS, IMAGE_INPUTS, array_from_output
 from pipeline.sr import imageio
 from pipeline.sr.imageio import Image, ImageError
 from pipeline.sr.jobs import Job
 from pipeline.sr.records import Record
 from pipeline.sr.worker import ImageWorker, Planned, infer_reason
-
-ARRAY = "array"
-ARRAY_INPUTS = {"pixels_u8": np.uint8, "pixels_u16": np.uint16}
-IMAGE_INPUTS = ("image_bytes", *ARRAY_INPUTS)
-# name -> (Triton data type, dims without the batch dimension)
-INPUTS = {"image_bytes": ("TYPE_STRING", [1]), "pixels_u8": ("TYPE_UINT8", [-1, -1, -1]),
-          "pixels_u16": ("TYPE_UINT16", [-1, -1, -1]), "scale": ("TYPE_FP64", [1]), "format": ("TYPE_STRING", [1]),
-          "quality": ("TYPE_INT32", [1])}
-OUTPUTS = {"output_bytes": ("TYPE_STRING", [1]), "output_u8": ("TYPE_UINT8", [-1, -1, -1]),
-           "output_u16": ("TYPE_UINT16", [-1, -1, -1]), "info": ("TYPE_STRING", [1])}
 
 
 class RequestError(Exception):
@@ -54,20 +36,6 @@ def image_from_array(a: np.ndarray) -> Image:
         return Image(a[:, :, 0])
     order = [2, 1, 0, 3][:a.shape[2]]
     return Image(np.ascontiguousarray(a[:, :, order]))
-
-
-def array_from_output(out: np.ndarray) -> np.ndarray:
-    """An output buffer (BGR(A) or HxW) -> RGB(A)/gray HxWxC, the array interface's layout."""
-    if out.ndim == 2:
-        return out[:, :, None]
-    return np.ascontiguousarray(out[:, :, [2, 1, 0, 3][:out.shape[2]]])
-
-
-def output_from_array(a: np.ndarray) -> np.ndarray:
-    """The inverse of array_from_output: what imageio.encode takes."""
-    if a.shape[2] == 1:
-        return a[:, :, 0]
-    return np.ascontiguousarray(a[:, :, [2, 1, 0, 3][:a.shape[2]]])
 
 
 def _text(value) -> str:

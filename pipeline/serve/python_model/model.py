@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from pipeline.serve.sr_service import INPUTS, SrService
+from pipeline.serve.sr_service import SrService
+from pipeline.serve.tensors import INPUTS
 
 
 class TritonPythonModel:
