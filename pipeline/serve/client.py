@@ -117,7 +117,8 @@ class Client:
         inputs[2].set_data_from_numpy(np.array([[ARRAY.encode()]], dtype=np.object_))
         outputs = [tc.InferRequestedOutput(n) for n in ("output_u8", "output_u16", "info")]
         try:
-            result = self.client.infer(self.endpoint.model, inputs, outputs=outputs)
+            timeout = {"client_timeout": NETWORK_TIMEOUT_S} if self.endpoint.protocol == "grpc" else {}
+            result = self.client.infer(self.endpoint.model, inputs, outputs=outputs, **timeout)
         except Exception as e:
             if not self.live():
                 raise ServerLost(_message(e)) from None
