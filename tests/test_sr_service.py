@@ -135,7 +135,7 @@ def test_sr_model_config(tmp_path, capsys):
     (["sr", "IN", "OUT", "--triton", "http://127.0.0.1:9", "--concurrency", "0"], "--concurrency must be"),
     (["serve", "NOREPO"], "model repository not found"),
     (["triton", "--model", "srcnn", "--backend", "ort", "--output", "R", "--name", "sr"], "both be named"),
-    (["triton", "--model", "srcnn", "--backend", "ort", "--output", "R", "--sr-name", "../x"], "plain folder name"),
+    (["triton", "--model", "srcnn", "--backend", "ort", "--output", "R", "--sr-name", "../x"], "--sr-name '../x'"),
 ])
 def test_bad_arguments_are_one_line(tmp_path, monkeypatch, capsys, args, msg):
     monkeypatch.chdir(tmp_path)

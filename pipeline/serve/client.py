@@ -232,7 +232,8 @@ def _scale(params: dict[str, str], scale: float | None) -> float:
     return scale
 
 
-LOCAL_ONLY = ("onnx", "engine", "weights", "threads", "tile", "tile_overlap", "reference", "ray", "ray_actors")
+LOCAL_ONLY = ("onnx", "engine", "weights", "threads", "tile", "tile_overlap", "reference", "ray", "ray_actors", "codec",
+              "crf")
 
 
 def run_triton(args) -> int:
@@ -253,6 +254,9 @@ def run_triton(args) -> int:
     found = discover(args.input, args.output, fmt)
     if not found.jobs:
         raise PipelineError(f"no images found in {args.input} (extensions: {', '.join(sorted(imageio.FORMATS))})")
+    if found.videos:  # the sr model takes images; a clip is one sequential stream (run videos locally)
+        raise PipelineError(f"--triton upscales images; {found.videos[0].rel} is a video (run videos without "
+                            "--triton)")
     probe = Client(endpoint)
     try:
         params = probe.model_parameters()

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 from pipeline.artifacts.atomic import atomic_path, atomic_write
+from pipeline.artifacts.confine import safe_component
 from pipeline.engine import sidecar_path
 from pipeline.errors import PipelineError
 from pipeline.serve.pbtxt import Enum, dumps
@@ -23,12 +24,6 @@ ADAPTER = Path(__file__).with_name("python_model") / "model.py"
 def _copy(src: Path, dst: Path) -> None:
     with atomic_path(dst) as tmp:
         shutil.copyfile(src, tmp)
-
-
-def check_sr_name(name: str) -> None:
-    """The sr model's folder stays inside the repository."""
-    if not name or name in (".", "..") or any(c in name for c in "/\\\0") or name.startswith("."):
-        raise PipelineError(f"--sr-name '{name}' must be a plain folder name inside the repository")
 
 
 def sr_config(name: str, *, model_file: str, backend: str, env: str | None, instances: int, kind: str,
@@ -53,7 +48,7 @@ def sr_config(name: str, *, model_file: str, backend: str, env: str | None, inst
 def write_sr_model(repo: Path, plain_model_file: Path, *, name: str = SR_MODEL, engine: bool, env: str | None,
                    instances: int = 1, kind: str = "cpu", parameters: dict[str, str] | None = None) -> Path:
     """Write REPO/<name>/ next to the plain model whose file is `plain_model_file`; returns its config file."""
-    check_sr_name(name)
+    name = safe_component(name, "--sr-name")
     model_dir = Path(repo) / name
     if model_dir.resolve() == plain_model_file.parent.parent.resolve():
         raise PipelineError(f"the sr model's name '{name}' is the plain model's; give the plain model another --name")
