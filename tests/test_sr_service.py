@@ -82,7 +82,9 @@ def test_bad_request_fails_alone(service):
     res = service.run([good, corrupt, out_of_range, two_inputs, bad_format, good])
     assert isinstance(res[0], dict) and isinstance(res[-1], dict)
     assert np.array_equal(res[0]["output_u8"], res[-1]["output_u8"])
-    assert "not a readable image" in res[1]
+    with pytest.raises(imageio.ImageError) as e:
+        imageio.decode(bytes(corrupt["image_bytes"][0, 0]))
+    assert res[1] == str(e.value)
     assert "scale" in res[2] and "9" in res[2]
     assert "exactly one of" in res[3]
     assert "unknown output format" in res[4]
@@ -167,3 +169,13 @@ def test_serve_needs_a_server(tmp_path, capsys, monkeypatch):
     assert "make triton-env" in capsys.readouterr().err
     assert main(["serve", str(repo), "--tritonserver", str(tmp_path / "no-binary")]) == 2
     assert "tritonserver not found" in capsys.readouterr().err
+
+
+def test_triton_run_refuses_videos_up_front(tmp_path, capsys):
+    (tmp_path / "in").mkdir()
+    cv2.imwrite(str(tmp_path / "in" / "a.png"), _bgr(8, 8))
+    (tmp_path / "in" / "clip.mp4").write_bytes(b"not decoded: refused by name before any request")
+    assert main(["sr", str(tmp_path / "in"), str(tmp_path / "out"), "--triton", "grpc://127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err
+    assert "clip.mp4 is a video" in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
