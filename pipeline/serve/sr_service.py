@@ -15,6 +15,7 @@ import numpy as np
 
 from pipeline import backends
 from pipeline.backends.checks import check_scale, resolve_spec
+from pipeline.backends.registry import backend_class
 from pipeline.errors import PipelineError, first_line
 from pipeline.serve.tensors import ARRAY, ARRAY_INPUTS, IMAGE_INPUTS, array_from_output
 from pipeline.sr import imageio
@@ -58,12 +59,14 @@ class SrService:
     """One loaded backend and the workers (one per scale) that share it."""
 
     def __init__(self, model_file: str | Path, backend: str = "ort", *, max_batch: int = 1, threads: int | None = None,
-                 tile: int | None = None):
+                 tile: int | None = None, device: int | None = None):
         model_file = Path(model_file)
         self.is_engine = model_file.suffix in (".engine", ".plan")
         where = {"engine": model_file} if self.is_engine else {"onnx": model_file}
         self.spec = resolve_spec(None, **where)
         opts = {**where, **({"threads": threads} if threads else {})}
+        if device is not None and "device" in backend_class(backend).OPTIONS:  # the GPU Triton gave this instance
+            opts["device"] = device
         self.backend = backends.create(backend, None, "fp32" if not self.is_engine else _engine_precision(model_file),
                                        **opts)
         self.max_batch = max(1, max_batch)

@@ -20,8 +20,10 @@ class TritonPythonModel:
         model_dir = Path(args["model_repository"])
         threads = int(params["threads"]) if params.get("threads") else None
         tile = int(params["tile"]) if params.get("tile") else None
+        gpu = args.get("model_instance_kind") == "GPU"  # KIND_GPU instances run on the device Triton names
         self.service = SrService(model_dir / params["model_file"], params.get("backend") or "ort",
-                                 max_batch=int(config.get("max_batch_size") or 1), threads=threads, tile=tile)
+                                 max_batch=int(config.get("max_batch_size") or 1), threads=threads, tile=tile,
+                                 device=int(args["model_instance_device_id"]) if gpu else None)
 
     def execute(self, requests):
         decoded = []
