@@ -179,3 +179,21 @@ def test_triton_run_refuses_videos_up_front(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "clip.mp4 is a video" in err and err.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_served_bench_summary_and_table():
+    """pipeline.bench.triton_bench's medians and ratios, and the report's table of them."""
+    from pipeline.bench.triton_bench import summarize
+    from pipeline.report import triton_markdown
+
+    run = {"images": 10, "backend": "ort (CPU)"}
+    runs = {"local": [{**run, "wall_s": 6.0, "process_s": 5.0}, {**run, "wall_s": 5.0, "process_s": 4.0},
+                      {**run, "wall_s": 7.0, "process_s": 6.0}],
+            "triton-1": [{**run, "wall_s": 4.0, "process_s": 2.5}] * 3,
+            "triton-2": [{**run, "wall_s": 9.0, "process_s": 10.0}] * 3}
+    res = summarize(runs, (1, 2))
+    assert res["local"]["process_s"] == 5.0 and res["local"]["images_per_s"] == 2.0
+    assert res["triton"][1]["images_per_s"] == 4.0 and res["triton"][1]["vs_local"] == 2.0
+    assert res["triton"][2]["vs_local"] == 0.5
+    table = "\n".join(triton_markdown(res))
+    assert "| Triton, 1 client(s) | 4.0 | 2.50 | 4.0 | 2.00x |" in table and "| local folder run |" in table

@@ -42,7 +42,8 @@ QUICK = dict(main_size=128, sizes=(64, 128), scales=(2.0, 3.0), batches=(1, 2), 
              max_call_s=3.0, heavy_call_s=1.0)
 # The folder run has 16 images: filling and draining the decode/encode pipeline costs about one image's decode +
 # encode per run, which 4 images overweight (measured: 83 % of inference at 4 images, 87 % at 16).
-# Time to first image (fresh processes) and the Ray comparison (local vs 1 and 2 actors) per full bench.
+# Time to first image (fresh processes), the Ray comparison (local vs 1 and 2 actors) and the served one (local vs
+# a Triton server's sr model with 1, 2 and 4 clients) per full bench.
 FULL.update(startup_runs=5, ray_images=24, ray_size=128, triton_images=24, triton_size=128)
 QUICK.update(startup_runs=1, ray_images=0, ray_size=64, triton_images=0, triton_size=64)
 # Video fps at 480p and 720p input (`pipeline sr` on an H.264 clip): frames per clip, and the estimated frame time
