@@ -173,7 +173,7 @@ def test_make_gpu_check_without_compute_sanitizer_says_so(tmp_path, fake_machine
     assert proc.returncode == 0 and "compute-sanitizer is not installed" in proc.stderr, proc.stderr
 
 
-@pytest.mark.slow  # imports every test module in a fresh interpreter (~30 s on the 2-core box)
+@pytest.mark.slow  # imports every test module in a fresh interpreter (10 s idle, a minute on the loaded 2-core box)
 def test_gpu_tests_collect_without_the_optional_packages(tmp_path):
     """`pytest -m gpu` on a GPU machine's bare Python: optional packages missing must not break collection."""
     for name in ("spandrel", "safetensors", "hypothesis"):
