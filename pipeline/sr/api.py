@@ -42,10 +42,13 @@ def _triage(found: JobList, skip_existing: bool, console: Console) -> tuple[list
     """Records for every job, and those still to do (not failed up front, not skipped)."""
     records = [Record(j) for j in found.jobs]
     todo = []
+    said = set()
     for rec in records:
         if rec.job.problem:
             rec.fail(rec.job.problem)
-            console.always(f"failed {rec.job.rel}: {rec.reason}")
+            if rec.reason not in said:  # a collision names every input in its one line
+                said.add(rec.reason)
+                console.always(f"failed {rec.job.rel}: {rec.reason}")
         elif skip_existing and rec.job.dst.exists():
             rec.status, rec.reason = "skipped", "output exists"
         else:
@@ -107,7 +110,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     scale = check_scale(spec, spec.default_scale if scale is None else scale)
     found = discover(input, output, fmt)
     if not found.jobs:
-        raise PipelineError(f"no images found in {input} (extensions: {', '.join(sorted(imageio.FORMATS))})")
+        raise PipelineError(f"no images found in {input} (extensions: {imageio.extensions_text()})")
 
     loaded, choice = load_backend(backend, model, precision, onnx=onnx, engine=engine, weights=weights,
                                   threads=threads)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.errors import PipelineError
-from pipeline.sr.imageio import FORMAT_EXT, format_of
+from pipeline.sr.imageio import FORMAT_EXT, OTHER_IMAGE_EXT, extensions_text, format_of
 
 
 @dataclass
@@ -43,8 +43,7 @@ def _out_name(rel: Path, fmt: str | None) -> tuple[Path, str]:
 
 def _single_file(src_root: Path, out_root: Path, fmt: str | None) -> JobList:
     if format_of(src_root) is None:
-        raise PipelineError(f"input {src_root} is not an image file (known extensions: "
-                            f"{', '.join(sorted(FORMAT_EXT))})")
+        raise PipelineError(f"input {src_root} is not an image file (extensions: {extensions_text()})")
     if out_root.is_dir() or (format_of(out_root) is None and not out_root.exists()):
         name, f = _out_name(Path(src_root.name), fmt)
         dst = out_root / name
@@ -84,23 +83,34 @@ def _walk(src_root: Path, out_root: Path, fmt: str | None) -> JobList:
 def _flag_conflicts(jobs: list[Job]) -> None:
     """An output path that is an input file, or that two inputs map to (a.png + a.jpg -> a.png)."""
     inputs = {j.src.resolve() for j in jobs}
-    seen: dict[Path, str] = {}
+    by_dst: dict[Path, list[Job]] = {}
     for j in jobs:
         d = j.dst.resolve()
         if d in inputs:
             j.problem = f"output path {j.dst} is an input file (inputs are never overwritten)"
-        elif d in seen:
-            j.problem = f"output {j.dst} would also be written for {seen[d]}"
         else:
-            seen[d] = j.rel
+            by_dst.setdefault(d, []).append(j)
+    for group in by_dst.values():  # every input of a collision fails: none is written, none silently wins
+        if len(group) > 1:
+            names = " and ".join(j.rel for j in group)
+            both = "both" if len(group) == 2 else "all"
+            for j in group:
+                j.problem = f"{names} would {both} write {j.dst}; rename one (or use another --format)"
 
 
 def discover(input_path: str | Path, output_path: str | Path, fmt: str | None = None) -> JobList:
-    """Jobs for INPUT -> OUTPUT. Raises PipelineError (one line) for unusable arguments."""
+    """Jobs for INPUT -> OUTPUT. Raises PipelineError (one line) for unusable arguments.
+
+    OUTPUT is the file to write when INPUT is one image and OUTPUT ends in an extension we write and is not an
+    existing folder; otherwise it is a folder. An OUTPUT ending in an image extension we do not write (.gif, ...)
+    is refused rather than made a folder of that name."""
     src_root = Path(input_path)
     out_root = Path(output_path)
     if not src_root.exists():
         raise PipelineError(f"input not found: {src_root}")
+    if out_root.suffix.lower() in OTHER_IMAGE_EXT and not out_root.is_dir():
+        raise PipelineError(f"OUTPUT {out_root} names a {out_root.suffix.lower()[1:]} image, a format sr does not "
+                            f"write (extensions: {extensions_text()})")
     if src_root.is_file():
         return _single_file(src_root, out_root, fmt)
     if not src_root.is_dir():
