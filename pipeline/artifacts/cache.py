@@ -21,6 +21,8 @@ from pipeline.errors import PipelineError
 PRECISIONS = ("fp32", "fp16")
 OPS = ("custom", "standard")
 EXPORTERS = ("dynamo", "torchscript")
+IO_DTYPES = PRECISIONS  # float32 or float16 graph inputs/outputs
+SIZE_INPUTS = ("size", "scale")  # how a run-time-factor graph takes its output size
 # Part of every ONNX cache key: bumped when exports gain something the runtime relies on, so older cached files
 # are not reused. 2: the model spec in the metadata, reference outputs and folded variants beside the file.
 ONNX_LAYOUT = 2

@@ -12,8 +12,8 @@ def add_arguments(p) -> None:
     p.add_argument("output", help="output folder (mirrors INPUT's tree) or, for a single image, a file name")
     # not the shared --model group: its default would hide whether the user named a model, and without
     # one the model comes from the --onnx file's metadata
-    p.add_argument("--model", default=None, help=f"registered model name (default: the one --onnx was exported "
-                                                 f"for, else {DEFAULT_MODEL})")
+    p.add_argument("--model", default=None, help=f"registered model name, checkpoint file or package.module:factory "
+                                                 f"(default: the one --onnx was exported for, else {DEFAULT_MODEL})")
     p.add_argument("--scale", type=float, default=None, help="upscale factor, integer or not (default: the model's)")
     add_backend_args(p)
     add_precision_args(p)
