@@ -149,9 +149,17 @@ def _folder_problem(folder: Path) -> str | None:
     return None
 
 
+# Names that are report files, not folders: `--output x/cmp.md` is refused instead of becoming a folder cmp.md.
+FILE_SUFFIXES = frozenset({".md", ".json", ".png", ".jpg", ".html", ".txt", ".csv", ".pdf", ".svg", ".onnx",
+                           ".engine", ".plan"})
+
+
 def check_output_dir(path, flag: str = "--output") -> Path:
     """A folder that is or can be made writable here; checked before any work, so none is lost."""
     path = Path(path)
+    if path.suffix.lower() in FILE_SUFFIXES and not path.is_dir():
+        raise PipelineError(f"{flag} {path} names a {path.suffix.lower()[1:]} file; give a folder (the reports are "
+                            "written into it)")
     problem = _folder_problem(path)
     if problem:
         raise PipelineError(f"{flag} {path} {problem}; give a folder")
