@@ -40,13 +40,6 @@ class ExternalModelSpec(ModelSpec):
     def to_metadata(self) -> dict[str, str]:
         return super().to_metadata() | self.external.to_metadata()
 
-    def scale_note(self, scale: float) -> str:
-        """What a run at `scale` does, for the run's first line."""
-        native = self.external.scale
-        if float(scale) == native:
-            return f"{self.external.architecture} runs at its own x{native}"
-        return f"{self.external.architecture} runs at x{native}, then sr::DynamicResize to x{float(scale):g}"
-
 
 def _stamp(value: str) -> tuple:
     """What invalidates a loaded model: the file's size and mtime (a factory: its module file's)."""

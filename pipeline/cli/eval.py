@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
-
 import sys
+from pathlib import Path
 
 from models.spec import WeightsError
 from pipeline.analysis.evaluate import DEFAULT_SCALES, evaluate, format_table  # PyTorch loads inside evaluate()

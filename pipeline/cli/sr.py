@@ -36,6 +36,8 @@ def add_arguments(p) -> None:
     p.add_argument("--summary", metavar="FILE", help="write a JSON summary (per-image times, sizes, status)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-image lines; the first line (model, "
                                                        "scale, backend and why) and failures still print")
+    p.add_argument("--verbose", action="store_true", help="also print the backend's full description, the whole "
+                                                         "reason it was chosen, and the tile and batch settings")
     p.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
                    help="run on a Ray cluster: no ADDRESS starts one on this machine (127.0.0.1 only); 'auto' or "
                         "ray://HOST:PORT joins one (OUTPUT must be a path every node sees)")
@@ -56,5 +58,5 @@ def run(args) -> int:
                       threads=args.threads, fmt=args.fmt, jpeg_quality=args.jpeg_quality, tile=args.tile,
                       tile_overlap=args.tile_overlap, batch=args.batch, workers=args.workers,
                       skip_existing=args.skip_existing, reference=args.reference, summary=args.summary,
-                      progress=not args.quiet)
+                      progress=not args.quiet, verbose=args.verbose)
     return 1 if summary.failed else 0
