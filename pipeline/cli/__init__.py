@@ -50,7 +50,7 @@ def _prog() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=_prog(), description=__doc__.splitlines()[0],
+    parser = _Parser(prog=_prog(), description="one subcommand per pipeline stage (STAGE --help: its options)",
                      epilog=f"{DEBUG_FLAG}: print the traceback of an error (anywhere on the command line)")
     sub = parser.add_subparsers(dest="stage", metavar="STAGE")
     for name, (_, help_) in STAGES.items():

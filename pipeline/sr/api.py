@@ -127,7 +127,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     if not found.jobs:
         raise PipelineError(f"no images found in {input} (extensions: {imageio.extensions_text()})")
     # the cache is written only to export (or build) what no --onnx/--engine file gives; torch reads the weights
-    preflight.check_writable(found, summary, uses_cache=isinstance(backend, str) and backend != "torch"
+    preflight.check_writable(found, output, summary, uses_cache=isinstance(backend, str) and backend != "torch"
                              and onnx is None and engine is None)
     overwrites = preflight.overwrites(found, skip_existing)
 

@@ -29,16 +29,18 @@ def scale_note(meta: dict[str, str], scale: float) -> str:
 def headline(model: str, scale: float, note: str, backend: str, why: str, images: int, output, overwrites: int) -> str:
     """The run's first line: model, scale, backend and why in a few words, what goes where."""
     how = f" ({note})" if note else ""
-    over = f"; overwrites {overwrites} existing output(s) (--skip-existing keeps them)" if overwrites else ""
-    return f"sr: {model} x{scale:g}{how} on {backend} ({why}); {images} image(s) -> {output}{over}"
+    over = (f"; overwrites {overwrites} existing output{'s' if overwrites != 1 else ''} (--skip-existing keeps "
+            "them)") if overwrites else ""
+    count = f"{images} image{'s' if images != 1 else ''}"
+    return f"sr: {model} x{scale:g}{how} on {backend} ({why}); {count} -> {output}{over}"
 
 
 class PlainProgress:
     """tqdm's calls the scheduler makes (update, set_postfix_str, close), as a plain line now and then."""
 
-    def __init__(self, total: int, write: Callable[[str], None], every_s: float = PLAIN_EVERY_S):
+    def __init__(self, total: int, write: Callable[[str], None], every_s: float | None = None):
         self.total, self.n, self.postfix = total, 0, ""
-        self._write, self._every = write, every_s
+        self._write, self._every = write, PLAIN_EVERY_S if every_s is None else every_s
         self._t0 = self._last = time.perf_counter()
 
     def set_postfix_str(self, s: str, refresh: bool = True) -> None:
@@ -62,8 +64,8 @@ class PlainProgress:
 class TileProgress:
     """Per-tile callback for one image: after TILE_EVERY_S, a line every TILE_EVERY_S saying how far it is."""
 
-    def __init__(self, name: str, write: Callable[[str], None], every_s: float = TILE_EVERY_S):
-        self.name, self._write, self._every = name, write, every_s
+    def __init__(self, name: str, write: Callable[[str], None], every_s: float | None = None):
+        self.name, self._write, self._every = name, write, TILE_EVERY_S if every_s is None else every_s
         self._t0 = self._last = time.perf_counter()
 
     def __call__(self, done: int, total: int) -> None:

@@ -12,7 +12,7 @@ from pipeline.errors import PipelineError
 from pipeline.sr.jobs import JobList
 
 
-def check_writable(found: JobList, summary, *, uses_cache: bool) -> None:
+def check_writable(found: JobList, output, summary, *, uses_cache: bool) -> None:
     """OUTPUT (the folder all outputs go under), --summary's folder and, when the run may export on first use, the
     cache ($SRDEPLOY_CACHE)."""
     dsts = [j.dst for j in found.jobs if not j.problem]
@@ -20,7 +20,8 @@ def check_writable(found: JobList, summary, *, uses_cache: bool) -> None:
         top = Path(os.path.commonpath([str(d.parent.absolute()) for d in dsts]))
         problem = folder_problem(top)
         if problem:
-            raise PipelineError(f"OUTPUT {top} {problem}; nothing was done")
+            where = "" if top == Path(output).absolute() else ": its folder"
+            raise PipelineError(f"OUTPUT {output}{where} {problem}; nothing was done")
     if summary is not None:
         problem = folder_problem(Path(summary).parent)
         if problem:
