@@ -145,10 +145,10 @@ FILE_SUFFIXES = frozenset({".md", ".json", ".png", ".jpg", ".html", ".txt", ".cs
 def check_output_dir(path, flag: str = "--output") -> Path:
     """A folder that is or can be made writable here; checked before any work, so none is lost."""
     path = Path(path)
-    if path.suffix.lower() in FILE_SUFFIXES and not path.is_dir():
+    problem = folder_problem(path)
+    if not problem and path.suffix.lower() in FILE_SUFFIXES and not path.exists():
         raise PipelineError(f"{flag} {path} names a {path.suffix.lower()[1:]} file; give a folder (the reports are "
                             "written into it)")
-    problem = folder_problem(path)
     if problem:
         raise PipelineError(f"{flag} {path} {problem}; give a folder")
     return path

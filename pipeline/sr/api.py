@@ -34,7 +34,7 @@ def load_backend(backend, model: str, precision: str, *, onnx=None, engine=None,
     """A loaded backend and why it was chosen; `backend` is a name ('auto', 'ort', ...) or a loaded one.
     `log` gets the slow steps of loading (an export into the cache on first use, an engine build)."""
     if not isinstance(backend, str):
-        return backend, backend.selection_reason or "given"
+        return backend, getattr(backend, "selection_reason", "") or "given"  # any object with infer() will do
     opts = {k: v for k, v in (("onnx", onnx), ("engine", engine), ("weights", weights), ("threads", threads),
                               ("log", log)) if v is not None}
     loaded = backends.create(backend, model, precision, **opts)
@@ -134,7 +134,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     loaded, choice = load_backend(backend, model, precision, onnx=onnx, engine=engine, weights=weights,
                                   threads=threads, log=console.always)
     note = scale_note(_model_metadata(spec, onnx, engine), scale)
-    console.always(headline(spec.name, scale, note, loaded.name, loaded.selection_brief or choice,
+    console.always(headline(spec.name, scale, note, loaded.name, getattr(loaded, "selection_brief", "") or choice,
                             len(found.jobs), output, overwrites))
     console.detail(f"backend: {loaded.describe()}; why: {choice}")
     if found.ignored:
