@@ -1,9 +1,10 @@
 """`upscale(INPUT, OUTPUT, ...) -> Summary`: the sr stage's Python API (`python -m pipeline sr` calls it).
 
-Flow: check every option and find the jobs (pipeline.sr.settings, pipeline.sr.jobs) -> load the backend
-(pipeline.backends; 'auto' picks one and says why) -> run the images (pipeline.sr.scheduler around a
-pipeline.sr.worker.ImageWorker) -> Summary (and the --summary JSON). Everything that can be wrong with the
-arguments fails before any image is read; one bad image never stops the run (it is a failed record).
+Flow: check every option and find the jobs (pipeline.sr.settings, pipeline.sr.jobs), check every place the run
+writes (pipeline.sr.preflight) -> load the backend (pipeline.backends; 'auto' picks one and says why) -> run the
+images (pipeline.sr.scheduler around a pipeline.sr.worker.ImageWorker) -> Summary (and the --summary JSON).
+Everything that can be wrong with the arguments fails before any image is read; one bad image never stops the run
+(it is a failed record).
 """
 from __future__ import annotations
 
