@@ -20,10 +20,10 @@ from pipeline.backends.base import check_precision
 from pipeline.backends.checks import check_scale, resolve_spec
 from pipeline.engine.sidecar import read_sidecar
 from pipeline.errors import PipelineError
-from pipeline.sr import imageio, preflight, settings
+from pipeline.sr import preflight, settings, videofmt
 from pipeline.sr.bicubic import bicubic
 from pipeline.sr.console import Console, headline, scale_note
-from pipeline.sr.jobs import JobList, discover
+from pipeline.sr.jobs import JobList, discover, known_extensions
 from pipeline.sr.records import Record, Summary
 from pipeline.sr.reference import MISSING
 from pipeline.sr.scheduler import Scheduler
@@ -51,25 +51,20 @@ def _model_metadata(spec, onnx, engine) -> dict[str, str]:
     return spec.to_metadata()
 
 
-def _triage(found: JobList, skip_existing: bool, console: Console) -> tuple[list[Record], list[Record]]:
-    """Records for every job, and those still to do (not failed up front, not skipped)."""
+def _triage(found: JobList, skip_existing: bool) -> tuple[list[Record], list[Record], list[str]]:
+    """Records for every job, those still to do (not failed up front, not skipped), and the failure lines to print
+    after the first line (a collision names every input in its one line)."""
     records = [Record(j) for j in found.jobs]
-    todo = []
-    said = set()
+    todo, said = [], {}
     for rec in records:
         if rec.job.problem:
             rec.fail(rec.job.problem)
-            if rec.reason not in said:  # a collision names every input in its one line
-                said.add(rec.reason)
-                console.always(f"failed {rec.job.rel}: {rec.reason}")
+            said.setdefault(rec.reason, f"failed {rec.job.rel}: {rec.reason}")
         elif skip_existing and rec.job.dst.exists():
             rec.status, rec.reason = "skipped", "output exists"
         else:
             todo.append(rec)
-    skipped = len(records) - len(todo) - sum(r.status == "failed" for r in records)
-    if skipped:
-        console.info(f"skipping {skipped} image(s) whose output exists")
-    return records, todo
+    return records, todo, list(said.values())
 
 
 def _report(summary: Summary, reference, console: Console) -> None:
@@ -97,13 +92,16 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
             backend: str | backends.Backend = "auto", precision: str = "fp32", onnx=None, engine=None, weights=None,
             threads: int | None = None, fmt: str | None = None, jpeg_quality: int = 95, tile: int | None = None,
             tile_overlap: int | None = None, batch: int = 1, workers: int = 2, skip_existing: bool = False,
-            reference=None, summary=None, progress: bool = True, verbose: bool = False,
+            reference=None, summary=None, progress: bool = True, verbose: bool = False, codec: str | None = None,
+            crf: int | None = None,
             log: Callable[[str], object] | None = None) -> Summary:
     """Super-resolve an image or a folder tree (OUTPUT mirrors it) and return the run's Summary.
 
     model: registered name; by default the one `backend` (if loaded) or `onnx` was made for, else srcnn.
     backend: a name ('auto' picks the fastest available and says why) or an already-loaded Backend
     (then onnx/engine/weights/threads/precision do not apply: it is used as it is).
+    codec/crf: how videos are encoded (pipeline.sr.videofmt; default: H.264 at a high-quality CRF, lossless FFV1
+    for .mkv, VP9 for .webm); images ignore them.
     tile: LR tile side, 0 = never tile, None = from free memory. progress=False hides the bar and
     per-image lines (the header and failures still go out); verbose adds the backend's full description and
     reasons. log: where lines go (default: stderr). Argument problems, unwritable outputs included, raise
@@ -115,6 +113,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     settings.check_numbers(tile=tile, tile_overlap=tile_overlap, batch=batch, workers=workers, threads=threads,
                            jpeg_quality=jpeg_quality)
     fmt = settings.check_format(fmt)
+    videofmt.check_crf(videofmt.check_codec(codec), crf)
     settings.check_paths(summary=summary, reference=reference, onnx=onnx, engine=engine, weights=weights)
     if isinstance(backend, str):
         check_precision(precision)
@@ -124,9 +123,11 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     model = settings.resolve_model(model, onnx, backend, engine)
     spec = resolve_spec(model, onnx, engine)  # with --onnx/--engine, what the file says: no PyTorch needed
     scale = check_scale(spec, spec.default_scale if scale is None else scale)
-    found = discover(input, output, fmt)
+    found = discover(input, output, fmt, summary=summary)
     if not found.jobs:
-        raise PipelineError(f"no images found in {input} (extensions: {imageio.extensions_text()})")
+        raise PipelineError(f"no images found in {input}, nor videos (extensions: {known_extensions()})")
+    for job in found.videos:  # a --codec the container cannot hold fails before any work
+        videofmt.codec_for(job.fmt, codec)
     # the cache is written only to export (or build) what no --onnx/--engine file gives; torch reads the weights
     preflight.check_writable(found, output, summary, uses_cache=isinstance(backend, str) and backend != "torch"
                              and onnx is None and engine is None)
@@ -135,21 +136,39 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     loaded, choice = load_backend(backend, model, precision, onnx=onnx, engine=engine, weights=weights,
                                   threads=threads, log=console.always)
     note = scale_note(_model_metadata(spec, onnx, engine), scale)
+    videos = len(found.videos)
+    counts = [(len(found.jobs) - videos, "image"), (videos, "video")]
+    what = ", ".join(f"{n} {kind}{'s' if n != 1 else ''}" for n, kind in counts if n) or "0 images"
+    records, todo, failures = _triage(found, skip_existing)
+    clips = [r for r in todo if r.job.video]
+    if clips:  # PyAV loads only for runs with videos
+        from pipeline.sr.video import VideoRunner, plan_clips
+
+        plans = plan_clips(clips, scale, codec, crf)
+        if len(found.jobs) == 1 and plans:  # one clip: its size/crop notes belong in the first line
+            what = "; ".join([what, *next(iter(plans.values())).notes])
     console.always(headline(spec.name, scale, note, loaded.name, getattr(loaded, "selection_brief", "") or choice,
-                            len(found.jobs), output, overwrites))
+                            what, output, overwrites))
     console.detail(f"backend: {loaded.describe()}; why: {choice}")
+    for line in failures:
+        console.always(line)
+    skipped = sum(r.status == "skipped" for r in records)
+    if skipped:
+        console.info(f"skipping {skipped} file(s) whose output exists")
     if found.ignored:
-        console.info(f"ignored {len(found.ignored)} file(s) without an image extension (e.g. {found.ignored[0]})")
+        console.info(f"ignored {len(found.ignored)} file(s) without an image or video extension "
+                     f"(e.g. {found.ignored[0]})")
     worker = ImageWorker(loaded, spec, scale, tile=tile, tile_overlap=tile_overlap, batch=batch,
                          jpeg_quality=jpeg_quality, reference=reference)
     console.detail(f"tiles: {worker.tile or 'whole images'} LR px, {worker.margin} HR px of context; batch "
                    f"{worker.batch}; {workers} decode/encode worker(s)")
-    records, todo = _triage(found, skip_existing, console)
     setup_s = time.perf_counter() - t_start
     interrupted = False
-    scheduler = Scheduler(worker, console, workers)
+    images = [r for r in todo if not r.job.video]
     try:
-        process_s = scheduler.run(todo)
+        process_s = Scheduler(worker, console, workers).run(images) if images or not clips else 0.0
+        if clips:
+            process_s += VideoRunner(worker, console).run_all(clips, plans)
     except KeyboardInterrupt:
         interrupted, process_s = True, time.perf_counter() - t_start - setup_s
 

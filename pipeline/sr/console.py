@@ -26,20 +26,20 @@ def scale_note(meta: dict[str, str], scale: float) -> str:
     return f"{arch} runs at x{native_f:g}, then resizes to x{float(scale):g}"
 
 
-def headline(model: str, scale: float, note: str, backend: str, why: str, images: int, output, overwrites: int) -> str:
-    """The run's first line: model, scale, backend and why in a few words, what goes where."""
+def headline(model: str, scale: float, note: str, backend: str, why: str, what: str, output, overwrites: int) -> str:
+    """The run's first line: model, scale, backend and why in a few words, what (e.g. '3 images') goes where."""
     how = f" ({note})" if note else ""
     over = (f"; overwrites {overwrites} existing output{'s' if overwrites != 1 else ''} (--skip-existing keeps "
             "them)") if overwrites else ""
-    count = f"{images} image{'s' if images != 1 else ''}"
-    return f"sr: {model} x{scale:g}{how} on {backend} ({why}); {count} -> {output}{over}"
+    return f"sr: {model} x{scale:g}{how} on {backend} ({why}); {what} -> {output}{over}"
 
 
 class PlainProgress:
     """tqdm's calls the scheduler makes (update, set_postfix_str, close), as a plain line now and then."""
 
-    def __init__(self, total: int, write: Callable[[str], None], every_s: float | None = None):
-        self.total, self.n, self.postfix = total, 0, ""
+    def __init__(self, total: int | None, write: Callable[[str], None], every_s: float | None = None,
+                 unit: str = "img", desc: str | None = None):
+        self.total, self.n, self.postfix, self.unit, self.desc = total, 0, "", unit, desc
         self._write, self._every = write, PLAIN_EVERY_S if every_s is None else every_s
         self._t0 = self._last = time.perf_counter()
 
@@ -49,13 +49,16 @@ class PlainProgress:
     def update(self, n: int = 1) -> None:
         self.n += n
         now = time.perf_counter()
-        if now - self._last >= self._every and self.n < self.total:
+        if now - self._last >= self._every and (self.total is None or self.n < self.total):
             self._last = now
             self._line(now)
 
     def _line(self, now: float) -> None:
+        what = f"{self.desc}: " if self.desc else ""
+        count = f"{self.n}/{self.total}" if self.total is not None else f"{self.n}"
+        unit = {"img": "image(s)"}.get(self.unit, f"{self.unit}(s)")
         rate = f", {self.postfix}" if self.postfix else ""
-        self._write(f"progress: {self.n}/{self.total} image(s) in {now - self._t0:.0f} s{rate}")
+        self._write(f"progress: {what}{count} {unit} in {now - self._t0:.0f} s{rate}")
 
     def close(self) -> None:
         pass
@@ -107,9 +110,11 @@ class Console:
         """A per-tile progress callback for one image (None when quiet)."""
         return TileProgress(name, self._write) if self.progress else None
 
-    def bar(self, total: int):
+    def bar(self, total: int | None, unit: str = "img", desc: str | None = None):
+        """A progress bar (count, rate, ETA when total is known; a video's frames may not be); when stderr is not a
+        terminal, a plain line now and then instead."""
         if not self.progress or self._log is not None:
             return tqdm(total=total, disable=True)
         if not sys.stderr.isatty():  # a log file gets lines, not carriage-return redraws
-            return PlainProgress(total, self._write)
-        return tqdm(total=total, unit="img", file=sys.stderr, dynamic_ncols=True)
+            return PlainProgress(total, self._write, unit=unit, desc=desc)
+        return tqdm(total=total, unit=unit, desc=desc, file=sys.stderr, dynamic_ncols=True)
