@@ -300,10 +300,13 @@ def test_no_driver_names_libcuda_once():
 
 def test_image_extensions_are_listed_one_way(tmp_path):
     from pipeline.errors import PipelineError
+    from pipeline.sr.jobs import known_extensions
+
+    assert known_extensions().startswith(imageio.extensions_text() + "; videos .mp4")
 
     (tmp_path / "empty").mkdir()
     (tmp_path / "notes.txt").write_text("x")
     for src in (tmp_path / "empty", tmp_path / "notes.txt"):
         with pytest.raises(PipelineError) as e:
             upscale(src, tmp_path / "o", onnx=None, backend="ort")
-        assert f"(extensions: {imageio.extensions_text()})" in str(e.value)
+        assert f"(extensions: {known_extensions()})" in str(e.value)
