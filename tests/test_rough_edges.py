@@ -203,7 +203,8 @@ def test_interrupted_run_writes_summary_and_says_how_to_resume(srcnn_onnx, tmp_p
     s = json.loads((tmp_path / "s.json").read_text())
     assert s["interrupted"] is True and s["counts"]["ok"] == 3 and s["counts"]["not_done"] == 3
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["0.png", "1.png", "2.png"]
-    assert lines[-1].startswith("interrupted: 3 image(s) written") and "--skip-existing" in lines[-1]
+    assert lines[-1].startswith("interrupted: 3 file(s) written (complete), 3 not done")
+    assert "--skip-existing" in lines[-1]
 
 
 # -- checkpoint messages -------------------------------------------------------------------------------------

@@ -181,7 +181,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
         atomic_write(Path(summary), json.dumps(result.to_dict(), indent=2) + "\n")
     if interrupted:
         c = result.counts
-        console.always(f"interrupted: {c['ok']} image(s) written (complete files), {c['not_done']} not done"
+        console.always(f"interrupted: {c['ok']} file(s) written (complete), {c['not_done']} not done"
                        + (f", summary in {summary}" if summary is not None else "")
                        + "; to finish, run the same command again with --skip-existing")
         raise KeyboardInterrupt
