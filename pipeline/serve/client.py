@@ -26,7 +26,7 @@ from pipeline.artifacts.atomic import atomic_write
 from pipeline.errors import PipelineError, first_line
 from pipeline.serve.tensors import ARRAY, output_from_array
 from pipeline.sr import imageio, preflight, settings
-from pipeline.sr.api import _report, _triage
+from pipeline.sr.api import _report, _say_triage, _triage
 from pipeline.sr.console import Console
 from pipeline.sr.jobs import discover
 from pipeline.sr.records import Record, Summary
@@ -273,8 +273,7 @@ def run_triton(args) -> int:
                    f"{params.get('backend', '?')}, {args.concurrency} request(s) at a time); {len(found.jobs)} "
                    f"image(s) -> {args.output}")
     records, todo, failures = _triage(found, args.skip_existing)
-    for line in failures:
-        console.always(line)
+    _say_triage(records, failures, console)
     run = _Run(endpoint, scale, args.jpeg_quality, console, args.concurrency)
     setup_s = time.perf_counter() - t_start
     process_s = run.all(todo)

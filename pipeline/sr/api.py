@@ -67,6 +67,15 @@ def _triage(found: JobList, skip_existing: bool) -> tuple[list[Record], list[Rec
     return records, todo, list(said.values())
 
 
+def _say_triage(records: list[Record], failures: list[str], console: Console) -> None:
+    """After the first line: the jobs failed up front, and how many were skipped."""
+    for line in failures:
+        console.always(line)
+    skipped = sum(r.status == "skipped" for r in records)
+    if skipped:
+        console.info(f"skipping {skipped} image(s) whose output exists")
+
+
 def _report(summary: Summary, reference, console: Console) -> None:
     ref = summary.reference
     if ref:
@@ -150,11 +159,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     console.always(headline(spec.name, scale, note, loaded.name, getattr(loaded, "selection_brief", "") or choice,
                             what, output, overwrites))
     console.detail(f"backend: {loaded.describe()}; why: {choice}")
-    for line in failures:
-        console.always(line)
-    skipped = sum(r.status == "skipped" for r in records)
-    if skipped:
-        console.info(f"skipping {skipped} file(s) whose output exists")
+    _say_triage(records, failures, console)
     if found.ignored:
         console.info(f"ignored {len(found.ignored)} file(s) without an image or video extension "
                      f"(e.g. {found.ignored[0]})")
