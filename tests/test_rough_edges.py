@@ -73,6 +73,8 @@ def test_unwritable_output_summary_and_cache_are_one_line_before_any_work(srcnn_
         (["sr", img, blocker / "out.png", "--onnx", srcnn_onnx], f"OUTPUT {blocker / 'out.png'}: its folder is a file"),
         (["sr", img.parent, tmp_path / "o1", "--onnx", srcnn_onnx, "--summary", blocker / "s.json"],
          f"--summary {blocker / 's.json'}: its folder is a file"),
+        (["sr", img.parent, blocker / "out", "--onnx", srcnn_onnx, "--ray"],  # before any cluster starts
+         f"OUTPUT {blocker / 'out'} is inside {blocker}"),
     ]
     for argv, expected in cases:
         code, err = _run(capsys, *argv)

@@ -15,6 +15,7 @@ from pipeline.cluster import artifacts, connect, unit
 from pipeline.cluster.actor import COLUMNS, SrActor
 from pipeline.cluster.spool import SummarySpool
 from pipeline.errors import PipelineError, first_line
+from pipeline.sr import preflight
 from pipeline.sr.console import Console
 from pipeline.sr.jobs import discover
 
@@ -132,6 +133,7 @@ def run_ray(args) -> int:
         raise PipelineError(f"no images found in {args.input}")
     if found.videos:  # a clip is one sequential stream of frames, not a unit to spread over actors
         raise PipelineError(f"--ray upscales images; {found.videos[0].rel} is a video (run videos without --ray)")
+    preflight.check_writable(found, args.output, args.summary, uses_cache=False)  # before Ray starts
     spool = SummarySpool(args.summary)
     try:
         if found.ignored:
