@@ -56,19 +56,19 @@ def _unreadable(path: Path, error: Exception) -> WeightsError:
         is_zip_header = f.read(4) == b"PK\x03\x04"  # torch.save writes a zip archive
     if is_zip_header and not zipfile.is_zipfile(path):
         return WeightsError(f"{path} is truncated or corrupt (an incomplete PyTorch checkpoint); save or copy it again")
-    if is_zip_header and isinstance(error, pickle.UnpicklingError):
-        return WeightsError(f"{path} is not a PyTorch checkpoint (state dict): it pickles objects other than tensors "
-                            "(a whole model?); save model.state_dict() instead")
+    if isinstance(error, pickle.UnpicklingError) and "weights only load failed" in str(error).lower():
+        return WeightsError(f"refusing {path}: it is not a PyTorch checkpoint (state dict) but pickles code or objects "
+                            "other than tensors (a whole model?), never unpickled here; save model.state_dict() "
+                            "or .safetensors instead")
     if is_zip_header:
         return WeightsError(f"{path} is truncated or corrupt ({type(error).__name__})")
     return WeightsError(f"{path} is not a PyTorch checkpoint (state dict); expected a file written by "
                         "torch.save(model.state_dict(), ...)")
 
 
-def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
-    path = Path(path)
-    if not path.is_file():
-        raise WeightsError(f"weights file not found: {path} (run `make train` to recreate the shipped weights)")
+def read_checkpoint(path: Path) -> dict:
+    """The object in a torch.save file, loaded with weights_only (no pickled code ever runs) and torch's warnings
+    silenced: our one line is the message. Used for --weights and for a user's checkpoint (--model FILE.pth) alike."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the weights-only unpickler's protocol chatter
@@ -76,8 +76,15 @@ def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
     except Exception as e:  # truncated zip, pickle error, not a torch file at all
         raise _unreadable(path, e) from None
     if not isinstance(obj, dict):
-        raise WeightsError(f"weights file {path} holds a {type(obj).__name__}, expected a state dict")
-    return adapt_mmagic_state_dict(obj)
+        raise WeightsError(f"{path} holds a {type(obj).__name__}, expected a state dict")
+    return obj
+
+
+def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
+    path = Path(path)
+    if not path.is_file():
+        raise WeightsError(f"weights file not found: {path} (run `make train` to recreate the shipped weights)")
+    return adapt_mmagic_state_dict(read_checkpoint(path))
 
 
 def load_model(name: str, weights: str | Path | None = None, device: str | torch.device = "cpu") -> nn.Module:

@@ -46,13 +46,6 @@ class ExternalModelSpec(ModelSpec):
         changes. `weights` is ignored: a checkpoint or factory brings its own (registry.load_model refuses one)."""
         return self.external.sha256
 
-    def scale_note(self, scale: float) -> str:
-        """What a run at `scale` does, for the run's first line."""
-        native = self.external.scale
-        if float(scale) == native:
-            return f"{self.external.architecture} runs at its own x{native}"
-        return f"{self.external.architecture} runs at x{native}, then sr::DynamicResize to x{float(scale):g}"
-
 
 def _stamp(value: str) -> tuple:
     """What invalidates a loaded model: the file's size and mtime (a factory: its module file's)."""

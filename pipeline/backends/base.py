@@ -50,6 +50,8 @@ class Backend(ABC):
     precision: str       # "fp32" or "fp16"
     model_name: str
     spec: ModelSpec
+    selection_reason: str = ""  # why this backend runs: set by create ("auto: ...", "requested: ...")
+    selection_brief: str = ""   # the same in a few words, for one-line headers
 
     @classmethod
     @abstractmethod

@@ -13,8 +13,8 @@ def add_arguments(p) -> None:
     p.add_argument("output", help="output folder (mirrors INPUT's tree) or, for a single image or video, a file name")
     # not the shared --model group: its default would hide whether the user named a model, and without
     # one the model comes from the --onnx file's metadata
-    p.add_argument("--model", default=None, help=f"registered model name (default: the one --onnx was exported "
-                                                 f"for, else {DEFAULT_MODEL})")
+    p.add_argument("--model", default=None, help=f"registered model name, checkpoint file or package.module:factory "
+                                                 f"(default: the one --onnx was exported for, else {DEFAULT_MODEL})")
     p.add_argument("--scale", type=float, default=None, help="upscale factor, integer or not (default: the model's)")
     add_backend_args(p)
     add_precision_args(p)
@@ -41,6 +41,8 @@ def add_arguments(p) -> None:
     p.add_argument("--summary", metavar="FILE", help="write a JSON summary (per-image times, sizes, status)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-image lines; the first line (model, "
                                                        "scale, backend and why) and failures still print")
+    p.add_argument("--verbose", action="store_true", help="also print the backend's full description, the whole "
+                                                         "reason it was chosen, and the tile and batch settings")
     p.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
                    help="run on a Ray cluster: no ADDRESS starts one on this machine (127.0.0.1 only); 'auto' or "
                         "ray://HOST:PORT joins one (OUTPUT must be a path every node sees)")
@@ -72,5 +74,5 @@ def run(args) -> int:
                       threads=args.threads, fmt=args.fmt, jpeg_quality=args.jpeg_quality, tile=args.tile,
                       tile_overlap=args.tile_overlap, batch=args.batch, workers=args.workers,
                       skip_existing=args.skip_existing, reference=args.reference, summary=args.summary,
-                      progress=not args.quiet, codec=args.codec, crf=args.crf)
+                      progress=not args.quiet, verbose=args.verbose, codec=args.codec, crf=args.crf)
     return 1 if summary.failed else 0

@@ -8,7 +8,7 @@
     jobs       INPUT -> OUTPUT file mapping                  records    Record, Summary (the JSON)
     tiling     tiles that reproduce whole-image inference    imageio    files <-> pixels
     bicubic    plain bicubic (alpha, baseline)               reference  --reference scores
-    console    what is printed (and what --quiet hides)
+    console    what is printed (--quiet hides, --verbose adds)   preflight  writable outputs, overwrite count
 """
 from pipeline.sr.api import load_backend, upscale
 from pipeline.sr.jobs import Job, discover

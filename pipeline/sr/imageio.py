@@ -29,6 +29,10 @@ FORMATS = {
     ".png": "png", ".jpg": "jpg", ".jpeg": "jpg", ".jpe": "jpg", ".bmp": "bmp", ".dib": "bmp",
     ".tif": "tiff", ".tiff": "tiff", ".webp": "webp",
 }
+# Image extensions we do not write: an OUTPUT ending in one is refused instead of becoming a folder of that name.
+OTHER_IMAGE_EXT = frozenset({".gif", ".apng", ".avif", ".heic", ".heif", ".jxl", ".jp2", ".j2k", ".jpf", ".ico",
+                             ".cur", ".svg", ".tga", ".exr", ".hdr", ".pbm", ".pgm", ".ppm", ".pnm", ".pfm", ".psd",
+                             ".ras", ".dng", ".raw", ".cr2", ".nef", ".arw"})
 FORMAT_EXT = {"png": ".png", "jpg": ".jpg", "jpeg": ".jpg", "bmp": ".bmp", "tif": ".tif", "tiff": ".tif",
               "webp": ".webp"}
 # Largest side each encoder accepts (libjpeg: 65500, libwebp: 16383); others are bounded by memory.
@@ -112,6 +116,11 @@ class Image:
 
 def format_of(path: Path) -> str | None:
     return FORMATS.get(Path(path).suffix.lower())
+
+
+def extensions_text() -> str:
+    """The image extensions we read and write, as every message lists them."""
+    return ", ".join(sorted(FORMATS))
 
 
 def normalize_format(fmt: str) -> str:

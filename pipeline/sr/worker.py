@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -161,16 +162,22 @@ class ImageWorker:
     def _infer(self, batch: np.ndarray) -> np.ndarray:
         return self.backend.infer(np.ascontiguousarray(batch, dtype=np.float32), self.scale)
 
-    def infer_tiled(self, item: Planned) -> None:
-        """One image, tile by tile (or whole: the one-tile plan), into its output buffer."""
+    def infer_tiled(self, item: Planned, progress: Callable[[int, int], None] | None = None) -> None:
+        """One image, tile by tile (or whole: the one-tile plan), into its output buffer; `progress(done, total)`
+        after each tile."""
         image, out, depth = item.image, item.out, item.image.depth
+        done = 0
 
         def write(t: tiling.Tile, y: np.ndarray) -> None:
+            nonlocal done
             sy, sx = t.keep_slices()
             imageio.store_rgb(out, t.y.keep0, t.x.keep0, y[:, sy, sx], depth)
             if image.has_alpha:  # alpha: plain bicubic on the same crop, so it tiles exactly as well
                 a = bicubic(image.region_alpha(t.y.crop0, t.y.crop1, t.x.crop0, t.x.crop1), t.out_shape)
                 imageio.store_alpha(out, t.y.keep0, t.x.keep0, a[sy, sx], depth)
+            done += 1
+            if progress is not None:
+                progress(done, item.plan.count)
 
         t0 = time.perf_counter()
         tiling.run_tiles(item.plan, image.region_rgb, self._infer, write, self.batch)
