@@ -161,29 +161,51 @@ class ImageWorker:
     def _infer(self, batch: np.ndarray) -> np.ndarray:
         return self.backend.infer(np.ascontiguousarray(batch, dtype=np.float32), self.scale)
 
+    def _infer_pixels(self, batch: np.ndarray) -> np.ndarray:
+        """NHWC samples in, NHWC samples out, seen as NCHW views (what run_tiles checks and hands back)."""
+        return self.backend.infer_pixels(batch, self.scale).transpose(0, 3, 1, 2)
+
     def infer_tiled(self, item: Planned) -> None:
-        """One image, tile by tile (or whole: the one-tile plan), into its output buffer."""
+        """One image, tile by tile (or whole: the one-tile plan), into its output buffer.
+
+        Color images go to the backend as integer samples and come back as samples (`Backend.infer_pixels`:
+        a device backend converts and rounds on the device); gray ones take the float path, whose luma is
+        computed in float before the single rounding."""
         image, out, depth = item.image, item.out, item.image.depth
 
         def write(t: tiling.Tile, y: np.ndarray) -> None:
             sy, sx = t.keep_slices()
-            imageio.store_rgb(out, t.y.keep0, t.x.keep0, y[:, sy, sx], depth)
+            if image.gray:
+                imageio.store_rgb(out, t.y.keep0, t.x.keep0, y[:, sy, sx], depth)
+            else:
+                imageio.store_pixels(out, t.y.keep0, t.x.keep0, y.transpose(1, 2, 0)[sy, sx])
             if image.has_alpha:  # alpha: plain bicubic on the same crop, so it tiles exactly as well
                 a = bicubic(image.region_alpha(t.y.crop0, t.y.crop1, t.x.crop0, t.x.crop1), t.out_shape)
                 imageio.store_alpha(out, t.y.keep0, t.x.keep0, a[sy, sx], depth)
 
         t0 = time.perf_counter()
-        tiling.run_tiles(item.plan, image.region_rgb, self._infer, write, self.batch)
+        if image.gray:
+            tiling.run_tiles(item.plan, image.region_rgb, self._infer, write, self.batch)
+        else:
+            tiling.run_tiles(item.plan, image.region_pixels, self._infer_pixels, write, self.batch)
         item.rec.infer_s = time.perf_counter() - t0
 
     def infer_batch(self, items: list[Planned]) -> None:
         """Whole images of one size in one inference call."""
         t0 = time.perf_counter()
-        x = np.stack([it.image.region_rgb(0, it.image.height, 0, it.image.width) for it in items])
-        y = self._infer(x)
+        floats = any(it.image.gray for it in items)  # gray: the float path (luma before rounding)
+        if floats:
+            x = np.stack([it.image.region_rgb(0, it.image.height, 0, it.image.width) for it in items])
+            y = self._infer(x)
+        else:
+            x = np.stack([it.image.region_pixels(0, it.image.height, 0, it.image.width) for it in items])
+            y = self.backend.infer_pixels(x, self.scale)
         del x
         for it, yi in zip(items, y, strict=True):
-            imageio.store_rgb(it.out, 0, 0, yi, it.image.depth)
+            if floats:
+                imageio.store_rgb(it.out, 0, 0, yi, it.image.depth)
+            else:
+                imageio.store_pixels(it.out, 0, 0, yi)
             if it.image.has_alpha:
                 a = bicubic(it.image.region_alpha(0, it.image.height, 0, it.image.width), it.out.shape[:2])
                 imageio.store_alpha(it.out, 0, 0, a, it.image.depth)
