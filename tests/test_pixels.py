@@ -30,7 +30,7 @@ def test_unit_table_is_the_division(dtype):
     every = np.repeat(np.arange(int(maxv) + 1), 3).astype(dtype).reshape(1, 1, -1, 3)  # each value, each channel
     want = px.to_unit(every)
     assert np.array_equal(want[0, 0], every[0, ..., 2].astype(np.float32) / np.float32(maxv))
-    got = px.torch_to_unit(torch.from_numpy(every), px.unit_table(dtype, "cpu"))
+    got = px.torch_to_unit(torch.from_numpy(px.swap_rb(every)), px.unit_table(dtype, "cpu"))
     assert got.dtype == torch.float32 and np.array_equal(got.numpy(), want)
 
 
@@ -39,9 +39,9 @@ def test_torch_samples_are_the_numpy_samples(depth):
     maxv = 65535.0 if depth == 16 else 255.0
     y = hard_floats(5000, maxv, depth)
     want = px.to_samples(y, depth)
-    out = torch.empty(want.shape, dtype=torch.uint16 if depth == 16 else torch.uint8)
+    out = torch.empty(want.shape, dtype=px.torch_dtype(want.dtype))
     px.torch_to_samples(torch.from_numpy(y), out)
-    assert np.array_equal(out.numpy(), want)
+    assert np.array_equal(px.swap_rb(out.numpy()), want)
     # and the same as the stage's CPU path before integer I/O: quantize() per channel, BGR order
     for c in range(3):
         assert np.array_equal(want[..., 2 - c], px.quantize(y[:, c], depth))
@@ -51,7 +51,15 @@ def test_fp16_outputs_round_like_their_float32_values():
     y16 = torch.from_numpy(hard_floats(2000, 255.0, 3)).half()
     out = torch.empty((1, 1, y16.shape[-1], 3), dtype=torch.uint8)
     px.torch_to_samples(y16, out)
-    assert np.array_equal(out.numpy(), px.to_samples(y16.float().numpy(), 8))
+    assert np.array_equal(px.swap_rb(out.numpy()), px.to_samples(y16.float().numpy(), 8))
+
+
+def test_swap_rb_of_views_and_in_place():
+    bgra = np.random.default_rng(2).integers(0, 65536, (2, 9, 11, 4)).astype(np.uint16)
+    view = bgra[:, 1:7, 2:9, :3]
+    assert np.array_equal(px.swap_rb(view), view[..., ::-1])
+    a = np.ascontiguousarray(view)
+    assert px.swap_rb(a, a) is a and np.array_equal(a, view[..., ::-1])
 
 
 @pytest.fixture(scope="module")

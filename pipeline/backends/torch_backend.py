@@ -167,24 +167,24 @@ class TorchBackend(Backend):
         n, h, w, _ = pixels.shape
         out_hw = output_size(h, w, check_scale(self.spec, scale))
         cuda = self.device.startswith("cuda")
-        host = torch.from_numpy(np.ascontiguousarray(pixels))
         if cuda:  # integers through a pinned buffer: an asynchronous copy of a quarter of float32's bytes
-            staged = self._pinned("in", tuple(host.shape), host.dtype)
-            staged.copy_(host)
-            host = staged
+            staged = self._pinned("in", (n, h, w, 3), px.torch_dtype(pixels.dtype))
+            px.swap_rb(pixels, staged.numpy())
+        else:
+            staged = torch.from_numpy(px.swap_rb(pixels))
         if pixels.dtype not in self._tables:
             self._tables[pixels.dtype] = px.unit_table(pixels.dtype, self.device)
         with torch.inference_mode():
-            x = px.torch_to_unit(host.to(self.device, non_blocking=True), self._tables[pixels.dtype])
+            x = px.torch_to_unit(staged.to(self.device, non_blocking=True), self._tables[pixels.dtype])
             y = self._forward(x, scale, out_hw)
-            out = torch.empty((n, *out_hw, 3), dtype=host.dtype, device=self.device)
+            out = torch.empty((n, *out_hw, 3), dtype=staged.dtype, device=self.device)
             px.torch_to_samples(y, out)
             if not cuda:
-                return out.numpy()
+                return px.swap_rb(out.numpy(), out.numpy())
             back = self._pinned("out", tuple(out.shape), out.dtype)
             back.copy_(out, non_blocking=True)
             torch.cuda.current_stream(self.device).synchronize()
-        return back.numpy().copy()  # the pinned buffer is reused by the next call
+        return px.swap_rb(back.numpy())  # RGB -> BGR, and out of the pinned buffer the next call reuses
 
     def device_memory(self) -> DeviceMemory | None:
         """On CUDA: free memory now, and the net's peak working memory per output pixel, measured once on a
