@@ -79,7 +79,8 @@ def _report(summary: Summary, reference, console: Console) -> None:
 def upscale(input: str | Path, output: str | Path, *, model: str | None = None, scale: float | None = None,
             backend: str | backends.Backend = "auto", precision: str = "fp32", onnx=None, engine=None, weights=None,
             threads: int | None = None, fmt: str | None = None, jpeg_quality: int = 95, tile: int | None = None,
-            tile_overlap: int | None = None, batch: int = 1, workers: int = 2, skip_existing: bool = False,
+            tile_overlap: int | None = None, batch: int | str = 1, workers: int | None = None,
+            skip_existing: bool = False,
             reference=None, summary=None, progress: bool = True,
             log: Callable[[str], object] | None = None) -> Summary:
     """Super-resolve an image or a folder tree (OUTPUT mirrors it) and return the run's Summary.
@@ -87,7 +88,9 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     model: registered name; by default the one `backend` (if loaded) or `onnx` was made for, else srcnn.
     backend: a name ('auto' picks the fastest available and says why) or an already-loaded Backend
     (then onnx/engine/weights/threads/precision do not apply: it is used as it is).
-    tile: LR tile side, 0 = never tile, None = from free memory. progress=False hides the bar and
+    tile: LR tile side, 0 = never tile, None = from free memory (a device backend's own). batch: images or
+    tiles of one size per call, or 'auto' (the most that fit on a device, capped; 1 on the host). workers:
+    decode/encode threads, None = every usable core with a device backend, else 2. progress=False hides the bar and
     per-image lines (the header and failures still go out). log: where lines go (default: stderr).
     Argument problems raise PipelineError before any work; per-image failures are in the Summary.
     """
@@ -119,6 +122,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     worker = ImageWorker(loaded, spec, scale, tile=tile, tile_overlap=tile_overlap, batch=batch,
                          jpeg_quality=jpeg_quality, reference=reference)
     records, todo = _triage(found, skip_existing, console)
+    workers = settings.io_workers(workers, loaded.on_gpu)
     process_s = Scheduler(worker, console, workers).run(todo)
 
     result = Summary(model=spec.name, scale=scale, backend=loaded.describe(), backend_choice=choice,

@@ -99,8 +99,21 @@ def tile_margin(model: str | ModelSpec, scale: float, tile_overlap: int | None) 
     return math.ceil(tile_overlap * scale)
 
 
-def batch_limit(backend, batch: int) -> int:
-    """--batch, capped by the largest batch an engine's profiles take (TensorRT)."""
+AUTO_BATCH = 8  # --batch auto on a device: at most this many images or tiles per call
+AUTO_BATCH_SIDE = 2048  # ... and only as many as leave each one a crop of this many HR pixels square
+DEVICE_SHARE = 0.5  # of the device's free memory that tiles in flight may take (it holds nothing else of ours)
+
+
+def batch_limit(backend, batch: int | str) -> int:
+    """--batch (or 'auto': on a device, the most that fit, capped; on the host 1, as a host backend already
+    spreads one image over every core), capped by the largest batch an engine's profiles take (TensorRT)."""
+    if batch == "auto":
+        mem = backend.device_memory()
+        if mem is None:
+            batch = 1
+        else:
+            fit = int(mem.free_bytes * DEVICE_SHARE // (mem.bytes_per_output_pixel * AUTO_BATCH_SIDE ** 2))
+            batch = max(1, min(AUTO_BATCH, fit))
     profiles = getattr(backend, "profiles", None)
     if profiles:
         try:
@@ -111,8 +124,15 @@ def batch_limit(backend, batch: int) -> int:
 
 
 def tile_size(backend, scale: float, margin: int, batch: int, tile: int | None) -> int | None:
-    """LR tile side (None = whole images): --tile, or from free memory, capped so crops fit an engine."""
-    size = tiling.auto_tile(scale, margin, batch) if tile is None else (tile or None)
+    """LR tile side (None = whole images): --tile, or from free memory (a device backend's own, at the model's
+    measured cost per output pixel: whole images whenever they fit), capped so crops fit an engine."""
+    if tile is None:
+        mem = backend.device_memory()
+        size = tiling.auto_tile(scale, margin, batch) if mem is None else tiling.auto_tile(
+            scale, margin, batch, mem.free_bytes, cap_bytes=None, bytes_per_pixel=mem.bytes_per_output_pixel,
+            share=DEVICE_SHARE)
+    else:
+        size = tile or None
     max_in = getattr(backend, "max_input_size", None)
     if not callable(max_in):
         return size
@@ -127,7 +147,7 @@ class ImageWorker:
     """Everything one run's images share, and the steps that turn one input file into one output file."""
 
     def __init__(self, backend, model: str | ModelSpec, scale: float, *, tile: int | None = None,
-                 tile_overlap: int | None = None, batch: int = 1, jpeg_quality: int = 95,
+                 tile_overlap: int | None = None, batch: int | str = 1, jpeg_quality: int = 95,
                  reference: str | Path | None = None):
         self.backend = backend
         self.scale = scale
