@@ -23,7 +23,7 @@ from pipeline import backends as B
 from pipeline import report
 from pipeline.artifacts.cache import onnx_for
 from pipeline.backends.checks import model_spec
-from pipeline.bench.folder import folder_throughput, write_folder
+from pipeline.bench.folder import folder_throughput, gpu_folder_rows, stage_cost, write_folder
 from pipeline.bench.kernels import kernel_section
 from pipeline.bench.ray_bench import ray_bench
 from pipeline.bench.results import apply_peak, auto_row, flops_entry, method
@@ -44,6 +44,9 @@ QUICK = dict(main_size=128, sizes=(64, 128), scales=(2.0, 3.0), batches=(1, 2), 
 # Time to first image (fresh processes) and the Ray comparison (local vs 1 and 2 actors) per full bench.
 FULL.update(startup_runs=5, ray_images=24, ray_size=128)
 QUICK.update(startup_runs=1, ray_images=0, ray_size=64)
+# The sr stage's own cost (near-free x3 model, every machine) and, on a CUDA device, the GPU folder row (issue 19).
+FULL.update(stage_images=16, stage_size=384, stage_repeats=3, gpu_folder_images=16, gpu_folder_size=512)
+QUICK.update(stage_images=2, stage_size=64, stage_repeats=1, gpu_folder_images=0, gpu_folder_size=64)
 
 
 def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
@@ -75,6 +78,12 @@ def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
         peak["samples"].append(measure_peak_gflops(seconds=0.5)["gflops"])  # the load may have changed
     if cfg.get("ray_images"):
         doc["ray"] = _ray_section(models[0], cfg, log, doc["skipped"].append)
+    if cfg.get("stage_images"):
+        doc["stage_cost"] = _stage_cost_row(cfg, log, doc["skipped"].append)
+    if cfg.get("gpu_folder_images"):
+        log("GPU folder run vs pure inference")
+        doc["gpu_folder"] = gpu_folder_rows(models, cfg["gpu_folder_images"], cfg["gpu_folder_size"],
+                                            weights=weights, log=log, note=doc["skipped"].append)
     log("kernels (CUDA)")
     doc["kernels"], why_not = kernel_section(models, quick=bool(cfg.get("quick")), log=log)
     if why_not:
@@ -110,6 +119,18 @@ def _ray_section(model: str, cfg: dict, log, note) -> dict | None:
         except PipelineError as e:
             note(f"Ray comparison: {e}")
             return None
+
+
+def _stage_cost_row(cfg: dict, log, note) -> dict | None:
+    """The sr stage's own CPU and wall time per output megapixel, from the near-free x3 factory model."""
+    if importlib.util.find_spec("torch") is None:
+        note("sr stage cost: the near-free model is a PyTorch factory; PyTorch is not installed (export extra)")
+        return None
+    try:
+        return stage_cost(cfg["stage_images"], cfg["stage_size"], cfg.get("stage_repeats", 3), log=log)
+    except PipelineError as e:
+        note(f"sr stage cost: {e}")
+        return None
 
 
 def _folder_row(model: str, cfg: dict, weights, log, note) -> dict | None:
