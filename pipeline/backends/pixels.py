@@ -9,6 +9,8 @@ NCHW float RGB in [0, 1].
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 GRAY_WEIGHTS = np.array([0.299, 0.587, 0.114], dtype=np.float32)  # BT.601 luma (cv2's RGB2GRAY)
@@ -89,6 +91,24 @@ def swap_rb(src: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 
 # -- torch: the same rule on the model's device -----------------------------------------------------------
+
+class PinnedStaging:
+    """Page-locked host buffers, one per name, reused across calls and grown only for a larger batch: copies
+    between them and the device are asynchronous, and nothing is pinned (slow) per image."""
+
+    def __init__(self):
+        self._buffers: dict[str, object] = {}
+
+    def get(self, key: str, shape: tuple[int, ...], dtype):
+        import torch
+
+        need = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        buf = self._buffers.get(key)
+        if buf is None or buf.numel() < need:
+            buf = torch.empty(need, dtype=torch.uint8).pin_memory()
+            self._buffers[key] = buf
+        return buf[:need].view(dtype).view(shape)
+
 
 def torch_dtype(dtype):
     import torch

@@ -38,7 +38,7 @@ class TorchBackend(Backend):
         self.threads = threads
         self.cuda_graph = bool(cuda_graph)
         self.net = None
-        self._staging: dict[str, object] = {}  # pinned host buffers, grown as needed and reused
+        self._staging = px.PinnedStaging()
         self._tables: dict[np.dtype, object] = {}  # sample -> float tables on the device
         self._graphs: OrderedDict = OrderedDict()  # input shape -> (graph, static input, static output)
         self._bytes_per_px: float | None = None
@@ -147,17 +147,6 @@ class TorchBackend(Backend):
 
     # -- integer pixels in and out -------------------------------------------------------------------------
 
-    def _pinned(self, key: str, shape: tuple[int, ...], dtype):
-        """A pinned host tensor of `shape`, reusing (and growing) one buffer per key."""
-        import torch
-
-        need = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-        buf = self._staging.get(key)
-        if buf is None or buf.numel() < need:
-            buf = torch.empty(need, dtype=torch.uint8).pin_memory()
-            self._staging[key] = buf
-        return buf[:need].view(dtype).view(shape)
-
     def infer_pixels(self, pixels: np.ndarray, scale: float) -> np.ndarray:
         import torch
 
@@ -168,7 +157,7 @@ class TorchBackend(Backend):
         out_hw = output_size(h, w, check_scale(self.spec, scale))
         cuda = self.device.startswith("cuda")
         if cuda:  # integers through a pinned buffer: an asynchronous copy of a quarter of float32's bytes
-            staged = self._pinned("in", (n, h, w, 3), px.torch_dtype(pixels.dtype))
+            staged = self._staging.get("in", (n, h, w, 3), px.torch_dtype(pixels.dtype))
             px.swap_rb(pixels, staged.numpy())
         else:
             staged = torch.from_numpy(px.swap_rb(pixels))
@@ -181,7 +170,7 @@ class TorchBackend(Backend):
             px.torch_to_samples(y, out)
             if not cuda:
                 return px.swap_rb(out.numpy(), out.numpy())
-            back = self._pinned("out", tuple(out.shape), out.dtype)
+            back = self._staging.get("out", tuple(out.shape), out.dtype)
             back.copy_(out, non_blocking=True)
             torch.cuda.current_stream(self.device).synchronize()
         return px.swap_rb(back.numpy())  # RGB -> BGR, and out of the pinned buffer the next call reuses
