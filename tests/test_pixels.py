@@ -118,3 +118,17 @@ def test_torch_cuda_pixels_equal_the_cpu_path(dtype, cuda_graph):
         assert np.array_equal(be.infer_pixels(img, 3.0), Backend.infer_pixels(be, img, 3.0))
     mem = be.device_memory()
     assert mem.free_bytes > 0 and mem.bytes_per_output_pixel > 0
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
+def test_ort_pixel_graph_equals_the_cpu_path(dtype):
+    """ONNX Runtime with the rule inside the graph (what its CUDA and TensorRT providers run, with I/O binding),
+    here on the CPU provider: the bytes of the numpy conversions around the same session's float output."""
+    from pipeline.backends.ort_backend import OrtCpuBackend
+
+    be = OrtCpuBackend("srcnn", threads=1).load()
+    rng = np.random.default_rng(11)
+    img = rng.integers(0, int(px.max_value(dtype)) + 1, (2, 21, 26, 3)).astype(dtype)
+    for scale in (3.0, 2.5):
+        got = be.infer_pixels_in_graph(img, scale)
+        assert got.dtype == dtype and np.array_equal(got, be.infer_pixels(img, scale))  # the latter: numpy

@@ -138,3 +138,51 @@ def torch_to_samples(y, out) -> None:
     maxv = 65535.0 if out.dtype == torch.uint16 else 255.0
     z = y.float().mul(maxv).round_().clamp_(0.0, maxv)  # a new tensor: the model's output is left alone
     out.copy_(z.permute(0, 2, 3, 1))  # a plain cast when the net ran channels_last
+
+
+# -- ONNX: the same rule inside the graph, for ONNX Runtime's device providers ---------------------------------
+
+PIXELS_IN, PIXELS_OUT, PIXEL_MAX = "pixels", "pixels_out", "pixel_max"
+
+
+def onnx_pixel_io(model, dtype):
+    """A copy of an ONNX model (input 'input' NCHW float, one output) that takes NHWC RGB integer `pixels` and
+    gives NHWC RGB integer `pixels_out` of the same type: Gather from `unit_table` (exact on any provider) in
+    front, Mul / Round (half to even) / Clip / Cast behind. The full scale is a run-time input (`pixel_max`),
+    not a constant, so no optimiser can fold the Mul into the net's last convolution and round differently."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    (old_in,) = [i for i in g.input if i.name == "input"]
+    (old_out,) = g.output
+    in_type = old_in.type.tensor_type.elem_type
+    int_type = TensorProto.UINT16 if np.dtype(dtype) == np.uint16 else TensorProto.UINT8
+    maxv = max_value(dtype)
+    table = np.arange(int(maxv) + 1, dtype=np.float32) / np.float32(maxv)
+    g.initializer.extend([numpy_helper.from_array(table, "px_table"),
+                          numpy_helper.from_array(np.zeros((), np.float32), "px_zero")])
+    front = [helper.make_node("Cast", [PIXELS_IN], ["px_i64"], to=TensorProto.INT64),
+             helper.make_node("Gather", ["px_table", "px_i64"], ["px_unit"], axis=0),
+             helper.make_node("Transpose", ["px_unit"], ["px_nchw" if in_type != TensorProto.FLOAT else "input"],
+                              perm=[0, 3, 1, 2])]
+    if in_type != TensorProto.FLOAT:  # an fp16-I/O graph: the CPU path casts the float32 batch the same way
+        front.append(helper.make_node("Cast", ["px_nchw"], ["input"], to=in_type))
+    back = [helper.make_node("Cast", [old_out.name], ["px_f32"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["px_f32", PIXEL_MAX], ["px_scaled"]),
+            helper.make_node("Round", ["px_scaled"], ["px_round"]),
+            helper.make_node("Clip", ["px_round", "px_zero", PIXEL_MAX], ["px_clip"]),
+            helper.make_node("Cast", ["px_clip"], ["px_nchw_int"], to=int_type),
+            helper.make_node("Transpose", ["px_nchw_int"], [PIXELS_OUT], perm=[0, 2, 3, 1])]
+    nodes = list(g.node)
+    del g.node[:]
+    g.node.extend(front + nodes + back)
+    inputs = [i for i in g.input if i.name != "input"]
+    del g.input[:]
+    g.input.extend([helper.make_tensor_value_info(PIXELS_IN, int_type, ["n", "h", "w", 3]), *inputs,
+                    helper.make_tensor_value_info(PIXEL_MAX, TensorProto.FLOAT, [])])
+    del g.output[:]
+    g.output.extend([helper.make_tensor_value_info(PIXELS_OUT, int_type, ["n", "oh", "ow", 3])])
+    return m
