@@ -40,7 +40,7 @@ def test_torch_samples_are_the_numpy_samples(depth):
     y = hard_floats(5000, maxv, depth)
     want = px.to_samples(y, depth)
     out = torch.empty(want.shape, dtype=px.torch_dtype(want.dtype))
-    px.torch_to_samples(torch.from_numpy(y), out)
+    px.torch_to_samples(torch.from_numpy(y.copy()), out)  # consumed in place
     assert np.array_equal(px.swap_rb(out.numpy()), want)
     # and the same as the stage's CPU path before integer I/O: quantize() per channel, BGR order
     for c in range(3):

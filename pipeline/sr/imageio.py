@@ -256,7 +256,7 @@ def encode(pixels: np.ndarray, fmt: str, jpeg_quality: int = 95) -> bytes:
         params = [cv2.IMWRITE_JPEG_QUALITY, int(jpeg_quality)]
     elif fmt == "webp":
         params = [cv2.IMWRITE_WEBP_QUALITY, int(jpeg_quality)]
-    elif fmt == "png":  # our own writer: a fifth of OpenCV's CPU (pipeline.sr.png)
+    elif fmt == "png":  # our own writer: a third of OpenCV's CPU (pipeline.sr.png)
         try:
             return png.encode_png(pixels)
         except ValueError as e:
