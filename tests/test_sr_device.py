@@ -89,3 +89,21 @@ def test_cli_batch_auto_and_bad_batches(folder, tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: --batch must be an integer >= 1") and "auto" in err[0]
         assert not (tmp_path / f"bad{bad}").exists()
+
+
+def test_batches_of_mixed_sample_types_match_single_images(tmp_path):
+    """Equal-size 8- and 16-bit images may share a batch; each keeps its own full scale."""
+    src = tmp_path / "in"
+    src.mkdir()
+    rng = np.random.default_rng(3)
+    cv2.imwrite(str(src / "a8.png"), rng.integers(0, 256, (20, 24, 3)).astype(np.uint8))
+    cv2.imwrite(str(src / "b16.png"), rng.integers(0, 65536, (20, 24, 3)).astype(np.uint16))
+    cv2.imwrite(str(src / "c8.png"), rng.integers(0, 256, (20, 24, 3)).astype(np.uint8))
+    be = TorchBackend("srcnn", device="cpu").load()
+    upscale(src, tmp_path / "one", scale=2.0, backend=be, batch=1, progress=False)
+    s = upscale(src, tmp_path / "three", scale=2.0, backend=be, batch=3, progress=False)
+    assert s.counts["ok"] == 3
+    for name in ("a8.png", "b16.png", "c8.png"):
+        a = cv2.imread(str(tmp_path / "one" / name), cv2.IMREAD_UNCHANGED)
+        b = cv2.imread(str(tmp_path / "three" / name), cv2.IMREAD_UNCHANGED)
+        assert a.dtype == b.dtype and np.abs(a.astype(int) - b.astype(int)).max() <= 1

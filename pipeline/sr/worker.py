@@ -213,7 +213,8 @@ class ImageWorker:
     def infer_batch(self, items: list[Planned]) -> None:
         """Whole images of one size in one inference call."""
         t0 = time.perf_counter()
-        floats = any(it.image.gray for it in items)  # gray: the float path (luma before rounding)
+        # gray (luma before rounding) or a mix of 8- and 16-bit images (one sample type per call): the float path
+        floats = any(it.image.gray for it in items) or len({it.image.depth for it in items}) > 1
         if floats:
             x = np.stack([it.image.region_rgb(0, it.image.height, 0, it.image.width) for it in items])
             y = self._infer(x)
