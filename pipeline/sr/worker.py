@@ -197,6 +197,8 @@ class ImageWorker:
             sy, sx = t.keep_slices()
             if image.gray:
                 imageio.store_rgb(out, t.y.keep0, t.x.keep0, y[:, sy, sx], depth)
+            elif item.plan.whole and y.shape[0] == out.shape[2]:  # the backend's result is the output: no copy
+                item.out = y.transpose(1, 2, 0)
             else:
                 imageio.store_pixels(out, t.y.keep0, t.x.keep0, y.transpose(1, 2, 0)[sy, sx])
             if image.has_alpha:  # alpha: plain bicubic on the same crop, so it tiles exactly as well
@@ -225,6 +227,8 @@ class ImageWorker:
         for it, yi in zip(items, y, strict=True):
             if floats:
                 imageio.store_rgb(it.out, 0, 0, yi, it.image.depth)
+            elif yi.shape == it.out.shape:  # the backend's result is the output: no copy on this thread
+                it.out = yi
             else:
                 imageio.store_pixels(it.out, 0, 0, yi)
             if it.image.has_alpha:
