@@ -15,6 +15,7 @@ from pathlib import Path
 
 from models.spec import WeightsError, file_sha256, get_spec
 from models.spec import weights_path as spec_weights_path
+from pipeline.artifacts.confine import file_token
 from pipeline.errors import PipelineError
 
 # The choices every artifact key is made of (export, backends and the CLI read them here).
@@ -57,7 +58,7 @@ def onnx_name(model: str, weights_sha: str, precision: str = "fp32", ops: str = 
     _check_choice("ops", ops, OPS)
     _check_choice("exporter", exporter, EXPORTERS)
     io = "" if io_dtype == "fp32" else f"-io{io_dtype}"
-    return f"{model}-{precision}{io}-{ops}-{exporter}-w{weights_sha[:16]}-v{ONNX_LAYOUT}.onnx"
+    return f"{file_token(model)}-{precision}{io}-{ops}-{exporter}-w{weights_sha[:16]}-v{ONNX_LAYOUT}.onnx"
 
 
 def profile_key(profile: dict) -> str:

@@ -9,7 +9,7 @@ import numpy as np
 
 from models.spec import ModelSpec, WeightsError, get_spec, output_size, weights_path
 from pipeline.artifacts.onnx_file import spec_from_onnx, spec_of
-from pipeline.engine.sidecar import read_sidecar
+from pipeline.engine.sidecar import load_sidecar
 from pipeline.errors import PipelineError
 
 
@@ -44,7 +44,7 @@ def resolve_spec(model: str | None, onnx: str | Path | None = None, engine: str 
 
 def engine_spec(engine: Path, model: str | None) -> ModelSpec:
     """The model an engine holds, from its sidecar (which carries the ONNX file's metadata)."""
-    sidecar = read_sidecar(Path(engine)) or {}
+    sidecar = load_sidecar(Path(engine))
     meta = sidecar.get("onnx_metadata") or {"model": sidecar.get("model")}
     name = meta.get("model")
     if name in (None, "?"):
@@ -53,6 +53,8 @@ def engine_spec(engine: Path, model: str | None) -> ModelSpec:
         raise PipelineError(f"{Path(engine).name} was built for model '{name}', not '{model}'")
     try:
         return spec_of(meta)
+    except PipelineError as e:
+        raise PipelineError(f"{Path(engine).name}: {e}") from None
     except (KeyError, ValueError):
         raise PipelineError(f"{Path(engine).name}: its sidecar does not describe model '{name}'; rebuild the "
                             "engine from an ONNX file exported by this version") from None

@@ -47,6 +47,11 @@ QUICK.update(startup_runs=1, ray_images=0, ray_size=64)
 # The sr stage's own cost (near-free x3 model, every machine) and, on a CUDA device, the GPU folder row (issue 19).
 FULL.update(stage_images=16, stage_size=384, stage_repeats=3, gpu_folder_images=16, gpu_folder_size=512)
 QUICK.update(stage_images=2, stage_size=64, stage_repeats=1, gpu_folder_images=0, gpu_folder_size=64)
+# Video fps at 480p and 720p input (`pipeline sr` on an H.264 clip): frames per clip, and the estimated frame time
+# above which a size is not run (2 CPU cores at x3: srcnn ~2 s per 480p frame and ~7 s per 720p; deform-srcnn ~30 s
+# per 480p frame, so only a full bench runs it, at 480p).
+FULL.update(video_frames=3, video_frame_s=40.0)
+QUICK.update(video_frames=2, video_frame_s=3.0)
 
 
 def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
@@ -73,6 +78,8 @@ def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
             folder = _folder_row(model, cfg, weights, log, doc["skipped"].append)
             if folder:
                 doc["folder"].append(folder)
+        if cfg.get("video_frames"):
+            doc.setdefault("video", []).extend(_video_rows(model, cfg, weights, log, doc["skipped"].append))
         if cfg.get("startup_runs"):
             doc.setdefault("startup", []).extend(_startup_row(model, cfg, weights, log, doc["skipped"].append))
         peak["samples"].append(measure_peak_gflops(seconds=0.5)["gflops"])  # the load may have changed
@@ -91,6 +98,21 @@ def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
         log(f"  not run: {why_not}")
     apply_peak(doc, max(peak["samples"]))
     return doc
+
+
+def _video_rows(model: str, cfg: dict, weights, log, note) -> list[dict]:
+    """`pipeline sr` on a short clip at 480p and 720p with the auto backend (PyAV loads only here)."""
+    from pipeline.bench.video import video_fps
+
+    try:
+        rows = video_fps(model, cfg["video_frames"], weights=weights, log=log, max_frame_s=cfg["video_frame_s"])
+    except (PipelineError, RuntimeError) as e:
+        note(f"{model} video: {e}")
+        return []
+    for r in rows:
+        if r.get("skipped"):
+            note(f"{model} video {r['size']}: {r['skipped']}")
+    return rows
 
 
 def _startup_row(model: str, cfg: dict, weights, log, note) -> list[dict]:

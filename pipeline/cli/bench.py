@@ -25,6 +25,7 @@ def add_arguments(p) -> None:
     p.add_argument("--no-folder", action="store_true",
                    help="skip the whole-folder (pipeline sr) timings: folder vs inference, the stage's own cost, "
                         "the GPU folder row")
+    p.add_argument("--no-video", action="store_true", help="skip the video fps at 480p and 720p input")
     options.add_weights_arg(p)
     options.add_onnx_arg(p)
 
@@ -51,6 +52,8 @@ def config_from_args(args) -> dict:
         cfg["backends"] = tuple(backends)
     if args.no_folder:
         cfg["folder_images"] = cfg["stage_images"] = cfg["gpu_folder_images"] = 0
+    if args.no_video:
+        cfg["video_frames"] = 0
     return cfg
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.artifacts.onnx_file import onnx_metadata
+from pipeline.artifacts.onnx_file import check_onnx_file, onnx_metadata
 from pipeline.cli import options
 from pipeline.engine import (
     Profile,
@@ -65,7 +65,7 @@ def _jobs(args) -> list[tuple[Path, Path, dict]]:
             raise PipelineError(f"ONNX folder not found: {args.onnx_dir} (run `make onnx` first)")
         jobs = []
         for f in sorted(args.onnx_dir.glob("*.onnx")):
-            meta = onnx_metadata(f)
+            meta = onnx_metadata(check_onnx_file(f))
             if meta.get("ops", "custom") == "standard" and not args.baseline:
                 continue
             if args.precision != "all" and meta.get("precision", "fp32") != args.precision:
@@ -77,8 +77,7 @@ def _jobs(args) -> list[tuple[Path, Path, dict]]:
         return jobs
     if not args.onnx or not args.output:
         raise PipelineError("give --onnx FILE --output FILE.engine, or --all --onnx-dir DIR --output-dir DIR")
-    if not args.onnx.is_file():
-        raise PipelineError(f"ONNX file not found: {args.onnx}")
+    check_onnx_file(args.onnx)
     options.check_output_file(args.output, "--output")
     return [(args.onnx, args.output, onnx_metadata(args.onnx))]
 
@@ -88,6 +87,8 @@ def run(args) -> int:
 
     if args.all and args.onnx:
         raise PipelineError("--all builds a folder; do not combine it with --onnx")
+    if args.onnx:  # a hostile or broken file is refused the same way on every machine
+        check_onnx_file(args.onnx)
     # Environment first: on a machine without a GPU/TensorRT nothing else matters (one line, no traceback).
     problem = tensorrt_problem()
     if problem:

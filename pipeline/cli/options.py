@@ -17,6 +17,7 @@ from models.spec import (
 from pipeline import backends as B
 from pipeline.analysis.candidates import candidate_statuses
 from pipeline.artifacts.cache import PRECISIONS
+from pipeline.artifacts.onnx_file import check_onnx_file
 from pipeline.errors import PipelineError
 
 
@@ -56,9 +57,7 @@ def onnx_from_args(args) -> Path | None:
     onnx = getattr(args, "onnx", None)
     if onnx is None:
         return None
-    if not Path(onnx).is_file():
-        raise PipelineError(f"ONNX file not found: {onnx}")
-    return Path(onnx)
+    return check_onnx_file(onnx)
 
 
 # -- weights -------------------------------------------------------------------------------------------

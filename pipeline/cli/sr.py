@@ -5,6 +5,7 @@ from models.spec import DEFAULT_MODEL
 from pipeline.cli.options import add_backend_args, add_precision_args, add_weights_arg, backend_from_args
 from pipeline.errors import PipelineError
 from pipeline.sr import upscale
+from pipeline.sr.videofmt import CRF, ENCODERS
 
 
 def _batch(value: str) -> int | str:
@@ -18,8 +19,8 @@ def _batch(value: str) -> int | str:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("input", help="image file or folder (searched recursively)")
-    p.add_argument("output", help="output folder (mirrors INPUT's tree) or, for a single image, a file name")
+    p.add_argument("input", help="image or video file, or a folder of them (searched recursively)")
+    p.add_argument("output", help="output folder (mirrors INPUT's tree) or, for a single image or video, a file name")
     # not the shared --model group: its default would hide whether the user named a model, and without
     # one the model comes from the --onnx file's metadata
     p.add_argument("--model", default=None, help=f"registered model name (default: the one --onnx was exported "
@@ -33,6 +34,10 @@ def add_arguments(p) -> None:
     p.add_argument("--threads", type=int, default=None, help="inference threads, >= 1 (default: the backend's choice)")
     p.add_argument("--format", dest="fmt", help="output format: png, jpg, bmp, tiff, webp (default: as the input)")
     p.add_argument("--jpeg-quality", type=int, default=95, help="JPEG/WebP quality, 1-100 (default: 95)")
+    p.add_argument("--codec", choices=sorted(ENCODERS), default=None,
+                   help="video codec (default: h264, lossless ffv1 for .mkv, vp9 for .webm)")
+    p.add_argument("--crf", type=int, default=None, help="video quality, lower is better (default: "
+                   + ", ".join(f"{c} {v[0]}" for c, v in CRF.items()) + "; ffv1 is lossless)")
     p.add_argument("--tile", type=int, default=None,
                    help="tile side in input pixels; 0 = never tile (default: from free memory)")
     p.add_argument("--tile-overlap", type=int, default=None,
@@ -68,5 +73,5 @@ def run(args) -> int:
                       threads=args.threads, fmt=args.fmt, jpeg_quality=args.jpeg_quality, tile=args.tile,
                       tile_overlap=args.tile_overlap, batch=args.batch, workers=args.workers,
                       skip_existing=args.skip_existing, reference=args.reference, summary=args.summary,
-                      progress=not args.quiet)
+                      progress=not args.quiet, codec=args.codec, crf=args.crf)
     return 1 if summary.failed else 0

@@ -10,11 +10,13 @@ from pathlib import Path
 
 from models.spec import file_sha256
 from pipeline.artifacts.atomic import atomic_path, atomic_write
-from pipeline.artifacts.onnx_file import check_onnx_matches, load_onnx
+from pipeline.artifacts.confine import file_token, safe_component
+from pipeline.artifacts.onnx_file import check_onnx_file, check_onnx_matches, external_data_files, load_onnx
 from pipeline.backends.checks import model_spec, resolve_spec
 from pipeline.contract import DOMAIN
-from pipeline.engine import default_profile, read_sidecar, sidecar_path, sidecar_profiles, tensorrt_problem
-from pipeline.errors import PipelineError
+from pipeline.engine import default_profile, sidecar_profiles, tensorrt_problem
+from pipeline.engine.sidecar import load_sidecar, sidecar_onnx
+from pipeline.errors import PipelineError, first_line
 from pipeline.serve.triton_config import (
     BACKENDS,
     ModelIO,
@@ -47,6 +49,7 @@ class _Artifact:
     meta: dict
     plugin_sha256: str | None = None   # engines built with our plugins
     facts: dict | None = None
+    data_files: tuple[str, ...] = ()   # ONNX external data, relative to the model file's folder
 
 
 def _copy(src: Path, dst: Path) -> None:
@@ -58,8 +61,7 @@ def _ort_artifact(model: str, precision: str, onnx: Path | None, weights, max_ba
     from pipeline.artifacts.cache import onnx_for
 
     if onnx is not None:
-        if not Path(onnx).is_file():
-            raise PipelineError(f"ONNX file not found: {onnx}")
+        check_onnx_file(onnx)  # external data inside its folder, siblings confined, the file loads
         check_onnx_matches(Path(onnx), model, precision)
     else:
         onnx = onnx_for(model, precision, "custom", weights=weights, log=log)
@@ -68,8 +70,22 @@ def _ort_artifact(model: str, precision: str, onnx: Path | None, weights, max_ba
     if any(n.domain == DOMAIN and (n.domain, n.op_type) not in bodies for n in proto.graph.node):
         raise PipelineError(f"{onnx} has sr nodes without function bodies; ONNX Runtime in Triton needs the bodies "
                             "(use the exported file, not the one stripped for TensorRT)")
+    _check_ort_loads(Path(onnx))
     limit = max_batch or default_profile(model_spec(model)).batch[2]
-    return _Artifact(Path(onnx), io_from_onnx(proto), limit, meta)
+    return _Artifact(Path(onnx), io_from_onnx(proto), limit, meta, data_files=external_data_files(proto))
+
+
+def _check_ort_loads(onnx: Path) -> None:
+    """Triton's ONNX Runtime backend must be able to load the file: try it here (CPU) before anything is
+    written, so an unknown-domain op or unreadable external data is one line, not a broken repository."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 4  # ORT's own log lines would come before our one-line error
+    try:
+        ort.InferenceSession(str(onnx), so, providers=["CPUExecutionProvider"])
+    except Exception as e:  # ORT raises its own exception types
+        raise PipelineError(f"ONNX Runtime cannot load {onnx}, so Triton could not either: {first_line(e)}") from None
 
 
 def _engine_sidecar(model: str, precision: str, onnx: Path | None, engine: Path | None, weights, plugin_lib, log):
@@ -91,10 +107,7 @@ def _engine_sidecar(model: str, precision: str, onnx: Path | None, engine: Path 
     engine = Path(engine)
     if not engine.is_file():
         raise PipelineError(f"TensorRT engine not found: {engine}")
-    sidecar = read_sidecar(engine)
-    if sidecar is None:
-        raise PipelineError(f"{engine} has no readable sidecar {sidecar_path(engine).name}; its profiles and plugin "
-                            "build are unknown (build engines with `python -m pipeline engine`)")
+    sidecar = load_sidecar(engine)  # its profiles and plugin build: a missing or malformed one is one line
     resolve_spec(model, engine=engine)  # refuses an engine built for another model
     if sidecar.get("precision") != precision:
         raise PipelineError(f"{engine.name} is a {sidecar.get('precision')} engine, but precision {precision} "
@@ -105,8 +118,8 @@ def _engine_sidecar(model: str, precision: str, onnx: Path | None, engine: Path 
 def _trt_artifact(model: str, precision: str, onnx: Path | None, engine: Path | None, weights, plugin_lib,
                   log) -> _Artifact:
     engine, sidecar = _engine_sidecar(model, precision, onnx, engine, weights, plugin_lib, log)
-    onnx_file = Path(onnx) if onnx else Path(sidecar.get("onnx") or "")
-    if onnx_file.is_file():
+    onnx_file = Path(onnx) if onnx else sidecar_onnx(engine, sidecar)  # never a path outside the engine's folder
+    if onnx_file is not None and onnx_file.is_file():
         proto, meta = load_onnx(onnx_file, external_data=False)
         io = io_from_onnx(proto)
     else:  # the ONNX file stayed on the build machine: the sidecar says enough
@@ -160,6 +173,8 @@ def write_repository(model: str, repo: Path, *, backend: str = "trt", precision:
     kind = kind or ("gpu" if backend == "trt" else "cpu")
     if backend == "trt" and kind != "gpu":
         raise PipelineError("TensorRT engines run on the GPU only: use --kind gpu with --backend trt")
+    # One plain path component (no '..', '/', '.'): the model folder stays a child of the repository.
+    name = safe_component(name, "--name") if name is not None else file_token(model)
     repo = Path(repo)
     if repo.exists() and not repo.is_dir():
         raise PipelineError(f"--output {repo} is a file; give a folder for the model repository")
@@ -171,12 +186,13 @@ def write_repository(model: str, repo: Path, *, backend: str = "trt", precision:
     params.update(art.facts or {})
     if not art.io.triton_batchable:
         params["max_images_per_request"] = str(art.max_batch)
-    name = name or model
     text, config = triton_config(name, backend, art.io, max_batch=art.max_batch, instances=instances, kind=kind,
                                  parameters=params)
     model_dir = repo / name
     model_file = model_dir / VERSION / BACKENDS[backend][1]
     plugin = _plugin(repo, plugin_lib, art.plugin_sha256) if art.plugin_sha256 else None
+    for rel in art.data_files:  # the model's external data travels with it (checked inside its folder)
+        _copy(art.source.parent / rel, model_file.parent / rel)
     _copy(art.source, model_file)
     atomic_write(model_dir / "config.pbtxt", text)
     return RepoResult(model_dir, model_file, model_dir / "config.pbtxt", config, plugin, server_command(repo, plugin))
