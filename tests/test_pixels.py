@@ -132,3 +132,21 @@ def test_ort_pixel_graph_equals_the_cpu_path(dtype):
     for scale in (3.0, 2.5):
         got = be.infer_pixels_in_graph(img, scale)
         assert got.dtype == dtype and np.array_equal(got, be.infer_pixels(img, scale))  # the latter: numpy
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["ort-cuda", "ort-trt", "trt"])
+def test_device_backends_pixels_equal_the_cpu_path(name):
+    """ONNX Runtime's CUDA/TensorRT providers (rule in the graph, I/O binding) and TensorRT (rule on its stream
+    around the bound buffers): the bytes of the numpy conversions around the same backend's float output."""
+    from models.spec import get_spec
+    from pipeline import backends
+
+    status = backends.backend_class(name).status(get_spec("srcnn"), "fp32")
+    if not status.available:
+        pytest.skip(status.reason)
+    be = backends.create(name, "srcnn", "fp32")
+    rng = np.random.default_rng(9)
+    for dtype in (np.uint8, np.uint16):
+        img = rng.integers(0, int(px.max_value(dtype)) + 1, (1, 48, 40, 3)).astype(dtype)
+        assert np.array_equal(be.infer_pixels(img, 3.0), Backend.infer_pixels(be, img, 3.0))
