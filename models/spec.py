@@ -48,6 +48,11 @@ class ModelSpec:
         module, _, attr = self.factory.partition(":")
         return getattr(importlib.import_module(module), attr)(**dict(self.factory_kwargs))
 
+    def weights_sha256(self, weights: str | Path | None = None) -> str:
+        """What identifies the weights (cache keys, ONNX metadata): the weights file's SHA-256. WeightsError (one
+        line) when it is missing. A user's factory overrides it (models.external.resolve)."""
+        return file_sha256(weights_path(self, weights))
+
     def check_scale(self, scale: float) -> float:
         scale = float(scale)
         lo, hi = self.scale_range

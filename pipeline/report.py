@@ -13,17 +13,13 @@ import onnxruntime as ort
 import psutil
 
 from pipeline.artifacts.atomic import atomic_path, atomic_write
+from pipeline.native.cpu import cpu_name
 
 
 # -- environment ---------------------------------------------------------------------------------------
 def environment() -> dict:
     env = {"python": platform.python_version(), "platform": platform.platform(), "numpy": np.__version__,
-           "cpu": platform.processor() or platform.machine(), "logical_cores": os.cpu_count()}
-    try:
-        with open("/proc/cpuinfo") as f:
-            env["cpu"] = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), env["cpu"])
-    except OSError:
-        pass
+           "cpu": cpu_name(), "logical_cores": os.cpu_count()}
     env["physical_cores"] = psutil.cpu_count(logical=False)
     env["memory_gb"] = round(psutil.virtual_memory().total / 2**30, 1)
     try:  # optional at run time (the deploy runtime has no torch); CUDA queries may fail on a broken driver
@@ -59,7 +55,7 @@ def env_lines(env: dict) -> list[str]:
 
 
 # -- helpers -------------------------------------------------------------------------------------------
-def fmt(v, digits: int = 3) -> str:
+def fmt(v) -> str:
     """Number formatting shared by Markdown tables (tests parse it back)."""
     if v is None:
         return "-"
@@ -246,6 +242,19 @@ def ray_markdown(result: dict) -> list[str]:
     return lines
 
 
+def triton_markdown(result: dict) -> list[str]:
+    """Served throughput (pipeline.bench.triton_bench) as a markdown table."""
+    lines = [f"Folder of {result['images']} images, medians of {result['repeats']} run(s); backend: "
+             f"{result['backend']} (local and in the server's sr model); gRPC, one connection per client.", "",
+             "| run | wall s | processing s | images/s | vs local |", "|---|---|---|---|---|",
+             f"| local folder run | {result['local']['wall_s']:.1f} | {result['local']['process_s']:.2f} | "
+             f"{result['local']['images_per_s']:.1f} | 1.00x |"]
+    for k, r in result["triton"].items():
+        lines.append(f"| Triton, {k} client(s) | {r['wall_s']:.1f} | {r['process_s']:.2f} | {r['images_per_s']:.1f} | "
+                     f"{r['vs_local']:.2f}x |")
+    return lines
+
+
 def startup_markdown(rows: list[dict] | None) -> list[str]:
     """Time to first image rows (pipeline.bench.startup); goal <= 1.0 s for 256² x3."""
     if not rows:
@@ -343,6 +352,8 @@ def bench_markdown(doc: dict) -> str:
     lines += startup_markdown(doc.get("startup"))
     if doc.get("ray"):
         lines += ["", "## Folder run through Ray vs locally", ""] + ray_markdown(doc["ray"])
+    if doc.get("triton"):
+        lines += ["", "## Folder run through a Triton server vs locally", ""] + triton_markdown(doc["triton"])
     lines += kernel_markdown(doc.get("kernels"))
     lines += ["", "## Results", ""]
     lines += table(RESULT_HEADER, [result_row(r) for r in doc["results"]])

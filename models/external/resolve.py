@@ -40,6 +40,12 @@ class ExternalModelSpec(ModelSpec):
     def to_metadata(self) -> dict[str, str]:
         return super().to_metadata() | self.external.to_metadata()
 
+    def weights_sha256(self, weights=None) -> str:
+        """The checkpoint file's SHA-256, or a factory's weights hash (models.external.loader.factory_sha256):
+        not its source file's, which neither changes with the weights it loads nor stays put when only a comment
+        changes. `weights` is ignored: a checkpoint or factory brings its own (registry.load_model refuses one)."""
+        return self.external.sha256
+
     def scale_note(self, scale: float) -> str:
         """What a run at `scale` does, for the run's first line."""
         native = self.external.scale
@@ -70,7 +76,7 @@ def loaded(value: str):
     return _load(value, _stamp(value))
 
 
-def build_module(value: str, scale: float | None = None):
+def build_module(value: str):
     """The nn.Module the registry builds: AnyScale(net) taking (x, size) (factory of ExternalModelSpec)."""
     from .modules import AnyScale
 

@@ -13,7 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from models.spec import WeightsError, file_sha256, get_spec
+from models.spec import WeightsError, get_spec
 from models.spec import weights_path as spec_weights_path
 from pipeline.artifacts.confine import file_token
 from pipeline.errors import PipelineError
@@ -24,7 +24,8 @@ OPS = ("custom", "standard")
 EXPORTERS = ("dynamo", "torchscript")
 # Part of every ONNX cache key: bumped when exports gain something the runtime relies on, so older cached files
 # are not reused. 2: the model spec in the metadata, reference outputs and folded variants beside the file.
-ONNX_LAYOUT = 2
+# 3: sr::DynamicResize's body and the folded border strips are tile-exact (tiled output equals whole, bit for bit).
+ONNX_LAYOUT = 3
 
 
 def cache_dir() -> Path:
@@ -42,7 +43,13 @@ def weights_path(model: str, weights: str | Path | None = None) -> Path:
 
 
 def weights_sha256(model: str, weights: str | Path | None = None) -> str:
-    return file_sha256(weights_path(model, weights))
+    """The weights' identity in cache keys (ModelSpec.weights_sha256: a file's hash, a factory's tensors')."""
+    try:
+        return get_spec(model).weights_sha256(weights)
+    except KeyError as e:
+        raise PipelineError(str(e.args[0])) from None
+    except WeightsError as e:
+        raise PipelineError(str(e)) from None
 
 
 def _check_choice(what: str, value: str, allowed: tuple[str, ...]) -> None:

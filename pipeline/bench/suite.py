@@ -31,6 +31,7 @@ from pipeline.bench.roofline import flops_per_output_pixel, measure_peak_gflops
 from pipeline.bench.startup import time_to_first_image
 from pipeline.bench.sweeps import ModelBench
 from pipeline.bench.timing import cuda_torch
+from pipeline.bench.triton_bench import triton_bench
 from pipeline.errors import PipelineError
 
 FULL = dict(main_size=256, sizes=(128, 256, 512, 1024), scales=(2.0, 3.0, 4.0, 2.5), batches=(1, 2, 4),
@@ -41,9 +42,10 @@ QUICK = dict(main_size=128, sizes=(64, 128), scales=(2.0, 3.0), batches=(1, 2), 
              max_call_s=3.0, heavy_call_s=1.0)
 # The folder run has 16 images: filling and draining the decode/encode pipeline costs about one image's decode +
 # encode per run, which 4 images overweight (measured: 83 % of inference at 4 images, 87 % at 16).
-# Time to first image (fresh processes) and the Ray comparison (local vs 1 and 2 actors) per full bench.
-FULL.update(startup_runs=5, ray_images=24, ray_size=128)
-QUICK.update(startup_runs=1, ray_images=0, ray_size=64)
+# Time to first image (fresh processes), the Ray comparison (local vs 1 and 2 actors) and the served one (local vs
+# a Triton server's sr model with 1, 2 and 4 clients) per full bench.
+FULL.update(startup_runs=5, ray_images=24, ray_size=128, triton_images=24, triton_size=128)
+QUICK.update(startup_runs=1, ray_images=0, ray_size=64, triton_images=0, triton_size=64)
 # The sr stage's own cost (near-free x3 model, every machine) and, on a CUDA device, the GPU folder row (issue 19).
 FULL.update(stage_images=16, stage_size=384, stage_repeats=3, gpu_folder_images=16, gpu_folder_size=512)
 QUICK.update(stage_images=2, stage_size=64, stage_repeats=1, gpu_folder_images=0, gpu_folder_size=64)
@@ -85,6 +87,8 @@ def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
         peak["samples"].append(measure_peak_gflops(seconds=0.5)["gflops"])  # the load may have changed
     if cfg.get("ray_images"):
         doc["ray"] = _ray_section(models[0], cfg, log, doc["skipped"].append)
+    if cfg.get("triton_images"):
+        doc["triton"] = _triton_section(models[0], cfg, log, doc["skipped"].append)
     if cfg.get("stage_images"):
         doc["stage_cost"] = _stage_cost_row(cfg, log, doc["skipped"].append)
     if cfg.get("gpu_folder_images"):
@@ -153,6 +157,19 @@ def _stage_cost_row(cfg: dict, log, note) -> dict | None:
     except PipelineError as e:
         note(f"sr stage cost: {e}")
         return None
+
+
+def _triton_section(model: str, cfg: dict, log, note) -> dict | None:
+    """The same folder locally and through a Triton server's sr model with 1, 2 and 4 clients (pipeline.bench.
+    triton_bench; the server in a private network namespace)."""
+    with tempfile.TemporaryDirectory(prefix="bench-triton-") as tmp:
+        folder = Path(tmp) / "in"
+        write_folder(folder, cfg["triton_images"], cfg["triton_size"])
+        try:
+            return triton_bench(folder, model=model, log=log)
+        except PipelineError as e:
+            note(f"Triton comparison: {e}")
+            return None
 
 
 def _folder_row(model: str, cfg: dict, weights, log, note) -> dict | None:
