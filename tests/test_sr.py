@@ -355,8 +355,17 @@ def test_backend_input_limit_is_respected(tree, weights, tmp_path, capsys):
     real = backends.create("torch", "srcnn", "fp32", **({"weights": weights} if weights else {}))
     seen = []
 
-    class Bounded:  # the TensorRT backend's size contract around a real runner (no GPU here)
+    from pipeline.backends.base import Backend
+
+    class Bounded(Backend):  # the TensorRT backend's size contract around a real runner (no GPU here)
         name, device, precision, model_name = "bounded", "cpu", "fp32", "srcnn"
+
+        @classmethod
+        def status(cls, spec, precision, **_):
+            return cls.ok("a test's wrapper")
+
+        def load(self):
+            return self
 
         def max_input_size(self):
             return (100, 100)

@@ -10,6 +10,7 @@ says why for each, and a backend made by "auto" carries `selection_reason`. With
 
     base          the Backend interface (each class: status, OPTIONS, load, infer)
     checks        which model (registry or file metadata), input validation every backend runs
+    pixels        integer pixels <-> model tensors: the one rounding rule, in numpy, torch and ONNX
     registry      names -> classes, create_named       availability  what can run here, and why not
     auto          the `auto` choice and --measure
     *_backend     one module per runtime

@@ -8,6 +8,16 @@ from pipeline.sr import upscale
 from pipeline.sr.videofmt import CRF, ENCODERS
 
 
+def _batch(value: str) -> int | str:
+    """'auto' or an integer; the range is checked with the other options (pipeline.sr.settings)."""
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise PipelineError(f"--batch must be an integer >= 1 or 'auto', got {value!r}") from None
+
+
 def add_arguments(p) -> None:
     p.add_argument("input", help="image or video file, or a folder of them (searched recursively)")
     p.add_argument("output", help="output folder (mirrors INPUT's tree) or, for a single image or video, a file name")
@@ -33,8 +43,10 @@ def add_arguments(p) -> None:
     p.add_argument("--tile-overlap", type=int, default=None,
                    help="context each tile reads past its region, input pixels (default: the model's "
                         "receptive field, which makes tiled output equal whole-image output)")
-    p.add_argument("--batch", type=int, default=1, help="images (or tiles) of equal size per inference call")
-    p.add_argument("--workers", type=int, default=2, help="threads decoding and encoding images (default: 2)")
+    p.add_argument("--batch", type=_batch, default=1, help="images (or tiles) of equal size per inference call, or "
+                                                           "'auto': the most that fit on a GPU, capped (1 on the CPU)")
+    p.add_argument("--workers", type=int, default=None, help="threads decoding and encoding images (default: every "
+                                                             "core this process may use with a GPU backend, else 2)")
     p.add_argument("--skip-existing", action="store_true", help="leave outputs that already exist (resume)")
     p.add_argument("--reference", metavar="HR_DIR", help="ground-truth HR images with the same relative names: "
                                                         "report PSNR/SSIM (Y, border cropped) vs bicubic")

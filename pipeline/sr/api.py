@@ -100,9 +100,9 @@ def _report(summary: Summary, reference, console: Console) -> None:
 def upscale(input: str | Path, output: str | Path, *, model: str | None = None, scale: float | None = None,
             backend: str | backends.Backend = "auto", precision: str = "fp32", onnx=None, engine=None, weights=None,
             threads: int | None = None, fmt: str | None = None, jpeg_quality: int = 95, tile: int | None = None,
-            tile_overlap: int | None = None, batch: int = 1, workers: int = 2, skip_existing: bool = False,
-            reference=None, summary=None, progress: bool = True, verbose: bool = False, codec: str | None = None,
-            crf: int | None = None,
+            tile_overlap: int | None = None, batch: int | str = 1, workers: int | None = None,
+            skip_existing: bool = False, reference=None, summary=None, progress: bool = True, verbose: bool = False,
+            codec: str | None = None, crf: int | None = None,
             log: Callable[[str], object] | None = None) -> Summary:
     """Super-resolve an image or a folder tree (OUTPUT mirrors it) and return the run's Summary.
 
@@ -111,7 +111,9 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     (then onnx/engine/weights/threads/precision do not apply: it is used as it is).
     codec/crf: how videos are encoded (pipeline.sr.videofmt; default: H.264 at a high-quality CRF, lossless FFV1
     for .mkv, VP9 for .webm); images ignore them.
-    tile: LR tile side, 0 = never tile, None = from free memory. progress=False hides the bar and
+    tile: LR tile side, 0 = never tile, None = from free memory (a device backend's own). batch: images or
+    tiles of one size per call, or 'auto' (the most that fit on a device, capped; 1 on the host). workers:
+    decode/encode threads, None = every usable core with a device backend, else 2. progress=False hides the bar and
     per-image lines (the header and failures still go out); verbose adds the backend's full description and
     reasons. log: where lines go (default: stderr). Argument problems, unwritable outputs included, raise
     PipelineError before any work; per-image failures are in the Summary. On KeyboardInterrupt the images done
@@ -165,6 +167,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
                      f"(e.g. {found.ignored[0]})")
     worker = ImageWorker(loaded, spec, scale, tile=tile, tile_overlap=tile_overlap, batch=batch,
                          jpeg_quality=jpeg_quality, reference=reference)
+    workers = settings.io_workers(workers, loaded.on_gpu)
     console.detail(f"tiles: {worker.tile or 'whole images'} LR px, {worker.margin} HR px of context; batch "
                    f"{worker.batch}; {workers} decode/encode worker(s)")
     setup_s = time.perf_counter() - t_start
