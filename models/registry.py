@@ -13,13 +13,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .lookup import get_spec
 from .spec import (
     MODELS,
     WEIGHTS_DIR,
     ModelSpec,
     WeightsError,
     file_sha256,
-    get_spec,
     output_size,
     weights_path,
 )
@@ -83,7 +83,7 @@ def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
 def load_model(name: str, weights: str | Path | None = None, device: str | torch.device = "cpu") -> nn.Module:
     """Build model `name`, load its shipped weights (or `weights`), eval mode, on `device`."""
     spec = get_spec(name)
-    if getattr(spec, "external", None) is not None:  # a user's checkpoint/factory carries its weights
+    if spec.external is not None:  # a user's checkpoint/factory carries its weights
         if weights is not None and Path(weights).resolve() != spec.weights_path.resolve():
             raise WeightsError(f"--weights does not apply to {name}: a checkpoint or factory brings its own weights")
         return spec.build().eval().to(device)

@@ -9,15 +9,22 @@ from __future__ import annotations
 import hashlib
 import importlib
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from models.external.spec import is_external
+if TYPE_CHECKING:  # the type only: a spec reads its external facts, it never builds them
+    from models.external.spec import ExternalSpec
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 
 
-class WeightsError(RuntimeError):
+class ModelError(RuntimeError):
+    """A --model value names no model here, or the model it names does not load; the message is one line."""
+
+
+class WeightsError(ModelError):
     """A weight file is missing, unreadable or does not fit the model; the message is one line."""
 
 
@@ -38,10 +45,34 @@ class ModelSpec:
     factory_kwargs: tuple[tuple[str, object], ...] = field(default=())
     # LR pixels every tile crop must start on: 1, or a window-attention net's grid (a user's SwinIR, models.external).
     tile_align: int = 1
+    # A user's checkpoint or factory (models.external.resolve): its architecture, own scale and weights hash.
+    external: ExternalSpec | None = None
 
     @property
     def weights_path(self) -> Path:
         return WEIGHTS_DIR / self.weights_file
+
+    @property
+    def registered(self) -> bool:
+        """Whether this install can build the model from PyTorch (else it runs only from its exported file)."""
+        return bool(self.factory)
+
+    @property
+    def cache_token(self) -> str:
+        """The model's part of cache file names: its name, or for a user's model its file name plus identity."""
+        if self.external is None:
+            return self.name
+        stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(self.external.name).stem)[:40]
+        return f"{stem}-{self.external.identity}"
+
+    def scale_note(self, scale: float) -> str:
+        """What a run at `scale` does, for the run's first line ('' for our own models)."""
+        if self.external is None:
+            return ""
+        native, arch = self.external.scale, self.external.architecture
+        if float(scale) == native:
+            return f"{arch} runs at its own x{native}"
+        return f"{arch} runs at x{native}, then sr::DynamicResize to x{float(scale):g}"
 
     def build(self):
         """A freshly initialised nn.Module (imports torch)."""
@@ -62,7 +93,7 @@ class ModelSpec:
                 "scale_min": f"{self.scale_range[0]:g}", "scale_max": f"{self.scale_range[1]:g}",
                 "dynamic_scale": "1" if self.dynamic_scale else "0",
                 "receptive_radius": str(self.receptive_radius), "tile_align": str(self.tile_align),
-                "description": self.description}
+                "description": self.description} | (self.external.to_metadata() if self.external else {})
 
     @classmethod
     def from_metadata(cls, meta: dict[str, str]) -> ModelSpec:
@@ -92,21 +123,6 @@ MODELS: dict[str, ModelSpec] = {
 
 # The model a command runs when neither --model nor an --onnx/--engine file names one.
 DEFAULT_MODEL = "srcnn"
-
-
-def get_spec(name: str) -> ModelSpec:
-    """A registered model, or a user's checkpoint path / package.module:factory (models.external.resolve)."""
-    if name in MODELS:
-        return MODELS[name]
-    if is_external(name):
-        from models.external.resolve import model_spec  # torch + spandrel: only for a user's model
-
-        try:
-            return model_spec(name)
-        except WeightsError as e:  # callers turn a KeyError into their one-line "unknown model" error
-            raise KeyError(str(e)) from None
-    raise KeyError(f"unknown model '{name}' (known: {', '.join(MODELS)}, or a checkpoint path, or "
-                   "package.module:factory)")
 
 
 def output_size(height: int, width: int, scale: float) -> tuple[int, int]:

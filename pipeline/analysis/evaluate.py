@@ -13,9 +13,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.registry import file_sha256, get_spec, load_model
+from models.registry import file_sha256, load_model
 from models.registry import run as run_model
 from pipeline.analysis.metrics import psnr_y, ssim_y
+from pipeline.artifacts.identity import resolve
 from pipeline.data import sample_images
 from pipeline.data.degradation import make_pair, to_tensor, to_uint8, upscale_bicubic
 from pipeline.errors import PipelineError
@@ -39,7 +40,7 @@ def evaluate(model_name: str, scales=DEFAULT_SCALES, weights: str | Path | None 
     `images` (name -> uint8 HxWx3 HR) defaults to the held-out set; `model` (already built, e.g. while
     training) overrides loading the shipped / `weights` file.
     """
-    spec = get_spec(model_name)
+    spec = resolve(model_name)
     if model is None:
         path = Path(weights) if weights is not None else spec.weights_path
         model = load_model(model_name, path)

@@ -10,7 +10,7 @@ import numpy as np
 
 from models.spec import ModelSpec
 from pipeline.artifacts.cache import PRECISIONS
-from pipeline.errors import PipelineError
+from pipeline.errors import check_choice
 
 
 class BackendStatus(NamedTuple):
@@ -28,9 +28,7 @@ def installed(package: str) -> bool:
 
 
 def check_precision(precision: str) -> str:
-    if precision not in PRECISIONS:
-        raise PipelineError(f"unknown precision '{precision}' (choose from: {', '.join(PRECISIONS)})")
-    return precision
+    return check_choice("precision", precision, PRECISIONS)
 
 
 class Backend(ABC):
@@ -41,21 +39,29 @@ class Backend(ABC):
     clipping and rounding to the image's bit depth happen once, where images are written.
 
     Each class owns whether it can run here (`status`, one line of why not) and the keyword options its
-    constructor takes (`OPTIONS`, which `create` checks against).
+    constructor takes (`OPTIONS`, which `create` checks against). Everything a caller reads is declared here,
+    with a default where one makes sense, so a backend written to this class works everywhere.
     """
 
     name: ClassVar[str]  # e.g. "torch", "ort", "ort-sr-kernels", "trt"
     OPTIONS: ClassVar[frozenset[str]] = frozenset()
-    device: str          # e.g. "cpu", "cuda:0"
+    device: str = "cpu"  # e.g. "cpu", "cuda:0"
     precision: str       # "fp32" or "fp16"
     model_name: str
     spec: ModelSpec
+    # The ONNX file a loaded backend runs (None: it runs no ONNX file, e.g. PyTorch or an engine).
+    onnx_file: Path | None = None
+    # TensorRT optimisation profiles the loaded engine admits (engine.Profile); None: any shape and batch.
+    profiles: list | None = None
+    # Why this backend runs: "requested: NAME" or "auto: ..." (set through `selected`).
+    selection_reason: str = ""
 
     @classmethod
     @abstractmethod
-    def status(cls, spec: ModelSpec, precision: str, *, onnx: Path | None = None,
-               engine: Path | None = None) -> BackendStatus:
-        """Whether this backend can run `spec` at `precision` here (from `onnx`/`engine` when given), and why."""
+    def status(cls, spec: ModelSpec, precision: str, *, onnx: Path | None = None, engine: Path | None = None,
+               weights: Path | None = None) -> BackendStatus:
+        """Whether this backend can run `spec` at `precision` here (from `onnx`/`engine` when given, else built
+        with `weights`), and why (not)."""
 
     @classmethod
     def ok(cls, reason: str) -> BackendStatus:
@@ -72,6 +78,15 @@ class Backend(ABC):
     @abstractmethod
     def infer(self, batch: np.ndarray, scale: float) -> np.ndarray:
         """Run one batch; validates rank, channels, dtype and scale before launching."""
+
+    def selected(self, reason: str) -> Backend:
+        """Record why this backend was chosen (registry.create_named, auto.create); returns self."""
+        self.selection_reason = reason
+        return self
+
+    def max_input_size(self) -> tuple[int, int] | None:
+        """Largest input (H, W) the loaded backend admits (the sr stage tiles bigger images to it); None: any."""
+        return None
 
     def describe(self) -> str:
         return f"{self.name} ({self.device}, {self.precision})"

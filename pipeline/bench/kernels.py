@@ -8,6 +8,7 @@ F.interpolate's time.
 """
 from __future__ import annotations
 
+from pipeline.artifacts.identity import resolve
 from pipeline.errors import PipelineError, first_line
 from pipeline.native import kernels_cuda
 from pipeline.native.libraries import cuda_kernels_library
@@ -104,11 +105,11 @@ def model_rows(models: list[str], size: int = 256, iters: int = 20) -> list[dict
     """Each model end to end on torch CUDA (eager, FP32 and FP16 weights) at its default scale."""
     import torch
 
-    from models.registry import get_spec, load_model, run
+    from models.registry import load_model, run
 
     rows = []
     for model in models:
-        spec = get_spec(model)
+        spec = resolve(model)
         for dtype in (torch.float32, torch.float16):
             net = load_model(model, device="cuda").to(dtype).eval()
             x = torch.rand(1, 3, size, size, device="cuda", dtype=dtype)

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from pipeline.artifacts.identity import resolve
 from pipeline.bench.results import result_row
 from pipeline.bench.timing import available_bytes, time_interleaved
 from pipeline.bench.variants import (
@@ -26,11 +27,9 @@ class ModelBench:
                  note=print):
         import torch
 
-        from models.registry import get_spec
-
         self.model, self.cfg, self.peak, self.flops_px, self.weights = model, cfg, peak, flops_px, weights
         self.log, self.note = log, note
-        self.spec = get_spec(model)
+        self.spec = resolve(model)
         self.scale0, self.size0 = self.spec.default_scale, cfg["main_size"]
         self.default_threads = torch.get_num_threads()
         self.rng = np.random.default_rng(0)

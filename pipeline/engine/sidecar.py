@@ -1,21 +1,20 @@
 """The JSON sidecar next to every engine, and whether an engine is fresh for this machine and ONNX file."""
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
+from pipeline.artifacts.engine_file import read_sidecar, sidecar_path
 from pipeline.engine.profiles import Profile
 from pipeline.errors import PipelineError
 
 SIDECAR_VERSION = 1
 
 
+__all__ = ["ENV_KEYS", "SIDECAR_VERSION", "check_engine", "make_sidecar", "plan_engine", "read_sidecar",
+           "sidecar_path", "sidecar_problems", "sidecar_profiles", "sidecar_tf32"]
+
 ENV_KEYS = ("tensorrt", "gpu", "compute_capability", "plugin_sha256")
-
-
-def sidecar_path(engine: Path) -> Path:
-    return Path(str(engine) + ".json")
 
 
 def make_sidecar(env: dict, *, onnx_file: Path, onnx_sha256: str, model: str, precision: str, ops: str,
@@ -36,13 +35,6 @@ def make_sidecar(env: dict, *, onnx_file: Path, onnx_sha256: str, model: str, pr
         "build_seconds": build_seconds,
         "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-
-
-def read_sidecar(engine: Path) -> dict | None:
-    try:
-        return json.loads(sidecar_path(engine).read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def sidecar_problems(sidecar: dict | None, env: dict, onnx_sha256: str | None = None) -> list[str]:

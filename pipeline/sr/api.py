@@ -14,8 +14,9 @@ from pathlib import Path
 
 from pipeline import backends
 from pipeline.artifacts.atomic import atomic_write
+from pipeline.artifacts.identity import resolve
 from pipeline.backends.base import check_precision
-from pipeline.backends.checks import check_scale, resolve_spec
+from pipeline.backends.checks import check_scale
 from pipeline.errors import PipelineError
 from pipeline.sr import imageio, settings
 from pipeline.sr.bicubic import bicubic
@@ -31,11 +32,11 @@ def load_backend(backend, model: str, precision: str, *, onnx=None, engine=None,
                  threads=None) -> tuple[backends.Backend, str]:
     """A loaded backend and why it was chosen; `backend` is a name ('auto', 'ort', ...) or a loaded one."""
     if not isinstance(backend, str):
-        return backend, getattr(backend, "selection_reason", "") or "given"
+        return backend, backend.selection_reason or "given"
     opts = {k: v for k, v in (("onnx", onnx), ("engine", engine), ("weights", weights), ("threads", threads))
             if v is not None}
     loaded = backends.create(backend, model, precision, **opts)
-    return loaded, getattr(loaded, "selection_reason", "") or backend
+    return loaded, loaded.selection_reason or backend
 
 
 def _triage(found: JobList, skip_existing: bool, console: Console) -> tuple[list[Record], list[Record]]:
@@ -103,7 +104,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
         raise PipelineError("onnx, engine, weights and threads choose what backend to load; "
                             "they cannot change the already-loaded backend that was given")
     model = settings.resolve_model(model, onnx, backend, engine)
-    spec = resolve_spec(model, onnx, engine)  # with --onnx/--engine, what the file says: no PyTorch needed
+    spec = resolve(model, onnx, engine)  # with --onnx/--engine, what the file says: no PyTorch needed
     scale = check_scale(spec, spec.default_scale if scale is None else scale)
     found = discover(input, output, fmt)
     if not found.jobs:
@@ -111,7 +112,8 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
 
     loaded, choice = load_backend(backend, model, precision, onnx=onnx, engine=engine, weights=weights,
                                   threads=threads)
-    how = f" ({spec.scale_note(scale)})" if hasattr(spec, "scale_note") else ""  # a user's model: own factor?
+    note = spec.scale_note(scale)  # a user's model: at its own factor, or resized?
+    how = f" ({note})" if note else ""
     console.always(f"sr: {spec.name} x{scale:g}{how} on {loaded.describe()} ({choice}); {len(found.jobs)} image(s) "
                    f"-> {output}")
     if found.ignored:

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from models.spec import ModelSpec
+from pipeline.backends.base import Backend
 from pipeline.errors import PipelineError, first_line
 from pipeline.sr import imageio, tiling
 from pipeline.sr.bicubic import bicubic
@@ -92,33 +93,29 @@ def output_problem(h: int, w: int, channels: int, depth: int, fmt: str) -> str:
     return ""
 
 
-def tile_margin(model: str | ModelSpec, scale: float, tile_overlap: int | None) -> int:
+def tile_margin(spec: ModelSpec, scale: float, tile_overlap: int | None) -> int:
     """HR pixels of context each tile reads past its kept region."""
     if tile_overlap is None:
-        return tiling.context_margin(tiling.receptive_radius(model), scale)
+        return tiling.context_margin(tiling.receptive_radius(spec), scale)
     return math.ceil(tile_overlap * scale)
 
 
-def batch_limit(backend, batch: int) -> int:
+def batch_limit(backend: Backend, batch: int) -> int:
     """--batch, capped by the largest batch an engine's profiles take (TensorRT)."""
-    profiles = getattr(backend, "profiles", None)
-    if profiles:
-        try:
-            return min(batch, max(int(p.batch[2]) for p in profiles))
-        except (AttributeError, TypeError, IndexError, ValueError):
-            pass
+    if backend.profiles:
+        return min(batch, max(int(p.batch[2]) for p in backend.profiles))
     return batch
 
 
-def tile_size(backend, scale: float, margin: int, batch: int, tile: int | None) -> int | None:
+def tile_size(backend: Backend, scale: float, margin: int, batch: int, tile: int | None) -> int | None:
     """LR tile side (None = whole images): --tile, or from free memory, capped so crops fit an engine."""
     size = tiling.auto_tile(scale, margin, batch) if tile is None else (tile or None)
-    max_in = getattr(backend, "max_input_size", None)
-    if not callable(max_in):
+    max_in = backend.max_input_size()
+    if max_in is None:
         return size
-    limit = tiling.max_tile_for_input_limit(min(max_in()), scale, margin)
+    limit = tiling.max_tile_for_input_limit(min(max_in), scale, margin)
     if limit < 1:
-        raise PipelineError(f"the backend's largest input {max_in()} is too small for tiles with "
+        raise PipelineError(f"the backend's largest input {max_in} is too small for tiles with "
                             f"{margin} px of context at x{scale:g}; rebuild it with a larger profile")
     return limit if size is None or size > limit else size
 
@@ -126,13 +123,15 @@ def tile_size(backend, scale: float, margin: int, batch: int, tile: int | None) 
 class ImageWorker:
     """Everything one run's images share, and the steps that turn one input file into one output file."""
 
-    def __init__(self, backend, model: str | ModelSpec, scale: float, *, tile: int | None = None,
+    def __init__(self, backend: Backend, model: str | ModelSpec, scale: float, *, tile: int | None = None,
                  tile_overlap: int | None = None, batch: int = 1, jpeg_quality: int = 95,
                  reference: str | Path | None = None):
         self.backend = backend
         self.scale = scale
-        self.margin = tile_margin(model, scale, tile_overlap)
-        self.align = tiling.tile_align(model)
+        # A name is the loaded backend's model (sr.settings.resolve_model checked that): its spec is the backend's.
+        spec = model if isinstance(model, ModelSpec) else backend.spec
+        self.margin = tile_margin(spec, scale, tile_overlap)
+        self.align = tiling.tile_align(spec)
         self.batch = batch_limit(backend, batch)
         self.tile = tile_size(backend, scale, self.margin, self.batch, tile)
         self.jpeg_quality = jpeg_quality
