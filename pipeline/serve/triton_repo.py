@@ -151,9 +151,9 @@ def server_command(repo: Path, plugin: Path | None) -> str:
 
 
 def write_repository(model: str | None, repo: Path, *, backend: str = "trt", precision: str = "fp32",
-                     name: str | None = None, onnx: Path | None = None, engine: Path | None = None, plugin_lib: Path | None = None,
-                     weights=None, instances: int = 1, kind: str | None = None, max_batch: int | None = None,
-                     log=print) -> RepoResult:
+                     name: str | None = None, onnx: Path | None = None, engine: Path | None = None,
+                     plugin_lib: Path | None = None, weights=None, instances: int = 1, kind: str | None = None,
+                     max_batch: int | None = None, log=print) -> RepoResult:
     """Write REPO/<name>/ for `model` (None: the one the `onnx` or `engine` file holds); returns what was written
     and the tritonserver command."""
     check_choice("Triton backend", backend, BACKENDS)
