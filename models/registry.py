@@ -17,6 +17,7 @@ from .lookup import get_spec
 from .spec import (
     MODELS,
     WEIGHTS_DIR,
+    ModelError,
     ModelSpec,
     WeightsError,
     file_sha256,
@@ -24,7 +25,7 @@ from .spec import (
     weights_path,
 )
 
-__all__ = ["MODELS", "WEIGHTS_DIR", "ModelSpec", "WeightsError", "adapt_mmagic_state_dict", "file_sha256",
+__all__ = ["MODELS", "WEIGHTS_DIR", "ModelError", "ModelSpec", "WeightsError", "adapt_mmagic_state_dict", "file_sha256",
            "get_spec", "load_model", "load_state_dict_file", "output_size", "run", "size_tensor", "weights_path"]
 
 
