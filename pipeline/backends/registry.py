@@ -16,7 +16,7 @@ NAMES = tuple(CLASSES)
 
 
 def backend_class(name: str) -> type[Backend]:
-    return CLASSES[check_choice("backend", name, NAMES)]
+    return CLASSES[check_choice("backend", name, CLASSES)]
 
 
 def create_named(backend: str, model: str | None, precision: str = "fp32", **opts) -> Backend:

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from models.spec import output_size
 from pipeline.artifacts.identity import resolve
 from pipeline.bench.results import result_row
 from pipeline.bench.timing import available_bytes, time_interleaved
@@ -100,8 +101,6 @@ class ModelBench:
 
     def point(self, sweep: str, vs: list[Variant], size: int, scale: float, batch: int, threads=None,
               check: bool = False) -> None:
-        from models.registry import output_size
-
         threads = threads or self.default_threads
         out_hw = output_size(size, size, scale)
         px = batch * math.prod(out_hw)

@@ -157,12 +157,6 @@ def write_repository(model: str | None, repo: Path, *, backend: str = "trt", pre
     """Write REPO/<name>/ for `model` (None: the one the `onnx` or `engine` file holds); returns what was written
     and the tritonserver command."""
     check_choice("Triton backend", backend, BACKENDS)
-    if onnx is not None and not Path(onnx).is_file():
-        raise PipelineError(f"ONNX file not found: {onnx}")
-    if engine is not None and not Path(engine).is_file():
-        raise PipelineError(f"TensorRT engine not found: {engine}")
-    # Which model, before anything is made: the file's (a --model naming another is refused), else --model's.
-    spec = resolve(model, onnx=onnx, engine=engine)
     if engine is not None and backend != "trt":
         raise PipelineError("--engine is a TensorRT engine: use it with --backend trt")
     kind = kind or ("gpu" if backend == "trt" else "cpu")
@@ -171,6 +165,12 @@ def write_repository(model: str | None, repo: Path, *, backend: str = "trt", pre
     repo = Path(repo)
     if repo.exists() and not repo.is_dir():
         raise PipelineError(f"--output {repo} is a file; give a folder for the model repository")
+    if onnx is not None and not Path(onnx).is_file():
+        raise PipelineError(f"ONNX file not found: {onnx}")
+    if engine is not None and not Path(engine).is_file():
+        raise PipelineError(f"TensorRT engine not found: {engine}")
+    # Which model, before anything is made: the file's (a --model naming another is refused), else --model's.
+    spec = resolve(model, onnx=onnx, engine=engine)
     if backend == "trt":
         art = _trt_artifact(spec, precision, onnx, engine, weights, plugin_lib, log)
     else:
