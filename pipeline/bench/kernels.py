@@ -11,6 +11,7 @@ from __future__ import annotations
 from pipeline.artifacts.identity import resolve
 from pipeline.errors import PipelineError, first_line
 from pipeline.native import kernels_cuda
+from pipeline.native.cuda_driver import torch_gpu_visible
 from pipeline.native.libraries import cuda_kernels_library
 
 SIZES = (256, 512, 1024)
@@ -22,10 +23,10 @@ RESIZE_SCALE = 3
 def not_run_reason() -> str | None:
     """None when a CUDA device and our CUDA kernel library are here, else why the section is not run."""
     try:
-        import torch
+        import torch  # noqa: F401 - the kernels are timed on torch CUDA tensors
     except ImportError:
         return "PyTorch is not installed"
-    if not torch.cuda.is_available():
+    if not torch_gpu_visible()[0]:
         return "no CUDA device"
 
     try:

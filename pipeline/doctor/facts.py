@@ -10,7 +10,7 @@ import subprocess
 
 from pipeline.doctor.results import FAIL, INFO, PASS, SKIP, Check
 from pipeline.errors import first_line
-from pipeline.native.cuda_driver import driver
+from pipeline.native.cuda_driver import driver, torch_gpu_visible
 
 TORCH_FIX = "install a CUDA 13 build of PyTorch (the project's default torch wheel on Linux x86-64)"
 TRT_FIX = "`pip install -e '.[gpu]'` (tensorrt-cu13, TensorRT 11) or `pip install tensorrt-cu13`"
@@ -61,7 +61,7 @@ def torch_cuda(gpu_present: bool) -> tuple[Check, bool]:
     except ImportError as e:
         return Check("PyTorch CUDA", SKIP, f"PyTorch not importable ({first_line(e)})", fix=TORCH_FIX), False
     facts = {"torch": torch.__version__, "cuda_build": torch.version.cuda}
-    if torch.cuda.is_available():
+    if torch_gpu_visible()[0]:
         props = torch.cuda.get_device_properties(0)
         facts.update(device=props.name, capability=f"{props.major}.{props.minor}")
         return Check("PyTorch CUDA", PASS, f"torch {torch.__version__} (CUDA {torch.version.cuda}) on {props.name} "
