@@ -362,8 +362,15 @@ def test_backend_input_limit_is_respected(tree, weights, tmp_path, capsys):
     real = backends.create("torch", "srcnn", "fp32", **({"weights": weights} if weights else {}))
     seen = []
 
-    class Bounded:  # the TensorRT backend's size contract around a real runner (no GPU here)
-        name, device, precision, model_name = "bounded", "cpu", "fp32", "srcnn"
+    class Bounded(backends.Backend):  # the TensorRT backend's size contract around a real runner (no GPU here)
+        name, device, precision, model_name, spec = "bounded", "cpu", "fp32", "srcnn", real.spec
+
+        @classmethod
+        def status(cls, spec, precision, *, onnx=None, engine=None, weights=None):
+            return cls.ok("wraps the torch backend")
+
+        def load(self):
+            return self
 
         def max_input_size(self):
             return (100, 100)
