@@ -7,7 +7,8 @@ import json
 import spandrel
 
 from models import external
-from models.spec import MODELS, WeightsError
+from models.spec import MODELS
+from pipeline.artifacts.identity import resolve
 from pipeline.errors import PipelineError
 
 
@@ -38,10 +39,7 @@ def describe(value: str) -> dict:
     if not external.is_external(value):
         raise PipelineError(f"'{value}' is neither a checkpoint ({', '.join(external.SUFFIXES)}) nor "
                             "package.module:factory")
-    try:
-        return external.load(value).spec.describe()
-    except WeightsError as e:
-        raise PipelineError(str(e)) from None
+    return resolve(value).external.describe()  # a file that does not load: one PipelineError line
 
 
 def run(args: argparse.Namespace) -> int:

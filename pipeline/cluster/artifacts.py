@@ -15,6 +15,7 @@ from pipeline.artifacts.atomic import atomic_write
 from pipeline.artifacts.cache import cache_dir
 from pipeline.artifacts.onnx_file import folded_variants, onnx_metadata, reference_file
 from pipeline.engine import sidecar_path
+from pipeline.export.cached import onnx_for
 
 SHARED = "shared"  # cache sub-folder for the user's own files
 
