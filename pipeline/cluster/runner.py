@@ -14,6 +14,7 @@ import time
 
 from tqdm import tqdm
 
+from pipeline.backends import pick_auto
 from pipeline.cluster import artifacts, connect, unit
 from pipeline.cluster.actor import COLUMNS, SrActor
 from pipeline.cluster.spool import SummarySpool
@@ -59,8 +60,6 @@ def _resolve_backend(args, model: str, cluster: connect.Cluster) -> tuple[str, s
     """'auto' on a CPU cluster is picked here (the actors then load that one); on GPU nodes each actor picks."""
     if args.backend != "auto" or cluster.gpus > 0 or args.onnx or args.engine:
         return args.backend, "requested" if args.backend != "auto" else "auto: picked by each actor on its node"
-    from pipeline.backends import pick_auto
-
     pick = pick_auto(model, args.precision, weights=args.weights)
     return pick.name, f"auto: {pick.reason}"
 

@@ -24,6 +24,7 @@ from pipeline.engine import (
 )
 from pipeline.errors import PipelineError, check_choice
 from pipeline.export.cached import onnx_for
+from pipeline.native.libraries import trt_plugin_library
 from pipeline.serve.triton_config import (
     BACKENDS,
     ModelIO,
@@ -128,8 +129,6 @@ def _trt_artifact(spec: ModelSpec, precision: str, onnx: Path | None, engine: Pa
 def _plugin(repo: Path, plugin_lib: Path | None, want_sha: str) -> Path:
     """Copy the plugin library the engine was built with next to the repository; refuse another build of it."""
     if plugin_lib is None:
-        from pipeline.native.libraries import trt_plugin_library
-
         plugin_lib = trt_plugin_library()
     plugin_lib = Path(plugin_lib)
     if not plugin_lib.is_file():
