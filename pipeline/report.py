@@ -259,6 +259,32 @@ def startup_markdown(rows: list[dict] | None) -> list[str]:
         [[r["model"], r["size"], r["scale"], r["runs"], r["median_s"], r["min_s"], r["max_s"]] for r in rows])
 
 
+# Published context for the video table (other tools, other hardware: not a race run here).
+VIDEO_CONTEXT = [
+    "- vs-mlrt wiki, RIFE page (https://github.com/AmusementClub/vs-mlrt/wiki/RIFE): RTX 3090, 1920x1088, vs-mlrt "
+    "v12, fp16: RIFE v4.4 (frame interpolation, not super-resolution) 71.30 fps on trt, 53.62 fps on ort-cuda.",
+    "- mpv-upscale-2x_animejanai wiki, Benchmarks (https://github.com/the-database/mpv-upscale-2x_animejanai/wiki/"
+    "Benchmarks; a VapourSynth + TensorRT player setup, whose successor mpv-AnimeJaNai ships vs-mlrt's vsmlrt-cuda), "
+    "RTX 4090, fp32: 2x_Compact 226.11 fps at 640x480 and 75.09 fps at 1280x720 input; 2x_SuperUltraCompact 583.82 "
+    "and 191.16 fps.",
+    "- vs-mlrt's own super-resolution tables (waifu2x, RealESRGANv2, Real-CUGAN pages) could not be retrieved here, "
+    "so none are quoted.",
+]
+
+
+def video_markdown(rows: list[dict] | None) -> list[str]:
+    if not rows:
+        return []
+    lines = ["", "## Video (`pipeline sr` on a clip)", "",
+             "A short H.264 clip panning over a held-out photo, auto backend, default codec (H.264 CRF 16); fps = "
+             "frames / (first decode to last encode); inference fps = one frame per call on the same backend.", ""]
+    lines += table(["model", "backend", "input", "output", "scale", "frames", "fps", "inference fps"],
+                   [[r["model"], r["backend"], f"{r['size']} {r['input'][0]}x{r['input'][1]}",
+                     "x".join(map(str, r["output"])) if r.get("output") else "-", r["scale"], r.get("frames", "-"),
+                     r["fps"] if r["fps"] is not None else r["skipped"], r.get("inference_fps", "-")] for r in rows])
+    return lines + ["", "Published numbers as context (GPUs, not this machine):", "", *VIDEO_CONTEXT]
+
+
 def bench_markdown(doc: dict) -> str:
     m = doc["method"]
     lines = ["# Benchmark", "", "## Environment", ""] + env_lines(doc["environment"]) + [
@@ -297,6 +323,7 @@ def bench_markdown(doc: dict) -> str:
                         "best share %"],
                        [[f["model"], f["backend"], f["images"], f["size"], f["folder_ms_per_image"],
                          f["inference_ms_per_image"], 100 * f["ratio"], 100 * f["ratio_best"]] for f in doc["folder"]])
+    lines += video_markdown(doc.get("video"))
     lines += startup_markdown(doc.get("startup"))
     if doc.get("ray"):
         lines += ["", "## Folder run through Ray vs locally", ""] + ray_markdown(doc["ray"])

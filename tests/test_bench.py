@@ -53,7 +53,7 @@ def test_flops_and_peak_are_sane():
 
 def test_config_rejects_bad_values():
     base = dict(quick=True, sizes=None, scales=None, batches=None, threads=None, iters=None, time_budget=None,
-                no_folder=False, backends=None)
+                no_folder=False, no_video=False, backends=None)
     with pytest.raises(PipelineError):
         config_from_args(Namespace(**{**base, "iters": 0}))
     with pytest.raises(PipelineError):
@@ -78,7 +78,7 @@ def test_tiny_bench_run_writes_consistent_report(tmp_path, random_weights):
 
     threads = [1 if torch.get_num_threads() != 1 else 2]
     args = Namespace(model="srcnn-x3", output=str(tmp_path / "out"), quick=True, sizes=[16], scales=None,
-                     batches=[1, 2], threads=threads, iters=2, time_budget=0.01, no_folder=False,
+                     batches=[1, 2], threads=threads, iters=2, time_budget=0.01, no_folder=False, no_video=True,
                      backends=["torch", "ort", "ort-folded"], weights=str(random_weights))
     assert bench.run(args) == 0
     doc = json.loads((tmp_path / "out" / "report.json").read_text())

@@ -75,9 +75,12 @@ def test_resolve_names_files_and_mismatches(tmp_path, my_onnx):
 def test_engine_sidecar_names_the_model(tmp_path, my_onnx):
     engine = tmp_path / "m.engine"
     engine.write_bytes(b"not read")
-    with pytest.raises(PipelineError, match="no readable sidecar naming its model"):
+    with pytest.raises(PipelineError, match=r"m.engine.json is missing"):
+        resolve("srcnn", engine=engine)  # a file a user gave: its sidecar must say what it is
+    Path(str(engine) + ".json").write_text(json.dumps({"model": "?"}))
+    with pytest.raises(PipelineError, match="does not name its model"):
         resolve(engine=engine)
-    assert resolve("srcnn", engine=engine) is MODELS["srcnn"]  # an engine from before sidecars: --model says
+    assert resolve("srcnn", engine=engine) is MODELS["srcnn"]  # a sidecar without the model: --model says
     meta = {p.key: p.value for p in onnx.load(str(my_onnx)).metadata_props}
     Path(str(engine) + ".json").write_text(json.dumps({"model": "my-srcnn", "onnx_metadata": meta}))
     assert resolve(engine=engine).name == "my-srcnn"

@@ -130,8 +130,8 @@ def test_ray_run_equals_local_run_and_resumes(tmp_path):
     assert rc == 1, err  # two bad files: the rest done, exit 1
     assert err.count("exporting srcnn") == 1  # made once, on the driver
     lines = [ln for ln in err.splitlines() if ln.startswith("failed ")]
-    assert sorted(lines) == ["failed bad.png: not a readable image (decoder rejected the data)",
-                             "failed nested/empty.jpg: empty file"]
+    assert sorted(lines) == ["failed bad.png: not a readable image: not a PNG, JPEG, BMP, TIFF or WebP file "
+                             "(unrecognised header)", "failed nested/empty.jpg: empty file"]
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SRDEPLOY_CACHE", str(cache))
         assert main(["sr", str(src), str(tmp_path / "local"), "--quiet", "--summary", str(tmp_path / "local.json"),

@@ -191,4 +191,4 @@ def test_engine_refused_for_wrong_plugin_model_or_precision(tmp_path, plugin, ca
     assert not (tmp_path / "r").exists()
     sidecar_path(engine).unlink()
     assert main(["triton", "--model", "srcnn", "--output", str(tmp_path / "r"), "--engine", str(engine)]) == 2
-    assert "no readable sidecar" in capsys.readouterr().err
+    assert "srcnn.engine.json is missing" in capsys.readouterr().err

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from models.spec import file_sha256
+from pipeline.artifacts.confine import file_token
 from pipeline.artifacts.identity import check_weights, resolve
 from pipeline.errors import check_choice
 
@@ -46,7 +47,7 @@ def onnx_name(model: str, weights_sha: str, precision: str = "fp32", ops: str = 
     check_choice("ops", ops, OPS)
     check_choice("exporter", exporter, EXPORTERS)
     io = "" if io_dtype == "fp32" else f"-io{io_dtype}"
-    return f"{model}-{precision}{io}-{ops}-{exporter}-w{weights_sha[:16]}-v{ONNX_LAYOUT}.onnx"
+    return f"{file_token(model)}-{precision}{io}-{ops}-{exporter}-w{weights_sha[:16]}-v{ONNX_LAYOUT}.onnx"
 
 
 def profile_key(profile: dict) -> str:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from models.lookup import get_spec
 from models.spec import MODELS, ModelError, ModelSpec, weights_path
-from pipeline.artifacts.engine_file import read_sidecar
-from pipeline.artifacts.onnx_file import onnx_metadata
+from pipeline.artifacts.engine_file import load_sidecar
+from pipeline.artifacts.onnx_file import onnx_metadata, registered_name_problem
 from pipeline.errors import PipelineError
 
 __all__ = ["resolve", "check_weights"]
@@ -60,10 +60,13 @@ def check_weights(spec: ModelSpec, weights: str | Path | None = None) -> Path:
 def _held(what: str, meta: dict[str, str], model: str | None, verb: str) -> ModelSpec:
     """The spec a file's metadata describes; `model` (if given) must be the model it names."""
     name = meta.get("model")
-    if model is not None and name != model:
+    if model is not None and name is not None and name != model:
         raise PipelineError(f"{what} was {verb} for model '{name}', not '{model}' (leave out --model to use the "
                             "file's)")
-    if name in MODELS:
+    if isinstance(name, str) and name in MODELS:
+        problem = registered_name_problem(meta)  # the name of one of ours on another model's weights and contract
+        if problem:
+            raise PipelineError(f"{what}: {problem}")
         return MODELS[name]
     try:
         return ModelSpec.from_metadata(meta)
@@ -77,12 +80,13 @@ def _from_onnx(path: Path, model: str | None) -> ModelSpec:
 
 
 def _from_engine(engine: Path, model: str | None) -> ModelSpec:
-    """From the sidecar, which carries the ONNX file's metadata (engines built before it: the model name)."""
-    sidecar = read_sidecar(engine) or {}
+    """From the sidecar (a missing or malformed one is an error), which carries the ONNX file's metadata (engines
+    built before it: the model name)."""
+    sidecar = load_sidecar(engine)
     meta = sidecar.get("onnx_metadata") or {"model": sidecar.get("model")}
     if meta.get("model") in (None, "?"):
         if model is None:
-            raise PipelineError(f"{engine.name} has no readable sidecar naming its model (.engine.json next to it); "
-                                "name the model with --model or rebuild the engine with `python -m pipeline engine`")
+            raise PipelineError(f"the sidecar of {engine.name} does not name its model; name it with --model or "
+                                "rebuild the engine with `python -m pipeline engine`")
         return resolve(model)
     return _held(engine.name, meta, model, "built")

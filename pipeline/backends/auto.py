@@ -15,6 +15,7 @@ import numpy as np
 
 from pipeline.artifacts.atomic import atomic_write
 from pipeline.artifacts.cache import cache_dir
+from pipeline.artifacts.confine import file_token
 from pipeline.artifacts.identity import resolve
 from pipeline.backends.availability import BackendStatus, available
 from pipeline.backends.base import Backend
@@ -68,7 +69,8 @@ def _version(package: str) -> str | None:
 
 def _measure_file(model: str, precision: str) -> Path:
     key = hashlib.sha256(machine_fingerprint().encode()).hexdigest()[:12]
-    return cache_dir() / "auto" / f"{model}-{precision}-{key}.json"
+    # a model name may come from a file's metadata: never a path, only a file-name-safe token of it
+    return cache_dir() / "auto" / f"{file_token(model)}-{precision}-{key}.json"
 
 
 def time_backend(backend: Backend, size: int = 256, scale: float | None = None, repeats: int = 5,

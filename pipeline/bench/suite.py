@@ -44,6 +44,11 @@ QUICK = dict(main_size=128, sizes=(64, 128), scales=(2.0, 3.0), batches=(1, 2), 
 # Time to first image (fresh processes) and the Ray comparison (local vs 1 and 2 actors) per full bench.
 FULL.update(startup_runs=5, ray_images=24, ray_size=128)
 QUICK.update(startup_runs=1, ray_images=0, ray_size=64)
+# Video fps at 480p and 720p input (`pipeline sr` on an H.264 clip): frames per clip, and the estimated frame time
+# above which a size is not run (2 CPU cores at x3: srcnn ~2 s per 480p frame and ~7 s per 720p; deform-srcnn ~30 s
+# per 480p frame, so only a full bench runs it, at 480p).
+FULL.update(video_frames=3, video_frame_s=40.0)
+QUICK.update(video_frames=2, video_frame_s=3.0)
 
 
 def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
@@ -68,6 +73,8 @@ def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
             folder = _folder_row(model, cfg, weights, log, doc["skipped"].append)
             if folder:
                 doc["folder"].append(folder)
+        if cfg.get("video_frames"):
+            doc.setdefault("video", []).extend(_video_rows(model, cfg, weights, log, doc["skipped"].append))
         if cfg.get("startup_runs"):
             doc.setdefault("startup", []).extend(_startup_row(model, cfg, weights, log, doc["skipped"].append))
         peak["samples"].append(measure_peak_gflops(seconds=0.5)["gflops"])  # the load may have changed
@@ -80,6 +87,21 @@ def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
         log(f"  not run: {why_not}")
     apply_peak(doc, max(peak["samples"]))
     return doc
+
+
+def _video_rows(model: str, cfg: dict, weights, log, note) -> list[dict]:
+    """`pipeline sr` on a short clip at 480p and 720p with the auto backend (PyAV loads only here)."""
+    from pipeline.bench.video import video_fps
+
+    try:
+        rows = video_fps(model, cfg["video_frames"], weights=weights, log=log, max_frame_s=cfg["video_frame_s"])
+    except (PipelineError, RuntimeError) as e:
+        note(f"{model} video: {e}")
+        return []
+    for r in rows:
+        if r.get("skipped"):
+            note(f"{model} video {r['size']}: {r['skipped']}")
+    return rows
 
 
 def _startup_row(model: str, cfg: dict, weights, log, note) -> list[dict]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.artifacts.identity import resolve
-from pipeline.artifacts.onnx_file import onnx_metadata
+from pipeline.artifacts.onnx_file import check_onnx_file, onnx_metadata
 from pipeline.cli import options
 from pipeline.engine import (
     Profile,
@@ -68,7 +68,7 @@ def _jobs(args) -> list[tuple[Path, Path]]:
             raise PipelineError(f"ONNX folder not found: {args.onnx_dir} (run `make onnx` first)")
         jobs = []
         for f in sorted(args.onnx_dir.glob("*.onnx")):
-            meta = onnx_metadata(f)
+            meta = onnx_metadata(check_onnx_file(f))
             if meta.get("ops", "custom") == "standard" and not args.baseline:
                 continue
             if args.precision != "all" and meta.get("precision", "fp32") != args.precision:
@@ -80,8 +80,7 @@ def _jobs(args) -> list[tuple[Path, Path]]:
         return jobs
     if not args.onnx or not args.output:
         raise PipelineError("give --onnx FILE --output FILE.engine, or --all --onnx-dir DIR --output-dir DIR")
-    if not args.onnx.is_file():
-        raise PipelineError(f"ONNX file not found: {args.onnx}")
+    check_onnx_file(args.onnx)
     options.check_output_file(args.output, "--output")
     return [(args.onnx, args.output)]
 
@@ -96,6 +95,8 @@ def plan(args) -> list[tuple[Path, Path, list[Profile]]]:
 def run(args) -> int:
     if args.all and args.onnx:
         raise PipelineError("--all builds a folder; do not combine it with --onnx")
+    if args.onnx:  # a hostile or broken file is refused the same way on every machine
+        check_onnx_file(args.onnx)
     # Environment first: on a machine without a GPU/TensorRT nothing else matters (one line, no traceback).
     problem = tensorrt_problem()
     if problem:

@@ -20,6 +20,7 @@ from pipeline import backends as B
 from pipeline.analysis.candidates import candidate_statuses
 from pipeline.artifacts.cache import PRECISIONS
 from pipeline.artifacts.identity import resolve
+from pipeline.artifacts.onnx_file import check_onnx_file
 from pipeline.errors import PipelineError, check_choice
 
 
@@ -57,9 +58,7 @@ def onnx_from_args(args) -> Path | None:
     onnx = getattr(args, "onnx", None)
     if onnx is None:
         return None
-    if not Path(onnx).is_file():
-        raise PipelineError(f"ONNX file not found: {onnx}")
-    return Path(onnx)
+    return check_onnx_file(onnx)
 
 
 # -- weights -------------------------------------------------------------------------------------------

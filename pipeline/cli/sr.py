@@ -10,11 +10,12 @@ from pipeline.cli.options import (
 )
 from pipeline.errors import PipelineError
 from pipeline.sr import upscale
+from pipeline.sr.videofmt import CRF, ENCODERS
 
 
 def add_arguments(p) -> None:
-    p.add_argument("input", help="image file or folder (searched recursively)")
-    p.add_argument("output", help="output folder (mirrors INPUT's tree) or, for a single image, a file name")
+    p.add_argument("input", help="image or video file, or a folder of them (searched recursively)")
+    p.add_argument("output", help="output folder (mirrors INPUT's tree) or, for a single image or video, a file name")
     add_model_args(p)  # None unless given: sr.settings.resolve_model takes the --onnx/--engine file's
     p.add_argument("--scale", type=float, default=None, help="upscale factor, integer or not (default: the model's)")
     add_backend_args(p)
@@ -25,6 +26,10 @@ def add_arguments(p) -> None:
     p.add_argument("--threads", type=int, default=None, help="inference threads, >= 1 (default: the backend's choice)")
     p.add_argument("--format", dest="fmt", help="output format: png, jpg, bmp, tiff, webp (default: as the input)")
     p.add_argument("--jpeg-quality", type=int, default=95, help="JPEG/WebP quality, 1-100 (default: 95)")
+    p.add_argument("--codec", choices=sorted(ENCODERS), default=None,
+                   help="video codec (default: h264, lossless ffv1 for .mkv, vp9 for .webm)")
+    p.add_argument("--crf", type=int, default=None, help="video quality, lower is better (default: "
+                   + ", ".join(f"{c} {v[0]}" for c, v in CRF.items()) + "; ffv1 is lossless)")
     p.add_argument("--tile", type=int, default=None,
                    help="tile side in input pixels; 0 = never tile (default: from free memory)")
     p.add_argument("--tile-overlap", type=int, default=None,
@@ -58,5 +63,5 @@ def run(args) -> int:
                       threads=args.threads, fmt=args.fmt, jpeg_quality=args.jpeg_quality, tile=args.tile,
                       tile_overlap=args.tile_overlap, batch=args.batch, workers=args.workers,
                       skip_existing=args.skip_existing, reference=args.reference, summary=args.summary,
-                      progress=not args.quiet)
+                      progress=not args.quiet, codec=args.codec, crf=args.crf)
     return 1 if summary.failed else 0

@@ -137,9 +137,11 @@ def run_ray(args) -> int:
     model, scale, fmt = unit.check_arguments(args)
     if args.ray_actors is not None and args.ray_actors < 1:
         raise PipelineError("--ray-actors must be at least 1")
-    found = discover(args.input, args.output, fmt)
+    found = discover(args.input, args.output, fmt, summary=args.summary)
     if not found.jobs:
         raise PipelineError(f"no images found in {args.input}")
+    if found.videos:  # a clip is one sequential stream of frames, not a unit to spread over actors
+        raise PipelineError(f"--ray upscales images; {found.videos[0].rel} is a video (run videos without --ray)")
     spool = SummarySpool(args.summary)
     try:
         if found.ignored:

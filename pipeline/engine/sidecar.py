@@ -1,18 +1,19 @@
-"""The JSON sidecar next to every engine, and whether an engine is fresh for this machine and ONNX file."""
+"""The JSON sidecar next to every engine (reading it: pipeline.artifacts.engine_file), and whether an engine is
+fresh for this machine and ONNX file."""
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-from pipeline.artifacts.engine_file import read_sidecar, sidecar_path
+from pipeline.artifacts.engine_file import load_sidecar, read_sidecar, sidecar_onnx, sidecar_path, sidecar_problem
 from pipeline.engine.profiles import Profile
 from pipeline.errors import PipelineError
 
 SIDECAR_VERSION = 1
 
+__all__ = ["ENV_KEYS", "SIDECAR_VERSION", "check_engine", "load_sidecar", "make_sidecar", "plan_engine", "read_sidecar",
+           "sidecar_onnx", "sidecar_path", "sidecar_problem", "sidecar_problems", "sidecar_profiles", "sidecar_tf32"]
 
-__all__ = ["ENV_KEYS", "SIDECAR_VERSION", "check_engine", "make_sidecar", "plan_engine", "read_sidecar",
-           "sidecar_path", "sidecar_problems", "sidecar_profiles", "sidecar_tf32"]
 
 ENV_KEYS = ("tensorrt", "gpu", "compute_capability", "plugin_sha256")
 

@@ -196,6 +196,8 @@ def session_with_sr_kernels(model: onnx.ModelProto | str | Path, session_options
     kernels_cpu.library()
     adapted = adapt_for_ort(_load(model))
     so = session_options or ort.SessionOptions()
+    if session_options is None:
+        so.log_severity_level = 4  # ORT's colour log lines would repeat the error we raise as one line
     so.register_custom_ops_library(register_sr_ops())
     try:
         return ort.InferenceSession(adapted.SerializeToString(), so, providers=["CPUExecutionProvider"])

@@ -22,5 +22,7 @@ def cpu_session_options(threads: int | None = None) -> ort.SessionOptions:
     # idle intra-op threads sleep instead of spinning, which starved the sr stage's encode/decode threads
     # (2 cores: folder run 75 % -> 87 % of pure inference throughput; inference itself within noise)
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    so.log_severity_level = 3
+    # fatal only: ORT logs a failed load or run in colour on stderr before raising the same text, which we turn
+    # into our one-line error (warnings were already off)
+    so.log_severity_level = 4
     return so

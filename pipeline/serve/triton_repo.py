@@ -11,18 +11,13 @@ from pathlib import Path
 from models.spec import ModelSpec, file_sha256
 from pipeline.artifacts.atomic import atomic_path, atomic_write
 from pipeline.artifacts.cache import engine_for
+from pipeline.artifacts.confine import file_token, safe_component
 from pipeline.artifacts.identity import resolve
-from pipeline.artifacts.onnx_file import check_onnx_precision, load_onnx
+from pipeline.artifacts.onnx_file import check_onnx_file, check_onnx_precision, external_data_files, load_onnx
 from pipeline.contract import DOMAIN
-from pipeline.engine import (
-    default_profile,
-    ensure_engine,
-    read_sidecar,
-    sidecar_path,
-    sidecar_profiles,
-    tensorrt_problem,
-)
-from pipeline.errors import PipelineError, check_choice
+from pipeline.engine import default_profile, ensure_engine, sidecar_profiles, tensorrt_problem
+from pipeline.engine.sidecar import load_sidecar, sidecar_onnx
+from pipeline.errors import PipelineError, check_choice, first_line
 from pipeline.export.cached import onnx_for
 from pipeline.native.libraries import trt_plugin_library
 from pipeline.serve.triton_config import (
@@ -57,6 +52,7 @@ class _Artifact:
     meta: dict
     plugin_sha256: str | None = None   # engines built with our plugins
     facts: dict | None = None
+    data_files: tuple[str, ...] = ()   # ONNX external data, relative to the model file's folder
 
 
 def _copy(src: Path, dst: Path) -> None:
@@ -67,6 +63,7 @@ def _copy(src: Path, dst: Path) -> None:
 def _ort_artifact(spec: ModelSpec, precision: str, onnx: Path | None, weights, max_batch: int | None,
                   log) -> _Artifact:
     if onnx is not None:
+        check_onnx_file(onnx)  # external data inside its folder, siblings confined, the file loads
         check_onnx_precision(Path(onnx), precision)
     else:
         onnx = onnx_for(spec.name, precision, "custom", weights=weights, log=log)
@@ -75,8 +72,22 @@ def _ort_artifact(spec: ModelSpec, precision: str, onnx: Path | None, weights, m
     if any(n.domain == DOMAIN and (n.domain, n.op_type) not in bodies for n in proto.graph.node):
         raise PipelineError(f"{onnx} has sr nodes without function bodies; ONNX Runtime in Triton needs the bodies "
                             "(use the exported file, not the one stripped for TensorRT)")
+    _check_ort_loads(Path(onnx))
     limit = max_batch or default_profile(spec).batch[2]
-    return _Artifact(Path(onnx), io_from_onnx(proto), limit, meta)
+    return _Artifact(Path(onnx), io_from_onnx(proto), limit, meta, data_files=external_data_files(proto))
+
+
+def _check_ort_loads(onnx: Path) -> None:
+    """Triton's ONNX Runtime backend must be able to load the file: try it here (CPU) before anything is
+    written, so an unknown-domain op or unreadable external data is one line, not a broken repository."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 4  # ORT's own log lines would come before our one-line error
+    try:
+        ort.InferenceSession(str(onnx), so, providers=["CPUExecutionProvider"])
+    except Exception as e:  # ORT raises its own exception types
+        raise PipelineError(f"ONNX Runtime cannot load {onnx}, so Triton could not either: {first_line(e)}") from None
 
 
 def _engine_sidecar(spec: ModelSpec, precision: str, onnx: Path | None, engine: Path | None, weights, plugin_lib,
@@ -96,10 +107,7 @@ def _engine_sidecar(spec: ModelSpec, precision: str, onnx: Path | None, engine: 
     engine = Path(engine)
     if not engine.is_file():
         raise PipelineError(f"TensorRT engine not found: {engine}")
-    sidecar = read_sidecar(engine)
-    if sidecar is None:
-        raise PipelineError(f"{engine} has no readable sidecar {sidecar_path(engine).name}; its profiles and plugin "
-                            "build are unknown (build engines with `python -m pipeline engine`)")
+    sidecar = load_sidecar(engine)  # its profiles and plugin build: a missing or malformed one is one line
     if sidecar.get("precision") != precision:
         raise PipelineError(f"{engine.name} is a {sidecar.get('precision')} engine, but precision {precision} "
                             "was requested")
@@ -109,8 +117,8 @@ def _engine_sidecar(spec: ModelSpec, precision: str, onnx: Path | None, engine: 
 def _trt_artifact(spec: ModelSpec, precision: str, onnx: Path | None, engine: Path | None, weights, plugin_lib,
                   log) -> _Artifact:
     engine, sidecar = _engine_sidecar(spec, precision, onnx, engine, weights, plugin_lib, log)
-    onnx_file = Path(onnx) if onnx else Path(sidecar.get("onnx") or "")
-    if onnx_file.is_file():
+    onnx_file = Path(onnx) if onnx else sidecar_onnx(engine, sidecar)  # never a path outside the engine's folder
+    if onnx_file is not None and onnx_file.is_file():
         proto, meta = load_onnx(onnx_file, external_data=False)
         io = io_from_onnx(proto)
     else:  # the ONNX file stayed on the build machine: the sidecar says enough
@@ -161,15 +169,18 @@ def write_repository(model: str | None, repo: Path, *, backend: str = "trt", pre
     kind = kind or ("gpu" if backend == "trt" else "cpu")
     if backend == "trt" and kind != "gpu":
         raise PipelineError("TensorRT engines run on the GPU only: use --kind gpu with --backend trt")
+    # One plain path component (no '..', '/', '.'): the model folder stays a child of the repository.
+    name = safe_component(name, "--name") if name is not None else None
     repo = Path(repo)
     if repo.exists() and not repo.is_dir():
         raise PipelineError(f"--output {repo} is a file; give a folder for the model repository")
-    if onnx is not None and not Path(onnx).is_file():
-        raise PipelineError(f"ONNX file not found: {onnx}")
+    if onnx is not None:
+        check_onnx_file(onnx)
     if engine is not None and not Path(engine).is_file():
         raise PipelineError(f"TensorRT engine not found: {engine}")
     # Which model, before anything is made: the file's (a --model naming another is refused), else --model's.
     spec = resolve(model, onnx=onnx, engine=engine)
+    name = name or file_token(spec.name)
     if backend == "trt":
         art = _trt_artifact(spec, precision, onnx, engine, weights, plugin_lib, log)
     else:
@@ -178,12 +189,13 @@ def write_repository(model: str | None, repo: Path, *, backend: str = "trt", pre
     params.update(art.facts or {})
     if not art.io.triton_batchable:
         params["max_images_per_request"] = str(art.max_batch)
-    name = name or spec.name
     text, config = triton_config(name, backend, art.io, max_batch=art.max_batch, instances=instances, kind=kind,
                                  parameters=params)
     model_dir = repo / name
     model_file = model_dir / VERSION / BACKENDS[backend][1]
     plugin = _plugin(repo, plugin_lib, art.plugin_sha256) if art.plugin_sha256 else None
+    for rel in art.data_files:  # the model's external data travels with it (checked inside its folder)
+        _copy(art.source.parent / rel, model_file.parent / rel)
     _copy(art.source, model_file)
     atomic_write(model_dir / "config.pbtxt", text)
     return RepoResult(model_dir, model_file, model_dir / "config.pbtxt", config, plugin, server_command(repo, plugin))

@@ -18,7 +18,7 @@ from pipeline.artifacts.identity import resolve
 from pipeline.backends.base import check_precision
 from pipeline.backends.checks import check_scale
 from pipeline.errors import PipelineError
-from pipeline.sr import imageio, settings
+from pipeline.sr import imageio, settings, videofmt
 from pipeline.sr.bicubic import bicubic
 from pipeline.sr.console import Console
 from pipeline.sr.jobs import JobList, discover
@@ -81,13 +81,15 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
             backend: str | backends.Backend = "auto", precision: str = "fp32", onnx=None, engine=None, weights=None,
             threads: int | None = None, fmt: str | None = None, jpeg_quality: int = 95, tile: int | None = None,
             tile_overlap: int | None = None, batch: int = 1, workers: int = 2, skip_existing: bool = False,
-            reference=None, summary=None, progress: bool = True,
+            reference=None, summary=None, progress: bool = True, codec: str | None = None, crf: int | None = None,
             log: Callable[[str], object] | None = None) -> Summary:
     """Super-resolve an image or a folder tree (OUTPUT mirrors it) and return the run's Summary.
 
     model: registered name; by default the one `backend` (if loaded) or `onnx` was made for, else srcnn.
     backend: a name ('auto' picks the fastest available and says why) or an already-loaded Backend
     (then onnx/engine/weights/threads/precision do not apply: it is used as it is).
+    codec/crf: how videos are encoded (pipeline.sr.videofmt; default: H.264 at a high-quality CRF, lossless FFV1
+    for .mkv, VP9 for .webm); images ignore them.
     tile: LR tile side, 0 = never tile, None = from free memory. progress=False hides the bar and
     per-image lines (the header and failures still go out). log: where lines go (default: stderr).
     Argument problems raise PipelineError before any work; per-image failures are in the Summary.
@@ -97,6 +99,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     settings.check_numbers(tile=tile, tile_overlap=tile_overlap, batch=batch, workers=workers, threads=threads,
                            jpeg_quality=jpeg_quality)
     fmt = settings.check_format(fmt)
+    videofmt.check_crf(videofmt.check_codec(codec), crf)
     settings.check_paths(summary=summary, reference=reference, onnx=onnx, engine=engine, weights=weights)
     if isinstance(backend, str):
         check_precision(precision)
@@ -106,22 +109,38 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     model = settings.resolve_model(model, onnx, backend, engine)
     spec = resolve(model, onnx, engine)  # with --onnx/--engine, what the file says: no PyTorch needed
     scale = check_scale(spec, spec.default_scale if scale is None else scale)
-    found = discover(input, output, fmt)
+    found = discover(input, output, fmt, summary=summary)
     if not found.jobs:
-        raise PipelineError(f"no images found in {input} (extensions: {', '.join(sorted(imageio.FORMATS))})")
+        raise PipelineError(f"no images found in {input}, nor videos (extensions: "
+                            f"{', '.join(sorted(imageio.FORMATS))}; {', '.join(videofmt.VIDEO_FORMATS)})")
+    for job in found.videos:  # a --codec the container cannot hold fails before any work
+        videofmt.codec_for(job.fmt, codec)
 
     loaded, choice = load_backend(backend, model, precision, onnx=onnx, engine=engine, weights=weights,
                                   threads=threads)
     note = spec.scale_note(scale)  # a user's model: at its own factor, or resized?
     how = f" ({note})" if note else ""
-    console.always(f"sr: {spec.name} x{scale:g}{how} on {loaded.describe()} ({choice}); {len(found.jobs)} image(s) "
-                   f"-> {output}")
+    videos = len(found.videos)
+    counts = [(len(found.jobs) - videos, "image(s)"), (videos, "video(s)")]
+    what = ", ".join(f"{n} {kind}" for n, kind in counts if n) or "0 image(s)"
+    records, todo = _triage(found, skip_existing, console)
+    clips = [r for r in todo if r.job.video]
+    if clips:  # PyAV loads only for runs with videos
+        from pipeline.sr.video import VideoRunner, plan_clips
+
+        plans = plan_clips(clips, scale, codec, crf)
+        if len(found.jobs) == 1 and plans:  # one clip: its size/crop notes belong in the first line
+            what = "; ".join([what, *next(iter(plans.values())).notes])
+    console.always(f"sr: {spec.name} x{scale:g}{how} on {loaded.describe()} ({choice}); {what} -> {output}")
     if found.ignored:
-        console.info(f"ignored {len(found.ignored)} file(s) without an image extension (e.g. {found.ignored[0]})")
+        console.info(f"ignored {len(found.ignored)} file(s) without an image or video extension "
+                     f"(e.g. {found.ignored[0]})")
     worker = ImageWorker(loaded, spec, scale, tile=tile, tile_overlap=tile_overlap, batch=batch,
                          jpeg_quality=jpeg_quality, reference=reference)
-    records, todo = _triage(found, skip_existing, console)
-    process_s = Scheduler(worker, console, workers).run(todo)
+    images = [r for r in todo if not r.job.video]
+    process_s = Scheduler(worker, console, workers).run(images) if images or not clips else 0.0
+    if clips:
+        process_s += VideoRunner(worker, console).run_all(clips, plans)
 
     result = Summary(model=spec.name, scale=scale, backend=loaded.describe(), backend_choice=choice,
                      input=str(input), output=str(output), tile=worker.tile, tile_margin_hr=worker.margin,

@@ -30,6 +30,7 @@ class Console:
         if self.progress:
             self._write(msg)
 
-    def bar(self, total: int) -> tqdm:
-        return tqdm(total=total, unit="img", disable=not self.progress or self._log is not None, file=sys.stderr,
-                    dynamic_ncols=True)
+    def bar(self, total: int | None, unit: str = "img", desc: str | None = None) -> tqdm:
+        """A progress bar (count, rate, ETA when total is known; a video's frames may not be)."""
+        return tqdm(total=total, unit=unit, desc=desc, disable=not self.progress or self._log is not None,
+                    file=sys.stderr, dynamic_ncols=True)

@@ -7,14 +7,22 @@ image ever exists. Rounding and clipping to the output bit depth happen once, in
 """
 from __future__ import annotations
 
+import contextlib
 import io
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-import cv2
 import numpy as np
 
 from pipeline.artifacts.atomic import atomic_write
+from pipeline.sr.image_header import MAX_PIXELS_ENV, HeaderError, check_header, max_file_bytes, max_pixels
+
+# OpenCV's own guard (2^30 pixels) must not be tighter than ours: it reads this before its first decode
+with contextlib.suppress(HeaderError):
+    os.environ.setdefault("CV_IO_MAX_IMAGE_PIXELS", str(max(max_pixels(), 2**30)))
+import cv2  # noqa: E402
 
 # Extensions we read and write (OpenCV codecs present in opencv-python-headless).
 FORMATS = {
@@ -171,6 +179,10 @@ def decode(data: bytes, fmt: str | None = None) -> Image:
     if len(data) == 0:
         raise ImageError("empty file")
     _check_complete(data, fmt)
+    try:  # the size the header claims, before any decoder allocates for it
+        check_header(data)
+    except HeaderError as e:
+        raise ImageError(str(e)) from None
     buf = np.frombuffer(data, dtype=np.uint8)
     try:
         pixels = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED)
@@ -193,17 +205,36 @@ def decode(data: bytes, fmt: str | None = None) -> Image:
     return Image(apply_orientation(pixels, orientation), orientation)
 
 
-def read_image(path: Path) -> Image:
-    path = Path(path)
+def read_bytes(path: Path) -> bytes:
+    """A regular file's bytes. Opened without blocking and checked before reading, so a FIFO named x.png does not
+    hang the run and a link to /dev/zero is not read until memory runs out."""
     try:
-        data = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except PermissionError:
         raise ImageError("permission denied") from None
     except IsADirectoryError:
         raise ImageError("is a directory") from None
-    except OSError as e:
+    except OSError as e:  # ELOOP (a symlink loop), ENOENT (a dangling link), ...
         raise ImageError(f"cannot read: {e.strerror or e}") from None
-    return decode(data, format_of(path))
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise ImageError("is a directory")
+        if not stat.S_ISREG(mode):
+            raise ImageError("not a regular file (a FIFO, socket or device); only regular files are read")
+        size, cap = os.fstat(fd).st_size, max_file_bytes()
+        if size > cap:  # read into memory whole: bounded like the pixels
+            raise ImageError(f"file is {size / 2**20:.0f} MiB, more than an image within the pixel limit can "
+                             f"take ({cap / 2**20:.0f} MiB; raise {MAX_PIXELS_ENV} if you mean it)")
+        try:
+            return f.read()
+        except OSError as e:
+            raise ImageError(f"cannot read: {e.strerror or e}") from None
+
+
+def read_image(path: Path) -> Image:
+    path = Path(path)
+    return decode(read_bytes(path), format_of(path))
 
 
 def new_output(height: int, width: int, channels: int, depth: int) -> np.ndarray:

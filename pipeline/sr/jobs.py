@@ -1,14 +1,17 @@
 """Which files the sr stage reads and where each result goes: INPUT (file or folder, recursive) ->
-OUTPUT mirroring the tree. Guarantees inputs are never overwritten and outputs are never re-read as
+OUTPUT mirroring the tree. Images and videos (pipeline.sr.videofmt) are both jobs; a video keeps its container
+unless a single-file OUTPUT names another. Guarantees inputs are never overwritten and outputs are never re-read as
 inputs (OUTPUT may lie inside INPUT)."""
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.errors import PipelineError
 from pipeline.sr.imageio import FORMAT_EXT, format_of
+from pipeline.sr.videofmt import VIDEO_FORMATS, video_format
 
 
 @dataclass
@@ -16,15 +19,24 @@ class Job:
     src: Path
     dst: Path
     rel: str          # path relative to INPUT (how the file is named in logs and the summary)
-    fmt: str          # output format key (png, jpg, ...)
+    fmt: str          # output format key (png, jpg, ...; mp4, mkv, ... for a video)
     problem: str = ""  # set when the job must fail before decoding (e.g. an output name collision)
+
+    @property
+    def video(self) -> bool:
+        return self.fmt in VIDEO_FORMATS.values()
 
 
 @dataclass
 class JobList:
     jobs: list[Job]
-    ignored: list[str] = field(default_factory=list)  # files without an image extension
+    ignored: list[str] = field(default_factory=list)  # files without an image or video extension
     root: Path | None = None
+    out_root: Path | None = None  # OUTPUT, for a folder run
+
+    @property
+    def videos(self) -> list[Job]:
+        return [j for j in self.jobs if j.video]
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -36,20 +48,45 @@ def _inside(path: Path, folder: Path) -> bool:
 
 
 def _out_name(rel: Path, fmt: str | None) -> tuple[Path, str]:
+    if video_format(rel) is not None:  # --format is for images; a video keeps its container
+        return rel, video_format(rel)
     if fmt is None:
         return rel, format_of(rel)
     return rel.with_suffix(FORMAT_EXT[fmt]), fmt
 
 
+def _single_video(src_root: Path, out_root: Path) -> tuple[Path, str]:
+    if out_root.is_dir() or (format_of(out_root) is None and video_format(out_root) is None
+                             and not out_root.exists()):
+        return out_root / src_root.name, video_format(src_root)
+    named = video_format(out_root)
+    if named is None:
+        raise PipelineError(f"OUTPUT {out_root} is not a video file name for the video {src_root} "
+                            f"(extensions: {', '.join(VIDEO_FORMATS)})")
+    return out_root, named
+
+
 def _single_file(src_root: Path, out_root: Path, fmt: str | None) -> JobList:
+    if video_format(src_root) is not None:
+        if fmt is not None:
+            raise PipelineError(f"--format {fmt} applies to images; {src_root} is a video (name OUTPUT with the "
+                                f"container you want, e.g. .mkv)")
+        dst, f = _single_video(src_root, out_root)
+        if dst.resolve() == src_root.resolve():
+            raise PipelineError(f"output {dst} is the input file; choose another OUTPUT (inputs are never "
+                                f"overwritten)")
+        return JobList([Job(src_root, dst, src_root.name, f)], [], src_root.parent)
     if format_of(src_root) is None:
-        raise PipelineError(f"input {src_root} is not an image file (known extensions: "
-                            f"{', '.join(sorted(FORMAT_EXT))})")
+        raise PipelineError(f"input {src_root} is not an image or video file (known extensions: "
+                            f"{', '.join(sorted(FORMAT_EXT))}, {', '.join(VIDEO_FORMATS)})")
     if out_root.is_dir() or (format_of(out_root) is None and not out_root.exists()):
         name, f = _out_name(Path(src_root.name), fmt)
         dst = out_root / name
     else:  # OUTPUT names the file to write
         named = format_of(out_root)
+        if named is None:  # an existing notes.txt would be replaced by image bytes
+            raise PipelineError(f"OUTPUT {out_root} is an existing file that is not an image (extensions: "
+                                f"{', '.join(sorted(FORMAT_EXT))}); name an image file or a folder")
         if fmt is not None and named is not None and named != fmt:
             raise PipelineError(f"OUTPUT {out_root} names a {named} file but --format {fmt} was given; "
                                 f"name it {FORMAT_EXT[fmt]} or leave out --format")
@@ -59,34 +96,53 @@ def _single_file(src_root: Path, out_root: Path, fmt: str | None) -> JobList:
     return JobList([Job(src_root, dst, src_root.name, f)], [], src_root.parent)
 
 
+def _real(path: Path) -> Path:
+    """Where `path` leads; unlike Path.resolve (Python < 3.13) a symlink loop is not a RuntimeError."""
+    return Path(os.path.realpath(path))
+
+
+def input_problem(path: Path, src_root: Path) -> str:
+    """Why a file found under INPUT is not read, or '': only regular files are read, and like folder links,
+    file links leading outside INPUT are not followed."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:  # ELOOP: a symlink loop; ENOENT: a dangling link
+        return f"cannot be read: {e.strerror or e}"
+    if not stat.S_ISREG(mode):
+        return "not a regular file (a FIFO, socket or device); only regular files are read"
+    if path.is_symlink() and not _inside(_real(path), _real(src_root)):
+        return "a link leading outside INPUT (not followed, like links to folders)"
+    return ""
+
+
 def _walk(src_root: Path, out_root: Path, fmt: str | None) -> JobList:
     """Every file under INPUT: image files become jobs, others are listed as ignored."""
     jobs: list[Job] = []
     ignored: list[str] = []
-    out_abs = out_root.resolve()
-    out_in_src = _inside(out_abs, src_root.resolve())
+    out_abs = _real(out_root)
+    out_in_src = _inside(out_abs, _real(src_root))
     for dirpath, dirnames, filenames in os.walk(src_root, followlinks=False):
         here = Path(dirpath)
         # Never descend into OUTPUT (when it lies inside INPUT): results are not inputs.
-        dirnames[:] = sorted(d for d in dirnames if not (out_in_src and _inside((here / d).resolve(), out_abs)))
+        dirnames[:] = sorted(d for d in dirnames if not (out_in_src and _inside(_real(here / d), out_abs)))
         for name in sorted(filenames):
             path = here / name
             rel = path.relative_to(src_root)
-            if format_of(path) is None:
+            if format_of(path) is None and video_format(path) is None:
                 if not (name.startswith(".") and name.endswith(".part")):  # our own temp files
                     ignored.append(rel.as_posix())
                 continue
             out_rel, f = _out_name(rel, fmt)
-            jobs.append(Job(path, out_root / out_rel, rel.as_posix(), f))
+            jobs.append(Job(path, out_root / out_rel, rel.as_posix(), f, input_problem(path, src_root)))
     return JobList(jobs, ignored, src_root)
 
 
 def _flag_conflicts(jobs: list[Job]) -> None:
     """An output path that is an input file, or that two inputs map to (a.png + a.jpg -> a.png)."""
-    inputs = {j.src.resolve() for j in jobs}
+    inputs = {_real(j.src) for j in jobs}
     seen: dict[Path, str] = {}
     for j in jobs:
-        d = j.dst.resolve()
+        d = _real(j.dst)
         if d in inputs:
             j.problem = f"output path {j.dst} is an input file (inputs are never overwritten)"
         elif d in seen:
@@ -95,14 +151,46 @@ def _flag_conflicts(jobs: list[Job]) -> None:
             seen[d] = j.rel
 
 
-def discover(input_path: str | Path, output_path: str | Path, fmt: str | None = None) -> JobList:
+def output_link_problem(dst: Path, out_root: Path) -> str:
+    """Why `dst` would be written through a folder link already inside OUTPUT (into some other place), or ''."""
+    try:
+        parts = dst.relative_to(out_root).parts[:-1]
+    except ValueError:
+        return ""
+    here = out_root
+    for part in parts:
+        here = here / part
+        if here.is_symlink():
+            return f"{here} is a link inside OUTPUT; results are not written through links"
+    return ""
+
+
+def check_data_loss(found: JobList, summary: str | Path | None) -> None:
+    """Outputs that would destroy data, found before any work: a --summary that is an input file is refused
+    (one PipelineError line); jobs whose output goes through a folder link inside OUTPUT fail on their own."""
+    if summary is not None:
+        target = _real(Path(summary))
+        for j in found.jobs:
+            if _real(j.src) == target:
+                raise PipelineError(f"--summary {summary} is the input image {j.rel}; give another file "
+                                    "(inputs are never overwritten)")
+    root = found.out_root
+    for j in found.jobs:
+        if not j.problem and root is not None:
+            j.problem = output_link_problem(j.dst, root)
+
+
+def discover(input_path: str | Path, output_path: str | Path, fmt: str | None = None, *,
+             summary: str | Path | None = None) -> JobList:
     """Jobs for INPUT -> OUTPUT. Raises PipelineError (one line) for unusable arguments."""
     src_root = Path(input_path)
     out_root = Path(output_path)
     if not src_root.exists():
         raise PipelineError(f"input not found: {src_root}")
     if src_root.is_file():
-        return _single_file(src_root, out_root, fmt)
+        found = _single_file(src_root, out_root, fmt)
+        check_data_loss(found, summary)
+        return found
     if not src_root.is_dir():
         raise PipelineError(f"input {src_root} is neither a file nor a folder")
     if out_root.resolve() == src_root.resolve():
@@ -111,5 +199,7 @@ def discover(input_path: str | Path, output_path: str | Path, fmt: str | None = 
     if out_root.exists() and not out_root.is_dir():
         raise PipelineError(f"OUTPUT {out_root} is a file; give a folder for a folder INPUT")
     found = _walk(src_root, out_root, fmt)
+    found.out_root = out_root
     _flag_conflicts(found.jobs)
+    check_data_loss(found, summary)
     return found

@@ -27,6 +27,7 @@ class Record:
     encode_s: float = 0.0
     metrics: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    video: dict = field(default_factory=dict)  # a clip's frames, duration, frame rates, fps, time per frame
 
     def fail(self, reason: str) -> None:
         self.status, self.reason = "failed", reason
@@ -50,6 +51,8 @@ class Record:
                 d["tile_grid_shift_lr_px"] = round(self.max_shift, 4)
             d.update(time_s=round(self.decode_s + self.infer_s + self.encode_s, 4), decode_s=round(self.decode_s, 4),
                      infer_s=round(self.infer_s, 4), encode_s=round(self.encode_s, 4))
+        if self.video:
+            d["video"] = self.video
         if self.metrics:
             d.update(self.metrics)
         if self.notes:

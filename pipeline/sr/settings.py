@@ -6,6 +6,7 @@ from pathlib import Path
 
 from models.spec import DEFAULT_MODEL
 from pipeline.artifacts.identity import resolve
+from pipeline.artifacts.onnx_file import check_onnx_file
 from pipeline.errors import PipelineError
 from pipeline.sr import imageio
 
@@ -44,8 +45,8 @@ def check_paths(*, summary, reference, onnx, engine, weights) -> None:
         raise PipelineError(f"--summary {summary} is a folder; give the JSON file to write")
     if reference is not None and not Path(reference).is_dir():
         raise PipelineError(f"reference folder not found: {reference}")
-    if onnx is not None and not Path(onnx).is_file():
-        raise PipelineError(f"ONNX file not found: {onnx}")
+    if onnx is not None:
+        check_onnx_file(onnx)
     if engine is not None and not Path(engine).is_file():
         raise PipelineError(f"TensorRT engine not found: {engine}")
     if weights is not None and not Path(weights).is_file():

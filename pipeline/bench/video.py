@@ -1,0 +1,87 @@
+"""Video throughput: frames per second of `pipeline sr` on a short H.264 clip at 480p and 720p input (decode, upscale,
+encode with the default codec, audio-free), next to the backend's pure inference on the same frame size.
+
+The clip pans across a held-out photo so every frame differs. The backend is loaded once (its loading is start-up,
+not throughput) and warmed on one frame of the size before the timed run.
+"""
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import av
+import cv2
+import numpy as np
+
+from pipeline import backends
+from pipeline.artifacts.identity import resolve
+from pipeline.data.sample_images import HELD_OUT, load_rgb
+from pipeline.sr import upscale
+
+SIZES = {"480p": (854, 480), "720p": (1280, 720)}
+RATE = 24
+
+
+def write_clip(path: Path, width: int, height: int, frames: int) -> Path:
+    """An H.264 clip panning 4 px per frame across a held-out photo scaled to cover width x height."""
+    photo = load_rgb(HELD_OUT[0])
+    cover = max((width + 4 * frames) / photo.shape[1], height / photo.shape[0])
+    photo = cv2.resize(photo, (int(np.ceil(photo.shape[1] * cover)), int(np.ceil(photo.shape[0] * cover))),
+                       interpolation=cv2.INTER_CUBIC)
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("libx264", rate=RATE, options={"crf": "18"})
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        for i in range(frames):
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(photo[:height, 4 * i:4 * i + width]),
+                                               format="rgb24")
+            for p in stream.encode(frame):
+                out.mux(p)
+        for p in stream.encode():
+            out.mux(p)
+    return path
+
+
+def video_fps(model: str, frames: int, backend="auto", weights=None, log=print, max_frame_s: float = 60.0,
+              sizes: dict[str, tuple[int, int]] = SIZES) -> list[dict]:
+    """One row per size: fps of the whole clip run and of inference alone (one frame per call). A size whose frame
+    would take longer than max_frame_s (timed on a quarter-side frame, scaled by pixels) is not run; its row says
+    why."""
+    scale = resolve(model).default_scale
+    be = backends.create(backend, model, "fp32", weights=weights) if isinstance(backend, str) else backend
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="sr-video-bench-") as tmp:
+        for label, (w, h) in sizes.items():
+            clip = write_clip(Path(tmp) / f"{label}.mp4", w, h, frames)
+            rng = np.random.default_rng(0)
+            small = rng.random((1, 3, max(8, h // 4), max(8, w // 4)), dtype=np.float32)
+            be.infer(small, scale)
+            t0 = time.perf_counter()
+            be.infer(small, scale)  # a sixteenth of the frame, timed: a size far over the limit costs no full frame
+            estimate = (time.perf_counter() - t0) * (w * h) / (small.shape[2] * small.shape[3])
+            if estimate > max_frame_s:
+                rows.append({"model": model, "backend": be.name, "size": label, "input": [w, h], "scale": scale,
+                             "fps": None, "skipped": f"one {w}x{h} frame would take ~{estimate:.0f} s (limit "
+                                                     f"{max_frame_s:g} s)"})
+                log(f"  {model} video {label}: not run, {rows[-1]['skipped']}")
+                continue
+            x = rng.random((1, 3, h, w), dtype=np.float32)
+            be.infer(x, scale)  # warm-up: the first call of a size plans kernels / allocates
+            t0 = time.perf_counter()
+            for _ in range(frames):
+                be.infer(x, scale)
+            infer_s = time.perf_counter() - t0
+            s = upscale(clip, Path(tmp) / f"out_{label}.mp4", model=model, scale=scale, backend=be, tile=0,
+                        progress=False, log=lambda _msg: None)
+            rec = s.records[0]
+            if rec.status != "ok":
+                raise RuntimeError(f"video bench {label}: {rec.reason}")
+            fps = rec.video["fps"]
+            row = {"model": model, "backend": be.name, "backend_description": be.describe(), "size": label,
+                   "input": [w, h], "output": list(rec.out_size), "scale": scale, "frames": frames,
+                   "codec": rec.video["codec"], "fps": fps, "inference_fps": round(frames / infer_s, 3),
+                   "time_per_frame_s": rec.video["time_per_frame_s"]}
+            log(f"  {model} video {label} ({w}x{h} -> {rec.out_size[0]}x{rec.out_size[1]}, {be.name}): "
+                f"{fps:.2f} fps decode+upscale+encode, {row['inference_fps']:.2f} fps inference alone")
+            rows.append(row)
+    return rows

@@ -1,0 +1,153 @@
+"""Image size from the file's header, read before any decoding, so a small file that claims a huge image (a
+decompression bomb) is refused before a decoder allocates for it.
+
+Only the five formats we read are accepted (PNG, JPEG, BMP, TIFF, WebP): OpenCV decodes by content, not by name, so
+a `.png` holding another format's header would otherwise skip this check. The limit is MAX_PIXELS (width x
+height), raised or lowered with the SRDEPLOY_MAX_PIXELS environment variable.
+"""
+from __future__ import annotations
+
+import os
+import struct
+
+# 100 megapixels: a 10000x10000 input (x3 -> 900 MP output). A 16-bit RGBA image this size decodes to 800 MB.
+MAX_PIXELS = 100_000_000
+MAX_PIXELS_ENV = "SRDEPLOY_MAX_PIXELS"
+
+
+class HeaderError(ValueError):
+    """The header is unreadable, names an unsupported format, or claims more pixels than allowed."""
+
+
+def max_pixels() -> int:
+    """The pixel limit: SRDEPLOY_MAX_PIXELS when set (a positive integer), else MAX_PIXELS."""
+    raw = os.environ.get(MAX_PIXELS_ENV, "").strip()
+    if not raw:
+        return MAX_PIXELS
+    try:
+        value = int(raw.replace("_", ""))
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise HeaderError(f"{MAX_PIXELS_ENV}={raw!r} is not a positive integer (pixels, width x height)")
+    return value
+
+
+def max_file_bytes() -> int:
+    """Largest image file read: uncompressed 16-bit RGBA at the pixel limit, plus 64 MiB of metadata."""
+    try:
+        return max_pixels() * 8 + (64 << 20)
+    except HeaderError:  # a bad SRDEPLOY_MAX_PIXELS is reported by check_header
+        return MAX_PIXELS * 8 + (64 << 20)
+
+
+def _png(d: bytes) -> tuple[int, int]:
+    if len(d) < 24 or d[12:16] != b"IHDR":
+        raise HeaderError("corrupt PNG header (no IHDR chunk first)")
+    return struct.unpack(">II", d[16:24])
+
+
+def _jpeg(d: bytes) -> tuple[int, int]:
+    i = 2
+    while i + 4 <= len(d):
+        if d[i] != 0xFF:
+            raise HeaderError("corrupt JPEG header (marker expected)")
+        marker = d[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker in (0x01, *range(0xD0, 0xD8)):  # markers without a length
+            i += 2
+            continue
+        (length,) = struct.unpack(">H", d[i + 2:i + 4])
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # start of frame
+            if i + 9 > len(d):
+                break
+            h, w = struct.unpack(">HH", d[i + 5:i + 9])
+            return w, h
+        if marker in (0xD9, 0xDA) or length < 2:  # end of image / start of scan before any frame
+            break
+        i += 2 + length
+    raise HeaderError("corrupt JPEG header (no frame header)")
+
+
+def _bmp(d: bytes) -> tuple[int, int]:
+    if len(d) < 26:
+        raise HeaderError("corrupt BMP header")
+    (size,) = struct.unpack("<I", d[14:18])
+    if size == 12:  # OS/2 BITMAPCOREHEADER
+        w, h = struct.unpack("<HH", d[18:22])
+    else:
+        w, h = struct.unpack("<ii", d[18:26])
+    return abs(w), abs(h)  # a negative height means top-down rows
+
+
+def _tiff(d: bytes) -> tuple[int, int]:
+    end = "<" if d[:2] == b"II" else ">"
+    try:
+        (magic,) = struct.unpack(end + "H", d[2:4])
+        if magic == 43:  # BigTIFF: 8-byte offsets and counts
+            (ifd,) = struct.unpack(end + "Q", d[8:16])
+            (n,) = struct.unpack(end + "Q", d[ifd:ifd + 8])
+            entries, size, head = ifd + 8, 20, end + "HHQ"
+        else:
+            (ifd,) = struct.unpack(end + "I", d[4:8])
+            (n,) = struct.unpack(end + "H", d[ifd:ifd + 2])
+            entries, size, head = ifd + 2, 12, end + "HHI"
+        found = {}
+        for k in range(min(n, 4096)):
+            e = entries + k * size
+            tag, typ, _count = struct.unpack(head, d[e:e + struct.calcsize(head)])
+            if tag in (256, 257):
+                value_at = e + struct.calcsize(head)
+                fmt = {3: "H", 4: "I", 16: "Q"}.get(typ)
+                if fmt is None:
+                    raise HeaderError("corrupt TIFF header (image size of an unknown type)")
+                (found[tag],) = struct.unpack(end + fmt, d[value_at:value_at + struct.calcsize(fmt)])
+    except struct.error:
+        raise HeaderError("corrupt TIFF header") from None
+    if 256 not in found or 257 not in found:
+        raise HeaderError("corrupt TIFF header (no image width or length)")
+    return found[256], found[257]
+
+
+def _webp(d: bytes) -> tuple[int, int]:
+    chunk = d[12:16]
+    if chunk == b"VP8X" and len(d) >= 30:
+        return int.from_bytes(d[24:27], "little") + 1, int.from_bytes(d[27:30], "little") + 1
+    if chunk == b"VP8 " and len(d) >= 30:
+        w, h = struct.unpack("<HH", d[26:30])
+        return w & 0x3FFF, h & 0x3FFF
+    if chunk == b"VP8L" and len(d) >= 25:
+        (bits,) = struct.unpack("<I", d[21:25])
+        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    raise HeaderError("corrupt WebP header")
+
+
+def image_size(data: bytes) -> tuple[str, int, int]:
+    """(format, width, height) from the header; HeaderError for another format or a corrupt header."""
+    if data[:8] == b"\x89PNG\r\n\x1a\n":
+        return ("png", *_png(data))
+    if data[:3] == b"\xff\xd8\xff":
+        return ("jpg", *_jpeg(data))
+    if data[:2] == b"BM":
+        return ("bmp", *_bmp(data))
+    if data[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"):
+        return ("tiff", *_tiff(data))
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return ("webp", *_webp(data))
+    raise HeaderError("not a readable image: not a PNG, JPEG, BMP, TIFF or WebP file (unrecognised header)")
+
+
+def check_header(data: bytes) -> tuple[str, int, int]:
+    """image_size, refusing more than max_pixels() pixels (HeaderError saying the size, the limit, how to raise
+    it) and images with no pixels."""
+    fmt, w, h = image_size(data)
+    if w < 1 or h < 1:
+        raise HeaderError(f"{fmt} header claims an image with no pixels ({w}x{h})")
+    limit = max_pixels()
+    if w * h > limit:
+        raise HeaderError(f"image is {w}x{h} ({w * h / 1e6:.0f} megapixels), over the limit of {limit:,} pixels "
+                          f"that guards against decompression bombs; if you mean it, raise the limit with "
+                          f"{MAX_PIXELS_ENV}={w * h}")
+    return fmt, w, h

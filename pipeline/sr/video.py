@@ -1,0 +1,281 @@
+"""One video through the sr stage: frames are read (one thread), upscaled by the run's ImageWorker (this thread;
+whole frames batched up to --batch, large ones tiled, exactly as images are) and encoded with the copied audio and
+subtitle packets (a third thread) into a temporary file renamed at the end.
+
+The queues between the threads hold a few frames, so memory does not grow with the clip's length. A damaged or
+truncated clip still gets the frames that decode; its record fails with one line saying what was lost.
+"""
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from fractions import Fraction
+
+from pipeline.artifacts.atomic import atomic_path
+from pipeline.sr import tiling, video_io
+from pipeline.sr.console import Console
+from pipeline.sr.imageio import Image
+from pipeline.sr.jobs import Job
+from pipeline.sr.records import Record
+from pipeline.sr.video_io import Frame, Packet, ReadEnd, VideoError, VideoInfo
+from pipeline.sr.videofmt import codec_for, crf_for
+from pipeline.sr.worker import ImageWorker, Planned, infer_reason
+
+QUEUE_FRAMES = 2  # frames waiting on each side of inference beyond one batch
+
+
+@dataclass
+class VideoPlan:
+    """What one clip becomes: codec, pixel format and size (cropped by at most 1 px where chroma needs it)."""
+
+    info: VideoInfo
+    codec: str
+    crf: int | None
+    pix_fmt: str
+    width: int
+    height: int
+    notes: list[str]
+
+    def describe(self, scale: float) -> str:
+        i = self.info
+        rate = f"{float(i.rate):.3f}".rstrip("0").rstrip(".") if i.rate else "?"
+        frames = f"{i.frames} frames" if i.frames else "frames unknown"
+        quality = "lossless" if self.crf is None else f"crf {self.crf}"
+        return (f"{i.width}x{i.height} {i.pix_fmt} {rate} fps, {frames} -> {self.width}x{self.height} "
+                f"{self.codec} {self.pix_fmt} {quality} (x{scale:g}; {i.colour.describe()})")
+
+
+def plan(job: Job, scale: float, codec: str | None, crf: int | None) -> VideoPlan:
+    """Probe the clip and decide its output; raises VideoError for a file that is no usable video."""
+    info = video_io.probe(job.src)
+    chosen = codec_for(job.fmt, codec)
+    pix_fmt, notes = video_io.output_pix_fmt(chosen, info)
+    up_w, up_h = tiling.output_length(info.width, scale), tiling.output_length(info.height, scale)
+    w, h = video_io.even_size(up_w, up_h, pix_fmt)
+    if (w, h) != (up_w, up_h):
+        notes.append(f"output {up_w}x{up_h} cropped to {w}x{h} (the last odd row/column: {pix_fmt} needs even sides)")
+    if info.rotation:
+        notes.append(f"rotation {info.rotation} deg kept as display metadata")
+    if info.dropped:
+        notes.append(f"not copied: {', '.join(info.dropped)}")
+    return VideoPlan(info, chosen, crf_for(chosen, crf), pix_fmt, w, h, notes)
+
+
+def plan_clips(records: list[Record], scale: float, codec: str | None, crf: int | None) -> dict[str, VideoPlan]:
+    """Each clip's plan by its name; a file that is no usable video fails here (its record) with one line."""
+    plans = {}
+    for rec in records:
+        try:
+            plans[rec.job.rel] = plan(rec.job, scale, codec, crf)
+        except VideoError as e:
+            rec.fail(str(e))
+    return plans
+
+
+def _short(info: VideoInfo, frames: int, end: ReadEnd) -> bool:
+    """Whether the frames stopped before the clip's end: by the header's count, else by time (VFR-safe)."""
+    if info.frames_exact:
+        return frames < info.frames
+    if info.duration_s and end.end_s is not None:
+        slack = 2 / float(info.rate) if info.rate else 0.1  # the last frame's duration is not always stored
+        return end.end_s < info.duration_s - slack
+    return False
+
+
+def _rate(r: Fraction | None) -> float | None:
+    return round(float(r), 4) if r else None
+
+
+class _Stop(Exception):
+    """The consumer of a queue is gone; its producer stops."""
+
+
+class VideoRunner:
+    """Runs clips one after another through one ImageWorker."""
+
+    def __init__(self, worker: ImageWorker, console: Console):
+        self.worker = worker
+        self.console = console
+
+    # -- the reader and writer threads ------------------------------------------------------------------------
+
+    @staticmethod
+    def _put(q: queue.Queue, item, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+        raise _Stop
+
+    def _reader(self, rec: Record, info: VideoInfo, q: queue.Queue, stop: threading.Event) -> None:
+        items = video_io.read(rec.job.src, info)
+        try:
+            t = time.perf_counter()
+            for item in items:
+                rec.decode_s += time.perf_counter() - t
+                self._put(q, item, stop)
+                t = time.perf_counter()
+        except _Stop:
+            pass
+        except Exception as e:  # a reader crash ends the frames like a truncated file
+            self._put_quiet(q, ReadEnd([video_io.reason(e)]), stop)
+        finally:
+            items.close()
+
+    def _put_quiet(self, q: queue.Queue, item, stop: threading.Event) -> None:
+        with contextlib.suppress(_Stop):
+            self._put(q, item, stop)
+
+    @staticmethod
+    def _writer(rec: Record, writer: video_io.Writer, q: queue.Queue, failed: list[BaseException]) -> None:
+        """Encode until the None sentinel; after a failure keep taking items so the producer never blocks."""
+        while (item := q.get()) is not None:
+            if failed:
+                continue
+            t = time.perf_counter()
+            try:
+                if isinstance(item, Packet):
+                    writer.packet(item)
+                else:
+                    writer.frame(*item)
+            except OSError as e:  # the disk: this clip fails
+                failed.append(e)
+            except Exception as e:  # the encoder or the muxer: this clip fails
+                failed.append(VideoError(f"encoding failed: {video_io.reason(e)}"))
+            rec.encode_s += time.perf_counter() - t
+
+    # -- inference ------------------------------------------------------------------------------------------------
+
+    def _upscale(self, rec: Record, frames: list[tuple[Planned, Frame]], out: queue.Queue) -> None:
+        items = [p for p, _ in frames]
+        t = time.perf_counter()
+        if len(items) > 1:
+            self.worker.infer_batch(items)
+        else:
+            self.worker.infer_tiled(items[0])
+        rec.infer_s += time.perf_counter() - t
+        for p, f in frames:
+            out.put((p.out, f.pts, f.duration))
+
+    def _plan_frame(self, rec: Record, pixels) -> Planned:
+        scratch = Record(rec.job)
+        item = self.worker.plan(scratch, Image(pixels))
+        if not rec.in_size:  # every frame has the first frame's size and plan
+            rec.in_size, rec.mode, rec.tiles = scratch.in_size, scratch.mode, scratch.tiles
+            rec.max_shift = scratch.max_shift
+            rec.notes.extend(scratch.notes)
+        return item
+
+    def _frames(self, rec: Record, inq: queue.Queue, outq: queue.Queue, failed: list, bar) -> tuple[ReadEnd, int]:
+        """Take the reader's items until its ReadEnd: packets pass to the writer, frames are upscaled in batches.
+        Returns the ReadEnd and the frames upscaled."""
+        pending: list[tuple[Planned, Frame]] = []
+        done = 0
+        t0 = time.perf_counter()
+
+        def flush() -> None:
+            nonlocal done, pending
+            if pending:
+                self._upscale(rec, pending, outq)
+                done += len(pending)
+                bar.update(len(pending))
+                bar.set_postfix_str(f"{done / max(time.perf_counter() - t0, 1e-9):.2f} fps", refresh=False)
+                pending = []
+
+        while True:
+            item = inq.get()
+            if isinstance(item, ReadEnd):
+                flush()
+                return item, done
+            if failed:  # the writer failed: stop early, the clip is lost anyway
+                return ReadEnd([]), done
+            if isinstance(item, Packet):
+                outq.put(item)
+                continue
+            planned = self._plan_frame(rec, item.pixels)
+            pending.append((planned, item))
+            if not self.worker.batchable(planned) or len(pending) >= self.worker.batch:
+                flush()
+
+    # -- one clip ---------------------------------------------------------------------------------------------------
+
+    def _encode(self, rec: Record, vp: VideoPlan, tmp) -> tuple[ReadEnd, int]:
+        writer = video_io.Writer(tmp, rec.job.fmt, vp.codec, vp.crf, vp.info, vp.width, vp.height, vp.pix_fmt,
+                                 rec.job.src)
+        stop = threading.Event()
+        inq: queue.Queue = queue.Queue(maxsize=self.worker.batch + QUEUE_FRAMES)
+        outq: queue.Queue = queue.Queue(maxsize=self.worker.batch + QUEUE_FRAMES)
+        failed: list[BaseException] = []
+        reader = threading.Thread(target=self._reader, args=(rec, vp.info, inq, stop), name="sr-video-read")
+        encoder = threading.Thread(target=self._writer, args=(rec, writer, outq, failed), name="sr-video-encode")
+        bar = self.console.bar(vp.info.frames, unit="frame", desc=rec.job.rel)
+        reader.start()
+        encoder.start()
+        try:
+            try:
+                result = self._frames(rec, inq, outq, failed, bar)
+            finally:
+                stop.set()
+                outq.put(None)
+                encoder.join()
+                reader.join()
+                bar.close()
+            if failed:
+                raise failed[0]
+        except BaseException:
+            writer.abort()
+            raise
+        writer.close()
+        return result
+
+    def run_all(self, records: list[Record], plans: dict[str, VideoPlan]) -> float:
+        """Every clip in turn (those that failed planning are only reported); returns the seconds taken."""
+        t0 = time.perf_counter()
+        for rec in records:
+            if rec.status != "failed":
+                self.run(rec, plans[rec.job.rel])
+            if rec.status == "failed":
+                self.console.always(f"failed {rec.job.rel}: {rec.reason}")
+        return time.perf_counter() - t0
+
+    def run(self, rec: Record, vp: VideoPlan) -> None:
+        """Upscale one planned clip into rec.job.dst; the outcome is rec's status and reason."""
+        t0 = time.perf_counter()
+        info = vp.info
+        rec.out_size, rec.bit_depth = (vp.width, vp.height), info.depth
+        self.console.info(f"{rec.job.rel}: {vp.describe(self.worker.scale)}")
+        for n in vp.notes:
+            self.console.info(f"{rec.job.rel}: {n}")
+        rec.notes.extend(vp.notes)
+        try:
+            with atomic_path(rec.job.dst) as tmp:
+                end, frames = self._encode(rec, vp, tmp)
+        except VideoError as e:
+            rec.fail(str(e))
+            return
+        except OSError as e:
+            rec.fail(f"cannot write {rec.job.dst}: {e.strerror or e}")
+            return
+        except Exception as e:  # inference failure: this clip fails, the run goes on
+            rec.fail(infer_reason(e))
+            return
+        wall = time.perf_counter() - t0
+        rec.video = {"frames": frames, "frames_expected": info.frames, "duration_s": info.duration_s,
+                     "frame_rate_in": _rate(info.rate), "frame_rate_out": _rate(info.rate),
+                     "fps": round(frames / wall, 3) if wall > 0 else None,
+                     "time_per_frame_s": round(wall / frames, 5) if frames else None,
+                     "codec": vp.codec, "crf": vp.crf, "pix_fmt_in": info.pix_fmt, "pix_fmt_out": vp.pix_fmt,
+                     "copied": info.copied}
+        if end.errors or _short(info, frames, end):
+            of = f" of {'' if info.frames_exact else '~'}{info.frames}" if info.frames else ""
+            why = f": {end.errors[0]}" if end.errors else ""
+            more = f" (+{len(end.errors) - 1} more)" if len(end.errors) > 1 else ""
+            rec.fail(f"damaged or truncated video: upscaled the {frames}{of} frames that decoded into "
+                     f"{rec.job.dst}{why}{more}")
+            return
+        rec.status = "ok"

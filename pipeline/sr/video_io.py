@@ -1,0 +1,324 @@
+"""Video files <-> frames for the sr stage, through PyAV (FFmpeg): probe a clip, read its frames as the same BGR
+pixels an image decode gives (converted with the clip's own matrix and range), and write upscaled frames with the
+clip's timing, rotation and colour tags while its audio and subtitle packets are copied as they are.
+
+8-bit clips become uint8 frames, deeper ones uint16 (the image path's 16-bit), so a video frame runs through the
+worker exactly as the same picture saved as a PNG would.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+
+from pipeline.errors import first_line
+from pipeline.sr.videofmt import ENCODER_OPTIONS, ENCODERS, MUXERS
+
+COPIED = ("audio", "subtitle")  # stream types copied packet by packet
+# AVColorSpace (frame/stream tags) -> swscale's matrix names. RGB (0) and unknown values use the size rule below.
+MATRIX = {1: "ITU709", 4: "FCC", 5: "ITU601", 6: "SMPTE170M", 7: "SMPTE240M", 9: "BT2020", 10: "BT2020"}
+UNSPECIFIED = 2
+RANGE_NAMES = {1: "MPEG", 2: "JPEG"}  # limited, full
+
+
+class VideoError(Exception):
+    """This one video cannot be read or written; the message is the one-line reason."""
+
+
+def reason(e: BaseException) -> str:
+    if isinstance(e, av.FFmpegError):
+        return first_line(getattr(e, "strerror", None) or e)
+    return f"{type(e).__name__}: {first_line(e)}"
+
+
+@dataclass
+class Colour:
+    """How the clip's samples map to RGB (used both ways) and the tags written back."""
+
+    matrix: int      # AVColorSpace as tagged (2 = unspecified)
+    range: int       # AVColorRange as tagged (0 = unspecified)
+    primaries: int
+    trc: int
+    sws_matrix: str  # the matrix conversions use: the tag, else BT.709 for HD and BT.601 for SD (players' rule)
+    full: bool       # full-range samples: the tag, else the yuvj formats
+
+    def describe(self) -> str:
+        tag = "" if self.matrix != UNSPECIFIED else " (untagged: by size)"
+        return f"{self.sws_matrix}{tag}, {'full' if self.full else 'limited'} range"
+
+
+@dataclass
+class VideoInfo:
+    width: int
+    height: int
+    pix_fmt: str
+    depth: int                   # bits per sample (8, 10, 12, ...)
+    rgb: bool                    # stored as RGB (e.g. FFV1 bgr0), not YUV
+    chroma: str                  # "420", "422", "444"
+    rate: Fraction | None        # average frame rate
+    time_base: Fraction
+    frames: int | None           # frames the header promises, else duration x rate (None when neither is known)
+    frames_exact: bool           # the header counts them (MP4); else an estimate (MKV, WebM: off for VFR clips)
+    duration_s: float | None
+    rotation: int                # display rotation, degrees counter-clockwise
+    colour: Colour
+    codec: str
+    copied: list[str] = field(default_factory=list)   # "audio:aac", ... (the streams copied)
+    dropped: list[str] = field(default_factory=list)  # data/attachment streams not copied
+
+
+def _colour(frame: av.VideoFrame, ctx, pix_fmt: str) -> Colour:
+    matrix = frame.colorspace if frame.colorspace not in (None, UNSPECIFIED) else ctx.colorspace
+    rng = frame.color_range or ctx.color_range or 0
+    sws = MATRIX.get(matrix) or ("ITU709" if frame.height >= 720 else "ITU601")
+    full = rng == 2 or (rng == 0 and pix_fmt.startswith("yuvj"))
+    return Colour(int(matrix or UNSPECIFIED), int(rng), int(frame.color_primaries or ctx.color_primaries or 2),
+                  int(frame.color_trc or ctx.color_trc or 2), sws, full)
+
+
+def _chroma(fmt: av.VideoFormat) -> str:
+    if fmt.is_rgb or len(fmt.components) < 3:
+        return "444"
+    c = fmt.components[1]
+    if c.width == fmt.width and c.height == fmt.height:
+        return "444"
+    return "422" if c.height == fmt.height else "420"
+
+
+def _expected_frames(stream, duration_s: float | None, rate: Fraction | None) -> int | None:
+    if stream.frames:
+        return int(stream.frames)
+    if duration_s and rate:
+        return round(duration_s * float(rate))
+    return None
+
+
+def probe(path: Path) -> VideoInfo:
+    """What the clip is; decodes its first frame (rotation and colour tags travel on frames). Raises VideoError."""
+    try:
+        container = av.open(str(path))
+    except av.FFmpegError as e:
+        raise VideoError(f"not a readable video ({reason(e)})") from None
+    with container:
+        if not container.streams.video:
+            kinds = sorted({s.type for s in container.streams}) or ["no"]
+            raise VideoError(f"no video stream ({' and '.join(kinds)} streams only)")
+        stream = container.streams.video[0]
+        ctx = stream.codec_context
+        try:
+            frame = next(container.decode(stream), None)
+        except av.FFmpegError as e:
+            raise VideoError(f"cannot decode the first frame ({reason(e)})") from None
+        if frame is None:
+            raise VideoError("the video stream has no decodable frame")
+        fmt = frame.format
+        rate = stream.average_rate or stream.guessed_rate
+        if stream.duration is not None and stream.time_base:
+            duration = float(stream.duration * stream.time_base)
+        else:
+            duration = container.duration / av.time_base if container.duration else None
+        copied = [f"{s.type}:{s.codec_context.name}" for s in container.streams if s.type in COPIED]
+        dropped = [f"{s.type}:{s.codec_context.name if s.codec_context else '?'}" for s in container.streams
+                   if s.type not in (*COPIED, "video")] + [f"video:{s.codec_context.name}"
+                                                             for s in container.streams.video[1:]]
+        return VideoInfo(width=frame.width, height=frame.height, pix_fmt=fmt.name,
+                         depth=max(c.bits for c in fmt.components), rgb=fmt.is_rgb, chroma=_chroma(fmt),
+                         rate=Fraction(rate) if rate else None, time_base=Fraction(stream.time_base),
+                         frames=_expected_frames(stream, duration, rate), frames_exact=bool(stream.frames),
+                         duration_s=duration,
+                         rotation=int(round(frame.rotation or 0)), colour=_colour(frame, ctx, fmt.name),
+                         codec=ctx.name, copied=copied, dropped=dropped)
+
+
+def frame_pixels(frame: av.VideoFrame, info: VideoInfo) -> np.ndarray:
+    """HxWx3 BGR, uint8 for 8-bit clips and uint16 (full 16-bit scale) for deeper ones: the image path's layout."""
+    fmt = "bgr48le" if info.depth > 8 else "bgr24"
+    if info.rgb:
+        return frame.to_ndarray(format=fmt)
+    return frame.to_ndarray(format=fmt, src_colorspace=info.colour.sws_matrix, dst_colorspace=info.colour.sws_matrix,
+                            src_color_range="JPEG" if info.colour.full else "MPEG", dst_color_range="JPEG")
+
+
+@dataclass
+class Packet:
+    """A packet of a copied stream, passed from the reader to the writer in file order. The input stream's index
+    is kept apart: `packet.stream` must not be read once the reader has closed the input."""
+
+    packet: av.Packet
+    stream: int
+
+
+@dataclass
+class Frame:
+    pixels: np.ndarray
+    pts: int | None
+    duration: int | None
+
+
+@dataclass
+class ReadEnd:
+    """The reader is done: the damage it met (one line each) and where its last frame ends."""
+
+    errors: list[str]
+    end_s: float | None = None  # where the last decoded frame ends, seconds (truncation is judged by time)
+
+
+def read(path: Path, info: VideoInfo) -> Iterator[Packet | Frame | ReadEnd]:
+    """The clip's frames (as pixels) and copied packets in file order, then a ReadEnd. A damaged packet is
+    skipped and counted (the frames after it still come); a container that ends early ends the frames."""
+    errors: list[str] = []
+    end_s = None
+    frame_s = 1 / float(info.rate) if info.rate else 0.0
+    try:
+        container = av.open(str(path))
+    except av.FFmpegError as e:
+        yield ReadEnd([f"cannot reopen: {reason(e)}"])
+        return
+    with container:
+        video = container.streams.video[0]
+        video.thread_type = "AUTO"  # frame + slice threads in the decoder
+        wanted = [video, *(s for s in container.streams if s.type in COPIED)]
+        packets = container.demux(wanted)
+        while True:
+            try:
+                packet = next(packets)
+            except StopIteration:
+                break
+            except av.FFmpegError as e:  # the container itself is cut or damaged: nothing more can be read
+                errors.append(f"demuxing stopped: {reason(e)}")
+                break
+            if packet.stream.index != video.index:
+                if packet.size:
+                    yield Packet(packet, packet.stream.index)
+                continue
+            try:
+                frames = packet.decode()
+            except av.FFmpegError as e:
+                errors.append(reason(e))
+                continue
+            for f in frames:
+                if f.pts is not None and f.time_base:
+                    end_s = float(f.pts * f.time_base) + (float(f.duration * f.time_base) if f.duration else frame_s)
+                yield Frame(frame_pixels(f, info), f.pts, f.duration or None)
+    yield ReadEnd(errors, end_s)
+
+
+def output_pix_fmt(codec: str, info: VideoInfo) -> tuple[str, list[str]]:
+    """The encoder's pixel format for this clip: the input's depth and chroma where the encoder takes them.
+    FFV1 stores RGB (lossless: the upscaled pixels come back exactly)."""
+    notes: list[str] = []
+    deep = info.depth > 8
+    if codec == "ffv1":
+        return ("gbrp10le" if info.depth <= 10 else "gbrp16le") if deep else "bgr0", notes
+    supported = {f.name for f in av.codec.Codec(ENCODERS[codec], "w").video_formats}
+    chroma = info.chroma
+    for c in (chroma, "420"):
+        name = f"yuv{c}p" + ("10le" if deep else "")
+        if name in supported:
+            if c != chroma:
+                notes.append(f"chroma {chroma} written as 420 ({codec} here takes no yuv{chroma})")
+            return name, notes
+    notes.append(f"{info.depth}-bit written as 8-bit ({codec} here encodes 8-bit only)")
+    return "yuv420p", notes
+
+
+def even_size(width: int, height: int, pix_fmt: str) -> tuple[int, int]:
+    """The largest size <= (width, height) the pixel format's chroma subsampling allows (crops at most 1 px)."""
+    fmt = av.VideoFormat(pix_fmt, 2, 2)  # a 2x2 picture: a subsampled chroma plane is 1 px on that side
+    if fmt.is_rgb or len(fmt.components) < 3:
+        return width, height
+    sub_w, sub_h = fmt.components[1].width == 1, fmt.components[1].height == 1
+    return width - (width % 2 if sub_w else 0), height - (height % 2 if sub_h else 0)
+
+
+class Writer:
+    """An output clip: the upscaled video stream plus the copied streams; `close` finishes the file."""
+
+    def __init__(self, path: Path, container: str, codec: str, crf: int | None, info: VideoInfo, width: int,
+                 height: int, pix_fmt: str, source: Path):
+        self.info = info
+        self.pix_fmt = pix_fmt
+        self.width, self.height = width, height
+        self.out = av.open(str(path), "w", format=MUXERS[container])
+        try:
+            self._streams(codec, crf, source)
+        except BaseException:
+            self.out.close()
+            raise
+
+    def _streams(self, codec: str, crf: int | None, source: Path) -> None:
+        """The output's streams in the input's order: the upscaled video where the first video was, copies of
+        the audio and subtitle streams; a stream the container cannot hold fails the clip before any frame."""
+        self.copies: dict[int, av.stream.Stream] = {}
+        supported = self.out.supported_codecs
+        with av.open(str(source)) as src:
+            first_video = src.streams.video[0].index
+            for s in src.streams:
+                if s.index == first_video:
+                    self.video = self._video_stream(codec, crf)
+                elif s.type in COPIED:
+                    name = s.codec_context.name
+                    if name not in supported:
+                        raise VideoError(f"{s.type} stream {name} cannot be copied into {self.out.format.name} "
+                                         f"(write .mkv, which holds it)")
+                    self.copies[s.index] = self.out.add_stream_from_template(s)
+
+    def _video_stream(self, codec: str, crf: int | None):
+        info = self.info
+        options = dict(ENCODER_OPTIONS[codec])
+        if codec == "av1":  # SVT-AV1 prints its banner and config to stderr itself unless told (errors still show)
+            os.environ.setdefault("SVT_LOG", "1")
+        if crf is not None:
+            options["crf"] = str(crf)
+        v = self.out.add_stream(ENCODERS[codec], rate=info.rate, options=options)
+        v.width, v.height, v.pix_fmt = self.width, self.height, self.pix_fmt
+        v.time_base = info.time_base
+        ctx = v.codec_context
+        ctx.time_base = info.time_base
+        ctx.thread_type = "AUTO"
+        rgb = av.VideoFormat(self.pix_fmt).is_rgb
+        c = info.colour
+        ctx.colorspace = 0 if rgb else c.matrix          # RGB storage: the matrix tag says so
+        ctx.color_range = 2 if rgb else c.range
+        ctx.color_primaries, ctx.color_trc = c.primaries, c.trc
+        if info.rotation:
+            v.set_display_rotation(info.rotation)
+        return v
+
+    def frame(self, pixels: np.ndarray, pts: int | None, duration: int | None) -> None:
+        """Encode one upscaled BGR frame (uint8 or uint16) with the input frame's timing."""
+        src = "bgr48le" if pixels.dtype == np.uint16 else "bgr24"
+        f = av.VideoFrame.from_ndarray(np.ascontiguousarray(pixels[:self.height, :self.width]), format=src)
+        c = self.info.colour
+        if av.VideoFormat(self.pix_fmt).is_rgb:
+            f = f.reformat(format=self.pix_fmt)
+        else:
+            f = f.reformat(format=self.pix_fmt, src_colorspace=c.sws_matrix, dst_colorspace=c.sws_matrix,
+                           src_color_range="JPEG", dst_color_range="JPEG" if c.full else "MPEG")
+            f.colorspace, f.color_range = c.matrix, c.range
+        f.color_primaries, f.color_trc = c.primaries, c.trc
+        f.pts, f.time_base = pts, self.info.time_base
+        if duration:
+            f.duration = duration
+        for p in self.video.encode(f):
+            self.out.mux(p)
+
+    def packet(self, item: Packet) -> None:
+        item.packet.stream = self.copies[item.stream]
+        self.out.mux(item.packet)
+
+    def close(self) -> None:
+        """Flush the encoder and write the trailer."""
+        try:
+            for p in self.video.encode():
+                self.out.mux(p)
+        finally:
+            self.out.close()
+
+    def abort(self) -> None:
+        self.out.close()

@@ -1,0 +1,115 @@
+"""Tiny test clips made with PyAV: a moving colour pattern (so every frame differs) and a sine-wave audio track."""
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+
+AUDIO_RATE = 48000
+
+
+def pattern(i: int, w: int, h: int) -> np.ndarray:
+    """Frame i: RGB uint8 gradients and a square that move with i."""
+    yy, xx = np.mgrid[0:h, 0:w]
+    img = np.stack([(xx * 4 + i * 7) % 256, (yy * 5 + i * 3) % 256, ((xx + yy) * 3 + i * 11) % 256], -1)
+    y0, x0 = (2 * i) % max(h - 8, 1), (3 * i) % max(w - 8, 1)
+    img[y0:y0 + 8, x0:x0 + 8] = (250, 240, 20)
+    return img.astype(np.uint8)
+
+
+def _video_stream(out, codec, w, h, rate, pix_fmt, time_base, rotation, colour):
+    v = out.add_stream(codec, rate=rate)
+    v.width, v.height, v.pix_fmt = w, h, pix_fmt
+    if time_base is not None:
+        v.time_base = time_base
+        v.codec_context.time_base = time_base
+    if rotation:
+        v.set_display_rotation(rotation)
+    if colour:
+        ctx = v.codec_context
+        ctx.colorspace, ctx.color_range, ctx.color_primaries, ctx.color_trc = colour
+    return v
+
+
+def _frame(i, w, h, pix_fmt, colour):
+    f = av.VideoFrame.from_ndarray(pattern(i, w, h), format="rgb24")
+    if colour:  # samples made with the tagged matrix and range
+        f = f.reformat(format=pix_fmt, dst_colorspace={1: "ITU709", 9: "BT2020"}.get(colour[0], "ITU601"),
+                       dst_color_range="JPEG" if colour[1] == 2 else "MPEG")
+        f.colorspace, f.color_range, f.color_primaries, f.color_trc = colour
+    return f
+
+
+def _write_audio(out, a, seconds: float) -> None:
+    total = int(seconds * AUDIO_RATE)
+    t = np.arange(total) / AUDIO_RATE
+    samples = (0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
+    step = a.codec_context.frame_size or 1024
+    s16 = a.codec_context.format.name.startswith("s16")
+    for k in range(0, total, step):
+        chunk = samples[None, k:k + step]
+        fr = av.AudioFrame.from_ndarray((chunk * 32767).astype(np.int16) if s16 else chunk,
+                                        format="s16" if s16 else "flt", layout="mono")
+        fr.sample_rate, fr.pts = AUDIO_RATE, k
+        for p in a.encode(fr):
+            out.mux(p)
+    for p in a.encode():
+        out.mux(p)
+
+
+def make_clip(path: Path, codec: str, w: int, h: int, frames: int, rate: Fraction | int, *, pix_fmt: str = "yuv420p",
+              audio: str | None = None, pts: list[int] | None = None, time_base: Fraction | None = None,
+              rotation: int = 0, colour: tuple[int, int, int, int] | None = None, video: bool = True,
+              subtitles: Path | None = None, options: dict | None = None) -> Path:
+    """Write a clip. pts (in time_base) makes it variable-frame-rate; colour = (matrix, range, primaries, trc) tags;
+    video=False writes the audio alone; subtitles: an .srt file whose cues become a subtitle stream; options: the
+    muxer's (e.g. movflags=faststart: the MP4 index first)."""
+    out = av.open(str(path), "w", options=options or {})
+    srt = av.open(str(subtitles)) if subtitles else None
+    sub = out.add_stream_from_template(srt.streams[0]) if srt else None
+    v = _video_stream(out, codec, w, h, rate, pix_fmt, time_base, rotation, colour) if video else None
+    a = None
+    if audio:
+        a = out.add_stream(audio, rate=AUDIO_RATE)
+        a.layout = "mono"
+    if v is not None:
+        for i in range(frames):
+            f = _frame(i, w, h, pix_fmt, colour)
+            if pts is not None:
+                f.pts, f.time_base = pts[i], time_base
+            for p in v.encode(f):
+                out.mux(p)
+        for p in v.encode():
+            out.mux(p)
+    if a is not None:
+        _write_audio(out, a, frames / float(rate))
+    if srt is not None:
+        for p in srt.demux(srt.streams[0]):
+            if p.size:
+                p.stream = sub
+                out.mux(p)
+        srt.close()
+    out.close()
+    return path
+
+
+def frames_of(path: Path) -> list[av.VideoFrame]:
+    with av.open(str(path)) as c:
+        return list(c.decode(c.streams.video[0]))
+
+
+def audio_of(path: Path) -> np.ndarray:
+    with av.open(str(path)) as c:
+        return np.concatenate([f.to_ndarray() for f in c.decode(c.streams.audio[0])], axis=1)
+
+
+def subtitle_packets(path: Path) -> list[tuple[bytes, float]]:
+    with av.open(str(path)) as c:
+        return [(bytes(p), float(p.pts * p.time_base)) for p in c.demux(c.streams.subtitles[0]) if p.size]
+
+
+def layout(path: Path) -> list[str]:
+    with av.open(str(path)) as c:
+        return [f"{s.type}:{s.codec_context.name}" for s in c.streams]
