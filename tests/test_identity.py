@@ -36,7 +36,7 @@ def _onnx_file(path: Path, meta: dict[str, str]) -> Path:
     size = helper.make_tensor_value_info("size", TensorProto.INT64, [2])
     y = helper.make_tensor_value_info("output", TensorProto.FLOAT, ["N", 3, "H", "W"])
     graph = helper.make_graph([helper.make_node("Identity", ["input"], ["output"])], "g", [x, size], [y])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10)
     helper.set_model_props(model, {**meta, "precision": "fp32", "ops": "custom"})
     onnx.save(model, str(path))
     return path
