@@ -32,7 +32,8 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     if args.max_batch is not None and args.backend == "trt":
         raise PipelineError("--max-batch applies to --backend ort; an engine's batch limit is its profile's")
-    model = options.model_from_args(args, engine=args.engine)  # with --onnx/--engine: the file's model
+    # With --onnx/--engine the model is the file's: write_repository resolves it after its option checks.
+    model = args.model if args.onnx is not None or args.engine is not None else options.model_from_args(args)
     weights = options.weights_from_args(args)
     repo = options.check_output_dir(args.output)
     result = write_repository(model, repo, backend=args.backend, precision=args.precision,
