@@ -15,7 +15,7 @@ TRT_GIT_URL ?= https://github.com/NVIDIA/TensorRT.git
 TRT_VERSION ?=
 TRT_HEADERS_DIR ?= build/trt-headers
 
-.PHONY: setup lint format demo test gpu-check onnx plugins build-plugins trt-headers engine sr eval compare bench train clean
+.PHONY: setup lint format demo test gpu-check onnx plugins build-plugins trt-headers triton-env engine sr eval compare bench train clean
 
 setup: $(STAMP)
 
@@ -48,6 +48,12 @@ format: setup
 
 trt-headers:
 	TRT_GIT_URL=$(TRT_GIT_URL) TRT_VERSION=$(TRT_VERSION) scripts/trt_headers.sh $(if $(wildcard $(PY)),$(PY),python3) $(TRT_HEADERS_DIR)
+
+# NVIDIA's tritonserver (the nvidia-pytriton wheel, unpacked, never installed: it pins numpy<2) and the sr model's
+# Python-backend environment (a venv with numpy<2 + ONNX Runtime + OpenCV, this checkout on its path), both under
+# .triton/; idempotent. PY only runs pip download and venv; nothing is installed into it. TRITON_GPU=1: GPU packages.
+triton-env:
+	PYTHONPATH=. $(if $(wildcard $(PY)),$(PY),python3) -m pipeline.serve.triton_env $(if $(TRITON_GPU),--gpu,)
 
 # Proves the GPU path on a GPU machine whose Python already has PyTorch with CUDA, with no venv and nothing
 # installed (`make gpu-check PY=python3`): builds the plugins, runs `python -m pipeline doctor` (reports in
@@ -94,11 +100,11 @@ eval: setup
 compare: setup plugins
 	$(PY) -m pipeline compare --model all --output outputs/compare
 
-bench: setup plugins
+bench: setup plugins triton-env
 	$(PY) -m pipeline bench --model all --output outputs/bench
 
 train: setup
 	$(PY) scripts/train.py --model all
 
 clean:
-	rm -rf build outputs
+	rm -rf build outputs .triton

@@ -248,6 +248,19 @@ def ray_markdown(result: dict) -> list[str]:
     return lines
 
 
+def triton_markdown(result: dict) -> list[str]:
+    """Served throughput (pipeline.bench.triton_bench) as a markdown table."""
+    lines = [f"Folder of {result['images']} images, medians of {result['repeats']} run(s); backend: "
+             f"{result['backend']} (local and in the server's sr model); gRPC, one connection per client.", "",
+             "| run | wall s | processing s | images/s | vs local |", "|---|---|---|---|---|",
+             f"| local folder run | {result['local']['wall_s']:.1f} | {result['local']['process_s']:.2f} | "
+             f"{result['local']['images_per_s']:.1f} | 1.00x |"]
+    for k, r in result["triton"].items():
+        lines.append(f"| Triton, {k} client(s) | {r['wall_s']:.1f} | {r['process_s']:.2f} | {r['images_per_s']:.1f} | "
+                     f"{r['vs_local']:.2f}x |")
+    return lines
+
+
 def startup_markdown(rows: list[dict] | None) -> list[str]:
     """Time to first image rows (pipeline.bench.startup); goal <= 1.0 s for 256² x3."""
     if not rows:
@@ -327,6 +340,8 @@ def bench_markdown(doc: dict) -> str:
     lines += startup_markdown(doc.get("startup"))
     if doc.get("ray"):
         lines += ["", "## Folder run through Ray vs locally", ""] + ray_markdown(doc["ray"])
+    if doc.get("triton"):
+        lines += ["", "## Folder run through a Triton server vs locally", ""] + triton_markdown(doc["triton"])
     lines += kernel_markdown(doc.get("kernels"))
     lines += ["", "## Results", ""]
     lines += table(RESULT_HEADER, [result_row(r) for r in doc["results"]])

@@ -131,7 +131,8 @@ def test_trt_repository_from_engine_and_sidecar(tmp_path, plugin, capsys):
     assert (f"tritonserver --model-repository {repo.resolve()} --backend-config=tensorrt,plugins={copied.resolve()}"
             in out)
     assert (repo / "srcnn" / "1" / "model.plan").read_bytes() == engine.read_bytes()
-    assert sorted(p.name for p in repo.iterdir()) == ["srcnn"]  # nothing else Triton would take for a model
+    # the plain model and the Python-backend sr model beside it, nothing else Triton would take for a model
+    assert sorted(p.name for p in repo.iterdir()) == ["sr", "srcnn"]
     cfg = _parse(repo, "srcnn")
     assert cfg.backend == "tensorrt" and cfg.max_batch_size == 0
     # The sidecar's ONNX is gone: I/O from the sidecar must equal what the export writes.

@@ -30,6 +30,7 @@ from pipeline.bench.roofline import flops_per_output_pixel, measure_peak_gflops
 from pipeline.bench.startup import time_to_first_image
 from pipeline.bench.sweeps import ModelBench
 from pipeline.bench.timing import cuda_torch
+from pipeline.bench.triton_bench import triton_bench
 from pipeline.errors import PipelineError
 from pipeline.export.cached import onnx_for
 
@@ -41,9 +42,10 @@ QUICK = dict(main_size=128, sizes=(64, 128), scales=(2.0, 3.0), batches=(1, 2), 
              max_call_s=3.0, heavy_call_s=1.0)
 # The folder run has 16 images: filling and draining the decode/encode pipeline costs about one image's decode +
 # encode per run, which 4 images overweight (measured: 83 % of inference at 4 images, 87 % at 16).
-# Time to first image (fresh processes) and the Ray comparison (local vs 1 and 2 actors) per full bench.
-FULL.update(startup_runs=5, ray_images=24, ray_size=128)
-QUICK.update(startup_runs=1, ray_images=0, ray_size=64)
+# Time to first image (fresh processes), the Ray comparison (local vs 1 and 2 actors) and the served one (local vs
+# a Triton server's sr model with 1, 2 and 4 clients) per full bench.
+FULL.update(startup_runs=5, ray_images=24, ray_size=128, triton_images=24, triton_size=128)
+QUICK.update(startup_runs=1, ray_images=0, ray_size=64, triton_images=0, triton_size=64)
 # Video fps at 480p and 720p input (`pipeline sr` on an H.264 clip): frames per clip, and the estimated frame time
 # above which a size is not run (2 CPU cores at x3: srcnn ~2 s per 480p frame and ~7 s per 720p; deform-srcnn ~30 s
 # per 480p frame, so only a full bench runs it, at 480p).
@@ -80,6 +82,8 @@ def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
         peak["samples"].append(measure_peak_gflops(seconds=0.5)["gflops"])  # the load may have changed
     if cfg.get("ray_images"):
         doc["ray"] = _ray_section(models[0], cfg, log, doc["skipped"].append)
+    if cfg.get("triton_images"):
+        doc["triton"] = _triton_section(models[0], cfg, log, doc["skipped"].append)
     log("kernels (CUDA)")
     doc["kernels"], why_not = kernel_section(models, quick=bool(cfg.get("quick")), log=log)
     if why_not:
@@ -129,6 +133,19 @@ def _ray_section(model: str, cfg: dict, log, note) -> dict | None:
             return ray_bench(folder, model=model, scale=resolve(model).default_scale, backend="auto", log=log)
         except PipelineError as e:
             note(f"Ray comparison: {e}")
+            return None
+
+
+def _triton_section(model: str, cfg: dict, log, note) -> dict | None:
+    """The same folder locally and through a Triton server's sr model with 1, 2 and 4 clients (pipeline.bench.
+    triton_bench; the server in a private network namespace)."""
+    with tempfile.TemporaryDirectory(prefix="bench-triton-") as tmp:
+        folder = Path(tmp) / "in"
+        write_folder(folder, cfg["triton_images"], cfg["triton_size"])
+        try:
+            return triton_bench(folder, model=model, log=log)
+        except PipelineError as e:
+            note(f"Triton comparison: {e}")
             return None
 
 

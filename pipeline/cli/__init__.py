@@ -26,7 +26,8 @@ STAGES = {
     "bench": ("pipeline.cli.bench", "benchmark latency/throughput of every available backend"),
     "backends": ("pipeline.cli.backends", "list the backends this machine can run, and why others cannot"),
     "models": ("pipeline.cli.models", "list our models and the checkpoint architectures that load; describe one"),
-    "triton": ("pipeline.cli.triton", "write a Triton Inference Server model repository (TensorRT or ONNX Runtime)"),
+    "triton": ("pipeline.cli.triton", "write a Triton model repository (TensorRT or ONNX Runtime, and the sr model)"),
+    "serve": ("pipeline.cli.serve", "run tritonserver on a model repository (127.0.0.1 by default) until Ctrl-C"),
     "demo": ("pipeline.cli.demo", "end-to-end demo on shipped weights and skimage images"),
     "doctor": ("pipeline.cli.doctor", "what this machine can run (GPU, CUDA, TensorRT, plugins), proven by running it"),
 }

@@ -48,11 +48,22 @@ def add_arguments(p) -> None:
                         "ray://HOST:PORT joins one (OUTPUT must be a path every node sees)")
     p.add_argument("--ray-actors", type=int, metavar="N", help="with --ray: actors upscaling in parallel, one GPU "
                    "each on GPU clusters, one CPU otherwise (default: one per GPU, else per CPU)")
+    p.add_argument("--triton", metavar="URL", help="upscale on a running Triton server's sr model (`python -m "
+                   "pipeline serve`): http://HOST:PORT or grpc://HOST:PORT; same outputs as a local run")
+    p.add_argument("--triton-model", default="sr", metavar="NAME", help="with --triton: the served model (default: sr)")
+    p.add_argument("--concurrency", type=int, metavar="N", help="with --triton: requests in flight (default: 2)")
 
 
 def run(args) -> int:
     if args.ray is None and args.ray_actors is not None:
         raise PipelineError("--ray-actors applies to --ray runs")
+    if args.triton is None and (args.concurrency is not None or args.triton_model != "sr"):
+        raise PipelineError("--concurrency and --triton-model apply to --triton runs")
+    if args.triton is not None:
+        from pipeline.serve.client import run_triton
+
+        args.concurrency = 2 if args.concurrency is None else args.concurrency
+        return run_triton(args)
     if args.ray is not None:
         from pipeline.cluster.runner import run_ray
 

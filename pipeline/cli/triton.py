@@ -27,6 +27,18 @@ def add_arguments(p) -> None:
     p.add_argument("--instances", type=int, default=1, help="model instances per device (default: 1)")
     p.add_argument("--kind", choices=("gpu", "cpu"), help="instance kind (default: gpu for trt, cpu for ort)")
     p.add_argument("--max-batch", type=int, help="ort: most images per execution (default: the engine profile's, 4)")
+    p.add_argument("--sr-name", default="sr", help="name of the Python-backend model that takes and returns images "
+                   "(`serve`, `sr --triton`); 'none' writes only the plain model (default: sr)")
+    p.add_argument("--python-env", metavar="PATH", help="the sr model's Python environment (EXECUTION_ENV_PATH: a "
+                   "venv folder or a conda-pack .tar.gz as the server sees it; 'none': the server's own Python; "
+                   "default: the one `make triton-env` made)")
+
+
+def _python_env(value: str | None) -> str | None:
+    """None: the default env; '': none named (the server's own Python)."""
+    if value is None:
+        return None
+    return "" if value.lower() == "none" else value
 
 
 def run(args) -> int:
@@ -39,9 +51,13 @@ def run(args) -> int:
     result = write_repository(model, repo, backend=args.backend, precision=args.precision,
                               name=args.name, onnx=args.onnx, engine=args.engine, plugin_lib=args.plugin_lib,
                               weights=weights, instances=args.instances, kind=args.kind,
-                              max_batch=args.max_batch)
+                              max_batch=args.max_batch,
+                              sr_name=None if args.sr_name.lower() == "none" else args.sr_name,
+                              python_env=_python_env(args.python_env))
     print(f"wrote {result.config_file} and {result.model_file}")
+    if result.sr_config_file is not None:
+        print(f"wrote {result.sr_config_file} (Python backend: images in, images out)")
     if result.plugin_file is not None:
         print(f"plugin library: {result.plugin_file}")
-    print(f"start the server with:\n  {result.command}")
+    print(f"start the server with:\n  python -m pipeline serve {result.model_dir.parent}\nor:\n  {result.command}")
     return 0

@@ -41,6 +41,7 @@ class RepoResult:
     config: dict
     plugin_file: Path | None
     command: str
+    sr_config_file: Path | None = None  # the Python-backend `sr` model beside it (pipeline.serve.python_repo)
 
 
 @dataclass
@@ -160,9 +161,11 @@ def server_command(repo: Path, plugin: Path | None) -> str:
 def write_repository(model: str | None, repo: Path, *, backend: str = "trt", precision: str = "fp32",
                      name: str | None = None, onnx: Path | None = None, engine: Path | None = None,
                      plugin_lib: Path | None = None, weights=None, instances: int = 1, kind: str | None = None,
-                     max_batch: int | None = None, log=print) -> RepoResult:
-    """Write REPO/<name>/ for `model` (None: the one the `onnx` or `engine` file holds); returns what was written
-    and the tritonserver command."""
+                     max_batch: int | None = None, sr_name: str | None = "sr", python_env: str | None = None,
+                     log=print) -> RepoResult:
+    """Write REPO/<name>/ for `model` (None: the one the `onnx` or `engine` file holds) and, unless sr_name is None,
+    the Python-backend model REPO/<sr_name>/ (its environment: `python_env`, default the one `make triton-env`
+    made); returns what was written and the tritonserver command."""
     check_choice("Triton backend", backend, BACKENDS)
     if engine is not None and backend != "trt":
         raise PipelineError("--engine is a TensorRT engine: use it with --backend trt")
@@ -171,6 +174,7 @@ def write_repository(model: str | None, repo: Path, *, backend: str = "trt", pre
         raise PipelineError("TensorRT engines run on the GPU only: use --kind gpu with --backend trt")
     # One plain path component (no '..', '/', '.'): the model folder stays a child of the repository.
     name = safe_component(name, "--name") if name is not None else None
+    sr_name = safe_component(sr_name, "--sr-name") if sr_name else None
     repo = Path(repo)
     if repo.exists() and not repo.is_dir():
         raise PipelineError(f"--output {repo} is a file; give a folder for the model repository")
@@ -181,6 +185,9 @@ def write_repository(model: str | None, repo: Path, *, backend: str = "trt", pre
     # Which model, before anything is made: the file's (a --model naming another is refused), else --model's.
     spec = resolve(model, onnx=onnx, engine=engine)
     name = name or file_token(spec.name)
+    if sr_name == name:
+        raise PipelineError(f"the plain model and the sr model would both be named '{name}'; change --name or "
+                            "--sr-name")
     if backend == "trt":
         art = _trt_artifact(spec, precision, onnx, engine, weights, plugin_lib, log)
     else:
@@ -198,4 +205,13 @@ def write_repository(model: str | None, repo: Path, *, backend: str = "trt", pre
         _copy(art.source.parent / rel, model_file.parent / rel)
     _copy(art.source, model_file)
     atomic_write(model_dir / "config.pbtxt", text)
-    return RepoResult(model_dir, model_file, model_dir / "config.pbtxt", config, plugin, server_command(repo, plugin))
+    sr_config_file = None
+    if sr_name:
+        from pipeline.serve import python_repo, triton_env
+
+        env = str(triton_env.env_dir()) if python_env is None else python_env
+        sr_config_file = python_repo.write_sr_model(repo, art.source if backend == "trt" else model_file, name=sr_name,
+                                                    engine=backend == "trt", env=env or None, instances=instances,
+                                                    kind=kind, parameters=params)
+    return RepoResult(model_dir, model_file, model_dir / "config.pbtxt", config, plugin, server_command(repo, plugin),
+                      sr_config_file)
