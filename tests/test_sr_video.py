@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from models.registry import get_spec
+from pipeline.backends.base import Backend
 from pipeline.cli import main
 from pipeline.sr import tiling
 from tests.video_clips import audio_of, frames_of, layout, make_clip, subtitle_packets
@@ -222,13 +223,20 @@ def test_audio_only_and_non_video_files_are_one_line_each(weights, tmp_path, cap
     assert counts["ok"] == 2 and counts["failed"] == 2
 
 
-class _Interrupt:
+class _Interrupt(Backend):
     """A real backend that raises KeyboardInterrupt (Ctrl-C) on its n-th call: a run stopped mid-clip."""
 
     name, device, precision, model_name = "interrupted", "cpu", "fp32", "srcnn"
 
     def __init__(self, real, n):
-        self.real, self.n = real, n
+        self.real, self.n, self.spec = real, n, real.spec
+
+    @classmethod
+    def status(cls, spec, precision, *, onnx=None, engine=None, weights=None):
+        return cls.ok("wraps a real backend")
+
+    def load(self):
+        return self
 
     def infer(self, batch, scale):
         self.n -= 1
