@@ -57,14 +57,21 @@ triton-env:
 
 # Proves the GPU path on a GPU machine whose Python already has PyTorch with CUDA, with no venv and nothing
 # installed (`make gpu-check PY=python3`): builds the plugins, runs `python -m pipeline doctor` (reports in
-# outputs/doctor) and the `gpu` tests. Fails when either does (doctor exits 3 on a machine without a GPU).
+# outputs/doctor), the `gpu` tests and, when compute-sanitizer is installed, the plugin harness under its memcheck
+# (leak check) and racecheck (scripts/sanitize_harness.py: the harness's planted out-of-memory probes are expected,
+# hazards inside cuBLAS's own kernels are listed apart, any error in ours fails; logs in $(SANITIZER_OUT)).
+# Fails when any of them does (doctor exits 3 on a machine without a GPU).
+SANITIZER_OUT ?= outputs/sanitizer
 gpu-check:
 	$(MAKE) --no-print-directory build-plugins PY=$(PY)
 	PYTHONPATH=. $(PY) -m pipeline doctor --output outputs/doctor; d=$$?; \
 	if $(PY) -c "import pytest" 2>/dev/null; then \
 	  PYTHONPATH=. $(PY) -m pytest -q -m gpu -p no:cacheprovider $(PYTEST_ARGS); p=$$?; \
 	else echo "gpu-check: pytest is not installed for $(PY), so the gpu tests did not run" >&2; p=1; fi; \
-	if [ $$d -ne 0 ]; then exit $$d; fi; exit $$p
+	if command -v compute-sanitizer >/dev/null 2>&1; then \
+	  $(PY) scripts/sanitize_harness.py $(BUILD)/trt_plugin_gpu_harness --output $(SANITIZER_OUT); s=$$?; \
+	else echo "gpu-check: compute-sanitizer is not installed, so the harness ran without it" >&2; s=0; fi; \
+	if [ $$d -ne 0 ]; then exit $$d; fi; if [ $$p -ne 0 ]; then exit $$p; fi; exit $$s
 
 test: setup plugins
 	$(PY) -m pytest -q $(PYTEST_ARGS)

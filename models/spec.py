@@ -79,6 +79,16 @@ class ModelSpec:
         module, _, attr = self.factory.partition(":")
         return getattr(importlib.import_module(module), attr)(**dict(self.factory_kwargs))
 
+    def weights_sha256(self, weights: str | Path | None = None) -> str:
+        """What identifies the weights (cache keys, ONNX metadata): the weights file's SHA-256 (WeightsError, one
+        line, when it is missing). A user's model: its checkpoint's SHA-256, or a factory's weights hash
+        (models.external.loader.factory_sha256), not its source file's, which neither changes with the weights it
+        loads nor stays put when only a comment changes; `weights` is ignored (a checkpoint or factory brings its
+        own, registry.load_model refuses one)."""
+        if self.external is not None:
+            return self.external.sha256
+        return file_sha256(weights_path(self, weights))
+
     def check_scale(self, scale: float) -> float:
         scale = float(scale)
         lo, hi = self.scale_range

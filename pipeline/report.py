@@ -13,18 +13,14 @@ import onnxruntime as ort
 import psutil
 
 from pipeline.artifacts.atomic import atomic_path, atomic_write
+from pipeline.native.cpu import cpu_name
 from pipeline.native.cuda_driver import gpu_visible
 
 
 # -- environment ---------------------------------------------------------------------------------------
 def environment() -> dict:
     env = {"python": platform.python_version(), "platform": platform.platform(), "numpy": np.__version__,
-           "cpu": platform.processor() or platform.machine(), "logical_cores": os.cpu_count()}
-    try:
-        with open("/proc/cpuinfo") as f:
-            env["cpu"] = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), env["cpu"])
-    except OSError:
-        pass
+           "cpu": cpu_name(), "logical_cores": os.cpu_count()}
     env["physical_cores"] = psutil.cpu_count(logical=False)
     env["memory_gb"] = round(psutil.virtual_memory().total / 2**30, 1)
     try:  # optional at run time (the deploy runtime has no torch); CUDA queries may fail on a broken driver
@@ -61,7 +57,7 @@ def env_lines(env: dict) -> list[str]:
 
 
 # -- helpers -------------------------------------------------------------------------------------------
-def fmt(v, digits: int = 3) -> str:
+def fmt(v) -> str:
     """Number formatting shared by Markdown tables (tests parse it back)."""
     if v is None:
         return "-"

@@ -1,21 +1,38 @@
 """Small nets of three spandrel architecture families, built with spandrel's own classes and a fixed seed, saved as
-checkpoints the way their users have them (no checkpoint can be downloaded in tests)."""
+checkpoints the way their users have them (no checkpoint can be downloaded in tests), and small user factories.
+
+Importing this module needs PyTorch only: spandrel and safetensors (the `export` extra) are imported by the
+functions that use them, and `need_spandrel()` skips a test with the reason where they are missing, so
+`pytest -m gpu` collects on a GPU machine's bare Python (`make gpu-check PY=python3`)."""
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
+import pytest
 import torch
-from safetensors.torch import save_file
-from spandrel.architectures.Compact import Compact
-from spandrel.architectures.ESRGAN import ESRGAN
-from spandrel.architectures.SwinIR import SwinIR
+
+
+def need_spandrel() -> None:
+    """Skip the calling test (or fixture) with the reason when spandrel or safetensors is not installed."""
+    for package in ("spandrel", "safetensors"):
+        pytest.importorskip(package, reason=f"{package} is not installed (the `export` extra: pip install -e "
+                                            "'.[export]')")
+
+
+def _arch(module: str, cls: str):
+    need_spandrel()
+    return getattr(importlib.import_module(f"spandrel.architectures.{module}"), cls)
+
 
 # name -> (constructor, scale, spandrel architecture id)
 NETS = {
-    "compact": (lambda: Compact(num_in_ch=3, num_out_ch=3, num_feat=8, num_conv=2, upscale=4), 4, "Compact"),
-    "rrdb": (lambda: ESRGAN(in_nc=3, out_nc=3, num_filters=8, num_blocks=1, scale=2), 2, "ESRGAN"),
-    "swinir": (lambda: SwinIR(img_size=16, embed_dim=12, depths=[2], num_heads=[2], window_size=4, upscale=2,
-                              upsampler="pixelshuffledirect", mlp_ratio=2.0), 2, "SwinIR"),
+    "compact": (lambda: _arch("Compact", "Compact")(num_in_ch=3, num_out_ch=3, num_feat=8, num_conv=2, upscale=4),
+                4, "Compact"),
+    "rrdb": (lambda: _arch("ESRGAN", "ESRGAN")(in_nc=3, out_nc=3, num_filters=8, num_blocks=1, scale=2), 2, "ESRGAN"),
+    "swinir": (lambda: _arch("SwinIR", "SwinIR")(img_size=16, embed_dim=12, depths=[2], num_heads=[2], window_size=4,
+                                                 upscale=2, upsampler="pixelshuffledirect", mlp_ratio=2.0),
+               2, "SwinIR"),
 }
 
 
@@ -36,10 +53,18 @@ def save(name: str, directory: Path, fmt: str = "pth", wrap: str | None = None) 
     state = {k: v.contiguous() for k, v in build(name).state_dict().items()}
     path = Path(directory) / f"{name}.{fmt}"
     if fmt == "safetensors":
-        save_file(state, str(path))
+        save_file(state, path)
     else:
         torch.save({wrap: state} if wrap else state, path)
     return path
+
+
+def save_file(state: dict[str, torch.Tensor], path: str | Path) -> None:
+    """safetensors.torch.save_file (skips the calling test where safetensors is missing)."""
+    need_spandrel()
+    from safetensors.torch import save_file as save
+
+    save(state, str(path))
 
 
 class TinyDeform(torch.nn.Module):

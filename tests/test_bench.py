@@ -47,8 +47,11 @@ def test_flops_and_peak_are_sane():
     fpp = flops_per_output_pixel("srcnn-x3")
     assert fpp == pytest.approx(2 * (3 * 64 * 81 + 64 * 32 + 32 * 3 * 25), rel=0.01)
     assert flops_per_output_pixel("deform-srcnn") > fpp  # offsets conv + deformable GEMM on top
-    peak = measure_peak_gflops(threads=1, n=256, seconds=0.2)
-    assert peak["gflops"] > 0.5
+    # The measurement's shape, not the machine's speed (a loaded 2-core box can be arbitrarily slow): at least one
+    # timed matmul (best stays 0 otherwise), a finite rate, and the method says what was measured.
+    peak = measure_peak_gflops(threads=1, n=64, seconds=0.0)
+    assert 0 < peak["gflops"] < float("inf")
+    assert peak["method"] == "best of repeated torch.mm 64x64 fp32 for 0 s, 1 threads"
 
 
 def test_config_rejects_bad_values():

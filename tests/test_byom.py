@@ -4,6 +4,7 @@ any scale runs the net at its own factor then sr::DynamicResize; user deform_con
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import byom_nets
 import numpy as np
@@ -15,6 +16,7 @@ import torch.nn.functional as F
 
 from models import external
 from models.external.modules import AnyScale
+from models.ops import bicubic_exact
 from models.registry import WeightsError, file_sha256
 from pipeline.cli import main as cli_main
 from pipeline.export import graph
@@ -154,6 +156,63 @@ def test_receptive_field_of_known_net_and_factory_contract():
         external.load("no_such_module_xyz:f")
 
 
+USER_FACTORY = """
+import torch
+
+class Net(torch.nn.Module):
+    scale = 2
+
+    def __init__(self, seed):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.conv = torch.nn.Conv2d(3, 12, 3, padding=1)
+
+    def forward(self, x):
+        return torch.nn.functional.pixel_shuffle(self.conv(x), 2)
+
+def factory():  # COMMENT
+    return Net(0).eval()
+
+def same_weights():
+    return Net(0).eval()
+
+def other_weights():
+    return Net(1).eval()
+"""
+
+
+def test_factory_weights_sha256_identifies_the_weights(tmp_path, monkeypatch):
+    """A factory's weights hash is its name plus its state-dict tensors: not the hash of its Python source (which
+    neither follows the weights it loads nor stays put when a comment changes), stable across processes."""
+    import os
+    import subprocess
+    import sys
+
+    from models.external import resolve
+    from pipeline.artifacts.cache import cached_onnx, weights_sha256
+
+    src = tmp_path / "user_factory_mod.py"
+    src.write_text(USER_FACTORY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def fresh(ref):
+        sys.modules.pop("user_factory_mod", None)
+        resolve._load.cache_clear()
+        return weights_sha256(ref)
+
+    sha = fresh("user_factory_mod:factory")
+    assert sha != file_sha256(src) and len(sha) == 64
+    assert f"-w{sha[:16]}-" in cached_onnx("user_factory_mod:factory").name  # the cache key carries it
+    assert fresh("user_factory_mod:other_weights") != sha  # other weights
+    assert fresh("user_factory_mod:same_weights") != sha  # same tensors, another factory: the name is part of it
+    src.write_text(USER_FACTORY.replace("# COMMENT", "# the source changed, the weights did not"))
+    assert fresh("user_factory_mod:factory") == sha
+    code = "from pipeline.artifacts.cache import weights_sha256; print(weights_sha256('user_factory_mod:factory'))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(__file__).resolve().parents[1])])}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip() == sha, out.stderr[-2000:]  # the same in another process
+
+
 def _export(module, args, names, exporter):
     from pipeline.export import dynamo, torchscript
 
@@ -174,8 +233,11 @@ def test_fixed_x4_net_at_x3_runs_x4_then_sr_dynamic_resize(ckpt_dir, exporter):
     x = torch.rand(1, 3, 17, 22)
     size = torch.tensor([51, 66])
     with torch.no_grad():
-        want = F.interpolate(ext.module(x), size=(51, 66), mode="bicubic", align_corners=False)
-        assert torch.allclose(net3(x, size), want, atol=1e-6)
+        native = ext.module(x)
+        assert torch.equal(net3(x, size), bicubic_exact(native, 51, 66))  # sr::DynamicResize's eager form
+        # ... which is F.interpolate's bicubic up to ATen's float source positions
+        want = F.interpolate(native, size=(51, 66), mode="bicubic", align_corners=False)
+        assert torch.allclose(net3(x, size), want, atol=1e-5)
         proto = _export(net3, (torch.rand(2, 3, 16, 20), torch.tensor([48, 60])), ["input", "size"], exporter)
         assert [n.op_type for n in proto.graph.node if n.domain == "sr"] == ["DynamicResize"]
         for shape, out in (((1, 3, 17, 22), (51, 66)), ((1, 3, 24, 20), (60, 50))):  # x3 and x2.5, one graph

@@ -21,6 +21,14 @@ def _gpu_here() -> bool:
     return driver().count > 0
 
 
+def _tensorrt_importable() -> bool:
+    try:
+        import tensorrt  # noqa: F401
+    except Exception:  # missing, or its libraries are: the engine checks then fail naming TensorRT
+        return False
+    return True
+
+
 @pytest.fixture(scope="module")
 def doctor_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     out = tmp_path_factory.mktemp("doctor")
@@ -115,15 +123,12 @@ def test_a_crashing_probe_becomes_a_failed_check():
 
 
 def test_doctor_needs_no_venv_or_install(tmp_path):
-    """`make gpu-check PY=python3` runs the doctor as `PYTHONPATH=. python -m pipeline doctor`."""
+    """`make gpu-check PY=python3` runs the doctor as `PYTHONPATH=. python -m pipeline doctor` (what make runs is
+    checked by behaviour in tests/test_gpu_check.py)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run([sys.executable, "-m", "pipeline", "doctor", "--help"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "--no-engines" in proc.stdout, proc.stderr
-    make = (REPO / "Makefile").read_text()
-    block = make[make.index("gpu-check:"):].split("\n\n")[0]
-    assert "PYTHONPATH=. $(PY) -m pipeline doctor" in block and "-m gpu" in block
-    assert "setup" not in block.splitlines()[0] and "pip install" not in block and "venv" not in block
 
 
 def test_doctor_runs_on_a_bare_system_python(tmp_path):
@@ -148,6 +153,8 @@ def test_engine_checks_call_compare_as_it_is():
     # signature and report each model as one FAIL line (they once passed a removed keyword: a TypeError).
     from pipeline.doctor import runs
 
+    if _tensorrt_importable():
+        pytest.skip("TensorRT is importable here: the engine checks can pass, so they need not name it")
     checks = runs.engines(None, ["srcnn-x3"], log=lambda _m: None)
     assert checks and all(c.status == "fail" for c in checks)
     assert all("TensorRT" in c.detail for c in checks)

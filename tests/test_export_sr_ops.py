@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from onnx import TensorProto, helper
 from torchvision.ops import deform_conv2d
 
+from models.ops import bicubic_exact
 from pipeline.export import sr_ops, strip_sr_functions
 
 OPSET = 20
@@ -41,6 +42,26 @@ def test_dynamic_resize_body_matches_torch_bicubic(out_hw):
     ref = F.interpolate(x, size=out_hw, mode="bicubic", align_corners=False).numpy()
     assert got.shape == ref.shape
     np.testing.assert_allclose(got, ref, atol=1e-5)
+    # ... and bit for bit what eager PyTorch's sr::dynamic_resize and the C++ kernels compute (exact taps)
+    assert np.array_equal(got, bicubic_exact(x, *out_hw).numpy())
+
+
+@pytest.mark.parametrize("dtype", [TensorProto.FLOAT, TensorProto.FLOAT16])
+def test_dynamic_resize_body_crop_equals_whole(dtype):
+    """A crop whose size ratio is the image's resizes to exactly the whole image's pixels (x3, x2.5: ONNX Resize's
+    float source positions differ from the whole image's by an ulp there, models.ops.cubic_taps)."""
+    np_type = helper.tensor_dtype_to_np_dtype(dtype)
+    m = _model([helper.make_node("DynamicResize", ["X", "size"], ["Y"], domain="sr")],
+               [helper.make_tensor_value_info("X", dtype, ["n", "c", "h", "w"]),
+                helper.make_tensor_value_info("size", TensorProto.INT64, [2])],
+               [helper.make_tensor_value_info("Y", dtype, ["n", "c", "ho", "wo"])])
+    x = np.random.default_rng(0).random((1, 3, 40, 36)).astype(np_type)
+    for scale, (c0, c1) in ((3, (10, 31)), (2.5, (12, 30))):  # crops start/end where LR rows map to HR rows
+        whole = _run(m, {"X": x, "size": np.array([round(40 * scale), round(36 * scale)], np.int64)})
+        y0, y1 = round(c0 * scale), round(c1 * scale)
+        crop = _run(m, {"X": x[:, :, c0:c1], "size": np.array([y1 - y0, round(36 * scale)], np.int64)})
+        interior = slice(8, y1 - y0 - 8)  # away from the crop's clamped borders
+        assert np.array_equal(crop[:, :, interior], whole[:, :, y0:y1][:, :, interior])
 
 
 def _deform_case(n_inputs, stride=1, pad=1, dil=1, groups=1, offset_groups=1, k=3, seed=0):
@@ -83,11 +104,9 @@ def test_function_bodies_are_standard_onnx():
     (f,) = m.functions
     assert (f.domain, f.name) == ("sr", "DynamicResize")
     assert all(n.domain == "" for n in f.node)
-    resize = next(n for n in f.node if n.op_type == "Resize")
-    assert list(resize.input[:3]) == ["X", "", ""]
-    attrs = {a.name: helper.get_attribute_value(a) for a in resize.attribute}
-    assert attrs == {"mode": b"cubic", "cubic_coeff_a": pytest.approx(-0.75),
-                     "coordinate_transformation_mode": b"half_pixel"}
+    # exact int64 tap arithmetic and gathers, not Resize (whose float source positions are not tile-exact)
+    assert {n.op_type for n in f.node} <= {"Constant", "Shape", "Gather", "Range", "Mul", "Add", "Sub", "Mod", "Div",
+                                           "Cast", "Min", "Max", "Unsqueeze", "CastLike"}
     dc = sr_ops.deform_conv_function(19)
     assert [n.op_type for n in dc.node] == ["DeformConv"] and set(dc.attribute) == set(sr_ops.DEFORM_CONV_ATTRS)
 

@@ -112,3 +112,26 @@ def test_time_calls_feeds_result_row():
     r = result_row(model="m", sweep="main", variant=Variant("x", None), size=8, scale=2.0, batch=1, threads=None,
                    timing=t, out_hw=(16, 16), flops_px=1.0, peak=1.0)
     assert r["out_h"] == r["out_w"] == 16 and r["latency_ms"]["n"] == 3 and r["speedup_vs_baseline"] is None
+
+
+def test_cpu_name_is_read_once_for_reports_and_the_auto_key(monkeypatch):
+    """One probe (pipeline.native.cpu): the bench/compare environment and `auto`'s measurement key name the same CPU,
+    and /proc/cpuinfo is read once per process, not by each."""
+    import builtins
+
+    from pipeline.backends.auto import machine_fingerprint
+    from pipeline.native.cpu import cpu_name
+
+    opened = []
+    real_open = builtins.open
+
+    def counting_open(file, *args, **kwargs):
+        if str(file) == "/proc/cpuinfo":
+            opened.append(file)
+        return real_open(file, *args, **kwargs)
+
+    cpu_name.cache_clear()
+    monkeypatch.setattr(builtins, "open", counting_open)
+    env = report.environment()
+    assert json.loads(machine_fingerprint())["cpu"] == env["cpu"] == cpu_name()
+    assert len(opened) <= 1

@@ -27,11 +27,13 @@ class External:
         return AnyScale(self.module, self.spec.scale).eval()
 
 
-def _tensor_sha256(net: nn.Module) -> str:
-    h = hashlib.sha256()
+def factory_sha256(ref: str, net: nn.Module) -> str:
+    """A factory model's weights identity: the factory reference, then every state-dict tensor in key order (name,
+    dtype, shape, bytes). Stable across runs and processes; changes exactly when the weights or the name do."""
+    h = hashlib.sha256(ref.encode())
     for k, v in sorted(net.state_dict().items()):
         h.update(k.encode())
-        h.update(str(tuple(v.shape)).encode())
+        h.update(f"{v.dtype}{tuple(v.shape)}".encode())
         h.update(v.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()
 
@@ -55,7 +57,7 @@ def _from_factory(ref: str) -> tuple[dict, nn.Module]:
     net, scale = factory.build(ref)
     align = getattr(net, "align", 1)
     facts = dict(name=ref, source=ref, architecture=f"factory:{type(net).__name__}", scale=scale,
-                 sha256=_tensor_sha256(net), input_channels=getattr(net, "in_channels", RGB),
+                 sha256=factory_sha256(ref, net), input_channels=getattr(net, "in_channels", RGB),
                  output_channels=getattr(net, "out_channels", RGB), min_size=1,
                  align=align if isinstance(align, int) and align > 0 else 1,
                  supports_half=bool(getattr(net, "supports_half", True)), supports_bfloat16=True)

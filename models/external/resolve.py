@@ -46,7 +46,7 @@ def loaded(value: str):
     return _load(value, _stamp(value))
 
 
-def build_module(value: str, scale: float | None = None):
+def build_module(value: str):
     """The nn.Module the registry builds: AnyScale(net) taking (x, size) (the factory of a user's ModelSpec)."""
     from .modules import AnyScale
 

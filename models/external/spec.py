@@ -29,7 +29,7 @@ class ExternalSpec:
     source: str  # absolute checkpoint path, or the factory reference
     architecture: str  # spandrel architecture id, or "factory:<class name>"
     scale: int  # the net's own factor
-    sha256: str  # of the checkpoint file; for a factory, of its parameters and buffers
+    sha256: str  # of the checkpoint file; for a factory, of its name and state-dict tensors (loader.factory_sha256)
     input_channels: int
     output_channels: int
     min_size: int  # smallest input side the net accepts

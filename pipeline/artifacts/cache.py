@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-from models.spec import file_sha256
+from models.spec import ModelSpec
 from pipeline.artifacts.confine import file_token
 from pipeline.artifacts.identity import check_weights, resolve
 from pipeline.errors import check_choice
@@ -23,7 +23,8 @@ OPS = ("custom", "standard")
 EXPORTERS = ("dynamo", "torchscript")
 # Part of every ONNX cache key: bumped when exports gain something the runtime relies on, so older cached files
 # are not reused. 2: the model spec in the metadata, reference outputs and folded variants beside the file.
-ONNX_LAYOUT = 2
+# 3: sr::DynamicResize's body and the folded border strips are tile-exact (tiled output equals whole, bit for bit).
+ONNX_LAYOUT = 3
 
 
 def cache_dir() -> Path:
@@ -36,7 +37,13 @@ def weights_path(model: str, weights: str | Path | None = None) -> Path:
 
 
 def weights_sha256(model: str, weights: str | Path | None = None) -> str:
-    return file_sha256(weights_path(model, weights))
+    """The weights' identity in cache keys (ModelSpec.weights_sha256: a file's hash, a factory's tensors')."""
+    return _weights_sha256(resolve(model), weights)
+
+
+def _weights_sha256(spec: ModelSpec, weights: str | Path | None) -> str:
+    check_weights(spec, weights)  # a missing or unusable weights file: one PipelineError line
+    return spec.weights_sha256(weights)
 
 
 def onnx_name(model: str, weights_sha: str, precision: str = "fp32", ops: str = "custom",
@@ -65,7 +72,7 @@ def cached_onnx(model: str, precision: str = "fp32", ops: str = "custom", *, exp
     """Where the cached ONNX file for this key lives (it may not exist yet)."""
     folder = Path(cache) if cache is not None else cache_dir() / "onnx"
     spec = resolve(model)
-    sha = file_sha256(check_weights(spec, weights))
+    sha = _weights_sha256(spec, weights)
     return folder / onnx_name(spec.cache_token, sha, precision, ops, exporter, io_dtype)
 
 

@@ -5,7 +5,6 @@ import hashlib
 import importlib.metadata
 import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from pipeline.backends.availability import BackendStatus, available
 from pipeline.backends.base import Backend
 from pipeline.backends.registry import create_named
 from pipeline.errors import PipelineError
+from pipeline.native.cpu import cpu_name
 from pipeline.native.cuda_driver import gpu_visible
 
 # Expected order, fastest first, when nothing was measured on this machine. On the 2-core Xeon CPU box
@@ -49,14 +49,8 @@ def create(backend: str, model: str | None, precision: str = "fp32", **opts) -> 
 
 
 def machine_fingerprint() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
     gpu = gpu_visible()
-    return json.dumps({"cpu": cpu, "cores": os.cpu_count(), "gpu": gpu[1] if gpu[0] else None,
+    return json.dumps({"cpu": cpu_name(), "cores": os.cpu_count(), "gpu": gpu[1] if gpu[0] else None,
                        "torch": _version("torch"), "ort": _version("onnxruntime")}, sort_keys=True)
 
 

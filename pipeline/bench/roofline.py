@@ -21,10 +21,12 @@ def measure_peak_gflops(threads: int | None = None, n: int = 1024, seconds: floa
         a, b = torch.rand(n, n), torch.rand(n, n)
         torch.mm(a, b)
         best, t_end = 0.0, time.perf_counter() + seconds
-        while time.perf_counter() < t_end:
+        while True:  # at least one timed run, however short `seconds` is
             t0 = time.perf_counter()
             torch.mm(a, b)
             best = max(best, 2 * n**3 / (time.perf_counter() - t0) / 1e9)
+            if time.perf_counter() >= t_end:
+                break
     finally:
         torch.set_num_threads(old)
     return {"gflops": best, "method": f"best of repeated torch.mm {n}x{n} fp32 for {seconds:g} s, "

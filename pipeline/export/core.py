@@ -12,7 +12,6 @@ import torch
 from models.registry import (
     ModelSpec,
     WeightsError,
-    file_sha256,
     load_model,
     size_tensor,
 )
@@ -118,7 +117,7 @@ def build_graph(model: str, *, exporter: str = "dynamo", ops: str = "custom", we
         module = load_model(model, weights_path)
     except WeightsError as e:
         raise PipelineError(str(e)) from None
-    sha = file_sha256(weights_path)
+    sha = spec.weights_sha256(weights_path)
     io = size_input if spec.dynamic_scale else None
     names = ["input"] + ([io] if io else [])
     backend = dynamo if exporter == "dynamo" else torchscript

@@ -136,9 +136,26 @@ class FoldedSRCNN(nn.Module):
         self.frame = self.r1 + self.r3
         self.crop = math.ceil(2 * self.frame / s) + 3
         self.min_lr = self.crop
+        # The strips' upsample, also on the LR grid: per-phase bicubic taps as a depthwise conv (replicate padding
+        # = bicubic's clamped taps) and a pixel shuffle. Every HR pixel is then the same sum wherever the strip
+        # lies, so a tile's frame equals the whole image's bit for bit (Resize computes source positions in float,
+        # which differ by an ulp with the position: tiled != whole at x3).
+        taps = bicubic_phase_taps(s)
+        self.R = max(abs(d) for row in taps.values() for d in row)
+        k = 2 * self.R + 1
+        up = torch.zeros(c1.in_channels * s * s, 1, k, k, dtype=torch.float64)
+        for p in range(s):
+            for q in range(s):
+                for dy, wy in taps[p].items():
+                    for dx, wx in taps[q].items():
+                        up[torch.arange(c1.in_channels) * s * s + p * s + q, 0, dy + self.R, dx + self.R] = wy * wx
+        self.up = nn.Conv2d(c1.in_channels, c1.in_channels * s * s, k, groups=c1.in_channels, bias=False)
+        with torch.no_grad():
+            self.up.weight.copy_(up.to(c1.weight.dtype))
 
     def _upsample(self, x: torch.Tensor) -> torch.Tensor:
-        return F.interpolate(x, scale_factor=self.scale, mode="bicubic", align_corners=False)
+        """Bicubic x s (F.interpolate's, to fp32 rounding), position-independent (see __init__)."""
+        return F.pixel_shuffle(self.up(F.pad(x, (self.R,) * 4, mode="replicate")), self.scale)
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:
         return self.conv3(F.relu(self.conv2(F.relu(self.conv1(self._upsample(x))))))

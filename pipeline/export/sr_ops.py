@@ -1,8 +1,9 @@
 """The `sr` custom-domain ops: contract constants, ONNX schemas, model-local function bodies, strip transform.
 
 Contract: pipeline.contract (domain "sr", v1).
-- DynamicResize(X, size:int64[2]) -> Y: torch bicubic, align_corners=False. Body: Resize(X, "", "",
-  Concat(Shape(X)[0:2], size)) cubic, half_pixel, A=-0.75.
+- DynamicResize(X, size:int64[2]) -> Y: torch bicubic, align_corners=False, A=-0.75, with exact source
+  positions. Body: Gather/Mul/Add with int64 tap arithmetic (`dynamic_resize_function`), not Resize, so tiled
+  output equals whole-image output bit for bit.
 - DeformConv2d(X, W, offset[, B[, mask]]) -> Y with standard DeformConv attributes. Body: DeformConv (opset 19).
 
 The bodies make every exported file runnable by plain ONNX Runtime (or any ONNX backend); the engine stage
@@ -63,16 +64,80 @@ def _int64s(name: str, values: list[int]) -> onnx.NodeProto:
                             value=helper.make_tensor(name, TensorProto.INT64, [len(values)], values))
 
 
+class _Nodes:
+    """Builds a function body node by node with fresh value names."""
+
+    def __init__(self):
+        self.nodes: list[onnx.NodeProto] = []
+        self._n = 0
+
+    def __call__(self, op: str, *inputs: str, **attrs) -> str:
+        self._n += 1
+        out = f"v{self._n}"
+        self.nodes.append(helper.make_node(op, list(inputs), [out], **attrs))
+        return out
+
+    def const(self, value: float | int, dtype: int) -> str:
+        self._n += 1
+        out = f"c{self._n}"
+        self.nodes.append(helper.make_node("Constant", [], [out], value=helper.make_tensor(out, dtype, [], [value])))
+        return out
+
+
+def _cubic_taps(b: _Nodes, in_size: str, out_size: str) -> tuple[list[str], list[str]]:
+    """The 4 clamped tap indices and weights per output index along one axis (scalars in_size, out_size),
+    exactly as plugins_trt/dynamicResize/dynamicResizeMath.h and models.ops.cubic_taps compute them: the source
+    position ((2 dst + 1) in - out) / (2 out) split into floor and fraction with int64 math, so a crop with the
+    image's size ratio gets bit-identical weights (tiled == whole)."""
+    i64, f32 = TensorProto.INT64, TensorProto.FLOAT
+    one, two = b.const(1, i64), b.const(2, i64)
+    dst = b("Range", b.const(0, i64), out_size, one)
+    den = b("Mul", out_size, two)
+    num = b("Sub", b("Mul", b("Add", b("Mul", dst, two), one), in_size), out_size)
+    rem = b("Mod", num, den)  # fmod=0 on integers: the floor remainder, in [0, den)
+    first = b("Div", b("Sub", num, rem), den)  # exact
+    t = b("Div", b("Cast", rem, to=f32), b("Cast", den, to=f32))
+    a = RESIZE_ATTRS["cubic_coeff_a"]  # the header's expressions, in its order
+
+    def f(v: float) -> str:
+        return b.const(v, f32)
+
+    def cubic1(x: str) -> str:  # |x| <= 1
+        return b("Add", b("Mul", b("Mul", b("Sub", b("Mul", x, f(a + 2)), f(a + 3)), x), x), f(1.0))
+
+    def cubic2(x: str) -> str:  # 1 < |x| < 2
+        inner = b("Add", b("Mul", b("Sub", b("Mul", x, f(a)), f(5 * a)), x), f(8 * a))
+        return b("Sub", b("Mul", inner, x), f(4 * a))
+
+    weights = [cubic2(b("Add", t, f(1.0))), cubic1(t), cubic1(b("Sub", f(1.0), t)), cubic2(b("Sub", f(2.0), t))]
+    last = b("Sub", in_size, one)
+    zero = b.const(0, i64)
+    index = [b("Min", b("Max", b("Add", first, b.const(k - 1, i64)), zero), last) for k in range(4)]
+    return index, weights
+
+
 def dynamic_resize_function(opset: int) -> onnx.FunctionProto:
-    nodes = [
-        helper.make_node("Shape", ["X"], ["x_shape"]),
-        _int64s("zero", [0]),
-        _int64s("two", [2]),
-        helper.make_node("Slice", ["x_shape", "zero", "two"], ["nc"]),
-        helper.make_node("Concat", ["nc", "size"], ["sizes"], axis=0),
-        helper.make_node("Resize", ["X", "", "", "sizes"], ["Y"], **RESIZE_ATTRS),
-    ]
-    return helper.make_function(DOMAIN, DYNAMIC_RESIZE, ["X", "size"], ["Y"], nodes,
+    """Body of sr::DynamicResize in standard ops: Gather the 4x4 taps and weight them (each row's columns first,
+    then the rows, in float32), the arithmetic of the C++ kernels and of eager PyTorch (models.ops.bicubic_exact).
+    ONNX Resize would compute source positions in float, off by an ulp depending on the position, so a tile
+    would differ from the whole image in the last bit at x3 or x2.5."""
+    b = _Nodes()
+    i64 = TensorProto.INT64
+    shape = b("Shape", "X")
+    ys, wy = _cubic_taps(b, b("Gather", shape, b.const(2, i64)), b("Gather", "size", b.const(0, i64)))
+    xs, wx = _cubic_taps(b, b("Gather", shape, b.const(3, i64)), b("Gather", "size", b.const(1, i64)))
+    x = b("Cast", "X", to=TensorProto.FLOAT)
+    b.nodes.append(_int64s("axis_1", [1]))
+    cols = None  # every source row's 4 columns first ([N, C, H_in, W_out]), then the 4 rows: the kernels' sums
+    for j in range(4):
+        term = b("Mul", b("Gather", x, xs[j], axis=3), wx[j])
+        cols = term if cols is None else b("Add", cols, term)
+    out = None
+    for r in range(4):
+        term = b("Mul", b("Gather", cols, ys[r], axis=2), b("Unsqueeze", wy[r], "axis_1"))  # wy as [H_out, 1]
+        out = term if out is None else b("Add", out, term)
+    b.nodes.append(helper.make_node("CastLike", [out, "X"], ["Y"]))
+    return helper.make_function(DOMAIN, DYNAMIC_RESIZE, ["X", "size"], ["Y"], b.nodes,
                                 [helper.make_opsetid("", opset)])
 
 

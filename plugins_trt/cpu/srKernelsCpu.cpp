@@ -129,18 +129,16 @@ extern "C"
             size_t const planeIn = static_cast<size_t>(hIn) * wIn;
             size_t const planeOut = static_cast<size_t>(hOut) * wOut;
             std::vector<float> const src = maybeRounded(in, static_cast<size_t>(planes) * planeIn, emulate);
-            float const scaleH = sr::resizeScale(hIn, hOut);
-            float const scaleW = sr::resizeScale(wIn, wOut);
             std::vector<sr::CubicTaps> tx(wOut);
             for (int ox = 0; ox < wOut; ++ox)
-                tx[ox] = sr::cubicTaps(scaleW, ox, wIn);
+                tx[ox] = sr::cubicTaps(wIn, wOut, ox);
             for (int64_t p = 0; p < planes; ++p)
             {
                 float const* plane = src.data() + p * planeIn;
                 float* dst = out + p * planeOut;
                 for (int oy = 0; oy < hOut; ++oy)
                 {
-                    sr::CubicTaps const ty = sr::cubicTaps(scaleH, oy, hIn);
+                    sr::CubicTaps const ty = sr::cubicTaps(hIn, hOut, oy);
                     for (int ox = 0; ox < wOut; ++ox)
                     {
                         float const v = sr::dynamicResizeElement(plane, hIn, wIn, ty, tx[ox]);

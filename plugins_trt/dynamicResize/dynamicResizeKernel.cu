@@ -10,8 +10,8 @@ constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = int64_t(1) << 16; // grid-stride loop covers the rest
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) dynamicResizeKernel(T const* __restrict__ in, T* __restrict__ out,
-    int64_t total, int hIn, int wIn, int hOut, int wOut, float scaleH, float scaleW)
+__global__ void __launch_bounds__(kThreads) dynamicResizeKernel(
+    T const* __restrict__ in, T* __restrict__ out, int64_t total, int hIn, int wIn, int hOut, int wOut)
 {
     int64_t const planeIn = static_cast<int64_t>(hIn) * wIn;
     for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
@@ -21,8 +21,8 @@ __global__ void __launch_bounds__(kThreads) dynamicResizeKernel(T const* __restr
         int64_t const rest = idx / wOut;
         int const oy = static_cast<int>(rest % hOut);
         int64_t const plane = rest / hOut;
-        CubicTaps const ty = cubicTaps(scaleH, oy, hIn);
-        CubicTaps const tx = cubicTaps(scaleW, ox, wIn);
+        CubicTaps const ty = cubicTaps(hIn, hOut, oy);
+        CubicTaps const tx = cubicTaps(wIn, wOut, ox);
         out[idx] = fromFloat<T>(dynamicResizeElement(in + plane * planeIn, hIn, wIn, ty, tx));
     }
 }
@@ -48,8 +48,8 @@ cudaError_t launchDynamicResize(
     }
     int64_t blocks = (total + kThreads - 1) / kThreads;
     blocks = blocks < kMaxBlocks ? blocks : kMaxBlocks;
-    dynamicResizeKernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        in, out, total, hIn, wIn, hOut, wOut, resizeScale(hIn, hOut), resizeScale(wIn, wOut));
+    dynamicResizeKernel<T>
+        <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(in, out, total, hIn, wIn, hOut, wOut);
     return cudaGetLastError();
 }
 

@@ -1,5 +1,9 @@
 // sr::DynamicResize per-element math (torch F.interpolate bicubic, align_corners=False), host and device.
 //   src = (dst + 0.5) * (in / out) - 0.5        half-pixel centres, src itself is NOT clamped
+//   floor(src) and its fraction come from integer math (sourcePosition): the fraction is the correctly
+//   rounded float of a rational that depends only on in/out and dst's phase, so a crop whose size ratio is
+//   the image's gets bit-identical taps and weights (tiled == whole, pipeline/sr/tiling.py). ATen computes
+//   src in float, which differs by an ulp or so where in/out is not a power of two (x3, x2.5).
 //   taps floor(src) - 1 .. floor(src) + 2       each tap index clamped to [0, in - 1] (replicate border)
 //   weights: Keys cubic convolution, A = -0.75  (PyTorch's coefficient; ONNX Resize cubic_coeff_a=-0.75)
 #pragma once
@@ -35,16 +39,25 @@ SR_HD inline void cubicWeights(float t, float w[4])
     w[3] = cubicConvolution2(2.0f - t, kCubicA);
 }
 
-// Scale from output to input coordinates (PyTorch computes it in float as in / out when a size is given).
-SR_HD inline float resizeScale(int inSize, int outSize)
+// floor(src) and src - floor(src) for src = ((2 dst + 1) in - out) / (2 out), exactly: no float rounding
+// depends on dst's magnitude. The fraction is exact-rational rem / den, rounded once (rem, den < 2^24 for
+// any output side below 8M pixels, so both convert exactly).
+struct SourcePosition
 {
-    return static_cast<float>(inSize) / static_cast<float>(outSize);
-}
+    int floor;
+    float frac;
+};
 
-// Half-pixel source coordinate of output index dst.
-SR_HD inline float resizeSourceIndex(float scale, int dst)
+SR_HD inline SourcePosition sourcePosition(int inSize, int outSize, int dst)
 {
-    return scale * (static_cast<float>(dst) + 0.5f) - 0.5f;
+    int64_t const den = 2 * static_cast<int64_t>(outSize);
+    int64_t const num = (2 * static_cast<int64_t>(dst) + 1) * inSize - outSize;
+    int64_t rem = num % den; // C++ truncates towards zero: make it the floor remainder
+    if (rem < 0)
+    {
+        rem += den;
+    }
+    return {static_cast<int>((num - rem) / den), static_cast<float>(rem) / static_cast<float>(den)};
 }
 
 SR_HD inline int clampIndex(int i, int size)
@@ -59,17 +72,15 @@ struct CubicTaps
     float w[4];
 };
 
-SR_HD inline CubicTaps cubicTaps(float scale, int dst, int inSize)
+SR_HD inline CubicTaps cubicTaps(int inSize, int outSize, int dst)
 {
     CubicTaps taps;
-    float const src = resizeSourceIndex(scale, dst);
-    float const fl = floorf(src);
-    int const i0 = static_cast<int>(fl);
-    cubicWeights(src - fl, taps.w);
+    SourcePosition const src = sourcePosition(inSize, outSize, dst);
+    cubicWeights(src.frac, taps.w);
     SR_UNROLL
     for (int k = 0; k < 4; ++k)
     {
-        taps.idx[k] = clampIndex(i0 - 1 + k, inSize);
+        taps.idx[k] = clampIndex(src.floor - 1 + k, inSize);
     }
     return taps;
 }
@@ -95,8 +106,8 @@ SR_HD inline float dynamicResizeElement(T const* plane, int hIn, int wIn, CubicT
 template <typename T>
 SR_HD inline float dynamicResizeAt(T const* plane, int hIn, int wIn, int hOut, int wOut, int oy, int ox)
 {
-    CubicTaps const ty = cubicTaps(resizeScale(hIn, hOut), oy, hIn);
-    CubicTaps const tx = cubicTaps(resizeScale(wIn, wOut), ox, wIn);
+    CubicTaps const ty = cubicTaps(hIn, hOut, oy);
+    CubicTaps const tx = cubicTaps(wIn, wOut, ox);
     return dynamicResizeElement(plane, hIn, wIn, ty, tx);
 }
 

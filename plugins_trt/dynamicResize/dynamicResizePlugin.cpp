@@ -24,17 +24,17 @@ namespace plugin
 namespace
 {
 constexpr int64_t kINT_MAX = std::numeric_limits<int32_t>::max();
-
-std::string prefix(std::string const& layerName)
-{
-    return std::string(DynamicResizePlugin::kNAME) + " '" + layerName + "': ";
-}
 } // namespace
 
 DynamicResizePlugin::DynamicResizePlugin(std::string layerName)
     : mLayerName(std::move(layerName))
-    , mLogPrefix(prefix(mLayerName))
+    , mLogPrefix(std::string(kNAME) + " '" + mLayerName + "': ")
 {
+}
+
+void DynamicResizePlugin::logLayerError(std::string const& message) const noexcept
+{
+    logError(mLogPrefix + message);
 }
 
 nvinfer1::IPluginCapability* DynamicResizePlugin::getCapabilityInterface(nvinfer1::PluginCapabilityType type) noexcept
@@ -56,7 +56,7 @@ nvinfer1::IPluginV3* DynamicResizePlugin::clone() noexcept
     }
     catch (std::exception const& e)
     {
-        logError(prefix(mLayerName) + "clone failed: " + e.what());
+        logLayerError(std::string("clone failed: ") + e.what());
     }
     return nullptr;
 }
@@ -80,7 +80,7 @@ bool DynamicResizePlugin::checkInputCount(int32_t nbInputs, int32_t nbOutputs, c
 {
     if ((nbInputs != 1 && nbInputs != 2) || nbOutputs != 1)
     {
-        logError(prefix(mLayerName) + method
+        logLayerError(std::string(method)
             + ": expects X (optionally followed by the size shape tensor) and 1 "
               "output, got "
             + std::to_string(nbInputs) + " input(s) and " + std::to_string(nbOutputs) + " output(s)");
@@ -94,19 +94,18 @@ bool DynamicResizePlugin::checkIO(
 {
     if (sizeType != nullptr && !isShapeIntType(*sizeType))
     {
-        logError(prefix(mLayerName) + "the second input must be the INT32/INT64 size shape tensor, got "
-            + dataTypeName(*sizeType));
+        logLayerError(
+            std::string("the second input must be the INT32/INT64 size shape tensor, got ") + dataTypeName(*sizeType));
         return false;
     }
     if (in.nbDims != 4 || out.nbDims != 4)
     {
-        logError(
-            prefix(mLayerName) + "X and Y must be 4-D NCHW, got X " + dimsToString(in) + ", Y " + dimsToString(out));
+        logLayerError("X and Y must be 4-D NCHW, got X " + dimsToString(in) + ", Y " + dimsToString(out));
         return false;
     }
     if (!isSupportedFloatType(inType) || outType != inType)
     {
-        logError(prefix(mLayerName) + "X and Y must both be FP32 or both FP16, got " + dataTypeName(inType) + " and "
+        logLayerError(std::string("X and Y must both be FP32 or both FP16, got ") + dataTypeName(inType) + " and "
             + dataTypeName(outType));
         return false;
     }
@@ -114,8 +113,7 @@ bool DynamicResizePlugin::checkIO(
     {
         if (in.d[i] > kINT_MAX || out.d[i] > kINT_MAX)
         {
-            logError(prefix(mLayerName) + "dimensions must fit in int32, got X " + dimsToString(in) + ", Y "
-                + dimsToString(out));
+            logLayerError("dimensions must fit in int32, got X " + dimsToString(in) + ", Y " + dimsToString(out));
             return false;
         }
     }
@@ -124,12 +122,12 @@ bool DynamicResizePlugin::checkIO(
     {
         if (out.d[i] == 0 || out.d[i] < -1)
         {
-            logError(prefix(mLayerName) + "output size must be positive, got Y " + dimsToString(out));
+            logLayerError("output size must be positive, got Y " + dimsToString(out));
             return false;
         }
         if (in.d[i] == 0)
         {
-            logError(prefix(mLayerName) + "input height/width must be positive, got X " + dimsToString(in));
+            logLayerError("input height/width must be positive, got X " + dimsToString(in));
             return false;
         }
     }
@@ -156,12 +154,12 @@ int32_t DynamicResizePlugin::getOutputDataTypes(
     }
     if (!isSupportedFloatType(inputTypes[0]))
     {
-        logError(prefix(mLayerName) + "X must be FP32 or FP16, got " + dataTypeName(inputTypes[0]));
+        logLayerError(std::string("X must be FP32 or FP16, got ") + dataTypeName(inputTypes[0]));
         return 1;
     }
     if (nbInputs == 2 && !isShapeIntType(inputTypes[1]))
     {
-        logError(prefix(mLayerName) + "the second input must be the INT32/INT64 size shape tensor, got "
+        logLayerError(std::string("the second input must be the INT32/INT64 size shape tensor, got ")
             + dataTypeName(inputTypes[1]));
         return 1;
     }
@@ -174,22 +172,20 @@ int32_t DynamicResizePlugin::getOutputShapes(DimsExprs const* inputs, int32_t nb
 {
     if ((nbInputs != 1 && nbInputs != 2) || nbShapeInputs != 1 || nbOutputs != 1)
     {
-        logError(prefix(mLayerName)
-            + "expects X as the only tensor input and 'size' as a shape input (ONNX "
-              "attribute tensorrt_plugin_shape_input_indices=[1]); got "
+        logLayerError("expects X as the only tensor input and 'size' as a shape input (ONNX "
+                      "attribute tensorrt_plugin_shape_input_indices=[1]); got "
             + std::to_string(nbInputs) + " tensor input(s) and " + std::to_string(nbShapeInputs) + " shape input(s)");
         return 1;
     }
     if (inputs[0].nbDims != 4)
     {
-        logError(prefix(mLayerName) + "X must be 4-D NCHW, got rank " + std::to_string(inputs[0].nbDims));
+        logLayerError("X must be 4-D NCHW, got rank " + std::to_string(inputs[0].nbDims));
         return 1;
     }
     // The shape input's "dims" are its values: [H_out, W_out].
     if (shapeInputs[0].nbDims != 2)
     {
-        logError(prefix(mLayerName) + "size must hold 2 values (H_out, W_out), got "
-            + std::to_string(shapeInputs[0].nbDims));
+        logLayerError("size must hold 2 values (H_out, W_out), got " + std::to_string(shapeInputs[0].nbDims));
         return 1;
     }
     for (int32_t i = 0; i < 2; ++i)
@@ -197,7 +193,7 @@ int32_t DynamicResizePlugin::getOutputShapes(DimsExprs const* inputs, int32_t nb
         nvinfer1::IDimensionExpr const* v = shapeInputs[0].d[i];
         if (v == nullptr || (v->isConstant() && v->getConstantValue() < 1))
         {
-            logError(prefix(mLayerName) + "size values must be positive");
+            logLayerError("size values must be positive");
             return 1;
         }
     }
@@ -285,7 +281,7 @@ int32_t DynamicResizePlugin::enqueue(PluginTensorDesc const* inputDesc, PluginTe
         status = launchDynamicResize<__half>(static_cast<__half const*>(inputs[0]), static_cast<__half*>(outputs[0]), n,
             c, hIn, wIn, hOut, wOut, stream);
         break;
-    default: logError(who + "enqueue got unsupported type " + dataTypeName(inputDesc[0].type)); return 1;
+    default: logLayerError(std::string("enqueue got unsupported type ") + dataTypeName(inputDesc[0].type)); return 1;
     }
     return reportLaunch(who, pending, status);
 }

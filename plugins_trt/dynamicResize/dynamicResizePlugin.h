@@ -67,6 +67,8 @@ private:
 
     std::string mLayerName;
     std::string mLogPrefix; // "DynamicResize 'name': ", built once so enqueue formats nothing on success
+    // Every error this layer logs: logError(mLogPrefix + message), the one place the prefix is added.
+    void logLayerError(std::string const& message) const noexcept;
     SerializedFields mSerialized;
 };
 
