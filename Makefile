@@ -111,7 +111,7 @@ bench: setup plugins triton-env
 	$(PY) -m pipeline bench --model all --output outputs/bench
 
 train: setup
-	$(PY) scripts/train.py --model all
+	$(PY) scripts/train.py --model all --out-dir models/weights
 
 clean:
 	rm -rf build outputs .triton

@@ -5,14 +5,12 @@ re-exported here so torch-side code keeps one import.
 """
 from __future__ import annotations
 
-import pickle
-import warnings
-import zipfile
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from .checkpoint_io import read_checkpoint
 from .lookup import get_spec
 from .spec import (
     MODELS,
@@ -26,7 +24,8 @@ from .spec import (
 )
 
 __all__ = ["MODELS", "WEIGHTS_DIR", "ModelError", "ModelSpec", "WeightsError", "adapt_mmagic_state_dict", "file_sha256",
-           "get_spec", "load_model", "load_state_dict_file", "output_size", "run", "size_tensor", "weights_path"]
+           "get_spec", "load_model", "load_state_dict_file", "output_size", "read_checkpoint", "run", "size_tensor",
+           "weights_path"]
 
 
 def size_tensor(height: int, width: int, scale: float) -> torch.Tensor:
@@ -51,34 +50,11 @@ def adapt_mmagic_state_dict(checkpoint: dict) -> dict[str, torch.Tensor]:
     return adapted or dict(state)
 
 
-def _unreadable(path: Path, error: Exception) -> WeightsError:
-    """torch.load's failure as one line about the user's file (torch's own text is a paragraph or an errno)."""
-    with open(path, "rb") as f:
-        is_zip_header = f.read(4) == b"PK\x03\x04"  # torch.save writes a zip archive
-    if is_zip_header and not zipfile.is_zipfile(path):
-        return WeightsError(f"{path} is truncated or corrupt (an incomplete PyTorch checkpoint); save or copy it again")
-    if is_zip_header and isinstance(error, pickle.UnpicklingError):
-        return WeightsError(f"{path} is not a PyTorch checkpoint (state dict): it pickles objects other than tensors "
-                            "(a whole model?); save model.state_dict() instead")
-    if is_zip_header:
-        return WeightsError(f"{path} is truncated or corrupt ({type(error).__name__})")
-    return WeightsError(f"{path} is not a PyTorch checkpoint (state dict); expected a file written by "
-                        "torch.save(model.state_dict(), ...)")
-
-
 def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
     path = Path(path)
     if not path.is_file():
         raise WeightsError(f"weights file not found: {path} (run `make train` to recreate the shipped weights)")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the weights-only unpickler's protocol chatter
-            obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # truncated zip, pickle error, not a torch file at all
-        raise _unreadable(path, e) from None
-    if not isinstance(obj, dict):
-        raise WeightsError(f"weights file {path} holds a {type(obj).__name__}, expected a state dict")
-    return adapt_mmagic_state_dict(obj)
+    return adapt_mmagic_state_dict(read_checkpoint(path))
 
 
 def load_model(name: str, weights: str | Path | None = None, device: str | torch.device = "cpu") -> nn.Module:

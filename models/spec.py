@@ -65,15 +65,6 @@ class ModelSpec:
         stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(self.external.name).stem)[:40]
         return f"{stem}-{self.external.identity}"
 
-    def scale_note(self, scale: float) -> str:
-        """What a run at `scale` does, for the run's first line ('' for our own models)."""
-        if self.external is None:
-            return ""
-        native, arch = self.external.scale, self.external.architecture
-        if float(scale) == native:
-            return f"{arch} runs at its own x{native}"
-        return f"{arch} runs at x{native}, then sr::DynamicResize to x{float(scale):g}"
-
     def build(self):
         """A freshly initialised nn.Module (imports torch)."""
         module, _, attr = self.factory.partition(":")

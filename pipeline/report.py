@@ -332,6 +332,24 @@ def bench_markdown(doc: dict) -> str:
                         "best share %"],
                        [[f["model"], f["backend"], f["images"], f["size"], f["folder_ms_per_image"],
                          f["inference_ms_per_image"], 100 * f["ratio"], 100 * f["ratio_best"]] for f in doc["folder"]])
+    if doc.get("gpu_folder"):
+        lines += ["", "## GPU folder run vs pure inference, per device backend", "",
+                  "As above, on the CUDA device (goal: share >= 85 %).", ""]
+        lines += table(["model", "backend", "images", "size", "folder ms/img", "inference ms/img", "share %",
+                        "best share %"],
+                       [[f["model"], f["backend_description"], f["images"], f["size"], f["folder_ms_per_image"],
+                         f["inference_ms_per_image"], 100 * f["ratio"], 100 * f["ratio_best"]]
+                        for f in doc["gpu_folder"]])
+    if doc.get("stage_cost"):
+        c = doc["stage_cost"]
+        lines += ["", "## The sr stage's own cost", "",
+                  f"A folder run of {c['images']} x {c['size']}^2 images through `--model {c['model']}` "
+                  f"(nearest-neighbour x3: inference is next to free) on {c['backend']}, minus pure inference of the "
+                  f"same images; medians of {c['repeats']} alternating runs.", ""]
+        lines += table(["stage CPU ms/MPix", "stage wall ms/MPix", "folder CPU ms/MPix", "folder wall ms/MPix",
+                        "cores busy", "usable cores", "decode/encode threads"],
+                       [[c["stage_cpu_ms_per_mpix"], c["stage_wall_ms_per_mpix"], c["folder_cpu_ms_per_mpix"],
+                         c["folder_wall_ms_per_mpix"], c["cores_busy"], c["usable_cores"], c["workers"]]])
     lines += video_markdown(doc.get("video"))
     lines += startup_markdown(doc.get("startup"))
     if doc.get("ray"):

@@ -55,6 +55,8 @@ MIXED_SCALES = (2.0, 2.25, 2.5, 2.75, 3.0, 3.25, 3.5, 3.75, 4.0)
 # x3 0.6 + x2 0.2: +0.23/+0.42/+0.25. Long runs move x3/x4 up and x2 down; x3 (the headline scale)
 # must clear its 0.5 dB floor with margin, x2 gets enough not to be over-sharpened.
 SCALE_SHARES = {3.0: 0.65, 2.0: 0.15}
+# Where a run writes unless told: not the shipped weights, which a stray run would otherwise overwrite.
+TRAIN_OUT = Path("outputs/weights")
 # Pixels excluded from the loss at patch edges. 0 on purpose: eval crops only `scale` px, so the
 # nets must learn to handle their zero padding at image borders, which is what patch edges show them.
 # (A 6-px margin cost ~0.1-0.4 dB in eval at x2/x3.)
@@ -377,7 +379,9 @@ def main(argv=None) -> int:
                         f"scales of {' '.join(f'{v:g}' for v in MIXED_SCALES)} split the rest)")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (the machine may be shared)")
     p.add_argument("--max-minutes", type=float, default=20.0, help="safety cap per model")
-    p.add_argument("--out-dir", type=Path, default=WEIGHTS_DIR)
+    p.add_argument("--out-dir", type=Path, default=TRAIN_OUT,
+                   help=f"folder for <model>.pt and its model card (default: {TRAIN_OUT}; the shipped weights are "
+                        f"replaced only when this names {WEIGHTS_DIR.relative_to(REPO)}, as `make train` does)")
     p.add_argument("--eval-scales", type=float, nargs="+", default=[2.0, 3.0, 4.0])
     args = p.parse_args(argv)
     shares = None

@@ -23,3 +23,28 @@ def test_folder_throughput_reports_both_sides_and_the_ratio():
     assert r["overhead_s"] == pytest.approx(r["folder_s"] - r["inference_s"])
     assert r["goal"] == GOAL and r["meets_goal"] == (r["ratio"] >= GOAL)
     assert len(lines) == 1 and "% of inference throughput" in lines[0]
+
+
+def test_stage_cost_row_from_the_near_free_model():
+    """The row every machine gets: the stage's CPU and wall per output MPix beyond inference, and cores busy."""
+    from pipeline.bench.folder import NEAR_FREE, stage_cost
+
+    lines = []
+    r = stage_cost(2, 48, repeats=1, log=lines.append)
+    assert r["model"] == NEAR_FREE and r["images"] == 2 and r["size"] == 48
+    assert r["out_mpix"] == pytest.approx(2 * 144 * 144 / 1e6)  # every image exactly 48^2 -> 144^2
+    assert r["folder_cpu_ms_per_mpix"] == pytest.approx(r["stage_cpu_ms_per_mpix"] + r["inference_cpu_ms_per_mpix"])
+    assert r["folder_cpu_ms_per_mpix"] > 0 and r["folder_wall_ms_per_mpix"] > 0 and r["cores_busy"] > 0
+    assert 1 <= r["workers"] <= r["usable_cores"]
+    assert len(lines) == 1 and "per output MPix beyond inference" in lines[0]
+
+
+def test_gpu_folder_row_skips_with_the_reason_without_a_gpu():
+    from pipeline.bench.folder import gpu_folder_rows
+    from pipeline.native.cuda_driver import gpu_visible
+
+    if gpu_visible()[0]:
+        pytest.skip("a CUDA GPU is visible: the row runs (bench on a GPU machine)")
+    notes = []
+    assert gpu_folder_rows(["srcnn-x3"], 2, 32, log=notes.append, note=notes.append) == []
+    assert len(notes) == 1 and notes[0].startswith("GPU folder row: ") and len(notes[0]) > len("GPU folder row: ")

@@ -164,3 +164,13 @@ def test_onnx_of_a_user_model_runs_tiled_without_torch(exported, tmp_path):
     whole = cv2.imread(str(tmp_path / "whole" / "im0.png"), cv2.IMREAD_UNCHANGED).astype(np.float64) / 65535
     tiled = cv2.imread(str(tmp_path / "tiled" / "im0.png"), cv2.IMREAD_UNCHANGED).astype(np.float64) / 65535
     assert np.abs(whole - tiled).max() <= 1e-4 + 1 / 65535
+
+
+def test_first_line_of_a_user_models_onnx_says_it_runs_at_its_own_factor_then_resizes(exported, tmp_path, capsys):
+    """From the ONNX file's metadata alone (issue 23: the line lacked it with --onnx)."""
+    src = _folder(tmp_path, sizes=((24, 24),))
+    capsys.readouterr()
+    code = cli_main(["sr", str(src), str(tmp_path / "o"), "--onnx", str(exported["compact"]), "--backend", "ort",
+                     "--scale", "3", "--quiet"])
+    first = capsys.readouterr().err.splitlines()[0]
+    assert code == 0 and " x3 (Compact runs at x4, then resizes to x3) on ort (requested); 1 image -> " in first

@@ -49,8 +49,19 @@ def test_collisions_flagged(tmp_path):
     src = tmp_path / "in"
     _touch(src, "a.jpg", "a.png")
     jobs = discover(src, tmp_path / "out", "png").jobs
-    assert [bool(j.problem) for j in jobs] == [False, True]
-    assert "would also be written for a.jpg" in jobs[1].problem
+    # both fail (neither silently wins a.png), each naming the pair
+    assert [j.problem for j in jobs] == [f"a.jpg and a.png would both write {tmp_path / 'out' / 'a.png'}; rename "
+                                         "one (or use another --format)"] * 2
+
+
+def test_output_with_an_image_extension_we_do_not_write_is_refused(tmp_path):
+    _touch(tmp_path, "p.png", "d/q.png")
+    for src in (tmp_path / "p.png", tmp_path / "d"):
+        with pytest.raises(PipelineError, match=r"OUTPUT .*x\.gif names a gif image, a format sr does not write"):
+            discover(src, tmp_path / "out" / "x.gif")
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "made.gif").mkdir()  # an existing folder of that name is a folder, as asked
+    assert discover(tmp_path / "p.png", tmp_path / "made.gif").jobs[0].dst == tmp_path / "made.gif" / "p.png"
 
 
 def test_single_file(tmp_path):

@@ -10,10 +10,10 @@ import warnings
 from pathlib import Path
 
 import spandrel
-import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from models.checkpoint_io import read_checkpoint
 from models.spec import WeightsError
 
 from .spec import SUFFIXES
@@ -40,17 +40,7 @@ def read_state_dict(path: Path) -> dict:
             return load_file(str(path), device="cpu")
         except (SafetensorError, OSError, ValueError) as e:
             raise WeightsError(f"cannot read checkpoint {path}: {_first_line(e)}") from None
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - truncated zip, foreign pickle, code in the pickle: all one line
-        text = _first_line(e)
-        if "Weights only load failed" in text or "weights_only" in text:
-            raise WeightsError(f"refusing checkpoint {path}: it holds pickled code or objects, not only tensors "
-                               "(re-save it as a state dict or .safetensors)") from None
-        raise WeightsError(f"cannot read checkpoint {path}: {text}") from None
-    if not isinstance(obj, dict):
-        raise WeightsError(f"checkpoint {path} holds a {type(obj).__name__}, expected a state dict")
-    return obj
+    return read_checkpoint(path)  # the same reading, and the same one-line messages, as --weights
 
 
 def load_descriptor(path: Path) -> spandrel.ImageModelDescriptor:

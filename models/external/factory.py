@@ -9,6 +9,8 @@ NCHW float at `scale` times the size; it loads its own weights. Optional attribu
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 
 from torch import nn
 
@@ -21,7 +23,11 @@ def build(ref: str) -> tuple[nn.Module, int]:
     try:
         fn = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as e:
-        raise WeightsError(f"model factory {ref}: cannot import it ({e})") from None
+        cwd = os.getcwd()
+        searched = any(os.path.abspath(p or os.curdir) == cwd for p in sys.path)
+        where = (f"searched the current folder {cwd}, PYTHONPATH and installed packages" if searched else
+                 f"the current folder {cwd} is not on the search path; add its parent to PYTHONPATH")
+        raise WeightsError(f"model factory {ref}: cannot import it ({e}; {where})") from None
     try:
         made = fn()
     except Exception as e:  # noqa: BLE001 - user code: report, do not trace back

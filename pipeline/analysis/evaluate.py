@@ -7,18 +7,12 @@ the scale (pipeline.analysis.metrics). `evaluate()` is reused by scripts/train.p
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import torch
-from torch import nn
 
-from models.registry import file_sha256, load_model
-from models.registry import run as run_model
-from pipeline.analysis.metrics import psnr_y, ssim_y
 from pipeline.artifacts.identity import resolve
-from pipeline.data import sample_images
-from pipeline.data.degradation import make_pair, to_tensor, to_uint8, upscale_bicubic
 from pipeline.errors import PipelineError
 
 DEFAULT_SCALES = (2.0, 3.0, 4.0)
@@ -34,12 +28,22 @@ def _mean(values: list[float]) -> float:
 
 
 def evaluate(model_name: str, scales=DEFAULT_SCALES, weights: str | Path | None = None, *,
-             images: dict[str, np.ndarray] | None = None, model: nn.Module | None = None) -> dict:
+             images: dict[str, np.ndarray] | None = None, model=None,
+             progress: Callable[[str], object] | None = None) -> dict:
     """Scores of bicubic and model `model_name` per scale (means and per image).
 
-    `images` (name -> uint8 HxWx3 HR) defaults to the held-out set; `model` (already built, e.g. while
-    training) overrides loading the shipped / `weights` file.
+    `images` (name -> uint8 HxWx3 HR) defaults to the held-out set; `model` (an nn.Module already built, e.g.
+    while training) overrides loading the shipped / `weights` file. `progress` gets one line per image scored.
     """
+    # PyTorch and the registry load here, not at import: `eval --help` stays fast
+    import torch
+
+    from models.registry import file_sha256, load_model
+    from models.registry import run as run_model
+    from pipeline.analysis.metrics import psnr_y, ssim_y
+    from pipeline.data import sample_images
+    from pipeline.data.degradation import make_pair, to_tensor, to_uint8, upscale_bicubic
+
     spec = resolve(model_name)
     if model is None:
         path = Path(weights) if weights is not None else spec.weights_path
@@ -60,7 +64,9 @@ def evaluate(model_name: str, scales=DEFAULT_SCALES, weights: str | Path | None 
             continue
         crop = crop_border_for(scale)
         per_image = {}
-        for name, hr_full in images.items():
+        for i, (name, hr_full) in enumerate(images.items(), 1):
+            if progress is not None:
+                progress(f"eval {model_name} x{key}: {name} ({i}/{len(images)})")
             lr, hr = make_pair(hr_full, scale)
             bic = upscale_bicubic(lr, hr.shape[:2])
             with torch.no_grad():

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,3 +28,20 @@ def atomic_write(path: str | Path, data: bytes | str) -> None:
     """Write bytes (or UTF-8 text) to `path` atomically."""
     with atomic_path(path) as tmp:
         tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+
+
+def folder_problem(folder: str | Path) -> str | None:
+    """Why `folder` cannot be created or written, or None. Probed with a temp file (removed at once) in the folder or
+    its nearest existing parent: permission bits say nothing to root, a read-only mount or /proc."""
+    folder = Path(folder).absolute()
+    base = folder
+    while not base.exists() and base != base.parent:
+        base = base.parent
+    if not base.is_dir():
+        return "is a file" if base == folder else f"is inside {base}, which is a file"
+    try:
+        with tempfile.TemporaryFile(dir=base):
+            pass
+    except OSError as e:
+        return f"cannot be written ({base}: {e.strerror or e})"
+    return None

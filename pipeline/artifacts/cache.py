@@ -13,23 +13,40 @@ import os
 from pathlib import Path
 
 from models.spec import ModelSpec
+from pipeline.artifacts.atomic import folder_problem
 from pipeline.artifacts.confine import file_token
 from pipeline.artifacts.identity import check_weights, resolve
-from pipeline.errors import check_choice
+from pipeline.errors import PipelineError, check_choice
 
 # The choices every artifact key is made of (export, backends and the CLI read them here).
 PRECISIONS = ("fp32", "fp16")
 OPS = ("custom", "standard")
 EXPORTERS = ("dynamo", "torchscript")
+IO_DTYPES = PRECISIONS  # float32 or float16 graph inputs/outputs
+SIZE_INPUTS = ("size", "scale")  # how a run-time-factor graph takes its output size
 # Part of every ONNX cache key: bumped when exports gain something the runtime relies on, so older cached files
 # are not reused. 2: the model spec in the metadata, reference outputs and folded variants beside the file.
 # 3: sr::DynamicResize's body and the folded border strips are tile-exact (tiled output equals whole, bit for bit).
 ONNX_LAYOUT = 3
 
 
+CACHE_ENV = "SRDEPLOY_CACHE"
+
+
 def cache_dir() -> Path:
-    root = os.environ.get("SRDEPLOY_CACHE") or Path.home() / ".cache" / "srdeploy"
+    root = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "srdeploy"
     return Path(root).expanduser()
+
+
+def check_cache_writable(folder: Path | None = None) -> None:
+    """One line naming $SRDEPLOY_CACHE when the cache (or `folder` in it) cannot be created or written; called
+    before work that will write there (an export on first use), not after it."""
+    folder = cache_dir() if folder is None else Path(folder)
+    problem = folder_problem(folder)
+    if problem:
+        where = (f"{CACHE_ENV}={os.environ[CACHE_ENV]}" if os.environ.get(CACHE_ENV)
+                 else f"the artifact cache (default; set {CACHE_ENV} to another folder)")
+        raise PipelineError(f"{where}: {folder} {problem}")
 
 
 def weights_path(model: str, weights: str | Path | None = None) -> Path:

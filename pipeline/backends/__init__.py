@@ -12,6 +12,7 @@ answer to which model) and nothing here imports PyTorch.
     base          the Backend interface: everything callers read, declared (status, OPTIONS, load, infer,
                   describe, selected/selection_reason, profiles, max_input_size, onnx_file)
     checks        input validation every backend runs
+    pixels        integer pixels <-> model tensors: the one rounding rule, in numpy, torch and ONNX
     registry      names -> classes, create_named       availability  what can run here, and why not
     auto          the `auto` choice and --measure
     *_backend     one module per runtime

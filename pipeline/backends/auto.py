@@ -34,6 +34,7 @@ CPU_ORDER = ("ort-folded", "ort", "ort-sr-kernels", "torch")
 class AutoPick(NamedTuple):
     name: str
     reason: str
+    brief: str = ""  # the reason in a few words
 
 
 def create(backend: str, model: str | None, precision: str = "fp32", **opts) -> Backend:
@@ -41,10 +42,11 @@ def create(backend: str, model: str | None, precision: str = "fp32", **opts) -> 
     `model` may be None when `onnx`/`engine` names a file: the model then comes from the file."""
     if backend == "auto":
         if opts.get("engine") is not None:  # an engine file only runs on TensorRT
-            pick = AutoPick("trt", "an engine file was given")
+            pick = AutoPick("trt", "an engine file was given", "engine file given")
         else:
             pick = pick_auto(model, precision, weights=opts.get("weights"), onnx=opts.get("onnx"))
-        return create_named(pick.name, model, precision, **opts).selected(f"auto: {pick.reason}")
+        return create_named(pick.name, model, precision, **opts).selected(f"auto: {pick.reason}",
+                                                                          f"auto: {pick.brief or 'picked'}")
     return create_named(backend, model, precision, **opts)
 
 
@@ -128,7 +130,8 @@ def pick_auto(model: str | None, precision: str = "fp32", statuses: list[Backend
             best = min(timed, key=timed.get)
             parts = ", ".join(f"{n} {t:.0f} ms" for n, t in sorted(timed.items(), key=lambda kv: kv[1]))
             size = f"{record['size']}x{record['size']}"
-            return AutoPick(best, f"{best} is fastest measured on this machine ({size}: {parts})")
+            return AutoPick(best, f"{best} is fastest measured on this machine ({size}: {parts})",
+                            "fastest measured here")
     gpu = gpu_visible()[0]
     order = GPU_ORDER if gpu else CPU_ORDER
     for name in order:
@@ -137,7 +140,8 @@ def pick_auto(model: str | None, precision: str = "fp32", statuses: list[Backend
             where = "on this GPU machine" if gpu else "on a CPU-only machine (no CUDA GPU, so no trt/ort-cuda/ort-trt)"
             note = f"; faster-ranked but unavailable: {', '.join(skipped)}" if skipped else ""
             return AutoPick(name, f"{name} is the expected fastest available {where}{note} "
-                                  f"(`python -m pipeline backends --model {model} --measure` times them here)")
+                                  f"(`python -m pipeline backends --model {model} --measure` times them here)",
+                            "expected fastest on this GPU" if gpu else "expected fastest without a GPU")
     name = sorted(ok)[0]
-    return AutoPick(name, f"{name} is the only kind available")
+    return AutoPick(name, f"{name} is the only kind available", "the only one available")
 

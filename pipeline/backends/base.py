@@ -10,6 +10,7 @@ import numpy as np
 
 from models.spec import ModelSpec
 from pipeline.artifacts.cache import PRECISIONS
+from pipeline.backends import pixels as px
 from pipeline.errors import check_choice
 
 
@@ -29,6 +30,14 @@ def installed(package: str) -> bool:
 
 def check_precision(precision: str) -> str:
     return check_choice("precision", precision, PRECISIONS)
+
+
+class DeviceMemory(NamedTuple):
+    """What sizes a device backend's tiles: the device's free bytes and the model's measured bytes of working
+    memory per output pixel."""
+
+    free_bytes: int
+    bytes_per_output_pixel: float
 
 
 class Backend(ABC):
@@ -53,8 +62,9 @@ class Backend(ABC):
     onnx_file: Path | None = None
     # TensorRT optimisation profiles the loaded engine admits (engine.Profile); None: any shape and batch.
     profiles: list | None = None
-    # Why this backend runs: "requested: NAME" or "auto: ..." (set through `selected`).
+    # Why this backend runs: "requested: NAME" or "auto: ..." (set through `selected`), and in a few words.
     selection_reason: str = ""
+    selection_brief: str = ""
 
     @classmethod
     @abstractmethod
@@ -79,9 +89,10 @@ class Backend(ABC):
     def infer(self, batch: np.ndarray, scale: float) -> np.ndarray:
         """Run one batch; validates rank, channels, dtype and scale before launching."""
 
-    def selected(self, reason: str) -> Backend:
-        """Record why this backend was chosen (registry.create_named, auto.create); returns self."""
-        self.selection_reason = reason
+    def selected(self, reason: str, brief: str = "") -> Backend:
+        """Record why this backend was chosen, and in a few words for one-line headers (registry.create_named,
+        auto.create); returns self."""
+        self.selection_reason, self.selection_brief = reason, brief or reason
         return self
 
     def max_input_size(self) -> tuple[int, int] | None:
@@ -90,3 +101,23 @@ class Backend(ABC):
 
     def describe(self) -> str:
         return f"{self.name} ({self.device}, {self.precision})"
+
+    # -- what the sr stage asks of every backend (defaults: the host path) -----------------------------
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether inference runs on a CUDA device (then decoding and encoding may use every core)."""
+        return str(self.device).startswith("cuda")
+
+    def infer_pixels(self, pixels: np.ndarray, scale: float) -> np.ndarray:
+        """NHWC BGR uint8/uint16 samples -> NHWC BGR samples of the same type at the output size, converted
+        by pipeline.backends.pixels' rule (byte-identical on every backend). Here: `infer` between the numpy
+        conversions; device backends override it to copy integers and convert, clamp, round and cast there."""
+        px.check_pixels(pixels, self.name)
+        depth = 16 if pixels.dtype == np.uint16 else 8
+        return px.to_samples(self.infer(px.to_unit(pixels), scale), depth)
+
+    def device_memory(self) -> DeviceMemory | None:
+        """Free device memory and the model's activation cost, for a backend whose activations live on a
+        device; None: host memory bounds the tiles (pipeline.sr.tiling.auto_tile)."""
+        return None

@@ -11,12 +11,13 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from models.spec import ModelSpec
+from models.spec import ModelSpec, output_size
 from pipeline.artifacts.cache import cache_dir, cached_onnx
 from pipeline.artifacts.identity import check_weights, resolve
 from pipeline.artifacts.onnx_file import check_onnx_precision
+from pipeline.backends import pixels as px
 from pipeline.backends.base import Backend, BackendStatus, check_precision, installed
-from pipeline.backends.checks import check_batch
+from pipeline.backends.checks import check_batch, check_scale
 from pipeline.contract import DOMAIN
 from pipeline.errors import PipelineError, check_choice, first_line
 from pipeline.export.cached import onnx_for
@@ -123,6 +124,7 @@ class OrtBackend(Backend):
         self.log = log
         self.device = "cpu"
         self.session = None
+        self._pixel_sessions: dict = {}  # sample dtype -> session of the graph with pixel I/O (device providers)
 
     # -- availability ----------------------------------------------------------------------------------
     @classmethod
@@ -223,6 +225,51 @@ class OrtBackend(Backend):
 
     def _run(self, feeds: dict) -> np.ndarray:
         return self.session.run([self._out_name], feeds)[0]
+
+    # -- integer pixels: the conversion inside the graph, run by the provider on its device ------------------
+    def _pixel_session(self, dtype):
+        """A session of this model wrapped by pixels.onnx_pixel_io for `dtype`, made on first use."""
+        key = np.dtype(dtype)
+        if key not in self._pixel_sessions:
+            model = px.onnx_pixel_io(onnx.load(str(self.onnx_file)), key)
+            if self.provider == "tensorrt":
+                model = rewrite_for_trt_ep(model)
+            try:
+                self._pixel_sessions[key] = ort.InferenceSession(
+                    model.SerializeToString(), sess_options=cpu_session_options(self.threads),
+                    providers=self._providers(self.provider))
+            except Exception as e:  # ORT raises its own exception types
+                raise PipelineError(f"ONNX Runtime cannot load {self.onnx_file.name} with pixel I/O: "
+                                    f"{first_line(e)}") from None
+        return self._pixel_sessions[key]
+
+    def infer_pixels_in_graph(self, pixels: np.ndarray, scale: float) -> np.ndarray:
+        """Integers in and out of the provider: the rule runs inside the graph (pixels.onnx_pixel_io), inputs
+        are bound from host memory and the output is bound on the provider's device (I/O binding), so nothing
+        inside a batch goes back to the host. Device providers use it for `infer_pixels`; on the CPU it is
+        how its bytes are tested against the numpy path."""
+        if self.session is None:
+            raise PipelineError(f"{self.name} backend used before load()")
+        px.check_pixels(pixels, self.name)
+        n, h, w, _ = pixels.shape
+        out_hw = output_size(h, w, check_scale(self.spec, scale))
+        sess = self._pixel_session(pixels.dtype)
+        binding = sess.io_binding()
+        binding.bind_cpu_input(px.PIXELS_IN, px.swap_rb(pixels))
+        binding.bind_cpu_input(px.PIXEL_MAX, np.array(px.max_value(pixels.dtype), dtype=np.float32))
+        if "size" in self._inputs:
+            binding.bind_cpu_input("size", np.array(out_hw, dtype=np.int64))
+        binding.bind_output(px.PIXELS_OUT, "cpu" if self.provider == "cpu" else "cuda")
+        sess.run_with_iobinding(binding)
+        y = binding.copy_outputs_to_cpu()[0]
+        if y.shape != (n, *out_hw, 3):
+            raise PipelineError(f"{self.name}: output {y.shape} does not match the expected {(n, *out_hw, 3)}")
+        return px.swap_rb(y, y)
+
+    def infer_pixels(self, pixels: np.ndarray, scale: float) -> np.ndarray:
+        if self.provider == "cpu":  # the host path: numpy conversions around infer (Backend)
+            return super().infer_pixels(pixels, scale)
+        return self.infer_pixels_in_graph(pixels, scale)
 
     def describe(self) -> str:
         threads = f", {self.threads or physical_cores()} threads" if self.provider == "cpu" else ""

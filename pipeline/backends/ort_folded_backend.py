@@ -80,9 +80,12 @@ class OrtFoldedBackend(Backend):
     def load(self) -> OrtFoldedBackend:
         self.onnx_file = self.plain.resolve_onnx()  # checked against the model; exported into the cache if missing
         self.plain.onnx_path = self.onnx_file  # its session is made on first use: integer scales never need it
+        # the same check `backends` reports: a file copied without its folded-x*.onnx siblings is refused here,
+        # before any image, not per image when a missing sibling fails to load
+        problem = _folded_problem(self.spec, self.onnx_file)
+        if problem:
+            raise PipelineError(f"ort-folded cannot run: {problem}")
         self.variants = folded_variants(self.onnx_file)
-        if not self.variants:
-            raise PipelineError(_folded_problem(self.spec, self.onnx_file))
         if not self.spec.dynamic_scale:  # static model: its one scale is loaded now
             self._session(int(self.spec.default_scale))
         return self

@@ -13,6 +13,9 @@ CLASSES: dict[str, type[Backend]] = {cls.name: cls for cls in (
     TorchBackend, OrtBackend, OrtCpuBackend, OrtCudaBackend, OrtTrtBackend, OrtSrKernelsBackend, OrtFoldedBackend,
     TrtBackend)}
 NAMES = tuple(CLASSES)
+# Options that choose nothing (where progress lines go): given to the backends that take them, dropped for the others,
+# so a caller can pass them whichever backend `auto` picks.
+HOOKS = frozenset({"log"})
 
 
 def backend_class(name: str) -> type[Backend]:
@@ -24,7 +27,7 @@ def create_named(backend: str, model: str | None, precision: str = "fp32", **opt
     set, and dropped when None (callers pass their whole option set)."""
     cls = backend_class(backend)
     for key, value in opts.items():
-        if key not in cls.OPTIONS and value is not None:
+        if key not in cls.OPTIONS and key not in HOOKS and value is not None:
             raise PipelineError(f"option '{key}' does not apply to backend '{backend}'")
     b = cls(model, precision, **{k: v for k, v in opts.items() if k in cls.OPTIONS}).load()
-    return b.selected(f"requested: {backend}")
+    return b.selected(f"requested: {backend}", "requested")

@@ -2,7 +2,8 @@
 
 Device buffers are torch CUDA tensors; host staging buffers are pinned so copies run asynchronously;
 the `size` shape tensor is fed from host memory (TensorRT reads shape-tensor values on the host); with
-`cuda_graph=True` the enqueue for a fixed shape is captured once and replayed. The engine comes from
+`cuda_graph=True` the enqueue for a fixed shape is captured once and replayed. `infer_pixels` copies integer
+pixels and converts them on the device (pipeline.backends.pixels) around the same bound buffers. The engine comes from
 `engine=FILE` (refused if its sidecar says it is stale/foreign) or from the artifact cache, where it is
 built when missing and rebuilt when stale."""
 from __future__ import annotations
@@ -11,11 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
-from models.spec import ModelSpec
+from models.spec import ModelSpec, output_size
 from pipeline.artifacts.cache import engine_for
 from pipeline.artifacts.identity import resolve
-from pipeline.backends.base import Backend, BackendStatus, check_precision, installed
-from pipeline.backends.checks import check_batch
+from pipeline.backends import pixels as px
+from pipeline.backends.base import Backend, BackendStatus, DeviceMemory, check_precision, installed
+from pipeline.backends.checks import check_batch, check_scale
 from pipeline.backends.ort_backend import onnx_source_problem
 from pipeline.engine import (
     INSTALL_HINT,
@@ -143,6 +145,8 @@ class TrtBackend(Backend):
         self._active_profile = None
         self._bound = None
         self._graph = None
+        self._staging = px.PinnedStaging()
+        self._tables = {}  # sample dtype -> float table on the device (pipeline.backends.pixels)
         return self
 
     # -- inference -------------------------------------------------------------------------------------
@@ -177,35 +181,83 @@ class TrtBackend(Backend):
         if not self.context.execute_async_v3(self.stream.cuda_stream):
             raise PipelineError("trt: execute_async_v3 failed (see the TensorRT log)")
 
+    def _run_bound(self) -> None:
+        """Enqueue the bound engine on self.stream (the caller is inside `torch.cuda.stream(self.stream)`):
+        replayed as a CUDA graph with cuda_graph=True, captured on the first run of each bound shape."""
+        import torch
+
+        if not self.cuda_graph:
+            self._enqueue()
+            return
+        if self._graph is None:
+            self._enqueue()  # first run after a shape change must not be captured
+            self.stream.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=self.stream):
+                self._enqueue()
+            self._graph = graph
+        self._graph.replay()
+
+    def _bind_for(self, n: int, h: int, w: int, out_h: int, out_w: int) -> None:
+        idx = profile_for_input(self.profiles, n, h, w, out_h, out_w)  # before anything is launched
+        key = (idx, n, h, w, out_h, out_w)
+        if key != self._bound:
+            self._bind(*key)
+
     def infer(self, batch: np.ndarray, scale: float) -> np.ndarray:
         import torch
 
         if self.context is None:
             raise PipelineError("trt backend used before load()")
         s = check_batch(batch, self.spec, scale, self.name)
-        idx = profile_for_input(self.profiles, s.n, s.h, s.w, s.out_h, s.out_w)  # before anything is launched
-        key = (idx, s.n, s.h, s.w, s.out_h, s.out_w)
-        if key != self._bound:
-            self._bind(*key)
+        self._bind_for(s.n, s.h, s.w, s.out_h, s.out_w)
         with torch.cuda.stream(self.stream):
             self.h_in.numpy()[...] = batch
             self.d_in.copy_(self.h_in, non_blocking=True)  # casts to fp16 on the device for fp16-I/O engines
-            if self.cuda_graph:
-                if self._graph is None:
-                    self._enqueue()  # first run after a shape change must not be captured
-                    self.stream.synchronize()
-                    graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graph, stream=self.stream):
-                        self._enqueue()
-                    self._graph = graph
-                self._graph.replay()
-            else:
-                self._enqueue()
+            self._run_bound()
             if self.d_out32 is not self.d_out:
                 self.d_out32.copy_(self.d_out, non_blocking=True)
             self.h_out.copy_(self.d_out32, non_blocking=True)
         self.stream.synchronize()
         return self.h_out.numpy().copy()
+
+    def infer_pixels(self, pixels: np.ndarray, scale: float) -> np.ndarray:
+        """Integers through pinned staging to the device; conversion into the engine's bound input and out of
+        its bound output on self.stream by pipeline.backends.pixels' rule; integers back."""
+        import torch
+
+        if self.context is None:
+            raise PipelineError("trt backend used before load()")
+        px.check_pixels(pixels, self.name)
+        n, h, w, _ = pixels.shape
+        out_h, out_w = output_size(h, w, check_scale(self.spec, scale))
+        self._bind_for(n, h, w, out_h, out_w)
+        if pixels.dtype not in self._tables:
+            self._tables[pixels.dtype] = px.unit_table(pixels.dtype, self.device)
+        staged = self._staging.get("in", (n, h, w, 3), px.torch_dtype(pixels.dtype))
+        px.swap_rb(pixels, staged.numpy())
+        with torch.cuda.stream(self.stream):
+            d_px = staged.to(self.device, non_blocking=True)
+            self.d_in.copy_(px.torch_to_unit(d_px, self._tables[pixels.dtype]))  # NCHW, fp16 for fp16 engines
+            self._run_bound()
+            d_out = torch.empty((n, out_h, out_w, 3), dtype=staged.dtype, device=self.device)
+            px.torch_to_samples(self.d_out, d_out)
+            back = self._staging.get("out", (n, out_h, out_w, 3), staged.dtype)
+            back.copy_(d_out, non_blocking=True)
+        self.stream.synchronize()
+        return px.swap_rb(back.numpy())  # RGB -> BGR, and out of the pinned buffer the next call reuses
+
+    def device_memory(self) -> DeviceMemory | None:
+        """The device's free memory and what a call adds per output pixel: the engine's activations were
+        allocated with its context (for its largest profile), so only the I/O buffers grow (float32 output,
+        its float32 copy, integer output; the input is 1/scale^2 of that): 32 bytes. Tiles are then bounded by
+        the profiles (`max_input_size`), not by memory, wherever an image fits them."""
+        import torch
+
+        if self.context is None:
+            return None
+        free, _total = torch.cuda.mem_get_info(self.device)
+        return DeviceMemory(int(free), 32.0)
 
     def max_input_size(self) -> tuple[int, int] | None:
         """Largest input (H, W) any profile admits: the sr stage tiles bigger images to this."""

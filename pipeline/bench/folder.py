@@ -19,13 +19,15 @@ import numpy as np
 from pipeline import backends
 from pipeline.artifacts.identity import resolve
 from pipeline.data.sample_images import HELD_OUT, load_rgb
-from pipeline.sr import imageio, upscale
+from pipeline.errors import PipelineError
+from pipeline.sr import imageio, settings, upscale
 
 GOAL = 0.85  # folder run / pure inference throughput
 
 
 def write_folder(folder: Path, n_images: int, size: int) -> list[Path]:
-    """n held-out photos (cycled when n exceeds them), centre-cropped to size x size, as PNG files."""
+    """n held-out photos (cycled when n exceeds them), centre-cropped to size x size (a smaller photo's largest
+    square resized up to it), as PNG files."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for i in range(n_images):
@@ -33,8 +35,11 @@ def write_folder(folder: Path, n_images: int, size: int) -> list[Path]:
         h, w = img.shape[:2]
         s = min(size, h, w)
         y0, x0 = (h - s) // 2, (w - s) // 2
+        img = img[y0:y0 + s, x0:x0 + s]
+        if s < size:
+            img = cv2.resize(img, (size, size), interpolation=cv2.INTER_CUBIC)
         path = folder / f"{i:03d}_{HELD_OUT[i % len(HELD_OUT)]}.png"
-        if not cv2.imwrite(str(path), np.ascontiguousarray(img[y0:y0 + s, x0:x0 + s, ::-1])):
+        if not cv2.imwrite(str(path), np.ascontiguousarray(img[:, :, ::-1])):
             raise OSError(f"cannot write {path}")
         paths.append(path)
     return paths
@@ -80,3 +85,83 @@ def folder_throughput(model: str, n_images: int, size: int, backend="auto", weig
             "folder_s": folder_s, "inference_s": inference_s, "overhead_s": folder_s - inference_s,
             "overhead_pct": 100.0 * (folder_s - inference_s) / folder_s,
             "runs_folder_s": folder, "runs_inference_s": infer}
+
+
+# -- the sr stage's own cost (every machine) and the GPU folder row (issue 19) ------------------------------
+
+NEAR_FREE = "pipeline.bench.near_free:nearest_x3"  # nearest-neighbour x3: inference costs next to nothing
+DEVICE_BACKENDS = ("torch", "ort-cuda", "ort-trt", "trt")  # the backends that run on a CUDA device
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process, every thread (what the stage costs, whoever runs it)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def stage_cost(n_images: int = 16, size: int = 384, repeats: int = 3, log=print) -> dict:
+    """The sr stage's own CPU cost and wall time per output megapixel: a folder run of the near-free x3 model
+    (through `--model package.module:factory`) minus pure inference of the same images on the same loaded
+    backend, alternating; and the cores the folder run keeps busy (CPU seconds / wall seconds)."""
+    be = backends.create("torch", NEAR_FREE, "fp32")
+    with tempfile.TemporaryDirectory(prefix="sr-stage-cost-") as tmp:
+        paths = write_folder(Path(tmp) / "in", n_images, size)
+        images = [imageio.read_image(p) for p in paths]
+        batches = [im.region_rgb(0, im.height, 0, im.width)[None] for im in images]
+        be.infer(batches[0], 3.0)
+        runs = {"folder_cpu": [], "folder_wall": [], "infer_cpu": [], "infer_wall": []}
+        for r in range(max(1, repeats)):
+            c0, t0 = _cpu_s(), time.perf_counter()
+            s = upscale(Path(tmp) / "in", Path(tmp) / f"out{r}", model=NEAR_FREE, backend=be, progress=False,
+                        log=lambda _msg: None)
+            runs["folder_cpu"].append(_cpu_s() - c0)
+            runs["folder_wall"].append(time.perf_counter() - t0)
+            c0, t0 = _cpu_s(), time.perf_counter()
+            _inference_s(be, batches, 3.0)
+            runs["infer_cpu"].append(_cpu_s() - c0)
+            runs["infer_wall"].append(time.perf_counter() - t0)
+    mpix = sum(r.out_mpix for r in s.ok)
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    row = {"model": NEAR_FREE, "backend": be.describe(), "images": n_images, "size": size, "scale": 3.0,
+           "out_mpix": mpix, "repeats": len(runs["folder_cpu"]), "workers": s.workers,
+           "stage_cpu_ms_per_mpix": 1e3 * (med["folder_cpu"] - med["infer_cpu"]) / mpix,
+           "stage_wall_ms_per_mpix": 1e3 * (med["folder_wall"] - med["infer_wall"]) / mpix,
+           "folder_cpu_ms_per_mpix": 1e3 * med["folder_cpu"] / mpix,
+           "folder_wall_ms_per_mpix": 1e3 * med["folder_wall"] / mpix,
+           "inference_cpu_ms_per_mpix": 1e3 * med["infer_cpu"] / mpix,
+           "cores_busy": med["folder_cpu"] / med["folder_wall"], "usable_cores": settings.usable_cores(),
+           "runs": runs}
+    log(f"  sr stage's own cost ({n_images} x {size}^2 -> x3, near-free model, medians of {row['repeats']}): "
+        f"{row['stage_cpu_ms_per_mpix']:.1f} ms CPU and {row['stage_wall_ms_per_mpix']:.1f} ms wall per output "
+        f"MPix beyond inference; {row['cores_busy']:.2f} of {row['usable_cores']} cores busy")
+    return row
+
+
+def gpu_folder_rows(models: list[str], n_images: int = 16, size: int = 512, weights=None, log=print,
+                    note=print) -> list[dict]:
+    """Folder run vs pure inference per device backend and model, 16 x 512^2 -> x3 (issue 19's GPU goal: the
+    folder run reaches >= 85 % of pure inference throughput). Skips with the reason where nothing runs."""
+    from pipeline.native.cuda_driver import gpu_visible
+
+    gpu = gpu_visible()
+    if not gpu[0]:
+        note(f"GPU folder row: {gpu[1]}")
+        return []
+    rows = []
+    for model in models:
+        for name in DEVICE_BACKENDS:
+            status = backends.backend_class(name).status(resolve(model), "fp32", weights=weights)
+            if not status.available:
+                note(f"GPU folder row {model} {name}: {status.reason}")
+                continue
+            try:
+                be = backends.create(name, model, "fp32", weights=weights)
+                if not be.on_gpu:
+                    note(f"GPU folder row {model} {name}: runs on {be.device}, not a GPU")
+                    continue
+                rows.append(folder_throughput(model, n_images, size, backend=be, log=log) | {"device_row": True})
+            except PipelineError as e:
+                note(f"GPU folder row {model} {name}: {e}")
+    return rows

@@ -76,11 +76,16 @@ def markdown(doc: dict) -> str:
     lines += ["", f"**startup** (time to first image, `python -m pipeline sr` in a fresh process, {s['size']}² "
               f"x{s['scale']:g}): median {s['median_s']:.2f} s of {s['runs']} runs "
               f"({', '.join(f'{w:.2f}' for w in s['walls_s'])} s)", "", "Not run: " + "; ".join(doc["skipped"])]
+    if doc.get("plots"):
+        lines += ["", "## Plots", ""] + [f"![{k}]({Path(v).name})" for k, v in doc["plots"].items()]
     return "\n".join(lines) + "\n"
 
 
 def write(doc: dict, out_dir: Path) -> dict[str, Path]:
     out_dir = Path(out_dir)
+    # the full bench's latency-vs-size plot, from this file's rows (one model, batch 1)
+    doc["plots"] = report.plot_bench({"results": [dict(r, model=doc["model"], batch=1) for r in doc["rows"]]},
+                                     out_dir)
     paths = {"json": out_dir / "report.json", "md": out_dir / "report.md"}
     atomic_write(paths["json"], json.dumps(doc, indent=2, default=str) + "\n")
     atomic_write(paths["md"], markdown(doc))

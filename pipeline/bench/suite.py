@@ -22,7 +22,7 @@ from pathlib import Path
 from pipeline import backends as B
 from pipeline import report
 from pipeline.artifacts.identity import resolve
-from pipeline.bench.folder import folder_throughput, write_folder
+from pipeline.bench.folder import folder_throughput, gpu_folder_rows, stage_cost, write_folder
 from pipeline.bench.kernels import kernel_section
 from pipeline.bench.ray_bench import ray_bench
 from pipeline.bench.results import apply_peak, auto_row, flops_entry, method
@@ -46,6 +46,9 @@ QUICK = dict(main_size=128, sizes=(64, 128), scales=(2.0, 3.0), batches=(1, 2), 
 # a Triton server's sr model with 1, 2 and 4 clients) per full bench.
 FULL.update(startup_runs=5, ray_images=24, ray_size=128, triton_images=24, triton_size=128)
 QUICK.update(startup_runs=1, ray_images=0, ray_size=64, triton_images=0, triton_size=64)
+# The sr stage's own cost (near-free x3 model, every machine) and, on a CUDA device, the GPU folder row (issue 19).
+FULL.update(stage_images=16, stage_size=384, stage_repeats=3, gpu_folder_images=16, gpu_folder_size=512)
+QUICK.update(stage_images=2, stage_size=64, stage_repeats=1, gpu_folder_images=0, gpu_folder_size=64)
 # Video fps at 480p and 720p input (`pipeline sr` on an H.264 clip): frames per clip, and the estimated frame time
 # above which a size is not run (2 CPU cores at x3: srcnn ~2 s per 480p frame and ~7 s per 720p; deform-srcnn ~30 s
 # per 480p frame, so only a full bench runs it, at 480p).
@@ -84,6 +87,12 @@ def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
         doc["ray"] = _ray_section(models[0], cfg, log, doc["skipped"].append)
     if cfg.get("triton_images"):
         doc["triton"] = _triton_section(models[0], cfg, log, doc["skipped"].append)
+    if cfg.get("stage_images"):
+        doc["stage_cost"] = _stage_cost_row(cfg, log, doc["skipped"].append)
+    if cfg.get("gpu_folder_images"):
+        log("GPU folder run vs pure inference")
+        doc["gpu_folder"] = gpu_folder_rows(models, cfg["gpu_folder_images"], cfg["gpu_folder_size"],
+                                            weights=weights, log=log, note=doc["skipped"].append)
     log("kernels (CUDA)")
     doc["kernels"], why_not = kernel_section(models, quick=bool(cfg.get("quick")), log=log)
     if why_not:
@@ -134,6 +143,18 @@ def _ray_section(model: str, cfg: dict, log, note) -> dict | None:
         except PipelineError as e:
             note(f"Ray comparison: {e}")
             return None
+
+
+def _stage_cost_row(cfg: dict, log, note) -> dict | None:
+    """The sr stage's own CPU and wall time per output megapixel, from the near-free x3 factory model."""
+    if importlib.util.find_spec("torch") is None:
+        note("sr stage cost: the near-free model is a PyTorch factory; PyTorch is not installed (export extra)")
+        return None
+    try:
+        return stage_cost(cfg["stage_images"], cfg["stage_size"], cfg.get("stage_repeats", 3), log=log)
+    except PipelineError as e:
+        note(f"sr stage cost: {e}")
+        return None
 
 
 def _triton_section(model: str, cfg: dict, log, note) -> dict | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import traceback
 
@@ -43,8 +44,14 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see: {self.prog} --help)")
 
 
+def _prog() -> str:
+    """How the user ran us, for usage lines: the `srdeploy` script or `python -m pipeline`."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return "srdeploy" if name.startswith("srdeploy") else "python -m pipeline"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m pipeline", description=__doc__.splitlines()[0],
+    parser = _Parser(prog=_prog(), description="one subcommand per pipeline stage (STAGE --help: its options)",
                      epilog=f"{DEBUG_FLAG}: print the traceback of an error (anywhere on the command line)")
     sub = parser.add_subparsers(dest="stage", metavar="STAGE")
     for name, (_, help_) in STAGES.items():
@@ -55,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _run_stage(stage: str, rest: list[str]) -> int:
     module_name, help_ = STAGES[stage]
     module = importlib.import_module(module_name)
-    stage_parser = _Parser(prog=f"python -m pipeline {stage}", description=help_)
+    stage_parser = _Parser(prog=f"{_prog()} {stage}", description=help_)
     module.add_arguments(stage_parser)
     return int(module.run(stage_parser.parse_args(rest)) or 0)
 
@@ -70,8 +77,17 @@ def _dispatch(argv: list[str]) -> int:
     return _run_stage(argv[0], argv[1:])
 
 
+def _search_current_folder() -> None:
+    """`python -m pipeline` finds modules in the current folder (`--model mypkg.net:factory`) because Python puts
+    it first on sys.path; the installed `srdeploy` script gets its own folder there instead. Same search for both."""
+    cwd = os.getcwd()
+    if not any(os.path.abspath(p or os.curdir) == cwd for p in sys.path):
+        sys.path.insert(0, cwd)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _search_current_folder()
     debug = DEBUG_FLAG in argv
     argv = [a for a in argv if a != DEBUG_FLAG]
     try:

@@ -22,7 +22,9 @@ def add_arguments(p) -> None:
     p.add_argument("--iters", type=int, help="max timed calls per configuration")
     p.add_argument("--time-budget", type=float, help="seconds of timed calls per configuration")
     options.add_backends_arg(p, help="only these backends (the baseline loop always runs)")
-    p.add_argument("--no-folder", action="store_true", help="skip the whole-folder (pipeline sr) timing")
+    p.add_argument("--no-folder", action="store_true",
+                   help="skip the whole-folder (pipeline sr) timings: folder vs inference, the stage's own cost, "
+                        "the GPU folder row")
     p.add_argument("--no-video", action="store_true", help="skip the video fps at 480p and 720p input")
     options.add_weights_arg(p)
     options.add_onnx_arg(p)
@@ -49,7 +51,7 @@ def config_from_args(args) -> dict:
     if backends:
         cfg["backends"] = tuple(backends)
     if args.no_folder:
-        cfg["folder_images"] = 0
+        cfg["folder_images"] = cfg["stage_images"] = cfg["gpu_folder_images"] = 0
     if args.no_video:
         cfg["video_frames"] = 0
     return cfg

@@ -9,6 +9,7 @@ from pipeline.analysis import sheet
 from pipeline.analysis.compare import compare_model
 from pipeline.artifacts.atomic import atomic_write
 from pipeline.bench.suite import QUICK, run_bench
+from pipeline.cli import options
 from pipeline.demo import DEMO_MODEL, DEMO_SCALE, _write_inputs, check_max_side, demo_markdown
 from pipeline.errors import PipelineError
 from pipeline.sr import upscale
@@ -54,13 +55,18 @@ def _bench(weights, root: Path) -> dict:
 def run(args) -> int:
     t0 = time.perf_counter()
     check_max_side(args.max_side, DEMO_SCALE)
+    # --model and --backend are checked before input/ and hr/ are written, like every other command's
+    options.models_from_args(args)
+    options.backend_from_args(args)
     model = DEMO_MODEL if args.model is None else args.model
     wdir = Path(args.weights_dir) if args.weights_dir else None
+    if wdir is not None and not wdir.is_dir():
+        raise PipelineError(f"--weights-dir {wdir} is not a folder")
 
     def weights(model: str):
         return str(wdir / f"{model}.pt") if wdir else None
 
-    root = Path(args.output) / "demo"
+    root = options.check_output_dir(Path(args.output) / "demo")
     root.mkdir(parents=True, exist_ok=True)
     print(f"demo: model {model} x{DEMO_SCALE:g}, backend {args.backend}, writing under {root}/")
     lr_dir, hr_dir, names = _write_inputs(root, args.images, args.max_side, DEMO_SCALE)

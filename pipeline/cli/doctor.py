@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from models.external.spec import is_external
 from models.spec import MODELS  # no numpy or PyTorch: doctor runs on a bare system python
 from pipeline.doctor import diagnose
+from pipeline.errors import PipelineError
 
 
 def add_arguments(parser) -> None:
@@ -17,5 +19,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    if args.model not in (None, "all") and args.model not in MODELS and not is_external(args.model):
+        # options.models_from_args says the same, but importing options needs numpy and ONNX Runtime
+        raise PipelineError(f"unknown model '{args.model}' (known: all, {', '.join(MODELS)})")
     models = list(MODELS) if args.model in (None, "all") else [args.model]
     return diagnose(args.output, models, engines=not args.no_engines)

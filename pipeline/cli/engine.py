@@ -22,7 +22,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--onnx", type=Path, help="ONNX file to build (exported by `python -m pipeline export`)")
     parser.add_argument("--output", type=Path, help="engine file to write (a .json sidecar is written next to it)")
     parser.add_argument("--all", action="store_true", help="build every custom-op ONNX file in --onnx-dir")
-    parser.add_argument("--onnx-dir", type=Path, default=Path("outputs/onnx"))
+    parser.add_argument("--onnx-dir", type=Path, default=Path("outputs/onnx"), metavar="DIR",
+                        help="with --all: folder of ONNX files to build, as `export --all` writes them "
+                             "(default: outputs/onnx)")
     options.add_output_dir_arg(parser, "outputs/engines", flag="--output-dir", what="engine folder (with --all)")
     parser.add_argument("--baseline", action="store_true",
                         help="with --all: also build the --ops standard ONNX files (TensorRT's own Resize/DeformConv)")

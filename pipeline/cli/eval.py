@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
-from models.registry import WeightsError
-from pipeline.analysis.evaluate import DEFAULT_SCALES, evaluate, format_table
+from models.spec import WeightsError
+from pipeline.analysis.evaluate import DEFAULT_SCALES, evaluate, format_table  # PyTorch loads inside evaluate()
 from pipeline.artifacts.atomic import atomic_write
 from pipeline.cli import options
 from pipeline.data import sample_images
@@ -31,7 +32,8 @@ def run(args: argparse.Namespace) -> int:
         options.check_output_file(args.json, "--json")
     try:
         images = {n: sample_images.load_rgb(n) for n in args.images} if args.images else None
-        result = evaluate(model, args.scales, weights, images=images)
+        result = evaluate(model, args.scales, weights, images=images,
+                          progress=lambda line: print(line, file=sys.stderr, flush=True))
     except (WeightsError, ValueError) as e:
         raise PipelineError(str(e)) from None
     skipped = [r["skipped"] for r in result["scales"].values() if "skipped" in r]

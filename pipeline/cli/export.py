@@ -5,21 +5,10 @@ import argparse
 import time
 from pathlib import Path
 
-from models.registry import MODELS
+from models.spec import MODELS  # torch-free: `export --help` must not import PyTorch
+from pipeline.artifacts.cache import EXPORTERS, IO_DTYPES, OPS, PRECISIONS, SIZE_INPUTS
 from pipeline.cli import options
 from pipeline.errors import PipelineError
-from pipeline.export.core import (
-    EXPORTERS,
-    IO_DTYPES,
-    OPS,
-    PRECISIONS,
-    SIZE_INPUTS,
-    ExportResult,
-    build_graph,
-    export_model,
-    onnx_filename,
-    write_variant,
-)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-verify", action="store_true", help="skip the ONNX Runtime vs PyTorch check")
 
 
-def describe(r: ExportResult) -> str:
+def describe(r) -> str:
+    """One line for an ExportResult."""
     err = "not verified" if r.max_abs_error is None else f"max|ORT-PyTorch| {r.max_abs_error:.2e}"
     io = f" io={r.io_dtype}" if r.precision == "fp16" else ""
     return (f"{r.path}: {r.model} {r.exporter} ops={r.ops} {r.precision}{io} opset {r.opset}  {err}  "
@@ -71,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
         raise PipelineError("--exporter all works with --all; with --model pick dynamo or torchscript")
     model = options.model_from_args(args)
     options.check_output_file(args.output, "--output")
+    from pipeline.export.core import export_model  # PyTorch: only when exporting
+
     r = export_model(model, args.output, exporter=args.exporter, ops=args.ops, precision=args.precision,
                      io_dtype=args.io_dtype, weights=options.weights_from_args(args), opset=args.opset, verify=verify,
                      size_input=args.size_input, scale=args.scale)
@@ -79,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_all(args: argparse.Namespace, verify: bool) -> int:
+    from pipeline.export.core import build_graph, onnx_filename, write_variant  # PyTorch: only when exporting
+
     failures: list[str] = []
     total = 0
     exporters = EXPORTERS if args.exporter == "all" else (args.exporter,)

@@ -4,9 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-import spandrel
-
-from models import external
+from models import external  # torch-free: spandrel and PyTorch load only to list or describe
 from models.spec import MODELS
 from pipeline.artifacts.identity import resolve
 from pipeline.errors import PipelineError
@@ -27,6 +25,8 @@ def listing() -> str:
     width = max(len(n) for n in MODELS)
     lines = ["our models (--model NAME):"]
     lines += [f"  {s.name:<{width}}  {_scale_text(*s.scale_range):<16} {s.description}" for s in MODELS.values()]
+    import spandrel
+
     lines.append(f"your checkpoints (--model FILE{'|'.join(external.SUFFIXES)}) of these spandrel "
                  f"{spandrel.__version__} architectures:")
     lines.append("  " + ", ".join(external.architectures()))

@@ -12,12 +12,12 @@ pipeline.artifacts.identity.resolve's answer; choice lists are checked by pipeli
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from models.spec import DEFAULT_MODEL, MODELS
 from pipeline import backends as B
 from pipeline.analysis.candidates import candidate_statuses
+from pipeline.artifacts.atomic import folder_problem
 from pipeline.artifacts.cache import PRECISIONS
 from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import check_onnx_file
@@ -134,22 +134,18 @@ def add_output_dir_arg(parser, default: str | None, flag: str = "--output", what
                         help=f"{what} (default: {default})" if default else what)
 
 
-def _folder_problem(folder: Path) -> str | None:
-    """Why `folder` cannot be created or written, or None."""
-    base = folder.absolute()
-    while not base.exists() and base != base.parent:
-        base = base.parent
-    if not base.is_dir():
-        return "is a file" if base == folder.absolute() else f"is inside {base}, which is a file"
-    if not os.access(base, os.W_OK | os.X_OK):
-        return f"cannot be written ({base} is not writable)"
-    return None
+# Names that are report files, not folders: `--output x/cmp.md` is refused instead of becoming a folder cmp.md.
+FILE_SUFFIXES = frozenset({".md", ".json", ".png", ".jpg", ".html", ".txt", ".csv", ".pdf", ".svg", ".onnx",
+                           ".engine", ".plan"})
 
 
 def check_output_dir(path, flag: str = "--output") -> Path:
     """A folder that is or can be made writable here; checked before any work, so none is lost."""
     path = Path(path)
-    problem = _folder_problem(path)
+    problem = folder_problem(path)
+    if not problem and path.suffix.lower() in FILE_SUFFIXES and not path.exists():
+        raise PipelineError(f"{flag} {path} names a {path.suffix.lower()[1:]} file; give a folder (the reports are "
+                            "written into it)")
     if problem:
         raise PipelineError(f"{flag} {path} {problem}; give a folder")
     return path
@@ -160,7 +156,7 @@ def check_output_file(path, flag: str) -> Path:
     path = Path(path)
     if path.is_dir():
         raise PipelineError(f"{flag} {path} is a folder; give a file name")
-    problem = _folder_problem(path.parent)
+    problem = folder_problem(path.parent)
     if problem:
         raise PipelineError(f"{flag} {path}: its folder {problem}")
     return path

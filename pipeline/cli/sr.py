@@ -13,6 +13,16 @@ from pipeline.sr import upscale
 from pipeline.sr.videofmt import CRF, ENCODERS
 
 
+def _batch(value: str) -> int | str:
+    """'auto' or an integer; the range is checked with the other options (pipeline.sr.settings)."""
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise PipelineError(f"--batch must be an integer >= 1 or 'auto', got {value!r}") from None
+
+
 def add_arguments(p) -> None:
     p.add_argument("input", help="image or video file, or a folder of them (searched recursively)")
     p.add_argument("output", help="output folder (mirrors INPUT's tree) or, for a single image or video, a file name")
@@ -35,14 +45,18 @@ def add_arguments(p) -> None:
     p.add_argument("--tile-overlap", type=int, default=None,
                    help="context each tile reads past its region, input pixels (default: the model's "
                         "receptive field, which makes tiled output equal whole-image output)")
-    p.add_argument("--batch", type=int, default=1, help="images (or tiles) of equal size per inference call")
-    p.add_argument("--workers", type=int, default=2, help="threads decoding and encoding images (default: 2)")
+    p.add_argument("--batch", type=_batch, default=1, help="images (or tiles) of equal size per inference call, or "
+                                                           "'auto': the most that fit on a GPU, capped (1 on the CPU)")
+    p.add_argument("--workers", type=int, default=None, help="threads decoding and encoding images (default: every "
+                                                             "core this process may use with a GPU backend, else 2)")
     p.add_argument("--skip-existing", action="store_true", help="leave outputs that already exist (resume)")
     p.add_argument("--reference", metavar="HR_DIR", help="ground-truth HR images with the same relative names: "
                                                         "report PSNR/SSIM (Y, border cropped) vs bicubic")
     p.add_argument("--summary", metavar="FILE", help="write a JSON summary (per-image times, sizes, status)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-image lines; the first line (model, "
                                                        "scale, backend and why) and failures still print")
+    p.add_argument("--verbose", action="store_true", help="also print the backend's full description, the whole "
+                                                         "reason it was chosen, and the tile and batch settings")
     p.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
                    help="run on a Ray cluster: no ADDRESS starts one on this machine (127.0.0.1 only); 'auto' or "
                         "ray://HOST:PORT joins one (OUTPUT must be a path every node sees)")
@@ -74,5 +88,5 @@ def run(args) -> int:
                       threads=args.threads, fmt=args.fmt, jpeg_quality=args.jpeg_quality, tile=args.tile,
                       tile_overlap=args.tile_overlap, batch=args.batch, workers=args.workers,
                       skip_existing=args.skip_existing, reference=args.reference, summary=args.summary,
-                      progress=not args.quiet, codec=args.codec, crf=args.crf)
+                      progress=not args.quiet, verbose=args.verbose, codec=args.codec, crf=args.crf)
     return 1 if summary.failed else 0

@@ -9,32 +9,19 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import time
-
-from tqdm import tqdm
 
 from pipeline.backends import pick_auto
 from pipeline.cluster import artifacts, connect, unit
 from pipeline.cluster.actor import COLUMNS, SrActor
 from pipeline.cluster.spool import SummarySpool
 from pipeline.errors import PipelineError, first_line
+from pipeline.sr import preflight
+from pipeline.sr.console import Console
 from pipeline.sr.jobs import discover
 
 TASKS_PER_ACTOR = 4   # batches queued per actor: enough to keep it busy, few to redo when it dies
 MAX_BATCH = 32        # images per Ray task: amortises Ray's per-task cost on small images
-
-
-class Console:
-    def __init__(self, quiet: bool):
-        self.quiet = quiet
-
-    def info(self, msg: str) -> None:
-        if not self.quiet:
-            tqdm.write(msg, file=sys.stderr)
-
-    def always(self, msg: str) -> None:
-        tqdm.write(msg, file=sys.stderr)
 
 
 def _triage(found, skip_existing: bool, spool: SummarySpool, console: Console) -> list[dict]:
@@ -73,7 +60,7 @@ def _pool(ray, n_rows: int, actors: int, cluster: connect.Cluster, ctor: dict):
 
 def _stream(ds, spool: SummarySpool, bar, console: Console, scale: float, seen: dict) -> float:
     """Records into the summary and the bar as they come; returns when the first actor was ready (wall clock)."""
-    ready = math.inf
+    ready, started = math.inf, time.perf_counter()
     for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
         ready = min(ready, float(batch["ready_at"].min()))
         for rec_json, actor, backend in zip(batch["record"], batch["actor"], batch["backend"], strict=True):
@@ -87,7 +74,7 @@ def _stream(ds, spool: SummarySpool, bar, console: Console, scale: float, seen: 
                 console.info(f"{rec['input']}: {iw}x{ih} -> {ow}x{oh} (x{scale:g}, {rec['mode']} "
                              f"{rec['bit_depth']}-bit, {rec['tiles']} tile{'s' if rec['tiles'] != 1 else ''})")
             bar.update(1)
-        bar.set_postfix_str(f"{spool.out_mpix / max(bar.format_dict['elapsed'], 1e-9):.2f} MPix/s", refresh=False)
+        bar.set_postfix_str(f"{spool.out_mpix / max(time.perf_counter() - started, 1e-9):.2f} MPix/s", refresh=False)
     return ready
 
 
@@ -106,7 +93,8 @@ def _run_on_cluster(args, model, scale, todo, spool, console, cluster) -> dict:
                    f"{actors} actor(s), backend {backend} ({choice}); {len(todo)} image(s) -> {args.output}")
     seen: dict[str, str] = {}
     t0 = ready = time.time()
-    with tqdm(total=len(todo), unit="img", disable=args.quiet, file=sys.stderr, dynamic_ncols=True) as bar:
+    bar = console.bar(len(todo))  # the local run's: a tqdm bar on a terminal, plain lines in a log
+    try:
         if todo:
             rows = ray.data.from_items([{c: r[c] for c in COLUMNS} for r in todo])
             ds = rows.map_batches(SrActor, **_pool(ray, len(todo), actors, cluster, ctor))
@@ -115,6 +103,8 @@ def _run_on_cluster(args, model, scale, todo, spool, console, cluster) -> dict:
                 ready = ready if math.isfinite(ready) else t0
             except Exception as e:  # an actor that cannot start (backend missing on a node, ...): one line
                 raise PipelineError(f"the Ray run failed: {_cause(e)}") from None
+    finally:
+        bar.close()
     return {"backend": sorted(set(seen.values())), "backend_choice": choice, "actors": actors,
             "actor_processes": sorted(seen), "artifacts": shared.describe(),
             "actor_start_s": round(max(0.0, ready - t0), 3) if todo else 0.0,
@@ -133,7 +123,7 @@ def _cause(e: BaseException) -> str:
 
 def run_ray(args) -> int:
     t_start = time.perf_counter()
-    console = Console(bool(args.quiet))
+    console = Console(progress=not args.quiet)
     model, scale, fmt = unit.check_arguments(args)
     if args.ray_actors is not None and args.ray_actors < 1:
         raise PipelineError("--ray-actors must be at least 1")
@@ -142,6 +132,7 @@ def run_ray(args) -> int:
         raise PipelineError(f"no images found in {args.input}")
     if found.videos:  # a clip is one sequential stream of frames, not a unit to spread over actors
         raise PipelineError(f"--ray upscales images; {found.videos[0].rel} is a video (run videos without --ray)")
+    preflight.check_writable(found, args.output, args.summary, uses_cache=False)  # before Ray starts
     spool = SummarySpool(args.summary)
     try:
         if found.ignored:

@@ -9,7 +9,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from pipeline.artifacts.cache import cached_onnx, weights_path
+from pipeline.artifacts.cache import cached_onnx, check_cache_writable, weights_path
 from pipeline.errors import PipelineError
 
 
@@ -26,9 +26,11 @@ def onnx_for(model: str, precision: str = "fp32", ops: str = "custom", *, export
     except ImportError as e:
         raise PipelineError(f"no cached ONNX file for {model} and exporting one needs PyTorch ({e}): install "
                             "the export extra (pip install 'srdeploy[export]') or pass --onnx FILE") from None
+    if cache is None:
+        check_cache_writable(folder)
     folder.mkdir(parents=True, exist_ok=True)
     if log is not None:
-        log(f"exporting {model} ({precision}, {ops} ops, {exporter}) to the ONNX cache: {path}")
+        log(f"exporting {model} ({precision}, {ops} ops, {exporter}) to the ONNX cache, once (a few seconds): {path}")
     # Export into a private temp folder next to the target, then rename: atomic even if two runs race. The
     # siblings the export writes (folded variants, reference outputs) move first, the file naming them last.
     with tempfile.TemporaryDirectory(prefix=".export-", dir=folder) as tmp:

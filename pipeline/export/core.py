@@ -16,14 +16,12 @@ from models.registry import (
     size_tensor,
 )
 from pipeline.artifacts.atomic import atomic_path
-from pipeline.artifacts.cache import EXPORTERS, OPS, PRECISIONS
+from pipeline.artifacts.cache import EXPORTERS, IO_DTYPES, OPS, PRECISIONS, SIZE_INPUTS
 from pipeline.artifacts.identity import resolve
 from pipeline.errors import PipelineError, check_choice, first_line
 from pipeline.export import dynamo, extras, fp16, graph, sr_ops, torchscript
 from pipeline.export import verify as verification
 
-IO_DTYPES = PRECISIONS  # float32 or float16 graph inputs/outputs
-SIZE_INPUTS = ("size", "scale")
 DEFAULT_OPSET = {"dynamo": 20, "torchscript": 20}
 MIN_OPSET = sr_ops.DEFORM_CONV_MIN_OPSET  # DeformConv (standard op and sr::DeformConv2d body) exists from 19
 MAX_OPSET = {"dynamo": 21, "torchscript": 20}

@@ -46,7 +46,7 @@ def driver() -> Driver:
     try:
         lib = ctypes.CDLL("libcuda.so.1")
     except OSError as e:
-        return Driver(0, 0, "", f"no NVIDIA driver (libcuda.so.1: {first_line(e)})")
+        return Driver(0, 0, "", f"no NVIDIA driver ({first_line(e)})")  # dlopen's message names the library
     version, count = ctypes.c_int(0), ctypes.c_int(0)
     rc = lib.cuInit(0)
     lib.cuDriverGetVersion(ctypes.byref(version))

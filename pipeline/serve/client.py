@@ -25,8 +25,8 @@ import numpy as np
 from pipeline.artifacts.atomic import atomic_write
 from pipeline.errors import PipelineError, first_line
 from pipeline.serve.tensors import ARRAY, output_from_array
-from pipeline.sr import imageio, settings
-from pipeline.sr.api import _report, _triage
+from pipeline.sr import imageio, preflight, settings
+from pipeline.sr.api import _report, _say_triage, _triage
 from pipeline.sr.console import Console
 from pipeline.sr.jobs import discover
 from pipeline.sr.records import Record, Summary
@@ -253,10 +253,11 @@ def run_triton(args) -> int:
     endpoint = parse_url(args.triton, args.triton_model)
     found = discover(args.input, args.output, fmt)
     if not found.jobs:
-        raise PipelineError(f"no images found in {args.input} (extensions: {', '.join(sorted(imageio.FORMATS))})")
+        raise PipelineError(f"no images found in {args.input} (extensions: {imageio.extensions_text()})")
     if found.videos:  # the sr model takes images; a clip is one sequential stream (run videos locally)
         raise PipelineError(f"--triton upscales images; {found.videos[0].rel} is a video (run videos without "
                             "--triton)")
+    preflight.check_writable(found, args.output, args.summary, uses_cache=False)  # before asking the server
     probe = Client(endpoint)
     try:
         params = probe.model_parameters()
@@ -271,13 +272,15 @@ def run_triton(args) -> int:
     console.always(f"sr: {model} x{scale:g} on Triton {endpoint.url} (model '{endpoint.model}', backend "
                    f"{params.get('backend', '?')}, {args.concurrency} request(s) at a time); {len(found.jobs)} "
                    f"image(s) -> {args.output}")
-    records, todo = _triage(found, args.skip_existing, console)
+    records, todo, failures = _triage(found, args.skip_existing)
+    _say_triage(records, failures, console)
     run = _Run(endpoint, scale, args.jpeg_quality, console, args.concurrency)
+    setup_s = time.perf_counter() - t_start
     process_s = run.all(todo)
     summary = Summary(model=model, scale=scale, backend=f"triton {endpoint.url} {endpoint.model}: {run.backend}",
                       backend_choice="--triton", input=str(args.input), output=str(args.output), tile=None,
                       tile_margin_hr=0, batch=1, workers=args.concurrency, records=records, ignored=found.ignored,
-                      wall_s=time.perf_counter() - t_start, process_s=process_s)
+                      wall_s=time.perf_counter() - t_start, process_s=process_s, setup_s=setup_s)
     if args.summary is not None:
         atomic_write(Path(args.summary), json.dumps(summary.to_dict(), indent=2) + "\n")
     if run.lost is not None:

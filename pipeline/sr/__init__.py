@@ -7,8 +7,9 @@
     scheduler  decode pool, batching, bounded write queue    worker     decode/plan/infer/encode one image
     jobs       INPUT -> OUTPUT file mapping                  records    Record, Summary (the JSON)
     tiling     tiles that reproduce whole-image inference    imageio    files <-> pixels
+    png        the PNG writer (Up filter + ISA-L deflate)
     bicubic    plain bicubic (alpha, baseline)               reference  --reference scores
-    console    what is printed (and what --quiet hides)
+    console    what is printed (--quiet hides, --verbose adds)   preflight  writable outputs, overwrite count
 """
 from pipeline.sr.api import load_backend, upscale
 from pipeline.sr.jobs import Job, discover

@@ -1,9 +1,10 @@
 """`upscale(INPUT, OUTPUT, ...) -> Summary`: the sr stage's Python API (`python -m pipeline sr` calls it).
 
-Flow: check every option and find the jobs (pipeline.sr.settings, pipeline.sr.jobs) -> load the backend
-(pipeline.backends; 'auto' picks one and says why) -> run the images (pipeline.sr.scheduler around a
-pipeline.sr.worker.ImageWorker) -> Summary (and the --summary JSON). Everything that can be wrong with the
-arguments fails before any image is read; one bad image never stops the run (it is a failed record).
+Flow: check every option and find the jobs (pipeline.sr.settings, pipeline.sr.jobs), check every place the run
+writes (pipeline.sr.preflight) -> load the backend (pipeline.backends; 'auto' picks one and says why) -> run the
+images (pipeline.sr.scheduler around a pipeline.sr.worker.ImageWorker) -> Summary (and the --summary JSON).
+Everything that can be wrong with the arguments fails before any image is read; one bad image never stops the run
+(it is a failed record).
 """
 from __future__ import annotations
 
@@ -15,13 +16,15 @@ from pathlib import Path
 from pipeline import backends
 from pipeline.artifacts.atomic import atomic_write
 from pipeline.artifacts.identity import resolve
+from pipeline.artifacts.onnx_file import onnx_metadata
 from pipeline.backends.base import check_precision
 from pipeline.backends.checks import check_scale
+from pipeline.engine.sidecar import read_sidecar
 from pipeline.errors import PipelineError
-from pipeline.sr import imageio, settings, videofmt
+from pipeline.sr import preflight, settings, videofmt
 from pipeline.sr.bicubic import bicubic
-from pipeline.sr.console import Console
-from pipeline.sr.jobs import JobList, discover
+from pipeline.sr.console import Console, headline, scale_note
+from pipeline.sr.jobs import JobList, discover, known_extensions
 from pipeline.sr.records import Record, Summary
 from pipeline.sr.reference import MISSING
 from pipeline.sr.scheduler import Scheduler
@@ -29,32 +32,49 @@ from pipeline.sr.worker import ImageWorker
 
 
 def load_backend(backend, model: str, precision: str, *, onnx=None, engine=None, weights=None,
-                 threads=None) -> tuple[backends.Backend, str]:
-    """A loaded backend and why it was chosen; `backend` is a name ('auto', 'ort', ...) or a loaded one."""
+                 threads=None, log=None) -> tuple[backends.Backend, str]:
+    """A loaded backend and why it was chosen; `backend` is a name ('auto', 'ort', ...) or a loaded one.
+    `log` gets the slow steps of loading (an export into the cache on first use, an engine build)."""
     if not isinstance(backend, str):
         return backend, backend.selection_reason or "given"
-    opts = {k: v for k, v in (("onnx", onnx), ("engine", engine), ("weights", weights), ("threads", threads))
-            if v is not None}
+    opts = {k: v for k, v in (("onnx", onnx), ("engine", engine), ("weights", weights), ("threads", threads),
+                              ("log", log)) if v is not None}
     loaded = backends.create(backend, model, precision, **opts)
     return loaded, loaded.selection_reason or backend
 
 
-def _triage(found: JobList, skip_existing: bool, console: Console) -> tuple[list[Record], list[Record]]:
-    """Records for every job, and those still to do (not failed up front, not skipped)."""
+def _model_metadata(spec, onnx, engine) -> dict[str, str]:
+    """What describes the model: its ONNX file's metadata, an engine's sidecar copy of it, else its spec's."""
+    if engine is not None:
+        return (read_sidecar(Path(engine)) or {}).get("onnx_metadata") or {}
+    if onnx is not None:
+        return onnx_metadata(Path(onnx))
+    return spec.to_metadata()
+
+
+def _triage(found: JobList, skip_existing: bool) -> tuple[list[Record], list[Record], list[str]]:
+    """Records for every job, those still to do (not failed up front, not skipped), and the failure lines to print
+    after the first line (a collision names every input in its one line)."""
     records = [Record(j) for j in found.jobs]
-    todo = []
+    todo, said = [], {}
     for rec in records:
         if rec.job.problem:
             rec.fail(rec.job.problem)
-            console.always(f"failed {rec.job.rel}: {rec.reason}")
+            said.setdefault(rec.reason, f"failed {rec.job.rel}: {rec.reason}")
         elif skip_existing and rec.job.dst.exists():
             rec.status, rec.reason = "skipped", "output exists"
         else:
             todo.append(rec)
-    skipped = len(records) - len(todo) - sum(r.status == "failed" for r in records)
+    return records, todo, list(said.values())
+
+
+def _say_triage(records: list[Record], failures: list[str], console: Console) -> None:
+    """After the first line: the jobs failed up front, and how many were skipped."""
+    for line in failures:
+        console.always(line)
+    skipped = sum(r.status == "skipped" for r in records)
     if skipped:
         console.info(f"skipping {skipped} image(s) whose output exists")
-    return records, todo
 
 
 def _report(summary: Summary, reference, console: Console) -> None:
@@ -69,8 +89,9 @@ def _report(summary: Summary, reference, console: Console) -> None:
                        f"name, {len(summary.ok) - missing} of another size or unreadable); no scores "
                        f"(per-image reasons are in the summary)")
     c = summary.counts
-    console.info(f"done: {c['ok']} ok, {c['failed']} failed, {c['skipped']} skipped in {summary.wall_s:.1f} s "
-                 f"({summary.images_per_s} images/s, {summary.mpix_per_s} MPix/s output)")
+    console.info(f"done: {c['ok']} ok, {c['failed']} failed, {c['skipped']} skipped in {summary.wall_s:.1f} s: "
+                 f"{summary.overall_images_per_s} images/s, {summary.overall_mpix_per_s} MPix/s output over the "
+                 f"whole run (setup {summary.setup_s:.1f} s, then {summary.images_per_s} images/s)")
     failed = summary.failed
     if failed:
         console.always(f"{len(failed)} image(s) failed: " + ", ".join(r.job.rel for r in failed[:5])
@@ -80,8 +101,9 @@ def _report(summary: Summary, reference, console: Console) -> None:
 def upscale(input: str | Path, output: str | Path, *, model: str | None = None, scale: float | None = None,
             backend: str | backends.Backend = "auto", precision: str = "fp32", onnx=None, engine=None, weights=None,
             threads: int | None = None, fmt: str | None = None, jpeg_quality: int = 95, tile: int | None = None,
-            tile_overlap: int | None = None, batch: int = 1, workers: int = 2, skip_existing: bool = False,
-            reference=None, summary=None, progress: bool = True, codec: str | None = None, crf: int | None = None,
+            tile_overlap: int | None = None, batch: int | str = 1, workers: int | None = None,
+            skip_existing: bool = False, reference=None, summary=None, progress: bool = True, verbose: bool = False,
+            codec: str | None = None, crf: int | None = None,
             log: Callable[[str], object] | None = None) -> Summary:
     """Super-resolve an image or a folder tree (OUTPUT mirrors it) and return the run's Summary.
 
@@ -90,12 +112,16 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     (then onnx/engine/weights/threads/precision do not apply: it is used as it is).
     codec/crf: how videos are encoded (pipeline.sr.videofmt; default: H.264 at a high-quality CRF, lossless FFV1
     for .mkv, VP9 for .webm); images ignore them.
-    tile: LR tile side, 0 = never tile, None = from free memory. progress=False hides the bar and
-    per-image lines (the header and failures still go out). log: where lines go (default: stderr).
-    Argument problems raise PipelineError before any work; per-image failures are in the Summary.
+    tile: LR tile side, 0 = never tile, None = from free memory (a device backend's own). batch: images or
+    tiles of one size per call, or 'auto' (the most that fit on a device, capped; 1 on the host). workers:
+    decode/encode threads, None = every usable core with a device backend, else 2. progress=False hides the bar and
+    per-image lines (the header and failures still go out); verbose adds the backend's full description and
+    reasons. log: where lines go (default: stderr). Argument problems, unwritable outputs included, raise
+    PipelineError before any work; per-image failures are in the Summary. On KeyboardInterrupt the images done
+    are kept, --summary is written for them and the interrupt is raised again.
     """
     t_start = time.perf_counter()
-    console = Console(progress, log)
+    console = Console(progress, log, verbose)
     settings.check_numbers(tile=tile, tile_overlap=tile_overlap, batch=batch, workers=workers, threads=threads,
                            jpeg_quality=jpeg_quality)
     fmt = settings.check_format(fmt)
@@ -111,19 +137,21 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     scale = check_scale(spec, spec.default_scale if scale is None else scale)
     found = discover(input, output, fmt, summary=summary)
     if not found.jobs:
-        raise PipelineError(f"no images found in {input}, nor videos (extensions: "
-                            f"{', '.join(sorted(imageio.FORMATS))}; {', '.join(videofmt.VIDEO_FORMATS)})")
+        raise PipelineError(f"no images found in {input}, nor videos (extensions: {known_extensions()})")
     for job in found.videos:  # a --codec the container cannot hold fails before any work
         videofmt.codec_for(job.fmt, codec)
+    # the cache is written only to export (or build) what no --onnx/--engine file gives; torch reads the weights
+    preflight.check_writable(found, output, summary, uses_cache=isinstance(backend, str) and backend != "torch"
+                             and onnx is None and engine is None)
+    overwrites = preflight.overwrites(found, skip_existing)
 
     loaded, choice = load_backend(backend, model, precision, onnx=onnx, engine=engine, weights=weights,
-                                  threads=threads)
-    note = spec.scale_note(scale)  # a user's model: at its own factor, or resized?
-    how = f" ({note})" if note else ""
+                                  threads=threads, log=console.always)
+    note = scale_note(_model_metadata(spec, onnx, engine), scale)
     videos = len(found.videos)
-    counts = [(len(found.jobs) - videos, "image(s)"), (videos, "video(s)")]
-    what = ", ".join(f"{n} {kind}" for n, kind in counts if n) or "0 image(s)"
-    records, todo = _triage(found, skip_existing, console)
+    counts = [(len(found.jobs) - videos, "image"), (videos, "video")]
+    what = ", ".join(f"{n} {kind}{'s' if n != 1 else ''}" for n, kind in counts if n) or "0 images"
+    records, todo, failures = _triage(found, skip_existing)
     clips = [r for r in todo if r.job.video]
     if clips:  # PyAV loads only for runs with videos
         from pipeline.sr.video import VideoRunner, plan_clips
@@ -131,23 +159,41 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
         plans = plan_clips(clips, scale, codec, crf)
         if len(found.jobs) == 1 and plans:  # one clip: its size/crop notes belong in the first line
             what = "; ".join([what, *next(iter(plans.values())).notes])
-    console.always(f"sr: {spec.name} x{scale:g}{how} on {loaded.describe()} ({choice}); {what} -> {output}")
+    console.always(headline(spec.name, scale, note, loaded.name, loaded.selection_brief or choice,
+                            what, output, overwrites))
+    console.detail(f"backend: {loaded.describe()}; why: {choice}")
+    _say_triage(records, failures, console)
     if found.ignored:
         console.info(f"ignored {len(found.ignored)} file(s) without an image or video extension "
                      f"(e.g. {found.ignored[0]})")
     worker = ImageWorker(loaded, spec, scale, tile=tile, tile_overlap=tile_overlap, batch=batch,
                          jpeg_quality=jpeg_quality, reference=reference)
+    workers = settings.io_workers(workers, loaded.on_gpu)
+    console.detail(f"tiles: {worker.tile or 'whole images'} LR px, {worker.margin} HR px of context; batch "
+                   f"{worker.batch}; {workers} decode/encode worker(s)")
+    setup_s = time.perf_counter() - t_start
+    interrupted = False
     images = [r for r in todo if not r.job.video]
-    process_s = Scheduler(worker, console, workers).run(images) if images or not clips else 0.0
-    if clips:
-        process_s += VideoRunner(worker, console).run_all(clips, plans)
+    try:
+        process_s = Scheduler(worker, console, workers).run(images) if images or not clips else 0.0
+        if clips:
+            process_s += VideoRunner(worker, console).run_all(clips, plans)
+    except KeyboardInterrupt:
+        interrupted, process_s = True, time.perf_counter() - t_start - setup_s
 
     result = Summary(model=spec.name, scale=scale, backend=loaded.describe(), backend_choice=choice,
                      input=str(input), output=str(output), tile=worker.tile, tile_margin_hr=worker.margin,
                      batch=worker.batch, workers=workers, records=records, ignored=found.ignored,
-                     wall_s=time.perf_counter() - t_start, process_s=process_s)
+                     wall_s=time.perf_counter() - t_start, process_s=process_s, setup_s=setup_s,
+                     interrupted=interrupted)
     if summary is not None:
         atomic_write(Path(summary), json.dumps(result.to_dict(), indent=2) + "\n")
+    if interrupted:
+        c = result.counts
+        console.always(f"interrupted: {c['ok']} file(s) written (complete), {c['not_done']} not done"
+                       + (f", summary in {summary}" if summary is not None else "")
+                       + "; to finish, run the same command again with --skip-existing")
+        raise KeyboardInterrupt
     _report(result, reference, console)
     if result.reference:  # one scored image's crops side by side, beside OUTPUT; metrics import only with --reference
         from pipeline.analysis import sheet

@@ -1,16 +1,87 @@
-"""What the sr stage prints: the header and failures always, progress and per-image lines unless quiet."""
+"""What the sr stage prints: the first line and failures always, progress and per-image lines unless quiet,
+the backend's full description and reasons with --verbose. On a terminal progress is a tqdm bar; when stderr is
+redirected (a log file, CI) it is a plain line every PLAIN_EVERY_S seconds instead of `\\r` redraws."""
 from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Callable
 
 from tqdm import tqdm
 
+PLAIN_EVERY_S = 10.0  # seconds between plain progress lines (redirected stderr)
+TILE_EVERY_S = 5.0    # a tiled image taking longer than this reports its tiles this often
+
+
+def scale_note(meta: dict[str, str], scale: float) -> str:
+    """What a user's net does at `scale`, from the metadata that describes it (its spec's or its ONNX file's):
+    'Compact runs at x4, then resizes to x3'; '' for our own models."""
+    arch, native = meta.get("architecture"), meta.get("native_scale")
+    if not arch or not native:
+        return ""
+    native_f = float(native)
+    if float(scale) == native_f:
+        return f"{arch} runs at its own x{native_f:g}"
+    return f"{arch} runs at x{native_f:g}, then resizes to x{float(scale):g}"
+
+
+def headline(model: str, scale: float, note: str, backend: str, why: str, what: str, output, overwrites: int) -> str:
+    """The run's first line: model, scale, backend and why in a few words, what (e.g. '3 images') goes where."""
+    how = f" ({note})" if note else ""
+    over = (f"; overwrites {overwrites} existing output{'s' if overwrites != 1 else ''} (--skip-existing keeps "
+            "them)") if overwrites else ""
+    return f"sr: {model} x{scale:g}{how} on {backend} ({why}); {what} -> {output}{over}"
+
+
+class PlainProgress:
+    """tqdm's calls the scheduler makes (update, set_postfix_str, close), as a plain line now and then."""
+
+    def __init__(self, total: int | None, write: Callable[[str], None], every_s: float | None = None,
+                 unit: str = "img", desc: str | None = None):
+        self.total, self.n, self.postfix, self.unit, self.desc = total, 0, "", unit, desc
+        self._write, self._every = write, PLAIN_EVERY_S if every_s is None else every_s
+        self._t0 = self._last = time.perf_counter()
+
+    def set_postfix_str(self, s: str, refresh: bool = True) -> None:
+        self.postfix = s
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        now = time.perf_counter()
+        if now - self._last >= self._every and (self.total is None or self.n < self.total):
+            self._last = now
+            self._line(now)
+
+    def _line(self, now: float) -> None:
+        what = f"{self.desc}: " if self.desc else ""
+        count = f"{self.n}/{self.total}" if self.total is not None else f"{self.n}"
+        unit = {"img": "image(s)"}.get(self.unit, f"{self.unit}(s)")
+        rate = f", {self.postfix}" if self.postfix else ""
+        self._write(f"progress: {what}{count} {unit} in {now - self._t0:.0f} s{rate}")
+
+    def close(self) -> None:
+        pass
+
+
+class TileProgress:
+    """Per-tile callback for one image: after TILE_EVERY_S, a line every TILE_EVERY_S saying how far it is."""
+
+    def __init__(self, name: str, write: Callable[[str], None], every_s: float | None = None):
+        self.name, self._write, self._every = name, write, TILE_EVERY_S if every_s is None else every_s
+        self._t0 = self._last = time.perf_counter()
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.perf_counter()
+        if now - self._last >= self._every and done < total:
+            self._last = now
+            self._write(f"{self.name}: {done}/{total} tiles in {now - self._t0:.0f} s")
+
 
 class Console:
-    def __init__(self, progress: bool = True, log: Callable[[str], object] | None = None):
+    def __init__(self, progress: bool = True, log: Callable[[str], object] | None = None, verbose: bool = False):
         self.progress = progress
+        self.verbose = verbose
         self._log = log
         self._lock = threading.Lock()  # scheduler threads report too
 
@@ -22,7 +93,7 @@ class Console:
                 tqdm.write(msg, file=sys.stderr)
 
     def always(self, msg: str) -> None:
-        """The header (model, scale, backend and why), failures, and anything the user must see."""
+        """The first line (model, scale, backend and why), failures, and anything the user must see."""
         self._write(msg)
 
     def info(self, msg: str) -> None:
@@ -30,7 +101,20 @@ class Console:
         if self.progress:
             self._write(msg)
 
-    def bar(self, total: int | None, unit: str = "img", desc: str | None = None) -> tqdm:
-        """A progress bar (count, rate, ETA when total is known; a video's frames may not be)."""
-        return tqdm(total=total, unit=unit, desc=desc, disable=not self.progress or self._log is not None,
-                    file=sys.stderr, dynamic_ncols=True)
+    def detail(self, msg: str) -> None:
+        """What the first line leaves out (the backend's full description, the whole reason): --verbose only."""
+        if self.verbose:
+            self._write(msg)
+
+    def tiles(self, name: str) -> TileProgress | None:
+        """A per-tile progress callback for one image (None when quiet)."""
+        return TileProgress(name, self._write) if self.progress else None
+
+    def bar(self, total: int | None, unit: str = "img", desc: str | None = None):
+        """A progress bar (count, rate, ETA when total is known; a video's frames may not be); when stderr is not a
+        terminal, a plain line now and then instead."""
+        if not self.progress or self._log is not None:
+            return tqdm(total=total, disable=True)
+        if not sys.stderr.isatty():  # a log file gets lines, not carriage-return redraws
+            return PlainProgress(total, self._write, unit=unit, desc=desc)
+        return tqdm(total=total, unit=unit, desc=desc, file=sys.stderr, dynamic_ncols=True)

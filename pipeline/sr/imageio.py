@@ -3,7 +3,8 @@ gray/alpha layout, float conversion of regions, quantisation, atomic writes.
 
 A decoded `Image` keeps the file's own integer pixels (OpenCV's BGR/BGRA order, uint8 or uint16) and
 converts only the region a tile needs to float32 RGB in [0, 1], so no full-size float copy of a large
-image ever exists. Rounding and clipping to the output bit depth happen once, in `quantize`.
+image ever exists. How samples become floats and back (rounding, clipping) is pipeline.backends.pixels' rule,
+which device backends apply on the device.
 """
 from __future__ import annotations
 
@@ -24,11 +25,18 @@ with contextlib.suppress(HeaderError):
     os.environ.setdefault("CV_IO_MAX_IMAGE_PIXELS", str(max(max_pixels(), 2**30)))
 import cv2  # noqa: E402
 
+from pipeline.backends import pixels as px  # noqa: E402
+from pipeline.sr import png  # noqa: E402
+
 # Extensions we read and write (OpenCV codecs present in opencv-python-headless).
 FORMATS = {
     ".png": "png", ".jpg": "jpg", ".jpeg": "jpg", ".jpe": "jpg", ".bmp": "bmp", ".dib": "bmp",
     ".tif": "tiff", ".tiff": "tiff", ".webp": "webp",
 }
+# Image extensions we do not write: an OUTPUT ending in one is refused instead of becoming a folder of that name.
+OTHER_IMAGE_EXT = frozenset({".gif", ".apng", ".avif", ".heic", ".heif", ".jxl", ".jp2", ".j2k", ".jpf", ".ico",
+                             ".cur", ".svg", ".tga", ".exr", ".hdr", ".pbm", ".pgm", ".ppm", ".pnm", ".pfm", ".psd",
+                             ".ras", ".dng", ".raw", ".cr2", ".nef", ".arw"})
 FORMAT_EXT = {"png": ".png", "jpg": ".jpg", "jpeg": ".jpg", "bmp": ".bmp", "tif": ".tif", "tiff": ".tif",
               "webp": ".webp"}
 # Largest side each encoder accepts (libjpeg: 65500, libwebp: 16383); others are bounded by memory.
@@ -37,13 +45,6 @@ MAX_SIDE = {"jpg": 65500, "webp": 16383, "png": 2**31 - 1, "bmp": 2**31 - 1, "ti
 DEPTH16 = {"png", "tiff"}
 # Formats that hold an alpha channel through OpenCV's encoders.
 ALPHA = {"png", "tiff", "webp", "bmp"}
-# PNG: zlib level 1 with run-length matching after the Paeth filter. On upscaled photos (smooth) this takes
-# half the CPU of level 3's defaults (768x768 RGB: 20 vs 40 ms) and the files are smaller (570 vs 610 KiB);
-# lossless either way. (The Up filter saves another 5 ms for files 18 % larger.)
-PNG_PARAMS = [cv2.IMWRITE_PNG_COMPRESSION, 1, cv2.IMWRITE_PNG_STRATEGY, cv2.IMWRITE_PNG_STRATEGY_RLE,
-              cv2.IMWRITE_PNG_FILTER, cv2.IMWRITE_PNG_FILTER_PAETH]
-# BT.601 luma weights (the ones cv2.cvtColor RGB2GRAY uses) to write gray images back gray.
-GRAY_WEIGHTS = np.array([0.299, 0.587, 0.114], dtype=np.float32)
 
 
 class ImageError(Exception):
@@ -95,15 +96,15 @@ class Image:
 
     def region_rgb(self, y0: int, y1: int, x0: int, x1: int) -> np.ndarray:
         """float32 CHW RGB in [0, 1] of rows y0:y1, columns x0:x1 (gray is replicated to 3 channels)."""
-        # Division (not multiplication by 1/max) so values equal the usual `img.astype(float32) / 255`.
         p = self.pixels[y0:y1, x0:x1]
         if p.ndim == 2:
-            f = p.astype(np.float32) / np.float32(self.max_value)
+            f = p.astype(np.float32) / np.float32(self.max_value)  # = px.to_unit's values
             return np.broadcast_to(f, (3, *f.shape)).copy()
-        f = np.empty((3, y1 - y0, x1 - x0), dtype=np.float32)
-        for c in range(3):  # BGR(A) -> RGB, one plane at a time
-            np.divide(p[:, :, 2 - c], np.float32(self.max_value), out=f[c], dtype=np.float32)
-        return f
+        return px.to_unit(p[:, :, :3])
+
+    def region_pixels(self, y0: int, y1: int, x0: int, x1: int) -> np.ndarray:
+        """HxWx3 BGR samples of a region of a color image, what `Backend.infer_pixels` takes (a view)."""
+        return self.pixels[y0:y1, x0:x1, :3]
 
     def region_alpha(self, y0: int, y1: int, x0: int, x1: int) -> np.ndarray:
         """float32 HW alpha in [0, 1] of a region (only for images with alpha)."""
@@ -112,6 +113,11 @@ class Image:
 
 def format_of(path: Path) -> str | None:
     return FORMATS.get(Path(path).suffix.lower())
+
+
+def extensions_text() -> str:
+    """The image extensions we read and write, as every message lists them."""
+    return ", ".join(sorted(FORMATS))
 
 
 def normalize_format(fmt: str) -> str:
@@ -244,19 +250,9 @@ def new_output(height: int, width: int, channels: int, depth: int) -> np.ndarray
     return np.empty(shape, dtype=dtype)
 
 
-def _round_clip(x: np.ndarray, depth: int, out: np.ndarray) -> np.ndarray:
-    """float in [0, 1] -> float32 integer sample values in `out`: the one place values are rounded and clipped."""
-    maxv = np.float32(65535.0 if depth == 16 else 255.0)
-    np.multiply(x, maxv, out=out)
-    np.rint(out, out=out)
-    np.clip(out, 0, maxv, out=out)
-    return out
-
-
 def quantize(x: np.ndarray, depth: int) -> np.ndarray:
-    """float in [0, 1] -> integer samples (uint8 or uint16)."""
-    y = _round_clip(x, depth, np.empty(np.shape(x), dtype=np.float32))
-    return y.astype(np.uint16 if depth == 16 else np.uint8)
+    """float in [0, 1] -> integer samples (uint8 or uint16): pipeline.backends.pixels' rule."""
+    return px.quantize(x, depth)
 
 
 def store_rgb(out: np.ndarray, y0: int, x0: int, rgb: np.ndarray, depth: int) -> None:
@@ -265,14 +261,15 @@ def store_rgb(out: np.ndarray, y0: int, x0: int, rgb: np.ndarray, depth: int) ->
     Gray outputs get BT.601 luma of the RGB result, computed in float before the single rounding."""
     h, w = rgb.shape[1:]
     if out.ndim == 2:
-        g = np.tensordot(GRAY_WEIGHTS, rgb, axes=1)
-        out[y0:y0 + h, x0:x0 + w] = quantize(g, depth)
-        return
-    # One scratch plane reused for the three channels: the same values as quantize() in about half
-    # its time (no temporary per step; this runs for every output pixel, on the inference thread).
-    plane = np.empty((h, w), dtype=np.float32)
-    for c in range(3):
-        out[y0:y0 + h, x0:x0 + w, 2 - c] = _round_clip(rgb[c], depth, plane)
+        out[y0:y0 + h, x0:x0 + w] = px.to_gray(rgb, depth)
+    else:
+        px.to_samples(rgb, depth, out[y0:y0 + h, x0:x0 + w, :3])
+
+
+def store_pixels(out: np.ndarray, y0: int, x0: int, bgr: np.ndarray) -> None:
+    """Write HxWx3 BGR samples (from `Backend.infer_pixels`) into a color output buffer at (y0, x0)."""
+    h, w = bgr.shape[:2]
+    out[y0:y0 + h, x0:x0 + w, :3] = bgr
 
 
 def store_alpha(out: np.ndarray, y0: int, x0: int, alpha: np.ndarray, depth: int) -> None:
@@ -300,8 +297,11 @@ def encode(pixels: np.ndarray, fmt: str, jpeg_quality: int = 95) -> bytes:
         params = [cv2.IMWRITE_JPEG_QUALITY, int(jpeg_quality)]
     elif fmt == "webp":
         params = [cv2.IMWRITE_WEBP_QUALITY, int(jpeg_quality)]
-    elif fmt == "png":
-        params = PNG_PARAMS
+    elif fmt == "png":  # our own writer: a third of OpenCV's CPU (pipeline.sr.png)
+        try:
+            return png.encode_png(pixels)
+        except ValueError as e:
+            raise ImageError(f"cannot encode png: {e}") from None
     try:
         ok, buf = cv2.imencode(ext, np.ascontiguousarray(pixels), params)
     except cv2.error as e:

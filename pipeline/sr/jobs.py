@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.errors import PipelineError
-from pipeline.sr.imageio import FORMAT_EXT, format_of
+from pipeline.sr.imageio import FORMAT_EXT, OTHER_IMAGE_EXT, extensions_text, format_of
 from pipeline.sr.videofmt import VIDEO_FORMATS, video_format
 
 
@@ -55,6 +55,11 @@ def _out_name(rel: Path, fmt: str | None) -> tuple[Path, str]:
     return rel.with_suffix(FORMAT_EXT[fmt]), fmt
 
 
+def known_extensions() -> str:
+    """What sr reads, as messages list it: the image extensions, then the video ones."""
+    return f"{extensions_text()}; videos {', '.join(VIDEO_FORMATS)}"
+
+
 def _single_video(src_root: Path, out_root: Path) -> tuple[Path, str]:
     if out_root.is_dir() or (format_of(out_root) is None and video_format(out_root) is None
                              and not out_root.exists()):
@@ -77,8 +82,7 @@ def _single_file(src_root: Path, out_root: Path, fmt: str | None) -> JobList:
                                 f"overwritten)")
         return JobList([Job(src_root, dst, src_root.name, f)], [], src_root.parent)
     if format_of(src_root) is None:
-        raise PipelineError(f"input {src_root} is not an image or video file (known extensions: "
-                            f"{', '.join(sorted(FORMAT_EXT))}, {', '.join(VIDEO_FORMATS)})")
+        raise PipelineError(f"input {src_root} is not an image or video file (extensions: {known_extensions()})")
     if out_root.is_dir() or (format_of(out_root) is None and not out_root.exists()):
         name, f = _out_name(Path(src_root.name), fmt)
         dst = out_root / name
@@ -86,7 +90,7 @@ def _single_file(src_root: Path, out_root: Path, fmt: str | None) -> JobList:
         named = format_of(out_root)
         if named is None:  # an existing notes.txt would be replaced by image bytes
             raise PipelineError(f"OUTPUT {out_root} is an existing file that is not an image (extensions: "
-                                f"{', '.join(sorted(FORMAT_EXT))}); name an image file or a folder")
+                                f"{extensions_text()}); name an image file or a folder")
         if fmt is not None and named is not None and named != fmt:
             raise PipelineError(f"OUTPUT {out_root} names a {named} file but --format {fmt} was given; "
                                 f"name it {FORMAT_EXT[fmt]} or leave out --format")
@@ -140,15 +144,19 @@ def _walk(src_root: Path, out_root: Path, fmt: str | None) -> JobList:
 def _flag_conflicts(jobs: list[Job]) -> None:
     """An output path that is an input file, or that two inputs map to (a.png + a.jpg -> a.png)."""
     inputs = {_real(j.src) for j in jobs}
-    seen: dict[Path, str] = {}
+    by_dst: dict[Path, list[Job]] = {}
     for j in jobs:
         d = _real(j.dst)
         if d in inputs:
             j.problem = f"output path {j.dst} is an input file (inputs are never overwritten)"
-        elif d in seen:
-            j.problem = f"output {j.dst} would also be written for {seen[d]}"
         else:
-            seen[d] = j.rel
+            by_dst.setdefault(d, []).append(j)
+    for group in by_dst.values():  # every input of a collision fails: none is written, none silently wins
+        if len(group) > 1:
+            names = " and ".join(j.rel for j in group)
+            both = "both" if len(group) == 2 else "all"
+            for j in group:
+                j.problem = f"{names} would {both} write {j.dst}; rename one (or use another --format)"
 
 
 def output_link_problem(dst: Path, out_root: Path) -> str:
@@ -182,11 +190,18 @@ def check_data_loss(found: JobList, summary: str | Path | None) -> None:
 
 def discover(input_path: str | Path, output_path: str | Path, fmt: str | None = None, *,
              summary: str | Path | None = None) -> JobList:
-    """Jobs for INPUT -> OUTPUT. Raises PipelineError (one line) for unusable arguments."""
+    """Jobs for INPUT -> OUTPUT. Raises PipelineError (one line) for unusable arguments.
+
+    OUTPUT is the file to write when INPUT is one image (or video) and OUTPUT ends in an extension we write and is
+    not an existing folder; otherwise it is a folder. An OUTPUT ending in an image extension we do not write (.gif,
+    ...) is refused rather than made a folder of that name."""
     src_root = Path(input_path)
     out_root = Path(output_path)
     if not src_root.exists():
         raise PipelineError(f"input not found: {src_root}")
+    if out_root.suffix.lower() in OTHER_IMAGE_EXT and not out_root.is_dir():
+        raise PipelineError(f"OUTPUT {out_root} names a {out_root.suffix.lower()[1:]} image, a format sr does not "
+                            f"write (extensions: {extensions_text()})")
     if src_root.is_file():
         found = _single_file(src_root, out_root, fmt)
         check_data_loss(found, summary)

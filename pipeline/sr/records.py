@@ -78,6 +78,8 @@ class Summary:
     ignored: list[str] = field(default_factory=list)
     wall_s: float = 0.0     # the whole call, backend loading included
     process_s: float = 0.0  # decoding the first image to writing the last
+    setup_s: float = 0.0    # the call's start to the first decode: checks, backend load (and an export on first use)
+    interrupted: bool = False  # Ctrl-C: the records still "pending" were not done
 
     def _with(self, status: str) -> list[Record]:
         return [r for r in self.records if r.status == status]
@@ -96,8 +98,19 @@ class Summary:
 
     @property
     def counts(self) -> dict[str, int]:
-        return {"ok": len(self.ok), "failed": len(self.failed), "skipped": len(self.skipped),
-                "ignored": len(self.ignored)}
+        c = {"ok": len(self.ok), "failed": len(self.failed), "skipped": len(self.skipped), "ignored": len(self.ignored)}
+        if self.interrupted:
+            c["not_done"] = len(self._with("pending"))
+        return c
+
+    @property
+    def overall_images_per_s(self) -> float | None:
+        """Images per second over the whole call, setup included (what a user waits for)."""
+        return round(len(self.ok) / self.wall_s, 3) if self.wall_s > 0 else None
+
+    @property
+    def overall_mpix_per_s(self) -> float | None:
+        return round(sum(r.out_mpix for r in self.ok) / self.wall_s, 3) if self.wall_s > 0 else None
 
     @property
     def images_per_s(self) -> float | None:
@@ -125,10 +138,13 @@ class Summary:
             "model": self.model, "scale": self.scale, "backend": self.backend, "backend_choice": self.backend_choice,
             "input": self.input, "output": self.output, "tile": self.tile, "tile_margin_hr": self.tile_margin_hr,
             "batch": self.batch, "workers": self.workers, "counts": self.counts,
-            "wall_s": round(self.wall_s, 3), "process_s": round(self.process_s, 3),
+            "wall_s": round(self.wall_s, 3), "setup_s": round(self.setup_s, 3), "process_s": round(self.process_s, 3),
             "images_per_s": self.images_per_s, "mpix_per_s": self.mpix_per_s,
+            "overall_images_per_s": self.overall_images_per_s, "overall_mpix_per_s": self.overall_mpix_per_s,
             "images": [r.as_dict() for r in self.records], "failures": self.failures, "ignored": self.ignored,
         }
         if self.reference:
             d["reference"] = self.reference
+        if self.interrupted:
+            d["interrupted"] = True
         return d

@@ -102,7 +102,7 @@ class Scheduler:
             return
         self._flush()
         try:
-            self.worker.infer_tiled(item)
+            self.worker.infer_tiled(item, self.console.tiles(item.rec.job.rel) if item.plan.count > 1 else None)
         except Exception as e:  # this image fails; the run goes on
             self._fail(item.rec, infer_reason(e))
             return
@@ -147,6 +147,12 @@ class Scheduler:
                 self._take(rec, decoded)
             self._flush()
             self._reap(-1)
+        except KeyboardInterrupt:
+            # stop reading; writes under way finish (each is atomic) and count as done in the summary
+            self.readers.shutdown(wait=True, cancel_futures=True)
+            self.writers.shutdown(wait=True)
+            self._reap(-1)
+            raise
         finally:
             self.readers.shutdown(wait=True, cancel_futures=True)
             self.writers.shutdown(wait=True)

@@ -2,6 +2,7 @@
 value is one PipelineError line (the CLI's exit 2), never a silent fallback or a failure after the work."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from models.spec import DEFAULT_MODEL
@@ -11,6 +12,23 @@ from pipeline.errors import PipelineError
 from pipeline.sr import imageio
 
 JPEG_QUALITY = (1, 100)  # OpenCV's JPEG and WebP quality range (WebP takes no 0)
+HOST_WORKERS = 2  # decode/encode threads beside a host backend, which itself uses every core while it infers
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask: a container's or taskset's limit, not the machine's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def io_workers(workers: int | None, on_gpu: bool) -> int:
+    """--workers, or the default: every usable core when inference runs on a device (the CPU then only
+    decodes and encodes); beside a host backend, today's 2 (at most the cores), so inference keeps the cores."""
+    if workers is not None:
+        return workers
+    return usable_cores() if on_gpu else min(HOST_WORKERS, usable_cores())
 
 
 def _at_least(name: str, value: int | None, low: int, note: str = "") -> None:
@@ -21,7 +39,8 @@ def _at_least(name: str, value: int | None, low: int, note: str = "") -> None:
 def check_numbers(*, tile, tile_overlap, batch, workers, threads, jpeg_quality) -> None:
     _at_least("--tile", tile, 0, " (0 = never tile)")
     _at_least("--tile-overlap", tile_overlap, 0)
-    _at_least("--batch", batch, 1)
+    if batch != "auto":
+        _at_least("--batch", batch, 1, " or 'auto'")
     _at_least("--workers", workers, 1)
     _at_least("--threads", threads, 1)
     lo, hi = JPEG_QUALITY

@@ -206,9 +206,11 @@ def plan(height: int, width: int, scale: float, tile: int | None, margin: int, w
 
 
 def auto_tile(scale: float, margin: int, batch: int = 1, available_bytes: int | None = None,
-              cap_bytes: int = 1 << 30) -> int:
-    """LR tile side whose crops (tile*scale + 2*margin HR pixels square) fit a quarter of free memory
-    (capped at `cap_bytes`), shared by `batch` tiles in flight."""
+              cap_bytes: int | None = 1 << 30, bytes_per_pixel: float = BYTES_PER_OUTPUT_PIXEL,
+              share: float = 0.25) -> int:
+    """LR tile side whose crops (tile*scale + 2*margin HR pixels square) fit `share` of free memory (capped at
+    `cap_bytes`, None = no cap), shared by `batch` tiles in flight, at `bytes_per_pixel` of working memory per
+    output pixel. Host memory by default; a device backend passes its free memory and measured cost."""
     if available_bytes is None:
         try:
             import psutil
@@ -216,8 +218,11 @@ def auto_tile(scale: float, margin: int, batch: int = 1, available_bytes: int | 
             available_bytes = int(psutil.virtual_memory().available)
         except Exception:  # psutil missing: assume a modest machine
             available_bytes = 4 << 30
-    budget = min(available_bytes // 4, cap_bytes) // max(1, batch)
-    crop_side = math.isqrt(max(1, budget // BYTES_PER_OUTPUT_PIXEL))
+    budget = int(available_bytes * share)
+    if cap_bytes is not None:
+        budget = min(budget, cap_bytes)
+    budget //= max(1, batch)
+    crop_side = math.isqrt(max(1, int(budget / max(bytes_per_pixel, 1.0))))
     keep_hr = max(crop_side - 2 * margin, 16)
     return max(8, int(keep_hr / scale))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,16 +101,36 @@ def tile_margin(spec: ModelSpec, scale: float, tile_overlap: int | None) -> int:
     return math.ceil(tile_overlap * scale)
 
 
-def batch_limit(backend: Backend, batch: int) -> int:
-    """--batch, capped by the largest batch an engine's profiles take (TensorRT)."""
+AUTO_BATCH = 8  # --batch auto on a device: at most this many images or tiles per call
+AUTO_BATCH_SIDE = 2048  # ... and only as many as leave each one a crop of this many HR pixels square
+DEVICE_SHARE = 0.5  # of the device's free memory that tiles in flight may take (it holds nothing else of ours)
+
+
+def batch_limit(backend: Backend, batch: int | str) -> int:
+    """--batch (or 'auto': on a device, the most that fit, capped; on the host 1, as a host backend already
+    spreads one image over every core), capped by the largest batch an engine's profiles take (TensorRT)."""
+    if batch == "auto":
+        mem = backend.device_memory()
+        if mem is None:
+            batch = 1
+        else:
+            fit = int(mem.free_bytes * DEVICE_SHARE // (mem.bytes_per_output_pixel * AUTO_BATCH_SIDE ** 2))
+            batch = max(1, min(AUTO_BATCH, fit))
     if backend.profiles:
         return min(batch, max(int(p.batch[2]) for p in backend.profiles))
     return batch
 
 
 def tile_size(backend: Backend, scale: float, margin: int, batch: int, tile: int | None) -> int | None:
-    """LR tile side (None = whole images): --tile, or from free memory, capped so crops fit an engine."""
-    size = tiling.auto_tile(scale, margin, batch) if tile is None else (tile or None)
+    """LR tile side (None = whole images): --tile, or from free memory (a device backend's own, at the model's
+    measured cost per output pixel: whole images whenever they fit), capped so crops fit an engine."""
+    if tile is None:
+        mem = backend.device_memory()
+        size = tiling.auto_tile(scale, margin, batch) if mem is None else tiling.auto_tile(
+            scale, margin, batch, mem.free_bytes, cap_bytes=None, bytes_per_pixel=mem.bytes_per_output_pixel,
+            share=DEVICE_SHARE)
+    else:
+        size = tile or None
     max_in = backend.max_input_size()
     if max_in is None:
         return size
@@ -124,7 +145,7 @@ class ImageWorker:
     """Everything one run's images share, and the steps that turn one input file into one output file."""
 
     def __init__(self, backend: Backend, model: str | ModelSpec, scale: float, *, tile: int | None = None,
-                 tile_overlap: int | None = None, batch: int = 1, jpeg_quality: int = 95,
+                 tile_overlap: int | None = None, batch: int | str = 1, jpeg_quality: int = 95,
                  reference: str | Path | None = None):
         self.backend = backend
         self.scale = scale
@@ -160,29 +181,62 @@ class ImageWorker:
     def _infer(self, batch: np.ndarray) -> np.ndarray:
         return self.backend.infer(np.ascontiguousarray(batch, dtype=np.float32), self.scale)
 
-    def infer_tiled(self, item: Planned) -> None:
-        """One image, tile by tile (or whole: the one-tile plan), into its output buffer."""
+    def _infer_pixels(self, batch: np.ndarray) -> np.ndarray:
+        """NHWC samples in, NHWC samples out, seen as NCHW views (what run_tiles checks and hands back)."""
+        return self.backend.infer_pixels(batch, self.scale).transpose(0, 3, 1, 2)
+
+    def infer_tiled(self, item: Planned, progress: Callable[[int, int], None] | None = None) -> None:
+        """One image, tile by tile (or whole: the one-tile plan), into its output buffer; `progress(done, total)`
+        after each tile.
+
+        Color images go to the backend as integer samples and come back as samples (`Backend.infer_pixels`:
+        a device backend converts and rounds on the device); gray ones take the float path, whose luma is
+        computed in float before the single rounding."""
         image, out, depth = item.image, item.out, item.image.depth
+        done = 0
 
         def write(t: tiling.Tile, y: np.ndarray) -> None:
+            nonlocal done
             sy, sx = t.keep_slices()
-            imageio.store_rgb(out, t.y.keep0, t.x.keep0, y[:, sy, sx], depth)
+            if image.gray:
+                imageio.store_rgb(out, t.y.keep0, t.x.keep0, y[:, sy, sx], depth)
+            elif item.plan.whole and y.shape[0] == out.shape[2]:  # the backend's result is the output: no copy
+                item.out = y.transpose(1, 2, 0)
+            else:
+                imageio.store_pixels(out, t.y.keep0, t.x.keep0, y.transpose(1, 2, 0)[sy, sx])
             if image.has_alpha:  # alpha: plain bicubic on the same crop, so it tiles exactly as well
                 a = bicubic(image.region_alpha(t.y.crop0, t.y.crop1, t.x.crop0, t.x.crop1), t.out_shape)
                 imageio.store_alpha(out, t.y.keep0, t.x.keep0, a[sy, sx], depth)
+            done += 1
+            if progress is not None:
+                progress(done, item.plan.count)
 
         t0 = time.perf_counter()
-        tiling.run_tiles(item.plan, image.region_rgb, self._infer, write, self.batch)
+        if image.gray:
+            tiling.run_tiles(item.plan, image.region_rgb, self._infer, write, self.batch)
+        else:
+            tiling.run_tiles(item.plan, image.region_pixels, self._infer_pixels, write, self.batch)
         item.rec.infer_s = time.perf_counter() - t0
 
     def infer_batch(self, items: list[Planned]) -> None:
         """Whole images of one size in one inference call."""
         t0 = time.perf_counter()
-        x = np.stack([it.image.region_rgb(0, it.image.height, 0, it.image.width) for it in items])
-        y = self._infer(x)
+        # gray (luma before rounding) or a mix of 8- and 16-bit images (one sample type per call): the float path
+        floats = any(it.image.gray for it in items) or len({it.image.depth for it in items}) > 1
+        if floats:
+            x = np.stack([it.image.region_rgb(0, it.image.height, 0, it.image.width) for it in items])
+            y = self._infer(x)
+        else:
+            x = np.stack([it.image.region_pixels(0, it.image.height, 0, it.image.width) for it in items])
+            y = self.backend.infer_pixels(x, self.scale)
         del x
         for it, yi in zip(items, y, strict=True):
-            imageio.store_rgb(it.out, 0, 0, yi, it.image.depth)
+            if floats:
+                imageio.store_rgb(it.out, 0, 0, yi, it.image.depth)
+            elif yi.shape == it.out.shape:  # the backend's result is the output: no copy on this thread
+                it.out = yi
+            else:
+                imageio.store_pixels(it.out, 0, 0, yi)
             if it.image.has_alpha:
                 a = bicubic(it.image.region_alpha(0, it.image.height, 0, it.image.width), it.out.shape[:2])
                 imageio.store_alpha(it.out, 0, 0, a, it.image.depth)

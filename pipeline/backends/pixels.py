@@ -1,0 +1,191 @@
+"""Integer pixels <-> model tensors: the one rule for how samples become model input and how model output
+becomes samples again, in numpy (the CPU path) and in torch (any device), with identical bytes.
+
+Pixels are NHWC in OpenCV's BGR order, uint8 or uint16 (what decoders give and encoders take). Model tensors are
+NCHW float RGB in [0, 1].
+- In: sample / max as a float32 division (`img.astype(float32) / 255`). Torch reads it from a table that numpy
+  computed (`unit_table`), so no device's division or reciprocal shortcut can change a bit.
+- Out: float32(y) * max, rounded half to even (np.rint = torch.round), clipped to [0, max], cast.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+GRAY_WEIGHTS = np.array([0.299, 0.587, 0.114], dtype=np.float32)  # BT.601 luma (cv2's RGB2GRAY)
+
+
+def max_value(dtype) -> float:
+    """Full scale of a sample type: 255 or 65535."""
+    return 65535.0 if np.dtype(dtype) == np.uint16 else 255.0
+
+
+def depth_dtype(depth: int) -> np.dtype:
+    return np.dtype(np.uint16 if depth == 16 else np.uint8)
+
+
+def check_pixels(batch, who: str = "") -> None:
+    """An NHWC BGR uint8/uint16 batch, or one PipelineError line (before anything is launched)."""
+    from pipeline.errors import PipelineError
+
+    who = f"{who}: " if who else ""
+    if not isinstance(batch, np.ndarray) or batch.ndim != 4 or batch.shape[3] != 3 or min(batch.shape) < 1:
+        raise PipelineError(f"{who}expected an NHWC BGR pixel batch (N, H, W, 3), got "
+                            f"{getattr(batch, 'shape', type(batch).__name__)}")
+    if batch.dtype not in (np.uint8, np.uint16):
+        raise PipelineError(f"{who}pixels must be uint8 or uint16, got {batch.dtype}")
+
+
+# -- numpy: the CPU path ---------------------------------------------------------------------------------
+
+def to_unit(pixels: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """HxWx3 BGR (or NHWC) integer samples -> float32 CHW (NCHW) RGB in [0, 1]."""
+    lead = pixels.shape[:-3]
+    h, w = pixels.shape[-3:-1]
+    f = np.empty((*lead, 3, h, w), dtype=np.float32) if out is None else out
+    for c in range(3):  # BGR -> RGB, one plane at a time
+        np.divide(pixels[..., 2 - c], np.float32(max_value(pixels.dtype)), out=f[..., c, :, :], dtype=np.float32)
+    return f
+
+
+def round_clip(x: np.ndarray, depth: int, out: np.ndarray) -> np.ndarray:
+    """float in [0, 1] -> float32 integer sample values in `out`."""
+    maxv = np.float32(65535.0 if depth == 16 else 255.0)
+    np.multiply(x, maxv, out=out)
+    np.rint(out, out=out)
+    np.clip(out, 0, maxv, out=out)
+    return out
+
+
+def quantize(x: np.ndarray, depth: int) -> np.ndarray:
+    """float in [0, 1] -> integer samples (uint8 or uint16), same shape."""
+    return round_clip(x, depth, np.empty(np.shape(x), dtype=np.float32)).astype(depth_dtype(depth))
+
+
+def to_samples(y: np.ndarray, depth: int, out: np.ndarray | None = None) -> np.ndarray:
+    """float CHW (NCHW) RGB model output -> HxWx3 (NHWC) BGR samples, in `out` when given."""
+    lead, (h, w) = y.shape[:-3], y.shape[-2:]
+    if out is None:
+        out = np.empty((*lead, h, w, 3), dtype=depth_dtype(depth))
+    plane = np.empty((*lead, h, w), dtype=np.float32)  # one scratch plane for the three channels
+    for c in range(3):
+        out[..., 2 - c] = round_clip(y[..., c, :, :], depth, plane)
+    return out
+
+
+def to_gray(y: np.ndarray, depth: int) -> np.ndarray:
+    """float CHW RGB -> HxW gray samples: BT.601 luma in float, then the single rounding."""
+    return quantize(np.tensordot(GRAY_WEIGHTS, y, axes=1), depth)
+
+
+def swap_rb(src: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """NHWC BGR <-> RGB (one OpenCV pass per image; `out` may be `src`). The device path swaps on the host:
+    a fifth of the time of a torch flip on the CPU, and the device then reads and writes plain NHWC."""
+    import cv2
+
+    out = np.empty(src.shape, src.dtype) if out is None else out
+    for i in range(src.shape[0]):
+        cv2.cvtColor(src[i], cv2.COLOR_BGR2RGB, dst=out[i])
+    return out
+
+
+# -- torch: the same rule on the model's device -----------------------------------------------------------
+
+class PinnedStaging:
+    """Page-locked host buffers, one per name, reused across calls and grown only for a larger batch: copies
+    between them and the device are asynchronous, and nothing is pinned (slow) per image."""
+
+    def __init__(self):
+        self._buffers: dict[str, object] = {}
+
+    def get(self, key: str, shape: tuple[int, ...], dtype):
+        import torch
+
+        need = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        buf = self._buffers.get(key)
+        if buf is None or buf.numel() < need:
+            buf = torch.empty(need, dtype=torch.uint8).pin_memory()
+            self._buffers[key] = buf
+        return buf[:need].view(dtype).view(shape)
+
+
+def torch_dtype(dtype):
+    import torch
+
+    return torch.uint16 if np.dtype(dtype) == np.uint16 else torch.uint8
+
+
+def unit_table(dtype, device):
+    """float32 [max + 1]: sample v -> v / max, computed by numpy (the CPU path's values) and kept on `device`."""
+    import torch
+
+    maxv = max_value(dtype)
+    return torch.from_numpy(np.arange(int(maxv) + 1, dtype=np.float32) / np.float32(maxv)).to(device)
+
+
+def torch_to_unit(rgb, table):
+    """NHWC RGB integer tensor -> NCHW float32 RGB in [0, 1] with channels_last strides (no transpose copy)."""
+    import torch
+
+    return table[rgb.to(torch.int32)].permute(0, 3, 1, 2)
+
+
+def torch_to_samples(y, out) -> None:
+    """NCHW float model output -> `out`, an NHWC RGB uint8/uint16 tensor on the same device; `y` is consumed."""
+    import torch
+
+    maxv = 65535.0 if out.dtype == torch.uint16 else 255.0
+    # In place: `y` is a scratch output (the net's fresh result, a graph's static output or an engine's bound
+    # buffer, each rewritten by the next run); a new 16 MB tensor per 1152^2 image cost more in page faults
+    # than the multiplication itself.
+    z = y.float().mul_(maxv).round_().clamp_(0.0, maxv)
+    out.copy_(z.permute(0, 2, 3, 1))  # a plain cast when the net ran channels_last
+
+
+# -- ONNX: the same rule inside the graph, for ONNX Runtime's device providers ---------------------------------
+
+PIXELS_IN, PIXELS_OUT, PIXEL_MAX = "pixels", "pixels_out", "pixel_max"
+
+
+def onnx_pixel_io(model, dtype):
+    """A copy of an ONNX model (input 'input' NCHW float, one output) that takes NHWC RGB integer `pixels` and
+    gives NHWC RGB integer `pixels_out` of the same type: Gather from `unit_table` (exact on any provider) in
+    front, Mul / Round (half to even) / Clip / Cast behind. The full scale is a run-time input (`pixel_max`),
+    not a constant, so no optimiser can fold the Mul into the net's last convolution and round differently."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    (old_in,) = [i for i in g.input if i.name == "input"]
+    (old_out,) = g.output
+    in_type = old_in.type.tensor_type.elem_type
+    int_type = TensorProto.UINT16 if np.dtype(dtype) == np.uint16 else TensorProto.UINT8
+    maxv = max_value(dtype)
+    table = np.arange(int(maxv) + 1, dtype=np.float32) / np.float32(maxv)
+    g.initializer.extend([numpy_helper.from_array(table, "px_table"),
+                          numpy_helper.from_array(np.zeros((), np.float32), "px_zero")])
+    front = [helper.make_node("Cast", [PIXELS_IN], ["px_i64"], to=TensorProto.INT64),
+             helper.make_node("Gather", ["px_table", "px_i64"], ["px_unit"], axis=0),
+             helper.make_node("Transpose", ["px_unit"], ["px_nchw" if in_type != TensorProto.FLOAT else "input"],
+                              perm=[0, 3, 1, 2])]
+    if in_type != TensorProto.FLOAT:  # an fp16-I/O graph: the CPU path casts the float32 batch the same way
+        front.append(helper.make_node("Cast", ["px_nchw"], ["input"], to=in_type))
+    back = [helper.make_node("Cast", [old_out.name], ["px_f32"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["px_f32", PIXEL_MAX], ["px_scaled"]),
+            helper.make_node("Round", ["px_scaled"], ["px_round"]),
+            helper.make_node("Clip", ["px_round", "px_zero", PIXEL_MAX], ["px_clip"]),
+            helper.make_node("Cast", ["px_clip"], ["px_nchw_int"], to=int_type),
+            helper.make_node("Transpose", ["px_nchw_int"], [PIXELS_OUT], perm=[0, 2, 3, 1])]
+    nodes = list(g.node)
+    del g.node[:]
+    g.node.extend(front + nodes + back)
+    inputs = [i for i in g.input if i.name != "input"]
+    del g.input[:]
+    g.input.extend([helper.make_tensor_value_info(PIXELS_IN, int_type, ["n", "h", "w", 3]), *inputs,
+                    helper.make_tensor_value_info(PIXEL_MAX, TensorProto.FLOAT, [])])
+    del g.output[:]
+    g.output.extend([helper.make_tensor_value_info(PIXELS_OUT, int_type, ["n", "oh", "ow", 3])])
+    return m

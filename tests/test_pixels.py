@@ -1,0 +1,152 @@
+"""Integer pixels in and out (pipeline.backends.pixels): the torch conversions a device backend runs give the
+very bytes of the numpy CPU path. Here they run on CPU tensors through the same code the CUDA path runs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline.backends import pixels as px
+from pipeline.backends.base import Backend
+from pipeline.errors import PipelineError
+from pipeline.sr.imageio import Image
+
+torch = pytest.importorskip("torch", reason="the torch backend and conversions need PyTorch (export extra)")
+
+
+def hard_floats(n: int, maxv: float, seed: int) -> np.ndarray:
+    """Model outputs where rounding is decided: exact halves, their float32 neighbours, out of range, random."""
+    k = np.arange(int(maxv) + 1, dtype=np.float64)
+    halves = ((k + 0.5) / maxv).astype(np.float32)
+    near = np.concatenate([np.nextafter(halves, np.float32(-1)), np.nextafter(halves, np.float32(2))])
+    rng = np.random.default_rng(seed)
+    extra = np.float32([-1e9, -0.5, -1e-7, 0.0, 1.0, 1.0 + 1e-7, 1.5, 1e9])
+    vals = np.concatenate([halves, near, extra, rng.uniform(-0.2, 1.2, n).astype(np.float32)])
+    return vals[: (len(vals) // 3) * 3].reshape(1, 3, 1, -1)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
+def test_unit_table_is_the_division(dtype):
+    maxv = px.max_value(dtype)
+    every = np.repeat(np.arange(int(maxv) + 1), 3).astype(dtype).reshape(1, 1, -1, 3)  # each value, each channel
+    want = px.to_unit(every)
+    assert np.array_equal(want[0, 0], every[0, ..., 2].astype(np.float32) / np.float32(maxv))
+    got = px.torch_to_unit(torch.from_numpy(px.swap_rb(every)), px.unit_table(dtype, "cpu"))
+    assert got.dtype == torch.float32 and np.array_equal(got.numpy(), want)
+
+
+@pytest.mark.parametrize("depth", [8, 16])
+def test_torch_samples_are_the_numpy_samples(depth):
+    maxv = 65535.0 if depth == 16 else 255.0
+    y = hard_floats(5000, maxv, depth)
+    want = px.to_samples(y, depth)
+    out = torch.empty(want.shape, dtype=px.torch_dtype(want.dtype))
+    px.torch_to_samples(torch.from_numpy(y.copy()), out)  # consumed in place
+    assert np.array_equal(px.swap_rb(out.numpy()), want)
+    # and the same as the stage's CPU path before integer I/O: quantize() per channel, BGR order
+    for c in range(3):
+        assert np.array_equal(want[..., 2 - c], px.quantize(y[:, c], depth))
+
+
+def test_fp16_outputs_round_like_their_float32_values():
+    y16 = torch.from_numpy(hard_floats(2000, 255.0, 3)).half()
+    out = torch.empty((1, 1, y16.shape[-1], 3), dtype=torch.uint8)
+    px.torch_to_samples(y16, out)
+    assert np.array_equal(px.swap_rb(out.numpy()), px.to_samples(y16.float().numpy(), 8))
+
+
+def test_swap_rb_of_views_and_in_place():
+    bgra = np.random.default_rng(2).integers(0, 65536, (2, 9, 11, 4)).astype(np.uint16)
+    view = bgra[:, 1:7, 2:9, :3]
+    assert np.array_equal(px.swap_rb(view), view[..., ::-1])
+    a = np.ascontiguousarray(view)
+    assert px.swap_rb(a, a) is a and np.array_equal(a, view[..., ::-1])
+
+
+@pytest.fixture(scope="module")
+def srcnn_cpu():
+    from pipeline.backends.torch_backend import TorchBackend
+
+    return TorchBackend("srcnn", device="cpu").load()
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
+def test_torch_backend_pixels_equal_the_cpu_path(srcnn_cpu, dtype):
+    """The torch backend's own integer path (torch conversions, CPU tensors) = the base class's numpy
+    conversions around `infer` = the stage's path before this change (region_rgb -> infer -> store_rgb)."""
+    rng = np.random.default_rng(7)
+    maxv = int(px.max_value(dtype))
+    img = rng.integers(0, maxv + 1, (2, 23, 31, 3)).astype(dtype)
+    got = srcnn_cpu.infer_pixels(img, 3.0)
+    assert got.dtype == dtype and got.shape == (2, 69, 93, 3)
+    assert np.array_equal(got, Backend.infer_pixels(srcnn_cpu, img, 3.0))
+    for i in range(2):
+        old = np.empty((69, 93, 3), dtype)
+        y = srcnn_cpu.infer(Image(img[i]).region_rgb(0, 23, 0, 31)[None], 3.0)[0]
+        from pipeline.sr import imageio
+
+        imageio.store_rgb(old, 0, 0, y, 16 if dtype == np.uint16 else 8)
+        assert np.array_equal(got[i], old)
+
+
+def test_torch_backend_pixels_take_views_and_refuse_floats(srcnn_cpu):
+    img = np.random.default_rng(1).integers(0, 256, (40, 40, 4)).astype(np.uint8)
+    view = img[3:20, 5:30, :3][None]  # a non-contiguous crop of a BGRA image, as the worker passes it
+    assert np.array_equal(srcnn_cpu.infer_pixels(view, 2.0), Backend.infer_pixels(srcnn_cpu, view, 2.0))
+    with pytest.raises(PipelineError, match="uint8 or uint16"):
+        srcnn_cpu.infer_pixels(view.astype(np.float32), 2.0)
+    with pytest.raises(PipelineError, match="NHWC"):
+        srcnn_cpu.infer_pixels(img[None], 2.0)
+
+
+def test_device_memory_is_for_device_backends(srcnn_cpu):
+    assert srcnn_cpu.device_memory() is None and not srcnn_cpu.on_gpu
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("cuda_graph", [False, True])
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
+def test_torch_cuda_pixels_equal_the_cpu_path(dtype, cuda_graph):
+    """On the GPU: integers converted on the device = the numpy conversions around the same device's float
+    output, byte for byte (pinned staging reused across calls, CUDA graph replay on repeated shapes)."""
+    from pipeline.backends.torch_backend import TorchBackend
+
+    be = TorchBackend("srcnn", device="cuda", cuda_graph=cuda_graph).load()
+    rng = np.random.default_rng(5)
+    for shape in [(2, 40, 56, 3), (2, 40, 56, 3), (1, 17, 9, 3)]:
+        img = rng.integers(0, int(px.max_value(dtype)) + 1, shape).astype(dtype)
+        assert np.array_equal(be.infer_pixels(img, 3.0), Backend.infer_pixels(be, img, 3.0))
+    mem = be.device_memory()
+    assert mem.free_bytes > 0 and mem.bytes_per_output_pixel > 0
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
+def test_ort_pixel_graph_equals_the_cpu_path(dtype):
+    """ONNX Runtime with the rule inside the graph (what its CUDA and TensorRT providers run, with I/O binding),
+    here on the CPU provider: the bytes of the numpy conversions around the same session's float output."""
+    from pipeline.backends.ort_backend import OrtCpuBackend
+
+    be = OrtCpuBackend("srcnn", threads=1).load()
+    rng = np.random.default_rng(11)
+    img = rng.integers(0, int(px.max_value(dtype)) + 1, (2, 21, 26, 3)).astype(dtype)
+    for scale in (3.0, 2.5):
+        got = be.infer_pixels_in_graph(img, scale)
+        assert got.dtype == dtype and np.array_equal(got, be.infer_pixels(img, scale))  # the latter: numpy
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["ort-cuda", "ort-trt", "trt"])
+def test_device_backends_pixels_equal_the_cpu_path(name):
+    """ONNX Runtime's CUDA/TensorRT providers (rule in the graph, I/O binding) and TensorRT (rule on its stream
+    around the bound buffers): the bytes of the numpy conversions around the same backend's float output."""
+    from models.lookup import get_spec
+    from pipeline import backends
+
+    status = backends.backend_class(name).status(get_spec("srcnn"), "fp32")
+    if not status.available:
+        pytest.skip(status.reason)
+    be = backends.create(name, "srcnn", "fp32")
+    rng = np.random.default_rng(9)
+    for dtype in (np.uint8, np.uint16):
+        img = rng.integers(0, int(px.max_value(dtype)) + 1, (1, 48, 40, 3)).astype(dtype)
+        assert np.array_equal(be.infer_pixels(img, 3.0), Backend.infer_pixels(be, img, 3.0))

@@ -1,0 +1,108 @@
+"""What the sr stage does differently for a device backend: tiles sized from the device's free memory and the
+model's measured cost (none when the image fits), `--batch auto`, decode/encode threads on every usable core.
+The device is the torch backend on the CPU declaring device memory (the stage's decisions are under test, the
+conversions and the model run for real); the GPU itself is covered by the `gpu` tests."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from pipeline.backends.base import DeviceMemory
+from pipeline.cli import main
+from pipeline.sr import ImageWorker, settings, upscale
+from pipeline.sr.worker import AUTO_BATCH
+
+torch = pytest.importorskip("torch", reason="the torch backend needs PyTorch (export extra)")
+from pipeline.backends.torch_backend import TorchBackend  # noqa: E402
+
+
+class Declared(TorchBackend):
+    """The torch CPU runner reporting a device's memory, as the CUDA path does."""
+
+    def __init__(self, free_bytes: int, bytes_per_px: float = 2048.0):
+        super().__init__("srcnn", device="cpu")
+        self.memory = DeviceMemory(free_bytes, bytes_per_px)
+
+    def device_memory(self):
+        return self.memory
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("in")
+    rng = np.random.default_rng(0)
+    base = cv2.resize(rng.integers(0, 256, (12, 12, 3)).astype(np.uint8), (96, 96), interpolation=cv2.INTER_CUBIC)
+    for i in range(3):
+        cv2.imwrite(str(root / f"{i}.png"), np.roll(base, 7 * i, axis=1))
+    cv2.imwrite(str(root / "alpha.png"), np.dstack([base, base[:, :, 0]]))
+    return root
+
+
+def test_device_tiles_from_its_memory_and_not_when_the_image_fits(folder, tmp_path):
+    big, small = Declared(80 << 30).load(), Declared(24 << 20).load()
+    assert ImageWorker(big, "srcnn", 3.0).tile >= 1024  # a 512^2 image is one tile on an 80 GB device
+    w_small = ImageWorker(small, "srcnn", 3.0)
+    assert w_small.tile < 96  # the 96^2 images must be tiled in 24 MB at 2 kB per output pixel
+    whole = upscale(folder, tmp_path / "whole", scale=3.0, backend=big, progress=False)
+    tiled = upscale(folder, tmp_path / "tiled", scale=3.0, backend=small, progress=False)
+    assert {r.tiles for r in whole.ok} == {1} and min(r.tiles for r in tiled.ok) > 1
+    for name in ("0.png", "1.png", "2.png", "alpha.png"):
+        # tiled = whole, byte for byte (the stage's tiling guarantee, through the integer path)
+        a = cv2.imread(str(tmp_path / "whole" / name), cv2.IMREAD_UNCHANGED)
+        b = cv2.imread(str(tmp_path / "tiled" / name), cv2.IMREAD_UNCHANGED)
+        assert a.shape[:2] == (288, 288) and np.array_equal(a, b)
+
+
+def test_batch_auto_fills_a_device_and_is_one_on_the_host(folder, tmp_path):
+    host = TorchBackend("srcnn", device="cpu").load()
+    assert ImageWorker(host, "srcnn", 3.0, batch="auto").batch == 1
+    assert ImageWorker(Declared(80 << 30, 1024.0), "srcnn", 3.0, batch="auto").batch == AUTO_BATCH
+    # half of 24 GiB free, 4 GiB for each 2048^2 output at 1 kB per pixel: 3
+    assert ImageWorker(Declared(24 << 30, 1024.0), "srcnn", 3.0, batch="auto").batch == 3
+    assert ImageWorker(Declared(1 << 20), "srcnn", 3.0, batch="auto").batch == 1
+    s = upscale(folder, tmp_path / "o", scale=3.0, backend=Declared(80 << 30, 1024.0).load(), batch="auto",
+                progress=False)
+    assert s.counts["ok"] == 4 and s.batch == AUTO_BATCH
+
+
+def test_io_threads_follow_the_usable_cores():
+    cores = len(os.sched_getaffinity(0))
+    assert settings.usable_cores() == cores
+    assert settings.io_workers(None, on_gpu=True) == cores
+    assert settings.io_workers(None, on_gpu=False) == min(2, cores)
+    assert settings.io_workers(5, on_gpu=True) == 5 and settings.io_workers(1, on_gpu=False) == 1
+
+
+def test_cli_batch_auto_and_bad_batches(folder, tmp_path, capsys):
+    out = tmp_path / "o"
+    assert main(["sr", str(folder), str(out), "--backend", "torch", "--batch", "auto", "--quiet",
+                 "--summary", str(tmp_path / "s.json")]) == 0
+    assert len(list(Path(out).glob("*.png"))) == 4
+    capsys.readouterr()
+    for bad in ("0", "many", "-2"):
+        assert main(["sr", str(folder), str(tmp_path / f"bad{bad}"), "--batch", bad]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: --batch must be an integer >= 1") and "auto" in err[0]
+        assert not (tmp_path / f"bad{bad}").exists()
+
+
+def test_batches_of_mixed_sample_types_match_single_images(tmp_path):
+    """Equal-size 8- and 16-bit images may share a batch; each keeps its own full scale."""
+    src = tmp_path / "in"
+    src.mkdir()
+    rng = np.random.default_rng(3)
+    cv2.imwrite(str(src / "a8.png"), rng.integers(0, 256, (20, 24, 3)).astype(np.uint8))
+    cv2.imwrite(str(src / "b16.png"), rng.integers(0, 65536, (20, 24, 3)).astype(np.uint16))
+    cv2.imwrite(str(src / "c8.png"), rng.integers(0, 256, (20, 24, 3)).astype(np.uint8))
+    be = TorchBackend("srcnn", device="cpu").load()
+    upscale(src, tmp_path / "one", scale=2.0, backend=be, batch=1, progress=False)
+    s = upscale(src, tmp_path / "three", scale=2.0, backend=be, batch=3, progress=False)
+    assert s.counts["ok"] == 3
+    for name in ("a8.png", "b16.png", "c8.png"):
+        a = cv2.imread(str(tmp_path / "one" / name), cv2.IMREAD_UNCHANGED)
+        b = cv2.imread(str(tmp_path / "three" / name), cv2.IMREAD_UNCHANGED)
+        assert a.dtype == b.dtype and np.array_equal(a, b)
