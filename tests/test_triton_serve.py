@@ -273,6 +273,19 @@ def test_two_clients_at_once(server, images, local, tmp_path):
         _assert_identical(tmp_path / f"out{i}", local)
 
 
+def _live_in_group(pgid: int) -> list[int]:
+    """Processes of a process group that are still running (a killed child of init may linger as a zombie)."""
+    live = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            live.append(int(stat.parent.name))
+    return live
+
+
 def test_server_killed_mid_run_then_resumed(repo, server, tmp_path):
     """The server dies while a folder is half done: one line, exit 1, no partial file; --skip-existing on a
     running server finishes the folder, identical to the local run."""
@@ -285,9 +298,11 @@ def test_server_killed_mid_run_then_resumed(repo, server, tmp_path):
         deadline = time.monotonic() + 60
         while not any(out.rglob("*.png")) and time.monotonic() < deadline and client.poll() is None:
             time.sleep(0.02)
-        os.kill(doomed.server_pid(), signal.SIGKILL)
+        server_pid = doomed.server_pid()  # also its process group, where its Python-backend stubs live
+        os.kill(server_pid, signal.SIGKILL)
         rc, err = finish(client)
         serve_rc, serve_out = doomed.stop(None)  # serve notices its server died and exits by itself
+        assert not _live_in_group(server_pid), "serve left the dead server's Python-backend stubs running"
     finally:
         doomed.kill()
     lines = [ln for ln in err.splitlines() if ln.strip()]

@@ -173,6 +173,10 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        # Python-backend stubs outlive a server that died (or was killed) without stopping them; they sit in the
+        # server's process group (its own session), so the group goes with it.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         self._reader.join(timeout=5)
         return self.proc.returncode
 

@@ -14,27 +14,53 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import zipfile
 from contextlib import contextmanager
+from importlib import metadata
 from pathlib import Path
 
 from pipeline.errors import PipelineError
 
 WHEEL = "nvidia-pytriton==0.7.0"
-# The stub returns empty tensors with numpy 2 (measured). The rest: the torch-free runtime's own dependencies
-# (pyproject.toml) that the sr model imports.
-REQUIREMENTS = ("numpy<2", "onnxruntime>=1.31,<1.32", "onnx>=1.19,<1.24", "pillow>=10", "psutil>=5.9", "tqdm>=4.66")
-GPU_REQUIREMENTS = ("numpy<2", "onnxruntime-gpu>=1.31,<1.32", "onnx>=1.19,<1.24", "pillow>=10", "psutil>=5.9",
-                    "tqdm>=4.66", "tensorrt-cu13>=11.4", "cuda-python>=13")
+# The env gets the torch-free runtime's own dependencies as pyproject.toml declares them (so a new one cannot be
+# missed there), less those the sr model never imports, with numpy < 2: the stub returns empty tensors with numpy 2
+# (measured).
+NOT_SERVED = {"matplotlib", "scikit-image", "opencv-python-headless"}  # reports only; OpenCV: NO_DEPS below
+GPU_EXTRAS = ("tensorrt-cu13>=11.4", "cuda-python>=13")
 # OpenCV 4.12 declares numpy>=2 but runs on numpy 1.26 (NumPy 2 builds keep the 1.x ABI; checked: decode/encode
 # round trip); 4.11 lacks the PNG filter flag pipeline.sr.imageio writes with. Installed without dependencies.
 NO_DEPS = ("opencv-python-headless>=4.12,<4.13",)
 CHECKOUT = Path(__file__).resolve().parents[2]
 HOME_VAR = "SRDEPLOY_TRITON_HOME"
 STUB = "triton_python_backend_stub"
+
+
+def requirements(gpu: bool = False) -> list[str]:
+    """What pip installs into the env: the runtime's dependencies, from this checkout's pyproject.toml (the env
+    runs this checkout), else from the installed srdeploy's metadata (Python 3.10 has no tomllib)."""
+    out = []
+    for req in _runtime_dependencies():
+        name = re.match(r"[A-Za-z0-9._-]+", req).group(0).lower()
+        if name in NOT_SERVED:
+            continue
+        if name == "numpy":
+            req = "numpy<2"
+        elif name == "onnxruntime" and gpu:
+            req = "onnxruntime-gpu" + req[len(name):]
+        out.append(req)
+    return out + list(GPU_EXTRAS if gpu else ())
+
+
+def _runtime_dependencies() -> list[str]:
+    try:
+        import tomllib  # Python >= 3.11
+        return tomllib.loads((CHECKOUT / "pyproject.toml").read_text())["project"]["dependencies"]
+    except (ImportError, OSError, KeyError):
+        return [r for r in metadata.requires("srdeploy") or [] if "extra ==" not in r]
 
 
 def home() -> Path:
@@ -137,7 +163,7 @@ def _make_env(python: str, gpu: bool) -> str:
     env = env_dir()
     if not (env / "bin" / "python").exists():
         _run([python, "-m", "venv", "--clear", str(env)], "creating the Triton Python environment")
-    _run([str(env / "bin" / "python"), "-m", "pip", "install", "-q", *(GPU_REQUIREMENTS if gpu else REQUIREMENTS)],
+    _run([str(env / "bin" / "python"), "-m", "pip", "install", "-q", *requirements(gpu)],
          "installing the Triton Python environment's packages")
     _run([str(env / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", *NO_DEPS],
          "installing OpenCV into the Triton Python environment")
@@ -152,7 +178,7 @@ def _make_env(python: str, gpu: bool) -> str:
 def prepare(python: str = sys.executable, gpu: bool = False, log=print) -> dict:
     """Make (or find) the server and the env; returns the facts written to TRITON_HOME/.ready."""
     with _lock():
-        want = {"wheel": WHEEL, "requirements": list(GPU_REQUIREMENTS if gpu else REQUIREMENTS) + list(NO_DEPS),
+        want = {"wheel": WHEEL, "requirements": requirements(gpu) + list(NO_DEPS),
                 "checkout": str(CHECKOUT)}
         facts = ready_facts()
         if facts and all(facts.get(k) == v for k, v in want.items()) and server_binary().is_file():
