@@ -35,9 +35,11 @@ build-plugins:
 	cmake --build $(BUILD) -j 2
 
 CXX_SOURCES = $(shell git ls-files 'plugins_trt/*.cpp' 'plugins_trt/*.h' 'plugins_trt/*.cu' 'plugins_trt/*.cuh')
-# Python: ruff (pyproject.toml); C++/CUDA: clang-format (plugins_trt/.clang-format), checked, never rewritten here.
+# Python: ruff and the import layers (lint-imports; both configured in pyproject.toml); C++/CUDA: clang-format
+# (plugins_trt/.clang-format), checked, never rewritten here.
 lint: setup
 	$(PY) -m ruff check .
+	PYTHONPATH=. $(dir $(PY))lint-imports
 	$(dir $(PY))clang-format --style=file --dry-run --Werror $(CXX_SOURCES)
 
 # Apply the C++/CUDA style (`make lint` only checks it).

@@ -5,27 +5,27 @@ re-exported here so torch-side code keeps one import.
 """
 from __future__ import annotations
 
-import pickle
-import warnings
-import zipfile
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from .checkpoint_io import read_checkpoint
+from .lookup import get_spec
 from .spec import (
     MODELS,
     WEIGHTS_DIR,
+    ModelError,
     ModelSpec,
     WeightsError,
     file_sha256,
-    get_spec,
     output_size,
     weights_path,
 )
 
-__all__ = ["MODELS", "WEIGHTS_DIR", "ModelSpec", "WeightsError", "adapt_mmagic_state_dict", "file_sha256",
-           "get_spec", "load_model", "load_state_dict_file", "output_size", "run", "size_tensor", "weights_path"]
+__all__ = ["MODELS", "WEIGHTS_DIR", "ModelError", "ModelSpec", "WeightsError", "adapt_mmagic_state_dict", "file_sha256",
+           "get_spec", "load_model", "load_state_dict_file", "output_size", "read_checkpoint", "run", "size_tensor",
+           "weights_path"]
 
 
 def size_tensor(height: int, width: int, scale: float) -> torch.Tensor:
@@ -50,36 +50,6 @@ def adapt_mmagic_state_dict(checkpoint: dict) -> dict[str, torch.Tensor]:
     return adapted or dict(state)
 
 
-def _unreadable(path: Path, error: Exception) -> WeightsError:
-    """torch.load's failure as one line about the user's file (torch's own text is a paragraph or an errno)."""
-    with open(path, "rb") as f:
-        is_zip_header = f.read(4) == b"PK\x03\x04"  # torch.save writes a zip archive
-    if is_zip_header and not zipfile.is_zipfile(path):
-        return WeightsError(f"{path} is truncated or corrupt (an incomplete PyTorch checkpoint); save or copy it again")
-    if isinstance(error, pickle.UnpicklingError) and "weights only load failed" in str(error).lower():
-        return WeightsError(f"refusing {path}: it is not a PyTorch checkpoint (state dict) but pickles code or objects "
-                            "other than tensors (a whole model?), never unpickled here; save model.state_dict() "
-                            "or .safetensors instead")
-    if is_zip_header:
-        return WeightsError(f"{path} is truncated or corrupt ({type(error).__name__})")
-    return WeightsError(f"{path} is not a PyTorch checkpoint (state dict); expected a file written by "
-                        "torch.save(model.state_dict(), ...)")
-
-
-def read_checkpoint(path: Path) -> dict:
-    """The object in a torch.save file, loaded with weights_only (no pickled code ever runs) and torch's warnings
-    silenced: our one line is the message. Used for --weights and for a user's checkpoint (--model FILE.pth) alike."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the weights-only unpickler's protocol chatter
-            obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # truncated zip, pickle error, not a torch file at all
-        raise _unreadable(path, e) from None
-    if not isinstance(obj, dict):
-        raise WeightsError(f"{path} holds a {type(obj).__name__}, expected a state dict")
-    return obj
-
-
 def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
     path = Path(path)
     if not path.is_file():
@@ -90,7 +60,7 @@ def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
 def load_model(name: str, weights: str | Path | None = None, device: str | torch.device = "cpu") -> nn.Module:
     """Build model `name`, load its shipped weights (or `weights`), eval mode, on `device`."""
     spec = get_spec(name)
-    if getattr(spec, "external", None) is not None:  # a user's checkpoint/factory carries its weights
+    if spec.external is not None:  # a user's checkpoint/factory carries its weights
         if weights is not None and Path(weights).resolve() != spec.weights_path.resolve():
             raise WeightsError(f"--weights does not apply to {name}: a checkpoint or factory brings its own weights")
         return spec.build().eval().to(device)

@@ -9,15 +9,22 @@ from __future__ import annotations
 import hashlib
 import importlib
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from models.external.spec import is_external
+if TYPE_CHECKING:  # the type only: a spec reads its external facts, it never builds them
+    from models.external.spec import ExternalSpec
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 
 
-class WeightsError(RuntimeError):
+class ModelError(RuntimeError):
+    """A --model value names no model here, or the model it names does not load; the message is one line."""
+
+
+class WeightsError(ModelError):
     """A weight file is missing, unreadable or does not fit the model; the message is one line."""
 
 
@@ -38,10 +45,25 @@ class ModelSpec:
     factory_kwargs: tuple[tuple[str, object], ...] = field(default=())
     # LR pixels every tile crop must start on: 1, or a window-attention net's grid (a user's SwinIR, models.external).
     tile_align: int = 1
+    # A user's checkpoint or factory (models.external.resolve): its architecture, own scale and weights hash.
+    external: ExternalSpec | None = None
 
     @property
     def weights_path(self) -> Path:
         return WEIGHTS_DIR / self.weights_file
+
+    @property
+    def registered(self) -> bool:
+        """Whether this install can build the model from PyTorch (else it runs only from its exported file)."""
+        return bool(self.factory)
+
+    @property
+    def cache_token(self) -> str:
+        """The model's part of cache file names: its name, or for a user's model its file name plus identity."""
+        if self.external is None:
+            return self.name
+        stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(self.external.name).stem)[:40]
+        return f"{stem}-{self.external.identity}"
 
     def build(self):
         """A freshly initialised nn.Module (imports torch)."""
@@ -49,8 +71,13 @@ class ModelSpec:
         return getattr(importlib.import_module(module), attr)(**dict(self.factory_kwargs))
 
     def weights_sha256(self, weights: str | Path | None = None) -> str:
-        """What identifies the weights (cache keys, ONNX metadata): the weights file's SHA-256. WeightsError (one
-        line) when it is missing. A user's factory overrides it (models.external.resolve)."""
+        """What identifies the weights (cache keys, ONNX metadata): the weights file's SHA-256 (WeightsError, one
+        line, when it is missing). A user's model: its checkpoint's SHA-256, or a factory's weights hash
+        (models.external.loader.factory_sha256), not its source file's, which neither changes with the weights it
+        loads nor stays put when only a comment changes; `weights` is ignored (a checkpoint or factory brings its
+        own, registry.load_model refuses one)."""
+        if self.external is not None:
+            return self.external.sha256
         return file_sha256(weights_path(self, weights))
 
     def check_scale(self, scale: float) -> float:
@@ -67,7 +94,7 @@ class ModelSpec:
                 "scale_min": f"{self.scale_range[0]:g}", "scale_max": f"{self.scale_range[1]:g}",
                 "dynamic_scale": "1" if self.dynamic_scale else "0",
                 "receptive_radius": str(self.receptive_radius), "tile_align": str(self.tile_align),
-                "description": self.description}
+                "description": self.description} | (self.external.to_metadata() if self.external else {})
 
     @classmethod
     def from_metadata(cls, meta: dict[str, str]) -> ModelSpec:
@@ -97,21 +124,6 @@ MODELS: dict[str, ModelSpec] = {
 
 # The model a command runs when neither --model nor an --onnx/--engine file names one.
 DEFAULT_MODEL = "srcnn"
-
-
-def get_spec(name: str) -> ModelSpec:
-    """A registered model, or a user's checkpoint path / package.module:factory (models.external.resolve)."""
-    if name in MODELS:
-        return MODELS[name]
-    if is_external(name):
-        from models.external.resolve import model_spec  # torch + spandrel: only for a user's model
-
-        try:
-            return model_spec(name)
-        except WeightsError as e:  # callers turn a KeyError into their one-line "unknown model" error
-            raise KeyError(str(e)) from None
-    raise KeyError(f"unknown model '{name}' (known: {', '.join(MODELS)}, or a checkpoint path, or "
-                   "package.module:factory)")
 
 
 def output_size(height: int, width: int, scale: float) -> tuple[int, int]:

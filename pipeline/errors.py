@@ -9,3 +9,12 @@ def first_line(e: BaseException) -> str:
     """The first line of an exception's message, or its type name when it has none."""
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
+
+
+def check_choice(what: str, value, allowed) -> str:
+    """`value` when it is one of `allowed`, else the one-line error every choice list gives (precision, exporter,
+    backend, ...): "unknown WHAT 'VALUE' (choose from: A, B)"."""
+    allowed = tuple(allowed)
+    if value not in allowed:
+        raise PipelineError(f"unknown {what} '{value}' (choose from: {', '.join(map(str, allowed))})")
+    return value

@@ -14,6 +14,7 @@ import psutil
 
 from pipeline.artifacts.atomic import atomic_path, atomic_write
 from pipeline.native.cpu import cpu_name
+from pipeline.native.cuda_driver import gpu_visible
 
 
 # -- environment ---------------------------------------------------------------------------------------
@@ -28,9 +29,10 @@ def environment() -> dict:
         env["torch"] = torch.__version__
         env["torch_threads"] = torch.get_num_threads()
         env["cuda_build"] = torch.version.cuda
-        env["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     except Exception:
         pass
+    seen, gpu = gpu_visible()
+    env["gpu"] = gpu if seen else None
     env["onnxruntime"] = ort.__version__
     env["ort_providers"] = ort.get_available_providers()
     try:

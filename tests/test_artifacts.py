@@ -9,6 +9,7 @@ import torch
 from models.registry import get_spec
 from pipeline.artifacts import cache as artifacts
 from pipeline.errors import PipelineError
+from pipeline.export.cached import onnx_for
 
 
 @pytest.fixture
@@ -43,7 +44,7 @@ def test_every_key_part_changes_the_name():
 
 def test_onnx_for_exports_once_then_reuses(tmp_path, weights, monkeypatch):
     monkeypatch.setenv("SRDEPLOY_CACHE", str(tmp_path / "cache"))
-    p = artifacts.onnx_for("srcnn", weights=weights)
+    p = onnx_for("srcnn", weights=weights)
     assert p.is_file() and p.parent == tmp_path / "cache" / "onnx"
     assert artifacts.weights_sha256("srcnn", weights)[:16] in p.name
     import onnx
@@ -51,7 +52,7 @@ def test_onnx_for_exports_once_then_reuses(tmp_path, weights, monkeypatch):
     meta = {m.key: m.value for m in onnx.load(str(p)).metadata_props}
     assert meta["model"] == "srcnn" and meta["precision"] == "fp32" and meta["ops"] == "custom"
     mtime = p.stat().st_mtime_ns
-    assert artifacts.onnx_for("srcnn", weights=weights) == p and p.stat().st_mtime_ns == mtime
+    assert onnx_for("srcnn", weights=weights) == p and p.stat().st_mtime_ns == mtime
     # No temp leftovers: the file and exactly the siblings its metadata names (folded variants, references).
     named = [n.partition(":")[2] for n in meta["folded_variants"].split(",")] + [meta["reference"]]
     assert sorted(x.name for x in p.parent.iterdir()) == sorted([p.name, *named])
@@ -63,14 +64,14 @@ def test_new_weights_give_a_new_artifact(tmp_path, weights, monkeypatch):
     torch.manual_seed(1)
     other = tmp_path / "other.pt"
     torch.save(get_spec("srcnn").build().state_dict(), other)
-    a = artifacts.onnx_for("srcnn", weights=weights, verify=False)
-    b = artifacts.onnx_for("srcnn", weights=other, verify=False)
+    a = onnx_for("srcnn", weights=weights, verify=False)
+    b = onnx_for("srcnn", weights=other, verify=False)
     assert a != b and a.is_file() and b.is_file()
 
 
 def test_failed_export_leaves_cache_clean(tmp_path, weights, monkeypatch):
     """The cache's own contract (atomic creation), with the exporter failing half way through."""
-    import pipeline.export as export
+    import pipeline.export.core as export
 
     def half_then_fail(model, output, **kw):
         Path(output).write_bytes(b"partial")
@@ -79,12 +80,12 @@ def test_failed_export_leaves_cache_clean(tmp_path, weights, monkeypatch):
     monkeypatch.setattr(export, "export_model", half_then_fail)
     monkeypatch.setenv("SRDEPLOY_CACHE", str(tmp_path / "cache"))
     with pytest.raises(PipelineError, match="exporter crashed"):
-        artifacts.onnx_for("srcnn", weights=weights)
+        onnx_for("srcnn", weights=weights)
     assert list((tmp_path / "cache" / "onnx").iterdir()) == []
 
 
 def test_missing_weights_and_unknown_model(tmp_path):
     with pytest.raises(PipelineError, match="weights file not found"):
-        artifacts.onnx_for("srcnn", weights=tmp_path / "none.pt")
+        onnx_for("srcnn", weights=tmp_path / "none.pt")
     with pytest.raises(PipelineError, match="unknown model"):
         artifacts.weights_path("nope")

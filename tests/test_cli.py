@@ -77,17 +77,24 @@ def test_python_m_pipeline_exit_code_and_no_traceback():
     r = subprocess.run([sys.executable, "-m", "pipeline", "compare", "--model", "nope"], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert r.stderr.strip() == ("error: unknown model 'nope' (known: all, srcnn, srcnn-x3, deform-srcnn)")
+    assert r.stderr.strip() == ("error: unknown model 'nope' (known: srcnn, srcnn-x3, deform-srcnn, or a checkpoint "
+                                "path, or package.module:factory)")
 
 
 # -- one default per option ----------------------------------------------------------------------------
-@pytest.mark.parametrize("stage", ["compare", "bench", "backends", "eval", "export"])
-def test_model_defaults_to_srcnn_everywhere(stage):
+@pytest.mark.parametrize("stage", ["compare", "bench", "backends", "eval", "export", "triton", "sr", "demo", "doctor",
+                                   "models"])
+def test_model_is_none_unless_given_everywhere(stage):
+    """One convention (cli/options.py): --model is None when not given, so a file's model is never overridden by a
+    default; without a file the model is DEFAULT_MODEL."""
     import importlib
 
     p = argparse.ArgumentParser()
     importlib.import_module(STAGES[stage][0]).add_arguments(p)
-    assert p.parse_args([]).model == options.DEFAULT_MODEL == "srcnn"
+    args = p.parse_args(["in", "out"] if stage == "sr" else ["--output", "x"] if stage == "triton" else [])
+    assert args.model is None
+    if stage not in ("demo", "doctor", "models"):  # their own defaults: the demo model, all, the listing
+        assert options.model_from_args(args) == options.DEFAULT_MODEL == "srcnn"
 
 
 def test_model_all_only_where_allowed():
@@ -142,7 +149,7 @@ def test_single_backend_option():
     options.add_backend_args(p)
     assert options.backend_from_args(p.parse_args([])) == "auto"
     assert options.backend_from_args(p.parse_args(["--backend", "ort-folded"])) == "ort-folded"
-    with pytest.raises(PipelineError, match="unknown backend 'ort-foldd' .*valid: auto, torch"):
+    with pytest.raises(PipelineError, match="unknown backend 'ort-foldd' .*choose from: auto, torch"):
         options.backend_from_args(p.parse_args(["--backend", "ort-foldd"]))
 
 

@@ -229,8 +229,8 @@ def test_build_engine_and_sidecar(tmp_path):
     problem = tensorrt_problem()
     if problem:
         pytest.skip(problem)
-    from pipeline.artifacts.cache import onnx_for
     from pipeline.engine import build_engine, current_environment
+    from pipeline.export.cached import onnx_for
 
     onnx_file = onnx_for("srcnn", "fp32")
     engine = tmp_path / "srcnn.engine"

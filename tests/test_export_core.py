@@ -13,8 +13,8 @@ import models.spec
 from models.registry import file_sha256, load_model
 from pipeline.cli import main
 from pipeline.errors import PipelineError
-from pipeline.export import ExportResult, export_model, onnx_filename
 from pipeline.export import verify as verify_mod
+from pipeline.export.core import ExportResult, export_model, onnx_filename
 from pipeline.export.verify import sample_batch
 
 

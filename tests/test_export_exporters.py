@@ -8,7 +8,7 @@ import torch
 from onnx import helper
 
 from models.registry import get_spec, load_model, size_tensor
-from pipeline.export import export_model
+from pipeline.export.core import export_model
 from pipeline.export.verify import sample_batch
 
 MODEL = "deform-srcnn"  # has both sr ops

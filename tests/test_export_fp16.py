@@ -8,7 +8,8 @@ from onnx import TensorProto
 from test_export_exporters import make_weights
 
 from models.registry import load_model, size_tensor
-from pipeline.export import export_model, strip_sr_functions
+from pipeline.export import strip_sr_functions
+from pipeline.export.core import export_model
 from pipeline.export.fp16 import convert_to_fp16
 from pipeline.export.verify import sample_batch
 

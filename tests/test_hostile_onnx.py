@@ -14,8 +14,8 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from pipeline.artifacts.cache import onnx_for
 from pipeline.cli import main
+from pipeline.export.cached import onnx_for
 
 # (command line before --onnx, whether it needs an output folder flag)
 ONNX_COMMANDS = {

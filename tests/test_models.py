@@ -4,6 +4,7 @@ import torch
 
 from models.registry import (
     MODELS,
+    ModelError,
     WeightsError,
     get_spec,
     load_model,
@@ -51,7 +52,7 @@ def test_scale_contract():
     for bad in (1.0, 0.5, 9.0, float("nan")):
         with pytest.raises(ValueError, match="out of range"):
             get_spec("srcnn").check_scale(bad)
-    with pytest.raises(KeyError, match="unknown model"):
+    with pytest.raises(ModelError, match="unknown model"):
         get_spec("nope")
 
 
@@ -116,9 +117,9 @@ def test_import_models_and_spec_without_torch():
     import sys
 
     code = ("import sys; sys.modules['torch'] = None\n"
-            "import models\nfrom models.spec import get_spec\n"
+            "import models\nfrom models.lookup import get_spec\n"
             "assert get_spec('srcnn').receptive_radius == 6 and models.output_size(3, 5, 2.5) == (8, 13)\n"
-            "try:\n    models.load_model\nexcept ImportError:\n    print('torch side needs torch')\n")
+            "try:\n    import models.registry\nexcept ImportError:\n    print('torch side needs torch')\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "torch side needs torch"

@@ -205,8 +205,9 @@ def test_error_inside_a_kernel_is_one_line_not_an_abort():
 @pytest.mark.parametrize("precision,rel", [("fp32", 1e-5), ("fp16", 2e-3)])
 def test_exported_deform_srcnn_runs_on_our_kernels(tmp_path, precision, rel):
     """The real exported model (random weights, non-zero offsets), stripped, on our kernels == torch."""
-    export = pytest.importorskip("pipeline.export", reason="pipeline.export not available")
     from models.registry import get_spec, load_model
+    from pipeline.export import strip_sr_functions
+    from pipeline.export.core import export_model
 
     torch.manual_seed(0)
     net = get_spec("deform-srcnn").build()
@@ -215,8 +216,8 @@ def test_exported_deform_srcnn_runs_on_our_kernels(tmp_path, precision, rel):
     weights = tmp_path / "w.pt"
     torch.save(net.state_dict(), weights)
     onnx_path = tmp_path / "deform-srcnn.onnx"
-    export.export_model("deform-srcnn", onnx_path, precision=precision, weights=weights, verify=False)
-    stripped = export.strip_sr_functions(onnx.load(str(onnx_path)))
+    export_model("deform-srcnn", onnx_path, precision=precision, weights=weights, verify=False)
+    stripped = strip_sr_functions(onnx.load(str(onnx_path)))
     assert {n.op_type for n in stripped.graph.node if n.domain == "sr"} == {"DynamicResize", "DeformConv2d"}
     x = np.random.default_rng(0).random((1, 3, 20, 24), dtype=np.float32)
     size = np.array([50, 61], np.int64)

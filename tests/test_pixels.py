@@ -139,7 +139,7 @@ def test_ort_pixel_graph_equals_the_cpu_path(dtype):
 def test_device_backends_pixels_equal_the_cpu_path(name):
     """ONNX Runtime's CUDA/TensorRT providers (rule in the graph, I/O binding) and TensorRT (rule on its stream
     around the bound buffers): the bytes of the numpy conversions around the same backend's float output."""
-    from models.spec import get_spec
+    from models.lookup import get_spec
     from pipeline import backends
 
     status = backends.backend_class(name).status(get_spec("srcnn"), "fp32")

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from skimage import data
 
-from pipeline.artifacts.cache import onnx_for
 from pipeline.cli import main
+from pipeline.export.cached import onnx_for
 from pipeline.sr import console as sr_console
 from pipeline.sr import imageio, upscale
 
@@ -229,7 +229,7 @@ def test_unsafe_pickle_is_our_line_alone(tmp_path):
 def test_truncated_checkpoint_is_one_message_for_model_and_weights(tmp_path, capsys):
     import torch
 
-    from models.spec import get_spec
+    from models.lookup import get_spec
 
     good = tmp_path / "good.pth"
     torch.save(get_spec("srcnn").build().state_dict(), good)

@@ -17,7 +17,7 @@ from pipeline import backends
 from pipeline.artifacts.onnx_file import folded_variants, onnx_metadata
 from pipeline.artifacts.reference import read_reference
 from pipeline.errors import PipelineError
-from pipeline.export import export_model
+from pipeline.export.core import export_model
 
 REPO = Path(__file__).resolve().parents[1]
 # Runs `python -m pipeline ARGS` with the export-time packages unimportable; proves it first.
@@ -169,16 +169,16 @@ def test_engine_sidecar_carries_the_model(tmp_path, exported):
     """An engine's sidecar keeps its ONNX file's metadata, so the model of `--engine FILE` needs no registry."""
     import json
 
-    from pipeline.backends.checks import engine_spec
+    from pipeline.artifacts.identity import resolve
     from pipeline.engine.sidecar import sidecar_path
 
     engine = tmp_path / "m.engine"
     engine.write_bytes(b"not read here")
     meta = {**onnx_metadata(exported["srcnn"]), "model": "my-srcnn", "scale_max": "4"}
     sidecar_path(engine).write_text(json.dumps({"model": "my-srcnn", "onnx_metadata": meta}))
-    spec = engine_spec(engine, None)
+    spec = resolve(engine=engine)
     assert spec.name == "my-srcnn" and spec.scale_range == (1.0, 4.0) and spec.receptive_radius == 6
     with pytest.raises(PipelineError, match="built for model 'my-srcnn', not 'srcnn'"):
-        engine_spec(engine, "srcnn")
+        resolve("srcnn", engine=engine)
     st = {s.name: s for s in backends.available(None, engine=engine)}
     assert not st["ort"].available and "TensorRT only" in st["ort"].reason and not st["torch"].available

@@ -358,7 +358,7 @@ def test_backend_input_limit_is_respected(tree, weights, tmp_path, capsys):
     from pipeline.backends.base import Backend
 
     class Bounded(Backend):  # the TensorRT backend's size contract around a real runner (no GPU here)
-        name, device, precision, model_name = "bounded", "cpu", "fp32", "srcnn"
+        name, device, precision, model_name, spec = "bounded", "cpu", "fp32", "srcnn", real.spec
 
         @classmethod
         def status(cls, spec, precision, **_):
@@ -397,7 +397,7 @@ def test_backend_tiled_float_output_equals_whole_image(backend_name, weights):
     x = np.ascontiguousarray(data.astronaut()[::6, ::6][:70, :64].transpose(2, 0, 1)[None], np.float32) / 255
     for scale in (3, 2.5) if backend_name != "ort-folded" else (3,):  # folded graphs exist for integer scales
         whole = b.infer(x, scale)[0]
-        plan = tiling.plan(70, 64, scale, 16, tiling.context_margin(tiling.receptive_radius("srcnn"), scale))
+        plan = tiling.plan(70, 64, scale, 16, tiling.context_margin(tiling.receptive_radius(get_spec("srcnn")), scale))
         assert plan.count >= 9 and plan.exact
         out = np.full_like(whole, np.nan)
 

@@ -154,7 +154,7 @@ def test_onnx_model_mismatch_is_one_line(folder, tmp_path, capsys):
 
 def test_onnx_file_names_the_model(folder, tmp_path):
     """Without --model, the model (and so its scale) comes from the exported file's metadata."""
-    from pipeline.artifacts.cache import onnx_for
+    from pipeline.export.cached import onnx_for
 
     path = onnx_for("srcnn-x3", "fp32", "custom")
     s = upscale(folder / "a.png", tmp_path / "a.png", onnx=path, backend="ort", threads=1, progress=False,

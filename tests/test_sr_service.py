@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from skimage import data
 
-from pipeline.artifacts.cache import onnx_for
 from pipeline.cli import main
+from pipeline.export.cached import onnx_for
 from pipeline.serve.sr_service import SrService
 from pipeline.serve.tensors import OUTPUTS, array_from_output, output_from_array
 from pipeline.sr import imageio, upscale

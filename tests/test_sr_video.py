@@ -229,7 +229,7 @@ class _Interrupt(Backend):
     name, device, precision, model_name = "interrupted", "cpu", "fp32", "srcnn"
 
     def __init__(self, real, n):
-        self.real, self.n = real, n
+        self.real, self.n, self.spec = real, n, real.spec
 
     @classmethod
     def status(cls, spec, precision, **_):

@@ -10,10 +10,11 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from models.spec import get_spec, output_size
-from pipeline.artifacts.cache import onnx_for
+from models.lookup import get_spec
+from models.spec import output_size
 from pipeline.cli import main
 from pipeline.engine import Profile, make_sidecar, sidecar_path, tensorrt_problem
+from pipeline.export.cached import onnx_for
 
 model_config_pb2 = pytest.importorskip("tritonclient.grpc.model_config_pb2",
                                        reason="tritonclient is not installed (pip install -e '.[cluster]')")

@@ -21,7 +21,7 @@ SHAPES = [[(2, 16, 16, 2.0), (1, 32, 40, 3.0), (3, 48, 48, 4.0)],
 def engine(request, gpu_plugin_lib, tmp_path_factory):
     from models.registry import get_spec
     from pipeline.engine import Profile, build_engine, validate_profile
-    from pipeline.export import export_model
+    from pipeline.export.core import export_model
 
     model, precision = request.param
     out = tmp_path_factory.mktemp(f"{model}-{precision}")

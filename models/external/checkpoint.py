@@ -13,7 +13,7 @@ import spandrel
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from models.registry import read_checkpoint
+from models.checkpoint_io import read_checkpoint
 from models.spec import WeightsError
 
 from .spec import SUFFIXES

@@ -17,6 +17,7 @@ from pipeline import backends as B
 from pipeline.analysis.candidates import candidate_statuses
 from pipeline.analysis.layer_bisect import bisect_onnx
 from pipeline.analysis.reference import compare_inputs, load_net, reference_outputs
+from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import onnx_metadata
 from pipeline.artifacts.reference import read_reference
 from pipeline.errors import PipelineError, first_line
@@ -103,9 +104,7 @@ def compare_model(model: str, *, scales: list[float] | None = None, size: int = 
                   backends: list[str] | None = None, tol_fp32: float = DEFAULT_TOL_FP32,
                   psnr_fp16: float = DEFAULT_PSNR_FP16, bisect: bool = False, weights=None, log=print) -> dict:
     """Run the comparison for one model; returns the JSON-able result section."""
-    from models.registry import get_spec
-
-    spec = get_spec(model)
+    spec = resolve(model)
     scales = scales or [spec.default_scale]
     for scale in scales:  # every scale checked before any work
         spec.check_scale(scale)
@@ -127,7 +126,7 @@ def compare_onnx(onnx, *, backends: list[str] | None = None, tol_fp32: float = D
     """Every available backend running the exported file `onnx` against the PyTorch FP32 outputs stored beside
     it at export time: the same rows as compare_model, without PyTorch."""
     ref = read_reference(onnx)
-    model = B.resolve_spec(None, onnx).name
+    model = resolve(None, onnx).name
     precision = onnx_metadata(onnx).get("precision", "fp32")
     first = next(iter(ref.inputs.values()))
     result = {"model": model, "onnx": str(onnx), "input_size": int(first.shape[-1]), "images": list(ref.inputs),
@@ -141,12 +140,12 @@ def compare_onnx(onnx, *, backends: list[str] | None = None, tol_fp32: float = D
 
 
 def _bisect_row(model, be, inputs, scale, precision, tol_fp32, weights, log) -> dict:
-    onnx_file = getattr(be, "onnx_file", None)
+    onnx_file = be.onnx_file
     if onnx_file is None:
         return {"error": f"{be.name} has no ONNX graph to bisect"}
-    from models.registry import get_spec, size_tensor
+    from models.registry import size_tensor
 
-    spec = get_spec(model)
+    spec = resolve(model)
     x = next(iter(inputs.values()))
     feeds = {"input": x}
     extra = ()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.artifacts.identity import resolve
 from pipeline.errors import PipelineError
 
 DEFAULT_SCALES = (2.0, 3.0, 4.0)
@@ -37,13 +38,13 @@ def evaluate(model_name: str, scales=DEFAULT_SCALES, weights: str | Path | None 
     # PyTorch and the registry load here, not at import: `eval --help` stays fast
     import torch
 
-    from models.registry import file_sha256, get_spec, load_model
+    from models.registry import file_sha256, load_model
     from models.registry import run as run_model
     from pipeline.analysis.metrics import psnr_y, ssim_y
     from pipeline.data import sample_images
     from pipeline.data.degradation import make_pair, to_tensor, to_uint8, upscale_bicubic
 
-    spec = get_spec(model_name)
+    spec = resolve(model_name)
     if model is None:
         path = Path(weights) if weights is not None else spec.weights_path
         model = load_model(model_name, path)

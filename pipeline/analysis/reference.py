@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pipeline.artifacts.identity import resolve
 from pipeline.data.sample_images import held_out_crops
 from pipeline.errors import PipelineError
 
@@ -29,9 +30,9 @@ def reference_outputs(model: str, inputs: dict, scale: float, weights=None) -> d
     """PyTorch FP32 eager on CPU (models.registry.run) for each input."""
     import torch
 
-    from models.registry import get_spec, run
+    from models.registry import run
 
-    spec = get_spec(model)
+    spec = resolve(model)
     net = load_net(model, weights)
     with torch.inference_mode():
         return {k: run(net, spec, torch.from_numpy(x), scale).numpy() for k, x in inputs.items()}

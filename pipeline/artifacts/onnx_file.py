@@ -1,5 +1,6 @@
 """Reading an exported ONNX file and the metadata pipeline.export wrote into it (model, scale contract, precision,
-folded variants, reference outputs), so a runtime can use the file without the model registry or PyTorch."""
+folded variants, reference outputs), so a runtime can use the file without the model registry or PyTorch.
+Which model a file holds is pipeline.artifacts.identity's answer (from the metadata read here)."""
 from __future__ import annotations
 
 import functools
@@ -34,11 +35,9 @@ def onnx_metadata(path: Path) -> dict[str, str]:
     return load_onnx(path, external_data=False)[1]
 
 
-def check_onnx_matches(path: Path, model: str | None, precision: str) -> dict[str, str]:
-    """Refuse an ONNX file exported for another model or precision (metadata written by pipeline.export)."""
+def check_onnx_precision(path: Path, precision: str) -> dict[str, str]:
+    """Refuse an ONNX file exported at another precision (the model it holds: pipeline.artifacts.identity)."""
     meta = onnx_metadata(path)
-    if model is not None and meta.get("model") and meta["model"] != model:
-        raise PipelineError(f"{path} was exported for model '{meta['model']}', not '{model}'")
     if meta.get("precision") and meta["precision"] != precision:
         raise PipelineError(f"{path} is a {meta['precision']} graph but precision {precision} was requested")
     return meta
@@ -77,33 +76,6 @@ def registered_name_problem(meta: dict[str, str]) -> str | None:
     weights = f"{whose}'s weights" if whose else f"weights with sha256 {sha[:12]}"
     return (f"its metadata names model '{name}', but it holds {weights} and a scale contract "
             f"({', '.join(f'{k} {v}' for k, v in own.items())}) that is not {name}'s; export it again")
-
-
-def spec_of(meta: dict[str, str]) -> ModelSpec:
-    """The registered spec of the model a file's metadata names, else the spec the metadata itself carries
-    (KeyError/ValueError when it carries none; PipelineError when the file is not the registered model it names)."""
-    name = meta.get("model")
-    problem = registered_name_problem(meta)
-    if problem:
-        raise PipelineError(problem)
-    return MODELS[name] if isinstance(name, str) and name in MODELS else ModelSpec.from_metadata(meta)
-
-
-def spec_from_onnx(path: Path, model: str | None = None) -> ModelSpec:
-    """The model an exported file holds: the registered spec of the name in its metadata, else the spec the
-    metadata itself carries. `model` (e.g. --model), when given, must match the file."""
-    meta = onnx_metadata(path)
-    name = meta.get("model")
-    if model is not None and name and name != model:
-        raise PipelineError(f"{path} was exported for model '{name}', not '{model}' "
-                            "(leave out --model to use the file's)")
-    try:
-        return spec_of(meta)
-    except PipelineError as e:
-        raise PipelineError(f"{path}: {e}") from None
-    except (KeyError, ValueError) as e:
-        raise PipelineError(f"{path} does not say which model it holds (metadata field {first_line(e)} missing "
-                            "or bad); export it with `python -m pipeline export`") from None
 
 
 def folded_variants(path: Path, meta: dict[str, str] | None = None) -> dict[int, Path]:

@@ -15,12 +15,13 @@ import numpy as np
 from pipeline.artifacts.atomic import atomic_write
 from pipeline.artifacts.cache import cache_dir
 from pipeline.artifacts.confine import file_token
-from pipeline.backends.availability import BackendStatus, available, gpu_visible
+from pipeline.artifacts.identity import resolve
+from pipeline.backends.availability import BackendStatus, available
 from pipeline.backends.base import Backend
-from pipeline.backends.checks import resolve_spec
 from pipeline.backends.registry import create_named
 from pipeline.errors import PipelineError
 from pipeline.native.cpu import cpu_name
+from pipeline.native.cuda_driver import gpu_visible
 
 # Expected order, fastest first, when nothing was measured on this machine. On the 2-core Xeon CPU box
 # (SRCNN x3, 256x256 -> 768x768, same run): ort-folded ~3x, ort ~2x faster than torch eager (README "backends").
@@ -44,10 +45,8 @@ def create(backend: str, model: str | None, precision: str = "fp32", **opts) -> 
             pick = AutoPick("trt", "an engine file was given", "engine file given")
         else:
             pick = pick_auto(model, precision, weights=opts.get("weights"), onnx=opts.get("onnx"))
-        b = create_named(pick.name, model, precision, **opts)
-        b.selection_reason = f"auto: {pick.reason}"
-        b.selection_brief = f"auto: {pick.brief or 'picked'}"
-        return b
+        return create_named(pick.name, model, precision, **opts).selected(f"auto: {pick.reason}",
+                                                                          f"auto: {pick.brief or 'picked'}")
     return create_named(backend, model, precision, **opts)
 
 
@@ -119,7 +118,7 @@ def pick_auto(model: str | None, precision: str = "fp32", statuses: list[Backend
     otherwise the expected order (GPU: trt > ort-trt > ort-cuda > torch; CPU: ort-folded > ort > ort-sr-kernels
     > torch)."""
     statuses = statuses if statuses is not None else available(model, precision, weights, onnx=onnx)
-    model = model if model is not None else resolve_spec(None, onnx).name
+    model = model if model is not None else resolve(None, onnx).name
     ok = {s.name for s in statuses if s.available}
     if not ok:
         why = "; ".join(f"{s.name}: {s.reason}" for s in statuses)

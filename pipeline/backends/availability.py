@@ -3,12 +3,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipeline.artifacts.identity import check_weights, resolve
 from pipeline.backends.base import BackendStatus
-from pipeline.backends.checks import check_weights, resolve_spec
 from pipeline.backends.registry import CLASSES
-from pipeline.native.cuda_driver import gpu_visible
 
-__all__ = ["BackendStatus", "available", "gpu_visible"]
+__all__ = ["BackendStatus", "available"]
 
 
 def available(model: str | None, precision: str = "fp32", weights=None, *, onnx: str | Path | None = None,
@@ -16,7 +15,7 @@ def available(model: str | None, precision: str = "fp32", weights=None, *, onnx:
     """Every backend, whether it can run `model` at `precision` on this machine, and why (not). From `onnx` or
     `engine` when given (the model then comes from the file); otherwise from the registered model's weights,
     checked once here (a bad weights file is one PipelineError line, not one reason per backend)."""
-    spec = resolve_spec(model, onnx, engine)
+    spec = resolve(model, onnx, engine)
     if onnx is None and engine is None:
         check_weights(spec, weights)
     return [cls.status(spec, precision, onnx=onnx, engine=engine, weights=weights) for cls in CLASSES.values()]

@@ -11,7 +11,7 @@ import numpy as np
 from models.spec import ModelSpec
 from pipeline.artifacts.cache import PRECISIONS
 from pipeline.backends import pixels as px
-from pipeline.errors import PipelineError
+from pipeline.errors import check_choice
 
 
 class BackendStatus(NamedTuple):
@@ -29,9 +29,7 @@ def installed(package: str) -> bool:
 
 
 def check_precision(precision: str) -> str:
-    if precision not in PRECISIONS:
-        raise PipelineError(f"unknown precision '{precision}' (choose from: {', '.join(PRECISIONS)})")
-    return precision
+    return check_choice("precision", precision, PRECISIONS)
 
 
 class DeviceMemory(NamedTuple):
@@ -50,23 +48,30 @@ class Backend(ABC):
     clipping and rounding to the image's bit depth happen once, where images are written.
 
     Each class owns whether it can run here (`status`, one line of why not) and the keyword options its
-    constructor takes (`OPTIONS`, which `create` checks against).
+    constructor takes (`OPTIONS`, which `create` checks against). Everything a caller reads is declared here,
+    with a default where one makes sense, so a backend written to this class works everywhere.
     """
 
     name: ClassVar[str]  # e.g. "torch", "ort", "ort-sr-kernels", "trt"
     OPTIONS: ClassVar[frozenset[str]] = frozenset()
-    device: str          # e.g. "cpu", "cuda:0"
+    device: str = "cpu"  # e.g. "cpu", "cuda:0"
     precision: str       # "fp32" or "fp16"
     model_name: str
     spec: ModelSpec
-    selection_reason: str = ""  # why this backend runs: set by create ("auto: ...", "requested: ...")
-    selection_brief: str = ""   # the same in a few words, for one-line headers
+    # The ONNX file a loaded backend runs (None: it runs no ONNX file, e.g. PyTorch or an engine).
+    onnx_file: Path | None = None
+    # TensorRT optimisation profiles the loaded engine admits (engine.Profile); None: any shape and batch.
+    profiles: list | None = None
+    # Why this backend runs: "requested: NAME" or "auto: ..." (set through `selected`), and in a few words.
+    selection_reason: str = ""
+    selection_brief: str = ""
 
     @classmethod
     @abstractmethod
-    def status(cls, spec: ModelSpec, precision: str, *, onnx: Path | None = None,
-               engine: Path | None = None) -> BackendStatus:
-        """Whether this backend can run `spec` at `precision` here (from `onnx`/`engine` when given), and why."""
+    def status(cls, spec: ModelSpec, precision: str, *, onnx: Path | None = None, engine: Path | None = None,
+               weights: Path | None = None) -> BackendStatus:
+        """Whether this backend can run `spec` at `precision` here (from `onnx`/`engine` when given, else built
+        with `weights`), and why (not)."""
 
     @classmethod
     def ok(cls, reason: str) -> BackendStatus:
@@ -83,6 +88,16 @@ class Backend(ABC):
     @abstractmethod
     def infer(self, batch: np.ndarray, scale: float) -> np.ndarray:
         """Run one batch; validates rank, channels, dtype and scale before launching."""
+
+    def selected(self, reason: str, brief: str = "") -> Backend:
+        """Record why this backend was chosen, and in a few words for one-line headers (registry.create_named,
+        auto.create); returns self."""
+        self.selection_reason, self.selection_brief = reason, brief or reason
+        return self
+
+    def max_input_size(self) -> tuple[int, int] | None:
+        """Largest input (H, W) the loaded backend admits (the sr stage tiles bigger images to it); None: any."""
+        return None
 
     def describe(self) -> str:
         return f"{self.name} ({self.device}, {self.precision})"

@@ -10,20 +10,22 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
-import psutil
 
 from models.spec import ModelSpec, output_size
-from pipeline.artifacts.cache import cache_dir, cached_onnx, onnx_for
-from pipeline.artifacts.onnx_file import check_onnx_matches
+from pipeline.artifacts.cache import cache_dir, cached_onnx
+from pipeline.artifacts.identity import check_weights, resolve
+from pipeline.artifacts.onnx_file import check_onnx_precision
 from pipeline.backends import pixels as px
 from pipeline.backends.base import Backend, BackendStatus, check_precision, installed
-from pipeline.backends.checks import check_batch, check_scale, check_weights, resolve_spec
+from pipeline.backends.checks import check_batch, check_scale
 from pipeline.contract import DOMAIN
-from pipeline.errors import PipelineError, first_line
+from pipeline.errors import PipelineError, check_choice, first_line
+from pipeline.export.cached import onnx_for
 from pipeline.export.sr_ops import strip_sr_functions
 from pipeline.native.cuda_driver import gpu_visible
 from pipeline.native.cuda_runtime import preload
 from pipeline.native.libraries import trt_plugin_library
+from pipeline.native.ort_session import cpu_session_options, physical_cores
 
 PROVIDERS = {
     "cpu": "CPUExecutionProvider",
@@ -32,30 +34,6 @@ PROVIDERS = {
 }
 # ORT's TensorRT provider registers the plugin creators of trt_extra_plugin_lib_paths under this domain.
 TRT_EP_PLUGIN_DOMAIN = "trt.plugins"
-
-
-def physical_cores() -> int:
-    return max(1, psutil.cpu_count(logical=False) or psutil.cpu_count() or 1)
-
-
-def cpu_session_options(threads: int | None = None) -> ort.SessionOptions:
-    """The one set of session options every ORT session here uses (each choice measured on SRCNN x3, README
-    'backends')."""
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL   # a chain of convs: no branch parallelism to win
-    so.intra_op_num_threads = int(threads or physical_cores())  # hyper-threads only add contention in GEMMs
-    so.inter_op_num_threads = 1
-    so.enable_cpu_mem_arena = True
-    so.enable_mem_pattern = True    # same shapes call after call: reuse the planned buffers
-    so.add_session_config_entry("session.set_denormal_as_zero", "1")
-    # idle intra-op threads sleep instead of spinning, which starved the sr stage's encode/decode threads
-    # (2 cores: folder run 75 % -> 87 % of pure inference throughput; inference itself within noise)
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    # fatal only: ORT logs a failed load or run in colour on stderr before raising the same text, which we turn
-    # into our one-line error (warnings were already off)
-    so.log_severity_level = 4
-    return so
 
 
 def available_providers() -> list[str]:
@@ -71,11 +49,33 @@ def pick_provider() -> str:
     return "cpu"
 
 
+PROVIDER_HINT = {"cuda": "install onnxruntime-gpu on a machine with an NVIDIA GPU",
+                 "tensorrt": "install onnxruntime-gpu and TensorRT on a machine with an NVIDIA GPU"}
+
+
+def provider_problem(provider: str) -> str | None:
+    """Why ONNX Runtime cannot run on `provider` ('cpu', 'cuda', 'tensorrt') here, or None: the one check
+    `status` and `load` both make."""
+    wanted, have = PROVIDERS[provider], available_providers()
+    if wanted not in have:
+        return (f"ONNX Runtime provider {wanted} is not in this onnxruntime build (have: {', '.join(have)}); "
+                f"{PROVIDER_HINT.get(provider, 'reinstall onnxruntime')}")
+    gpu = gpu_visible()
+    if provider != "cpu" and not gpu[0]:
+        return f"{wanted} needs a GPU: {gpu[1]}"
+    if provider == "tensorrt":
+        try:
+            trt_plugin_library()
+        except PipelineError as e:
+            return str(e)
+    return None
+
+
 def onnx_source_problem(spec: ModelSpec, precision: str, onnx_path: Path | None, weights=None) -> str | None:
     """Why no ONNX file can be had for `spec` (given, cached, or exportable here), or None."""
     if onnx_path is not None:
         try:
-            check_onnx_matches(onnx_path, None, precision)
+            check_onnx_precision(onnx_path, precision)
         except PipelineError as e:
             return str(e)
         return None
@@ -111,12 +111,9 @@ class OrtBackend(Backend):
     def __init__(self, model: str | None, precision: str = "fp32", *, onnx: str | Path | None = None,
                  weights=None, threads: int | None = None, exporter: str = "dynamo", ops: str = "custom",
                  io_dtype: str = "fp32", log=None, provider: str | None = None):
-        self.provider = provider or self.PROVIDER
-        if self.provider not in ("auto", *PROVIDERS):
-            raise PipelineError(f"unknown ONNX Runtime provider '{self.provider}' "
-                                f"(choose from: auto, {', '.join(PROVIDERS)})")
+        self.provider = check_choice("ONNX Runtime provider", provider or self.PROVIDER, ("auto", *PROVIDERS))
         self.precision = check_precision(precision)
-        self.spec = resolve_spec(model, onnx)
+        self.spec = resolve(model, onnx)
         self.model_name = self.spec.name
         self.onnx_path = Path(onnx) if onnx is not None else None
         self.weights = weights
@@ -134,21 +131,9 @@ class OrtBackend(Backend):
     def status(cls, spec: ModelSpec, precision: str, *, onnx=None, engine=None, weights=None) -> BackendStatus:
         if engine is not None:
             return cls.no("an engine file runs on TensorRT only")
-        have = available_providers()
         provider = pick_provider() if cls.PROVIDER == "auto" else cls.PROVIDER
         wanted = PROVIDERS[provider]
-        if wanted not in have:
-            return cls.no(f"{wanted} is not in this onnxruntime build (have: {', '.join(have)}); "
-                          "install onnxruntime-gpu on a machine with an NVIDIA GPU")
-        gpu = gpu_visible()
-        if provider != "cpu" and not gpu[0]:
-            return cls.no(f"{wanted} needs a GPU: {gpu[1]}")
-        if provider == "tensorrt":
-            try:
-                trt_plugin_library()
-            except PipelineError as e:
-                return cls.no(str(e))
-        problem = onnx_source_problem(spec, precision, onnx, weights)
+        problem = provider_problem(provider) or onnx_source_problem(spec, precision, onnx, weights)
         if problem:
             return cls.no(problem)
         extra = "; no GPU provider (onnxruntime-gpu not installed or no GPU)" if (
@@ -158,8 +143,8 @@ class OrtBackend(Backend):
     # -- loading ---------------------------------------------------------------------------------------
     def resolve_onnx(self) -> Path:
         """The ONNX file to run: the given one (checked against model and precision) or the cached export."""
-        if self.onnx_path is not None:
-            check_onnx_matches(self.onnx_path, self.model_name, self.precision)
+        if self.onnx_path is not None:  # the model it holds was checked when self.spec was resolved
+            check_onnx_precision(self.onnx_path, self.precision)
             return self.onnx_path
         check_weights(self.spec, self.weights)
         return onnx_for(self.model_name, self.precision, self.ops, exporter=self.exporter, io_dtype=self.io_dtype,
@@ -190,12 +175,9 @@ class OrtBackend(Backend):
     def load(self) -> OrtBackend:
         provider = pick_provider() if self.provider == "auto" else self.provider
         wanted = PROVIDERS[provider]
-        if wanted not in ort.get_available_providers():
-            hint = {"cuda": "install onnxruntime-gpu on a machine with an NVIDIA GPU",
-                    "tensorrt": "install onnxruntime-gpu and TensorRT on a machine with an NVIDIA GPU",
-                    }.get(provider, "")
-            raise PipelineError(f"ONNX Runtime provider {wanted} is not available in this onnxruntime build "
-                                f"(have: {', '.join(ort.get_available_providers())}); {hint}")
+        problem = provider_problem(provider)
+        if problem:
+            raise PipelineError(problem)
         path = self.resolve_onnx()
         try:
             sess = ort.InferenceSession(self._session_bytes(path, provider), sess_options=cpu_session_options(

@@ -16,16 +16,18 @@ import onnxruntime as ort
 
 from models.spec import ModelSpec
 from pipeline.artifacts.cache import cached_onnx
+from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import folded_variants
 from pipeline.backends.base import Backend, BackendStatus
-from pipeline.backends.checks import check_batch, resolve_spec
-from pipeline.backends.ort_backend import OrtCpuBackend, cpu_session_options, onnx_source_problem
+from pipeline.backends.checks import check_batch
+from pipeline.backends.ort_backend import OrtCpuBackend, onnx_source_problem
 from pipeline.errors import PipelineError, first_line
+from pipeline.native.ort_session import cpu_session_options
 
 
 def _folded_problem(spec: ModelSpec, onnx: Path | None, weights=None) -> str | None:
     """Why the ONNX file this backend would use carries no folded variant, or None."""
-    if spec.weights_file and not spec.foldable:  # a registered model says so itself
+    if spec.registered and not spec.foldable:  # a registered model says so itself
         return f"bicubic folding applies to SRCNN only, not '{spec.name}'"
     if onnx is None:
         try:
@@ -52,7 +54,7 @@ class OrtFoldedBackend(Backend):
                  threads: int | None = None, exporter: str = "dynamo", log=None):
         if precision != "fp32":
             raise PipelineError("ort-folded is fp32 only (use ort for the fp16 graph)")
-        self.spec = resolve_spec(model, onnx)
+        self.spec = resolve(model, onnx)
         self.model_name = self.spec.name
         self.precision = precision
         self.device = "cpu"

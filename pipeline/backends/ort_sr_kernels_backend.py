@@ -11,13 +11,14 @@ import onnx
 
 from models.spec import ModelSpec
 from pipeline.backends.base import BackendStatus, installed
-from pipeline.backends.ort_backend import OrtBackend, cpu_session_options, onnx_source_problem
+from pipeline.backends.ort_backend import OrtBackend, onnx_source_problem
 from pipeline.contract import DOMAIN
 from pipeline.errors import PipelineError, first_line
 from pipeline.export.sr_ops import strip_sr_functions
 from pipeline.native import kernels_cpu, ort_ops
 from pipeline.native.libraries import cpu_kernels_library
 from pipeline.native.ort_ops import session_with_sr_kernels
+from pipeline.native.ort_session import cpu_session_options
 
 
 def sr_node_count(model) -> int:
@@ -33,6 +34,7 @@ class OrtSrKernelsBackend(OrtBackend):
                  threads: int | None = None, exporter: str = "dynamo", io_dtype: str = "fp32", log=None):
         super().__init__(model, precision, onnx=onnx, weights=weights, threads=threads, exporter=exporter,
                          ops="custom", io_dtype=io_dtype, log=log)
+        self.sr_nodes: int | str = "?"  # counted when loaded
 
     @classmethod
     def status(cls, spec: ModelSpec, precision: str, *, onnx=None, engine=None, weights=None) -> BackendStatus:
@@ -72,5 +74,5 @@ class OrtSrKernelsBackend(OrtBackend):
         return ort_ops.run(self.session, feeds, [self._out_name])[0]  # a kernel error is a line, not an abort
 
     def describe(self) -> str:
-        return (f"ort-sr-kernels (CPUExecutionProvider + our sr kernels on {getattr(self, 'sr_nodes', '?')} nodes, "
+        return (f"ort-sr-kernels (CPUExecutionProvider + our sr kernels on {self.sr_nodes} nodes, "
                 f"{self.precision})")

@@ -7,7 +7,7 @@ from pipeline.backends.ort_folded_backend import OrtFoldedBackend
 from pipeline.backends.ort_sr_kernels_backend import OrtSrKernelsBackend
 from pipeline.backends.torch_backend import TorchBackend
 from pipeline.backends.trt_backend import TrtBackend
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, check_choice
 
 CLASSES: dict[str, type[Backend]] = {cls.name: cls for cls in (
     TorchBackend, OrtBackend, OrtCpuBackend, OrtCudaBackend, OrtTrtBackend, OrtSrKernelsBackend, OrtFoldedBackend,
@@ -19,9 +19,7 @@ HOOKS = frozenset({"log"})
 
 
 def backend_class(name: str) -> type[Backend]:
-    if name not in CLASSES:
-        raise PipelineError(f"unknown backend '{name}' (choose from: auto, {', '.join(NAMES)})")
-    return CLASSES[name]
+    return CLASSES[check_choice("backend", name, CLASSES)]
 
 
 def create_named(backend: str, model: str | None, precision: str = "fp32", **opts) -> Backend:
@@ -32,6 +30,4 @@ def create_named(backend: str, model: str | None, precision: str = "fp32", **opt
         if key not in cls.OPTIONS and key not in HOOKS and value is not None:
             raise PipelineError(f"option '{key}' does not apply to backend '{backend}'")
     b = cls(model, precision, **{k: v for k, v in opts.items() if k in cls.OPTIONS}).load()
-    b.selection_reason = f"requested: {backend}"
-    b.selection_brief = "requested"
-    return b
+    return b.selected(f"requested: {backend}", "requested")

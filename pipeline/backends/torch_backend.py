@@ -15,11 +15,12 @@ from collections import OrderedDict
 import numpy as np
 
 from models.spec import ModelSpec, output_size
+from pipeline.artifacts.identity import check_weights, resolve
 from pipeline.backends import pixels as px
 from pipeline.backends.base import Backend, BackendStatus, DeviceMemory, check_precision, installed
-from pipeline.backends.checks import check_batch, check_scale, check_weights, model_spec
+from pipeline.backends.checks import check_batch, check_scale
 from pipeline.errors import PipelineError
-from pipeline.native.cuda_driver import gpu_visible
+from pipeline.native.cuda_driver import gpu_visible, torch_gpu_visible
 
 
 class TorchBackend(Backend):
@@ -30,8 +31,8 @@ class TorchBackend(Backend):
     def __init__(self, model: str, precision: str = "fp32", *, device: str | None = None, weights=None,
                  channels_last: bool | None = None, threads: int | None = None, cuda_graph: bool = False):
         self.precision = check_precision(precision)
-        self.model_name = model
-        self.spec = model_spec(model)
+        self.spec = resolve(model)
+        self.model_name = self.spec.name
         self.device = device or "auto"
         self.weights = weights
         self.channels_last = channels_last
@@ -49,7 +50,7 @@ class TorchBackend(Backend):
             return cls.no("runs the registered PyTorch model, not an ONNX file or engine")
         if not installed("torch"):
             return cls.no("PyTorch is not installed (the export extra: pip install 'srdeploy[export]')")
-        if not spec.weights_file:
+        if not spec.registered:
             return cls.no(f"model '{spec.name}' is not registered here")
         version = importlib.metadata.version("torch")
         gpu = gpu_visible()
@@ -66,10 +67,11 @@ class TorchBackend(Backend):
 
         check_weights(self.spec, self.weights)
 
+        gpu, why = torch_gpu_visible()
         if self.device == "auto":
-            self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        if self.device.startswith("cuda") and not torch.cuda.is_available():
-            raise PipelineError(f"torch: device {self.device} requested but no CUDA GPU is visible to PyTorch")
+            self.device = "cuda" if gpu else "cpu"
+        if self.device.startswith("cuda") and not gpu:
+            raise PipelineError(f"torch: device {self.device} requested but PyTorch has no CUDA GPU ({why})")
         if self.precision == "fp16" and not self.device.startswith("cuda"):
             raise PipelineError("torch: fp16 needs a CUDA GPU (PyTorch's CPU half convolutions are slow); "
                                 "use --precision fp32 on the CPU")

@@ -13,10 +13,11 @@ from pathlib import Path
 import numpy as np
 
 from models.spec import ModelSpec, output_size
-from pipeline.artifacts.cache import engine_for, onnx_for
+from pipeline.artifacts.cache import engine_for
+from pipeline.artifacts.identity import resolve
 from pipeline.backends import pixels as px
 from pipeline.backends.base import Backend, BackendStatus, DeviceMemory, check_precision, installed
-from pipeline.backends.checks import check_batch, check_scale, resolve_spec
+from pipeline.backends.checks import check_batch, check_scale
 from pipeline.backends.ort_backend import onnx_source_problem
 from pipeline.engine import (
     INSTALL_HINT,
@@ -33,6 +34,7 @@ from pipeline.engine import (
     validate_profile,
 )
 from pipeline.errors import PipelineError
+from pipeline.export.cached import onnx_for
 from pipeline.native.cuda_driver import gpu_visible
 from pipeline.native.libraries import trt_plugin_library
 
@@ -45,7 +47,7 @@ class TrtBackend(Backend):
                  onnx: str | Path | None = None, profile: dict | None = None, weights=None,
                  cuda_graph: bool = False, device: int = 0, log=None):
         self.precision = check_precision(precision)
-        self.spec = resolve_spec(model, onnx, engine)
+        self.spec = resolve(model, onnx, engine)
         self.model_name = self.spec.name
         self.engine_path = Path(engine) if engine is not None else None
         self.onnx_path = Path(onnx) if onnx is not None else None
@@ -55,6 +57,8 @@ class TrtBackend(Backend):
         self.device = f"cuda:{device}"
         self.log = log or (lambda msg: None)
         self.context = None
+        self.engine_file: Path | None = None  # the engine loaded
+        self.tf32: bool | None = None  # whether it may use TF32 (its sidecar says), once loaded
 
     @classmethod
     def status(cls, spec: ModelSpec, precision: str, *, onnx=None, engine=None, weights=None) -> BackendStatus:
@@ -81,10 +85,7 @@ class TrtBackend(Backend):
     # -- loading ---------------------------------------------------------------------------------------
     def _engine_and_sidecar(self, env: dict, plugin_lib: Path) -> tuple[Path, dict]:
         if self.engine_path is not None:  # the user's file: refuse when stale, never rebuild behind their back
-            sidecar = check_engine(self.engine_path, env)
-            if sidecar.get("model") not in (None, "?", self.model_name):
-                raise PipelineError(f"{self.engine_path.name} was built for model '{sidecar['model']}', "
-                                    f"not '{self.model_name}'")
+            sidecar = check_engine(self.engine_path, env)  # its model was checked when self.spec was resolved
             if sidecar.get("precision") != self.precision:
                 raise PipelineError(f"{self.engine_path.name} is a {sidecar.get('precision')} engine, "
                                     f"but precision {self.precision} was requested")
@@ -258,11 +259,13 @@ class TrtBackend(Backend):
         free, _total = torch.cuda.mem_get_info(self.device)
         return DeviceMemory(int(free), 32.0)
 
-    def max_input_size(self) -> tuple[int, int]:
+    def max_input_size(self) -> tuple[int, int] | None:
         """Largest input (H, W) any profile admits: the sr stage tiles bigger images to this."""
+        if not self.profiles:
+            return None
         return max(p.height[2] for p in self.profiles), max(p.width[2] for p in self.profiles)
 
     def describe(self) -> str:
         graph = ", CUDA graph" if self.cuda_graph else ""
-        tf32 = "" if self.precision != "fp32" or not hasattr(self, "tf32") else f", TF32 {'on' if self.tf32 else 'off'}"
-        return f"trt ({self.device}, {self.precision}{tf32}{graph}, {getattr(self, 'engine_file', '?')})"
+        tf32 = "" if self.precision != "fp32" or self.tf32 is None else f", TF32 {'on' if self.tf32 else 'off'}"
+        return f"trt ({self.device}, {self.precision}{tf32}{graph}, {self.engine_file or '?'})"

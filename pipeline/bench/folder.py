@@ -17,7 +17,7 @@ import cv2
 import numpy as np
 
 from pipeline import backends
-from pipeline.backends.checks import model_spec
+from pipeline.artifacts.identity import resolve
 from pipeline.data.sample_images import HELD_OUT, load_rgb
 from pipeline.errors import PipelineError
 from pipeline.sr import imageio, settings, upscale
@@ -57,7 +57,7 @@ def folder_throughput(model: str, n_images: int, size: int, backend="auto", weig
     """Per-image ms of `upscale()` on a folder of n size x size PNGs and of inference calls alone on the
     same images, their ratio (inference / folder = the folder run's share of pure inference throughput),
     and the keys bench reports have used (folder_s, inference_s, overhead_s, overhead_pct: medians)."""
-    scale = model_spec(model).default_scale
+    scale = resolve(model).default_scale
     be = backends.create(backend, model, "fp32", weights=weights) if isinstance(backend, str) else backend
     with tempfile.TemporaryDirectory(prefix="sr-folder-bench-") as tmp:
         paths = write_folder(Path(tmp) / "in", n_images, size)
@@ -152,7 +152,7 @@ def gpu_folder_rows(models: list[str], n_images: int = 16, size: int = 512, weig
     rows = []
     for model in models:
         for name in DEVICE_BACKENDS:
-            status = backends.backend_class(name).status(model_spec(model), "fp32", weights=weights)
+            status = backends.backend_class(name).status(resolve(model), "fp32", weights=weights)
             if not status.available:
                 note(f"GPU folder row {model} {name}: {status.reason}")
                 continue

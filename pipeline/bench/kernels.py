@@ -8,8 +8,10 @@ F.interpolate's time.
 """
 from __future__ import annotations
 
+from pipeline.artifacts.identity import resolve
 from pipeline.errors import PipelineError, first_line
 from pipeline.native import kernels_cuda
+from pipeline.native.cuda_driver import torch_gpu_visible
 from pipeline.native.libraries import cuda_kernels_library
 
 SIZES = (256, 512, 1024)
@@ -21,10 +23,10 @@ RESIZE_SCALE = 3
 def not_run_reason() -> str | None:
     """None when a CUDA device and our CUDA kernel library are here, else why the section is not run."""
     try:
-        import torch
+        import torch  # noqa: F401 - the kernels are timed on torch CUDA tensors
     except ImportError:
         return "PyTorch is not installed"
-    if not torch.cuda.is_available():
+    if not torch_gpu_visible()[0]:
         return "no CUDA device"
 
     try:
@@ -104,11 +106,11 @@ def model_rows(models: list[str], size: int = 256, iters: int = 20) -> list[dict
     """Each model end to end on torch CUDA (eager, FP32 and FP16 weights) at its default scale."""
     import torch
 
-    from models.registry import get_spec, load_model, run
+    from models.registry import load_model, run
 
     rows = []
     for model in models:
-        spec = get_spec(model)
+        spec = resolve(model)
         for dtype in (torch.float32, torch.float16):
             net = load_model(model, device="cuda").to(dtype).eval()
             x = torch.rand(1, 3, size, size, device="cuda", dtype=dtype)

@@ -16,6 +16,7 @@ from pipeline import backends as B
 from pipeline import report
 from pipeline.analysis.candidates import candidate_statuses
 from pipeline.artifacts.atomic import atomic_write
+from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import onnx_metadata
 from pipeline.bench.startup import time_to_first_image
 from pipeline.bench.timing import latency_stats, time_interleaved
@@ -37,7 +38,7 @@ def _points(spec, cfg: dict) -> list[tuple[str, int, float]]:
 def bench_onnx(onnx: str | Path, cfg: dict, *, log=print, startup_runs: int = 5) -> dict:
     """One JSON-able document: per point and backend the latency statistics, and the startup row."""
     onnx = Path(onnx)
-    spec = B.resolve_spec(None, onnx)
+    spec = resolve(None, onnx)
     precision = onnx_metadata(onnx).get("precision", "fp32")
     statuses = candidate_statuses(None, precision, cfg.get("backends"), onnx=onnx)
     skipped = [f"{st.name}: {st.reason}" for st in statuses if not st.available] + [NOT_RUN]

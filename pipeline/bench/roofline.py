@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import time
 
+from pipeline.artifacts.identity import resolve
+
 
 def measure_peak_gflops(threads: int | None = None, n: int = 1024, seconds: float = 1.0) -> dict:
     """The machine's fp32 peak as torch sees it: best GFLOP/s of an n x n x n matmul (2 n^3 FLOPs)."""
@@ -36,9 +38,9 @@ def flops_per_output_pixel(model_name: str) -> float:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from models.registry import get_spec, run
+    from models.registry import run
 
-    spec = get_spec(model_name)
+    spec = resolve(model_name)
     net = spec.build().eval()  # FLOPs do not depend on the weights
     x = torch.rand(1, 3, 16, 16)
     with torch.inference_mode(), FlopCounterMode(display=False) as fc:

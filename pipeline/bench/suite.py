@@ -21,8 +21,7 @@ from pathlib import Path
 
 from pipeline import backends as B
 from pipeline import report
-from pipeline.artifacts.cache import onnx_for
-from pipeline.backends.checks import model_spec
+from pipeline.artifacts.identity import resolve
 from pipeline.bench.folder import folder_throughput, gpu_folder_rows, stage_cost, write_folder
 from pipeline.bench.kernels import kernel_section
 from pipeline.bench.ray_bench import ray_bench
@@ -33,6 +32,7 @@ from pipeline.bench.sweeps import ModelBench
 from pipeline.bench.timing import cuda_torch
 from pipeline.bench.triton_bench import triton_bench
 from pipeline.errors import PipelineError
+from pipeline.export.cached import onnx_for
 
 FULL = dict(main_size=256, sizes=(128, 256, 512, 1024), scales=(2.0, 3.0, 4.0, 2.5), batches=(1, 2, 4),
             batch_size=128, threads=(1, 2), iters=20, time_budget=3.0, min_iters=2, warmup=1, folder_images=16,
@@ -58,8 +58,6 @@ QUICK.update(video_frames=2, video_frame_s=3.0)
 
 def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
     """Every model's sweeps, its `auto` row and folder run, in one JSON-able document."""
-    from models.registry import get_spec
-
     peak = measure_peak_gflops(seconds=1.5)
     peak["samples"] = [peak["gflops"]]
     log(f"machine peak: {peak['gflops']:.1f} GFLOP/s ({peak['method']})")
@@ -67,7 +65,7 @@ def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
            "folder": [], "flops": {}, "skipped": [], "method": method(cfg, cuda_torch() is not None)}
     for model in models:
         log(f"bench {model}")
-        spec = get_spec(model)
+        spec = resolve(model)
         flops_px = flops_per_output_pixel(model)
         doc["flops"][model] = flops_entry(flops_px, spec.default_scale)
         results = ModelBench(model, cfg, peak["gflops"], flops_px, weights=weights, log=log,
@@ -124,7 +122,7 @@ def _startup_row(model: str, cfg: dict, weights, log, note) -> list[dict]:
     try:
         onnx = onnx_for(model, weights=weights, log=log)
         row = time_to_first_image(onnx, size=cfg["main_size"], runs=cfg["startup_runs"],
-                                  scale=model_spec(model).default_scale)
+                                  scale=resolve(model).default_scale)
     except PipelineError as e:
         note(f"{model} startup: {e}")
         return []
@@ -141,7 +139,7 @@ def _ray_section(model: str, cfg: dict, log, note) -> dict | None:
         folder = Path(tmp) / "in"
         write_folder(folder, cfg["ray_images"], cfg["ray_size"])
         try:
-            return ray_bench(folder, model=model, scale=model_spec(model).default_scale, backend="auto", log=log)
+            return ray_bench(folder, model=model, scale=resolve(model).default_scale, backend="auto", log=log)
         except PipelineError as e:
             note(f"Ray comparison: {e}")
             return None

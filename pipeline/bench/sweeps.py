@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 
+from models.spec import output_size
+from pipeline.artifacts.identity import resolve
 from pipeline.bench.results import result_row
 from pipeline.bench.timing import available_bytes, time_interleaved
 from pipeline.bench.variants import (
@@ -26,11 +28,9 @@ class ModelBench:
                  note=print):
         import torch
 
-        from models.registry import get_spec
-
         self.model, self.cfg, self.peak, self.flops_px, self.weights = model, cfg, peak, flops_px, weights
         self.log, self.note = log, note
-        self.spec = get_spec(model)
+        self.spec = resolve(model)
         self.scale0, self.size0 = self.spec.default_scale, cfg["main_size"]
         self.default_threads = torch.get_num_threads()
         self.rng = np.random.default_rng(0)
@@ -101,8 +101,6 @@ class ModelBench:
 
     def point(self, sweep: str, vs: list[Variant], size: int, scale: float, batch: int, threads=None,
               check: bool = False) -> None:
-        from models.registry import output_size
-
         threads = threads or self.default_threads
         out_hw = output_size(size, size, scale)
         px = batch * math.prod(out_hw)

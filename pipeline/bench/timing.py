@@ -8,6 +8,8 @@ import time
 import numpy as np
 import psutil
 
+from pipeline.native.cuda_driver import torch_gpu_visible
+
 
 def latency_stats(ms: list[float]) -> dict:
     """n, mean, median, p90, p99, min, max of latencies in ms (percentiles: linear interpolation)."""
@@ -60,7 +62,7 @@ def cuda_torch():
     """torch, when it is already imported and sees a GPU. Not imported here: a process that never loaded
     torch has no torch CUDA work to wait for, and the deploy runtime runs without it."""
     torch = sys.modules.get("torch")
-    return torch if torch is not None and torch.cuda.is_available() else None
+    return torch if torch is not None and torch_gpu_visible()[0] else None
 
 
 def _sync() -> None:

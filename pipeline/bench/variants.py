@@ -10,6 +10,7 @@ import numpy as np
 from pipeline import backends as B
 from pipeline.analysis.candidates import candidate_statuses
 from pipeline.analysis.reference import load_net
+from pipeline.artifacts.identity import resolve
 from pipeline.errors import PipelineError
 
 BASELINE = "torch-eager-loop"
@@ -28,9 +29,9 @@ def baseline_variant(model_name: str, weights=None) -> Variant:
     """The tutorial's plain loop: PyTorch eager, one image at a time, numpy in and out."""
     import torch
 
-    from models.registry import get_spec, run
+    from models.registry import run
 
-    spec = get_spec(model_name)
+    spec = resolve(model_name)
     net = load_net(model_name, weights)
 
     def infer(batch, scale):

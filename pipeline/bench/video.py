@@ -15,7 +15,7 @@ import cv2
 import numpy as np
 
 from pipeline import backends
-from pipeline.backends.checks import model_spec
+from pipeline.artifacts.identity import resolve
 from pipeline.data.sample_images import HELD_OUT, load_rgb
 from pipeline.sr import upscale
 
@@ -47,7 +47,7 @@ def video_fps(model: str, frames: int, backend="auto", weights=None, log=print, 
     """One row per size: fps of the whole clip run and of inference alone (one frame per call). A size whose frame
     would take longer than max_frame_s (timed on a quarter-side frame, scaled by pixels) is not run; its row says
     why."""
-    scale = model_spec(model).default_scale
+    scale = resolve(model).default_scale
     be = backends.create(backend, model, "fp32", weights=weights) if isinstance(backend, str) else backend
     rows = []
     with tempfile.TemporaryDirectory(prefix="sr-video-bench-") as tmp:

@@ -1,10 +1,10 @@
 """`python -m pipeline compare`: every available backend/precision vs PyTorch FP32."""
 from __future__ import annotations
 
-from models.spec import get_spec
 from pipeline import report
 from pipeline.analysis import sheet
 from pipeline.analysis.compare import DEFAULT_PSNR_FP16, DEFAULT_TOL_FP32, compare_model, compare_onnx
+from pipeline.artifacts.identity import resolve
 from pipeline.cli import options
 from pipeline.errors import PipelineError
 
@@ -28,7 +28,7 @@ def _check_scales(models: list[str], scales: list[float] | None) -> None:
     for model in models if scales else ():
         for scale in scales:
             try:
-                get_spec(model).check_scale(scale)
+                resolve(model).check_scale(scale)
             except ValueError as e:
                 raise PipelineError(str(e)) from None
 

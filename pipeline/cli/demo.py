@@ -17,7 +17,7 @@ from pipeline.sr import upscale
 
 def add_arguments(p) -> None:
     p.add_argument("--output", default="outputs", help="output root; the demo writes OUTPUT/demo/ (default: outputs)")
-    p.add_argument("--model", default=DEMO_MODEL, help=f"model for the SR run (default: {DEMO_MODEL})")
+    p.add_argument("--model", default=None, help=f"model for the SR run (default: {DEMO_MODEL})")
     p.add_argument("--backend", default="auto", help="backend for the SR run (default: auto)")
     p.add_argument("--images", nargs="+", help="held-out skimage images to use (default: all held-out ones)")
     p.add_argument("--max-side", type=int, default=384, help="HR images are centre-cropped to at most this side")
@@ -58,6 +58,7 @@ def run(args) -> int:
     # --model and --backend are checked before input/ and hr/ are written, like every other command's
     options.models_from_args(args)
     options.backend_from_args(args)
+    model = DEMO_MODEL if args.model is None else args.model
     wdir = Path(args.weights_dir) if args.weights_dir else None
     if wdir is not None and not wdir.is_dir():
         raise PipelineError(f"--weights-dir {wdir} is not a folder")
@@ -67,13 +68,13 @@ def run(args) -> int:
 
     root = options.check_output_dir(Path(args.output) / "demo")
     root.mkdir(parents=True, exist_ok=True)
-    print(f"demo: model {args.model} x{DEMO_SCALE:g}, backend {args.backend}, writing under {root}/")
+    print(f"demo: model {model} x{DEMO_SCALE:g}, backend {args.backend}, writing under {root}/")
     lr_dir, hr_dir, names = _write_inputs(root, args.images, args.max_side, DEMO_SCALE)
     print(f"[1/4] {len(names)} held-out images -> LR inputs {lr_dir}/ (HR references in {hr_dir}/)")
 
     sr_dir = root / "sr"
-    summary = upscale(lr_dir, sr_dir, model=args.model, scale=DEMO_SCALE, backend=args.backend,
-                      weights=weights(args.model), reference=hr_dir, summary=root / "sr_summary.json",
+    summary = upscale(lr_dir, sr_dir, model=model, scale=DEMO_SCALE, backend=args.backend,
+                      weights=weights(model), reference=hr_dir, summary=root / "sr_summary.json",
                       progress=False)
     if summary.failed:
         raise PipelineError(f"the sr stage failed on {len(summary.failed)} image(s): "
@@ -82,7 +83,7 @@ def run(args) -> int:
     print(f"[2/4] upscaled images -> {sr_dir}/ with {summary.backend}; "
           f"PSNR-Y {ref.get('psnr', float('nan')):.2f} dB vs bicubic {ref.get('psnr_bicubic', float('nan')):.2f} dB")
 
-    models = [args.model] + (["srcnn-x3"] if args.model != "srcnn-x3" else [])
+    models = [model] + (["srcnn-x3"] if model != "srcnn-x3" else [])
     cmp_doc = None if args.no_compare else _compare(models, weights, root)
     bench_doc = None if args.no_bench else _bench(weights, root)
     md = demo_markdown(summary.to_dict(), names, cmp_doc, bench_doc, time.perf_counter() - t0)

@@ -13,13 +13,14 @@ from pipeline.errors import PipelineError
 def add_arguments(parser) -> None:
     parser.add_argument("--output", type=Path, default=Path("outputs/doctor"),
                         help="folder for doctor.md and doctor.json (default: outputs/doctor)")
-    parser.add_argument("--model", default="all", help="models whose TensorRT engines are checked (default: all)")
+    parser.add_argument("--model", default=None, help="the model whose TensorRT engines are checked, or 'all' "
+                                                      "(default: all)")
     parser.add_argument("--no-engines", action="store_true", help="skip the TensorRT engine build-and-compare step")
 
 
 def run(args) -> int:
-    if args.model != "all" and args.model not in MODELS and not is_external(args.model):
+    if args.model not in (None, "all") and args.model not in MODELS and not is_external(args.model):
         # options.models_from_args says the same, but importing options needs numpy and ONNX Runtime
         raise PipelineError(f"unknown model '{args.model}' (known: all, {', '.join(MODELS)})")
-    models = list(MODELS) if args.model == "all" else [args.model]
+    models = list(MODELS) if args.model in (None, "all") else [args.model]
     return diagnose(args.output, models, engines=not args.no_engines)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import check_onnx_file, onnx_metadata
 from pipeline.cli import options
 from pipeline.engine import (
@@ -60,8 +61,10 @@ def profiles_from_args(args, spec) -> list[Profile]:
     return [validate_profile(Profile.from_dict(d), spec)]
 
 
-def _jobs(args) -> list[tuple[Path, Path, dict]]:
-    """(onnx, engine, metadata) pairs to build, validated before TensorRT is touched."""
+def _jobs(args) -> list[tuple[Path, Path]]:
+    """(onnx, engine) pairs to build, validated before TensorRT is touched."""
+    if args.all and args.onnx:
+        raise PipelineError("--all builds a folder; do not combine it with --onnx")
     if args.all:
         if not args.onnx_dir.is_dir():
             raise PipelineError(f"ONNX folder not found: {args.onnx_dir} (run `make onnx` first)")
@@ -72,7 +75,7 @@ def _jobs(args) -> list[tuple[Path, Path, dict]]:
                 continue
             if args.precision != "all" and meta.get("precision", "fp32") != args.precision:
                 continue
-            jobs.append((f, args.output_dir / f"{f.stem}.engine", meta))
+            jobs.append((f, args.output_dir / f"{f.stem}.engine"))
         if not jobs:
             raise PipelineError(f"no matching ONNX files in {args.onnx_dir} (run `make onnx` first)")
         options.check_output_dir(args.output_dir, "--output-dir")
@@ -81,12 +84,17 @@ def _jobs(args) -> list[tuple[Path, Path, dict]]:
         raise PipelineError("give --onnx FILE --output FILE.engine, or --all --onnx-dir DIR --output-dir DIR")
     check_onnx_file(args.onnx)
     options.check_output_file(args.output, "--output")
-    return [(args.onnx, args.output, onnx_metadata(args.onnx))]
+    return [(args.onnx, args.output)]
+
+
+def plan(args) -> list[tuple[Path, Path, list[Profile]]]:
+    """(onnx, engine, profiles) for every engine to build: the model and its scale contract come from each ONNX
+    file's metadata (no PyTorch, no checkpoint reloaded), checked before TensorRT is touched."""
+    return [(onnx_file, engine_file, profiles_from_args(args, resolve(onnx=onnx_file)))
+            for onnx_file, engine_file in _jobs(args)]
 
 
 def run(args) -> int:
-    from models.registry import get_spec  # imports torch: only once the command runs, not for --help
-
     if args.all and args.onnx:
         raise PipelineError("--all builds a folder; do not combine it with --onnx")
     if args.onnx:  # a hostile or broken file is refused the same way on every machine
@@ -95,15 +103,7 @@ def run(args) -> int:
     problem = tensorrt_problem()
     if problem:
         raise PipelineError(problem)
-    jobs = _jobs(args)
-    for onnx_file, engine_file, meta in jobs:
-        model = meta.get("model")
-        try:
-            spec = get_spec(model)
-        except KeyError:
-            raise PipelineError(f"{onnx_file} has no known 'model' in its metadata (got {model!r}); "
-                                "re-export it") from None
-        profiles = profiles_from_args(args, spec)
+    for onnx_file, engine_file, profiles in plan(args):
         opts = dict(plugin_lib=args.plugin_lib, workspace_mb=args.workspace, opt_level=args.opt_level,
                     timing_cache=args.timing_cache, progress=not args.quiet, tf32=args.tf32)
         if args.force:

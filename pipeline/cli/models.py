@@ -5,7 +5,8 @@ import argparse
 import json
 
 from models import external  # torch-free: spandrel and PyTorch load only to list or describe
-from models.spec import MODELS, WeightsError
+from models.spec import MODELS
+from pipeline.artifacts.identity import resolve
 from pipeline.errors import PipelineError
 
 
@@ -38,10 +39,7 @@ def describe(value: str) -> dict:
     if not external.is_external(value):
         raise PipelineError(f"'{value}' is neither a checkpoint ({', '.join(external.SUFFIXES)}) nor "
                             "package.module:factory")
-    try:
-        return external.load(value).spec.describe()
-    except WeightsError as e:
-        raise PipelineError(str(e)) from None
+    return resolve(value).external.describe()  # a file that does not load: one PipelineError line
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,47 +3,48 @@
 `add_*(parser)` registers a group of flags; the matching `*_from_args(args)` / `check_*` validates them
 before any work is done, raising PipelineError (the CLI prints one line and exits 2). Commands call the
 checks in `run(args)`, so a Namespace built in Python is checked the same way as a command line.
+
+The one convention for defaults: a flag whose default depends on other flags defaults to None, meaning "not
+given", and its `*_from_args` decides. `--model` (every command that has it) is None unless given: with an
+--onnx/--engine file the model is the one the file holds (a --model naming another is an error), without one it
+is DEFAULT_MODEL (or every registered model for `all`, where allowed). Which model a value names is always
+pipeline.artifacts.identity.resolve's answer; choice lists are checked by pipeline.errors.check_choice.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from models.external.spec import is_external
-from models.spec import (
-    DEFAULT_MODEL,
-    MODELS,  # torch-free
-)
+from models.spec import DEFAULT_MODEL, MODELS
 from pipeline import backends as B
 from pipeline.analysis.candidates import candidate_statuses
 from pipeline.artifacts.atomic import folder_problem
 from pipeline.artifacts.cache import PRECISIONS
+from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import check_onnx_file
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, check_choice
 
 
 # -- model ---------------------------------------------------------------------------------------------
 def add_model_args(parser, allow_all: bool = False) -> None:
     what = "registered model name, checkpoint file or package.module:factory" + (", or 'all'" if allow_all else "")
-    parser.add_argument("--model", default=DEFAULT_MODEL, help=f"{what} (default: {DEFAULT_MODEL})")
+    parser.add_argument("--model", default=None,
+                        help=f"{what} (default: the model an --onnx file holds, else {DEFAULT_MODEL})")
 
 
 def models_from_args(args, allow_all: bool = False) -> list[str]:
-    """The models `--model` names: one, or every registered one for 'all' (when `allow_all`)."""
-    known = tuple(MODELS)
+    """The models `--model` names: one (DEFAULT_MODEL when not given), or every registered one for 'all' (when
+    `allow_all`)."""
     if allow_all and args.model == "all":
-        return list(known)
-    if args.model not in known and not is_external(args.model):
-        choices = ", ".join((("all",) if allow_all else ()) + known)
-        raise PipelineError(f"unknown model '{args.model}' (known: {choices})")
-    return [args.model]
+        return list(MODELS)
+    return [resolve(DEFAULT_MODEL if args.model is None else args.model).name]
 
 
-def model_from_args(args) -> str:
-    """The one model a command runs: the registered `--model`, or with `--onnx FILE` the model the file holds
-    (an explicit other `--model` is an error)."""
-    onnx = onnx_from_args(args)
-    if onnx is not None:
-        return B.resolve_spec(None if args.model == DEFAULT_MODEL else args.model, onnx).name
+def model_from_args(args, onnx: Path | None = None, engine: Path | None = None) -> str:
+    """The one model a command runs: the one its --onnx (or `onnx`/`engine`) file holds, checked against an
+    explicit --model; else `--model`, else DEFAULT_MODEL."""
+    onnx = onnx if onnx is not None else onnx_from_args(args)
+    if onnx is not None or engine is not None:
+        return resolve(args.model, onnx, engine).name
     return models_from_args(args)[0]
 
 
@@ -96,9 +97,7 @@ def add_backend_args(parser) -> None:
 
 
 def backend_from_args(args) -> str:
-    if args.backend != "auto" and args.backend not in B.NAMES:
-        raise PipelineError(f"unknown backend '{args.backend}' (valid: auto, {', '.join(B.NAMES)})")
-    return args.backend
+    return check_choice("backend", args.backend, ("auto", *B.NAMES))
 
 
 def add_backends_arg(parser, help: str = "only these backends (default: every available one)") -> None:
@@ -111,8 +110,7 @@ def backends_from_args(args) -> list[str] | None:
     if not names:
         return None
     for name in names:
-        if name not in B.NAMES:
-            raise PipelineError(f"unknown backend '{name}' in --backends (valid: {', '.join(B.NAMES)})")
+        check_choice("backend", name, B.NAMES)
     return list(dict.fromkeys(names))
 
 

@@ -1,8 +1,13 @@
 """`python -m pipeline sr INPUT OUTPUT`: super-resolve an image or a folder tree of images."""
 from __future__ import annotations
 
-from models.spec import DEFAULT_MODEL
-from pipeline.cli.options import add_backend_args, add_precision_args, add_weights_arg, backend_from_args
+from pipeline.cli.options import (
+    add_backend_args,
+    add_model_args,
+    add_precision_args,
+    add_weights_arg,
+    backend_from_args,
+)
 from pipeline.errors import PipelineError
 from pipeline.sr import upscale
 from pipeline.sr.videofmt import CRF, ENCODERS
@@ -21,10 +26,7 @@ def _batch(value: str) -> int | str:
 def add_arguments(p) -> None:
     p.add_argument("input", help="image or video file, or a folder of them (searched recursively)")
     p.add_argument("output", help="output folder (mirrors INPUT's tree) or, for a single image or video, a file name")
-    # not the shared --model group: its default would hide whether the user named a model, and without
-    # one the model comes from the --onnx file's metadata
-    p.add_argument("--model", default=None, help=f"registered model name, checkpoint file or package.module:factory "
-                                                 f"(default: the one --onnx was exported for, else {DEFAULT_MODEL})")
+    add_model_args(p)  # None unless given: sr.settings.resolve_model takes the --onnx/--engine file's
     p.add_argument("--scale", type=float, default=None, help="upscale factor, integer or not (default: the model's)")
     add_backend_args(p)
     add_precision_args(p)

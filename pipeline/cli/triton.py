@@ -20,7 +20,7 @@ def add_arguments(p) -> None:
     src.add_argument("--onnx", type=Path, metavar="FILE", help="exported ONNX file instead of the cached export")
     src.add_argument("--engine", type=Path, metavar="FILE",
                      help="built TensorRT engine (its .json sidecar next to it) instead of building one")
-    p.add_argument("--name", help="model name in the repository (default: --model)")
+    p.add_argument("--name", help="model name in the repository (default: the model's)")
     options.add_weights_arg(p)
     p.add_argument("--plugin-lib", type=Path, metavar="FILE", help="TensorRT plugin library the engine was built "
                    "with (default: build/plugins/libsr_trt_plugins.so)")
@@ -44,7 +44,8 @@ def _python_env(value: str | None) -> str | None:
 def run(args) -> int:
     if args.max_batch is not None and args.backend == "trt":
         raise PipelineError("--max-batch applies to --backend ort; an engine's batch limit is its profile's")
-    model = options.model_from_args(args)
+    # With --onnx/--engine the model is the file's: write_repository resolves it after its option checks.
+    model = args.model if args.onnx is not None or args.engine is not None else options.model_from_args(args)
     weights = options.weights_from_args(args)
     repo = options.check_output_dir(args.output)
     result = write_repository(model, repo, backend=args.backend, precision=args.precision,

@@ -12,9 +12,10 @@ from pathlib import Path
 
 from models.spec import file_sha256
 from pipeline.artifacts.atomic import atomic_write
-from pipeline.artifacts.cache import cache_dir, onnx_for
+from pipeline.artifacts.cache import cache_dir
 from pipeline.artifacts.onnx_file import folded_variants, onnx_metadata, reference_file
 from pipeline.engine import sidecar_path
+from pipeline.export.cached import onnx_for
 
 SHARED = "shared"  # cache sub-folder for the user's own files
 

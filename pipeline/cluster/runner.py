@@ -11,6 +11,7 @@ import json
 import math
 import time
 
+from pipeline.backends import pick_auto
 from pipeline.cluster import artifacts, connect, unit
 from pipeline.cluster.actor import COLUMNS, SrActor
 from pipeline.cluster.spool import SummarySpool
@@ -46,8 +47,6 @@ def _resolve_backend(args, model: str, cluster: connect.Cluster) -> tuple[str, s
     """'auto' on a CPU cluster is picked here (the actors then load that one); on GPU nodes each actor picks."""
     if args.backend != "auto" or cluster.gpus > 0 or args.onnx or args.engine:
         return args.backend, "requested" if args.backend != "auto" else "auto: picked by each actor on its node"
-    from pipeline.backends import pick_auto
-
     pick = pick_auto(model, args.precision, weights=args.weights)
     return pick.name, f"auto: {pick.reason}"
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipeline.artifacts.identity import resolve
 from pipeline.backends.base import check_precision
-from pipeline.backends.checks import check_scale, resolve_spec
+from pipeline.backends.checks import check_scale
 from pipeline.sr import ImageWorker, Job, settings
 from pipeline.sr import load_backend as _load_backend
 
@@ -41,7 +42,7 @@ def check_arguments(args) -> tuple[str, float, str | None]:
                          weights=args.weights)
     check_precision(args.precision)
     model = settings.resolve_model(args.model, args.onnx, engine=args.engine)
-    spec = resolve_spec(model, args.onnx, args.engine)
+    spec = resolve(model, args.onnx, args.engine)
     return model, check_scale(spec, spec.default_scale if args.scale is None else args.scale), fmt
 
 

@@ -9,8 +9,10 @@ import shutil
 import subprocess
 
 from pipeline.doctor.results import FAIL, INFO, PASS, SKIP, Check
-from pipeline.errors import first_line
-from pipeline.native.cuda_driver import driver
+from pipeline.errors import PipelineError, first_line
+from pipeline.native.cuda_driver import driver, torch_gpu_visible
+from pipeline.native.cuda_runtime import find_runtime_libraries, missing_hint, preload
+from pipeline.native.libraries import plugin_build_info, trt_plugin_library
 
 TORCH_FIX = "install a CUDA 13 build of PyTorch (the project's default torch wheel on Linux x86-64)"
 TRT_FIX = "`pip install -e '.[gpu]'` (tensorrt-cu13, TensorRT 11) or `pip install tensorrt-cu13`"
@@ -61,7 +63,7 @@ def torch_cuda(gpu_present: bool) -> tuple[Check, bool]:
     except ImportError as e:
         return Check("PyTorch CUDA", SKIP, f"PyTorch not importable ({first_line(e)})", fix=TORCH_FIX), False
     facts = {"torch": torch.__version__, "cuda_build": torch.version.cuda}
-    if torch.cuda.is_available():
+    if torch_gpu_visible()[0]:
         props = torch.cuda.get_device_properties(0)
         facts.update(device=props.name, capability=f"{props.major}.{props.minor}")
         return Check("PyTorch CUDA", PASS, f"torch {torch.__version__} (CUDA {torch.version.cuda}) on {props.name} "
@@ -93,8 +95,6 @@ def tensorrt() -> tuple[Check, str | None]:
 
 
 def cuda_runtime(gpu_present: bool) -> Check:
-    from pipeline.native.cuda_runtime import find_runtime_libraries, missing_hint, preload
-
     found = find_runtime_libraries()
     loaded = preload()
     bad = {name: loaded[name] for name in found if loaded[name].startswith("not loadable")}
@@ -126,10 +126,6 @@ def _header_match(built: str, installed: str | None) -> Check:
 
 
 def plugin_library(trt_version: str | None, torch_cuda_ok: bool, gpu_present: bool = True) -> list[Check]:
-    from pipeline.errors import PipelineError
-    from pipeline.native.cuda_runtime import missing_hint, preload
-    from pipeline.native.libraries import plugin_build_info, trt_plugin_library
-
     try:
         path = trt_plugin_library()
     except PipelineError as e:

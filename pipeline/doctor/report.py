@@ -6,6 +6,7 @@ import platform
 import time
 from pathlib import Path
 
+from pipeline.artifacts.atomic import atomic_write
 from pipeline.doctor.results import EXIT_FAILED, EXIT_NO_GPU, EXIT_OK, FAIL, Check
 
 _VERDICTS = {EXIT_OK: "everything present here passed", EXIT_FAILED: "some checks failed",
@@ -32,8 +33,6 @@ def to_markdown(checks: list[Check], code: int) -> str:
 
 
 def write(output: Path, checks: list[Check], code: int) -> tuple[Path, Path]:
-    from pipeline.artifacts.atomic import atomic_write
-
     output.mkdir(parents=True, exist_ok=True)
     md, js = output / "doctor.md", output / "doctor.json"
     atomic_write(md, to_markdown(checks, code).encode())

@@ -9,6 +9,8 @@ from pathlib import Path
 from pipeline.doctor.facts import PLUGIN_FIX
 from pipeline.doctor.results import FAIL, PASS, SKIP, Check
 from pipeline.errors import PipelineError, first_line
+from pipeline.native.cuda_runtime import subprocess_env
+from pipeline.native.libraries import trt_plugin_library
 
 HARNESS_NAME = "trt_plugin_gpu_harness"
 SELFTEST_NAME = "trt_plugin_selftest"
@@ -18,8 +20,6 @@ _SUMMARY = re.compile(r"# (\d+) checks, (\d+) failed")
 
 
 def _program(name: str) -> Path | None:
-    from pipeline.native.libraries import trt_plugin_library
-
     try:
         path = trt_plugin_library().parent / name
     except PipelineError:
@@ -28,8 +28,6 @@ def _program(name: str) -> Path | None:
 
 
 def _run(argv: list[str], timeout: int) -> tuple[int, str]:
-    from pipeline.native.cuda_runtime import subprocess_env
-
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=subprocess_env())
     except subprocess.TimeoutExpired:

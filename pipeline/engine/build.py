@@ -129,7 +129,7 @@ def build_engine(onnx_file: Path, output: Path, profiles: list[Profile], *, plug
                            model=meta.get("model", "?"), precision=precision, ops=ops, profiles=profiles,
                            io=io, build_seconds=round(time.perf_counter() - t0, 2), tf32=tf32,
                            workspace_mb=int(workspace_mb))
-    sidecar["onnx_metadata"] = meta  # the model spec travels with the engine (backends.trt_backend.engine_spec)
+    sidecar["onnx_metadata"] = meta  # the model spec travels with the engine (pipeline.artifacts.identity.resolve)
     atomic_write(sidecar_path(output), json.dumps(sidecar, indent=2).encode())
     log(f"engine: {output} ({precision}, TF32 {'on' if tf32 else 'off'}, {ops} ops, {len(profiles)} profile(s), "
         f"{sidecar['build_seconds']} s)")

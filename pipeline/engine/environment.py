@@ -5,6 +5,7 @@ from pathlib import Path
 
 from models.spec import file_sha256
 from pipeline.errors import first_line
+from pipeline.native.cuda_driver import driver, gpu_visible
 from pipeline.native.libraries import trt_plugin_library
 
 INSTALL_HINT = ("on a machine with an NVIDIA GPU run `.venv/bin/pip install -e '.[gpu]'` "
@@ -12,13 +13,8 @@ INSTALL_HINT = ("on a machine with an NVIDIA GPU run `.venv/bin/pip install -e '
 
 
 def _gpu_problem() -> str | None:
-    try:
-        import torch
-    except ImportError:
-        return "PyTorch is not installed"
-    if not torch.cuda.is_available():
-        return "no CUDA GPU is visible"
-    return None
+    seen, why = gpu_visible()
+    return None if seen else why
 
 
 def _trt_import_problem() -> str | None:
@@ -38,14 +34,13 @@ def tensorrt_problem() -> str | None:
 
 
 def current_environment(plugin_lib: Path | None = None) -> dict:
+    """The facts an engine is tied to; GPU facts from the CUDA driver (`cuda`: its API version)."""
     import tensorrt as trt
-    import torch
-
 
     if plugin_lib is None:
         plugin_lib = trt_plugin_library()
-    props = torch.cuda.get_device_properties(0)
-    return {"tensorrt": trt.__version__, "cuda": torch.version.cuda, "gpu": props.name,
-            "compute_capability": f"{props.major}.{props.minor}", "plugin_library": str(plugin_lib),
+    d = driver()
+    return {"tensorrt": trt.__version__, "cuda": d.api_version, "gpu": d.name,
+            "compute_capability": d.compute_capability, "plugin_library": str(plugin_lib),
             "plugin_sha256": file_sha256(Path(plugin_lib))}
 

@@ -5,6 +5,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from models.spec import output_size
 from pipeline.errors import PipelineError
 
 
@@ -39,8 +40,6 @@ class Profile:
 
     def size_values(self) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
         """min/opt/max values of the int64 [2] size input (H_out, W_out)."""
-        from models.registry import output_size
-
         return tuple(output_size(self.height[i], self.width[i], self.scale[i]) for i in range(3))
 
     def to_dict(self) -> dict:

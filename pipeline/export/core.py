@@ -12,13 +12,13 @@ import torch
 from models.registry import (
     ModelSpec,
     WeightsError,
-    get_spec,
     load_model,
     size_tensor,
 )
 from pipeline.artifacts.atomic import atomic_path
 from pipeline.artifacts.cache import EXPORTERS, IO_DTYPES, OPS, PRECISIONS, SIZE_INPUTS
-from pipeline.errors import PipelineError, first_line
+from pipeline.artifacts.identity import resolve
+from pipeline.errors import PipelineError, check_choice, first_line
 from pipeline.export import dynamo, extras, fp16, graph, sr_ops, torchscript
 from pipeline.export import verify as verification
 
@@ -54,19 +54,6 @@ def onnx_filename(model: str, *, exporter: str = "dynamo", ops: str = "custom", 
     if size_input == "scale":
         parts.append("scale-input")
     return ".".join(parts) + ".onnx"
-
-
-def _choice(value: str, allowed: tuple[str, ...], what: str) -> str:
-    if value not in allowed:
-        raise PipelineError(f"unknown {what} '{value}' (choose from: {', '.join(allowed)})")
-    return value
-
-
-def _spec(model: str) -> ModelSpec:
-    try:
-        return get_spec(model)
-    except KeyError as e:
-        raise PipelineError(e.args[0]) from None
 
 
 def check_output_path(output: Path) -> Path:
@@ -111,10 +98,10 @@ class _Graph:
 def build_graph(model: str, *, exporter: str = "dynamo", ops: str = "custom", weights: Path | None = None,
                 opset: int | None = None, size_input: str = "size") -> _Graph:
     """Export one model to a finished FP32 ModelProto (not written). Errors are PipelineError lines."""
-    spec = _spec(model)
-    _choice(exporter, EXPORTERS, "exporter")
-    _choice(ops, OPS, "ops flavour")
-    _choice(size_input, SIZE_INPUTS, "size input")
+    spec = resolve(model)
+    check_choice("exporter", exporter, EXPORTERS)
+    check_choice("ops flavour", ops, OPS)
+    check_choice("size input", size_input, SIZE_INPUTS)
     if size_input == "scale" and ops != "standard":
         raise PipelineError("--size-input scale (Resize with run-time scales) exists only with --ops standard")
     opset = DEFAULT_OPSET[exporter] if opset is None else int(opset)
@@ -160,8 +147,8 @@ def write_variant(g: _Graph, output: Path, *, precision: str = "fp32", io_dtype:
     """Write `g` at one precision atomically (temp file, verify, rename); nothing is left behind on failure.
     `siblings`: also write what a torch-free runtime needs beside it (folded variants, reference outputs)."""
     started = time.perf_counter() if started is None else started
-    _choice(precision, PRECISIONS, "precision")
-    _choice(io_dtype, IO_DTYPES, "I/O dtype")
+    check_choice("precision", precision, PRECISIONS)
+    check_choice("I/O dtype", io_dtype, IO_DTYPES)
     if precision == "fp32" and io_dtype == "fp16":
         raise PipelineError("--io-dtype fp16 needs --precision fp16")
     output = check_output_path(output)
@@ -207,11 +194,11 @@ def export_model(model: str, output: Path, *, exporter: str = "dynamo", ops: str
     """
     started = time.perf_counter()
     check_output_path(output)  # before the slow part
-    _choice(precision, PRECISIONS, "precision")
-    _choice(io_dtype, IO_DTYPES, "I/O dtype")
+    check_choice("precision", precision, PRECISIONS)
+    check_choice("I/O dtype", io_dtype, IO_DTYPES)
     if scale is not None:
         try:
-            _spec(model).check_scale(scale)
+            resolve(model).check_scale(scale)
         except ValueError as e:
             raise PipelineError(str(e)) from None
     g = build_graph(model, exporter=exporter, ops=ops, weights=weights, opset=opset, size_input=size_input)

@@ -9,7 +9,7 @@ import torch
 from skimage import data
 
 from models.registry import ModelSpec, size_tensor
-from pipeline.backends.ort_backend import cpu_session_options
+from pipeline.native.ort_session import cpu_session_options
 
 # Max |ORT - PyTorch FP32| on outputs in the 0-1 range.
 TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2}

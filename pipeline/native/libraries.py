@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from pipeline.errors import PipelineError
+from pipeline.native.cuda_runtime import missing_hint, preload
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_DIR = REPO_ROOT / "build" / "plugins"
@@ -52,8 +53,6 @@ def load_library(path: Path) -> ctypes.CDLL:
 
 def load_cuda_library(path: Path) -> ctypes.CDLL:
     """dlopen one of our CUDA libraries after loading the cudart/cuBLAS it needs (its RUNPATH is $ORIGIN alone)."""
-    from pipeline.native.cuda_runtime import missing_hint, preload
-
     preload()
     try:
         return ctypes.CDLL(str(path))

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from pipeline import backends
-from pipeline.backends.checks import check_scale, resolve_spec
+from pipeline.artifacts.identity import resolve
+from pipeline.backends.checks import check_scale
 from pipeline.backends.registry import backend_class
 from pipeline.errors import PipelineError, first_line
 from pipeline.serve.tensors import ARRAY, ARRAY_INPUTS, IMAGE_INPUTS, array_from_output
@@ -63,7 +64,7 @@ class SrService:
         model_file = Path(model_file)
         self.is_engine = model_file.suffix in (".engine", ".plan")
         where = {"engine": model_file} if self.is_engine else {"onnx": model_file}
-        self.spec = resolve_spec(None, **where)
+        self.spec = resolve(None, **where)
         opts = {**where, **({"threads": threads} if threads else {})}
         if device is not None and "device" in backend_class(backend).OPTIONS:  # the GPU Triton gave this instance
             opts["device"] = device

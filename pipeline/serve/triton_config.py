@@ -13,9 +13,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.spec import get_spec
+from models.spec import ModelSpec
 from pipeline.engine.profiles import Profile
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, check_choice
 from pipeline.serve.pbtxt import Enum, dumps
 
 # ONNX TensorProto element type -> Triton data type
@@ -86,16 +86,14 @@ def profile_max_batch(profiles: list[Profile]) -> int:
     return best
 
 
-def card_parameters(model: str, weights: str | Path | None, meta: dict[str, str]) -> dict[str, str]:
+def card_parameters(spec: ModelSpec, weights: str | Path | None, meta: dict[str, str]) -> dict[str, str]:
     """Model card facts (models/weights/<name>.json, or the card next to --weights) and export metadata,
-    as Triton string parameters."""
-
-    spec = get_spec(model)
-    params = {"model": model, "description": spec.description, "default_scale": f"{spec.default_scale:g}",
+    as Triton string parameters. A model known only from its file's metadata has no card here."""
+    params = {"model": spec.name, "description": spec.description, "default_scale": f"{spec.default_scale:g}",
               "scale_range": f"{spec.scale_range[0]:g}-{spec.scale_range[1]:g}"}
-    card_file = (Path(weights) if weights else spec.weights_path).with_suffix(".json")
+    card_file = Path(weights) if weights else spec.weights_path if spec.registered else None
     try:
-        card = json.loads(card_file.read_text())
+        card = json.loads(card_file.with_suffix(".json").read_text()) if card_file else {}
     except (OSError, ValueError):
         card = {}
     for key in ("weights_sha256", "parameters"):
@@ -121,8 +119,7 @@ def triton_config(name: str, backend: str, io: ModelIO, *, max_batch: int, insta
                   parameters: dict[str, str] | None = None) -> tuple[str, dict]:
     """(config.pbtxt text, the same config as a dict). `max_batch` is the most images one execution may hold
     (the profile's maximum for engines)."""
-    if backend not in BACKENDS:
-        raise PipelineError(f"unknown Triton backend '{backend}' (choose from: {', '.join(BACKENDS)})")
+    check_choice("Triton backend", backend, BACKENDS)
     if instances < 1 or max_batch < 1:
         raise PipelineError("instances and the maximum batch must be at least 1")
     batching = io.triton_batchable

@@ -8,15 +8,18 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.spec import file_sha256
+from models.spec import ModelSpec, file_sha256
 from pipeline.artifacts.atomic import atomic_path, atomic_write
+from pipeline.artifacts.cache import engine_for
 from pipeline.artifacts.confine import file_token, safe_component
-from pipeline.artifacts.onnx_file import check_onnx_file, check_onnx_matches, external_data_files, load_onnx
-from pipeline.backends.checks import model_spec, resolve_spec
+from pipeline.artifacts.identity import resolve
+from pipeline.artifacts.onnx_file import check_onnx_file, check_onnx_precision, external_data_files, load_onnx
 from pipeline.contract import DOMAIN
-from pipeline.engine import default_profile, sidecar_profiles, tensorrt_problem
+from pipeline.engine import default_profile, ensure_engine, sidecar_profiles, tensorrt_problem
 from pipeline.engine.sidecar import load_sidecar, sidecar_onnx
-from pipeline.errors import PipelineError, first_line
+from pipeline.errors import PipelineError, check_choice, first_line
+from pipeline.export.cached import onnx_for
+from pipeline.native.libraries import trt_plugin_library
 from pipeline.serve.triton_config import (
     BACKENDS,
     ModelIO,
@@ -58,21 +61,20 @@ def _copy(src: Path, dst: Path) -> None:
         shutil.copyfile(src, tmp)
 
 
-def _ort_artifact(model: str, precision: str, onnx: Path | None, weights, max_batch: int | None, log) -> _Artifact:
-    from pipeline.artifacts.cache import onnx_for
-
+def _ort_artifact(spec: ModelSpec, precision: str, onnx: Path | None, weights, max_batch: int | None,
+                  log) -> _Artifact:
     if onnx is not None:
         check_onnx_file(onnx)  # external data inside its folder, siblings confined, the file loads
-        check_onnx_matches(Path(onnx), model, precision)
+        check_onnx_precision(Path(onnx), precision)
     else:
-        onnx = onnx_for(model, precision, "custom", weights=weights, log=log)
+        onnx = onnx_for(spec.name, precision, "custom", weights=weights, log=log)
     proto, meta = load_onnx(Path(onnx), external_data=False)
     bodies = {(f.domain, f.name) for f in proto.functions if f.node}
     if any(n.domain == DOMAIN and (n.domain, n.op_type) not in bodies for n in proto.graph.node):
         raise PipelineError(f"{onnx} has sr nodes without function bodies; ONNX Runtime in Triton needs the bodies "
                             "(use the exported file, not the one stripped for TensorRT)")
     _check_ort_loads(Path(onnx))
-    limit = max_batch or default_profile(model_spec(model)).batch[2]
+    limit = max_batch or default_profile(spec).batch[2]
     return _Artifact(Path(onnx), io_from_onnx(proto), limit, meta, data_files=external_data_files(proto))
 
 
@@ -89,36 +91,33 @@ def _check_ort_loads(onnx: Path) -> None:
         raise PipelineError(f"ONNX Runtime cannot load {onnx}, so Triton could not either: {first_line(e)}") from None
 
 
-def _engine_sidecar(model: str, precision: str, onnx: Path | None, engine: Path | None, weights, plugin_lib, log):
+def _engine_sidecar(spec: ModelSpec, precision: str, onnx: Path | None, engine: Path | None, weights, plugin_lib,
+                    log):
     """(engine file, sidecar): the given engine, or the cached build the trt backend uses (needs a GPU and
     TensorRT)."""
     if engine is None:
         problem = tensorrt_problem()
         if problem:
             raise PipelineError(f"{problem} (or give a built engine with --engine FILE, its .json sidecar next to it)")
-        from pipeline.artifacts.cache import engine_for, onnx_for
-        from pipeline.engine import ensure_engine
-
         if onnx is not None:
-            check_onnx_matches(Path(onnx), model, precision)
-        onnx = onnx or onnx_for(model, precision, "custom", weights=weights, log=log)
-        profiles = [default_profile(model_spec(model))]
+            check_onnx_precision(Path(onnx), precision)
+        onnx = onnx or onnx_for(spec.name, precision, "custom", weights=weights, log=log)
+        profiles = [default_profile(spec)]
         engine = engine_for(onnx, {"profiles": [p.to_dict() for p in profiles]})
         ensure_engine(Path(onnx), engine, profiles, plugin_lib=plugin_lib, log=log)
     engine = Path(engine)
     if not engine.is_file():
         raise PipelineError(f"TensorRT engine not found: {engine}")
     sidecar = load_sidecar(engine)  # its profiles and plugin build: a missing or malformed one is one line
-    resolve_spec(model, engine=engine)  # refuses an engine built for another model
     if sidecar.get("precision") != precision:
         raise PipelineError(f"{engine.name} is a {sidecar.get('precision')} engine, but precision {precision} "
                             "was requested")
     return engine, sidecar
 
 
-def _trt_artifact(model: str, precision: str, onnx: Path | None, engine: Path | None, weights, plugin_lib,
+def _trt_artifact(spec: ModelSpec, precision: str, onnx: Path | None, engine: Path | None, weights, plugin_lib,
                   log) -> _Artifact:
-    engine, sidecar = _engine_sidecar(model, precision, onnx, engine, weights, plugin_lib, log)
+    engine, sidecar = _engine_sidecar(spec, precision, onnx, engine, weights, plugin_lib, log)
     onnx_file = Path(onnx) if onnx else sidecar_onnx(engine, sidecar)  # never a path outside the engine's folder
     if onnx_file is not None and onnx_file.is_file():
         proto, meta = load_onnx(onnx_file, external_data=False)
@@ -139,8 +138,6 @@ def _trt_artifact(model: str, precision: str, onnx: Path | None, engine: Path | 
 def _plugin(repo: Path, plugin_lib: Path | None, want_sha: str) -> Path:
     """Copy the plugin library the engine was built with next to the repository; refuse another build of it."""
     if plugin_lib is None:
-        from pipeline.native.libraries import trt_plugin_library
-
         plugin_lib = trt_plugin_library()
     plugin_lib = Path(plugin_lib)
     if not plugin_lib.is_file():
@@ -161,35 +158,41 @@ def server_command(repo: Path, plugin: Path | None) -> str:
     return shlex.join(cmd)
 
 
-def write_repository(model: str, repo: Path, *, backend: str = "trt", precision: str = "fp32", name: str | None = None,
-                     onnx: Path | None = None, engine: Path | None = None, plugin_lib: Path | None = None,
-                     weights=None, instances: int = 1, kind: str | None = None, max_batch: int | None = None,
-                     sr_name: str | None = "sr", python_env: str | None = None, log=print) -> RepoResult:
-    """Write REPO/<name>/ for `model` and, unless sr_name is None, the Python-backend model REPO/<sr_name>/
-    (its environment: `python_env`, default the one `make triton-env` made); returns what was written and the
-    tritonserver command."""
-    model_spec(model)  # unknown model: one line before anything is made
-    if backend not in BACKENDS:
-        raise PipelineError(f"unknown Triton backend '{backend}' (choose from: {', '.join(BACKENDS)})")
+def write_repository(model: str | None, repo: Path, *, backend: str = "trt", precision: str = "fp32",
+                     name: str | None = None, onnx: Path | None = None, engine: Path | None = None,
+                     plugin_lib: Path | None = None, weights=None, instances: int = 1, kind: str | None = None,
+                     max_batch: int | None = None, sr_name: str | None = "sr", python_env: str | None = None,
+                     log=print) -> RepoResult:
+    """Write REPO/<name>/ for `model` (None: the one the `onnx` or `engine` file holds) and, unless sr_name is None,
+    the Python-backend model REPO/<sr_name>/ (its environment: `python_env`, default the one `make triton-env`
+    made); returns what was written and the tritonserver command."""
+    check_choice("Triton backend", backend, BACKENDS)
     if engine is not None and backend != "trt":
         raise PipelineError("--engine is a TensorRT engine: use it with --backend trt")
     kind = kind or ("gpu" if backend == "trt" else "cpu")
     if backend == "trt" and kind != "gpu":
         raise PipelineError("TensorRT engines run on the GPU only: use --kind gpu with --backend trt")
     # One plain path component (no '..', '/', '.'): the model folder stays a child of the repository.
-    name = safe_component(name, "--name") if name is not None else file_token(model)
+    name = safe_component(name, "--name") if name is not None else None
     sr_name = safe_component(sr_name, "--sr-name") if sr_name else None
-    if sr_name == name:
-        raise PipelineError(f"the plain model and the sr model would both be named '{name}'; change --name or "
-                            "--sr-name")
     repo = Path(repo)
     if repo.exists() and not repo.is_dir():
         raise PipelineError(f"--output {repo} is a file; give a folder for the model repository")
+    if onnx is not None:
+        check_onnx_file(onnx)
+    if engine is not None and not Path(engine).is_file():
+        raise PipelineError(f"TensorRT engine not found: {engine}")
+    # Which model, before anything is made: the file's (a --model naming another is refused), else --model's.
+    spec = resolve(model, onnx=onnx, engine=engine)
+    name = name or file_token(spec.name)
+    if sr_name == name:
+        raise PipelineError(f"the plain model and the sr model would both be named '{name}'; change --name or "
+                            "--sr-name")
     if backend == "trt":
-        art = _trt_artifact(model, precision, onnx, engine, weights, plugin_lib, log)
+        art = _trt_artifact(spec, precision, onnx, engine, weights, plugin_lib, log)
     else:
-        art = _ort_artifact(model, precision, onnx, weights, max_batch, log)
-    params = card_parameters(model, weights, art.meta)
+        art = _ort_artifact(spec, precision, onnx, weights, max_batch, log)
+    params = card_parameters(spec, weights, art.meta)
     params.update(art.facts or {})
     if not art.io.triton_batchable:
         params["max_images_per_request"] = str(art.max_batch)

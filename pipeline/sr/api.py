@@ -15,9 +15,10 @@ from pathlib import Path
 
 from pipeline import backends
 from pipeline.artifacts.atomic import atomic_write
+from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import onnx_metadata
 from pipeline.backends.base import check_precision
-from pipeline.backends.checks import check_scale, resolve_spec
+from pipeline.backends.checks import check_scale
 from pipeline.engine.sidecar import read_sidecar
 from pipeline.errors import PipelineError
 from pipeline.sr import preflight, settings, videofmt
@@ -35,7 +36,7 @@ def load_backend(backend, model: str, precision: str, *, onnx=None, engine=None,
     """A loaded backend and why it was chosen; `backend` is a name ('auto', 'ort', ...) or a loaded one.
     `log` gets the slow steps of loading (an export into the cache on first use, an engine build)."""
     if not isinstance(backend, str):
-        return backend, getattr(backend, "selection_reason", "") or "given"  # any object with infer() will do
+        return backend, backend.selection_reason or "given"
     opts = {k: v for k, v in (("onnx", onnx), ("engine", engine), ("weights", weights), ("threads", threads),
                               ("log", log)) if v is not None}
     loaded = backends.create(backend, model, precision, **opts)
@@ -132,7 +133,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
         raise PipelineError("onnx, engine, weights and threads choose what backend to load; "
                             "they cannot change the already-loaded backend that was given")
     model = settings.resolve_model(model, onnx, backend, engine)
-    spec = resolve_spec(model, onnx, engine)  # with --onnx/--engine, what the file says: no PyTorch needed
+    spec = resolve(model, onnx, engine)  # with --onnx/--engine, what the file says: no PyTorch needed
     scale = check_scale(spec, spec.default_scale if scale is None else scale)
     found = discover(input, output, fmt, summary=summary)
     if not found.jobs:
@@ -158,7 +159,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
         plans = plan_clips(clips, scale, codec, crf)
         if len(found.jobs) == 1 and plans:  # one clip: its size/crop notes belong in the first line
             what = "; ".join([what, *next(iter(plans.values())).notes])
-    console.always(headline(spec.name, scale, note, loaded.name, getattr(loaded, "selection_brief", "") or choice,
+    console.always(headline(spec.name, scale, note, loaded.name, loaded.selection_brief or choice,
                             what, output, overwrites))
     console.detail(f"backend: {loaded.describe()}; why: {choice}")
     _say_triage(records, failures, console)

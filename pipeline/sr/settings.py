@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 from models.spec import DEFAULT_MODEL
+from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import check_onnx_file
-from pipeline.backends.checks import resolve_spec
 from pipeline.errors import PipelineError
 from pipeline.sr import imageio
 
@@ -76,10 +76,10 @@ def resolve_model(model: str | None, onnx=None, backend=None, engine=None) -> st
     """The model to run: --model, else the one a loaded backend, an engine or an ONNX file was made for, else
     the default. A --model that disagrees with the backend or the file is an error, not a guess."""
     if backend is not None and not isinstance(backend, str):
-        loaded = getattr(backend, "model_name", None)
-        if model is not None and loaded and model != loaded:
+        loaded = backend.model_name
+        if model is not None and model != loaded:
             raise PipelineError(f"the given backend runs model '{loaded}', not '{model}'")
-        return model or loaded or DEFAULT_MODEL
+        return loaded
     if engine is not None or onnx is not None:  # the file says; a disagreeing --model is refused
-        return resolve_spec(model, onnx, engine).name
+        return resolve(model, onnx, engine).name
     return model or DEFAULT_MODEL

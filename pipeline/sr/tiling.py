@@ -25,34 +25,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.external.spec import is_external
-from models.spec import MODELS, ModelSpec, get_spec
+from models.spec import ModelSpec
 
-DEFAULT_RADIUS = 16  # a model this install does not register: as wide as the widest of ours
 # Approximate bytes of working memory per output pixel of one tile (float activations: 3 + 64 + 32 + 3
 # channels, plus runtime scratch) -- used to derive a tile size from free memory.
 BYTES_PER_OUTPUT_PIXEL = 1024
 
 
-def _spec(model: str | ModelSpec) -> ModelSpec | None:
-    """The spec itself, a registered one, or a user's checkpoint/factory (models.external); None if unknown."""
-    if isinstance(model, ModelSpec):
-        return model
-    if model in MODELS or is_external(model):
-        return get_spec(model)
-    return None
+def receptive_radius(spec: ModelSpec) -> int:
+    """HR pixels one output pixel sees after the resize: the model's spec says (models.spec; a file's metadata
+    carries it for a model this install does not register)."""
+    return spec.receptive_radius
 
 
-def receptive_radius(model: str | ModelSpec) -> int:
-    """HR pixels one output pixel sees after the resize: the model's spec says (models.spec)."""
-    spec = _spec(model)
-    return spec.receptive_radius if spec else DEFAULT_RADIUS
-
-
-def tile_align(model: str | ModelSpec) -> int:
+def tile_align(spec: ModelSpec) -> int:
     """LR pixels every crop must start on: 1, or a window-attention net's grid (ModelSpec.tile_align)."""
-    spec = _spec(model)
-    return spec.tile_align if spec else 1
+    return spec.tile_align
 
 
 def context_margin(radius_hr: int, scale: float) -> int:

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from models.spec import ModelSpec
+from pipeline.backends.base import Backend
 from pipeline.errors import PipelineError, first_line
 from pipeline.sr import imageio, tiling
 from pipeline.sr.bicubic import bicubic
@@ -93,10 +94,10 @@ def output_problem(h: int, w: int, channels: int, depth: int, fmt: str) -> str:
     return ""
 
 
-def tile_margin(model: str | ModelSpec, scale: float, tile_overlap: int | None) -> int:
+def tile_margin(spec: ModelSpec, scale: float, tile_overlap: int | None) -> int:
     """HR pixels of context each tile reads past its kept region."""
     if tile_overlap is None:
-        return tiling.context_margin(tiling.receptive_radius(model), scale)
+        return tiling.context_margin(tiling.receptive_radius(spec), scale)
     return math.ceil(tile_overlap * scale)
 
 
@@ -105,7 +106,7 @@ AUTO_BATCH_SIDE = 2048  # ... and only as many as leave each one a crop of this 
 DEVICE_SHARE = 0.5  # of the device's free memory that tiles in flight may take (it holds nothing else of ours)
 
 
-def batch_limit(backend, batch: int | str) -> int:
+def batch_limit(backend: Backend, batch: int | str) -> int:
     """--batch (or 'auto': on a device, the most that fit, capped; on the host 1, as a host backend already
     spreads one image over every core), capped by the largest batch an engine's profiles take (TensorRT)."""
     if batch == "auto":
@@ -115,16 +116,12 @@ def batch_limit(backend, batch: int | str) -> int:
         else:
             fit = int(mem.free_bytes * DEVICE_SHARE // (mem.bytes_per_output_pixel * AUTO_BATCH_SIDE ** 2))
             batch = max(1, min(AUTO_BATCH, fit))
-    profiles = getattr(backend, "profiles", None)
-    if profiles:
-        try:
-            return min(batch, max(int(p.batch[2]) for p in profiles))
-        except (AttributeError, TypeError, IndexError, ValueError):
-            pass
+    if backend.profiles:
+        return min(batch, max(int(p.batch[2]) for p in backend.profiles))
     return batch
 
 
-def tile_size(backend, scale: float, margin: int, batch: int, tile: int | None) -> int | None:
+def tile_size(backend: Backend, scale: float, margin: int, batch: int, tile: int | None) -> int | None:
     """LR tile side (None = whole images): --tile, or from free memory (a device backend's own, at the model's
     measured cost per output pixel: whole images whenever they fit), capped so crops fit an engine."""
     if tile is None:
@@ -134,12 +131,12 @@ def tile_size(backend, scale: float, margin: int, batch: int, tile: int | None) 
             share=DEVICE_SHARE)
     else:
         size = tile or None
-    max_in = getattr(backend, "max_input_size", None)
-    if not callable(max_in):
+    max_in = backend.max_input_size()
+    if max_in is None:
         return size
-    limit = tiling.max_tile_for_input_limit(min(max_in()), scale, margin)
+    limit = tiling.max_tile_for_input_limit(min(max_in), scale, margin)
     if limit < 1:
-        raise PipelineError(f"the backend's largest input {max_in()} is too small for tiles with "
+        raise PipelineError(f"the backend's largest input {max_in} is too small for tiles with "
                             f"{margin} px of context at x{scale:g}; rebuild it with a larger profile")
     return limit if size is None or size > limit else size
 
@@ -147,13 +144,15 @@ def tile_size(backend, scale: float, margin: int, batch: int, tile: int | None) 
 class ImageWorker:
     """Everything one run's images share, and the steps that turn one input file into one output file."""
 
-    def __init__(self, backend, model: str | ModelSpec, scale: float, *, tile: int | None = None,
+    def __init__(self, backend: Backend, model: str | ModelSpec, scale: float, *, tile: int | None = None,
                  tile_overlap: int | None = None, batch: int | str = 1, jpeg_quality: int = 95,
                  reference: str | Path | None = None):
         self.backend = backend
         self.scale = scale
-        self.margin = tile_margin(model, scale, tile_overlap)
-        self.align = tiling.tile_align(model)
+        # A name is the loaded backend's model (sr.settings.resolve_model checked that): its spec is the backend's.
+        spec = model if isinstance(model, ModelSpec) else backend.spec
+        self.margin = tile_margin(spec, scale, tile_overlap)
+        self.align = tiling.tile_align(spec)
         self.batch = batch_limit(backend, batch)
         self.tile = tile_size(backend, scale, self.margin, self.batch, tile)
         self.jpeg_quality = jpeg_quality
