@@ -10,18 +10,14 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from models.spec import DEFAULT_MODEL
 from pipeline import report
-from pipeline.errors import PipelineError, first_line
-
-RUN_LIMIT_S = 1800
+from pipeline.bench.sr_runs import median, timed_sr
+from pipeline.errors import PipelineError
 
 
 def _command(sr_args: list[str], isolate: bool) -> list[str]:
@@ -32,22 +28,6 @@ def _command(sr_args: list[str], isolate: bool) -> list[str]:
         raise PipelineError("isolated Ray runs need `unshare` (util-linux) and root; pass isolate=False to use "
                             "the machine's network")
     return ["unshare", "-n", "sh", "-c", "ip link set lo up && exec " + shlex.join(cmd)]
-
-
-def _timed_run(sr_args: list[str], summary: Path, isolate: bool) -> dict:
-    t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(_command(sr_args, isolate), capture_output=True, text=True, timeout=RUN_LIMIT_S)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise PipelineError(f"bench run failed: {first_line(e)}") from None
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
-        raise PipelineError(f"bench run `sr {' '.join(sr_args[:2])}` exited {proc.returncode}: {tail[0]}")
-    doc = json.loads(summary.read_text())
-    ok = [r for r in doc["images"] if r["status"] == "ok"]
-    return {"wall_s": wall, "process_s": doc["process_s"], "images": len(ok),
-            "work_s": sum(r.get("time_s", 0.0) for r in ok), "backend": doc["backend"]}
 
 
 def ray_bench(folder: str | Path, *, model: str = DEFAULT_MODEL, scale: float = 3.0, backend: str = "ort",
@@ -71,24 +51,20 @@ def ray_bench(folder: str | Path, *, model: str = DEFAULT_MODEL, scale: float = 
                 out, summary = Path(tmp) / name, Path(tmp) / f"{name}.json"
                 shutil.rmtree(out, ignore_errors=True)
                 log(f"ray bench: {name} ...")
-                runs.setdefault(name, []).append(
-                    _timed_run([str(folder), str(out), *common, "--summary", str(summary), *extra], summary, iso))
+                cmd = _command([str(folder), str(out), *common, "--summary", str(summary), *extra], iso)
+                runs.setdefault(name, []).append(timed_sr(cmd, summary, f"sr {folder} {out}"))
     return summarize(runs, actors)
-
-
-def _median(runs: list[dict], key: str) -> float:
-    return statistics.median(r[key] for r in runs)
 
 
 def summarize(runs: dict[str, list[dict]], actors: tuple[int, ...]) -> dict:
     local = runs["local"]
     n = local[0]["images"]
     result = {"images": n, "repeats": len(local), "backend": local[0]["backend"],
-              "local": {"wall_s": _median(local, "wall_s"), "process_s": _median(local, "process_s")}, "ray": {}}
+              "local": {"wall_s": median(local, "wall_s"), "process_s": median(local, "process_s")}, "ray": {}}
     for k in actors:
         rs = runs[f"ray-{k}"]
-        wall, proc = _median(rs, "wall_s"), _median(rs, "process_s")
-        work = _median(rs, "work_s")
+        wall, proc = median(rs, "wall_s"), median(rs, "process_s")
+        work = median(rs, "work_s")
         result["ray"][k] = {
             "wall_s": wall, "process_s": proc, "backend": rs[0]["backend"],
             "wall_ratio_vs_local": result["local"]["wall_s"] / wall,

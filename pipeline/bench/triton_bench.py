@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -19,10 +18,10 @@ from pathlib import Path
 
 from models.spec import DEFAULT_MODEL
 from pipeline import report
-from pipeline.errors import PipelineError, first_line
+from pipeline.bench.sr_runs import RUN_LIMIT_S, median, timed_sr
+from pipeline.errors import PipelineError
 from pipeline.serve import triton_env
 
-RUN_LIMIT_S = 1800
 READY_LIMIT_S = 180
 
 
@@ -72,21 +71,6 @@ class _IsolatedServer:
                 self.proc.wait()
 
 
-def _timed(cmd: list[str], summary: Path) -> dict:
-    t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_LIMIT_S)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise PipelineError(f"bench run failed: {first_line(e)}") from None
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
-        raise PipelineError(f"bench run exited {proc.returncode}: {tail[0]}")
-    doc = json.loads(summary.read_text())
-    ok = sum(r["status"] == "ok" for r in doc["images"])
-    return {"wall_s": wall, "process_s": doc["process_s"], "images": ok, "backend": doc["backend"]}
-
-
 def triton_bench(folder: str | Path, *, model: str = DEFAULT_MODEL, clients: tuple[int, ...] = (1, 2, 4),
                  repeats: int = 1, log=print) -> dict:
     """Time `sr folder` locally (ort on the repository's ONNX file) and with --triton grpc://... --concurrency N
@@ -114,28 +98,24 @@ def triton_bench(folder: str | Path, *, model: str = DEFAULT_MODEL, clients: tup
                     shutil.rmtree(out, ignore_errors=True)
                     log(f"triton bench: {name} ...")
                     cmd = [*sr, str(out), "--quiet", "--summary", str(summary), *extra]
-                    runs.setdefault(name, []).append(_timed(server.command(cmd) if served else cmd, summary))
+                    runs.setdefault(name, []).append(timed_sr(server.command(cmd) if served else cmd, summary, name))
         finally:
             server.stop()
     return summarize(runs, clients)
 
 
-def _median(runs: list[dict], key: str) -> float:
-    return statistics.median(r[key] for r in runs)
-
-
 def summarize(runs: dict[str, list[dict]], clients: tuple[int, ...]) -> dict:
     local = runs["local"]
     n = local[0]["images"]
-    local_proc = _median(local, "process_s")
+    local_proc = median(local, "process_s")
     result = {"images": n, "repeats": len(local), "backend": local[0]["backend"],
-              "local": {"wall_s": _median(local, "wall_s"), "process_s": local_proc,
+              "local": {"wall_s": median(local, "wall_s"), "process_s": local_proc,
                         "images_per_s": n / local_proc if local_proc > 0 else None}, "triton": {}}
     for k in clients:
         rs = runs[f"triton-{k}"]
-        proc = _median(rs, "process_s")
+        proc = median(rs, "process_s")
         ips = n / proc if proc > 0 else None
-        result["triton"][k] = {"wall_s": _median(rs, "wall_s"), "process_s": proc, "images_per_s": ips,
+        result["triton"][k] = {"wall_s": median(rs, "wall_s"), "process_s": proc, "images_per_s": ips,
                                "vs_local": ips / result["local"]["images_per_s"]
                                if ips and result["local"]["images_per_s"] else None}
     return result
