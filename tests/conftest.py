@@ -35,6 +35,22 @@ def session_cache() -> Path:
 
 
 @pytest.fixture(scope="session")
+def weights(tmp_path_factory):
+    """--weights for srcnn from PyTorch: None when the shipped weights are present (the default then), else a
+    deterministic file built from the model spec. Modules that need other weights define their own `weights`."""
+    torch = pytest.importorskip("torch")
+    from models.lookup import get_spec
+
+    spec = get_spec("srcnn")
+    if spec.weights_path.is_file():
+        return None
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("weights") / "srcnn.pt"
+    torch.save(spec.build().state_dict(), path)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
 def cpu_kernels():
     """The CPU kernel library `make plugins` builds; built here (same cmake commands) when a run starts without it."""
     try:

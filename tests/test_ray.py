@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,26 +19,14 @@ from skimage import data
 
 from models.spec import output_size
 from pipeline.cli import main
+from tests.netns import namespace_problem
 
 pytest.importorskip("ray.data", reason="Ray with Ray Data is not installed (pip install -e '.[cluster]')")
 REPO = Path(__file__).resolve().parents[1]
 RUN_LIMIT_S = 300  # every Ray run ends by then, or the test fails and its processes are killed
 
 
-def _namespace_problem() -> str | None:
-    if shutil.which("unshare") is None or shutil.which("ip") is None:
-        return "needs unshare and ip (util-linux, iproute2) for a private network namespace"
-    try:
-        p = subprocess.run(["unshare", "-n", "sh", "-c", "ip link set lo up"], capture_output=True, text=True,
-                           timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"cannot make a private network namespace: {e}"
-    if p.returncode != 0:
-        return f"cannot make a private network namespace (needs root or user namespaces): {p.stderr.strip()}"
-    return None
-
-
-NAMESPACE_PROBLEM = _namespace_problem()
+NAMESPACE_PROBLEM = namespace_problem()
 in_namespace = pytest.mark.skipif(NAMESPACE_PROBLEM is not None, reason=str(NAMESPACE_PROBLEM))
 
 

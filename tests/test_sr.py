@@ -26,18 +26,6 @@ def _env(tmp_path_factory):
         yield
 
 
-@pytest.fixture(scope="module")
-def weights(tmp_path_factory):
-    """Shipped weights when present; otherwise a deterministic file built from the model spec."""
-    spec = get_spec("srcnn")
-    if spec.weights_path.is_file():
-        return None
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("weights") / "srcnn.pt"
-    torch.save(spec.build().state_dict(), path)
-    return str(path)
-
-
 def _bgr(rgb):
     return np.ascontiguousarray(rgb[:, :, ::-1])
 

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-from models.registry import get_spec
 from pipeline.backends.base import Backend
 from pipeline.cli import main
 from pipeline.sr import tiling
@@ -26,17 +25,6 @@ def _env(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SRDEPLOY_CACHE", str(tmp_path_factory.mktemp("cache")))
         yield
-
-
-@pytest.fixture(scope="module")
-def weights(tmp_path_factory):
-    spec = get_spec("srcnn")
-    if spec.weights_path.is_file():
-        return None
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("weights") / "srcnn.pt"
-    torch.save(spec.build().state_dict(), path)
-    return str(path)
 
 
 def _sr(capsys, weights, *args, scale=SCALE):

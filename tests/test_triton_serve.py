@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from pipeline.cli import main
 from pipeline.errors import PipelineError
 from pipeline.serve import triton_env
 from pipeline.sr import imageio, upscale
+from tests.netns import namespace_problem
 
 pytest.importorskip("tritonclient.grpc", reason="tritonclient is not installed (pip install -e '.[cluster]')")
 pytest.importorskip("tritonclient.http", reason="tritonclient's HTTP client is not installed (pip install -e "
@@ -36,27 +36,13 @@ LIMIT_S = 300   # every server stops by itself after this; every client run must
 HTTP, GRPC = "http://127.0.0.1:8000", "grpc://127.0.0.1:8001"
 
 
-def _namespace_problem() -> str | None:
-    for tool in ("unshare", "nsenter", "ip"):
-        if shutil.which(tool) is None:
-            return f"needs {tool} (util-linux, iproute2) for a private network namespace"
-    try:
-        p = subprocess.run(["unshare", "-n", "sh", "-c", "ip link set lo up"], capture_output=True, text=True,
-                           timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"cannot make a private network namespace: {e}"
-    if p.returncode != 0:
-        return f"cannot make a private network namespace (needs root or user namespaces): {p.stderr.strip()}"
-    return None
-
-
 def _env() -> dict:
     return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
 
 @pytest.fixture(scope="module")
 def triton_ready():
-    why = _namespace_problem()
+    why = namespace_problem(("unshare", "nsenter", "ip"))
     if why:
         pytest.skip(why)
     try:
