@@ -13,6 +13,8 @@ import math
 
 import numpy as np
 
+from pipeline.errors import PipelineError
+
 GRAY_WEIGHTS = np.array([0.299, 0.587, 0.114], dtype=np.float32)  # BT.601 luma (cv2's RGB2GRAY)
 
 
@@ -25,10 +27,15 @@ def depth_dtype(depth: int) -> np.dtype:
     return np.dtype(np.uint16 if depth == 16 else np.uint8)
 
 
+def unit_values(dtype) -> np.ndarray:
+    """float32 [max + 1]: sample v -> v / max, the in-rule as a table (torch and ONNX gather from it, so no
+    device's division can change a bit)."""
+    maxv = max_value(dtype)
+    return np.arange(int(maxv) + 1, dtype=np.float32) / np.float32(maxv)
+
+
 def check_pixels(batch, who: str = "") -> None:
     """An NHWC BGR uint8/uint16 batch, or one PipelineError line (before anything is launched)."""
-    from pipeline.errors import PipelineError
-
     who = f"{who}: " if who else ""
     if not isinstance(batch, np.ndarray) or batch.ndim != 4 or batch.shape[3] != 3 or min(batch.shape) < 1:
         raise PipelineError(f"{who}expected an NHWC BGR pixel batch (N, H, W, 3), got "
@@ -51,7 +58,7 @@ def to_unit(pixels: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 def round_clip(x: np.ndarray, depth: int, out: np.ndarray) -> np.ndarray:
     """float in [0, 1] -> float32 integer sample values in `out`."""
-    maxv = np.float32(65535.0 if depth == 16 else 255.0)
+    maxv = np.float32(max_value(depth_dtype(depth)))
     np.multiply(x, maxv, out=out)
     np.rint(out, out=out)
     np.clip(out, 0, maxv, out=out)
@@ -117,11 +124,10 @@ def torch_dtype(dtype):
 
 
 def unit_table(dtype, device):
-    """float32 [max + 1]: sample v -> v / max, computed by numpy (the CPU path's values) and kept on `device`."""
+    """`unit_values` (computed by numpy: the CPU path's values), kept on `device`."""
     import torch
 
-    maxv = max_value(dtype)
-    return torch.from_numpy(np.arange(int(maxv) + 1, dtype=np.float32) / np.float32(maxv)).to(device)
+    return torch.from_numpy(unit_values(dtype)).to(device)
 
 
 def torch_to_unit(rgb, table):
@@ -163,9 +169,7 @@ def onnx_pixel_io(model, dtype):
     (old_out,) = g.output
     in_type = old_in.type.tensor_type.elem_type
     int_type = TensorProto.UINT16 if np.dtype(dtype) == np.uint16 else TensorProto.UINT8
-    maxv = max_value(dtype)
-    table = np.arange(int(maxv) + 1, dtype=np.float32) / np.float32(maxv)
-    g.initializer.extend([numpy_helper.from_array(table, "px_table"),
+    g.initializer.extend([numpy_helper.from_array(unit_values(dtype), "px_table"),
                           numpy_helper.from_array(np.zeros((), np.float32), "px_zero")])
     front = [helper.make_node("Cast", [PIXELS_IN], ["px_i64"], to=TensorProto.INT64),
              helper.make_node("Gather", ["px_table", "px_i64"], ["px_unit"], axis=0),

@@ -223,12 +223,12 @@ def read_bytes(path: Path) -> bytes:
     except OSError as e:  # ELOOP (a symlink loop), ENOENT (a dangling link), ...
         raise ImageError(f"cannot read: {e.strerror or e}") from None
     with os.fdopen(fd, "rb") as f:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
             raise ImageError("is a directory")
-        if not stat.S_ISREG(mode):
+        if not stat.S_ISREG(st.st_mode):
             raise ImageError("not a regular file (a FIFO, socket or device); only regular files are read")
-        size, cap = os.fstat(fd).st_size, max_file_bytes()
+        size, cap = st.st_size, max_file_bytes()
         if size > cap:  # read into memory whole: bounded like the pixels
             raise ImageError(f"file is {size / 2**20:.0f} MiB, more than an image within the pixel limit can "
                              f"take ({cap / 2**20:.0f} MiB; raise {MAX_PIXELS_ENV} if you mean it)")
