@@ -385,7 +385,7 @@ def test_backend_tiled_float_output_equals_whole_image(backend_name, weights):
     x = np.ascontiguousarray(data.astronaut()[::6, ::6][:70, :64].transpose(2, 0, 1)[None], np.float32) / 255
     for scale in (3, 2.5) if backend_name != "ort-folded" else (3,):  # folded graphs exist for integer scales
         whole = b.infer(x, scale)[0]
-        plan = tiling.plan(70, 64, scale, 16, tiling.context_margin(tiling.receptive_radius(get_spec("srcnn")), scale))
+        plan = tiling.plan(70, 64, scale, 16, tiling.context_margin(get_spec("srcnn").receptive_radius, scale))
         assert plan.count >= 9 and plan.exact
         out = np.full_like(whole, np.nan)
 

@@ -31,7 +31,7 @@ def _image(h, w):
 def _tiled(net, name, x, scale, tile, margin=None, batch=2, window=None):
     spec = get_spec(name)
     _, _, h, w = x.shape
-    margin = tiling.context_margin(tiling.receptive_radius(spec), scale) if margin is None else margin
+    margin = tiling.context_margin(spec.receptive_radius, scale) if margin is None else margin
     plan = tiling.plan(h, w, scale, tile, margin, window)
     out = np.full((3, plan.out_height, plan.out_width), np.nan, dtype=np.float32)
     calls = []
@@ -131,10 +131,10 @@ def test_backend_output_shape_is_checked():
 def test_receptive_radius_covers_srcnn_layers():
     net = get_spec("srcnn").build()
     r = sum(m.kernel_size[0] // 2 for m in (net.conv1, net.conv2, net.conv3))
-    assert tiling.receptive_radius(get_spec("srcnn")) == r
+    assert get_spec("srcnn").receptive_radius == r
     # a file of a model this install does not register, whose metadata predates the radius: the widest default
     meta = {k: v for k, v in get_spec("srcnn").to_metadata().items() if k != "receptive_radius"}
-    assert tiling.receptive_radius(ModelSpec.from_metadata({**meta, "model": "unknown-model"})) >= r
+    assert ModelSpec.from_metadata({**meta, "model": "unknown-model"}).receptive_radius >= r
 
 
 @pytest.mark.parametrize("scale", [2, 2.5, 3, 4])
@@ -143,7 +143,7 @@ def test_context_margin_covers_what_an_output_pixel_sees(nets, scale):
     position) fall entirely outside `margin` HR pixels of an output pixel leaves that pixel unchanged, and the
     farthest LR pixel that does change it lies within the margin."""
     net, spec = nets["srcnn"], get_spec("srcnn")
-    margin = tiling.context_margin(tiling.receptive_radius(spec), scale)
+    margin = tiling.context_margin(spec.receptive_radius, scale)
     n = 48
     x = torch.from_numpy(_image(n, n)).requires_grad_(True)
     out = run(net, spec, x, scale)

@@ -25,22 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.spec import ModelSpec
-
 # Approximate bytes of working memory per output pixel of one tile (float activations: 3 + 64 + 32 + 3
 # channels, plus runtime scratch) -- used to derive a tile size from free memory.
 BYTES_PER_OUTPUT_PIXEL = 1024
-
-
-def receptive_radius(spec: ModelSpec) -> int:
-    """HR pixels one output pixel sees after the resize: the model's spec says (models.spec; a file's metadata
-    carries it for a model this install does not register)."""
-    return spec.receptive_radius
-
-
-def tile_align(spec: ModelSpec) -> int:
-    """LR pixels every crop must start on: 1, or a window-attention net's grid (ModelSpec.tile_align)."""
-    return spec.tile_align
 
 
 def context_margin(radius_hr: int, scale: float) -> int:

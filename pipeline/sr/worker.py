@@ -97,7 +97,7 @@ def output_problem(h: int, w: int, channels: int, depth: int, fmt: str) -> str:
 def tile_margin(spec: ModelSpec, scale: float, tile_overlap: int | None) -> int:
     """HR pixels of context each tile reads past its kept region."""
     if tile_overlap is None:
-        return tiling.context_margin(tiling.receptive_radius(spec), scale)
+        return tiling.context_margin(spec.receptive_radius, scale)
     return math.ceil(tile_overlap * scale)
 
 
@@ -152,7 +152,7 @@ class ImageWorker:
         # A name is the loaded backend's model (sr.settings.resolve_model checked that): its spec is the backend's.
         spec = model if isinstance(model, ModelSpec) else backend.spec
         self.margin = tile_margin(spec, scale, tile_overlap)
-        self.align = tiling.tile_align(spec)
+        self.align = spec.tile_align
         self.batch = batch_limit(backend, batch)
         self.tile = tile_size(backend, scale, self.margin, self.batch, tile)
         self.jpeg_quality = jpeg_quality
