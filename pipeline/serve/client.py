@@ -26,7 +26,7 @@ from pipeline.artifacts.atomic import atomic_write
 from pipeline.errors import PipelineError, first_line
 from pipeline.serve.tensors import ARRAY, output_from_array
 from pipeline.sr import imageio, preflight, settings
-from pipeline.sr.api import _report, _say_triage, _triage
+from pipeline.sr.api import report_run, say_triage, triage
 from pipeline.sr.console import Console
 from pipeline.sr.jobs import discover
 from pipeline.sr.records import Record, Summary
@@ -272,8 +272,8 @@ def run_triton(args) -> int:
     console.always(f"sr: {model} x{scale:g} on Triton {endpoint.url} (model '{endpoint.model}', backend "
                    f"{params.get('backend', '?')}, {args.concurrency} request(s) at a time); {len(found.jobs)} "
                    f"image(s) -> {args.output}")
-    records, todo, failures = _triage(found, args.skip_existing)
-    _say_triage(records, failures, console)
+    records, todo, failures = triage(found, args.skip_existing)
+    say_triage(records, failures, console)
     run = _Run(endpoint, scale, args.jpeg_quality, console, args.concurrency)
     setup_s = time.perf_counter() - t_start
     process_s = run.all(todo)
@@ -288,5 +288,5 @@ def run_triton(args) -> int:
         console.always(f"error: the Triton server at {endpoint.url} stopped answering ({run.lost}); "
                        f"{len(summary.ok)} image(s) written, {left} not; rerun with --skip-existing to finish")
         return 1
-    _report(summary, None, console)
+    report_run(summary, None, console)
     return 1 if summary.failed else 0

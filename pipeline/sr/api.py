@@ -52,7 +52,7 @@ def _model_metadata(spec, onnx, engine) -> dict[str, str]:
     return spec.to_metadata()
 
 
-def _triage(found: JobList, skip_existing: bool) -> tuple[list[Record], list[Record], list[str]]:
+def triage(found: JobList, skip_existing: bool) -> tuple[list[Record], list[Record], list[str]]:
     """Records for every job, those still to do (not failed up front, not skipped), and the failure lines to print
     after the first line (a collision names every input in its one line)."""
     records = [Record(j) for j in found.jobs]
@@ -68,7 +68,7 @@ def _triage(found: JobList, skip_existing: bool) -> tuple[list[Record], list[Rec
     return records, todo, list(said.values())
 
 
-def _say_triage(records: list[Record], failures: list[str], console: Console) -> None:
+def say_triage(records: list[Record], failures: list[str], console: Console) -> None:
     """After the first line: the jobs failed up front, and how many were skipped."""
     for line in failures:
         console.always(line)
@@ -77,7 +77,8 @@ def _say_triage(records: list[Record], failures: list[str], console: Console) ->
         console.info(f"skipping {skipped} image(s) whose output exists")
 
 
-def _report(summary: Summary, reference, console: Console) -> None:
+def report_run(summary: Summary, reference, console: Console) -> None:
+    """The closing lines: reference scores, the done line with its rates, and what failed."""
     ref = summary.reference
     if ref:
         console.info(f"reference ({ref['images']} image(s)): PSNR-Y {ref['psnr']:.2f} dB "
@@ -151,7 +152,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     videos = len(found.videos)
     counts = [(len(found.jobs) - videos, "image"), (videos, "video")]
     what = ", ".join(f"{n} {kind}{'s' if n != 1 else ''}" for n, kind in counts if n) or "0 images"
-    records, todo, failures = _triage(found, skip_existing)
+    records, todo, failures = triage(found, skip_existing)
     clips = [r for r in todo if r.job.video]
     if clips:  # PyAV loads only for runs with videos
         from pipeline.sr.video import VideoRunner, plan_clips
@@ -162,7 +163,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     console.always(headline(spec.name, scale, note, loaded.name, loaded.selection_brief or choice,
                             what, output, overwrites))
     console.detail(f"backend: {loaded.describe()}; why: {choice}")
-    _say_triage(records, failures, console)
+    say_triage(records, failures, console)
     if found.ignored:
         console.info(f"ignored {len(found.ignored)} file(s) without an image or video extension "
                      f"(e.g. {found.ignored[0]})")
@@ -194,7 +195,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
                        + (f", summary in {summary}" if summary is not None else "")
                        + "; to finish, run the same command again with --skip-existing")
         raise KeyboardInterrupt
-    _report(result, reference, console)
+    report_run(result, reference, console)
     if result.reference:  # one scored image's crops side by side, beside OUTPUT; metrics import only with --reference
         from pipeline.analysis import sheet
 
