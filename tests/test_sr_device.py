@@ -13,6 +13,7 @@ import pytest
 
 from pipeline.backends.base import DeviceMemory
 from pipeline.cli import main
+from pipeline.errors import PipelineError
 from pipeline.sr import ImageWorker, settings, upscale
 from pipeline.sr.worker import AUTO_BATCH
 
@@ -106,3 +107,54 @@ def test_batches_of_mixed_sample_types_match_single_images(tmp_path):
         a = cv2.imread(str(tmp_path / "one" / name), cv2.IMREAD_UNCHANGED)
         b = cv2.imread(str(tmp_path / "three" / name), cv2.IMREAD_UNCHANGED)
         assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+class Profiled(TorchBackend):
+    """The torch CPU runner admitting inputs up to a TensorRT profile's largest side, refusing bigger crops with
+    the engine's message (pipeline.engine.profile_for_input)."""
+
+    def __init__(self, max_side: int):
+        super().__init__("srcnn", device="cpu")
+        self.max_side = max_side
+
+    def max_input_size(self):
+        return self.max_side, self.max_side
+
+    def infer_pixels(self, pixels, scale):
+        if max(pixels.shape[1:3]) > self.max_side:
+            raise PipelineError(f"input {pixels.shape[1:3]} is outside the engine's profiles")
+        return super().infer_pixels(pixels, scale)
+
+
+COMMON_SIZES = [(1366, 768), (1920, 1080), (1280, 720), (2560, 1440), (3840, 2160), (1024, 768), (1440, 900),
+                (4032, 3024), (6000, 4000), (1080, 1920), (3000, 2000), (1600, 1200)]
+
+
+@pytest.mark.parametrize("model", ["srcnn", "srcnn-x3", "deform-srcnn"])
+def test_tiles_of_common_sizes_fit_the_engine_profile(model):
+    """No crop beyond the default profile's 512: the last tile's sliver is folded in only where it still fits
+    (srcnn x2 on 1366x768 once planned a 525-pixel crop)."""
+    from models.lookup import get_spec
+    from pipeline.sr import tiling
+
+    spec = get_spec(model)
+    be = Profiled(512)
+    for scale in (2.0, 2.5, 3.0, 4.0) if spec.dynamic_scale else (spec.default_scale,):
+        w = ImageWorker(be, spec, scale, tile=None)
+        for width, height in COMMON_SIZES:
+            plan = tiling.plan(height, width, scale, w.tile, w.margin, align=w.align, max_input=w.max_input)
+            assert max(max(t.crop_shape) for t in plan.tiles) <= 512, (model, scale, width, height)
+
+
+def test_crops_within_the_backend_limit_and_tiled_equals_whole(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    rng = np.random.default_rng(4)
+    img = cv2.resize(rng.integers(0, 256, (57, 5, 3)).astype(np.uint8), (40, 456), interpolation=cv2.INTER_CUBIC)
+    cv2.imwrite(str(src / "tall.png"), img)
+    tiled = upscale(src, tmp_path / "tiled", scale=4.0, backend=Profiled(256).load(), progress=False)
+    assert tiled.counts["ok"] == 1 and tiled.ok[0].tiles > 1  # 456 rows at a 256-row limit, x4: tiled
+    upscale(src, tmp_path / "whole", scale=4.0, backend=TorchBackend("srcnn", device="cpu").load(), progress=False)
+    a = cv2.imread(str(tmp_path / "tiled" / "tall.png"), cv2.IMREAD_UNCHANGED)
+    b = cv2.imread(str(tmp_path / "whole" / "tall.png"), cv2.IMREAD_UNCHANGED)
+    assert a.shape == (1824, 160, 3) and np.array_equal(a, b)

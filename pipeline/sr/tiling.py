@@ -102,8 +102,10 @@ def max_tile_for_input_limit(max_input: int, scale: float, margin: int) -> int:
 
 
 def plan_axis(length: int, scale: float, tile: int | None, margin: int, window: int | None = None,
-              align: int = 1) -> list[Span]:
-    """Tiles along one axis of `length` LR pixels: kept HR regions of about `tile` * scale pixels."""
+              align: int = 1, max_crop: int | None = None) -> list[Span]:
+    """Tiles along one axis of `length` LR pixels: kept HR regions of about `tile` * scale pixels. A sliver at
+    the end is folded into the previous tile, unless that makes a crop longer than `max_crop` LR pixels (the
+    largest input a backend admits, e.g. an engine's profile): then it stays a tile of its own."""
     out_length = output_length(length, scale)
     whole = Span(0, out_length, 0, length, 0, out_length, 0.0)
     if tile is None or tile >= length:
@@ -112,7 +114,16 @@ def plan_axis(length: int, scale: float, tile: int | None, margin: int, window: 
     window = window if window is not None else search_window(scale)
     cuts = list(range(0, out_length, keep)) + [out_length]
     if len(cuts) > 2 and cuts[-1] - cuts[-2] < keep // 4:  # fold a sliver into the previous tile
-        cuts.pop(-2)
+        folded = _spans(cuts[:-2] + cuts[-1:], length, scale, margin, window, align)
+        if max_crop is None or max(s.crop1 - s.crop0 for s in folded) <= max_crop:
+            return folded
+    return _spans(cuts, length, scale, margin, window, align)
+
+
+def _spans(cuts: list[int], length: int, scale: float, margin: int, window: int, align: int) -> list[Span]:
+    """The crops for kept HR regions [cuts[i], cuts[i + 1]); the whole axis when a crop cannot be placed."""
+    out_length = output_length(length, scale)
+    whole = Span(0, out_length, 0, length, 0, out_length, 0.0)
     spans = []
     for k0, k1 in zip(cuts[:-1], cuts[1:], strict=True):
         y0 = _best_end(k0 - margin, 0, -1, length, out_length, window)
@@ -186,9 +197,11 @@ class TilePlan:
 
 
 def plan(height: int, width: int, scale: float, tile: int | None, margin: int, window: int | None = None,
-         align: int = 1) -> TilePlan:
-    ys = plan_axis(height, scale, tile, margin, window, align)
-    xs = plan_axis(width, scale, tile, margin, window, align)
+         align: int = 1, max_input: tuple[int, int] | None = None) -> TilePlan:
+    """Tiles of an image; `max_input` (H, W): the largest crop the backend admits (None: any)."""
+    max_h, max_w = max_input if max_input is not None else (None, None)
+    ys = plan_axis(height, scale, tile, margin, window, align, max_h)
+    xs = plan_axis(width, scale, tile, margin, window, align, max_w)
     return TilePlan(height, width, output_length(height, scale), output_length(width, scale), tuple(ys), tuple(xs))
 
 

@@ -155,6 +155,7 @@ class ImageWorker:
         self.align = spec.tile_align
         self.batch = batch_limit(backend, batch)
         self.tile = tile_size(backend, scale, self.margin, self.batch, tile)
+        self.max_input = backend.max_input_size()  # crops never exceed it (an engine's profiles)
         self.jpeg_quality = jpeg_quality
         self.reference = Path(reference) if reference else None
 
@@ -168,7 +169,8 @@ class ImageWorker:
         problem = output_problem(oh, ow, image.channels, image.depth, rec.job.fmt)
         if problem:
             raise ImageError(problem)
-        plan = tiling.plan(image.height, image.width, self.scale, self.tile, self.margin, align=self.align)
+        plan = tiling.plan(image.height, image.width, self.scale, self.tile, self.margin, align=self.align,
+                           max_input=self.max_input)
         rec.tiles, rec.max_shift = plan.count, plan.max_shift
         if not plan.exact:
             rec.notes.append(f"tile grid off the whole-image sampling grid by up to {plan.max_shift:.3f} input px "
