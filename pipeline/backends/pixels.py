@@ -154,11 +154,20 @@ def torch_to_samples(y, out) -> None:
 PIXELS_IN, PIXELS_OUT, PIXEL_MAX = "pixels", "pixels_out", "pixel_max"
 
 
-def onnx_pixel_io(model, dtype):
+def onnx_pixel_dtype(dtype, tensorrt: bool = False) -> np.dtype:
+    """The integer type a pixel graph's I/O carries for samples of `dtype`: the samples' own, except 16-bit ones
+    for TensorRT, which has no UINT16: they travel as int32 (the same values)."""
+    dtype = np.dtype(dtype)
+    return np.dtype(np.int32) if tensorrt and dtype == np.uint16 else dtype
+
+
+def onnx_pixel_io(model, dtype, tensorrt: bool = False):
     """A copy of an ONNX model (input 'input' NCHW float, one output) that takes NHWC RGB integer `pixels` and
     gives NHWC RGB integer `pixels_out` of the same type: Gather from `unit_table` (exact on any provider) in
-    front, Mul / Round (half to even) / Clip / Cast behind. The full scale is a run-time input (`pixel_max`),
-    not a constant, so no optimiser can fold the Mul into the net's last convolution and round differently."""
+    front, Mul / Round (half to even) / Clip / Transpose / Cast behind. The full scale is a run-time input
+    (`pixel_max`), not a constant, so no optimiser can fold the Mul into the net's last convolution and round
+    differently. Integers appear only at the two I/O casts (TensorRT takes UINT8 there and nowhere else); with
+    `tensorrt` the I/O type is `onnx_pixel_dtype`'s and the gather indices are INT32 (no UINT16, no INT64)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -168,11 +177,12 @@ def onnx_pixel_io(model, dtype):
     (old_in,) = [i for i in g.input if i.name == "input"]
     (old_out,) = g.output
     in_type = old_in.type.tensor_type.elem_type
-    int_type = TensorProto.UINT16 if np.dtype(dtype) == np.uint16 else TensorProto.UINT8
+    int_type = helper.np_dtype_to_tensor_dtype(onnx_pixel_dtype(dtype, tensorrt))
+    index_type = TensorProto.INT32 if tensorrt else TensorProto.INT64
     g.initializer.extend([numpy_helper.from_array(unit_values(dtype), "px_table"),
                           numpy_helper.from_array(np.zeros((), np.float32), "px_zero")])
-    front = [helper.make_node("Cast", [PIXELS_IN], ["px_i64"], to=TensorProto.INT64),
-             helper.make_node("Gather", ["px_table", "px_i64"], ["px_unit"], axis=0),
+    front = [helper.make_node("Cast", [PIXELS_IN], ["px_index"], to=index_type),
+             helper.make_node("Gather", ["px_table", "px_index"], ["px_unit"], axis=0),
              helper.make_node("Transpose", ["px_unit"], ["px_nchw" if in_type != TensorProto.FLOAT else "input"],
                               perm=[0, 3, 1, 2])]
     if in_type != TensorProto.FLOAT:  # an fp16-I/O graph: the CPU path casts the float32 batch the same way
@@ -181,8 +191,8 @@ def onnx_pixel_io(model, dtype):
             helper.make_node("Mul", ["px_f32", PIXEL_MAX], ["px_scaled"]),
             helper.make_node("Round", ["px_scaled"], ["px_round"]),
             helper.make_node("Clip", ["px_round", "px_zero", PIXEL_MAX], ["px_clip"]),
-            helper.make_node("Cast", ["px_clip"], ["px_nchw_int"], to=int_type),
-            helper.make_node("Transpose", ["px_nchw_int"], [PIXELS_OUT], perm=[0, 2, 3, 1])]
+            helper.make_node("Transpose", ["px_clip"], ["px_nhwc"], perm=[0, 2, 3, 1]),
+            helper.make_node("Cast", ["px_nhwc"], [PIXELS_OUT], to=int_type)]
     nodes = list(g.node)
     del g.node[:]
     g.node.extend(front + nodes + back)

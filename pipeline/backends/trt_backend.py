@@ -16,7 +16,14 @@ from models.spec import ModelSpec, output_size
 from pipeline.artifacts.cache import engine_for
 from pipeline.artifacts.identity import resolve
 from pipeline.backends import pixels as px
-from pipeline.backends.base import Backend, BackendStatus, DeviceMemory, check_precision, installed
+from pipeline.backends.base import (
+    ENGINE_BYTES_PER_OUTPUT_PIXEL,
+    Backend,
+    BackendStatus,
+    DeviceMemory,
+    check_precision,
+    installed,
+)
 from pipeline.backends.checks import check_batch, check_scale
 from pipeline.backends.ort_backend import onnx_source_problem
 from pipeline.engine import (
@@ -249,21 +256,14 @@ class TrtBackend(Backend):
 
     def device_memory(self) -> DeviceMemory | None:
         """The device's free memory and what a call adds per output pixel: the engine's activations were
-        allocated with its context (for its largest profile), so only the I/O buffers grow (float32 output,
-        its float32 copy, integer output; the input is 1/scale^2 of that): 32 bytes. Tiles are then bounded by
-        the profiles (`max_input_size`), not by memory, wherever an image fits them."""
+        allocated with its context (for its largest profile), so only the I/O buffers grow. Tiles are then
+        bounded by the profiles (`max_input_size`), not by memory, wherever an image fits them."""
         import torch
 
         if self.context is None:
             return None
         free, _total = torch.cuda.mem_get_info(self.device)
-        return DeviceMemory(int(free), 32.0)
-
-    def max_input_size(self) -> tuple[int, int] | None:
-        """Largest input (H, W) any profile admits: the sr stage tiles bigger images to this."""
-        if not self.profiles:
-            return None
-        return max(p.height[2] for p in self.profiles), max(p.width[2] for p in self.profiles)
+        return DeviceMemory(int(free), ENGINE_BYTES_PER_OUTPUT_PIXEL)
 
     def describe(self) -> str:
         graph = ", CUDA graph" if self.cuda_graph else ""
