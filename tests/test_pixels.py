@@ -155,8 +155,9 @@ def test_tensorrt_pixel_graph_has_no_uint16_and_the_same_bytes(dtype):
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     io = px.onnx_pixel_dtype(dtype, tensorrt=True)
     img = np.random.default_rng(12).integers(0, int(px.max_value(dtype)) + 1, (2, 19, 23, 3)).astype(dtype)
-    got = sess.run(None, {px.PIXELS_IN: px.swap_rb(img).astype(io), px.PIXEL_MAX: np.array(px.max_value(dtype), np.float32),
-                          "size": np.array([57, 69], np.int64)})[0]
+    feeds = {px.PIXELS_IN: px.swap_rb(img).astype(io), px.PIXEL_MAX: np.array(px.max_value(dtype), np.float32),
+             "size": np.array([57, 69], np.int64)}
+    got = sess.run(None, feeds)[0]
     assert got.dtype == io and np.array_equal(px.swap_rb(got.astype(dtype)), be.infer_pixels(img, 3.0))
 
 
