@@ -158,3 +158,32 @@ def test_crops_within_the_backend_limit_and_tiled_equals_whole(tmp_path):
     a = cv2.imread(str(tmp_path / "tiled" / "tall.png"), cv2.IMREAD_UNCHANGED)
     b = cv2.imread(str(tmp_path / "whole" / "tall.png"), cv2.IMREAD_UNCHANGED)
     assert a.shape == (1824, 160, 3) and np.array_equal(a, b)
+
+
+def test_outputs_over_the_write_cap_overlap_inference_and_encoding(folder, tmp_path):
+    """With every output over the write queue's byte cap, the next images are still inferred while one is being
+    encoded: image 0's encoder waits (bounded) until image 2's inference has started."""
+    import threading
+
+    from pipeline.sr.console import Console
+    from pipeline.sr.jobs import Job
+    from pipeline.sr.records import Record
+    from pipeline.sr.scheduler import Scheduler
+
+    class Gated(ImageWorker):
+        gate = threading.Event()
+
+        def infer_tiled(self, item, progress=None):
+            if item.rec.job.rel == "2.png":
+                self.gate.set()
+            super().infer_tiled(item, progress)
+
+        def encode(self, item):
+            if item.rec.job.rel == "0.png" and not self.gate.wait(20):
+                raise RuntimeError("image 2 was not inferred while image 0 was being encoded")
+            super().encode(item)
+
+    worker = Gated(TorchBackend("srcnn", device="cpu").load(), "srcnn", 2.0)
+    todo = [Record(Job(folder / f"{i}.png", tmp_path / f"{i}.png", f"{i}.png", "png")) for i in range(3)]
+    Scheduler(worker, Console(progress=False, log=lambda _m: None), workers=2, write_bytes=1).run(todo)
+    assert [r.status for r in todo] == ["ok"] * 3, [r.reason for r in todo]

@@ -18,6 +18,9 @@ from pipeline.sr.worker import Decoded, ImageWorker, Planned, decode, infer_reas
 # Images being decoded at once beyond the pool size and the batch; bounds memory along with WRITE_BYTES.
 PREFETCH = 2
 WRITE_BYTES = 512 << 20
+# Outputs the write queue always admits, whatever their size: one encoding while the next is queued, so outputs
+# over WRITE_BYTES still overlap inference and encoding instead of taking turns.
+MIN_QUEUED = 2
 
 
 class Scheduler:
@@ -52,10 +55,16 @@ class Scheduler:
 
     # -- the write queue ----------------------------------------------------------------------------------
 
-    def _reap(self, until_bytes: int | None = None) -> None:
-        """Collect finished writes; with `until_bytes`, wait until no more than that many bytes are queued."""
-        while self.writing and (self.writing[0][1].done()
-                                or (until_bytes is not None and self.write_bytes > until_bytes)):
+    def _room(self, nbytes: int) -> bool:
+        """Whether an output of `nbytes` may join the write queue: within the byte cap, or one of the first
+        MIN_QUEUED (so a large output waits for the one before it, not for the queue to empty)."""
+        return len(self.writing) < MIN_QUEUED or self.write_bytes + nbytes <= self.write_limit
+
+    def _reap(self, incoming: int | None = None, drain: bool = False) -> None:
+        """Collect finished writes; wait for the oldest while an `incoming` output has no room, or (`drain`)
+        until none is left."""
+        while self.writing and (self.writing[0][1].done() or drain
+                                or (incoming is not None and not self._room(incoming))):
             item, fut = self.writing.popleft()
             self.write_bytes -= item.out.nbytes
             try:
@@ -67,7 +76,7 @@ class Scheduler:
             self._finished(item.rec)
 
     def _submit_write(self, item: Planned) -> None:
-        self._reap(self.write_limit - item.out.nbytes)  # bound the output buffers waiting for the encoder
+        self._reap(incoming=item.out.nbytes)  # bound the output buffers waiting for the encoder
         self.writing.append((item, self.writers.submit(self.worker.encode, item)))
         self.write_bytes += item.out.nbytes
         rec = item.rec
@@ -146,12 +155,12 @@ class Scheduler:
                 self._reap()
                 self._take(rec, decoded)
             self._flush()
-            self._reap(-1)
+            self._reap(drain=True)
         except KeyboardInterrupt:
             # stop reading; writes under way finish (each is atomic) and count as done in the summary
             self.readers.shutdown(wait=True, cancel_futures=True)
             self.writers.shutdown(wait=True)
-            self._reap(-1)
+            self._reap(drain=True)
             raise
         finally:
             self.readers.shutdown(wait=True, cancel_futures=True)
