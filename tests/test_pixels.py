@@ -30,7 +30,7 @@ def test_unit_table_is_the_division(dtype):
     every = np.repeat(np.arange(int(maxv) + 1), 3).astype(dtype).reshape(1, 1, -1, 3)  # each value, each channel
     want = px.to_unit(every)
     assert np.array_equal(want[0, 0], every[0, ..., 2].astype(np.float32) / np.float32(maxv))
-    got = px.torch_to_unit(torch.from_numpy(px.swap_rb(every)), px.unit_table(dtype, "cpu"))
+    got = px.torch_to_unit(torch.from_numpy(every), px.unit_table(dtype, "cpu"))  # BGR in, RGB out
     assert got.dtype == torch.float32 and np.array_equal(got.numpy(), want)
 
 
@@ -41,7 +41,7 @@ def test_torch_samples_are_the_numpy_samples(depth):
     want = px.to_samples(y, depth)
     out = torch.empty(want.shape, dtype=px.torch_dtype(want.dtype))
     px.torch_to_samples(torch.from_numpy(y.copy()), out)  # consumed in place
-    assert np.array_equal(px.swap_rb(out.numpy()), want)
+    assert np.array_equal(out.numpy(), want)  # RGB in, BGR out
     # and the same as the stage's CPU path before integer I/O: quantize() per channel, BGR order
     for c in range(3):
         assert np.array_equal(want[..., 2 - c], px.quantize(y[:, c], depth))
@@ -51,7 +51,7 @@ def test_fp16_outputs_round_like_their_float32_values():
     y16 = torch.from_numpy(hard_floats(2000, 255.0, 3)).half()
     out = torch.empty((1, 1, y16.shape[-1], 3), dtype=torch.uint8)
     px.torch_to_samples(y16, out)
-    assert np.array_equal(px.swap_rb(out.numpy()), px.to_samples(y16.float().numpy(), 8))
+    assert np.array_equal(out.numpy(), px.to_samples(y16.float().numpy(), 8))
 
 
 def test_swap_rb_of_views_and_in_place():
@@ -186,3 +186,43 @@ def test_device_backends_pixels_equal_the_cpu_path(name):
         assert np.array_equal(got, be.infer_pixels(img, 3.0))
         diff = np.abs(got.astype(np.int64) - want.astype(np.int64))
         assert diff.max() <= 1 and np.count_nonzero(diff) <= 0.01 * diff.size, (diff.max(), np.count_nonzero(diff))
+
+
+def test_buffers_grow_only_so_rebinding_allocates_nothing():
+    """The storage behind trt's bound input/output and each pinned slot: a smaller or equal shape (another tile,
+    a smaller batch) is a view of what is there; only a larger one allocates."""
+    bufs = px.Buffers()
+    big = bufs.get("input", (2, 3, 40, 48), torch.float32)
+    for shape, dtype in [((1, 3, 33, 41), torch.float32), ((2, 3, 40, 48), torch.float16),
+                         ((4, 40, 48, 3), torch.uint8)]:
+        assert bufs.get("input", shape, dtype).data_ptr() == big.data_ptr()
+    assert bufs.get("input", (3, 3, 40, 48), torch.float32).shape == (3, 3, 40, 48)
+
+
+def test_submitted_batches_collected_later_and_straight_into_outputs(srcnn_cpu):
+    """submit_pixels twice, three times (the first slot reused before it was collected), then collect: every
+    result is its own batch's, and `result(out)` fills views of the outputs (the RGB part of a BGRA buffer)."""
+    rng = np.random.default_rng(21)
+    batches = [rng.integers(0, 256, (2, 13 + i, 17, 3)).astype(np.uint8) for i in range(3)]
+    want = [Backend.infer_pixels(srcnn_cpu, b, 2.0) for b in batches]
+    pending = [srcnn_cpu.submit_pixels(b, 2.0) for b in batches]
+    outs = [np.zeros((*w.shape[:2], 4), np.uint8) for w in want[1]]
+    pending[1].result([o[..., :3] for o in outs])
+    assert np.array_equal(np.stack(outs)[..., :3], want[1]) and not np.stack(outs)[..., 3].any()
+    assert np.array_equal(pending[2].result(), want[2]) and np.array_equal(pending[0].result(), want[0])
+
+
+def test_threads_sharing_one_backend_get_their_own_results():
+    """One backend, four threads: the shared slots (and on CUDA the stream, graphs and context) are used under the
+    backend's lock, so each call gets its own image's result."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pipeline.backends.torch_backend import TorchBackend
+
+    be = TorchBackend("srcnn", device="cpu", threads=1).load()
+    rng = np.random.default_rng(22)
+    images = [rng.integers(0, 256, (1, 8 + i % 5, 6 + i % 3, 3)).astype(np.uint8) for i in range(16)]
+    want = [Backend.infer_pixels(be, im, 2.0) for im in images]
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda im: be.submit_pixels(im, 2.0).result(), images * 8))
+    assert all(np.array_equal(g, w) for g, w in zip(got, want * 8, strict=True))

@@ -125,6 +125,12 @@ class Backend(ABC):
         depth = 16 if pixels.dtype == np.uint16 else 8
         return px.to_samples(self.infer(px.to_unit(pixels), scale), depth)
 
+    def submit_pixels(self, pixels: np.ndarray, scale: float) -> px.Pending:
+        """`infer_pixels`, collected later: the sr stage reads and submits the next batch before it collects this
+        one (`result(out)` copies straight into the output). Here: computed now; device backends enqueue the
+        copies and the run on their stream and return at once."""
+        return px.Ready(self.infer_pixels(pixels, scale))
+
     def device_memory(self) -> DeviceMemory | None:
         """Free device memory and the model's activation cost, for a backend whose activations live on a
         device; None: host memory bounds the tiles (pipeline.sr.tiling.auto_tile)."""

@@ -87,8 +87,8 @@ def to_gray(y: np.ndarray, depth: int) -> np.ndarray:
 
 
 def swap_rb(src: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """NHWC BGR <-> RGB (one OpenCV pass per image; `out` may be `src`). The device path swaps on the host:
-    a fifth of the time of a torch flip on the CPU, and the device then reads and writes plain NHWC."""
+    """NHWC BGR <-> RGB (one OpenCV pass per image; `out` may be `src`): for the ONNX pixel graphs' I/O (the torch
+    conversions swap on the device)."""
     import cv2
 
     out = np.empty(src.shape, src.dtype) if out is None else out
@@ -99,22 +99,121 @@ def swap_rb(src: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 # -- torch: the same rule on the model's device -----------------------------------------------------------
 
-class PinnedStaging:
-    """Page-locked host buffers, one per name, reused across calls and grown only for a larger batch: copies
-    between them and the device are asynchronous, and nothing is pinned (slow) per image."""
+class Pending:
+    """A submitted batch of pixels: `result(out)` waits for it and gives NHWC BGR samples, copied into `out` (N
+    arrays of H x W x 3, views allowed: an image's output buffer, its RGB part) when given, else a new array."""
 
-    def __init__(self):
-        self._buffers: dict[str, object] = {}
+    def result(self, out=None):
+        raise NotImplementedError
+
+
+class Ready(Pending):
+    """A batch computed already (the host path)."""
+
+    def __init__(self, samples: np.ndarray):
+        self._samples = samples
+
+    def result(self, out=None):
+        return self._samples if out is None else copy_out(self._samples, out)
+
+
+def copy_out(samples: np.ndarray, out):
+    for dst, src in zip(out, samples, strict=True):
+        np.copyto(dst, src)
+    return out
+
+
+class Buffers:
+    """Tensors by name in storage that only grows: asking for a smaller or equal shape (another tile shape, a
+    smaller batch) is a view of what is there, so rebinding allocates nothing. On `device`; page-locked host
+    memory with `pinned` (copies to and from it are asynchronous, and nothing is pinned, which is slow, per call)."""
+
+    def __init__(self, device="cpu", pinned: bool = False):
+        self.device, self.pinned = device, pinned
+        self._storage: dict[str, object] = {}
 
     def get(self, key: str, shape: tuple[int, ...], dtype):
         import torch
 
         need = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-        buf = self._buffers.get(key)
+        buf = self._storage.get(key)
         if buf is None or buf.numel() < need:
-            buf = torch.empty(need, dtype=torch.uint8).pin_memory()
-            self._buffers[key] = buf
+            buf = torch.empty(need, dtype=torch.uint8, device=self.device, pin_memory=self.pinned)
+            self._storage[key] = buf
         return buf[:need].view(dtype).view(shape)
+
+
+class _Slot:
+    def __init__(self, events: bool):
+        import torch
+
+        self.buffers = Buffers(pinned=events)
+        self.uploaded = torch.cuda.Event() if events else None  # its input buffer may be refilled after this
+        self.downloaded = torch.cuda.Event() if events else None  # its output buffer holds the result after this
+        self.pending: SlotPending | None = None  # the result still in its output buffer
+
+
+class SlotPending(Pending):
+    def __init__(self, slots: PixelSlots, slot: _Slot, host):
+        self._slots, self._slot, self._host = slots, slot, host
+        self._copy: np.ndarray | None = None  # taken out of the slot before it was reused
+
+    def result(self, out=None):
+        with self._slots.lock:
+            if self._slot.pending is self:
+                if self._slot.downloaded is not None:
+                    self._slot.downloaded.synchronize()
+                self._slot.pending = None
+                if out is not None:
+                    return copy_out(self._host.numpy(), out)
+                self._copy = self._host.numpy().copy()
+            elif self._copy is None:
+                raise RuntimeError("this batch's result was already collected into an output")
+        return self._copy if out is None else copy_out(self._copy, out)
+
+
+class PixelSlots:
+    """Double-buffered staging of integer pixels between the host and a device stream (pipeline.sr submits the
+    next batch before it collects the last): call i fills slot i % 2's page-locked input buffer while the device
+    may still be working on call i - 1, and its result waits in that slot's output buffer until collected, then
+    is copied straight into the caller's output. CUDA events say when a slot's buffers are free again; buffers
+    grow only for a larger batch, so nothing is pinned (slow) per image. On the CPU the same code runs on plain
+    tensors without events (how it is tested). Callers hold `lock` (the backend's) around upload..download; a
+    result taken by another thread is collected under it too."""
+
+    def __init__(self, device, lock):
+        import torch
+
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
+        self.lock = lock
+        self._slots = [_Slot(self.cuda) for _ in range(2)]
+        self._next = 0
+
+    def upload(self, pixels: np.ndarray):
+        """NHWC BGR samples -> (slot, the same samples on the device), copied on the current stream."""
+        slot = self._slots[self._next]
+        self._next ^= 1
+        if slot.pending is not None:  # its result was never collected: take it out before the buffer is reused
+            slot.pending.result()
+        if slot.uploaded is not None:
+            slot.uploaded.synchronize()  # the previous upload from this buffer has left it
+        host = slot.buffers.get("in", pixels.shape, torch_dtype(pixels.dtype))
+        np.copyto(host.numpy(), pixels)  # takes views (a crop of a BGRA image)
+        if not self.cuda:
+            return slot, host
+        dev = host.to(self.device, non_blocking=True)
+        slot.uploaded.record()
+        return slot, dev
+
+    def download(self, slot: _Slot, samples) -> SlotPending:
+        """Device samples -> the slot's output buffer, asynchronously; collected by the returned Pending."""
+        host = slot.buffers.get("out", tuple(samples.shape), samples.dtype)
+        host.copy_(samples, non_blocking=self.cuda)
+        if slot.downloaded is not None:
+            slot.downloaded.record()
+        slot.pending = SlotPending(self, slot, host)
+        return slot.pending
 
 
 def torch_dtype(dtype):
@@ -130,23 +229,23 @@ def unit_table(dtype, device):
     return torch.from_numpy(unit_values(dtype)).to(device)
 
 
-def torch_to_unit(rgb, table):
-    """NHWC RGB integer tensor -> NCHW float32 RGB in [0, 1] with channels_last strides (no transpose copy)."""
+def torch_to_unit(bgr, table):
+    """NHWC BGR integer tensor -> NCHW float32 RGB in [0, 1] with channels_last strides (no transpose copy); the
+    channel swap runs on the tensor's device, on the integers."""
     import torch
 
-    return table[rgb.to(torch.int32)].permute(0, 3, 1, 2)
+    return table[bgr.flip(-1).to(torch.int32)].permute(0, 3, 1, 2)
 
 
 def torch_to_samples(y, out) -> None:
-    """NCHW float model output -> `out`, an NHWC RGB uint8/uint16 tensor on the same device; `y` is consumed."""
-    import torch
-
-    maxv = 65535.0 if out.dtype == torch.uint16 else 255.0
+    """NCHW float RGB model output -> `out`, an NHWC BGR uint8/uint16 tensor on the same device; `y` is consumed."""
+    maxv = 65535.0 if str(out.dtype) == "torch.uint16" else 255.0
     # In place: `y` is a scratch output (the net's fresh result, a graph's static output or an engine's bound
     # buffer, each rewritten by the next run); a new 16 MB tensor per 1152^2 image cost more in page faults
     # than the multiplication itself.
     z = y.float().mul_(maxv).round_().clamp_(0.0, maxv)
-    out.copy_(z.permute(0, 2, 3, 1))  # a plain cast when the net ran channels_last
+    for c in range(3):  # RGB -> BGR while casting: one strided copy per channel, no float NHWC copy
+        out[..., 2 - c].copy_(z[:, c])
 
 
 # -- ONNX: the same rule inside the graph, for ONNX Runtime's device providers ---------------------------------

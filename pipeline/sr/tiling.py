@@ -228,22 +228,32 @@ def auto_tile(scale: float, margin: int, batch: int = 1, available_bytes: int | 
 
 
 def run_tiles(tile_plan: TilePlan, read: Callable[[int, int, int, int], np.ndarray],
-              infer: Callable[[np.ndarray], np.ndarray], write: Callable[[Tile, np.ndarray], None],
-              batch: int = 1) -> None:
-    """Run every tile: read(y0, y1, x0, x1) -> CHW float32 LR crop; infer(NCHW) -> NCHW; write(tile, CHW
-    output of the whole crop). Tiles with equal crop shapes are batched up to `batch`."""
+              infer: Callable[[np.ndarray], np.ndarray | Callable[[], np.ndarray]],
+              write: Callable[[Tile, np.ndarray], None], batch: int = 1) -> None:
+    """Run every tile: read(y0, y1, x0, x1) -> CHW LR crop; infer(NCHW) -> NCHW, or a callable returning it
+    later (a submitted batch: the next batch is read and submitted before this one is collected, so a device
+    works while the host reads and writes); write(tile, CHW output of the whole crop). Tiles with equal crop
+    shapes are batched up to `batch`."""
     groups: dict[tuple[int, int], list[Tile]] = {}
     for t in tile_plan.tiles:
         groups.setdefault(t.crop_shape, []).append(t)
+    step = max(1, batch)
+    pending = None
     for tiles in groups.values():
-        for i in range(0, len(tiles), max(1, batch)):
-            chunk = tiles[i:i + max(1, batch)]
-            x = np.stack([read(t.y.crop0, t.y.crop1, t.x.crop0, t.x.crop1) for t in chunk])
-            y = infer(x)
-            del x
-            for t, out in zip(chunk, y, strict=True):
-                if tuple(out.shape[-2:]) != t.out_shape:
-                    raise RuntimeError(f"backend returned {tuple(out.shape[-2:])} for a crop of "
-                                       f"{t.crop_shape}, expected {t.out_shape}")
-                write(t, out)
-            del y
+        for i in range(0, len(tiles), step):
+            chunk = tiles[i:i + step]
+            submitted = (chunk, infer(np.stack([read(t.y.crop0, t.y.crop1, t.x.crop0, t.x.crop1) for t in chunk])))
+            if pending is not None:
+                _collect(*pending, write)
+            pending = submitted
+    if pending is not None:
+        _collect(*pending, write)
+
+
+def _collect(chunk: list[Tile], y, write: Callable[[Tile, np.ndarray], None]) -> None:
+    y = y() if callable(y) else y
+    for t, out in zip(chunk, y, strict=True):
+        if tuple(out.shape[-2:]) != t.out_shape:
+            raise RuntimeError(f"backend returned {tuple(out.shape[-2:])} for a crop of "
+                               f"{t.crop_shape}, expected {t.out_shape}")
+        write(t, out)

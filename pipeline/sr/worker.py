@@ -183,9 +183,11 @@ class ImageWorker:
     def _infer(self, batch: np.ndarray) -> np.ndarray:
         return self.backend.infer(np.ascontiguousarray(batch, dtype=np.float32), self.scale)
 
-    def _infer_pixels(self, batch: np.ndarray) -> np.ndarray:
-        """NHWC samples in, NHWC samples out, seen as NCHW views (what run_tiles checks and hands back)."""
-        return self.backend.infer_pixels(batch, self.scale).transpose(0, 3, 1, 2)
+    def _submit_pixels(self, batch: np.ndarray) -> Callable[[], np.ndarray]:
+        """NHWC samples submitted; collected later as NHWC samples seen as NCHW views (what run_tiles checks and
+        hands back)."""
+        pending = self.backend.submit_pixels(batch, self.scale)
+        return lambda: pending.result().transpose(0, 3, 1, 2)
 
     def infer_tiled(self, item: Planned, progress: Callable[[int, int], None] | None = None) -> None:
         """One image, tile by tile (or whole: the one-tile plan), into its output buffer; `progress(done, total)`
@@ -217,7 +219,7 @@ class ImageWorker:
         if image.gray:
             tiling.run_tiles(item.plan, image.region_rgb, self._infer, write, self.batch)
         else:
-            tiling.run_tiles(item.plan, image.region_pixels, self._infer_pixels, write, self.batch)
+            tiling.run_tiles(item.plan, image.region_pixels, self._submit_pixels, write, self.batch)
         item.rec.infer_s = time.perf_counter() - t0
 
     def infer_batch(self, items: list[Planned]) -> None:
@@ -227,18 +229,13 @@ class ImageWorker:
         floats = any(it.image.gray for it in items) or len({it.image.depth for it in items}) > 1
         if floats:
             x = np.stack([it.image.region_rgb(0, it.image.height, 0, it.image.width) for it in items])
-            y = self._infer(x)
-        else:
-            x = np.stack([it.image.region_pixels(0, it.image.height, 0, it.image.width) for it in items])
-            y = self.backend.infer_pixels(x, self.scale)
-        del x
-        for it, yi in zip(items, y, strict=True):
-            if floats:
+            for it, yi in zip(items, self._infer(x), strict=True):
                 imageio.store_rgb(it.out, 0, 0, yi, it.image.depth)
-            elif yi.shape == it.out.shape:  # the backend's result is the output: no copy on this thread
-                it.out = yi
-            else:
-                imageio.store_pixels(it.out, 0, 0, yi)
+        else:  # the results are copied straight into the outputs (a device's pinned buffer -> each image's)
+            x = np.stack([it.image.region_pixels(0, it.image.height, 0, it.image.width) for it in items])
+            self.backend.submit_pixels(x, self.scale).result([it.out[..., :3] for it in items])
+        del x
+        for it in items:
             if it.image.has_alpha:
                 a = bicubic(it.image.region_alpha(0, it.image.height, 0, it.image.width), it.out.shape[:2])
                 imageio.store_alpha(it.out, 0, 0, a, it.image.depth)
