@@ -19,11 +19,13 @@ TRT_HEADERS_DIR ?= build/trt-headers
 
 setup: $(STAMP)
 
-# Everything: the runtime, the `export` extra (PyTorch, for export/training) and the test tools. A deploy-only
-# install is `pip install .` (no PyTorch): it runs exported ONNX files and engines.
+# Everything: the runtime, the `export` extra (PyTorch, for export/training) and the test tools, with ONNX Runtime's
+# CPU build (ORT=gpu: its CUDA/TensorRT build and TensorRT instead; the two builds never share a venv). A deploy-only
+# install is `pip install '.[cpu]'` (no PyTorch): it runs exported ONNX files and engines.
+ORT ?= cpu
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,$(ORT)]'
 	touch $(STAMP)
 
 plugins: setup

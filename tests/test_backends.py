@@ -357,3 +357,34 @@ def test_trt_backend_matches_torch(weights, image):
         assert np.abs(g.infer(image, s) - ref).max() <= 1e-4  # graph replay
         with pytest.raises(PipelineError, match="outside the engine's profiles"):
             b.infer(np.zeros((1, 3, 1024, 1024), np.float32), s)
+
+
+def test_one_onnxruntime_build_per_install():
+    """onnxruntime and onnxruntime-gpu install the same package and cannot coexist: the core needs neither, the
+    `cpu` and `gpu` extras each name one, and no other extra pulls one in (so `pip install '.[test,gpu]'` holds the
+    GPU build alone)."""
+    import re
+    tomllib = pytest.importorskip("tomllib", reason="Python >= 3.11 reads pyproject.toml")
+
+    project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]
+
+    def ort_builds(reqs):
+        return {m.group(0) for r in reqs if (m := re.match(r"onnxruntime(-gpu)?(?![-\w])", r))}
+
+    assert ort_builds(project["dependencies"]) == set()
+    extras = project["optional-dependencies"]
+    assert ort_builds(extras["cpu"]) == {"onnxruntime"} and ort_builds(extras["gpu"]) == {"onnxruntime-gpu"}
+    for name, reqs in extras.items():
+        assert name in ("cpu", "gpu") or not ort_builds(reqs) and not any("[cpu]" in r for r in reqs), name
+
+
+def test_missing_onnxruntime_is_one_install_line():
+    import subprocess
+    import sys
+
+    code = ("import sys\nsys.modules['onnxruntime'] = None\nfrom pipeline.cli import main\n"
+            "sys.exit(main(['backends', '--model', 'srcnn']))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "error: ONNX Runtime is not installed: pip install 'srdeploy[cpu]', or 'srdeploy[gpu]' on a machine with an "
+        "NVIDIA GPU (one of the two, never both)"]
