@@ -64,8 +64,10 @@ def pick_provider(problem=None) -> str:
     return "cpu"
 
 
-PROVIDER_HINT = {"cuda": "install onnxruntime-gpu on a machine with an NVIDIA GPU",
-                 "tensorrt": "install onnxruntime-gpu and TensorRT on a machine with an NVIDIA GPU"}
+PROVIDER_HINT = {"cuda": "install the gpu extra on a machine with an NVIDIA GPU (onnxruntime-gpu in place of "
+                         "onnxruntime: `make setup ORT=gpu`)",
+                 "tensorrt": "install the gpu extra (onnxruntime-gpu in place of onnxruntime, and TensorRT) on a "
+                             "machine with an NVIDIA GPU: `make setup ORT=gpu`"}
 
 
 # ORT's shared library for each GPU provider; listed by get_available_providers whether or not it loads.
