@@ -187,3 +187,102 @@ def test_outputs_over_the_write_cap_overlap_inference_and_encoding(folder, tmp_p
     todo = [Record(Job(folder / f"{i}.png", tmp_path / f"{i}.png", f"{i}.png", "png")) for i in range(3)]
     Scheduler(worker, Console(progress=False, log=lambda _m: None), workers=2, write_bytes=1).run(todo)
     assert [r.status for r in todo] == ["ok"] * 3, [r.reason for r in todo]
+
+
+# -- on a GPU (skipped here with the reason): what only a device can show ----------------------------------------
+
+def _cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+
+
+@pytest.mark.gpu
+def test_torch_cuda_fp32_is_ieee_unless_tf32_is_asked():
+    """fp32 on CUDA = the CPU within compare's fp32 tolerance (cuDNN's TF32 convolutions would be ~1e-3 off)."""
+    _cuda()
+    x = np.random.default_rng(30).random((1, 3, 64, 72), dtype=np.float32)
+    cpu = TorchBackend("srcnn", device="cpu").load().infer(x, 3.0)
+    gpu = TorchBackend("srcnn", device="cuda").load()
+    assert "TF32 off" in gpu.describe() and np.abs(gpu.infer(x, 3.0) - cpu).max() <= 1e-4
+    assert "TF32 on" in TorchBackend("srcnn", device="cuda", tf32=True).load().describe()
+
+
+@pytest.mark.gpu
+def test_torch_cuda_graphs_only_for_repeated_shapes_and_never_in_device_memory():
+    from pipeline.backends.base import Backend
+
+    _cuda()
+    be = TorchBackend("srcnn", device="cuda", cuda_graph=True).load()
+    assert be.device_memory().bytes_per_output_pixel > 0 and not be._graphs
+    rng = np.random.default_rng(31)
+    tile, edge = rng.integers(0, 256, (2, 48, 48, 3)).astype(np.uint8), rng.integers(0, 256, (2, 48, 13, 3))
+    for img in (tile, tile, edge.astype(np.uint8), tile):  # the edge crop is seen once: eager
+        assert np.array_equal(be.infer_pixels(img, 3.0), Backend.infer_pixels(be, img, 3.0))
+    assert len(be._graphs) == 1 and be._pool is not None
+
+
+@pytest.mark.gpu
+def test_device_submissions_overlap_and_threads_share_a_backend():
+    """Three batches submitted before any is collected (slot 0 reused), then collected into BGRA outputs; four
+    threads sharing one CUDA backend: each result its own image's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pipeline.backends.base import Backend
+
+    _cuda()
+    be = TorchBackend("srcnn", device="cuda").load()
+    rng = np.random.default_rng(32)
+    batches = [rng.integers(0, 256, (2, 40 + i, 36, 3)).astype(np.uint8) for i in range(3)]
+    want = [Backend.infer_pixels(be, b, 2.0) for b in batches]
+    pending = [be.submit_pixels(b, 2.0) for b in batches]
+    outs = [np.zeros((*w.shape[:2], 4), np.uint8) for w in want[2]]
+    pending[2].result([o[..., :3] for o in outs])
+    assert np.array_equal(np.stack(outs)[..., :3], want[2])
+    assert all(np.array_equal(p.result(), w) for p, w in zip(pending[:2], want[:2], strict=True))
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda b: be.infer_pixels(b, 2.0), batches * 4))
+    assert all(np.array_equal(g, w) for g, w in zip(got, want * 4, strict=True))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["ort-cuda", "ort-trt"])
+def test_ort_gpu_backends_size_tiles_from_the_device(name):
+    """ORT's GPU backends: pixel sessions built at load, device memory measured, whole 512^2 images on a big GPU,
+    --batch auto above one; ort-trt plans within its profile and `ort` picks a GPU provider here."""
+    from models.lookup import get_spec
+    from pipeline import backends
+    from pipeline.backends.ort_backend import pick_provider
+
+    status = backends.backend_class(name).status(get_spec("srcnn"), "fp32")
+    if not status.available:
+        pytest.skip(status.reason)
+    assert pick_provider() != "cpu"
+    be = backends.create(name, "srcnn", "fp32")
+    assert set(be._pixel_sessions) == {np.dtype(np.uint8), np.dtype(np.uint16)}
+    mem = be.device_memory()
+    assert mem is not None and mem.free_bytes > 1 << 30 and mem.bytes_per_output_pixel > 0
+    w = ImageWorker(be, "srcnn", 3.0, batch="auto")
+    assert w.batch > 1
+    if name == "ort-trt":
+        assert be.max_input_size() == (512, 512) and w.tile is not None
+    else:
+        assert w.tile is None or w.tile >= 512
+
+
+@pytest.mark.gpu
+def test_trt_rebinding_allocates_nothing_and_graphs_follow_a_fixed_shape():
+    from models.lookup import get_spec
+    from pipeline import backends
+    from pipeline.backends.base import Backend
+
+    status = backends.backend_class("trt").status(get_spec("srcnn"), "fp32")
+    if not status.available:
+        pytest.skip(status.reason)
+    be = backends.create("trt", "srcnn", "fp32", cuda_graph=True)
+    rng = np.random.default_rng(33)
+    big, small = rng.integers(0, 256, (2, 96, 96, 3)).astype(np.uint8), rng.integers(0, 256, (1, 40, 24, 3))
+    be.infer_pixels(big, 2.0)
+    ptr = be.d_in.data_ptr(), be.d_out.data_ptr()
+    for img in (small.astype(np.uint8), big, big, big):
+        assert np.array_equal(be.infer_pixels(img, 2.0), Backend.infer_pixels(be, img, 2.0))
+    assert (be.d_in.data_ptr(), be.d_out.data_ptr()) == ptr and be._graph is not None  # big: bound 3 runs in a row

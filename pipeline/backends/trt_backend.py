@@ -2,8 +2,8 @@
 
 Device buffers are torch CUDA tensors that only grow, so rebinding to another tile shape sets shapes and
 addresses and allocates nothing; the `size` shape tensor is fed from host memory (TensorRT reads shape-tensor
-values on the host); with `cuda_graph=True` the enqueue of a fixed shape (bound and run GRAPH_AFTER times in a row)
-is captured and replayed until the shape changes. `infer_pixels` / `submit_pixels` send integer pixels through
+values on the host); with `cuda_graph=True` the enqueue of a fixed shape (captured at its GRAPH_AFTER-th run in a
+row) is replayed until the shape changes. `infer_pixels` / `submit_pixels` send integer pixels through
 double-buffered pinned slots (pipeline.backends.pixels.PixelSlots) and convert them on the device around the same
 bound buffers. One lock serialises calls: the context, its buffers, the graph and the slots are shared. The engine
 comes from `engine=FILE` (refused if its sidecar says it is stale/foreign) or from the artifact cache, where it is
@@ -51,7 +51,7 @@ from pipeline.native.libraries import trt_plugin_library
 
 class TrtBackend(Backend):
     name = "trt"
-    GRAPH_AFTER = 2  # runs of one bound shape before it is captured (alternating tile shapes never are)
+    GRAPH_AFTER = 2  # a bound shape is captured at this run in a row (alternating tile shapes never are)
     OPTIONS = frozenset({"engine", "onnx", "profile", "weights", "cuda_graph", "device", "log"})
 
     def __init__(self, model: str | None, precision: str = "fp32", *, engine: str | Path | None = None,
@@ -196,7 +196,7 @@ class TrtBackend(Backend):
         its GRAPH_AFTER-th run (never the first after a shape change) and replayed; others run directly."""
         import torch
 
-        if self._graph is None and (not self.cuda_graph or self._runs_bound < self.GRAPH_AFTER):
+        if self._graph is None and (not self.cuda_graph or self._runs_bound < self.GRAPH_AFTER - 1):
             self._runs_bound += 1
             self._enqueue()
             return
