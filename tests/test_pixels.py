@@ -199,27 +199,37 @@ def test_buffers_grow_only_so_rebinding_allocates_nothing():
     assert bufs.get("input", (3, 3, 40, 48), torch.float32).shape == (3, 3, 40, 48)
 
 
-def test_submitted_batches_collected_later_and_straight_into_outputs(srcnn_cpu):
-    """submit_pixels twice, three times (the first slot reused before it was collected), then collect: every
-    result is its own batch's, and `result(out)` fills views of the outputs (the RGB part of a BGRA buffer)."""
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device")])]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_submitted_batches_collected_later_and_straight_into_outputs(device):
+    """submit_pixels three times (the first slot reused before it was collected), then collect: every result is
+    its own batch's, and `result(out)` fills views of the outputs (the RGB part of a BGRA buffer); on CUDA the
+    pinned slots and their events do the same."""
+    from pipeline.backends.torch_backend import TorchBackend
+
+    be = TorchBackend("srcnn", device=device).load()
     rng = np.random.default_rng(21)
     batches = [rng.integers(0, 256, (2, 13 + i, 17, 3)).astype(np.uint8) for i in range(3)]
-    want = [Backend.infer_pixels(srcnn_cpu, b, 2.0) for b in batches]
-    pending = [srcnn_cpu.submit_pixels(b, 2.0) for b in batches]
+    want = [Backend.infer_pixels(be, b, 2.0) for b in batches]
+    pending = [be.submit_pixels(b, 2.0) for b in batches]
     outs = [np.zeros((*w.shape[:2], 4), np.uint8) for w in want[1]]
     pending[1].result([o[..., :3] for o in outs])
     assert np.array_equal(np.stack(outs)[..., :3], want[1]) and not np.stack(outs)[..., 3].any()
     assert np.array_equal(pending[2].result(), want[2]) and np.array_equal(pending[0].result(), want[0])
 
 
-def test_threads_sharing_one_backend_get_their_own_results():
-    """One backend, four threads: the shared slots (and on CUDA the stream, graphs and context) are used under the
+@pytest.mark.parametrize("device", DEVICES)
+def test_threads_sharing_one_backend_get_their_own_results(device):
+    """One backend, eight threads: the shared slots (and on CUDA the stream and graphs) are used under the
     backend's lock, so each call gets its own image's result."""
     from concurrent.futures import ThreadPoolExecutor
 
     from pipeline.backends.torch_backend import TorchBackend
 
-    be = TorchBackend("srcnn", device="cpu", threads=1).load()
+    be = TorchBackend("srcnn", device=device, threads=1 if device == "cpu" else None).load()
     rng = np.random.default_rng(22)
     images = [rng.integers(0, 256, (1, 8 + i % 5, 6 + i % 3, 3)).astype(np.uint8) for i in range(16)]
     want = [Backend.infer_pixels(be, im, 2.0) for im in images]

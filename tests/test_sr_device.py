@@ -222,29 +222,6 @@ def test_torch_cuda_graphs_only_for_repeated_shapes_and_never_in_device_memory()
 
 
 @pytest.mark.gpu
-def test_device_submissions_overlap_and_threads_share_a_backend():
-    """Three batches submitted before any is collected (slot 0 reused), then collected into BGRA outputs; four
-    threads sharing one CUDA backend: each result its own image's."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from pipeline.backends.base import Backend
-
-    _cuda()
-    be = TorchBackend("srcnn", device="cuda").load()
-    rng = np.random.default_rng(32)
-    batches = [rng.integers(0, 256, (2, 40 + i, 36, 3)).astype(np.uint8) for i in range(3)]
-    want = [Backend.infer_pixels(be, b, 2.0) for b in batches]
-    pending = [be.submit_pixels(b, 2.0) for b in batches]
-    outs = [np.zeros((*w.shape[:2], 4), np.uint8) for w in want[2]]
-    pending[2].result([o[..., :3] for o in outs])
-    assert np.array_equal(np.stack(outs)[..., :3], want[2])
-    assert all(np.array_equal(p.result(), w) for p, w in zip(pending[:2], want[:2], strict=True))
-    with ThreadPoolExecutor(4) as pool:
-        got = list(pool.map(lambda b: be.infer_pixels(b, 2.0), batches * 4))
-    assert all(np.array_equal(g, w) for g, w in zip(got, want * 4, strict=True))
-
-
-@pytest.mark.gpu
 @pytest.mark.parametrize("name", ["ort-cuda", "ort-trt"])
 def test_ort_gpu_backends_size_tiles_from_the_device(name):
     """ORT's GPU backends: pixel sessions built at load, device memory measured, whole 512^2 images on a big GPU,
