@@ -9,6 +9,8 @@ the pixel sessions are built at load, and `device_memory` sizes tiles from the d
 from __future__ import annotations
 
 import contextlib
+import functools
+import io
 import math
 from pathlib import Path
 
@@ -74,14 +76,16 @@ PROVIDER_HINT = {"cuda": "install the gpu extra on a machine with an NVIDIA GPU 
 PROVIDER_LIBRARIES = {"cuda": "libonnxruntime_providers_cuda.so", "tensorrt": "libonnxruntime_providers_tensorrt.so"}
 
 
+@functools.cache
 def provider_library_problem(provider: str) -> str | None:
     """Why ORT's library for a GPU provider does not load here (the TensorRT one needs libnvinfer, the CUDA one
-    cuDNN and cuBLAS), after loading what ORT itself would load first; or None."""
+    cuDNN and cuBLAS), after loading what ORT itself would load first; or None. Asked once per process."""
     path = Path(ort.__file__).parent / "capi" / PROVIDER_LIBRARIES[provider]
     if not path.is_file():
         return f"{path.name} is not in this onnxruntime build"
-    with contextlib.suppress(Exception):  # ORT >= 1.21: cuDNN/cuBLAS/cudart from the nvidia-* wheels, if any
-        ort.preload_dlls()
+    # ORT >= 1.21: cuDNN/cuBLAS/cudart from the nvidia-* wheels, if any (its notes go to stdout: kept off it)
+    with contextlib.suppress(Exception), contextlib.redirect_stdout(io.StringIO()):
+        ort.preload_dlls(msvc=False)
     if provider == "tensorrt":
         preload()
         with contextlib.suppress(Exception):  # the tensorrt wheel's import loads libnvinfer
@@ -262,23 +266,26 @@ class OrtBackend(Backend):
         self.provider = provider
         self.device = "cpu" if provider == "cpu" else "cuda:0"
         self._attach(sess, path)
-        if provider != "cpu":  # built now, not mid-run (a TensorRT engine build takes minutes)
-            for dtype in (np.uint8, np.uint16):
-                self._pixel_session(dtype)
-            self._bytes_per_px = self._measure_bytes_per_px()
+        if provider != "cpu":  # built and run now, not mid-run (a TensorRT engine build takes minutes)
+            self._bytes_per_px = self._warm_up()
         return self
 
-    def _measure_bytes_per_px(self) -> float:
-        """Device memory per output pixel: what the CUDA provider's arena grows by over one 128x128 pixel run at
-        the model's own scale (which also warms it); the TensorRT provider's activations were allocated for the
-        profile's largest shape with its engine, so only its I/O grows (as for `trt`)."""
-        side, scale = 128, float(self.spec.default_scale)
+    def _warm_up(self) -> float:
+        """Run both pixel sessions once (the TensorRT provider builds its engines then) and return the device
+        memory per output pixel: what the CUDA provider's arena grows by over a 128x128 uint8 run at the model's
+        own scale; the TensorRT provider allocates its activations for the profile's largest shape with its
+        engine, so only its I/O grows (as for `trt`); it runs the profile's opt shape."""
+        h = w = 128
+        scale = float(self.spec.default_scale)
+        if self.profiles:
+            h, w, scale = self.profiles[0].height[1], self.profiles[0].width[1], self.profiles[0].scale[1]
         before = device_free_bytes()
-        self.infer_pixels_in_graph(np.zeros((1, side, side, 3), np.uint8), scale)
+        self.infer_pixels_in_graph(np.zeros((1, h, w, 3), np.uint8), scale)
         after = device_free_bytes()
+        self.infer_pixels_in_graph(np.zeros((1, h, w, 3), np.uint16), scale)
         if self.provider == "tensorrt" or before is None or after is None:
             return ENGINE_BYTES_PER_OUTPUT_PIXEL
-        return max(before - after, 1) / math.prod(output_size(side, side, scale))
+        return max(before - after, 1) / math.prod(output_size(h, w, scale))
 
     def device_memory(self) -> DeviceMemory | None:
         """On a GPU provider: the device's free memory now and the measured cost per output pixel."""
