@@ -162,7 +162,7 @@ def test_crops_within_the_backend_limit_and_tiled_equals_whole(tmp_path):
 
 def test_outputs_over_the_write_cap_overlap_inference_and_encoding(folder, tmp_path):
     """With every output over the write queue's byte cap, the next images are still inferred while one is being
-    encoded: image 0's encoder waits (bounded) until image 2's inference has started."""
+    encoded: image 0's encoder waits (bounded) until the fourth image's inference has started."""
     import threading
 
     from pipeline.sr.console import Console
@@ -173,20 +173,21 @@ def test_outputs_over_the_write_cap_overlap_inference_and_encoding(folder, tmp_p
     class Gated(ImageWorker):
         gate = threading.Event()
 
-        def infer_tiled(self, item, progress=None):
-            if item.rec.job.rel == "2.png":
+        def submit_batch(self, items):
+            if items[0].rec.job.rel == "alpha.png":
                 self.gate.set()
-            super().infer_tiled(item, progress)
+            return super().submit_batch(items)
 
         def encode(self, item):
             if item.rec.job.rel == "0.png" and not self.gate.wait(20):
-                raise RuntimeError("image 2 was not inferred while image 0 was being encoded")
+                raise RuntimeError("image 3 was not inferred while image 0 was being encoded")
             super().encode(item)
 
     worker = Gated(TorchBackend("srcnn", device="cpu").load(), "srcnn", 2.0)
-    todo = [Record(Job(folder / f"{i}.png", tmp_path / f"{i}.png", f"{i}.png", "png")) for i in range(3)]
+    names = ["0.png", "1.png", "2.png", "alpha.png"]
+    todo = [Record(Job(folder / n, tmp_path / n, n, "png")) for n in names]
     Scheduler(worker, Console(progress=False, log=lambda _m: None), workers=2, write_bytes=1).run(todo)
-    assert [r.status for r in todo] == ["ok"] * 3, [r.reason for r in todo]
+    assert [r.status for r in todo] == ["ok"] * 4, [r.reason for r in todo]
 
 
 # -- on a GPU (skipped here with the reason): what only a device can show ----------------------------------------
@@ -263,3 +264,33 @@ def test_trt_rebinding_allocates_nothing_and_graphs_follow_a_fixed_shape():
     for img in (small.astype(np.uint8), big, big, big):
         assert np.array_equal(be.infer_pixels(img, 2.0), Backend.infer_pixels(be, img, 2.0))
     assert (be.d_in.data_ptr(), be.d_out.data_ptr()) == ptr and be._graph is not None  # big: bound 3 runs in a row
+
+
+def test_scheduler_submits_the_next_batch_before_collecting_the_last(folder, tmp_path):
+    """Whole images: batch k + 1 is submitted before batch k is collected (a device works while the next is read),
+    with --batch 1 too; every image is written, its bytes those of a plain run."""
+    from pipeline.sr.console import Console
+    from pipeline.sr.jobs import Job
+    from pipeline.sr.records import Record
+    from pipeline.sr.scheduler import Scheduler
+
+    events = []
+
+    class Logged(ImageWorker):
+        def submit_batch(self, items):
+            names = [it.rec.job.rel for it in items]
+            events.append(("submit", names))
+            finish = super().submit_batch(items)
+            return lambda: (events.append(("collect", names)), finish())
+
+    be = TorchBackend("srcnn", device="cpu").load()
+    worker = Logged(be, "srcnn", 2.0, batch=1)
+    todo = [Record(Job(folder / f"{i}.png", tmp_path / f"{i}.png", f"{i}.png", "png")) for i in range(3)]
+    Scheduler(worker, Console(progress=False, log=lambda _m: None), workers=1).run(todo)
+    assert [r.status for r in todo] == ["ok"] * 3
+    assert events == [("submit", ["0.png"]), ("submit", ["1.png"]), ("collect", ["0.png"]),
+                      ("submit", ["2.png"]), ("collect", ["1.png"]), ("collect", ["2.png"])]
+    upscale(folder, tmp_path / "plain", scale=2.0, backend=be, progress=False)
+    for i in range(3):
+        a = cv2.imread(str(tmp_path / f"{i}.png"), cv2.IMREAD_UNCHANGED)
+        assert np.array_equal(a, cv2.imread(str(tmp_path / "plain" / f"{i}.png"), cv2.IMREAD_UNCHANGED))

@@ -1,13 +1,15 @@
 """Runs a folder's images through an ImageWorker with decoding and encoding overlapped with inference.
 
 Decoding runs ahead on a small pool (bounded prefetch), inference runs on the calling thread (whole
-images of one size batched up to --batch, large ones tiled), and encoding + the atomic write run on a
+images of one size batched up to --batch, large ones tiled; a batch is collected after the next one was
+submitted, so a device backend works while this thread reads), and encoding + the atomic write run on a
 second pool behind a queue bounded in bytes, so memory stays bounded however large the folder is.
 """
 from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from pipeline.sr.console import Console
@@ -33,6 +35,7 @@ class Scheduler:
         self.writing: deque[tuple[Planned, Future]] = deque()
         self.write_bytes = 0
         self.pending: list[Planned] = []  # whole images of one size waiting to fill a batch
+        self.inflight: tuple[list[Planned], Callable[[], None]] | None = None  # a submitted batch, not collected
         self.done_mpix = 0.0
         self.t0 = 0.0
         self.bar = None      # these three exist while run() runs
@@ -87,19 +90,35 @@ class Scheduler:
     # -- inference ------------------------------------------------------------------------------------------
 
     def _flush(self) -> None:
-        """Run the waiting batch of equal-size whole images."""
+        """Submit the waiting batch of equal-size whole images, then collect the one submitted before it."""
         items, self.pending = self.pending, []
         if not items:
             return
         try:
-            self.worker.infer_batch(items)
+            finish = self.worker.submit_batch(items)
         except Exception as e:  # the batch's images fail; the run goes on
-            reason = infer_reason(e)
-            for it in items:
-                self._fail(it.rec, reason)
+            self._fail_all(items, e)
+            return
+        self._collect()
+        self.inflight = (items, finish)
+
+    def _collect(self) -> None:
+        """Collect the batch in flight, if any, and queue its images for writing."""
+        if self.inflight is None:
+            return
+        (items, finish), self.inflight = self.inflight, None
+        try:
+            finish()
+        except Exception as e:  # likewise
+            self._fail_all(items, e)
             return
         for it in items:
             self._submit_write(it)
+
+    def _fail_all(self, items: list[Planned], e: Exception) -> None:
+        reason = infer_reason(e)
+        for it in items:
+            self._fail(it.rec, reason)
 
     def _infer(self, item: Planned) -> None:
         if self.worker.batchable(item):
@@ -110,6 +129,7 @@ class Scheduler:
                 self._flush()
             return
         self._flush()
+        self._collect()
         try:
             self.worker.infer_tiled(item, self.console.tiles(item.rec.job.rel) if item.plan.count > 1 else None)
         except Exception as e:  # this image fails; the run goes on
@@ -155,6 +175,7 @@ class Scheduler:
                 self._reap()
                 self._take(rec, decoded)
             self._flush()
+            self._collect()
             self._reap(drain=True)
         except KeyboardInterrupt:
             # stop reading; writes under way finish (each is atomic) and count as done in the summary

@@ -178,7 +178,9 @@ class ImageWorker:
         return Planned(rec, image, plan, imageio.new_output(oh, ow, image.channels, image.depth))
 
     def batchable(self, item: Planned) -> bool:
-        return item.plan.whole and self.batch > 1
+        """Whole images go through `submit_batch` (one or up to --batch of one size), so the scheduler can submit
+        the next before it collects this one; tiled images are pipelined tile batch by tile batch instead."""
+        return item.plan.whole
 
     def _infer(self, batch: np.ndarray) -> np.ndarray:
         return self.backend.infer(np.ascontiguousarray(batch, dtype=np.float32), self.scale)
@@ -224,24 +226,37 @@ class ImageWorker:
 
     def infer_batch(self, items: list[Planned]) -> None:
         """Whole images of one size in one inference call."""
+        self.submit_batch(items)()
+
+    def submit_batch(self, items: list[Planned]) -> Callable[[], None]:
+        """Whole images of one size submitted in one call; the returned `finish()` collects the results straight
+        into the images' outputs (from a device's pinned buffer), adds alpha and records the time. A caller may
+        read and submit the next batch in between, while a device works on this one."""
         t0 = time.perf_counter()
         # gray (luma before rounding) or a mix of 8- and 16-bit images (one sample type per call): the float path
         floats = any(it.image.gray for it in items) or len({it.image.depth for it in items}) > 1
+        pending = None
         if floats:
             x = np.stack([it.image.region_rgb(0, it.image.height, 0, it.image.width) for it in items])
             for it, yi in zip(items, self._infer(x), strict=True):
                 imageio.store_rgb(it.out, 0, 0, yi, it.image.depth)
-        else:  # the results are copied straight into the outputs (a device's pinned buffer -> each image's)
+        else:
             x = np.stack([it.image.region_pixels(0, it.image.height, 0, it.image.width) for it in items])
-            self.backend.submit_pixels(x, self.scale).result([it.out[..., :3] for it in items])
+            pending = self.backend.submit_pixels(x, self.scale)
         del x
-        for it in items:
-            if it.image.has_alpha:
-                a = bicubic(it.image.region_alpha(0, it.image.height, 0, it.image.width), it.out.shape[:2])
-                imageio.store_alpha(it.out, 0, 0, a, it.image.depth)
-        share = (time.perf_counter() - t0) / len(items)
-        for it in items:
-            it.rec.infer_s = share
+
+        def finish() -> None:
+            if pending is not None:
+                pending.result([it.out[..., :3] for it in items])
+            for it in items:
+                if it.image.has_alpha:
+                    a = bicubic(it.image.region_alpha(0, it.image.height, 0, it.image.width), it.out.shape[:2])
+                    imageio.store_alpha(it.out, 0, 0, a, it.image.depth)
+            share = (time.perf_counter() - t0) / len(items)
+            for it in items:
+                it.rec.infer_s = share
+
+        return finish
 
     def encode(self, item: Planned) -> None:
         """Encode and write atomically, then score against --reference; raises on failure."""
