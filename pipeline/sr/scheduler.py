@@ -178,8 +178,10 @@ class Scheduler:
             self._collect()
             self._reap(drain=True)
         except KeyboardInterrupt:
-            # stop reading; writes under way finish (each is atomic) and count as done in the summary
+            # stop reading; the batch in flight (inferred before the interrupt) is written too, and writes under
+            # way finish (each is atomic) and count as done in the summary
             self.readers.shutdown(wait=True, cancel_futures=True)
+            self._collect()
             self.writers.shutdown(wait=True)
             self._reap(drain=True)
             raise
