@@ -376,6 +376,10 @@ def test_one_onnxruntime_build_per_install():
     assert ort_builds(extras["cpu"]) == {"onnxruntime"} and ort_builds(extras["gpu"]) == {"onnxruntime-gpu"}
     for name, reqs in extras.items():
         assert name in ("cpu", "gpu") or not ort_builds(reqs) and not any("[cpu]" in r for r in reqs), name
+    from pipeline.serve import triton_env  # the Triton model's env: one build too
+
+    assert ort_builds(triton_env.requirements()) == {"onnxruntime"}
+    assert ort_builds(triton_env.requirements(gpu=True)) == {"onnxruntime-gpu"}
 
 
 def test_missing_onnxruntime_is_one_install_line():
