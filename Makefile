@@ -19,11 +19,13 @@ TRT_HEADERS_DIR ?= build/trt-headers
 
 setup: $(STAMP)
 
-# Everything: the runtime, the `export` extra (PyTorch, for export/training) and the test tools. A deploy-only
-# install is `pip install .` (no PyTorch): it runs exported ONNX files and engines.
+# Everything: the runtime, the `export` extra (PyTorch, for export/training) and the test tools, with ONNX Runtime's
+# CPU build (ORT=gpu: its CUDA/TensorRT build and TensorRT instead; the two builds never share a venv). A deploy-only
+# install is `pip install '.[cpu]'` (no PyTorch): it runs exported ONNX files and engines.
+ORT ?= cpu
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,$(ORT)]'
 	touch $(STAMP)
 
 plugins: setup
@@ -55,19 +57,23 @@ trt-headers:
 triton-env:
 	PYTHONPATH=. $(if $(wildcard $(PY)),$(PY),python3) -m pipeline.serve.triton_env $(if $(TRITON_GPU),--gpu,)
 
-# Proves the GPU path on a GPU machine whose Python already has PyTorch with CUDA, with no venv and nothing
-# installed (`make gpu-check PY=python3`): builds the plugins, runs `python -m pipeline doctor` (reports in
+# Proves the GPU path on a GPU machine's own Python, no venv, this project not installed (`make gpu-check
+# PY=python3`): it needs PyTorch with CUDA and the runtime packages (GPU_CHECK_NEEDS, checked first: `pip install
+# '.[gpu]' torch pytest` gives them); isal, torchvision and TensorRT are optional (their tests skip, saying why).
+# It builds the plugins, runs `python -m pipeline doctor` (reports in
 # outputs/doctor), the `gpu` tests and, when compute-sanitizer is installed, the plugin harness under its memcheck
 # (leak check) and racecheck (scripts/sanitize_harness.py: the harness's planted out-of-memory probes are expected,
 # hazards inside cuBLAS's own kernels are listed apart, any error in ours fails; logs in $(SANITIZER_OUT)).
 # Fails when any of them does (doctor exits 3 on a machine without a GPU).
 SANITIZER_OUT ?= outputs/sanitizer
+GPU_CHECK_NEEDS := numpy onnx onnxruntime cv2 torch pytest
 gpu-check:
+	@$(PY) -c "import importlib.util as u, sys; m = [n for n in sys.argv[1:] if u.find_spec(n) is None]; \
+	sys.exit('gpu-check: $(PY) lacks ' + ', '.join(m) + \" (pip install '.[gpu]' torch pytest)\" if m else 0)" \
+	$(GPU_CHECK_NEEDS)
 	$(MAKE) --no-print-directory build-plugins PY=$(PY)
 	PYTHONPATH=. $(PY) -m pipeline doctor --output outputs/doctor; d=$$?; \
-	if $(PY) -c "import pytest" 2>/dev/null; then \
-	  PYTHONPATH=. $(PY) -m pytest -q -m gpu -p no:cacheprovider $(PYTEST_ARGS); p=$$?; \
-	else echo "gpu-check: pytest is not installed for $(PY), so the gpu tests did not run" >&2; p=1; fi; \
+	PYTHONPATH=. $(PY) -m pytest -q -m gpu -p no:cacheprovider $(PYTEST_ARGS); p=$$?; \
 	if command -v compute-sanitizer >/dev/null 2>&1; then \
 	  $(PY) scripts/sanitize_harness.py $(BUILD)/trt_plugin_gpu_harness --output $(SANITIZER_OUT); s=$$?; \
 	else echo "gpu-check: compute-sanitizer is not installed, so the harness ran without it" >&2; s=0; fi; \

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torchvision.ops import deform_conv2d
+
+try:
+    from torchvision.ops import deform_conv2d
+except ImportError:  # only this model needs it: the registry (and srcnn) work on a Python without torchvision
+    deform_conv2d = None
 
 from .ops import dynamic_resize
 
@@ -17,6 +21,8 @@ from .ops import dynamic_resize
 class DeformSRCNN(nn.Module):
     def __init__(self, mid_channels: int = 64, deform_channels: int = 32, kernel_size: int = 3, offset_groups: int = 2):
         super().__init__()
+        if deform_conv2d is None:
+            raise ModuleNotFoundError("DeformSRCNN needs torchvision (pip install 'srdeploy[export]')")
         k = kernel_size
         self.offset_groups = offset_groups
         self.conv1 = nn.Conv2d(3, mid_channels, 9, padding=4)

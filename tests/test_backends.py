@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -78,9 +79,11 @@ def test_torch_fp16_on_cpu_is_refused(weights):
 # -- ORT ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("model,scales", [("srcnn-x3", [3.0]), ("srcnn", [2.0, 2.5, 3.0]), ("deform-srcnn", [2.0])])
 def test_ort_cpu_matches_torch(model, scales, weights, image):
-    b = create("ort", model, weights=weights[model])
-    assert b.provider == "cpu" and "CPUExecutionProvider" in b.describe()
-    assert b.session.get_providers()[0] == "CPUExecutionProvider"
+    from pipeline.backends.ort_backend import PROVIDERS, pick_provider
+
+    b = create("ort", model, weights=weights[model])  # the best provider here: CPU on CI, CUDA/TensorRT on a GPU box
+    assert b.provider == pick_provider() and PROVIDERS[b.provider] in b.describe()
+    assert b.session.get_providers()[0] == PROVIDERS[b.provider]
     for s in scales:
         y = b.infer(image, s)
         ref = _torch_ref(model, weights, image, s)
@@ -217,6 +220,45 @@ def test_gpu_backends_refused_with_reason_here(weights):
         create("trt", "srcnn", weights=weights["srcnn"])
 
 
+def test_ort_picks_a_gpu_provider_only_when_its_library_loads(tmp_path):
+    """ORT lists every provider it was built with; `ort` takes TensorRT only when it loads, else CUDA, else CPU."""
+    from pipeline.backends.ort_backend import pick_provider, provider_library_problem, provider_problem
+    from pipeline.native.cuda_runtime import dlopen_problem
+
+    no_trt = {"tensorrt": "libonnxruntime_providers_tensorrt.so does not load: libnvinfer.so.10: cannot open",
+              "cuda": None}
+    assert pick_provider(no_trt.get) == "cuda"
+    assert pick_provider({"tensorrt": "no", "cuda": "no"}.get) == "cpu"
+    assert pick_provider({"tensorrt": None, "cuda": None}.get) == "tensorrt"
+    bad = tmp_path / "libnot_elf.so"
+    bad.write_text("not a shared library")
+    assert dlopen_problem(bad).startswith("libnot_elf.so does not load: ")
+    import onnxruntime as ort
+
+    assert dlopen_problem(next((Path(ort.__file__).parent / "capi").glob("libonnxruntime_providers_shared.so"))) is None
+    if "CUDAExecutionProvider" not in ort.get_available_providers():  # this CPU build: neither library, said so
+        assert "not in this onnxruntime build" in provider_library_problem("tensorrt")
+        assert pick_provider() == "cpu" and provider_problem("cuda")
+
+
+def test_ort_device_session_options():
+    """CUDA: cuDNN heuristics, not a benchmark per new tile shape; TF32 off unless asked. TensorRT provider: the
+    profile's min/opt/max shapes (input or pixels, and the size shape tensor's values), so one engine serves
+    every tile shape."""
+    from pipeline.backends.ort_backend import OrtBackend, cuda_options, trt_profile_options
+    from pipeline.engine import default_profile
+
+    assert cuda_options()["cudnn_conv_algo_search"] in ("HEURISTIC", "DEFAULT") and cuda_options()["use_tf32"] == 0
+    (name, opts), cpu = OrtBackend("srcnn", provider="cuda", tf32=True)._providers("cuda")
+    assert name == "CUDAExecutionProvider" and opts["use_tf32"] == 1 and cpu == "CPUExecutionProvider"
+    profile = default_profile(get_spec("srcnn"))
+    floats = trt_profile_options(profile, True, pixels=False)
+    assert floats["trt_profile_min_shapes"] == "input:1x3x8x8,size:16x16"
+    assert floats["trt_profile_max_shapes"] == "input:4x3x512x512,size:2048x2048"
+    pixels = trt_profile_options(default_profile(get_spec("srcnn-x3")), False, pixels=True)
+    assert pixels["trt_profile_opt_shapes"] == "pixels:1x256x256x3"
+
+
 # -- availability and auto ---------------------------------------------------------------------------
 def test_available_lists_every_backend_with_reason(weights):
     st = available("srcnn", weights=weights["srcnn"])
@@ -315,3 +357,38 @@ def test_trt_backend_matches_torch(weights, image):
         assert np.abs(g.infer(image, s) - ref).max() <= 1e-4  # graph replay
         with pytest.raises(PipelineError, match="outside the engine's profiles"):
             b.infer(np.zeros((1, 3, 1024, 1024), np.float32), s)
+
+
+def test_one_onnxruntime_build_per_install():
+    """onnxruntime and onnxruntime-gpu install the same package and cannot coexist: the core needs neither, the
+    `cpu` and `gpu` extras each name one, and no other extra pulls one in (so `pip install '.[test,gpu]'` holds the
+    GPU build alone)."""
+    import re
+    tomllib = pytest.importorskip("tomllib", reason="Python >= 3.11 reads pyproject.toml")
+
+    project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]
+
+    def ort_builds(reqs):
+        return {m.group(0) for r in reqs if (m := re.match(r"onnxruntime(-gpu)?(?![-\w])", r))}
+
+    assert ort_builds(project["dependencies"]) == set()
+    extras = project["optional-dependencies"]
+    assert ort_builds(extras["cpu"]) == {"onnxruntime"} and ort_builds(extras["gpu"]) == {"onnxruntime-gpu"}
+    for name, reqs in extras.items():
+        assert name in ("cpu", "gpu") or not ort_builds(reqs) and not any("[cpu]" in r for r in reqs), name
+    from pipeline.serve import triton_env  # the Triton model's env: one build too
+
+    assert ort_builds(triton_env.requirements()) == {"onnxruntime"}
+    assert ort_builds(triton_env.requirements(gpu=True)) == {"onnxruntime-gpu"}
+
+
+def test_missing_onnxruntime_is_one_install_line():
+    import subprocess
+    import sys
+
+    code = ("import sys\nsys.modules['onnxruntime'] = None\nfrom pipeline.cli import main\n"
+            "sys.exit(main(['backends', '--model', 'srcnn']))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "error: ONNX Runtime is not installed: pip install 'srdeploy[cpu]', or 'srdeploy[gpu]' on a machine with an "
+        "NVIDIA GPU (one of the two, never both)"]

@@ -48,3 +48,25 @@ def test_gpu_folder_row_skips_with_the_reason_without_a_gpu():
     notes = []
     assert gpu_folder_rows(["srcnn-x3"], 2, 32, log=notes.append, note=notes.append) == []
     assert len(notes) == 1 and notes[0].startswith("GPU folder row: ") and len(notes[0]) > len("GPU folder row: ")
+
+
+def test_pure_inference_times_the_folder_runs_call():
+    """Like for like: the pure-inference side (and its warm-up) runs the integer-pixel path (`infer_pixels`, which
+    is `submit_pixels` collected) on the same pixels as the folder run, never the float `infer` (4x the bytes, and
+    none of the pinned buffers, pixel sessions or graphs the folder run uses)."""
+    from pipeline.backends.torch_backend import TorchBackend
+
+    class Counted(TorchBackend):
+        calls = {"infer": 0, "submit_pixels": 0}
+
+        def infer(self, batch, scale):
+            self.calls["infer"] += 1
+            return super().infer(batch, scale)
+
+        def submit_pixels(self, pixels, scale):
+            self.calls["submit_pixels"] += 1
+            return super().submit_pixels(pixels, scale)
+
+    be = Counted("srcnn-x3", threads=1).load()
+    folder_throughput("srcnn-x3", 2, 24, backend=be, log=lambda _m: None, repeats=1)
+    assert be.calls == {"infer": 0, "submit_pixels": 1 + 2 + 2}  # warm-up (one shape), folder run, inference

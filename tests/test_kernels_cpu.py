@@ -7,11 +7,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 from skimage import data as skdata
-from torchvision.ops import deform_conv2d as tv_deform_conv2d
 
 from pipeline.errors import PipelineError
 from pipeline.native import kernels_cpu
 from pipeline.native import libraries as native
+
+tv_deform_conv2d = pytest.importorskip("torchvision.ops", reason="torchvision: the reference").deform_conv2d
 
 torch.set_num_threads(1)
 

@@ -5,18 +5,25 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
-from torchvision.ops import deform_conv2d as tv_deform_conv2d
 
 from pipeline.errors import PipelineError
 from pipeline.native import kernels_cpu
 from pipeline.native import libraries as native
 
 ARCHS = (75, 80, 86, 89, 90)
+
+
+def tv_deform_conv2d(*args, **kwargs):
+    """torchvision's op, the reference; imported here so a GPU Python without torchvision still collects."""
+    ops = pytest.importorskip("torchvision.ops", reason="torchvision (the export extra) is the reference here")
+    return ops.deform_conv2d(*args, **kwargs)
 
 
 def nvcc_path() -> str | None:
@@ -157,3 +164,33 @@ def test_deform_conv2d_gpu_exact_workspace_unaligned():
     close(out, ref, 1e-4)
     with pytest.raises(PipelineError, match="workspace"):
         kernels_cuda.deform_conv2d(x, weight, offset, bias, mask, padding=1, workspace=buf[: need - 1])
+
+
+# -- a bare GPU machine's Python: what `make gpu-check PY=python3` runs ---------------------------------------
+
+BARE = ("isal", "torchvision")  # not on a GPU box's stock Python; blocked as `sys.modules[name] = None`
+
+
+def _bare_python(code: str) -> subprocess.CompletedProcess:
+    prelude = f"import sys\nfor name in {BARE!r}:\n    sys.modules[name] = None\n"
+    return subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True, timeout=600,
+                          cwd=Path(__file__).resolve().parent.parent)
+
+
+def test_gpu_tests_collect_without_isal_and_torchvision():
+    """`pytest -m gpu` collects every gpu test on a Python without isal and torchvision (a collection error in any
+    module would abort the whole session, so no GPU test would run)."""
+    proc = _bare_python("import pytest\nsys.exit(pytest.main(['--collect-only', '-q', '-m', 'gpu', "
+                        "'-p', 'no:cacheprovider', 'tests']))")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    for test in ("test_trt_backend_matches_torch", "test_deform_conv2d_gpu", "test_device_backends_pixels_equal"):
+        assert test in out
+
+
+def test_png_writer_without_isal():
+    proc = _bare_python("import cv2, numpy as np\nfrom pipeline.sr import png\n"
+                        "img = np.random.default_rng(0).integers(0, 65536, (31, 17, 3)).astype(np.uint16)\n"
+                        "back = cv2.imdecode(np.frombuffer(png.encode_png(img), np.uint8), cv2.IMREAD_UNCHANGED)\n"
+                        "assert png.deflate.__name__ == 'zlib' and np.array_equal(back, img)\n")
+    assert proc.returncode == 0, proc.stderr[-3000:]

@@ -11,10 +11,11 @@ import torch.nn.functional as F
 from onnx import TensorProto as TP
 from onnx import helper as oh
 from onnx import numpy_helper as nh
-from torchvision.ops import deform_conv2d as tv_deform_conv2d
 
 from pipeline.errors import PipelineError
 from pipeline.native.ort_ops import adapt_for_ort, session_with_sr_kernels
+
+tv_deform_conv2d = pytest.importorskip("torchvision.ops", reason="torchvision: the reference").deform_conv2d
 
 torch.set_num_threads(1)
 OPSET, IR = 19, 10

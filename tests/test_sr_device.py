@@ -13,6 +13,7 @@ import pytest
 
 from pipeline.backends.base import DeviceMemory
 from pipeline.cli import main
+from pipeline.errors import PipelineError
 from pipeline.sr import ImageWorker, settings, upscale
 from pipeline.sr.worker import AUTO_BATCH
 
@@ -106,3 +107,190 @@ def test_batches_of_mixed_sample_types_match_single_images(tmp_path):
         a = cv2.imread(str(tmp_path / "one" / name), cv2.IMREAD_UNCHANGED)
         b = cv2.imread(str(tmp_path / "three" / name), cv2.IMREAD_UNCHANGED)
         assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+class Profiled(TorchBackend):
+    """The torch CPU runner admitting inputs up to a TensorRT profile's largest side, refusing bigger crops with
+    the engine's message (pipeline.engine.profile_for_input)."""
+
+    def __init__(self, max_side: int):
+        super().__init__("srcnn", device="cpu")
+        self.max_side = max_side
+
+    def max_input_size(self):
+        return self.max_side, self.max_side
+
+    def infer_pixels(self, pixels, scale):
+        if max(pixels.shape[1:3]) > self.max_side:
+            raise PipelineError(f"input {pixels.shape[1:3]} is outside the engine's profiles")
+        return super().infer_pixels(pixels, scale)
+
+
+COMMON_SIZES = [(1366, 768), (1920, 1080), (1280, 720), (2560, 1440), (3840, 2160), (1024, 768), (1440, 900),
+                (4032, 3024), (6000, 4000), (1080, 1920), (3000, 2000), (1600, 1200)]
+
+
+@pytest.mark.parametrize("model", ["srcnn", "srcnn-x3", "deform-srcnn"])
+def test_tiles_of_common_sizes_fit_the_engine_profile(model):
+    """No crop beyond the default profile's 512: the last tile's sliver is folded in only where it still fits
+    (srcnn x2 on 1366x768 once planned a 525-pixel crop)."""
+    from models.lookup import get_spec
+    from pipeline.sr import tiling
+
+    spec = get_spec(model)
+    be = Profiled(512)
+    for scale in (2.0, 2.5, 3.0, 4.0) if spec.dynamic_scale else (spec.default_scale,):
+        w = ImageWorker(be, spec, scale, tile=None)
+        for width, height in COMMON_SIZES:
+            plan = tiling.plan(height, width, scale, w.tile, w.margin, align=w.align, max_input=w.max_input)
+            assert max(max(t.crop_shape) for t in plan.tiles) <= 512, (model, scale, width, height)
+
+
+def test_crops_within_the_backend_limit_and_tiled_equals_whole(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    rng = np.random.default_rng(4)
+    img = cv2.resize(rng.integers(0, 256, (57, 5, 3)).astype(np.uint8), (40, 456), interpolation=cv2.INTER_CUBIC)
+    cv2.imwrite(str(src / "tall.png"), img)
+    tiled = upscale(src, tmp_path / "tiled", scale=4.0, backend=Profiled(256).load(), progress=False)
+    assert tiled.counts["ok"] == 1 and tiled.ok[0].tiles > 1  # 456 rows at a 256-row limit, x4: tiled
+    upscale(src, tmp_path / "whole", scale=4.0, backend=TorchBackend("srcnn", device="cpu").load(), progress=False)
+    a = cv2.imread(str(tmp_path / "tiled" / "tall.png"), cv2.IMREAD_UNCHANGED)
+    b = cv2.imread(str(tmp_path / "whole" / "tall.png"), cv2.IMREAD_UNCHANGED)
+    assert a.shape == (1824, 160, 3) and np.array_equal(a, b)
+
+
+def test_outputs_over_the_write_cap_overlap_inference_and_encoding(folder, tmp_path):
+    """With every output over the write queue's byte cap, the next images are still inferred while one is being
+    encoded: image 0's encoder waits (bounded) until the fourth image's inference has started."""
+    import threading
+
+    from pipeline.sr.console import Console
+    from pipeline.sr.jobs import Job
+    from pipeline.sr.records import Record
+    from pipeline.sr.scheduler import Scheduler
+
+    class Gated(ImageWorker):
+        gate = threading.Event()
+
+        def submit_batch(self, items):
+            if items[0].rec.job.rel == "alpha.png":
+                self.gate.set()
+            return super().submit_batch(items)
+
+        def encode(self, item):
+            if item.rec.job.rel == "0.png" and not self.gate.wait(20):
+                raise RuntimeError("image 3 was not inferred while image 0 was being encoded")
+            super().encode(item)
+
+    worker = Gated(TorchBackend("srcnn", device="cpu").load(), "srcnn", 2.0)
+    names = ["0.png", "1.png", "2.png", "alpha.png"]
+    todo = [Record(Job(folder / n, tmp_path / n, n, "png")) for n in names]
+    Scheduler(worker, Console(progress=False, log=lambda _m: None), workers=2, write_bytes=1).run(todo)
+    assert [r.status for r in todo] == ["ok"] * 4, [r.reason for r in todo]
+
+
+# -- on a GPU (skipped here with the reason): what only a device can show ----------------------------------------
+
+def _cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+
+
+@pytest.mark.gpu
+def test_torch_cuda_fp32_is_ieee_unless_tf32_is_asked():
+    """fp32 on CUDA = the CPU within compare's fp32 tolerance (cuDNN's TF32 convolutions would be ~1e-3 off)."""
+    _cuda()
+    x = np.random.default_rng(30).random((1, 3, 64, 72), dtype=np.float32)
+    cpu = TorchBackend("srcnn", device="cpu").load().infer(x, 3.0)
+    gpu = TorchBackend("srcnn", device="cuda").load()
+    assert "TF32 off" in gpu.describe() and np.abs(gpu.infer(x, 3.0) - cpu).max() <= 1e-4
+    assert "TF32 on" in TorchBackend("srcnn", device="cuda", tf32=True).load().describe()
+
+
+@pytest.mark.gpu
+def test_torch_cuda_graphs_only_for_repeated_shapes_and_never_in_device_memory():
+    from pipeline.backends.base import Backend
+
+    _cuda()
+    be = TorchBackend("srcnn", device="cuda", cuda_graph=True).load()
+    assert be.device_memory().bytes_per_output_pixel > 0 and not be._graphs
+    rng = np.random.default_rng(31)
+    tile, edge = rng.integers(0, 256, (2, 48, 48, 3)).astype(np.uint8), rng.integers(0, 256, (2, 48, 13, 3))
+    for img in (tile, tile, edge.astype(np.uint8), tile):  # the edge crop is seen once: eager
+        assert np.array_equal(be.infer_pixels(img, 3.0), Backend.infer_pixels(be, img, 3.0))
+    assert len(be._graphs) == 1 and be._pool is not None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["ort-cuda", "ort-trt"])
+def test_ort_gpu_backends_size_tiles_from_the_device(name):
+    """ORT's GPU backends: pixel sessions built at load, device memory measured, whole 512^2 images on a big GPU,
+    --batch auto above one; ort-trt plans within its profile and `ort` picks a GPU provider here."""
+    from models.lookup import get_spec
+    from pipeline import backends
+    from pipeline.backends.ort_backend import pick_provider
+
+    status = backends.backend_class(name).status(get_spec("srcnn"), "fp32")
+    if not status.available:
+        pytest.skip(status.reason)
+    assert pick_provider() != "cpu"
+    be = backends.create(name, "srcnn", "fp32")
+    assert set(be._pixel_sessions) == {np.dtype(np.uint8), np.dtype(np.uint16)}
+    mem = be.device_memory()
+    assert mem is not None and mem.free_bytes > 1 << 30 and mem.bytes_per_output_pixel > 0
+    w = ImageWorker(be, "srcnn", 3.0, batch="auto")
+    assert w.batch > 1
+    if name == "ort-trt":
+        assert be.max_input_size() == (512, 512) and w.tile is not None
+    else:
+        assert w.tile is None or w.tile >= 512
+
+
+@pytest.mark.gpu
+def test_trt_rebinding_allocates_nothing_and_graphs_follow_a_fixed_shape():
+    from models.lookup import get_spec
+    from pipeline import backends
+    from pipeline.backends.base import Backend
+
+    status = backends.backend_class("trt").status(get_spec("srcnn"), "fp32")
+    if not status.available:
+        pytest.skip(status.reason)
+    be = backends.create("trt", "srcnn", "fp32", cuda_graph=True)
+    rng = np.random.default_rng(33)
+    big, small = rng.integers(0, 256, (2, 96, 96, 3)).astype(np.uint8), rng.integers(0, 256, (1, 40, 24, 3))
+    be.infer_pixels(big, 2.0)
+    ptr = be.d_in.data_ptr(), be.d_out.data_ptr()
+    for img in (small.astype(np.uint8), big, big, big):
+        assert np.array_equal(be.infer_pixels(img, 2.0), Backend.infer_pixels(be, img, 2.0))
+    assert (be.d_in.data_ptr(), be.d_out.data_ptr()) == ptr and be._graph is not None  # big: bound 3 runs in a row
+
+
+def test_scheduler_submits_the_next_batch_before_collecting_the_last(folder, tmp_path):
+    """Whole images: batch k + 1 is submitted before batch k is collected (a device works while the next is read),
+    with --batch 1 too; every image is written, its bytes those of a plain run."""
+    from pipeline.sr.console import Console
+    from pipeline.sr.jobs import Job
+    from pipeline.sr.records import Record
+    from pipeline.sr.scheduler import Scheduler
+
+    events = []
+
+    class Logged(ImageWorker):
+        def submit_batch(self, items):
+            names = [it.rec.job.rel for it in items]
+            events.append(("submit", names))
+            finish = super().submit_batch(items)
+            return lambda: (events.append(("collect", names)), finish())
+
+    be = TorchBackend("srcnn", device="cpu").load()
+    worker = Logged(be, "srcnn", 2.0, batch=1)
+    todo = [Record(Job(folder / f"{i}.png", tmp_path / f"{i}.png", f"{i}.png", "png")) for i in range(3)]
+    Scheduler(worker, Console(progress=False, log=lambda _m: None), workers=1).run(todo)
+    assert [r.status for r in todo] == ["ok"] * 3
+    assert events == [("submit", ["0.png"]), ("submit", ["1.png"]), ("collect", ["0.png"]),
+                      ("submit", ["2.png"]), ("collect", ["1.png"]), ("collect", ["2.png"])]
+    upscale(folder, tmp_path / "plain", scale=2.0, backend=be, progress=False)
+    for i in range(3):
+        a = cv2.imread(str(tmp_path / f"{i}.png"), cv2.IMREAD_UNCHANGED)
+        assert np.array_equal(a, cv2.imread(str(tmp_path / "plain" / f"{i}.png"), cv2.IMREAD_UNCHANGED))

@@ -32,6 +32,11 @@ def check_precision(precision: str) -> str:
     return check_choice("precision", precision, PRECISIONS)
 
 
+# Device memory per output pixel of an engine whose activations were allocated with it (TensorRT, ORT's TensorRT
+# provider): only its I/O grows -- float32 output, its float32 copy, integer output; the input is 1/scale^2 of that.
+ENGINE_BYTES_PER_OUTPUT_PIXEL = 32.0
+
+
 class DeviceMemory(NamedTuple):
     """What sizes a device backend's tiles: the device's free bytes and the model's measured bytes of working
     memory per output pixel."""
@@ -96,8 +101,11 @@ class Backend(ABC):
         return self
 
     def max_input_size(self) -> tuple[int, int] | None:
-        """Largest input (H, W) the loaded backend admits (the sr stage tiles bigger images to it); None: any."""
-        return None
+        """Largest input (H, W) the loaded backend admits, from its profiles (the sr stage tiles bigger images to
+        it); None: any."""
+        if not self.profiles:
+            return None
+        return max(p.height[2] for p in self.profiles), max(p.width[2] for p in self.profiles)
 
     def describe(self) -> str:
         return f"{self.name} ({self.device}, {self.precision})"
@@ -116,6 +124,12 @@ class Backend(ABC):
         px.check_pixels(pixels, self.name)
         depth = 16 if pixels.dtype == np.uint16 else 8
         return px.to_samples(self.infer(px.to_unit(pixels), scale), depth)
+
+    def submit_pixels(self, pixels: np.ndarray, scale: float) -> px.Pending:
+        """`infer_pixels`, collected later: the sr stage reads and submits the next batch before it collects this
+        one (`result(out)` copies straight into the output). Here: computed now; device backends enqueue the
+        copies and the run on their stream and return at once."""
+        return px.Ready(self.infer_pixels(pixels, scale))
 
     def device_memory(self) -> DeviceMemory | None:
         """Free device memory and the model's activation cost, for a backend whose activations live on a

@@ -2,9 +2,16 @@
 provider with our plugin library. The provider that actually runs is checked after session creation, so
 a missing GPU provider is an error, never a silent fallback to the CPU.
 
-`ort` picks the best provider present; `ort-cpu`, `ort-cuda`, `ort-trt` pin one (subclasses below)."""
+`ort` picks the best provider that loads here; `ort-cpu`, `ort-cuda`, `ort-trt` pin one (subclasses below). On a
+device the CUDA provider picks cuDNN's algorithms by heuristics (not a benchmark per new tile shape) with TF32 off
+unless `tf32=True`; the TensorRT provider gets the profile's min/opt/max shapes (one engine for every tile shape);
+the pixel sessions are built at load, and `device_memory` sizes tiles from the device's free memory."""
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
+import math
 from pathlib import Path
 
 import numpy as np
@@ -16,14 +23,22 @@ from pipeline.artifacts.cache import cache_dir, cached_onnx
 from pipeline.artifacts.identity import check_weights, resolve
 from pipeline.artifacts.onnx_file import check_onnx_precision
 from pipeline.backends import pixels as px
-from pipeline.backends.base import Backend, BackendStatus, check_precision, installed
+from pipeline.backends.base import (
+    ENGINE_BYTES_PER_OUTPUT_PIXEL,
+    Backend,
+    BackendStatus,
+    DeviceMemory,
+    check_precision,
+    installed,
+)
 from pipeline.backends.checks import check_batch, check_scale
 from pipeline.contract import DOMAIN
+from pipeline.engine import Profile, default_profile, validate_profile
 from pipeline.errors import PipelineError, check_choice, first_line
 from pipeline.export.cached import onnx_for
 from pipeline.export.sr_ops import strip_sr_functions
 from pipeline.native.cuda_driver import gpu_visible
-from pipeline.native.cuda_runtime import preload
+from pipeline.native.cuda_runtime import device_free_bytes, dlopen_problem, preload
 from pipeline.native.libraries import trt_plugin_library
 from pipeline.native.ort_session import cpu_session_options, physical_cores
 
@@ -40,22 +55,47 @@ def available_providers() -> list[str]:
     return list(ort.get_available_providers())
 
 
-def pick_provider() -> str:
-    """Best provider this onnxruntime build offers: TensorRT > CUDA > CPU (GPU ones need a visible GPU)."""
-    have = available_providers()
+def pick_provider(problem=None) -> str:
+    """Best provider that runs here: TensorRT > CUDA > CPU. `problem(provider)` says why one cannot (default
+    `provider_problem`: ORT lists every provider it was built with, loadable or not, so a box without TensorRT
+    gets CUDA, not an unavailable `ort`)."""
+    problem = problem or provider_problem
     for key in ("tensorrt", "cuda"):
-        if PROVIDERS[key] in have and gpu_visible()[0]:
+        if problem(key) is None:
             return key
     return "cpu"
 
 
-PROVIDER_HINT = {"cuda": "install onnxruntime-gpu on a machine with an NVIDIA GPU",
-                 "tensorrt": "install onnxruntime-gpu and TensorRT on a machine with an NVIDIA GPU"}
+PROVIDER_HINT = {"cuda": "install the gpu extra on a machine with an NVIDIA GPU (onnxruntime-gpu in place of "
+                         "onnxruntime: `make setup ORT=gpu`)",
+                 "tensorrt": "install the gpu extra (onnxruntime-gpu in place of onnxruntime, and TensorRT) on a "
+                             "machine with an NVIDIA GPU: `make setup ORT=gpu`"}
+
+
+# ORT's shared library for each GPU provider; listed by get_available_providers whether or not it loads.
+PROVIDER_LIBRARIES = {"cuda": "libonnxruntime_providers_cuda.so", "tensorrt": "libonnxruntime_providers_tensorrt.so"}
+
+
+@functools.cache
+def provider_library_problem(provider: str) -> str | None:
+    """Why ORT's library for a GPU provider does not load here (the TensorRT one needs libnvinfer, the CUDA one
+    cuDNN and cuBLAS), after loading what ORT itself would load first; or None. Asked once per process."""
+    path = Path(ort.__file__).parent / "capi" / PROVIDER_LIBRARIES[provider]
+    if not path.is_file():
+        return f"{path.name} is not in this onnxruntime build"
+    # ORT >= 1.21: cuDNN/cuBLAS/cudart from the nvidia-* wheels, if any (its notes go to stdout: kept off it)
+    with contextlib.suppress(Exception), contextlib.redirect_stdout(io.StringIO()):
+        ort.preload_dlls(msvc=False)
+    if provider == "tensorrt":
+        preload()
+        with contextlib.suppress(Exception):  # the tensorrt wheel's import loads libnvinfer
+            import tensorrt  # noqa: F401
+    return dlopen_problem(path)
 
 
 def provider_problem(provider: str) -> str | None:
     """Why ONNX Runtime cannot run on `provider` ('cpu', 'cuda', 'tensorrt') here, or None: the one check
-    `status` and `load` both make."""
+    `status`, `load` and `pick_provider` make."""
     wanted, have = PROVIDERS[provider], available_providers()
     if wanted not in have:
         return (f"ONNX Runtime provider {wanted} is not in this onnxruntime build (have: {', '.join(have)}); "
@@ -63,6 +103,10 @@ def provider_problem(provider: str) -> str | None:
     gpu = gpu_visible()
     if provider != "cpu" and not gpu[0]:
         return f"{wanted} needs a GPU: {gpu[1]}"
+    if provider != "cpu":
+        problem = provider_library_problem(provider)
+        if problem:
+            return f"{wanted} cannot load: {problem}; {PROVIDER_HINT[provider]}"
     if provider == "tensorrt":
         try:
             trt_plugin_library()
@@ -90,6 +134,29 @@ def onnx_source_problem(spec: ModelSpec, precision: str, onnx_path: Path | None,
     return None
 
 
+def cuda_options(tf32: bool = False) -> dict:
+    """The CUDA provider's options: cuDNN's heuristics pick each convolution's algorithm (EXHAUSTIVE benchmarks
+    every new input shape, and a tiled image has ~9); TF32 only when asked (fp32 stays fp32, as the engines
+    are built); the arena grows by what is asked, so a measured growth is the model's working memory."""
+    return {"cudnn_conv_algo_search": "HEURISTIC", "use_tf32": int(bool(tf32)),
+            "arena_extend_strategy": "kSameAsRequested"}
+
+
+def trt_profile_options(profile: Profile, dynamic_scale: bool, pixels: bool) -> dict:
+    """The TensorRT provider's explicit profile: min/opt/max of the graph's input (NCHW 'input', or NHWC
+    'pixels' for the pixel graph) and of the `size` shape tensor's values, so one engine serves every tile
+    shape instead of a rebuild for each new shape."""
+    opts = {}
+    for i, key in enumerate(("trt_profile_min_shapes", "trt_profile_opt_shapes", "trt_profile_max_shapes")):
+        n, h, w = profile.batch[i], profile.height[i], profile.width[i]
+        shapes = [f"{px.PIXELS_IN}:{n}x{h}x{w}x3" if pixels else f"input:{n}x3x{h}x{w}"]
+        if dynamic_scale:
+            oh, ow = profile.size_values()[i]
+            shapes.append(f"size:{oh}x{ow}")  # a shape tensor: its profile gives its values
+        opts[key] = ",".join(shapes)
+    return opts
+
+
 def rewrite_for_trt_ep(model):
     """Stripped sr graph -> graph whose custom nodes live in ORT's TensorRT-plugin domain, so ORT accepts
     them and hands them to the TensorRT parser, which finds our plugins by op type + plugin_namespace."""
@@ -106,11 +173,12 @@ def rewrite_for_trt_ep(model):
 class OrtBackend(Backend):
     name = "ort"
     PROVIDER = "auto"  # the provider this class runs on; "auto" = the best one present
-    OPTIONS = frozenset({"onnx", "weights", "threads", "exporter", "ops", "io_dtype", "log"})
+    OPTIONS = frozenset({"onnx", "weights", "threads", "exporter", "ops", "io_dtype", "log", "profile", "tf32"})
 
     def __init__(self, model: str | None, precision: str = "fp32", *, onnx: str | Path | None = None,
                  weights=None, threads: int | None = None, exporter: str = "dynamo", ops: str = "custom",
-                 io_dtype: str = "fp32", log=None, provider: str | None = None):
+                 io_dtype: str = "fp32", log=None, provider: str | None = None, profile: dict | None = None,
+                 tf32: bool = False):
         self.provider = check_choice("ONNX Runtime provider", provider or self.PROVIDER, ("auto", *PROVIDERS))
         self.precision = check_precision(precision)
         self.spec = resolve(model, onnx)
@@ -122,9 +190,12 @@ class OrtBackend(Backend):
         self.ops = ops
         self.io_dtype = io_dtype
         self.log = log
+        self.profile = profile  # the TensorRT provider's shapes (engine.Profile fields); default_profile when None
+        self.tf32 = bool(tf32)  # fp32 convolutions in TF32 on the CUDA provider: only when asked
         self.device = "cpu"
         self.session = None
         self._pixel_sessions: dict = {}  # sample dtype -> session of the graph with pixel I/O (device providers)
+        self._bytes_per_px: float | None = None  # device working memory per output pixel (device providers)
 
     # -- availability ----------------------------------------------------------------------------------
     @classmethod
@@ -136,7 +207,7 @@ class OrtBackend(Backend):
         problem = provider_problem(provider) or onnx_source_problem(spec, precision, onnx, weights)
         if problem:
             return cls.no(problem)
-        extra = "; no GPU provider (onnxruntime-gpu not installed or no GPU)" if (
+        extra = f"; no GPU provider ({provider_problem('cuda')})" if (
             cls.PROVIDER == "auto" and provider == "cpu") else ""
         return cls.ok(f"ONNX Runtime {ort.__version__}, {wanted}{extra}")
 
@@ -150,11 +221,12 @@ class OrtBackend(Backend):
         return onnx_for(self.model_name, self.precision, self.ops, exporter=self.exporter, io_dtype=self.io_dtype,
                         weights=self.weights, log=self.log)
 
-    def _providers(self, provider: str) -> list:
+    def _providers(self, provider: str, pixels: bool = False) -> list:
         if provider == "cpu":
             return ["CPUExecutionProvider"]
+        cuda = ("CUDAExecutionProvider", cuda_options(self.tf32))
         if provider == "cuda":
-            return [("CUDAExecutionProvider", {"cudnn_conv_algo_search": "EXHAUSTIVE"}), "CPUExecutionProvider"]
+            return [cuda, "CPUExecutionProvider"]
         preload()  # the plugin library's RUNPATH is $ORIGIN alone: cudart/cuBLAS loaded before the EP dlopens it
         trt_cache = cache_dir() / "ort-trt"
         trt_cache.mkdir(parents=True, exist_ok=True)
@@ -164,8 +236,9 @@ class OrtBackend(Backend):
             "trt_engine_cache_path": str(trt_cache),
             "trt_timing_cache_enable": True,
             "trt_timing_cache_path": str(trt_cache),
+            **trt_profile_options(self.profiles[0], self.spec.dynamic_scale, pixels),
         }
-        return [("TensorrtExecutionProvider", opts), "CUDAExecutionProvider", "CPUExecutionProvider"]
+        return [("TensorrtExecutionProvider", opts), cuda, "CPUExecutionProvider"]
 
     def _session_bytes(self, path: Path, provider: str) -> bytes | str:
         if provider != "tensorrt":
@@ -179,6 +252,9 @@ class OrtBackend(Backend):
         if problem:
             raise PipelineError(problem)
         path = self.resolve_onnx()
+        if provider == "tensorrt":  # the engine's shapes; the sr stage tiles to them (Backend.max_input_size)
+            profile = Profile.from_dict(self.profile) if self.profile else default_profile(self.spec)
+            self.profiles = [validate_profile(profile, self.spec)]
         try:
             sess = ort.InferenceSession(self._session_bytes(path, provider), sess_options=cpu_session_options(
                 self.threads), providers=self._providers(provider))
@@ -190,7 +266,33 @@ class OrtBackend(Backend):
         self.provider = provider
         self.device = "cpu" if provider == "cpu" else "cuda:0"
         self._attach(sess, path)
+        if provider != "cpu":  # built and run now, not mid-run (a TensorRT engine build takes minutes)
+            self._bytes_per_px = self._warm_up()
         return self
+
+    def _warm_up(self) -> float:
+        """Run both pixel sessions once (the TensorRT provider builds its engines then) and return the device
+        memory per output pixel: what the CUDA provider's arena grows by over a 128x128 uint8 run at the model's
+        own scale; the TensorRT provider allocates its activations for the profile's largest shape with its
+        engine, so only its I/O grows (as for `trt`); it runs the profile's opt shape."""
+        h = w = 128
+        scale = float(self.spec.default_scale)
+        if self.profiles:
+            h, w, scale = self.profiles[0].height[1], self.profiles[0].width[1], self.profiles[0].scale[1]
+        before = device_free_bytes()
+        self.infer_pixels_in_graph(np.zeros((1, h, w, 3), np.uint8), scale)
+        after = device_free_bytes()
+        self.infer_pixels_in_graph(np.zeros((1, h, w, 3), np.uint16), scale)
+        if self.provider == "tensorrt" or before is None or after is None:
+            return ENGINE_BYTES_PER_OUTPUT_PIXEL
+        return max(before - after, 1) / math.prod(output_size(h, w, scale))
+
+    def device_memory(self) -> DeviceMemory | None:
+        """On a GPU provider: the device's free memory now and the measured cost per output pixel."""
+        if self.provider == "cpu" or self._bytes_per_px is None:
+            return None
+        free = device_free_bytes()
+        return None if free is None else DeviceMemory(free, self._bytes_per_px)
 
     def _attach(self, sess, path: Path) -> None:
         """Adopt a created session: its I/O names and types, checked against the model."""
@@ -231,13 +333,14 @@ class OrtBackend(Backend):
         """A session of this model wrapped by pixels.onnx_pixel_io for `dtype`, made on first use."""
         key = np.dtype(dtype)
         if key not in self._pixel_sessions:
-            model = px.onnx_pixel_io(onnx.load(str(self.onnx_file)), key)
-            if self.provider == "tensorrt":
+            trt = self.provider == "tensorrt"
+            model = px.onnx_pixel_io(onnx.load(str(self.onnx_file)), key, tensorrt=trt)
+            if trt:
                 model = rewrite_for_trt_ep(model)
             try:
                 self._pixel_sessions[key] = ort.InferenceSession(
                     model.SerializeToString(), sess_options=cpu_session_options(self.threads),
-                    providers=self._providers(self.provider))
+                    providers=self._providers(self.provider, pixels=True))
             except Exception as e:  # ORT raises its own exception types
                 raise PipelineError(f"ONNX Runtime cannot load {self.onnx_file.name} with pixel I/O: "
                                     f"{first_line(e)}") from None
@@ -254,14 +357,15 @@ class OrtBackend(Backend):
         n, h, w, _ = pixels.shape
         out_hw = output_size(h, w, check_scale(self.spec, scale))
         sess = self._pixel_session(pixels.dtype)
+        io_dtype = px.onnx_pixel_dtype(pixels.dtype, self.provider == "tensorrt")
         binding = sess.io_binding()
-        binding.bind_cpu_input(px.PIXELS_IN, px.swap_rb(pixels))
+        binding.bind_cpu_input(px.PIXELS_IN, px.swap_rb(pixels).astype(io_dtype, copy=False))
         binding.bind_cpu_input(px.PIXEL_MAX, np.array(px.max_value(pixels.dtype), dtype=np.float32))
         if "size" in self._inputs:
             binding.bind_cpu_input("size", np.array(out_hw, dtype=np.int64))
         binding.bind_output(px.PIXELS_OUT, "cpu" if self.provider == "cpu" else "cuda")
         sess.run_with_iobinding(binding)
-        y = binding.copy_outputs_to_cpu()[0]
+        y = binding.copy_outputs_to_cpu()[0].astype(pixels.dtype, copy=False)  # int32 -> uint16 for TensorRT
         if y.shape != (n, *out_hw, 3):
             raise PipelineError(f"{self.name}: output {y.shape} does not match the expected {(n, *out_hw, 3)}")
         return px.swap_rb(y, y)

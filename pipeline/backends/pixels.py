@@ -87,8 +87,8 @@ def to_gray(y: np.ndarray, depth: int) -> np.ndarray:
 
 
 def swap_rb(src: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """NHWC BGR <-> RGB (one OpenCV pass per image; `out` may be `src`). The device path swaps on the host:
-    a fifth of the time of a torch flip on the CPU, and the device then reads and writes plain NHWC."""
+    """NHWC BGR <-> RGB (one OpenCV pass per image; `out` may be `src`): for the ONNX pixel graphs' I/O (the torch
+    conversions swap on the device)."""
     import cv2
 
     out = np.empty(src.shape, src.dtype) if out is None else out
@@ -99,22 +99,121 @@ def swap_rb(src: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 # -- torch: the same rule on the model's device -----------------------------------------------------------
 
-class PinnedStaging:
-    """Page-locked host buffers, one per name, reused across calls and grown only for a larger batch: copies
-    between them and the device are asynchronous, and nothing is pinned (slow) per image."""
+class Pending:
+    """A submitted batch of pixels: `result(out)` waits for it and gives NHWC BGR samples, copied into `out` (N
+    arrays of H x W x 3, views allowed: an image's output buffer, its RGB part) when given, else a new array."""
 
-    def __init__(self):
-        self._buffers: dict[str, object] = {}
+    def result(self, out=None):
+        raise NotImplementedError
+
+
+class Ready(Pending):
+    """A batch computed already (the host path)."""
+
+    def __init__(self, samples: np.ndarray):
+        self._samples = samples
+
+    def result(self, out=None):
+        return self._samples if out is None else copy_out(self._samples, out)
+
+
+def copy_out(samples: np.ndarray, out):
+    for dst, src in zip(out, samples, strict=True):
+        np.copyto(dst, src)
+    return out
+
+
+class Buffers:
+    """Tensors by name in storage that only grows: asking for a smaller or equal shape (another tile shape, a
+    smaller batch) is a view of what is there, so rebinding allocates nothing. On `device`; page-locked host
+    memory with `pinned` (copies to and from it are asynchronous, and nothing is pinned, which is slow, per call)."""
+
+    def __init__(self, device="cpu", pinned: bool = False):
+        self.device, self.pinned = device, pinned
+        self._storage: dict[str, object] = {}
 
     def get(self, key: str, shape: tuple[int, ...], dtype):
         import torch
 
         need = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-        buf = self._buffers.get(key)
+        buf = self._storage.get(key)
         if buf is None or buf.numel() < need:
-            buf = torch.empty(need, dtype=torch.uint8).pin_memory()
-            self._buffers[key] = buf
+            buf = torch.empty(need, dtype=torch.uint8, device=self.device, pin_memory=self.pinned)
+            self._storage[key] = buf
         return buf[:need].view(dtype).view(shape)
+
+
+class _Slot:
+    def __init__(self, events: bool):
+        import torch
+
+        self.buffers = Buffers(pinned=events)
+        self.uploaded = torch.cuda.Event() if events else None  # its input buffer may be refilled after this
+        self.downloaded = torch.cuda.Event() if events else None  # its output buffer holds the result after this
+        self.pending: SlotPending | None = None  # the result still in its output buffer
+
+
+class SlotPending(Pending):
+    def __init__(self, slots: PixelSlots, slot: _Slot, host):
+        self._slots, self._slot, self._host = slots, slot, host
+        self._copy: np.ndarray | None = None  # taken out of the slot before it was reused
+
+    def result(self, out=None):
+        with self._slots.lock:
+            if self._slot.pending is self:
+                if self._slot.downloaded is not None:
+                    self._slot.downloaded.synchronize()
+                self._slot.pending = None
+                if out is not None:
+                    return copy_out(self._host.numpy(), out)
+                self._copy = self._host.numpy().copy()
+            elif self._copy is None:
+                raise RuntimeError("this batch's result was already collected into an output")
+        return self._copy if out is None else copy_out(self._copy, out)
+
+
+class PixelSlots:
+    """Double-buffered staging of integer pixels between the host and a device stream (pipeline.sr submits the
+    next batch before it collects the last): call i fills slot i % 2's page-locked input buffer while the device
+    may still be working on call i - 1, and its result waits in that slot's output buffer until collected, then
+    is copied straight into the caller's output. CUDA events say when a slot's buffers are free again; buffers
+    grow only for a larger batch, so nothing is pinned (slow) per image. On the CPU the same code runs on plain
+    tensors without events (how it is tested). Callers hold `lock` (the backend's) around upload..download; a
+    result taken by another thread is collected under it too."""
+
+    def __init__(self, device, lock):
+        import torch
+
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
+        self.lock = lock
+        self._slots = [_Slot(self.cuda) for _ in range(2)]
+        self._next = 0
+
+    def upload(self, pixels: np.ndarray):
+        """NHWC BGR samples -> (slot, the same samples on the device), copied on the current stream."""
+        slot = self._slots[self._next]
+        self._next ^= 1
+        if slot.pending is not None:  # its result was never collected: take it out before the buffer is reused
+            slot.pending.result()
+        if slot.uploaded is not None:
+            slot.uploaded.synchronize()  # the previous upload from this buffer has left it
+        host = slot.buffers.get("in", pixels.shape, torch_dtype(pixels.dtype))
+        np.copyto(host.numpy(), pixels)  # takes views (a crop of a BGRA image)
+        if not self.cuda:
+            return slot, host
+        dev = host.to(self.device, non_blocking=True)
+        slot.uploaded.record()
+        return slot, dev
+
+    def download(self, slot: _Slot, samples) -> SlotPending:
+        """Device samples -> the slot's output buffer, asynchronously; collected by the returned Pending."""
+        host = slot.buffers.get("out", tuple(samples.shape), samples.dtype)
+        host.copy_(samples, non_blocking=self.cuda)
+        if slot.downloaded is not None:
+            slot.downloaded.record()
+        slot.pending = SlotPending(self, slot, host)
+        return slot.pending
 
 
 def torch_dtype(dtype):
@@ -130,23 +229,23 @@ def unit_table(dtype, device):
     return torch.from_numpy(unit_values(dtype)).to(device)
 
 
-def torch_to_unit(rgb, table):
-    """NHWC RGB integer tensor -> NCHW float32 RGB in [0, 1] with channels_last strides (no transpose copy)."""
+def torch_to_unit(bgr, table):
+    """NHWC BGR integer tensor -> NCHW float32 RGB in [0, 1] with channels_last strides (no transpose copy); the
+    channel swap runs on the tensor's device, on the integers."""
     import torch
 
-    return table[rgb.to(torch.int32)].permute(0, 3, 1, 2)
+    return table[bgr.to(torch.int32).flip(-1)].permute(0, 3, 1, 2)  # int32 first: torch's uint16 has few kernels
 
 
 def torch_to_samples(y, out) -> None:
-    """NCHW float model output -> `out`, an NHWC RGB uint8/uint16 tensor on the same device; `y` is consumed."""
-    import torch
-
-    maxv = 65535.0 if out.dtype == torch.uint16 else 255.0
+    """NCHW float RGB model output -> `out`, an NHWC BGR uint8/uint16 tensor on the same device; `y` is consumed."""
+    maxv = 65535.0 if str(out.dtype) == "torch.uint16" else 255.0
     # In place: `y` is a scratch output (the net's fresh result, a graph's static output or an engine's bound
     # buffer, each rewritten by the next run); a new 16 MB tensor per 1152^2 image cost more in page faults
     # than the multiplication itself.
     z = y.float().mul_(maxv).round_().clamp_(0.0, maxv)
-    out.copy_(z.permute(0, 2, 3, 1))  # a plain cast when the net ran channels_last
+    for c in range(3):  # RGB -> BGR while casting: one strided copy per channel, no float NHWC copy
+        out[..., 2 - c].copy_(z[:, c])
 
 
 # -- ONNX: the same rule inside the graph, for ONNX Runtime's device providers ---------------------------------
@@ -154,11 +253,20 @@ def torch_to_samples(y, out) -> None:
 PIXELS_IN, PIXELS_OUT, PIXEL_MAX = "pixels", "pixels_out", "pixel_max"
 
 
-def onnx_pixel_io(model, dtype):
+def onnx_pixel_dtype(dtype, tensorrt: bool = False) -> np.dtype:
+    """The integer type a pixel graph's I/O carries for samples of `dtype`: the samples' own, except 16-bit ones
+    for TensorRT, which has no UINT16: they travel as int32 (the same values)."""
+    dtype = np.dtype(dtype)
+    return np.dtype(np.int32) if tensorrt and dtype == np.uint16 else dtype
+
+
+def onnx_pixel_io(model, dtype, tensorrt: bool = False):
     """A copy of an ONNX model (input 'input' NCHW float, one output) that takes NHWC RGB integer `pixels` and
     gives NHWC RGB integer `pixels_out` of the same type: Gather from `unit_table` (exact on any provider) in
-    front, Mul / Round (half to even) / Clip / Cast behind. The full scale is a run-time input (`pixel_max`),
-    not a constant, so no optimiser can fold the Mul into the net's last convolution and round differently."""
+    front, Mul / Round (half to even) / Clip / Transpose / Cast behind. The full scale is a run-time input
+    (`pixel_max`), not a constant, so no optimiser can fold the Mul into the net's last convolution and round
+    differently. Integers appear only at the two I/O casts (TensorRT takes UINT8 there and nowhere else); with
+    `tensorrt` the I/O type is `onnx_pixel_dtype`'s and the gather indices are INT32 (no UINT16, no INT64)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -168,11 +276,12 @@ def onnx_pixel_io(model, dtype):
     (old_in,) = [i for i in g.input if i.name == "input"]
     (old_out,) = g.output
     in_type = old_in.type.tensor_type.elem_type
-    int_type = TensorProto.UINT16 if np.dtype(dtype) == np.uint16 else TensorProto.UINT8
+    int_type = helper.np_dtype_to_tensor_dtype(onnx_pixel_dtype(dtype, tensorrt))
+    index_type = TensorProto.INT32 if tensorrt else TensorProto.INT64
     g.initializer.extend([numpy_helper.from_array(unit_values(dtype), "px_table"),
                           numpy_helper.from_array(np.zeros((), np.float32), "px_zero")])
-    front = [helper.make_node("Cast", [PIXELS_IN], ["px_i64"], to=TensorProto.INT64),
-             helper.make_node("Gather", ["px_table", "px_i64"], ["px_unit"], axis=0),
+    front = [helper.make_node("Cast", [PIXELS_IN], ["px_index"], to=index_type),
+             helper.make_node("Gather", ["px_table", "px_index"], ["px_unit"], axis=0),
              helper.make_node("Transpose", ["px_unit"], ["px_nchw" if in_type != TensorProto.FLOAT else "input"],
                               perm=[0, 3, 1, 2])]
     if in_type != TensorProto.FLOAT:  # an fp16-I/O graph: the CPU path casts the float32 batch the same way
@@ -181,8 +290,8 @@ def onnx_pixel_io(model, dtype):
             helper.make_node("Mul", ["px_f32", PIXEL_MAX], ["px_scaled"]),
             helper.make_node("Round", ["px_scaled"], ["px_round"]),
             helper.make_node("Clip", ["px_round", "px_zero", PIXEL_MAX], ["px_clip"]),
-            helper.make_node("Cast", ["px_clip"], ["px_nchw_int"], to=int_type),
-            helper.make_node("Transpose", ["px_nchw_int"], [PIXELS_OUT], perm=[0, 2, 3, 1])]
+            helper.make_node("Transpose", ["px_clip"], ["px_nhwc"], perm=[0, 2, 3, 1]),
+            helper.make_node("Cast", ["px_nhwc"], [PIXELS_OUT], to=int_type)]
     nodes = list(g.node)
     del g.node[:]
     g.node.extend(front + nodes + back)

@@ -1,16 +1,21 @@
 """PyTorch eager runner: CPU, or CUDA when present; fp16 only on CUDA. PyTorch is optional at run time (the
 `export` extra), so it is imported only when this backend loads.
 
-`infer_pixels` takes integer pixels: on CUDA they are copied to the device through pinned, reused staging
-buffers as uint8/uint16 (a quarter of float32's bytes), converted there by pipeline.backends.pixels' rule
-and copied back as integers; on the CPU the same torch code runs on CPU tensors (which is how its bytes
-are tested against the numpy path). With `cuda_graph=True` the net is captured once per input shape
-(`torch.cuda.CUDAGraph`) and replayed; not yet measured on a GPU, so off by default."""
+`infer_pixels` / `submit_pixels` take integer pixels: on CUDA they go to the device through double-buffered pinned
+slots as uint8/uint16 (a quarter of float32's bytes; pixels.PixelSlots), are swapped to RGB and converted there by
+pipeline.backends.pixels' rule on the backend's own stream, and come back as integers, collected into the caller's
+output; on the CPU the same torch code runs on CPU tensors (which is how its bytes are tested against the numpy
+path). fp32 is IEEE fp32 on CUDA too: cuDNN's TF32 convolutions only with `tf32=True`. With `cuda_graph=True` a
+shape the run repeats (whole images of one size, a tiled image's interior tiles) is captured after it was seen
+GRAPH_AFTER times and replayed; the graphs share one memory pool; not yet measured on a GPU, so off by default.
+One lock serialises calls: the slots, the graphs and the stream are shared by every thread using the backend."""
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import math
-from collections import OrderedDict
+import threading
+from collections import Counter, OrderedDict
 
 import numpy as np
 
@@ -25,11 +30,13 @@ from pipeline.native.cuda_driver import gpu_visible, torch_gpu_visible
 
 class TorchBackend(Backend):
     name = "torch"
-    OPTIONS = frozenset({"device", "weights", "channels_last", "threads", "cuda_graph"})
-    GRAPHS = 4  # captured shapes kept (each holds its own activations on the device)
+    OPTIONS = frozenset({"device", "weights", "channels_last", "threads", "cuda_graph", "tf32"})
+    GRAPHS = 4  # captured shapes kept (their activations share one memory pool)
+    GRAPH_AFTER = 2  # a shape is captured once seen this often: one-off edge crops run eagerly
 
     def __init__(self, model: str, precision: str = "fp32", *, device: str | None = None, weights=None,
-                 channels_last: bool | None = None, threads: int | None = None, cuda_graph: bool = False):
+                 channels_last: bool | None = None, threads: int | None = None, cuda_graph: bool = False,
+                 tf32: bool = False):
         self.precision = check_precision(precision)
         self.spec = resolve(model)
         self.model_name = self.spec.name
@@ -38,10 +45,15 @@ class TorchBackend(Backend):
         self.channels_last = channels_last
         self.threads = threads
         self.cuda_graph = bool(cuda_graph)
+        self.tf32 = bool(tf32)  # cuDNN's TF32 convolutions for fp32 on CUDA: only when asked
         self.net = None
-        self._staging = px.PinnedStaging()
+        self._lock = threading.RLock()
+        self._slots = None  # pixels.PixelSlots, made at load for the device
+        self._stream = None  # the CUDA stream every call runs on
         self._tables: dict[np.dtype, object] = {}  # sample -> float tables on the device
         self._graphs: OrderedDict = OrderedDict()  # input shape -> (graph, static input, static output)
+        self._seen: Counter = Counter()  # input shape -> eager runs (cuda_graph: captured at GRAPH_AFTER)
+        self._pool = None  # the graphs' shared memory pool
         self._bytes_per_px: float | None = None
 
     @classmethod
@@ -92,22 +104,44 @@ class TorchBackend(Backend):
         self.net = net
         if self.cuda_graph and not self.device.startswith("cuda"):
             raise PipelineError("torch: cuda_graph needs a CUDA device")
+        self._slots = px.PixelSlots(self.device, self._lock)
+        if self.device.startswith("cuda"):
+            self._stream = torch.cuda.Stream(device=self.device)
         return self
+
+    @contextlib.contextmanager
+    def _on_device(self):
+        """This backend's lock, stream, inference mode and fp32 math (IEEE unless tf32=True) around one call; the
+        math flags are process-wide in torch, so they are set for the call and restored after it."""
+        import torch
+
+        with self._lock, torch.inference_mode():
+            if self._stream is None:
+                yield
+                return
+            conv, matmul = torch.backends.cudnn.conv, torch.backends.cuda.matmul
+            saved = conv.fp32_precision, matmul.fp32_precision
+            conv.fp32_precision = matmul.fp32_precision = "tf32" if self.tf32 else "ieee"
+            try:
+                with torch.cuda.stream(self._stream):
+                    yield
+            finally:
+                conv.fp32_precision, matmul.fp32_precision = saved
 
     def infer(self, batch: np.ndarray, scale: float) -> np.ndarray:
         import torch
 
-
         if self.net is None:
             raise PipelineError("torch backend used before load()")
         shape = check_batch(batch, self.spec, scale, self.name)
-        x = torch.from_numpy(np.ascontiguousarray(batch)).to(self.device)
-        with torch.inference_mode():
+        with self._on_device():
+            x = torch.from_numpy(np.ascontiguousarray(batch)).to(self.device)
             y = self._forward(x, scale, (shape.out_h, shape.out_w))
-        return y.float().contiguous().cpu().numpy()
+            return y.float().contiguous().cpu().numpy()
 
-    def _forward(self, x, scale: float, out_hw: tuple[int, int]):
-        """NCHW float32 on the device -> the net's output (precision and memory format applied here)."""
+    def _forward(self, x, scale: float, out_hw: tuple[int, int], graphs: bool = True):
+        """NCHW float32 on the device -> the net's output (precision and memory format applied here); with
+        cuda_graph and `graphs`, a repeated shape replays its graph."""
         import torch
 
         from models.registry import run
@@ -115,28 +149,31 @@ class TorchBackend(Backend):
         if self.precision == "fp16":
             x = x.half()
         x = x.contiguous(memory_format=torch.channels_last if self.channels_last else torch.contiguous_format)
-        y = self._replay(x, scale) if self.cuda_graph else run(self.net, self.spec, x, scale)
+        y = self._replay(x, scale) if self.cuda_graph and graphs else run(self.net, self.spec, x, scale)
         if tuple(y.shape[-2:]) != out_hw:
             raise PipelineError(f"torch: output {tuple(y.shape)} does not match the expected {out_hw[0]}x{out_hw[1]}")
         return y
 
     def _replay(self, x, scale: float):
-        """The net as a CUDA graph captured for this input shape and scale (captured on first sight)."""
+        """The net as a CUDA graph for this input shape and scale once the shape repeats (GRAPH_AFTER sightings;
+        before that, eager), the graphs sharing one memory pool: they replay one at a time on this stream."""
         import torch
 
         from models.registry import run
 
         key = (tuple(x.shape), x.dtype, float(scale))
         if key not in self._graphs:
+            self._seen[key] += 1
+            if self._seen[key] < self.GRAPH_AFTER:
+                return run(self.net, self.spec, x, scale)
+            if self._pool is None:
+                self._pool = torch.cuda.graph_pool_handle()
             static_x = x.clone()
-            side = torch.cuda.Stream(device=self.device)  # warm-up off the default stream, as capture requires
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(2):
-                    run(self.net, self.spec, static_x, scale)
-            torch.cuda.current_stream().wait_stream(side)
+            # warm-up and capture on our own stream (never the default one, as capture requires); the shape
+            # already ran eagerly here, so one more run warms it
+            run(self.net, self.spec, static_x, scale)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+            with torch.cuda.graph(graph, pool=self._pool, stream=self._stream):
                 static_y = run(self.net, self.spec, static_x, scale)
             self._graphs[key] = (graph, static_x, static_y)
             while len(self._graphs) > self.GRAPHS:
@@ -149,7 +186,12 @@ class TorchBackend(Backend):
 
     # -- integer pixels in and out -------------------------------------------------------------------------
 
-    def infer_pixels(self, pixels: np.ndarray, scale: float) -> np.ndarray:
+    def infer_pixels(self, pixels: np.ndarray, scale: float, out=None) -> np.ndarray:
+        return self.submit_pixels(pixels, scale).result(out)
+
+    def submit_pixels(self, pixels: np.ndarray, scale: float) -> px.Pending:
+        """Integers up through a pinned slot, converted (BGR -> RGB on the device), the net, converted back and
+        queued for download into the slot; returns at once on CUDA (collect with `result`)."""
         import torch
 
         if self.net is None:
@@ -157,25 +199,14 @@ class TorchBackend(Backend):
         px.check_pixels(pixels, self.name)
         n, h, w, _ = pixels.shape
         out_hw = output_size(h, w, check_scale(self.spec, scale))
-        cuda = self.device.startswith("cuda")
-        if cuda:  # integers through a pinned buffer: an asynchronous copy of a quarter of float32's bytes
-            staged = self._staging.get("in", (n, h, w, 3), px.torch_dtype(pixels.dtype))
-            px.swap_rb(pixels, staged.numpy())
-        else:
-            staged = torch.from_numpy(px.swap_rb(pixels))
-        if pixels.dtype not in self._tables:
-            self._tables[pixels.dtype] = px.unit_table(pixels.dtype, self.device)
-        with torch.inference_mode():
-            x = px.torch_to_unit(staged.to(self.device, non_blocking=True), self._tables[pixels.dtype])
-            y = self._forward(x, scale, out_hw)
-            out = torch.empty((n, *out_hw, 3), dtype=staged.dtype, device=self.device)
-            px.torch_to_samples(y, out)
-            if not cuda:
-                return px.swap_rb(out.numpy(), out.numpy())
-            back = self._staging.get("out", tuple(out.shape), out.dtype)
-            back.copy_(out, non_blocking=True)
-            torch.cuda.current_stream(self.device).synchronize()
-        return px.swap_rb(back.numpy())  # RGB -> BGR, and out of the pinned buffer the next call reuses
+        with self._on_device():
+            if pixels.dtype not in self._tables:
+                self._tables[pixels.dtype] = px.unit_table(pixels.dtype, self.device)
+            slot, d_px = self._slots.upload(pixels)
+            y = self._forward(px.torch_to_unit(d_px, self._tables[pixels.dtype]), scale, out_hw)
+            samples = torch.empty((n, *out_hw, 3), dtype=d_px.dtype, device=self.device)
+            px.torch_to_samples(y, samples)
+            return self._slots.download(slot, samples)
 
     def device_memory(self) -> DeviceMemory | None:
         """On CUDA: free memory now, and the net's peak working memory per output pixel, measured once on a
@@ -186,13 +217,13 @@ class TorchBackend(Backend):
             return None
         if self._bytes_per_px is None:
             side, scale = 128, float(self.spec.default_scale)
-            x = torch.rand((1, 3, side, side), device=self.device)
-            torch.cuda.synchronize(self.device)
-            base = torch.cuda.memory_allocated(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
-            with torch.inference_mode():
-                self._forward(x, scale, output_size(side, side, scale))
-            torch.cuda.synchronize(self.device)
+            with self._on_device():
+                x = torch.rand((1, 3, side, side), device=self.device)
+                torch.cuda.synchronize(self.device)
+                base = torch.cuda.memory_allocated(self.device)
+                torch.cuda.reset_peak_memory_stats(self.device)
+                self._forward(x, scale, output_size(side, side, scale), graphs=False)  # never a graph slot
+                torch.cuda.synchronize(self.device)
             peak = torch.cuda.max_memory_allocated(self.device) - base
             self._bytes_per_px = max(peak, 1) / math.prod(output_size(side, side, scale))
         free, _total = torch.cuda.mem_get_info(self.device)
@@ -200,4 +231,6 @@ class TorchBackend(Backend):
 
     def describe(self) -> str:
         extra = (", channels_last" if self.channels_last else "") + (", CUDA graphs" if self.cuda_graph else "")
+        if self.device.startswith("cuda") and self.precision == "fp32":
+            extra += f", TF32 {'on' if self.tf32 else 'off'}"
         return f"torch ({self.device}, {self.precision}{extra})"

@@ -1,13 +1,16 @@
 """TensorRT runner: engine + execution context, enqueued with execute_async_v3 on a CUDA stream.
 
-Device buffers are torch CUDA tensors; host staging buffers are pinned so copies run asynchronously;
-the `size` shape tensor is fed from host memory (TensorRT reads shape-tensor values on the host); with
-`cuda_graph=True` the enqueue for a fixed shape is captured once and replayed. `infer_pixels` copies integer
-pixels and converts them on the device (pipeline.backends.pixels) around the same bound buffers. The engine comes from
-`engine=FILE` (refused if its sidecar says it is stale/foreign) or from the artifact cache, where it is
+Device buffers are torch CUDA tensors that only grow, so rebinding to another tile shape sets shapes and
+addresses and allocates nothing; the `size` shape tensor is fed from host memory (TensorRT reads shape-tensor
+values on the host); with `cuda_graph=True` the enqueue of a fixed shape (captured at its GRAPH_AFTER-th run in a
+row) is replayed until the shape changes. `infer_pixels` / `submit_pixels` send integer pixels through
+double-buffered pinned slots (pipeline.backends.pixels.PixelSlots) and convert them on the device around the same
+bound buffers. One lock serialises calls: the context, its buffers, the graph and the slots are shared. The engine
+comes from `engine=FILE` (refused if its sidecar says it is stale/foreign) or from the artifact cache, where it is
 built when missing and rebuilt when stale."""
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +19,14 @@ from models.spec import ModelSpec, output_size
 from pipeline.artifacts.cache import engine_for
 from pipeline.artifacts.identity import resolve
 from pipeline.backends import pixels as px
-from pipeline.backends.base import Backend, BackendStatus, DeviceMemory, check_precision, installed
+from pipeline.backends.base import (
+    ENGINE_BYTES_PER_OUTPUT_PIXEL,
+    Backend,
+    BackendStatus,
+    DeviceMemory,
+    check_precision,
+    installed,
+)
 from pipeline.backends.checks import check_batch, check_scale
 from pipeline.backends.ort_backend import onnx_source_problem
 from pipeline.engine import (
@@ -41,6 +51,7 @@ from pipeline.native.libraries import trt_plugin_library
 
 class TrtBackend(Backend):
     name = "trt"
+    GRAPH_AFTER = 2  # a bound shape is captured at this run in a row (alternating tile shapes never are)
     OPTIONS = frozenset({"engine", "onnx", "profile", "weights", "cuda_graph", "device", "log"})
 
     def __init__(self, model: str | None, precision: str = "fp32", *, engine: str | Path | None = None,
@@ -145,14 +156,16 @@ class TrtBackend(Backend):
         self._active_profile = None
         self._bound = None
         self._graph = None
-        self._staging = px.PinnedStaging()
+        self._runs_bound = 0  # runs since the last rebind
+        self._buffers = px.Buffers(self.device)  # the bound input and output, grown only
+        self._lock = threading.RLock()
+        self._slots = px.PixelSlots(self.device, self._lock)
         self._tables = {}  # sample dtype -> float table on the device (pipeline.backends.pixels)
         return self
 
     # -- inference -------------------------------------------------------------------------------------
     def _bind(self, profile_idx: int, n: int, h: int, w: int, oh: int, ow: int) -> None:
         """(Re)bind shapes and buffers; only when the shape changes, so same-size batches reuse everything."""
-        import torch
 
         ctx, s = self.context, self.stream
         if profile_idx != self._active_profile:
@@ -166,32 +179,28 @@ class TrtBackend(Backend):
         out_shape = tuple(ctx.get_tensor_shape(self.out_name))
         if out_shape != (n, 3, oh, ow):
             raise PipelineError(f"trt: engine output shape {out_shape} != expected {(n, 3, oh, ow)}")
-        dev = self.device
-        self.d_in = torch.empty((n, 3, h, w), dtype=self.in_dtype, device=dev)
-        self.d_out = torch.empty(out_shape, dtype=self.out_dtype, device=dev)
-        self.d_out32 = self.d_out if self.out_dtype == torch.float32 else torch.empty(out_shape, device=dev)
-        self.h_in = torch.empty((n, 3, h, w), dtype=torch.float32).pin_memory()
-        self.h_out = torch.empty(out_shape, dtype=torch.float32).pin_memory()
+        self.d_in = self._buffers.get("input", (n, 3, h, w), self.in_dtype)
+        self.d_out = self._buffers.get("output", out_shape, self.out_dtype)
         ctx.set_tensor_address("input", self.d_in.data_ptr())
         ctx.set_tensor_address(self.out_name, self.d_out.data_ptr())
         self._bound = (profile_idx, n, h, w, oh, ow)
-        self._graph = None
+        self._graph, self._runs_bound = None, 0  # TensorRT: a new shape needs a new capture
 
     def _enqueue(self) -> None:
         if not self.context.execute_async_v3(self.stream.cuda_stream):
             raise PipelineError("trt: execute_async_v3 failed (see the TensorRT log)")
 
     def _run_bound(self) -> None:
-        """Enqueue the bound engine on self.stream (the caller is inside `torch.cuda.stream(self.stream)`):
-        replayed as a CUDA graph with cuda_graph=True, captured on the first run of each bound shape."""
+        """Enqueue the bound engine on self.stream (the caller is inside `torch.cuda.stream(self.stream)`): with
+        cuda_graph=True, a shape that stays bound (whole images of one size, a run of equal tiles) is captured at
+        its GRAPH_AFTER-th run (never the first after a shape change) and replayed; others run directly."""
         import torch
 
-        if not self.cuda_graph:
+        if self._graph is None and (not self.cuda_graph or self._runs_bound < self.GRAPH_AFTER - 1):
+            self._runs_bound += 1
             self._enqueue()
             return
         if self._graph is None:
-            self._enqueue()  # first run after a shape change must not be captured
-            self.stream.synchronize()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, stream=self.stream):
                 self._enqueue()
@@ -205,25 +214,25 @@ class TrtBackend(Backend):
             self._bind(*key)
 
     def infer(self, batch: np.ndarray, scale: float) -> np.ndarray:
+        """Float NCHW in and out (gray images, compare): pageable copies, as rare callers need no staging."""
         import torch
 
         if self.context is None:
             raise PipelineError("trt backend used before load()")
         s = check_batch(batch, self.spec, scale, self.name)
-        self._bind_for(s.n, s.h, s.w, s.out_h, s.out_w)
-        with torch.cuda.stream(self.stream):
-            self.h_in.numpy()[...] = batch
-            self.d_in.copy_(self.h_in, non_blocking=True)  # casts to fp16 on the device for fp16-I/O engines
+        with self._lock, torch.cuda.stream(self.stream):
+            self._bind_for(s.n, s.h, s.w, s.out_h, s.out_w)
+            self.d_in.copy_(torch.from_numpy(np.ascontiguousarray(batch)).to(self.device))  # fp16 engines: cast
             self._run_bound()
-            if self.d_out32 is not self.d_out:
-                self.d_out32.copy_(self.d_out, non_blocking=True)
-            self.h_out.copy_(self.d_out32, non_blocking=True)
-        self.stream.synchronize()
-        return self.h_out.numpy().copy()
+            return self.d_out.float().cpu().numpy()
 
-    def infer_pixels(self, pixels: np.ndarray, scale: float) -> np.ndarray:
-        """Integers through pinned staging to the device; conversion into the engine's bound input and out of
-        its bound output on self.stream by pipeline.backends.pixels' rule; integers back."""
+    def infer_pixels(self, pixels: np.ndarray, scale: float, out=None) -> np.ndarray:
+        return self.submit_pixels(pixels, scale).result(out)
+
+    def submit_pixels(self, pixels: np.ndarray, scale: float) -> px.Pending:
+        """Integers up through a pinned slot; conversion (BGR -> RGB) into the engine's bound input and out of its
+        bound output on self.stream by pipeline.backends.pixels' rule; integers queued for download into the
+        slot. Returns at once (collect with `result`)."""
         import torch
 
         if self.context is None:
@@ -231,39 +240,27 @@ class TrtBackend(Backend):
         px.check_pixels(pixels, self.name)
         n, h, w, _ = pixels.shape
         out_h, out_w = output_size(h, w, check_scale(self.spec, scale))
-        self._bind_for(n, h, w, out_h, out_w)
-        if pixels.dtype not in self._tables:
-            self._tables[pixels.dtype] = px.unit_table(pixels.dtype, self.device)
-        staged = self._staging.get("in", (n, h, w, 3), px.torch_dtype(pixels.dtype))
-        px.swap_rb(pixels, staged.numpy())
-        with torch.cuda.stream(self.stream):
-            d_px = staged.to(self.device, non_blocking=True)
+        with self._lock, torch.cuda.stream(self.stream):
+            self._bind_for(n, h, w, out_h, out_w)
+            if pixels.dtype not in self._tables:
+                self._tables[pixels.dtype] = px.unit_table(pixels.dtype, self.device)
+            slot, d_px = self._slots.upload(pixels)
             self.d_in.copy_(px.torch_to_unit(d_px, self._tables[pixels.dtype]))  # NCHW, fp16 for fp16 engines
             self._run_bound()
-            d_out = torch.empty((n, out_h, out_w, 3), dtype=staged.dtype, device=self.device)
-            px.torch_to_samples(self.d_out, d_out)
-            back = self._staging.get("out", (n, out_h, out_w, 3), staged.dtype)
-            back.copy_(d_out, non_blocking=True)
-        self.stream.synchronize()
-        return px.swap_rb(back.numpy())  # RGB -> BGR, and out of the pinned buffer the next call reuses
+            samples = torch.empty((n, out_h, out_w, 3), dtype=d_px.dtype, device=self.device)
+            px.torch_to_samples(self.d_out, samples)
+            return self._slots.download(slot, samples)
 
     def device_memory(self) -> DeviceMemory | None:
         """The device's free memory and what a call adds per output pixel: the engine's activations were
-        allocated with its context (for its largest profile), so only the I/O buffers grow (float32 output,
-        its float32 copy, integer output; the input is 1/scale^2 of that): 32 bytes. Tiles are then bounded by
-        the profiles (`max_input_size`), not by memory, wherever an image fits them."""
+        allocated with its context (for its largest profile), so only the I/O buffers grow. Tiles are then
+        bounded by the profiles (`max_input_size`), not by memory, wherever an image fits them."""
         import torch
 
         if self.context is None:
             return None
         free, _total = torch.cuda.mem_get_info(self.device)
-        return DeviceMemory(int(free), 32.0)
-
-    def max_input_size(self) -> tuple[int, int] | None:
-        """Largest input (H, W) any profile admits: the sr stage tiles bigger images to this."""
-        if not self.profiles:
-            return None
-        return max(p.height[2] for p in self.profiles), max(p.width[2] for p in self.profiles)
+        return DeviceMemory(int(free), ENGINE_BYTES_PER_OUTPUT_PIXEL)
 
     def describe(self) -> str:
         graph = ", CUDA graph" if self.cuda_graph else ""

@@ -101,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # a bug or an unforeseen environment problem: still one line unless asked
+        if isinstance(e, ModuleNotFoundError) and e.name == "onnxruntime":  # an install choice, not a bug
+            print("error: ONNX Runtime is not installed: pip install 'srdeploy[cpu]', or 'srdeploy[gpu]' on a "
+                  "machine with an NVIDIA GPU (one of the two, never both)", file=sys.stderr)
+            return 2
         if debug:
             traceback.print_exc()
         hint = "" if debug else f" (run with {DEBUG_FLAG} for the traceback)"

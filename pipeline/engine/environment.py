@@ -8,8 +8,8 @@ from pipeline.errors import first_line
 from pipeline.native.cuda_driver import driver, gpu_visible
 from pipeline.native.libraries import trt_plugin_library
 
-INSTALL_HINT = ("on a machine with an NVIDIA GPU run `.venv/bin/pip install -e '.[gpu]'` "
-                "(TensorRT 11 for CUDA 13: tensorrt-cu13)")
+INSTALL_HINT = ("on a machine with an NVIDIA GPU run `make setup ORT=gpu` (`pip install -e '.[test,gpu]'` after "
+                "`pip uninstall -y onnxruntime`; TensorRT 11 for CUDA 13: tensorrt-cu13)")
 
 
 def _gpu_problem() -> str | None:

@@ -11,10 +11,14 @@ import warnings
 import onnx
 import onnxscript
 import torch
-import torchvision.ops  # noqa: F401 (registers torch.ops.torchvision.deform_conv2d, translated below)
 from onnxscript import opset19 as op
 
 from pipeline.export import sr_ops
+
+try:
+    import torchvision.ops  # noqa: F401 (registers torch.ops.torchvision.deform_conv2d, translated below)
+except ImportError:  # only deform-srcnn needs it (models.deform_srcnn says so); srcnn exports without it
+    torchvision = None
 
 sr_ops.register_schemas()  # onnxscript resolves sr.<Op> through onnx.defs
 _sr = onnxscript.values.Opset(sr_ops.DOMAIN, sr_ops.VERSION)
@@ -51,11 +55,13 @@ def _translations(ops: str) -> dict:
             return _sr.DeformConv2d(*inputs, **attrs)
         return op.DeformConv(*inputs, **attrs)
 
-    return {
+    table = {
         torch.ops.sr.dynamic_resize.default: dynamic_resize,
         torch.ops.sr.resize_by_scale.default: resize_by_scale,
-        torch.ops.torchvision.deform_conv2d.default: deform_conv2d,
     }
+    if torchvision is not None:
+        table[torch.ops.torchvision.deform_conv2d.default] = deform_conv2d
+    return table
 
 
 def export(module: torch.nn.Module, args: tuple, input_names: list[str], *, ops: str, opset: int) -> onnx.ModelProto:

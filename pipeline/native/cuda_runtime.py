@@ -4,7 +4,8 @@ The libraries carry no build-machine path, so before one of them is dlopened (ct
 `load_library`) `preload()` loads libcudart / libcublas(Lt) from where pip wheels (torch's and TensorRT's `nvidia/...`
 packages), the CUDA toolkit or the system put them; the dynamic loader then satisfies our NEEDED entries with the
 already-loaded copies. `subprocess_env()` gives child programs (the self-test, the GPU harness) the same folders on
-LD_LIBRARY_PATH.
+LD_LIBRARY_PATH. `dlopen_problem()` says whether a library loads at all (its NEEDED entries found);
+`device_free_bytes()` asks the CUDA runtime (cuda-python) for a device's free memory without PyTorch.
 """
 from __future__ import annotations
 
@@ -88,3 +89,26 @@ def subprocess_env(base: dict[str, str] | None = None) -> dict[str, str]:
     old = env.get("LD_LIBRARY_PATH", "")
     env["LD_LIBRARY_PATH"] = ":".join(folders + ([old] if old else []))
     return env
+
+
+def dlopen_problem(path: Path) -> str | None:
+    """Why the shared library `path` does not load here (a NEEDED library missing, a bad file), or None."""
+    try:
+        ctypes.CDLL(str(path), mode=os.RTLD_LAZY | os.RTLD_LOCAL)
+    except OSError as e:
+        return f"{path.name} does not load: {first_line(e)}"
+    return None
+
+
+def device_free_bytes(device: int = 0) -> int | None:
+    """Free memory of CUDA device `device` (cudaMemGetInfo through cuda-python, the `gpu` extra), or None when
+    cuda-python is missing or no device answers."""
+    try:
+        from cuda.bindings import runtime as cudart
+    except ImportError:
+        return None
+    (err,) = cudart.cudaSetDevice(device)
+    if err != cudart.cudaError_t.cudaSuccess:
+        return None
+    err, free, _total = cudart.cudaMemGetInfo()
+    return int(free) if err == cudart.cudaError_t.cudaSuccess else None

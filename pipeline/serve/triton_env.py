@@ -27,10 +27,9 @@ from pipeline.errors import PipelineError
 
 WHEEL = "nvidia-pytriton==0.7.0"
 # The env gets the torch-free runtime's own dependencies as pyproject.toml declares them (so a new one cannot be
-# missed there), less those the sr model never imports, with numpy < 2: the stub returns empty tensors with numpy 2
-# (measured).
+# missed there) with its ONNX Runtime extra (`cpu`, or `gpu`: onnxruntime-gpu, TensorRT, cuda-python), less those the
+# sr model never imports, with numpy < 2: the stub returns empty tensors with numpy 2 (measured).
 NOT_SERVED = {"matplotlib", "scikit-image", "opencv-python-headless"}  # reports only; OpenCV: NO_DEPS below
-GPU_EXTRAS = ("tensorrt-cu13>=11.4", "cuda-python>=13")
 # OpenCV 4.12 declares numpy>=2 but runs on numpy 1.26 (NumPy 2 builds keep the 1.x ABI; checked: decode/encode
 # round trip); 4.11 lacks the PNG filter flag pipeline.sr.imageio writes with. Installed without dependencies.
 NO_DEPS = ("opencv-python-headless>=4.12,<4.13",)
@@ -40,27 +39,26 @@ STUB = "triton_python_backend_stub"
 
 
 def requirements(gpu: bool = False) -> list[str]:
-    """What pip installs into the env: the runtime's dependencies, from this checkout's pyproject.toml (the env
-    runs this checkout), else from the installed srdeploy's metadata (Python 3.10 has no tomllib)."""
+    """What pip installs into the env: the runtime's dependencies and those of its `cpu` or `gpu` extra, from this
+    checkout's pyproject.toml (the env runs this checkout), else from the installed srdeploy's metadata (Python
+    3.10 has no tomllib)."""
     out = []
-    for req in _runtime_dependencies():
+    for req in _runtime_dependencies("gpu" if gpu else "cpu"):
         name = re.match(r"[A-Za-z0-9._-]+", req).group(0).lower()
         if name in NOT_SERVED:
             continue
-        if name == "numpy":
-            req = "numpy<2"
-        elif name == "onnxruntime" and gpu:
-            req = "onnxruntime-gpu" + req[len(name):]
-        out.append(req)
-    return out + list(GPU_EXTRAS if gpu else ())
+        out.append("numpy<2" if name == "numpy" else req)
+    return out
 
 
-def _runtime_dependencies() -> list[str]:
+def _runtime_dependencies(extra: str) -> list[str]:
     try:
         import tomllib  # Python >= 3.11
-        return tomllib.loads((CHECKOUT / "pyproject.toml").read_text())["project"]["dependencies"]
+        project = tomllib.loads((CHECKOUT / "pyproject.toml").read_text())["project"]
+        return project["dependencies"] + project["optional-dependencies"][extra]
     except (ImportError, OSError, KeyError):
-        return [r for r in metadata.requires("srdeploy") or [] if "extra ==" not in r]
+        reqs = metadata.requires("srdeploy") or []
+        return [r.split(";")[0].strip() for r in reqs if "extra ==" not in r or f'extra == "{extra}"' in r]
 
 
 def home() -> Path:
@@ -181,8 +179,9 @@ def prepare(python: str = sys.executable, gpu: bool = False, log=print) -> dict:
         want = {"wheel": WHEEL, "requirements": requirements(gpu) + list(NO_DEPS),
                 "checkout": str(CHECKOUT)}
         facts = ready_facts()
-        if facts and all(facts.get(k) == v for k, v in want.items()) and server_binary().is_file():
-            return facts
+        same = facts and all(facts.get(k) == v for k, v in want.items() if k != "requirements")
+        if same and set(facts.get("requirements", [])) == set(want["requirements"]) and server_binary().is_file():
+            return facts  # the same packages, in whatever order pyproject.toml's sections list them
         _stamp().unlink(missing_ok=True)
         log(f"triton-env: fetching {WHEEL} into {home() / 'wheels'}")
         _unpack(download_wheel(python))

@@ -1,13 +1,15 @@
 """Runs a folder's images through an ImageWorker with decoding and encoding overlapped with inference.
 
 Decoding runs ahead on a small pool (bounded prefetch), inference runs on the calling thread (whole
-images of one size batched up to --batch, large ones tiled), and encoding + the atomic write run on a
+images of one size batched up to --batch, large ones tiled; a batch is collected after the next one was
+submitted, so a device backend works while this thread reads), and encoding + the atomic write run on a
 second pool behind a queue bounded in bytes, so memory stays bounded however large the folder is.
 """
 from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from pipeline.sr.console import Console
@@ -18,6 +20,9 @@ from pipeline.sr.worker import Decoded, ImageWorker, Planned, decode, infer_reas
 # Images being decoded at once beyond the pool size and the batch; bounds memory along with WRITE_BYTES.
 PREFETCH = 2
 WRITE_BYTES = 512 << 20
+# Outputs the write queue always admits, whatever their size: one encoding while the next is queued, so outputs
+# over WRITE_BYTES still overlap inference and encoding instead of taking turns.
+MIN_QUEUED = 2
 
 
 class Scheduler:
@@ -30,6 +35,7 @@ class Scheduler:
         self.writing: deque[tuple[Planned, Future]] = deque()
         self.write_bytes = 0
         self.pending: list[Planned] = []  # whole images of one size waiting to fill a batch
+        self.inflight: tuple[list[Planned], Callable[[], None]] | None = None  # a submitted batch, not collected
         self.done_mpix = 0.0
         self.t0 = 0.0
         self.bar = None      # these three exist while run() runs
@@ -52,10 +58,16 @@ class Scheduler:
 
     # -- the write queue ----------------------------------------------------------------------------------
 
-    def _reap(self, until_bytes: int | None = None) -> None:
-        """Collect finished writes; with `until_bytes`, wait until no more than that many bytes are queued."""
-        while self.writing and (self.writing[0][1].done()
-                                or (until_bytes is not None and self.write_bytes > until_bytes)):
+    def _room(self, nbytes: int) -> bool:
+        """Whether an output of `nbytes` may join the write queue: within the byte cap, or one of the first
+        MIN_QUEUED (so a large output waits for the one before it, not for the queue to empty)."""
+        return len(self.writing) < MIN_QUEUED or self.write_bytes + nbytes <= self.write_limit
+
+    def _reap(self, incoming: int | None = None, drain: bool = False) -> None:
+        """Collect finished writes; wait for the oldest while an `incoming` output has no room, or (`drain`)
+        until none is left."""
+        while self.writing and (self.writing[0][1].done() or drain
+                                or (incoming is not None and not self._room(incoming))):
             item, fut = self.writing.popleft()
             self.write_bytes -= item.out.nbytes
             try:
@@ -67,7 +79,7 @@ class Scheduler:
             self._finished(item.rec)
 
     def _submit_write(self, item: Planned) -> None:
-        self._reap(self.write_limit - item.out.nbytes)  # bound the output buffers waiting for the encoder
+        self._reap(incoming=item.out.nbytes)  # bound the output buffers waiting for the encoder
         self.writing.append((item, self.writers.submit(self.worker.encode, item)))
         self.write_bytes += item.out.nbytes
         rec = item.rec
@@ -78,19 +90,35 @@ class Scheduler:
     # -- inference ------------------------------------------------------------------------------------------
 
     def _flush(self) -> None:
-        """Run the waiting batch of equal-size whole images."""
+        """Submit the waiting batch of equal-size whole images, then collect the one submitted before it."""
         items, self.pending = self.pending, []
         if not items:
             return
         try:
-            self.worker.infer_batch(items)
+            finish = self.worker.submit_batch(items)
         except Exception as e:  # the batch's images fail; the run goes on
-            reason = infer_reason(e)
-            for it in items:
-                self._fail(it.rec, reason)
+            self._fail_all(items, e)
+            return
+        self._collect()
+        self.inflight = (items, finish)
+
+    def _collect(self) -> None:
+        """Collect the batch in flight, if any, and queue its images for writing."""
+        if self.inflight is None:
+            return
+        (items, finish), self.inflight = self.inflight, None
+        try:
+            finish()
+        except Exception as e:  # likewise
+            self._fail_all(items, e)
             return
         for it in items:
             self._submit_write(it)
+
+    def _fail_all(self, items: list[Planned], e: Exception) -> None:
+        reason = infer_reason(e)
+        for it in items:
+            self._fail(it.rec, reason)
 
     def _infer(self, item: Planned) -> None:
         if self.worker.batchable(item):
@@ -101,6 +129,7 @@ class Scheduler:
                 self._flush()
             return
         self._flush()
+        self._collect()
         try:
             self.worker.infer_tiled(item, self.console.tiles(item.rec.job.rel) if item.plan.count > 1 else None)
         except Exception as e:  # this image fails; the run goes on
@@ -146,12 +175,15 @@ class Scheduler:
                 self._reap()
                 self._take(rec, decoded)
             self._flush()
-            self._reap(-1)
+            self._collect()
+            self._reap(drain=True)
         except KeyboardInterrupt:
-            # stop reading; writes under way finish (each is atomic) and count as done in the summary
+            # stop reading; the batch in flight (inferred before the interrupt) is written too, and writes under
+            # way finish (each is atomic) and count as done in the summary
             self.readers.shutdown(wait=True, cancel_futures=True)
+            self._collect()
             self.writers.shutdown(wait=True)
-            self._reap(-1)
+            self._reap(drain=True)
             raise
         finally:
             self.readers.shutdown(wait=True, cancel_futures=True)

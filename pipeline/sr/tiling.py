@@ -102,8 +102,10 @@ def max_tile_for_input_limit(max_input: int, scale: float, margin: int) -> int:
 
 
 def plan_axis(length: int, scale: float, tile: int | None, margin: int, window: int | None = None,
-              align: int = 1) -> list[Span]:
-    """Tiles along one axis of `length` LR pixels: kept HR regions of about `tile` * scale pixels."""
+              align: int = 1, max_crop: int | None = None) -> list[Span]:
+    """Tiles along one axis of `length` LR pixels: kept HR regions of about `tile` * scale pixels. A sliver at
+    the end is folded into the previous tile, unless that makes a crop longer than `max_crop` LR pixels (the
+    largest input a backend admits, e.g. an engine's profile): then it stays a tile of its own."""
     out_length = output_length(length, scale)
     whole = Span(0, out_length, 0, length, 0, out_length, 0.0)
     if tile is None or tile >= length:
@@ -112,7 +114,16 @@ def plan_axis(length: int, scale: float, tile: int | None, margin: int, window: 
     window = window if window is not None else search_window(scale)
     cuts = list(range(0, out_length, keep)) + [out_length]
     if len(cuts) > 2 and cuts[-1] - cuts[-2] < keep // 4:  # fold a sliver into the previous tile
-        cuts.pop(-2)
+        folded = _spans(cuts[:-2] + cuts[-1:], length, scale, margin, window, align)
+        if max_crop is None or max(s.crop1 - s.crop0 for s in folded) <= max_crop:
+            return folded
+    return _spans(cuts, length, scale, margin, window, align)
+
+
+def _spans(cuts: list[int], length: int, scale: float, margin: int, window: int, align: int) -> list[Span]:
+    """The crops for kept HR regions [cuts[i], cuts[i + 1]); the whole axis when a crop cannot be placed."""
+    out_length = output_length(length, scale)
+    whole = Span(0, out_length, 0, length, 0, out_length, 0.0)
     spans = []
     for k0, k1 in zip(cuts[:-1], cuts[1:], strict=True):
         y0 = _best_end(k0 - margin, 0, -1, length, out_length, window)
@@ -186,9 +197,11 @@ class TilePlan:
 
 
 def plan(height: int, width: int, scale: float, tile: int | None, margin: int, window: int | None = None,
-         align: int = 1) -> TilePlan:
-    ys = plan_axis(height, scale, tile, margin, window, align)
-    xs = plan_axis(width, scale, tile, margin, window, align)
+         align: int = 1, max_input: tuple[int, int] | None = None) -> TilePlan:
+    """Tiles of an image; `max_input` (H, W): the largest crop the backend admits (None: any)."""
+    max_h, max_w = max_input if max_input is not None else (None, None)
+    ys = plan_axis(height, scale, tile, margin, window, align, max_h)
+    xs = plan_axis(width, scale, tile, margin, window, align, max_w)
     return TilePlan(height, width, output_length(height, scale), output_length(width, scale), tuple(ys), tuple(xs))
 
 
@@ -215,22 +228,32 @@ def auto_tile(scale: float, margin: int, batch: int = 1, available_bytes: int | 
 
 
 def run_tiles(tile_plan: TilePlan, read: Callable[[int, int, int, int], np.ndarray],
-              infer: Callable[[np.ndarray], np.ndarray], write: Callable[[Tile, np.ndarray], None],
-              batch: int = 1) -> None:
-    """Run every tile: read(y0, y1, x0, x1) -> CHW float32 LR crop; infer(NCHW) -> NCHW; write(tile, CHW
-    output of the whole crop). Tiles with equal crop shapes are batched up to `batch`."""
+              infer: Callable[[np.ndarray], np.ndarray | Callable[[], np.ndarray]],
+              write: Callable[[Tile, np.ndarray], None], batch: int = 1) -> None:
+    """Run every tile: read(y0, y1, x0, x1) -> CHW LR crop; infer(NCHW) -> NCHW, or a callable returning it
+    later (a submitted batch: the next batch is read and submitted before this one is collected, so a device
+    works while the host reads and writes); write(tile, CHW output of the whole crop). Tiles with equal crop
+    shapes are batched up to `batch`."""
     groups: dict[tuple[int, int], list[Tile]] = {}
     for t in tile_plan.tiles:
         groups.setdefault(t.crop_shape, []).append(t)
+    step = max(1, batch)
+    pending = None
     for tiles in groups.values():
-        for i in range(0, len(tiles), max(1, batch)):
-            chunk = tiles[i:i + max(1, batch)]
-            x = np.stack([read(t.y.crop0, t.y.crop1, t.x.crop0, t.x.crop1) for t in chunk])
-            y = infer(x)
-            del x
-            for t, out in zip(chunk, y, strict=True):
-                if tuple(out.shape[-2:]) != t.out_shape:
-                    raise RuntimeError(f"backend returned {tuple(out.shape[-2:])} for a crop of "
-                                       f"{t.crop_shape}, expected {t.out_shape}")
-                write(t, out)
-            del y
+        for i in range(0, len(tiles), step):
+            chunk = tiles[i:i + step]
+            submitted = (chunk, infer(np.stack([read(t.y.crop0, t.y.crop1, t.x.crop0, t.x.crop1) for t in chunk])))
+            if pending is not None:
+                _collect(*pending, write)
+            pending = submitted
+    if pending is not None:
+        _collect(*pending, write)
+
+
+def _collect(chunk: list[Tile], y, write: Callable[[Tile, np.ndarray], None]) -> None:
+    y = y() if callable(y) else y
+    for t, out in zip(chunk, y, strict=True):
+        if tuple(out.shape[-2:]) != t.out_shape:
+            raise RuntimeError(f"backend returned {tuple(out.shape[-2:])} for a crop of "
+                               f"{t.crop_shape}, expected {t.out_shape}")
+        write(t, out)

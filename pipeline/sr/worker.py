@@ -155,6 +155,7 @@ class ImageWorker:
         self.align = spec.tile_align
         self.batch = batch_limit(backend, batch)
         self.tile = tile_size(backend, scale, self.margin, self.batch, tile)
+        self.max_input = backend.max_input_size()  # crops never exceed it (an engine's profiles)
         self.jpeg_quality = jpeg_quality
         self.reference = Path(reference) if reference else None
 
@@ -168,7 +169,8 @@ class ImageWorker:
         problem = output_problem(oh, ow, image.channels, image.depth, rec.job.fmt)
         if problem:
             raise ImageError(problem)
-        plan = tiling.plan(image.height, image.width, self.scale, self.tile, self.margin, align=self.align)
+        plan = tiling.plan(image.height, image.width, self.scale, self.tile, self.margin, align=self.align,
+                           max_input=self.max_input)
         rec.tiles, rec.max_shift = plan.count, plan.max_shift
         if not plan.exact:
             rec.notes.append(f"tile grid off the whole-image sampling grid by up to {plan.max_shift:.3f} input px "
@@ -176,14 +178,18 @@ class ImageWorker:
         return Planned(rec, image, plan, imageio.new_output(oh, ow, image.channels, image.depth))
 
     def batchable(self, item: Planned) -> bool:
-        return item.plan.whole and self.batch > 1
+        """Whole images go through `submit_batch` (one or up to --batch of one size), so the scheduler can submit
+        the next before it collects this one; tiled images are pipelined tile batch by tile batch instead."""
+        return item.plan.whole
 
     def _infer(self, batch: np.ndarray) -> np.ndarray:
         return self.backend.infer(np.ascontiguousarray(batch, dtype=np.float32), self.scale)
 
-    def _infer_pixels(self, batch: np.ndarray) -> np.ndarray:
-        """NHWC samples in, NHWC samples out, seen as NCHW views (what run_tiles checks and hands back)."""
-        return self.backend.infer_pixels(batch, self.scale).transpose(0, 3, 1, 2)
+    def _submit_pixels(self, batch: np.ndarray) -> Callable[[], np.ndarray]:
+        """NHWC samples submitted; collected later as NHWC samples seen as NCHW views (what run_tiles checks and
+        hands back)."""
+        pending = self.backend.submit_pixels(batch, self.scale)
+        return lambda: pending.result().transpose(0, 3, 1, 2)
 
     def infer_tiled(self, item: Planned, progress: Callable[[int, int], None] | None = None) -> None:
         """One image, tile by tile (or whole: the one-tile plan), into its output buffer; `progress(done, total)`
@@ -215,34 +221,42 @@ class ImageWorker:
         if image.gray:
             tiling.run_tiles(item.plan, image.region_rgb, self._infer, write, self.batch)
         else:
-            tiling.run_tiles(item.plan, image.region_pixels, self._infer_pixels, write, self.batch)
+            tiling.run_tiles(item.plan, image.region_pixels, self._submit_pixels, write, self.batch)
         item.rec.infer_s = time.perf_counter() - t0
 
     def infer_batch(self, items: list[Planned]) -> None:
         """Whole images of one size in one inference call."""
+        self.submit_batch(items)()
+
+    def submit_batch(self, items: list[Planned]) -> Callable[[], None]:
+        """Whole images of one size submitted in one call; the returned `finish()` collects the results straight
+        into the images' outputs (from a device's pinned buffer), adds alpha and records the time. A caller may
+        read and submit the next batch in between, while a device works on this one."""
         t0 = time.perf_counter()
         # gray (luma before rounding) or a mix of 8- and 16-bit images (one sample type per call): the float path
         floats = any(it.image.gray for it in items) or len({it.image.depth for it in items}) > 1
+        pending = None
         if floats:
             x = np.stack([it.image.region_rgb(0, it.image.height, 0, it.image.width) for it in items])
-            y = self._infer(x)
+            for it, yi in zip(items, self._infer(x), strict=True):
+                imageio.store_rgb(it.out, 0, 0, yi, it.image.depth)
         else:
             x = np.stack([it.image.region_pixels(0, it.image.height, 0, it.image.width) for it in items])
-            y = self.backend.infer_pixels(x, self.scale)
+            pending = self.backend.submit_pixels(x, self.scale)
         del x
-        for it, yi in zip(items, y, strict=True):
-            if floats:
-                imageio.store_rgb(it.out, 0, 0, yi, it.image.depth)
-            elif yi.shape == it.out.shape:  # the backend's result is the output: no copy on this thread
-                it.out = yi
-            else:
-                imageio.store_pixels(it.out, 0, 0, yi)
-            if it.image.has_alpha:
-                a = bicubic(it.image.region_alpha(0, it.image.height, 0, it.image.width), it.out.shape[:2])
-                imageio.store_alpha(it.out, 0, 0, a, it.image.depth)
-        share = (time.perf_counter() - t0) / len(items)
-        for it in items:
-            it.rec.infer_s = share
+
+        def finish() -> None:
+            if pending is not None:
+                pending.result([it.out[..., :3] for it in items])
+            for it in items:
+                if it.image.has_alpha:
+                    a = bicubic(it.image.region_alpha(0, it.image.height, 0, it.image.width), it.out.shape[:2])
+                    imageio.store_alpha(it.out, 0, 0, a, it.image.depth)
+            share = (time.perf_counter() - t0) / len(items)
+            for it in items:
+                it.rec.infer_s = share
+
+        return finish
 
     def encode(self, item: Planned) -> None:
         """Encode and write atomically, then score against --reference; raises on failure."""
