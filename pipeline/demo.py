@@ -19,7 +19,7 @@ from models.spec import DEFAULT_MODEL
 from pipeline.data.degradation import make_pair
 from pipeline.data.sample_images import HELD_OUT, load_rgb
 from pipeline.errors import PipelineError
-from pipeline.report import fmt, table
+from pipeline.report import db, fmt, percent, table
 
 DEMO_MODEL = DEFAULT_MODEL
 DEMO_SCALE = 3.0
@@ -65,23 +65,23 @@ def demo_markdown(sr: dict, names: list[str], cmp_doc, bench_doc, seconds: float
     rows = []
     for im in sr["images"]:
         rows.append([im["input"], "x".join(map(str, im.get("in_size", []))), "x".join(map(str, im.get("out_size", []))),
-                     im.get("psnr"), im.get("psnr_bicubic"), im.get("ssim"), im.get("ssim_bicubic"), im.get("time_s"),
-                     im.get("output")])
+                     db(im.get("psnr")), db(im.get("psnr_bicubic")), im.get("ssim"), im.get("ssim_bicubic"),
+                     im.get("time_s"), im.get("output")])
     lines += table(["image", "input WxH", "output WxH", "PSNR-Y dB", "bicubic PSNR-Y", "SSIM-Y", "bicubic SSIM-Y",
                     "time s", "file"], rows)
     if ref:
-        lines += ["", f"Mean PSNR-Y {fmt(ref['psnr'])} dB vs bicubic {fmt(ref['psnr_bicubic'])} dB "
-                      f"(+{fmt(ref['psnr'] - ref['psnr_bicubic'])} dB)."]
+        lines += ["", f"Mean PSNR-Y {db(ref['psnr'])} dB vs bicubic {db(ref['psnr_bicubic'])} dB "
+                      f"(+{db(ref['psnr'] - ref['psnr_bicubic'])} dB)."]
     if cmp_doc:
         lines += ["", "## Backends vs PyTorch FP32 (compare/report.md)", ""]
         lines += table(["model", "backend", "precision", "status", "max abs", "PSNR dB"],
-                       [[m["model"], r["backend"], r["precision"], r["status"].upper(), r["max_abs"], r["psnr_db"]]
+                       [[m["model"], r["backend"], r["precision"], r["status"].upper(), r["max_abs"], db(r["psnr_db"])]
                         for m in cmp_doc["models"] for r in m["rows"] if r["status"] in ("pass", "fail")])
     if bench_doc:
         lines += ["", "## Quick bench (bench/report.md)", ""]
         main = [r for r in bench_doc["results"] if r["sweep"] == "main"]
         lines += table(["model", "backend", "size", "median ms", "speed-up vs eager loop", "roofline"],
                        [[r["model"], r["backend"], r["size"], r["latency_ms"]["median"], r["speedup_vs_baseline"],
-                         r["roofline_fraction"]] for r in main])
+                         percent(r["roofline_fraction"])] for r in main])
         lines += ["", "Quick settings (small inputs, few iterations); `make bench` runs the full sweeps."]
     return "\n".join(lines) + "\n"

@@ -5,6 +5,11 @@ class PipelineError(RuntimeError):
     """A user-facing failure: bad input, missing dependency, stale artifact. Message is one line."""
 
 
+class ReportedInterrupt(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) after the command already said what was kept and how to resume: the CLI exits 130
+    without a second 'interrupted' line."""
+
+
 def first_line(e: BaseException) -> str:
     """The first line of an exception's message, or its type name when it has none."""
     text = str(e).strip()

@@ -78,6 +78,16 @@ def fmt(v) -> str:
     return str(v)
 
 
+def db(v) -> str:
+    """A PSNR (or its change) in dB: always two decimals, so a column reads evenly."""
+    return "-" if v is None else f"{v:.2f}"
+
+
+def percent(fraction) -> str:
+    """A fraction (roofline, utilisation) as a percentage a person reads: 0.0996 -> '10.0 %'."""
+    return "-" if fraction is None else f"{100 * fraction:.1f} %"
+
+
 def table(header: list[str], rows: list[list]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     out += ["| " + " | ".join(fmt(c) for c in r) + " |" for r in rows]

@@ -80,7 +80,7 @@ def test_compare_sheet_shows_each_passing_backend(tmp_path):
     assert sheet.compare_sheet(tmp_path, "srcnn-x3", rows[2:], 3.0) is None  # nothing passed: no sheet
 
 
-def test_sr_with_reference_writes_a_sheet_beside_the_output(images, tmp_path):
+def test_sr_with_reference_writes_its_sheet_inside_the_output_folder(images, tmp_path):
     from pipeline.cli import main as cli_main
 
     lr, hr, _ = images
@@ -88,11 +88,14 @@ def test_sr_with_reference_writes_a_sheet_beside_the_output(images, tmp_path):
     (tmp_path / "hr").mkdir()
     cv2.imwrite(str(tmp_path / "lr" / "face.png"), cv2.cvtColor(lr, cv2.COLOR_RGB2BGR))
     cv2.imwrite(str(tmp_path / "hr" / "face.png"), cv2.cvtColor(hr, cv2.COLOR_RGB2BGR))
+    cv2.imwrite(str(tmp_path / "lr" / "reference-sheet.png"), cv2.cvtColor(lr, cv2.COLOR_RGB2BGR))  # a name clash
     out = tmp_path / "out"
     assert cli_main(["sr", str(tmp_path / "lr"), str(out), "--model", "srcnn", "--scale", "3", "--backend", "ort",
                      "--reference", str(tmp_path / "hr"), "--quiet"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["face.png"]  # the mirrored tree holds only outputs
-    got = cv2.imread(str(tmp_path / "out.sheet.png"), cv2.IMREAD_COLOR)
+    # inside OUTPUT, under a name no output has (an input called reference-sheet.png keeps its output)
+    assert sorted(p.name for p in out.iterdir()) == ["face.png", "reference-sheet-2.png", "reference-sheet.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hr", "lr", "out"]
+    got = cv2.imread(str(out / "reference-sheet-2.png"), cv2.IMREAD_COLOR)
     layout = sheet.Layout(2, 4, 48 * 3)  # 96 px output: two 48 px crops, zoomed x3
     assert got.shape == (layout.height, layout.width, 3)
     y0, x0 = layout.origin(0, 3)

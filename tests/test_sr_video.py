@@ -340,7 +340,7 @@ def test_10bit_input_per_codec(weights, tmp_path, capsys, codec, out_name, pix, 
     assert note is None or note in err.splitlines()[0]
 
 
-def test_subtitles_are_copied_or_the_clip_fails_in_one_line(weights, tmp_path, capsys):
+def test_subtitles_are_copied_or_refused_before_work_in_one_line(weights, tmp_path, capsys):
     srt = tmp_path / "cues.srt"
     srt.write_text("1\n00:00:00,100 --> 00:00:00,500\nhello\n\n2\n00:00:00,600 --> 00:00:00,900\nworld\n")
     src = make_clip(tmp_path / "in.mkv", "ffv1", 24, 16, 10, 10, audio="flac", subtitles=srt)
@@ -348,8 +348,8 @@ def test_subtitles_are_copied_or_the_clip_fails_in_one_line(weights, tmp_path, c
     assert _sr(capsys, weights, src, tmp_path / "out.mkv")[0] == 0
     assert layout(tmp_path / "out.mkv") == layout(src)
     assert subtitle_packets(tmp_path / "out.mkv") == subtitle_packets(src) == [(b"hello", 0.1), (b"world", 0.6)]
-    code, err = _sr(capsys, weights, src, tmp_path / "out.mp4")  # MP4 holds no SubRip
-    assert code == 1
-    assert [ln for ln in err.splitlines() if ln.startswith("failed ")] == [
-        "failed in.mkv: subtitle stream srt cannot be copied into mp4 (write .mkv, which holds it)"]
+    code, err = _sr(capsys, weights, src, tmp_path / "out.mp4")  # MP4 holds no SubRip: refused before any work
+    assert code == 2
+    assert err.strip().splitlines()[-1] == "error: in.mkv: subtitle srt cannot be copied into .mp4 (write .mkv, " \
+                                           "which holds it)"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cues.srt", "in.mkv", "out.mkv"]

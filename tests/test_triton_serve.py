@@ -203,7 +203,7 @@ def test_served_folder_is_identical_to_the_local_run(server, images, local, tmp_
     assert "ort (CPUExecutionProvider" in s["backend"] and s["workers"] == concurrency
     assert {r["input"]: r["out_size"] for r in s["images"] if r["status"] == "ok"}["a.png"] == [384, 384]
     rc, err = server.sr([images, out, "--triton", url, "--skip-existing"])
-    assert rc == 1 and "skipping 5 image(s) whose output exists" in err  # resumable; the corrupt one fails again
+    assert rc == 1 and "skipping 5 images whose output exists" in err  # resumable; the corrupt one fails again
 
 
 def test_bad_requests_get_errors_and_the_server_goes_on(server, local, tmp_path):

@@ -196,8 +196,8 @@ def from_float(bicubic):
 
 
 def for_sr_run(summary, output: Path, bicubic=_torch_bicubic) -> Path | None:
-    """The sheet `sr --reference` writes beside OUTPUT (`OUTPUT.sheet.png`, outside the mirrored tree): the first
-    scored image's crops, LR / bicubic / the model / ground truth. None when no image was scored."""
+    """The sheet `sr --reference` writes with the outputs (sheet_path): the first scored image's crops, LR /
+    bicubic / the model / ground truth. None when no image was scored."""
     scored = [r for r in summary.ok if "psnr" in r.metrics]
     if not scored:
         return None
@@ -205,6 +205,19 @@ def for_sr_run(summary, output: Path, bicubic=_torch_bicubic) -> Path | None:
     lr, sr, hr = read_rgb8(r.job.src), read_rgb8(r.job.dst), read_rgb8(Path(r.metrics["reference"]))
     hr = hr[: sr.shape[0], : sr.shape[1]]  # HR sides not multiples of the scale: cropped as the metrics do
     side = max(16, min(64, sr.shape[0] // 2, sr.shape[1] // 2))
-    out = Path(output)
-    return write(out.with_name(out.name + ".sheet.png"), lr, {Path(summary.model).name: sr}, hr,
-                 scale=summary.scale, side=side, bicubic=bicubic)
+    return write(sheet_path(Path(output), [rec.job.dst for rec in summary.records]), lr,
+                 {Path(summary.model).name: sr}, hr, scale=summary.scale, side=side, bicubic=bicubic)
+
+
+SHEET_NAME = "reference-sheet"
+
+
+def sheet_path(output: Path, outputs: list[Path]) -> Path:
+    """Inside the OUTPUT folder (beside the file for a single-file OUTPUT), under a name no output of the run has."""
+    folder, stem = (output.parent, f"{output.stem}.{SHEET_NAME}") if output.suffix else (output, SHEET_NAME)
+    taken = {Path(p).resolve() for p in outputs}
+    path, n = folder / f"{stem}.png", 1
+    while path.resolve() in taken:
+        n += 1
+        path = folder / f"{stem}-{n}.png"
+    return path

@@ -71,6 +71,21 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
+def warm_up(fn, *, min_calls: int = 3, max_calls: int = 6, settle: float = 0.15) -> int:
+    """Call fn until it runs warm: at least `min_calls` (ONNX Runtime's first *two* calls at a new input size are
+    slow, so the third is the first that can be warm), then until a call is no more than `settle` faster than the
+    one before (at most `max_calls`). Returns the calls made."""
+    last = None
+    for n in range(1, max_calls + 1):
+        t0 = time.perf_counter()
+        fn()
+        took = time.perf_counter() - t0
+        if n >= min_calls and last is not None and took >= last * (1 - settle):
+            return n
+        last = took
+    return max_calls
+
+
 def time_interleaved(fns: list, *, warmup: int = 1, iters: int = 20, time_budget: float = 4.0,
                      min_iters: int = 2) -> dict:
     """Time several (name, fn) in round-robin: each round times every fn once, so a load change on a

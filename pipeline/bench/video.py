@@ -2,7 +2,7 @@
 encode with the default codec, audio-free), next to the backend's pure inference on the same frame size.
 
 The clip pans across a held-out photo so every frame differs. The backend is loaded once (its loading is start-up,
-not throughput) and warmed on one frame of the size before the timed run.
+not throughput) and warmed on frames of the size until its calls run warm (timing.warm_up) before the timed run.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import numpy as np
 
 from pipeline import backends
 from pipeline.artifacts.identity import resolve
+from pipeline.bench.timing import warm_up
 from pipeline.data.sample_images import HELD_OUT, load_rgb
 from pipeline.sr import upscale
 
@@ -66,7 +67,7 @@ def video_fps(model: str, frames: int, backend="auto", weights=None, log=print, 
                 log(f"  {model} video {label}: not run, {rows[-1]['skipped']}")
                 continue
             x = rng.random((1, 3, h, w), dtype=np.float32)
-            be.infer(x, scale)  # warm-up: the first call of a size plans kernels / allocates
+            warm_up(lambda x=x: be.infer(x, scale))  # the first calls of a size plan kernels / allocate
             t0 = time.perf_counter()
             for _ in range(frames):
                 be.infer(x, scale)

@@ -15,7 +15,7 @@ import os
 import sys
 import traceback
 
-from pipeline.errors import PipelineError, first_line
+from pipeline.errors import PipelineError, ReportedInterrupt, first_line
 
 # subcommand -> (module, one-line help)
 STAGES = {
@@ -97,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except ReportedInterrupt:  # the stage already said what was kept
+        return 130
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

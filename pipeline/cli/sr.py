@@ -10,7 +10,7 @@ from pipeline.cli.options import (
 )
 from pipeline.errors import PipelineError
 from pipeline.sr import upscale
-from pipeline.sr.videofmt import CRF, ENCODERS
+from pipeline.sr.videofmt import AUDIO_MODES, CRF, ENCODERS
 
 
 def _batch(value: str) -> int | str:
@@ -40,6 +40,9 @@ def add_arguments(p) -> None:
                    help="video codec (default: h264, lossless ffv1 for .mkv, vp9 for .webm)")
     p.add_argument("--crf", type=int, default=None, help="video quality, lower is better (default: "
                    + ", ".join(f"{c} {v[0]}" for c, v in CRF.items()) + "; ffv1 is lossless)")
+    p.add_argument("--audio", choices=AUDIO_MODES, default="copy",
+                   help="a video's audio: copy it as it is (default; a codec the output container cannot hold is "
+                        "an error before any work) or drop it")
     p.add_argument("--tile", type=int, default=None,
                    help="tile side in input pixels; 0 = never tile (default: from free memory)")
     p.add_argument("--tile-overlap", type=int, default=None,
@@ -88,5 +91,5 @@ def run(args) -> int:
                       threads=args.threads, fmt=args.fmt, jpeg_quality=args.jpeg_quality, tile=args.tile,
                       tile_overlap=args.tile_overlap, batch=args.batch, workers=args.workers,
                       skip_existing=args.skip_existing, reference=args.reference, summary=args.summary,
-                      progress=not args.quiet, verbose=args.verbose, codec=args.codec, crf=args.crf)
+                      progress=not args.quiet, verbose=args.verbose, codec=args.codec, crf=args.crf, audio=args.audio)
     return 1 if summary.failed else 0

@@ -17,7 +17,7 @@ from pipeline.cluster.actor import COLUMNS, SrActor
 from pipeline.cluster.spool import SummarySpool
 from pipeline.errors import PipelineError, first_line
 from pipeline.sr import preflight
-from pipeline.sr.console import Console
+from pipeline.sr.console import Console, count_text, done_line, failed_line
 from pipeline.sr.jobs import discover
 
 TASKS_PER_ACTOR = 4   # batches queued per actor: enough to keep it busy, few to redo when it dies
@@ -39,7 +39,7 @@ def _triage(found, skip_existing: bool, spool: SummarySpool, console: Console) -
             todo.append({"src": str(job.src.absolute()), "dst": str(job.dst.absolute()), "rel": job.rel,
                          "fmt": job.fmt})
     if spool.counts["skipped"]:
-        console.info(f"skipping {spool.counts['skipped']} image(s) whose output exists")
+        console.info(f"skipping {count_text(spool.counts['skipped'])} whose output exists")
     return todo
 
 
@@ -90,7 +90,7 @@ def _run_on_cluster(args, model, scale, todo, spool, console, cluster) -> dict:
         options["threads"] = 1  # one CPU per actor: more threads would fight the other actors
     ctor = dict(shared=shared, backend=backend, model=model, precision=args.precision, scale=scale, options=options)
     console.always(f"sr: {model} x{scale:g} on Ray ({cluster.address}, {cluster.cpus:g} CPU, {cluster.gpus:g} GPU): "
-                   f"{actors} actor(s), backend {backend} ({choice}); {len(todo)} image(s) -> {args.output}")
+                   f"{actors} actor(s), backend {backend} ({choice}); {count_text(len(todo))} -> {args.output}")
     seen: dict[str, str] = {}
     t0 = ready = time.time()
     bar = console.bar(len(todo))  # the local run's: a tqdm bar on a terminal, plain lines in a log
@@ -159,9 +159,7 @@ def _finish(args, model, scale, spool: SummarySpool, facts: dict, ignored: list[
               "mpix_per_s": round(spool.out_mpix / loop, 3) if loop > 0 else None}
     spool.write(header, ignored)
     c = spool.counts
-    console.info(f"done: {c['ok']} ok, {c['failed']} failed, {c['skipped']} skipped in {wall:.1f} s "
-                 f"({header['images_per_s']} images/s, {header['mpix_per_s']} MPix/s output)")
+    console.info(done_line(c, wall, images=ok, frames=0, out_mpix=spool.out_mpix, process_s=loop))
     if spool.failures:
-        names = [f["input"] for f in spool.failures[:5]]
-        console.always(f"{c['failed']} image(s) failed: " + ", ".join(names) + (" ..." if c["failed"] > 5 else ""))
+        console.always(failed_line([f["input"] for f in spool.failures[:5]], c["failed"]))
     return 1 if c["failed"] else 0

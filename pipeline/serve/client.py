@@ -27,7 +27,7 @@ from pipeline.errors import PipelineError, first_line
 from pipeline.serve.tensors import ARRAY, output_from_array
 from pipeline.sr import imageio, preflight, settings
 from pipeline.sr.api import report_run, say_triage, triage
-from pipeline.sr.console import Console
+from pipeline.sr.console import Console, count_text, plural
 from pipeline.sr.jobs import discover
 from pipeline.sr.records import Record, Summary
 from pipeline.sr.worker import write_reason
@@ -270,8 +270,8 @@ def run_triton(args) -> int:
 
     console = Console(not args.quiet)
     console.always(f"sr: {model} x{scale:g} on Triton {endpoint.url} (model '{endpoint.model}', backend "
-                   f"{params.get('backend', '?')}, {args.concurrency} request(s) at a time); {len(found.jobs)} "
-                   f"image(s) -> {args.output}")
+                   f"{params.get('backend', '?')}, {args.concurrency} request(s) at a time); "
+                   f"{count_text(len(found.jobs))} -> {args.output}")
     records, todo, failures = triage(found, args.skip_existing)
     say_triage(records, failures, console)
     run = _Run(endpoint, scale, args.jpeg_quality, console, args.concurrency)
@@ -286,7 +286,7 @@ def run_triton(args) -> int:
     if run.lost is not None:
         left = sum(r.status == "pending" for r in records)
         console.always(f"error: the Triton server at {endpoint.url} stopped answering ({run.lost}); "
-                       f"{len(summary.ok)} image(s) written, {left} not; rerun with --skip-existing to finish")
+                       f"{plural(len(summary.ok), 'image')} written, {left} not; rerun with --skip-existing to finish")
         return 1
     report_run(summary, None, console)
     return 1 if summary.failed else 0

@@ -20,10 +20,10 @@ from pipeline.artifacts.onnx_file import onnx_metadata
 from pipeline.backends.base import check_precision
 from pipeline.backends.checks import check_scale
 from pipeline.engine.sidecar import read_sidecar
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, ReportedInterrupt, check_choice
 from pipeline.sr import preflight, settings, videofmt
 from pipeline.sr.bicubic import bicubic
-from pipeline.sr.console import Console, headline, scale_note
+from pipeline.sr.console import Console, count_text, done_line, failed_line, headline, scale_note
 from pipeline.sr.jobs import JobList, discover, known_extensions
 from pipeline.sr.records import Record, Summary
 from pipeline.sr.reference import MISSING
@@ -72,9 +72,10 @@ def say_triage(records: list[Record], failures: list[str], console: Console) -> 
     """After the first line: the jobs failed up front, and how many were skipped."""
     for line in failures:
         console.always(line)
-    skipped = sum(r.status == "skipped" for r in records)
+    skipped = [r for r in records if r.status == "skipped"]
     if skipped:
-        console.info(f"skipping {skipped} image(s) whose output exists")
+        videos = sum(r.job.video for r in skipped)
+        console.info(f"skipping {count_text(len(skipped) - videos, videos)} whose output exists")
 
 
 def report_run(summary: Summary, reference, console: Console) -> None:
@@ -89,14 +90,12 @@ def report_run(summary: Summary, reference, console: Console) -> None:
         console.always(f"reference: no image in {reference} matches an output ({missing} with no file of the same "
                        f"name, {len(summary.ok) - missing} of another size or unreadable); no scores "
                        f"(per-image reasons are in the summary)")
-    c = summary.counts
-    console.info(f"done: {c['ok']} ok, {c['failed']} failed, {c['skipped']} skipped in {summary.wall_s:.1f} s: "
-                 f"{summary.overall_images_per_s} images/s, {summary.overall_mpix_per_s} MPix/s output over the "
-                 f"whole run (setup {summary.setup_s:.1f} s, then {summary.images_per_s} images/s)")
+    frames = sum(r.pictures for r in summary.ok if r.job.video)
+    console.info(done_line(summary.counts, summary.wall_s, images=summary.pictures - frames, frames=frames,
+                           out_mpix=summary.out_mpix, process_s=summary.process_s, setup_s=summary.setup_s))
     failed = summary.failed
     if failed:
-        console.always(f"{len(failed)} image(s) failed: " + ", ".join(r.job.rel for r in failed[:5])
-                       + (" ..." if len(failed) > 5 else ""))
+        console.always(failed_line([r.job.rel for r in failed], len(failed)))
 
 
 def upscale(input: str | Path, output: str | Path, *, model: str | None = None, scale: float | None = None,
@@ -104,7 +103,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
             threads: int | None = None, fmt: str | None = None, jpeg_quality: int = 95, tile: int | None = None,
             tile_overlap: int | None = None, batch: int | str = 1, workers: int | None = None,
             skip_existing: bool = False, reference=None, summary=None, progress: bool = True, verbose: bool = False,
-            codec: str | None = None, crf: int | None = None,
+            codec: str | None = None, crf: int | None = None, audio: str = "copy",
             log: Callable[[str], object] | None = None) -> Summary:
     """Super-resolve an image or a folder tree (OUTPUT mirrors it) and return the run's Summary.
 
@@ -112,7 +111,8 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     backend: a name ('auto' picks the fastest available and says why) or an already-loaded Backend
     (then onnx/engine/weights/threads/precision do not apply: it is used as it is).
     codec/crf: how videos are encoded (pipeline.sr.videofmt; default: H.264 at a high-quality CRF, lossless FFV1
-    for .mkv, VP9 for .webm); images ignore them.
+    for .mkv, VP9 for .webm); images ignore them. audio: 'copy' (a stream the output container cannot hold is an
+    error before any work) or 'drop'.
     tile: LR tile side, 0 = never tile, None = from free memory (a device backend's own). batch: images or
     tiles of one size per call, or 'auto' (the most that fit on a device, capped; 1 on the host). workers:
     decode/encode threads, None = every usable core with a device backend, else 2. progress=False hides the bar and
@@ -127,6 +127,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
                            jpeg_quality=jpeg_quality)
     fmt = settings.check_format(fmt)
     videofmt.check_crf(videofmt.check_codec(codec), crf)
+    check_choice("audio", audio, videofmt.AUDIO_MODES)
     settings.check_paths(summary=summary, reference=reference, onnx=onnx, engine=engine, weights=weights)
     if isinstance(backend, str):
         check_precision(precision)
@@ -139,8 +140,8 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     found = discover(input, output, fmt, summary=summary)
     if not found.jobs:
         raise PipelineError(f"no images found in {input}, nor videos (extensions: {known_extensions()})")
-    for job in found.videos:  # a --codec the container cannot hold fails before any work
-        videofmt.codec_for(job.fmt, codec)
+    for job in found.videos:  # a --codec the container cannot hold, or a --crf its codec ignores: before any work
+        videofmt.check_crf(videofmt.codec_for(job.fmt, codec), crf, default_for=None if codec else job.fmt)
     # the cache is written only to export (or build) what no --onnx/--engine file gives; torch reads the weights
     preflight.check_writable(found, output, summary, uses_cache=isinstance(backend, str) and backend != "torch"
                              and onnx is None and engine is None)
@@ -150,16 +151,16 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
                                   threads=threads, log=console.always)
     note = scale_note(_model_metadata(spec, onnx, engine), scale)
     videos = len(found.videos)
-    counts = [(len(found.jobs) - videos, "image"), (videos, "video")]
-    what = ", ".join(f"{n} {kind}{'s' if n != 1 else ''}" for n, kind in counts if n) or "0 images"
+    what = count_text(len(found.jobs) - videos, videos)
     records, todo, failures = triage(found, skip_existing)
     clips = [r for r in todo if r.job.video]
     if clips:  # PyAV loads only for runs with videos
         from pipeline.sr.video import VideoRunner, plan_clips
 
-        plans = plan_clips(clips, scale, codec, crf)
-        if len(found.jobs) == 1 and plans:  # one clip: its size/crop notes belong in the first line
-            what = "; ".join([what, *next(iter(plans.values())).notes])
+        plans = plan_clips(clips, scale, codec, crf, audio)
+        if len(found.jobs) == 1 and plans:  # one clip: its size/crop notes belong in the first line, once
+            only = next(iter(plans.values()))
+            what, only.notes_said = "; ".join([what, *only.notes]), True
     console.always(headline(spec.name, scale, note, loaded.name, loaded.selection_brief or choice,
                             what, output, overwrites))
     console.detail(f"backend: {loaded.describe()}; why: {choice}")
@@ -194,7 +195,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
         console.always(f"interrupted: {c['ok']} file(s) written (complete), {c['not_done']} not done"
                        + (f", summary in {summary}" if summary is not None else "")
                        + "; to finish, run the same command again with --skip-existing")
-        raise KeyboardInterrupt
+        raise ReportedInterrupt
     report_run(result, reference, console)
     if result.reference:  # one scored image's crops side by side, beside OUTPUT; metrics import only with --reference
         from pipeline.analysis import sheet

@@ -34,6 +34,35 @@ def headline(model: str, scale: float, note: str, backend: str, why: str, what: 
     return f"sr: {model} x{scale:g}{how} on {backend} ({why}); {what} -> {output}{over}"
 
 
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def count_text(images: int, videos: int = 0) -> str:
+    """'3 images', '1 video', '2 images, 1 video': how every sr line counts inputs."""
+    return ", ".join(plural(n, kind) for n, kind in ((images, "image"), (videos, "video")) if n) or "0 images"
+
+
+def done_line(counts: dict[str, int], wall_s: float, *, images: int, frames: int, out_mpix: float,
+              process_s: float, setup_s: float | None = None) -> str:
+    """The closing line of every sr run (local, --ray, --triton): counts, then rates over the whole run and over
+    processing alone; a video's frames count as pictures (images/s, frames/s, or both)."""
+    head = f"done: {counts['ok']} ok, {counts['failed']} failed, {counts['skipped']} skipped in {wall_s:.1f} s"
+    pictures = images + frames
+    if not pictures or wall_s <= 0:
+        return head + " (nothing upscaled)"
+    unit = "images" if not frames else "frames" if not images else "images+frames"
+    then = f"{pictures / process_s:.3g} {unit}/s" if process_s > 0 else "-"
+    setup = f"setup {setup_s:.1f} s, then " if setup_s is not None else "then "
+    return (f"{head}: {pictures / wall_s:.3g} {unit}/s, {out_mpix / wall_s:.3g} MPix/s output over the whole run "
+            f"({setup}{then})")
+
+
+def failed_line(names: list[str], total: int) -> str:
+    """After the done line: which inputs failed (the first five)."""
+    return f"{total} failed: " + ", ".join(names[:5]) + (" ..." if total > 5 else "")
+
+
 class PlainProgress:
     """tqdm's calls the scheduler makes (update, set_postfix_str, close), as a plain line now and then."""
 
@@ -57,8 +86,10 @@ class PlainProgress:
         what = f"{self.desc}: " if self.desc else ""
         count = f"{self.n}/{self.total}" if self.total is not None else f"{self.n}"
         unit = {"img": "image(s)"}.get(self.unit, f"{self.unit}(s)")
-        rate = f", {self.postfix}" if self.postfix else ""
-        self._write(f"progress: {what}{count} {unit} in {now - self._t0:.0f} s{rate}")
+        elapsed = now - self._t0
+        own = f"{self.n / elapsed:.2f} {self.unit}/s" if elapsed > 0 and self.n else ""
+        rate = f", {self.postfix or own}" if self.postfix or own else ""
+        self._write(f"progress: {what}{count} {unit} in {elapsed:.0f} s{rate}")
 
     def close(self) -> None:
         pass

@@ -277,16 +277,28 @@ def store_alpha(out: np.ndarray, y0: int, x0: int, alpha: np.ndarray, depth: int
     out[y0:y0 + h, x0:x0 + w, 3] = quantize(alpha, depth)
 
 
+def written_layout(mode: str, depth: int, fmt: str) -> tuple[str, int, list[str]]:
+    """What an image of `mode` ('gray', 'rgb', 'rgba') and `depth` bits becomes in `fmt`: the written mode, depth
+    and a note for each thing the format cannot hold (decided here for the per-image line and the encoder)."""
+    notes = []
+    if depth > 8 and fmt not in DEPTH16:
+        depth = 8
+        notes.append(f"16-bit written as 8-bit ({fmt} holds 8-bit samples)")
+    if mode == "rgba" and fmt not in ALPHA:
+        mode = "rgb"
+        notes.append(f"alpha dropped ({fmt} has no alpha channel)")
+    return mode, depth, notes
+
+
 def convert_for_format(pixels: np.ndarray, fmt: str) -> tuple[np.ndarray, list[str]]:
     """Fit an output buffer to what the format can hold; returns notes for what was dropped."""
-    notes = []
-    if pixels.dtype == np.uint16 and fmt not in DEPTH16:
+    mode = "rgba" if pixels.ndim == 3 and pixels.shape[2] == 4 else "rgb"
+    _, depth, notes = written_layout(mode, 16 if pixels.dtype == np.uint16 else 8, fmt)
+    if pixels.dtype == np.uint16 and depth == 8:
         # 65535 -> 255 with rounding: 257 is the exact ratio between the two full scales.
         pixels = ((pixels.astype(np.uint32) + 128) // 257).astype(np.uint8)
-        notes.append(f"16-bit written as 8-bit ({fmt} holds 8-bit samples)")
-    if pixels.ndim == 3 and pixels.shape[2] == 4 and fmt not in ALPHA:
+    if mode == "rgba" and fmt not in ALPHA:
         pixels = pixels[:, :, :3]
-        notes.append(f"alpha dropped ({fmt} has no alpha channel)")
     return pixels, notes
 
 

@@ -33,8 +33,14 @@ class Record:
         self.status, self.reason = "failed", reason
 
     @property
+    def pictures(self) -> int:
+        """Pictures this record made: an image is one, a clip its frames."""
+        return int(self.video.get("frames", 0)) if self.job.video else 1
+
+    @property
     def out_mpix(self) -> float:
-        return self.out_size[0] * self.out_size[1] / 1e6 if self.out_size else 0.0
+        """Output megapixels written: every frame of a clip counts."""
+        return self.out_size[0] * self.out_size[1] * self.pictures / 1e6 if self.out_size else 0.0
 
     @property
     def scored(self) -> bool:
@@ -58,6 +64,10 @@ class Record:
         if self.notes:
             d["notes"] = self.notes
         return d
+
+
+def _rate(amount: float, seconds: float) -> float | None:
+    return round(amount / seconds, 3) if seconds > 0 else None
 
 
 @dataclass
@@ -104,21 +114,31 @@ class Summary:
         return c
 
     @property
+    def pictures(self) -> int:
+        """Images and video frames written."""
+        return sum(r.pictures for r in self.ok)
+
+    @property
+    def out_mpix(self) -> float:
+        return sum(r.out_mpix for r in self.ok)
+
+    @property
     def overall_images_per_s(self) -> float | None:
-        """Images per second over the whole call, setup included (what a user waits for)."""
-        return round(len(self.ok) / self.wall_s, 3) if self.wall_s > 0 else None
+        """Images (and video frames) per second over the whole call, setup included (what a user waits for)."""
+        return _rate(self.pictures, self.wall_s)
 
     @property
     def overall_mpix_per_s(self) -> float | None:
-        return round(sum(r.out_mpix for r in self.ok) / self.wall_s, 3) if self.wall_s > 0 else None
+        return _rate(self.out_mpix, self.wall_s)
 
     @property
     def images_per_s(self) -> float | None:
-        return round(len(self.ok) / self.process_s, 3) if self.process_s > 0 else None
+        """Images (and video frames) per second of processing."""
+        return _rate(self.pictures, self.process_s)
 
     @property
     def mpix_per_s(self) -> float | None:
-        return round(sum(r.out_mpix for r in self.ok) / self.process_s, 3) if self.process_s > 0 else None
+        return _rate(self.out_mpix, self.process_s)
 
     @property
     def failures(self) -> list[dict]:

@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from pipeline.sr import imageio
 from pipeline.sr.console import Console
 from pipeline.sr.imageio import ImageError
 from pipeline.sr.records import Record
@@ -83,9 +84,11 @@ class Scheduler:
         self.writing.append((item, self.writers.submit(self.worker.encode, item)))
         self.write_bytes += item.out.nbytes
         rec = item.rec
+        mode, depth, lost = imageio.written_layout(rec.mode, rec.bit_depth, rec.job.fmt)
+        layout = f"{rec.mode} {rec.bit_depth}-bit" + (f" -> {mode} {depth}-bit {rec.job.fmt}: "
+                                                      + "; ".join(lost) if lost else "")
         self.console.info(f"{rec.job.rel}: {rec.in_size[0]}x{rec.in_size[1]} -> {rec.out_size[0]}x{rec.out_size[1]} "
-                          f"(x{self.worker.scale:g}, {rec.mode} {rec.bit_depth}-bit, {rec.tiles} "
-                          f"tile{'s' if rec.tiles != 1 else ''})")
+                          f"(x{self.worker.scale:g}, {layout}, {rec.tiles} tile{'s' if rec.tiles != 1 else ''})")
 
     # -- inference ------------------------------------------------------------------------------------------
 

@@ -11,10 +11,11 @@ import contextlib
 import queue
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from pipeline.artifacts.atomic import atomic_path
+from pipeline.errors import PipelineError
 from pipeline.sr import tiling, video_io
 from pipeline.sr.console import Console
 from pipeline.sr.imageio import Image
@@ -38,6 +39,9 @@ class VideoPlan:
     width: int
     height: int
     notes: list[str]
+    drop: tuple[str, ...] = ()   # stream types left out (--audio drop)
+    unheld: list[str] = field(default_factory=list)  # copied streams the output container cannot hold
+    notes_said: bool = False  # already in the run's first line (a single clip): not repeated
 
     def describe(self, scale: float) -> str:
         i = self.info
@@ -48,9 +52,12 @@ class VideoPlan:
                 f"{self.codec} {self.pix_fmt} {quality} (x{scale:g}; {i.colour.describe()})")
 
 
-def plan(job: Job, scale: float, codec: str | None, crf: int | None) -> VideoPlan:
+def plan(job: Job, scale: float, codec: str | None, crf: int | None, audio: str = "copy") -> VideoPlan:
     """Probe the clip and decide its output; raises VideoError for a file that is no usable video."""
     info = video_io.probe(job.src)
+    drop = ("audio",) if audio == "drop" else ()
+    kept = [c for c in info.copied if c.split(":")[0] not in drop]
+    unheld = [c for c in kept if not video_io.container_holds(job.fmt, c.split(":", 1)[1])]
     chosen = codec_for(job.fmt, codec)
     pix_fmt, notes = video_io.output_pix_fmt(chosen, info)
     up_w, up_h = tiling.output_length(info.width, scale), tiling.output_length(info.height, scale)
@@ -61,17 +68,27 @@ def plan(job: Job, scale: float, codec: str | None, crf: int | None) -> VideoPla
         notes.append(f"rotation {info.rotation} deg kept as display metadata")
     if info.dropped:
         notes.append(f"not copied: {', '.join(info.dropped)}")
-    return VideoPlan(info, chosen, crf_for(chosen, crf), pix_fmt, w, h, notes)
+    if len(kept) < len(info.copied):
+        notes.append(f"audio dropped (--audio drop): {', '.join(c for c in info.copied if c not in kept)}")
+    return VideoPlan(info, chosen, crf_for(chosen, crf), pix_fmt, w, h, notes, drop, unheld)
 
 
-def plan_clips(records: list[Record], scale: float, codec: str | None, crf: int | None) -> dict[str, VideoPlan]:
-    """Each clip's plan by its name; a file that is no usable video fails here (its record) with one line."""
+def plan_clips(records: list[Record], scale: float, codec: str | None, crf: int | None,
+               audio: str = "copy") -> dict[str, VideoPlan]:
+    """Each clip's plan by its name; a file that is no usable video fails here (its record) with one line. A
+    stream the output container cannot hold is a PipelineError, before any work: the output name is the choice."""
     plans = {}
     for rec in records:
         try:
-            plans[rec.job.rel] = plan(rec.job, scale, codec, crf)
+            plans[rec.job.rel] = plan(rec.job, scale, codec, crf, audio)
         except VideoError as e:
             rec.fail(str(e))
+    for rel, vp in plans.items():
+        if vp.unheld:
+            fmt = next(r.job.fmt for r in records if r.job.rel == rel)
+            audio_hint = "; --audio drop leaves the audio out" if any(c.startswith("audio:") for c in vp.unheld) else ""
+            raise PipelineError(f"{rel}: {' and '.join(c.replace(':', ' ') for c in vp.unheld)} cannot be copied "
+                                f"into .{fmt} (write .mkv, which holds it{audio_hint})")
     return plans
 
 
@@ -176,15 +193,13 @@ class VideoRunner:
         Returns the ReadEnd and the frames upscaled."""
         pending: list[tuple[Planned, Frame]] = []
         done = 0
-        t0 = time.perf_counter()
 
         def flush() -> None:
             nonlocal done, pending
             if pending:
                 self._upscale(rec, pending, outq)
                 done += len(pending)
-                bar.update(len(pending))
-                bar.set_postfix_str(f"{done / max(time.perf_counter() - t0, 1e-9):.2f} fps", refresh=False)
+                bar.update(len(pending))  # the bar shows its own frame rate
                 pending = []
 
         while True:
@@ -206,7 +221,7 @@ class VideoRunner:
 
     def _encode(self, rec: Record, vp: VideoPlan, tmp) -> tuple[ReadEnd, int]:
         writer = video_io.Writer(tmp, rec.job.fmt, vp.codec, vp.crf, vp.info, vp.width, vp.height, vp.pix_fmt,
-                                 rec.job.src)
+                                 rec.job.src, vp.drop)
         stop = threading.Event()
         inq: queue.Queue = queue.Queue(maxsize=self.worker.batch + QUEUE_FRAMES)
         outq: queue.Queue = queue.Queue(maxsize=self.worker.batch + QUEUE_FRAMES)
@@ -249,7 +264,7 @@ class VideoRunner:
         info = vp.info
         rec.out_size, rec.bit_depth = (vp.width, vp.height), info.depth
         self.console.info(f"{rec.job.rel}: {vp.describe(self.worker.scale)}")
-        for n in vp.notes:
+        for n in [] if vp.notes_said else vp.notes:
             self.console.info(f"{rec.job.rel}: {n}")
         rec.notes.extend(vp.notes)
         try:

@@ -7,6 +7,8 @@ worker exactly as the same picture saved as a PNG would.
 """
 from __future__ import annotations
 
+import functools
+import io
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -70,6 +72,17 @@ class VideoInfo:
     codec: str
     copied: list[str] = field(default_factory=list)   # "audio:aac", ... (the streams copied)
     dropped: list[str] = field(default_factory=list)  # data/attachment streams not copied
+
+
+@functools.cache
+def _muxer_codecs(muxer: str) -> frozenset[str]:
+    with av.open(io.BytesIO(), "w", format=muxer) as out:
+        return frozenset(out.supported_codecs)
+
+
+def container_holds(container: str, codec: str) -> bool:
+    """Whether a `container` (videofmt key) output can hold a stream of `codec` copied as it is."""
+    return codec in _muxer_codecs(MUXERS[container])
 
 
 def _colour(frame: av.VideoFrame, ctx, pix_fmt: str) -> Colour:
@@ -240,10 +253,14 @@ class Writer:
     """An output clip: the upscaled video stream plus the copied streams; `close` finishes the file."""
 
     def __init__(self, path: Path, container: str, codec: str, crf: int | None, info: VideoInfo, width: int,
-                 height: int, pix_fmt: str, source: Path):
+                 height: int, pix_fmt: str, source: Path, drop: tuple[str, ...] = ()):
         self.info = info
+        self.drop = drop  # stream types left out (--audio drop)
         self.pix_fmt = pix_fmt
         self.width, self.height = width, height
+        # AVI counts frames, not time: its video ticks once a frame (1/rate), so the input's timestamps are rescaled
+        # to that (the input's own time base there reads as 600 "frames" a second).
+        self.time_base = 1 / info.rate if container == "avi" and info.rate else info.time_base
         self.out = av.open(str(path), "w", format=MUXERS[container])
         try:
             self._streams(codec, crf, source)
@@ -261,7 +278,7 @@ class Writer:
             for s in src.streams:
                 if s.index == first_video:
                     self.video = self._video_stream(codec, crf)
-                elif s.type in COPIED:
+                elif s.type in COPIED and s.type not in self.drop:
                     name = s.codec_context.name
                     if name not in supported:
                         raise VideoError(f"{s.type} stream {name} cannot be copied into {self.out.format.name} "
@@ -275,12 +292,16 @@ class Writer:
             os.environ.setdefault("SVT_LOG", "1")
         if crf is not None:
             options["crf"] = str(crf)
+        if self.time_base != info.time_base:  # AVI stores no presentation times: B-frames would decode out of order
+            options["bf"] = "0"
         v = self.out.add_stream(ENCODERS[codec], rate=info.rate, options=options)
         v.width, v.height, v.pix_fmt = self.width, self.height, self.pix_fmt
-        v.time_base = info.time_base
+        v.time_base = self.time_base
         ctx = v.codec_context
-        ctx.time_base = info.time_base
+        ctx.time_base = self.time_base
         ctx.thread_type = "AUTO"
+        if codec == "h265" and self.out.format.name in ("mp4", "mov"):
+            ctx.codec_tag = "hvc1"  # FFmpeg's default hev1 does not play in Apple's players
         rgb = av.VideoFormat(self.pix_fmt).is_rgb
         c = info.colour
         ctx.colorspace = 0 if rgb else c.matrix          # RGB storage: the matrix tag says so
@@ -302,15 +323,23 @@ class Writer:
                            src_color_range="JPEG", dst_color_range="JPEG" if c.full else "MPEG")
             f.colorspace, f.color_range = c.matrix, c.range
         f.color_primaries, f.color_trc = c.primaries, c.trc
-        f.pts, f.time_base = pts, self.info.time_base
+        f.pts, f.time_base = self._ticks(pts), self.time_base
         if duration:
-            f.duration = duration
+            f.duration = self._ticks(duration)
         for p in self.video.encode(f):
             self.out.mux(p)
 
+    def _ticks(self, t: int | None) -> int | None:
+        """An input timestamp in the output's time base."""
+        if t is None or self.time_base == self.info.time_base:
+            return t
+        return round(t * self.info.time_base / self.time_base)
+
     def packet(self, item: Packet) -> None:
-        item.packet.stream = self.copies[item.stream]
-        self.out.mux(item.packet)
+        stream = self.copies.get(item.stream)
+        if stream is not None:  # else a dropped stream's
+            item.packet.stream = stream
+            self.out.mux(item.packet)
 
     def close(self) -> None:
         """Flush the encoder and write the trailer."""

@@ -23,6 +23,8 @@ DEFAULT_CODEC = {"mkv": "ffv1", "webm": "vp9"}
 FALLBACK_CODEC = "h264"
 # Default CRF (visually lossless for upscaled footage) and the encoder's accepted range; FFV1 is lossless, no CRF.
 CRF = {"h264": (16, 0, 51), "h265": (18, 0, 51), "vp9": (20, 0, 63), "av1": (22, 1, 63)}
+# --audio: copy a clip's audio as it is, or leave it out (when the output container cannot hold it).
+AUDIO_MODES = ("copy", "drop")
 ENCODER_OPTIONS = {
     "h264": {"preset": "medium"},
     "h265": {"preset": "medium", "x265-params": "log-level=error"},
@@ -43,12 +45,17 @@ def check_codec(codec: str | None) -> str | None:
     return codec
 
 
-def check_crf(codec: str | None, crf: int | None) -> None:
-    """--crf against --codec (or, without --codec, against every codec that could be chosen)."""
+def check_crf(codec: str | None, crf: int | None, *, default_for: str | None = None) -> None:
+    """--crf against --codec (or, without --codec, against every codec that could be chosen). `default_for`: the
+    container whose default codec `codec` is (no --codec given), named in the error."""
     if crf is None:
         return
     if isinstance(crf, bool) or not isinstance(crf, int):
         raise PipelineError(f"--crf must be an integer, got {crf!r}")
+    if codec == "ffv1" and default_for:
+        lossy = ", ".join(c for c in CONTAINER_CODECS[default_for] if c != "ffv1")
+        raise PipelineError(f"--crf does not apply to .{default_for} output, which is lossless FFV1 by default: "
+                            f"drop --crf, or give a lossy --codec ({lossy})")
     if codec == "ffv1":
         raise PipelineError("--crf does not apply to --codec ffv1 (lossless)")
     if codec is not None:
