@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from pipeline.artifacts.atomic import atomic_path
+from pipeline.errors import PipelineError
 from pipeline.sr import tiling, video_io
 from pipeline.sr.console import Console
 from pipeline.sr.imageio import Image
 from pipeline.sr.jobs import Job
 from pipeline.sr.records import Record
 from pipeline.sr.video_io import Frame, Packet, ReadEnd, VideoError, VideoInfo
-from pipeline.sr.videofmt import codec_for, crf_for
+from pipeline.sr.videofmt import codec_for, crf_for, size_problem
 from pipeline.sr.worker import ImageWorker, Planned, infer_reason
 
 QUEUE_FRAMES = 2  # frames waiting on each side of inference beyond one batch
@@ -65,13 +66,18 @@ def plan(job: Job, scale: float, codec: str | None, crf: int | None) -> VideoPla
 
 
 def plan_clips(records: list[Record], scale: float, codec: str | None, crf: int | None) -> dict[str, VideoPlan]:
-    """Each clip's plan by its name; a file that is no usable video fails here (its record) with one line."""
+    """Each clip's plan by its name; a file that is no usable video fails here (its record) with one line. An
+    output the encoder cannot take (its size limits) is an argument problem: PipelineError before any work."""
     plans = {}
     for rec in records:
         try:
-            plans[rec.job.rel] = plan(rec.job, scale, codec, crf)
+            plans[rec.job.rel] = vp = plan(rec.job, scale, codec, crf)
         except VideoError as e:
             rec.fail(str(e))
+            continue
+        if problem := size_problem(vp.codec, vp.width, vp.height):
+            raise PipelineError(f"{rec.job.rel}: the output would be {vp.width}x{vp.height} but {problem}; "
+                                f"choose another --codec or --scale (nothing was written)")
     return plans
 
 
@@ -190,6 +196,8 @@ class VideoRunner:
         while True:
             item = inq.get()
             if isinstance(item, ReadEnd):
+                if item.refused:  # the clip fails whole: its partial output is not kept
+                    raise VideoError(item.refused)
                 flush()
                 return item, done
             if failed:  # the writer failed: stop early, the clip is lost anyway
