@@ -90,6 +90,24 @@ def test_bad_request_fails_alone(service):
     assert "unknown output format" in res[4]
 
 
+def test_any_exception_reading_a_request_fails_it_alone_without_server_paths(service, monkeypatch):
+    """Not-UTF-8 `format`, a `quality` that is no number, a failure the adapter met reading the tensors (its text
+    names a server path), and a pixel array over SRDEPLOY_MAX_PIXELS: each fails alone, the good ones are answered."""
+    good = {"image_bytes": np.array([[_png(_bgr(30, 30))]], dtype=object)}
+    not_utf8 = {**good, "format": np.array([[b"\xff\xfe"]], dtype=object)}
+    bad_quality = {**good, "format": np.array([[b"jpg"]], dtype=object), "quality": np.array([[b"high"]], dtype=object)}
+    adapter = OSError(2, "No such file or directory", "/opt/server/secret/model.py")
+    big = {"pixels_u8": np.zeros((1, 40, 40, 3), np.uint8)}
+    monkeypatch.setenv("SRDEPLOY_MAX_PIXELS", "1000")
+    res = service.run([good, not_utf8, bad_quality, adapter, big, good])
+    assert isinstance(res[0], dict) and isinstance(res[-1], dict)
+    assert res[1] == "format is not UTF-8 text"
+    assert res[2] == "the request could not be read (ValueError; see the server's log)"
+    assert res[3] == "the request could not be read (FileNotFoundError; see the server's log)"
+    assert res[4].startswith("pixels array is 40x40 (0 megapixels), over the limit of 1,000 pixels")
+    assert not any("/" in r for r in res[1:5])
+
+
 def test_array_inputs_are_rgb_and_batched(service):
     """pixels_u8 is RGB (HxWxC); a request of two equal-size images answers both, in order, as single requests do."""
     a, b = _bgr(24, 36, 0), _bgr(24, 36, 1)
