@@ -133,3 +133,36 @@ def test_encoder_size_limits_are_checked_before_any_work(weights, tmp_path, caps
     assert err.strip().splitlines() == [f"error: c.mkv: {needle}; choose another --codec or --scale "
                                         "(nothing was written)"]
     assert not (tmp_path / out).exists() and not list(tmp_path.glob(".*.part"))
+
+
+def test_five_hundred_attachments_make_a_short_first_line(weights, tmp_path, capsys):
+    import av
+
+    base = make_clip(tmp_path / "base.mkv", "ffv1", 16, 12, 2, 10)
+    clip = tmp_path / "fonts.mkv"
+    with av.open(str(base)) as src, av.open(str(clip), "w") as out:
+        v = out.add_stream_from_template(src.streams.video[0])
+        for i in range(500):
+            out.add_attachment(f"font{i}.ttf", "font/ttf", b"x" * 10)
+        for p in src.demux(src.streams.video[0]):
+            if p.size:
+                p.stream = v
+                out.mux(p)
+    _, err = _sr(capsys, weights, clip, tmp_path / "out.mkv")  # the outcome is not the point
+    first = err.splitlines()[0]
+    assert "not copied: attachment:? x500 -> " in first and len(first) < 400, first
+
+
+def test_failed_videos_are_counted_as_videos_and_our_refusals_keep_their_words(weights, tmp_path, capsys):
+    from pipeline.sr.imageio import ImageError
+    from pipeline.sr.worker import infer_reason
+
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "notes.mp4").write_text("not a video")
+    (src / "bad.png").write_bytes(b"\x89PNG\r\n\x1a\nbroken")
+    code, err = _sr(capsys, weights, src, tmp_path / "out")
+    assert code == 1, err
+    assert "1 image(s) and 1 video(s) failed: bad.png, notes.mp4" in err
+    assert infer_reason(ImageError("output 9x9 needs 1.0 GiB, more than half the free memory")) == \
+        "output 9x9 needs 1.0 GiB, more than half the free memory"

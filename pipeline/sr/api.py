@@ -72,9 +72,16 @@ def say_triage(records: list[Record], failures: list[str], console: Console) -> 
     """After the first line: the jobs failed up front, and how many were skipped."""
     for line in failures:
         console.always(line)
-    skipped = sum(r.status == "skipped" for r in records)
+    skipped = [r for r in records if r.status == "skipped"]
     if skipped:
-        console.info(f"skipping {skipped} image(s) whose output exists")
+        console.info(f"skipping {_kinds(skipped)} whose output exists")
+
+
+def _kinds(records: list[Record]) -> str:
+    """'3 image(s)', '1 video(s)' or '2 image(s) and 1 video(s)': what these records are."""
+    videos = sum(r.job.video for r in records)
+    counts = ((len(records) - videos, "image"), (videos, "video"))
+    return " and ".join(f"{n} {kind}(s)" for n, kind in counts if n) or "0 image(s)"
 
 
 def report_run(summary: Summary, reference, console: Console) -> None:
@@ -95,7 +102,7 @@ def report_run(summary: Summary, reference, console: Console) -> None:
                  f"whole run (setup {summary.setup_s:.1f} s, then {summary.images_per_s} images/s)")
     failed = summary.failed
     if failed:
-        console.always(f"{len(failed)} image(s) failed: " + ", ".join(r.job.rel for r in failed[:5])
+        console.always(f"{_kinds(failed)} failed: " + ", ".join(r.job.rel for r in failed[:5])
                        + (" ..." if len(failed) > 5 else ""))
 
 

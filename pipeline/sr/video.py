@@ -11,6 +11,7 @@ import contextlib
 import queue
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -61,8 +62,16 @@ def plan(job: Job, scale: float, codec: str | None, crf: int | None) -> VideoPla
     if info.rotation:
         notes.append(f"rotation {info.rotation} deg kept as display metadata")
     if info.dropped:
-        notes.append(f"not copied: {', '.join(info.dropped)}")
+        notes.append(f"not copied: {_tally(info.dropped)}")
     return VideoPlan(info, chosen, crf_for(chosen, crf), pix_fmt, w, h, notes)
+
+
+def _tally(streams: list[str], shown: int = 4) -> str:
+    """'attachment:ttf x500, data:bin_data' for a list of stream kinds: a line's worth, whatever their number."""
+    counts = Counter(streams)
+    parts = [f"{k} x{n}" if n > 1 else k for k, n in counts.most_common(shown)]
+    more = len(counts) - shown
+    return ", ".join(parts) + (f" and {more} more kinds" if more > 0 else "")
 
 
 def plan_clips(records: list[Record], scale: float, codec: str | None, crf: int | None) -> dict[str, VideoPlan]:
