@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pipeline.errors import PipelineError
 
+NAME_MAX = 255  # bytes in one path component (Linux, macOS)
 _SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 
 
@@ -35,6 +36,9 @@ def safe_component(name: str, what: str) -> str:
     problem = component_problem(name)
     if problem is None and not name.isprintable():
         problem = "contains control characters"
+    if problem is None and len(name.encode("utf-8", "surrogatepass")) > NAME_MAX:
+        problem = f"is longer than a file name may be ({NAME_MAX} bytes of UTF-8)"
+        name = name[:40] + "..."
     if problem:
         raise PipelineError(f"{what} {name!r} {problem}: give a plain name (one path component)")
     return name
