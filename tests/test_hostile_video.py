@@ -166,3 +166,79 @@ def test_failed_videos_are_counted_as_videos_and_our_refusals_keep_their_words(w
     assert "1 image(s) and 1 video(s) failed: bad.png, notes.mp4" in err
     assert infer_reason(ImageError("output 9x9 needs 1.0 GiB, more than half the free memory")) == \
         "output 9x9 needs 1.0 GiB, more than half the free memory"
+
+
+def test_summary_never_replaces_an_output_and_its_write_failure_is_one_line(weights, tmp_path, capsys):
+    from pipeline import backends
+    from pipeline.errors import PipelineError
+    from pipeline.sr import upscale
+
+    src = tmp_path / "in"
+    src.mkdir()
+    make_clip(src / "v.mkv", "ffv1", 16, 12, 2, 10)
+    code, err = _sr(capsys, weights, src, tmp_path / "out", "--summary", tmp_path / "out" / "v.mkv")
+    assert code == 2 and err.strip().splitlines() == [
+        f"error: --summary {tmp_path / 'out' / 'v.mkv'} is the output of v.mkv; give another file (the summary "
+        "never replaces a result)"]
+    assert not (tmp_path / "out").exists()
+
+    class FolderBecomesFile(backends.Backend):  # a real backend; the summary's folder is replaced mid-run
+        name, device, precision, model_name = "torch", "cpu", "fp32", "srcnn"
+
+        def __init__(self, real):
+            self.real, self.spec = real, real.spec
+
+        @classmethod
+        def status(cls, spec, precision, **_):
+            return cls.ok("a test's wrapper")
+
+        def load(self):
+            return self
+
+        def infer(self, batch, scale):
+            if (tmp_path / "sums").is_dir():
+                (tmp_path / "sums").rmdir()
+                (tmp_path / "sums").write_text("now a file")
+            return self.real.infer(batch, scale)
+
+        def describe(self):
+            return "torch"
+
+    (tmp_path / "sums").mkdir()
+    real = backends.create("torch", "srcnn", "fp32", **({"weights": weights} if weights else {}))
+    with pytest.raises(PipelineError, match=r"^cannot write --summary .*sums/s\.json: .* \(the outputs are written; "
+                                            r"1 ok\)$"):
+        upscale(src, tmp_path / "out2", scale=2, backend=FolderBecomesFile(real), progress=False,
+                summary=tmp_path / "sums" / "s.json")
+    assert (tmp_path / "out2" / "v.mkv").is_file()
+
+
+def test_sigterm_stops_like_ctrl_c_and_a_killed_runs_temp_files_are_removed(weights, tmp_path):
+    import signal
+    import time
+
+    src = tmp_path / "in"
+    src.mkdir()
+    make_clip(src / "a.mkv", "ffv1", 16, 12, 2, 10)
+    make_clip(src / "long.mkv", "ffv1", 96, 64, 400, 10)
+    out = tmp_path / "out"
+    w = ["--weights", weights] if weights else []
+    cmd = [sys.executable, "-m", "pipeline", "sr", str(src), str(out), "--model", "srcnn", "--scale", "2",
+           "--backend", "torch", "--threads", "1", "--summary", str(tmp_path / "s.json"), *w]
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.monotonic() + 240
+        while not list(out.glob(".long.mkv.*.part")) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+        if sig == signal.SIGTERM:
+            assert proc.returncode == 143, err
+            assert "1 file(s) written (complete), 1 not done, summary in" in err and "--skip-existing" in err, err
+            assert err.strip().splitlines()[-1] == "terminated"
+            assert not list(out.glob("*.part")) and (tmp_path / "s.json").is_file()
+    assert proc.returncode == -signal.SIGKILL and len(list(out.glob(".long.mkv.*.part"))) == 1  # left by the kill
+    run = subprocess.run([*cmd, "--skip-existing"], capture_output=True, text=True, env=env, timeout=600)
+    assert "removed 1 temp file(s) a killed earlier run left beside its outputs" in run.stderr, run.stderr
+    assert not list(out.glob("*.part"))

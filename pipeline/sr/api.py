@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipeline import backends
-from pipeline.artifacts.atomic import atomic_write
+from pipeline.artifacts.atomic import atomic_write, remove_stale_parts
 from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import onnx_metadata
 from pipeline.backends.base import check_precision
@@ -106,6 +106,15 @@ def report_run(summary: Summary, reference, console: Console) -> None:
                        + (" ..." if len(failed) > 5 else ""))
 
 
+def write_summary(path: Path, result: Summary) -> None:
+    """--summary at the end of the run; a failure to write it is one line (the outputs are already written)."""
+    try:
+        atomic_write(path, json.dumps(result.to_dict(), indent=2) + "\n")
+    except OSError as e:
+        raise PipelineError(f"cannot write --summary {path}: {e.strerror or e} (the outputs are written; "
+                            f"{result.counts['ok']} ok)") from None
+
+
 def upscale(input: str | Path, output: str | Path, *, model: str | None = None, scale: float | None = None,
             backend: str | backends.Backend = "auto", precision: str = "fp32", onnx=None, engine=None, weights=None,
             threads: int | None = None, fmt: str | None = None, jpeg_quality: int = 95, tile: int | None = None,
@@ -160,6 +169,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     counts = [(len(found.jobs) - videos, "image"), (videos, "video")]
     what = ", ".join(f"{n} {kind}{'s' if n != 1 else ''}" for n, kind in counts if n) or "0 images"
     records, todo, failures = triage(found, skip_existing)
+    stale = remove_stale_parts([r.job.dst for r in todo])
     clips = [r for r in todo if r.job.video]
     if clips:  # PyAV loads only for runs with videos
         from pipeline.sr.video import VideoRunner, plan_clips
@@ -171,6 +181,8 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
                             what, output, overwrites))
     console.detail(f"backend: {loaded.describe()}; why: {choice}")
     say_triage(records, failures, console)
+    if stale:
+        console.info(f"removed {stale} temp file(s) a killed earlier run left beside its outputs")
     if found.ignored:
         console.info(f"ignored {len(found.ignored)} file(s) without an image or video extension "
                      f"(e.g. {found.ignored[0]})")
@@ -180,28 +192,28 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     console.detail(f"tiles: {worker.tile or 'whole images'} LR px, {worker.margin} HR px of context; batch "
                    f"{worker.batch}; {workers} decode/encode worker(s)")
     setup_s = time.perf_counter() - t_start
-    interrupted = False
+    interrupted: KeyboardInterrupt | None = None  # Ctrl-C, or SIGTERM (the CLI raises its subclass)
     images = [r for r in todo if not r.job.video]
     try:
         process_s = Scheduler(worker, console, workers).run(images) if images or not clips else 0.0
         if clips:
             process_s += VideoRunner(worker, console).run_all(clips, plans)
-    except KeyboardInterrupt:
-        interrupted, process_s = True, time.perf_counter() - t_start - setup_s
+    except KeyboardInterrupt as stop:
+        interrupted, process_s = stop, time.perf_counter() - t_start - setup_s
 
     result = Summary(model=spec.name, scale=scale, backend=loaded.describe(), backend_choice=choice,
                      input=str(input), output=str(output), tile=worker.tile, tile_margin_hr=worker.margin,
                      batch=worker.batch, workers=workers, records=records, ignored=found.ignored,
                      wall_s=time.perf_counter() - t_start, process_s=process_s, setup_s=setup_s,
-                     interrupted=interrupted)
+                     interrupted=interrupted is not None)
     if summary is not None:
-        atomic_write(Path(summary), json.dumps(result.to_dict(), indent=2) + "\n")
-    if interrupted:
+        write_summary(Path(summary), result)
+    if interrupted is not None:
         c = result.counts
         console.always(f"interrupted: {c['ok']} file(s) written (complete), {c['not_done']} not done"
                        + (f", summary in {summary}" if summary is not None else "")
                        + "; to finish, run the same command again with --skip-existing")
-        raise KeyboardInterrupt
+        raise interrupted
     report_run(result, reference, console)
     if result.reference:  # one scored image's crops side by side, beside OUTPUT; metrics import only with --reference
         from pipeline.analysis import sheet
