@@ -10,6 +10,7 @@ import pytest
 from skimage import data
 
 from pipeline.cli import main
+from pipeline.errors import PipelineError
 from pipeline.export.cached import onnx_for
 from pipeline.serve.sr_service import SrService
 from pipeline.serve.tensors import OUTPUTS, array_from_output, output_from_array
@@ -215,3 +216,15 @@ def test_served_bench_summary_and_table():
     assert res["triton"][2]["vs_local"] == 0.5
     table = "\n".join(triton_markdown(res))
     assert "| Triton, 1 client(s) | 4.0 | 2.50 | 4.0 | 2.00x |" in table and "| local folder run |" in table
+
+
+def test_serve_host_names_are_resolved_for_tritonserver(tmp_path):
+    """tritonserver binds 255.255.255.255 for `localhost` (and fails minutes later): the name becomes its address."""
+    from pipeline.serve.server import plan_server
+
+    (tmp_path / "repo" / "m").mkdir(parents=True)
+    (tmp_path / "repo" / "m" / "config.pbtxt").write_text('name: "m"\nbackend: "python"\n')
+    cmd = plan_server(tmp_path / "repo", binary=Path("/bin/true"), host="localhost").command
+    assert cmd[cmd.index("--http-address") + 1] == cmd[cmd.index("--grpc-address") + 1] == "127.0.0.1"
+    with pytest.raises(PipelineError, match=r"^--host 'no-such-host.invalid' is not an address and does not resolve"):
+        plan_server(tmp_path / "repo", binary=Path("/bin/true"), host="no-such-host.invalid")
