@@ -6,6 +6,8 @@ The request interface is pipeline.serve.tensors. One request's problem (a corrup
 scale out of range) is that request's error; the others in the batch are answered."""
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import logging
 import time
@@ -88,8 +90,11 @@ class SrService:
         where = {"engine": model_file} if self.is_engine else {"onnx": model_file}
         self.spec = resolve(None, **where)
         opts = {**where, **({"threads": threads} if threads else {})}
-        if device is not None and "device" in backend_class(backend).OPTIONS:  # the GPU Triton gave this instance
+        options = backend_class(backend).OPTIONS
+        if device is not None and "device" in options:  # the GPU Triton gave this instance
             opts["device"] = device
+        if "shrink_arena" in options:  # a server idles between requests: memory a large one took goes back
+            opts["shrink_arena"] = True
         self.backend = backends.create(backend, None, "fp32" if not self.is_engine else _engine_precision(model_file),
                                        **opts)
         self.max_batch = max(1, max_batch)
@@ -238,7 +243,16 @@ class SrService:
             except Exception as e:  # an encoder failure on one request
                 results[it.request] = f"{type(e).__name__}: {first_line(e)}" if not isinstance(e, ImageError) \
                     else str(e)
-        return [res if isinstance(res, str) else stack(res) for res in results]
+        answers = [res if isinstance(res, str) else stack(res) for res in results]
+        del items
+        _give_back_heap()
+        return answers
+
+
+def _give_back_heap() -> None:
+    """Return the heap's free pages to the system (glibc keeps freed large blocks mapped otherwise)."""
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to do
+        ctypes.CDLL(None).malloc_trim(0)
 
 
 def stack(answers: list[dict]) -> dict | str:
