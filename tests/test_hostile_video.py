@@ -81,7 +81,7 @@ def test_pixel_limit_holds_for_the_stream_header(weights, tmp_path, capsys, monk
     monkeypatch.setenv(MAX_PIXELS_ENV, "1000")
     code, err = _sr(capsys, weights, src, tmp_path / "out")
     assert code == 1, err
-    assert _failed(err)["big.mp4"].startswith("video is 64x48 (0 megapixels), over the limit of 1,000 pixels")
+    assert _failed(err)["big.mp4"].startswith("video is 64x48 (0.0031 megapixels), over the limit of 1,000 pixels")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["small.mkv"]
 
 

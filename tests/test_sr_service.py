@@ -105,7 +105,7 @@ def test_any_exception_reading_a_request_fails_it_alone_without_server_paths(ser
     assert res[1] == "format is not UTF-8 text"
     assert res[2] == "the request could not be read (ValueError; see the server's log)"
     assert res[3] == "the request could not be read (FileNotFoundError; see the server's log)"
-    assert res[4].startswith("pixels array is 40x40 (0 megapixels), over the limit of 1,000 pixels")
+    assert res[4].startswith("pixels array is 40x40 (0.0016 megapixels), over the limit of 1,000 pixels")
     assert not any("/" in r for r in res[1:5])
 
 

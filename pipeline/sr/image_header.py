@@ -152,9 +152,11 @@ def check_header(data: bytes) -> tuple[str, int, int]:
 
 
 def over_limit(w: int, h: int, what: str) -> str | None:
-    """The one-line refusal of a w x h picture over max_pixels() (`what`: "image", "video frame"), or None."""
+    """The one-line refusal of a w x h picture over max_pixels() (`what`: "image", "video", "frame 7", ...), or
+    None. HeaderError for a bad SRDEPLOY_MAX_PIXELS."""
     limit = max_pixels()
     if w * h <= limit:
         return None
-    return (f"{what} is {w}x{h} ({w * h / 1e6:.0f} megapixels), over the limit of {limit:,} pixels that guards "
+    mp = f"{w * h / 1e6:.0f}" if w * h >= 1e6 else f"{w * h / 1e6:.2g}"
+    return (f"{what} is {w}x{h} ({mp} megapixels), over the limit of {limit:,} pixels that guards "
             f"against decompression bombs; if you mean it, raise the limit with {MAX_PIXELS_ENV}={w * h}")

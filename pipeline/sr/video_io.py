@@ -19,7 +19,7 @@ import av
 import numpy as np
 
 from pipeline.errors import first_line
-from pipeline.sr.image_header import max_pixels, over_limit
+from pipeline.sr.image_header import HeaderError, max_pixels, over_limit
 from pipeline.sr.videofmt import DEMUXER_NAMES, DEMUXERS, ENCODER_OPTIONS, ENCODERS, MUXERS, video_format
 
 COPIED = ("audio", "subtitle")  # stream types copied packet by packet
@@ -53,7 +53,10 @@ def open_input(path: Path) -> av.container.InputContainer:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise VideoError("not a regular file (a FIFO, socket or device); only regular files are read")
-        limit = str(max_pixels())
+        try:
+            limit = str(max_pixels())
+        except HeaderError as e:  # a bad SRDEPLOY_MAX_PIXELS
+            raise VideoError(str(e)) from None
         options = {"format_whitelist": demuxer, "protocol_whitelist": "file", "max_pixels": limit}
         try:
             container = av.open(f"/proc/self/fd/{fd}", options=options)
