@@ -107,7 +107,10 @@ def test_a_frame_over_the_limit_mid_clip_is_never_converted(weights, tmp_path, c
     monkeypatch.setenv(MAX_PIXELS_ENV, "10000")
     code, err = _sr(capsys, weights, src, tmp_path / "out")
     assert code == 1, err
-    assert _failed(err)["bomb.mov"].startswith("damaged or truncated video: upscaled the 2 of 4 frames")
+    line = _failed(err)["bomb.mov"]
+    assert line.startswith("damaged or truncated video: upscaled the 2 of 4 frames"), line
+    assert (": Invalid argument (the decoder refuses a frame over the pixel limit of 10,000 this way; "
+            "SRDEPLOY_MAX_PIXELS raises it)") in line, line
 
 
 def test_alpha_is_kept_in_ffv1_and_said_dropped_elsewhere(weights, tmp_path, capsys):

@@ -19,7 +19,7 @@ import av
 import numpy as np
 
 from pipeline.errors import first_line
-from pipeline.sr.image_header import HeaderError, max_pixels, over_limit
+from pipeline.sr.image_header import MAX_PIXELS_ENV, HeaderError, max_pixels, over_limit
 from pipeline.sr.videofmt import DEMUXER_NAMES, DEMUXERS, ENCODER_OPTIONS, ENCODERS, MUXERS, video_format
 
 COPIED = ("audio", "subtitle")  # stream types copied packet by packet
@@ -225,6 +225,14 @@ class ReadEnd:
     refused: str | None = None  # a frame the clip cannot take (over the pixel limit, another size): it fails whole
 
 
+def _decode_reason(e: av.FFmpegError) -> str:
+    """A packet the decoder refused; EINVAL (not INVALIDDATA, damage's code) is how max_pixels refuses a frame."""
+    if e.errno != errno.EINVAL:
+        return reason(e)
+    return (f"{reason(e)} (the decoder refuses a frame over the pixel limit of {max_pixels():,} this way; "
+            f"{MAX_PIXELS_ENV} raises it)")
+
+
 def read(path: Path, info: VideoInfo) -> Iterator[Packet | Frame | ReadEnd]:
     """The clip's frames (as pixels) and copied packets in file order, then a ReadEnd. A damaged packet is
     skipped and counted (the frames after it still come); a container that ends early ends the frames. A frame
@@ -258,7 +266,7 @@ def read(path: Path, info: VideoInfo) -> Iterator[Packet | Frame | ReadEnd]:
             try:
                 frames = packet.decode()
             except av.FFmpegError as e:
-                errors.append(reason(e))
+                errors.append(_decode_reason(e))
                 continue
             for f in frames:
                 n += 1
