@@ -5,9 +5,17 @@ class PipelineError(RuntimeError):
     """A user-facing failure: bad input, missing dependency, stale artifact. Message is one line."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread by the CLI's handler: a run stops as it does on Ctrl-C (exit 143)."""
+
+
 class ReportedInterrupt(KeyboardInterrupt):
-    """Ctrl-C (or SIGTERM) after the command already said what was kept and how to resume: the CLI exits 130
-    without a second 'interrupted' line."""
+    """Ctrl-C (or SIGTERM) after the stage already said what was kept and how to resume: the CLI exits with the
+    signal's code (130, 143) without a second line."""
+
+    def __init__(self, cause: KeyboardInterrupt):
+        super().__init__()
+        self.terminated = isinstance(cause, Terminated)
 
 
 def first_line(e: BaseException) -> str:

@@ -324,6 +324,44 @@ def test_triton_ort_copies_external_data(capsys, place):
     ort.InferenceSession(str(version / "model.onnx"), providers=["CPUExecutionProvider"])  # loads as Triton would
 
 
+def test_triton_copies_what_it_checked_even_if_a_link_is_swapped_in(capsys, place, monkeypatch):
+    """The race of issue 27: external data checked, then swapped for a link to a file outside the folder before the
+    copy (here, deterministically, right after the last check). The copy opens without following links: one line,
+    exit 2, the outside file never reaches the repository."""
+    from pipeline.serve import triton_repo
+
+    _externalise(place, "weights.bin", data=b"")
+    checked = triton_repo._check_ort_loads
+
+    def check_then_swap(onnx_file):
+        checked(onnx_file)
+        (place["dir"] / "weights.bin").unlink()
+        (place["dir"] / "weights.bin").symlink_to(place["outside"] / "canary.txt")
+
+    monkeypatch.setattr(triton_repo, "_check_ort_loads", check_then_swap)
+    code, err = _cli(capsys, _command("triton", place))
+    assert code == 2, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "weights.bin" in last and "link" in last, err
+    assert not [p for p in place["out"].rglob("*") if p.is_file() and p.read_bytes() == b"canary"]
+
+
+def test_open_inside_never_follows_a_link_even_one_leading_inside(tmp_path):
+    """The open itself refuses links (O_NOFOLLOW on every component), so a swap after any name check is caught."""
+    from pipeline.artifacts.confine import open_inside
+    from pipeline.errors import PipelineError
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "data.bin").write_bytes(b"data")
+    (tmp_path / "link.bin").symlink_to(tmp_path / "sub" / "data.bin")
+    (tmp_path / "linkdir").symlink_to(tmp_path / "sub")
+    with os.fdopen(open_inside(tmp_path, "sub/data.bin"), "rb") as f:
+        assert f.read() == b"data"
+    for rel in ("link.bin", "linkdir/data.bin"):
+        with pytest.raises(PipelineError, match="without following a link"):
+            open_inside(tmp_path, rel)
+
+
 def test_sr_on_ray_runs_the_same_onnx_check_before_any_cluster(place):
     """The Ray path's argument checks (pipeline.cluster.unit) refuse the file before Ray is imported or started."""
     import argparse

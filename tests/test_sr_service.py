@@ -10,6 +10,7 @@ import pytest
 from skimage import data
 
 from pipeline.cli import main
+from pipeline.errors import PipelineError
 from pipeline.export.cached import onnx_for
 from pipeline.serve.sr_service import SrService
 from pipeline.serve.tensors import OUTPUTS, array_from_output, output_from_array
@@ -88,6 +89,24 @@ def test_bad_request_fails_alone(service):
     assert "scale" in res[2] and "9" in res[2]
     assert "exactly one of" in res[3]
     assert "unknown output format" in res[4]
+
+
+def test_any_exception_reading_a_request_fails_it_alone_without_server_paths(service, monkeypatch):
+    """Not-UTF-8 `format`, a `quality` that is no number, a failure the adapter met reading the tensors (its text
+    names a server path), and a pixel array over SRDEPLOY_MAX_PIXELS: each fails alone, the good ones are answered."""
+    good = {"image_bytes": np.array([[_png(_bgr(30, 30))]], dtype=object)}
+    not_utf8 = {**good, "format": np.array([[b"\xff\xfe"]], dtype=object)}
+    bad_quality = {**good, "format": np.array([[b"jpg"]], dtype=object), "quality": np.array([[b"high"]], dtype=object)}
+    adapter = OSError(2, "No such file or directory", "/opt/server/secret/model.py")
+    big = {"pixels_u8": np.zeros((1, 40, 40, 3), np.uint8)}
+    monkeypatch.setenv("SRDEPLOY_MAX_PIXELS", "1000")
+    res = service.run([good, not_utf8, bad_quality, adapter, big, good])
+    assert isinstance(res[0], dict) and isinstance(res[-1], dict)
+    assert res[1] == "format is not UTF-8 text"
+    assert res[2] == "the request could not be read (ValueError; see the server's log)"
+    assert res[3] == "the request could not be read (FileNotFoundError; see the server's log)"
+    assert res[4].startswith("pixels array is 40x40 (0.0016 megapixels), over the limit of 1,000 pixels")
+    assert not any("/" in r for r in res[1:5])
 
 
 def test_array_inputs_are_rgb_and_batched(service):
@@ -197,3 +216,31 @@ def test_served_bench_summary_and_table():
     assert res["triton"][2]["vs_local"] == 0.5
     table = "\n".join(triton_markdown(res))
     assert "| Triton, 1 client(s) | 4.0 | 2.50 | 4.0 | 2.00x |" in table and "| local folder run |" in table
+
+
+def test_serve_host_names_are_resolved_for_tritonserver(tmp_path):
+    """tritonserver binds 255.255.255.255 for `localhost` (and fails minutes later): the name becomes its address."""
+    from pipeline.serve.server import plan_server
+
+    (tmp_path / "repo" / "m").mkdir(parents=True)
+    (tmp_path / "repo" / "m" / "config.pbtxt").write_text('name: "m"\nbackend: "python"\n')
+    cmd = plan_server(tmp_path / "repo", binary=Path("/bin/true"), host="localhost").command
+    assert cmd[cmd.index("--http-address") + 1] == cmd[cmd.index("--grpc-address") + 1] == "127.0.0.1"
+    with pytest.raises(PipelineError, match=r"^--host 'no-such-host.invalid' is not an address and does not resolve"):
+        plan_server(tmp_path / "repo", binary=Path("/bin/true"), host="no-such-host.invalid")
+
+
+def test_memory_a_large_request_took_goes_back(service):
+    """The served model idles between requests: what a 0.5 MP x3 request grew the process by is given back (ONNX
+    Runtime's arena shrinks after each run, the heap is trimmed); it held over 1 GB before."""
+    import psutil
+
+    proc = psutil.Process()
+    service.run([{"pixels_u8": np.zeros((1, 16, 16, 3), np.uint8)}])
+    before = proc.memory_info().rss
+    img = np.random.default_rng(0).integers(0, 255, (1, 700, 700, 3), np.uint8)
+    (answer,) = service.run([{"pixels_u8": img}])
+    assert answer["output_u8"].shape == (1, 2100, 2100, 3)
+    del answer
+    grew = proc.memory_info().rss - before
+    assert grew < 300 << 20, f"{grew >> 20} MiB still held"

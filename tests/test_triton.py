@@ -178,6 +178,22 @@ def test_bad_arguments_are_one_line(tmp_path, capsys, args, msg):
     assert not (tmp_path / "r").exists()
 
 
+def test_names_beyond_ascii_are_written_as_utf8_and_overlong_names_are_one_line(tmp_path, capsys):
+    repo = tmp_path / "repo"
+    name = "sr\U0001F600x"
+    assert main(["triton", "--model", "srcnn", "--output", str(repo), "--backend", "ort", "--name", name,
+                 "--sr-name", "none"]) == 0
+    text = (repo / name / "config.pbtxt").read_text(encoding="utf-8")
+    assert f'name: "{name}"' in text and "\\ud83d" not in text
+    assert _parse(repo, name).name == name
+    long = "m" * 300
+    assert main(["triton", "--model", "srcnn", "--output", str(tmp_path / "r2"), "--backend", "ort",
+                 "--name", long]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --name 'mmmm") and "longer than a file name may be (255 bytes" in err
+    assert "\n" not in err and "OSError" not in err and not (tmp_path / "r2").exists()
+
+
 def test_engine_refused_for_wrong_plugin_model_or_precision(tmp_path, plugin, capsys):
     engine = _engine(tmp_path, "srcnn", [Profile()], plugin, io={"inputs": ["input", "size"]})
     other = tmp_path / "other.so"

@@ -249,6 +249,34 @@ print(json.dumps(out))
         assert np.array_equal(got, cv2.imread(str(local / "a.png")))
 
 
+def test_a_malformed_request_fails_alone_in_its_batch(server, tmp_path):
+    """Seven requests at once (the dynamic batcher gathers them): one `format` that is not UTF-8 fails alone with a
+    line that names no server path; the six good ones are answered."""
+    img = tmp_path / "a.png"
+    cv2.imwrite(str(img), np.full((24, 24, 3), 120, np.uint8))
+    code = f"""
+import json, numpy as np, tritonclient.grpc as tg
+from concurrent.futures import ThreadPoolExecutor
+c = tg.InferenceServerClient("127.0.0.1:8001")
+png = np.array([[open("{img}", "rb").read()]], dtype=object)
+def ask(i):
+    fmt = np.array([[b"\\xff\\xfe" if i == 3 else b"png"]], dtype=object)
+    inputs = [tg.InferInput("image_bytes", [1, 1], "BYTES"), tg.InferInput("format", [1, 1], "BYTES")]
+    inputs[0].set_data_from_numpy(png)
+    inputs[1].set_data_from_numpy(fmt)
+    try:
+        c.infer("sr", inputs, outputs=[tg.InferRequestedOutput("output_bytes")])
+        return str(i), "ok"
+    except Exception as e:
+        return str(i), e.message() if hasattr(e, "message") else repr(e)
+with ThreadPoolExecutor(7) as pool:
+    print(json.dumps(dict(pool.map(ask, range(7)))))
+"""
+    res = json.loads(server.python(code).strip().splitlines()[-1])
+    assert res.pop("3") == "format is not UTF-8 text"
+    assert res == {str(i): "ok" for i in (0, 1, 2, 4, 5, 6)}
+
+
 def test_two_clients_at_once(server, images, local, tmp_path):
     procs = [server.start_sr([images, tmp_path / f"out{i}", "--triton", url, "--concurrency", "2", "--quiet"])
              for i, url in enumerate((HTTP, GRPC))]

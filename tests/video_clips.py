@@ -113,3 +113,26 @@ def subtitle_packets(path: Path) -> list[tuple[bytes, float]]:
 def layout(path: Path) -> list[str]:
     with av.open(str(path)) as c:
         return [f"{s.type}:{s.codec_context.name}" for s in c.streams]
+
+
+def make_png_mov(path: Path, sizes: list[tuple[int, int]], pix_fmt: str = "rgb24", alpha: int | None = None) -> Path:
+    """A MOV of PNG frames, frame i at sizes[i] (its header says the first): each PNG packet is a whole picture of
+    its own size, as a hostile or spliced file may hold. alpha: an alpha value for every pixel (pix_fmt rgba)."""
+    out = av.open(str(path), "w", format="mov")
+    tb = Fraction(1, 10)
+    v = out.add_stream("png", rate=10)
+    v.width, v.height, v.pix_fmt = *sizes[0], pix_fmt
+    v.time_base = v.codec_context.time_base = tb
+    for i, (w, h) in enumerate(sizes):
+        enc = v.codec_context if (w, h) == sizes[0] else av.CodecContext.create("png", "w")
+        if enc is not v.codec_context:
+            enc.width, enc.height, enc.pix_fmt, enc.time_base = w, h, pix_fmt, tb
+        rgb = pattern(i, w, h)
+        pixels = np.dstack([rgb, np.full((h, w), alpha, np.uint8)]) if alpha is not None else rgb
+        f = av.VideoFrame.from_ndarray(pixels, format="rgba" if alpha is not None else "rgb24").reformat(format=pix_fmt)
+        f.pts, f.time_base = i, tb
+        for p in enc.encode(f):
+            p.stream, p.pts, p.dts = v, i, i
+            out.mux(p)
+    out.close()
+    return path

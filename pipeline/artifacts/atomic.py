@@ -2,11 +2,45 @@
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+_PART = ".{name}.{pid}-{tid}.part"  # atomic_path's temp name: the writer's process and thread
+_PART_RE = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)-\d+\.part")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def remove_stale_parts(paths: list[Path]) -> int:
+    """Remove the temp files atomic_path left beside these outputs when its process was killed (SIGKILL, power
+    loss: no `finally` ran); a temp file of a process still running is left alone. Returns how many went."""
+    wanted: dict[Path, set[str]] = {}
+    for p in paths:
+        wanted.setdefault(Path(p).parent, set()).add(Path(p).name)
+    removed = 0
+    for folder, names in wanted.items():
+        try:
+            entries = [e for e in os.scandir(folder) if e.name.endswith(".part") and e.is_file(follow_symlinks=False)]
+        except OSError:  # not made yet
+            continue
+        for e in entries:
+            m = _PART_RE.fullmatch(e.name)
+            if m and m["name"] in names and int(m["pid"]) != os.getpid() and not _alive(int(m["pid"])):
+                Path(e.path).unlink(missing_ok=True)
+                removed += 1
+    return removed
 
 
 @contextmanager
@@ -16,7 +50,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     thread, and the file gets the usual umask-derived mode (mkstemp's would be 0600)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{os.getpid()}-{threading.get_ident()}.part"
+    tmp = path.parent / _PART.format(name=path.name, pid=os.getpid(), tid=threading.get_ident())
     try:
         yield tmp
         os.replace(tmp, path)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pipeline.errors import PipelineError
 
+NAME_MAX = 255  # bytes in one path component (Linux, macOS)
 _SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 
 
@@ -35,6 +36,9 @@ def safe_component(name: str, what: str) -> str:
     problem = component_problem(name)
     if problem is None and not name.isprintable():
         problem = "contains control characters"
+    if problem is None and len(name.encode("utf-8", "surrogatepass")) > NAME_MAX:
+        problem = f"is longer than a file name may be ({NAME_MAX} bytes of UTF-8)"
+        name = name[:40] + "..."
     if problem:
         raise PipelineError(f"{what} {name!r} {problem}: give a plain name (one path component)")
     return name
@@ -95,3 +99,45 @@ def inside_problem(path: Path, folder: Path) -> str | None:
     if real != root and root not in real.parents:
         return "leads outside the folder through a link"
     return None
+
+
+def open_inside(folder: Path, rel: str | Path) -> int:
+    """A read-only descriptor of the regular file `rel` inside `folder`, opened component by component without
+    following any link (O_NOFOLLOW, each folder opened relative to the last): what was checked by name earlier
+    cannot be swapped for a link elsewhere before it is read. One PipelineError line otherwise."""
+    parts = Path(rel).parts
+    problem = inside_problem(Path(rel), folder) if parts else "is empty"
+    if problem:
+        raise PipelineError(f"{Path(folder) / rel} {problem}")
+    nofollow = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    here = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        for part in parts[:-1]:
+            there = os.open(part, nofollow | os.O_DIRECTORY, dir_fd=here)
+            os.close(here)
+            here = there
+        fd = os.open(parts[-1], nofollow | os.O_NONBLOCK, dir_fd=here)
+    except OSError as e:  # ELOOP / ENOTDIR: a link (or a file) where the name was checked
+        raise PipelineError(f"{Path(folder) / rel} cannot be opened inside {folder} without following a link "
+                            f"({e.strerror or e}); only regular files there are copied") from None
+    finally:
+        os.close(here)
+    return _regular_fd(fd, Path(folder) / rel)
+
+
+def open_regular(path: Path) -> int:
+    """A read-only descriptor of `path` (a name the user gave: links followed), checked to be a regular file on
+    the open descriptor itself, so what is read is what was checked. One PipelineError line otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise PipelineError(f"{path} cannot be opened ({e.strerror or e})") from None
+    return _regular_fd(fd, Path(path))
+
+
+def _regular_fd(fd: int, path: Path) -> int:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise PipelineError(f"{path} is not a regular file (a FIFO, socket, device or folder)")
+    os.set_blocking(fd, True)
+    return fd

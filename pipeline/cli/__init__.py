@@ -12,10 +12,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 import traceback
 
-from pipeline.errors import PipelineError, ReportedInterrupt, first_line
+from pipeline.errors import PipelineError, ReportedInterrupt, Terminated, first_line
 
 # subcommand -> (module, one-line help)
 STAGES = {
@@ -85,11 +87,25 @@ def _search_current_folder() -> None:
         sys.path.insert(0, cwd)
 
 
+def _terminate(signum, frame):
+    raise Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     _search_current_folder()
     debug = DEBUG_FLAG in argv
     argv = [a for a in argv if a != DEBUG_FLAG]
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if in_main else None
+    try:
+        return _main(argv, debug)
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+def _main(argv: list[str], debug: bool) -> int:
     try:
         return _dispatch(argv)
     except (PipelineError, UsageError) as e:
@@ -97,11 +113,11 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except ReportedInterrupt:  # the stage already said what was kept
-        return 130
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except ReportedInterrupt as e:  # the stage already said what was kept and how to resume
+        return 143 if e.terminated else 130
+    except KeyboardInterrupt as e:
+        print("terminated" if isinstance(e, Terminated) else "interrupted", file=sys.stderr)
+        return 143 if isinstance(e, Terminated) else 130
     except Exception as e:  # a bug or an unforeseen environment problem: still one line unless asked
         if isinstance(e, ModuleNotFoundError) and e.name == "onnxruntime":  # an install choice, not a bug
             print("error: ONNX Runtime is not installed: pip install 'srdeploy[cpu]', or 'srdeploy[gpu]' on a "

@@ -20,7 +20,9 @@ def _scalar(value) -> str:
     if isinstance(value, (int, float)):
         return repr(value)
     if isinstance(value, str):
-        return json.dumps(value)  # JSON string escapes are valid text-format escapes for these ASCII values
+        # UTF-8 as is (JSON's \\u escape of an emoji is a surrogate pair, which Triton's protobuf refuses); the
+        # remaining JSON escapes (quote, backslash, control characters) are valid text-format escapes
+        return json.dumps(value, ensure_ascii=False)
     raise TypeError(f"cannot write {type(value).__name__} as a protobuf text value")
 
 

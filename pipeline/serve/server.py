@@ -10,9 +10,11 @@ from __future__ import annotations
 import collections
 import contextlib
 import ctypes
+import ipaddress
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -69,11 +71,29 @@ def repository_models(repo: Path) -> list[ModelEntry]:
     return models
 
 
+def numeric_host(host: str) -> str:
+    """--host as the numeric address tritonserver needs (given `localhost` it binds 255.255.255.255 and fails
+    minutes later): a name is resolved here, IPv4 first; one PipelineError line when it does not resolve."""
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        pass
+    try:
+        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as e:
+        raise PipelineError(f"--host {host!r} is not an address and does not resolve ({e}); give an IP address "
+                            "such as 127.0.0.1") from None
+    found.sort(key=lambda f: f[0] != socket.AF_INET)
+    return found[0][4][0]
+
+
 def plan_server(repo: Path, *, binary: Path | None = None, host: str = "127.0.0.1", http_port: int = 8000,
                 grpc_port: int = 8001, metrics_port: int = 8002, models: list[str] | None = None) -> ServerPlan:
     """Check everything (binary, repository, ports) and build the tritonserver command; starts nothing."""
     repo = Path(repo).resolve()
     entries = repository_models(repo)
+    host = numeric_host(host)
     ports = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}
     for name, port in ports.items():
         if not 1 <= port <= 65535:

@@ -6,7 +6,10 @@ The request interface is pipeline.serve.tensors. One request's problem (a corrup
 scale out of range) is that request's error; the others in the batch are answered."""
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,20 +23,38 @@ from pipeline.backends.registry import backend_class
 from pipeline.errors import PipelineError, first_line
 from pipeline.serve.tensors import ARRAY, ARRAY_INPUTS, IMAGE_INPUTS, array_from_output
 from pipeline.sr import imageio
+from pipeline.sr.image_header import HeaderError, over_limit
 from pipeline.sr.imageio import Image, ImageError
 from pipeline.sr.jobs import Job
 from pipeline.sr.records import Record
 from pipeline.sr.worker import ImageWorker, Planned, infer_reason
+
+log = logging.getLogger(__name__)
 
 
 class RequestError(Exception):
     """One request cannot be answered; the message is the one-line reason the client gets."""
 
 
+def client_reason(e: BaseException) -> str:
+    """What the client is told when reading its request raised: our own one line, else only the exception's type
+    (its text may carry the server's paths; the server's log gets it whole)."""
+    if isinstance(e, RequestError):
+        return str(e)
+    log.warning("a request could not be read", exc_info=e)
+    return f"the request could not be read ({type(e).__name__}; see the server's log)"
+
+
 def image_from_array(a: np.ndarray) -> Image:
-    """RGB(A)/gray HxWxC integer pixels -> an Image (BGR(A) like a decoded file)."""
+    """RGB(A)/gray HxWxC integer pixels -> an Image (BGR(A) like a decoded file), held to the pixel limit."""
     if a.ndim != 3 or a.shape[2] not in (1, 3, 4) or min(a.shape[:2]) < 1:
         raise RequestError(f"pixels must be H x W x C with C = 1, 3 or 4, got shape {list(a.shape)}")
+    try:
+        big = over_limit(a.shape[1], a.shape[0], "pixels array")
+    except HeaderError as e:  # a bad SRDEPLOY_MAX_PIXELS in the server's environment
+        raise RequestError(str(e)) from None
+    if big:
+        raise RequestError(big)
     if a.shape[2] == 1:
         return Image(a[:, :, 0])
     order = [2, 1, 0, 3][:a.shape[2]]
@@ -41,7 +62,10 @@ def image_from_array(a: np.ndarray) -> Image:
 
 
 def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    try:
+        return value.decode() if isinstance(value, bytes) else str(value)
+    except UnicodeDecodeError:
+        raise RequestError("format is not UTF-8 text") from None
 
 
 @dataclass
@@ -66,8 +90,11 @@ class SrService:
         where = {"engine": model_file} if self.is_engine else {"onnx": model_file}
         self.spec = resolve(None, **where)
         opts = {**where, **({"threads": threads} if threads else {})}
-        if device is not None and "device" in backend_class(backend).OPTIONS:  # the GPU Triton gave this instance
+        options = backend_class(backend).OPTIONS
+        if device is not None and "device" in options:  # the GPU Triton gave this instance
             opts["device"] = device
+        if "shrink_arena" in options:  # a server idles between requests: memory a large one took goes back
+            opts["shrink_arena"] = True
         self.backend = backends.create(backend, None, "fp32" if not self.is_engine else _engine_precision(model_file),
                                        **opts)
         self.max_batch = max(1, max_batch)
@@ -191,16 +218,19 @@ class SrService:
         out["info"] = json.dumps(info)
         return out
 
-    def run(self, requests: list[dict]) -> list[dict | str]:
+    def run(self, requests: list[dict | Exception]) -> list[dict | str]:
         """Answer each request: {output name: value for one image} per image, stacked per request by the
-        adapter, or the one-line reason it failed (a str)."""
+        adapter, or the one-line reason it failed (a str). A request is its input tensors, or the exception the
+        adapter met reading them; any exception reading one request fails that request alone."""
         results: list[list[dict] | str] = [[] for _ in requests]
         items: list[_Item] = []
         for r, req in enumerate(requests):
             try:
+                if isinstance(req, Exception):
+                    raise req
                 items.extend(self._items(r, req))
-            except RequestError as e:
-                results[r] = str(e)
+            except Exception as e:  # one request's problem, whatever raised it: the batch goes on
+                results[r] = client_reason(e)
         failed = self._infer(items)
         for it in items:
             if isinstance(results[it.request], str):
@@ -213,7 +243,16 @@ class SrService:
             except Exception as e:  # an encoder failure on one request
                 results[it.request] = f"{type(e).__name__}: {first_line(e)}" if not isinstance(e, ImageError) \
                     else str(e)
-        return [res if isinstance(res, str) else stack(res) for res in results]
+        answers = [res if isinstance(res, str) else stack(res) for res in results]
+        del items
+        _give_back_heap()
+        return answers
+
+
+def _give_back_heap() -> None:
+    """Return the heap's free pages to the system (glibc keeps freed large blocks mapped otherwise)."""
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to do
+        ctypes.CDLL(None).malloc_trim(0)
 
 
 def stack(answers: list[dict]) -> dict | str:

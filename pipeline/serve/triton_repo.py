@@ -3,6 +3,7 @@ backend; the ONNX file with its sr function bodies runs as is) or 1/model.plan (
 plugin library copied next to the repository, since Triton would take a folder inside it for a model)."""
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from pathlib import Path
 from models.spec import ModelSpec, file_sha256
 from pipeline.artifacts.atomic import atomic_path, atomic_write
 from pipeline.artifacts.cache import engine_for
-from pipeline.artifacts.confine import file_token, safe_component
+from pipeline.artifacts.confine import file_token, open_inside, open_regular, safe_component
 from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import check_onnx_file, check_onnx_precision, external_data_files, load_onnx
 from pipeline.contract import DOMAIN
@@ -56,9 +57,12 @@ class _Artifact:
     data_files: tuple[str, ...] = ()   # ONNX external data, relative to the model file's folder
 
 
-def _copy(src: Path, dst: Path) -> None:
-    with atomic_path(dst) as tmp:
-        shutil.copyfile(src, tmp)
+def _copy(src: Path, dst: Path, *, inside: Path | None = None) -> None:
+    """Copy from one open descriptor (no check-then-use by name): `src` itself, or with `inside`, the file `src`
+    (relative) inside that folder reached without following links."""
+    fd = open_inside(inside, src) if inside is not None else open_regular(src)
+    with os.fdopen(fd, "rb") as f, atomic_path(dst) as tmp, open(tmp, "wb") as out:
+        shutil.copyfileobj(f, out, 1 << 20)
 
 
 def _ort_artifact(spec: ModelSpec, precision: str, onnx: Path | None, weights, max_batch: int | None,
@@ -202,7 +206,7 @@ def write_repository(model: str | None, repo: Path, *, backend: str = "trt", pre
     model_file = model_dir / VERSION / BACKENDS[backend][1]
     plugin = _plugin(repo, plugin_lib, art.plugin_sha256) if art.plugin_sha256 else None
     for rel in art.data_files:  # the model's external data travels with it (checked inside its folder)
-        _copy(art.source.parent / rel, model_file.parent / rel)
+        _copy(Path(rel), model_file.parent / rel, inside=art.source.parent)
     _copy(art.source, model_file)
     atomic_write(model_dir / "config.pbtxt", text)
     sr_config_file = None

@@ -14,13 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipeline import backends
-from pipeline.artifacts.atomic import atomic_write
+from pipeline.artifacts.atomic import atomic_write, remove_stale_parts
 from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import onnx_metadata
 from pipeline.backends.base import check_precision
 from pipeline.backends.checks import check_scale
 from pipeline.engine.sidecar import read_sidecar
-from pipeline.errors import PipelineError, ReportedInterrupt, check_choice
+from pipeline.errors import PipelineError, ReportedInterrupt, Terminated, check_choice
 from pipeline.sr import preflight, settings, videofmt
 from pipeline.sr.bicubic import bicubic
 from pipeline.sr.console import Console, count_text, done_line, failed_line, headline, scale_note
@@ -95,7 +95,17 @@ def report_run(summary: Summary, reference, console: Console) -> None:
                            out_mpix=summary.out_mpix, process_s=summary.process_s, setup_s=summary.setup_s))
     failed = summary.failed
     if failed:
-        console.always(failed_line([r.job.rel for r in failed], len(failed)))
+        videos = sum(r.job.video for r in failed)
+        console.always(failed_line([r.job.rel for r in failed], len(failed) - videos, videos))
+
+
+def write_summary(path: Path, result: Summary) -> None:
+    """--summary at the end of the run; a failure to write it is one line (the outputs are already written)."""
+    try:
+        atomic_write(path, json.dumps(result.to_dict(), indent=2) + "\n")
+    except OSError as e:
+        raise PipelineError(f"cannot write --summary {path}: {e.strerror or e} (the outputs are written; "
+                            f"{result.counts['ok']} ok)") from None
 
 
 def upscale(input: str | Path, output: str | Path, *, model: str | None = None, scale: float | None = None,
@@ -153,6 +163,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     videos = len(found.videos)
     what = count_text(len(found.jobs) - videos, videos)
     records, todo, failures = triage(found, skip_existing)
+    stale = remove_stale_parts([r.job.dst for r in todo])
     clips = [r for r in todo if r.job.video]
     if clips:  # PyAV loads only for runs with videos
         from pipeline.sr.video import VideoRunner, plan_clips
@@ -165,6 +176,8 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
                             what, output, overwrites))
     console.detail(f"backend: {loaded.describe()}; why: {choice}")
     say_triage(records, failures, console)
+    if stale:
+        console.info(f"removed {stale} temp file(s) a killed earlier run left beside its outputs")
     if found.ignored:
         console.info(f"ignored {len(found.ignored)} file(s) without an image or video extension "
                      f"(e.g. {found.ignored[0]})")
@@ -174,28 +187,29 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     console.detail(f"tiles: {worker.tile or 'whole images'} LR px, {worker.margin} HR px of context; batch "
                    f"{worker.batch}; {workers} decode/encode worker(s)")
     setup_s = time.perf_counter() - t_start
-    interrupted = False
+    interrupted: KeyboardInterrupt | None = None  # Ctrl-C, or SIGTERM (the CLI raises its subclass)
     images = [r for r in todo if not r.job.video]
     try:
         process_s = Scheduler(worker, console, workers).run(images) if images or not clips else 0.0
         if clips:
             process_s += VideoRunner(worker, console).run_all(clips, plans)
-    except KeyboardInterrupt:
-        interrupted, process_s = True, time.perf_counter() - t_start - setup_s
+    except KeyboardInterrupt as stop:
+        interrupted, process_s = stop, time.perf_counter() - t_start - setup_s
 
     result = Summary(model=spec.name, scale=scale, backend=loaded.describe(), backend_choice=choice,
                      input=str(input), output=str(output), tile=worker.tile, tile_margin_hr=worker.margin,
                      batch=worker.batch, workers=workers, records=records, ignored=found.ignored,
                      wall_s=time.perf_counter() - t_start, process_s=process_s, setup_s=setup_s,
-                     interrupted=interrupted)
+                     interrupted=interrupted is not None)
     if summary is not None:
-        atomic_write(Path(summary), json.dumps(result.to_dict(), indent=2) + "\n")
-    if interrupted:
+        write_summary(Path(summary), result)
+    if interrupted is not None:
         c = result.counts
-        console.always(f"interrupted: {c['ok']} file(s) written (complete), {c['not_done']} not done"
+        word = "terminated" if isinstance(interrupted, Terminated) else "interrupted"
+        console.always(f"{word}: {c['ok']} file(s) written (complete), {c['not_done']} not done"
                        + (f", summary in {summary}" if summary is not None else "")
                        + "; to finish, run the same command again with --skip-existing")
-        raise ReportedInterrupt
+        raise ReportedInterrupt(interrupted)
     report_run(result, reference, console)
     if result.reference:  # one scored image's crops side by side, beside OUTPUT; metrics import only with --reference
         from pipeline.analysis import sheet

@@ -58,9 +58,10 @@ def done_line(counts: dict[str, int], wall_s: float, *, images: int, frames: int
             f"({setup}{then})")
 
 
-def failed_line(names: list[str], total: int) -> str:
-    """After the done line: which inputs failed (the first five)."""
-    return f"{total} failed: " + ", ".join(names[:5]) + (" ..." if total > 5 else "")
+def failed_line(names: list[str], images: int, videos: int = 0) -> str:
+    """After the done line: how many inputs failed, of which kind, and the first five."""
+    more = " ..." if images + videos > 5 else ""
+    return f"{count_text(images, videos)} failed: " + ", ".join(names[:5]) + more
 
 
 class PlainProgress:

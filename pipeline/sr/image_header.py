@@ -145,9 +145,18 @@ def check_header(data: bytes) -> tuple[str, int, int]:
     fmt, w, h = image_size(data)
     if w < 1 or h < 1:
         raise HeaderError(f"{fmt} header claims an image with no pixels ({w}x{h})")
-    limit = max_pixels()
-    if w * h > limit:
-        raise HeaderError(f"image is {w}x{h} ({w * h / 1e6:.0f} megapixels), over the limit of {limit:,} pixels "
-                          f"that guards against decompression bombs; if you mean it, raise the limit with "
-                          f"{MAX_PIXELS_ENV}={w * h}")
+    problem = over_limit(w, h, "image")
+    if problem:
+        raise HeaderError(problem)
     return fmt, w, h
+
+
+def over_limit(w: int, h: int, what: str) -> str | None:
+    """The one-line refusal of a w x h picture over max_pixels() (`what`: "image", "video", "frame 7", ...), or
+    None. HeaderError for a bad SRDEPLOY_MAX_PIXELS."""
+    limit = max_pixels()
+    if w * h <= limit:
+        return None
+    mp = f"{w * h / 1e6:.0f}" if w * h >= 1e6 else f"{w * h / 1e6:.2g}"
+    return (f"{what} is {w}x{h} ({mp} megapixels), over the limit of {limit:,} pixels that guards "
+            f"against decompression bombs; if you mean it, raise the limit with {MAX_PIXELS_ENV}={w * h}")

@@ -182,6 +182,9 @@ def check_data_loss(found: JobList, summary: str | Path | None) -> None:
             if _real(j.src) == target:
                 raise PipelineError(f"--summary {summary} is the input image {j.rel}; give another file "
                                     "(inputs are never overwritten)")
+            if _real(j.dst) == target:
+                raise PipelineError(f"--summary {summary} is the output of {j.rel}; give another file "
+                                    "(the summary never replaces a result)")
     root = found.out_root
     for j in found.jobs:
         if not j.problem and root is not None:

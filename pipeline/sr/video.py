@@ -11,6 +11,7 @@ import contextlib
 import queue
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -22,7 +23,7 @@ from pipeline.sr.imageio import Image
 from pipeline.sr.jobs import Job
 from pipeline.sr.records import Record
 from pipeline.sr.video_io import Frame, Packet, ReadEnd, VideoError, VideoInfo
-from pipeline.sr.videofmt import codec_for, crf_for
+from pipeline.sr.videofmt import codec_for, crf_for, size_problem
 from pipeline.sr.worker import ImageWorker, Planned, infer_reason
 
 QUEUE_FRAMES = 2  # frames waiting on each side of inference beyond one batch
@@ -67,28 +68,39 @@ def plan(job: Job, scale: float, codec: str | None, crf: int | None, audio: str 
     if info.rotation:
         notes.append(f"rotation {info.rotation} deg kept as display metadata")
     if info.dropped:
-        notes.append(f"not copied: {', '.join(info.dropped)}")
+        notes.append(f"not copied: {_tally(info.dropped)}")
     if len(kept) < len(info.copied):
         notes.append(f"audio dropped (--audio drop): {', '.join(c for c in info.copied if c not in kept)}")
     return VideoPlan(info, chosen, crf_for(chosen, crf), pix_fmt, w, h, notes, drop, unheld)
 
 
+def _tally(streams: list[str], shown: int = 4) -> str:
+    """'attachment:ttf x500, data:bin_data' for a list of stream kinds: a line's worth, whatever their number."""
+    counts = Counter(streams)
+    parts = [f"{k} x{n}" if n > 1 else k for k, n in counts.most_common(shown)]
+    more = len(counts) - shown
+    return ", ".join(parts) + (f" and {more} more kinds" if more > 0 else "")
+
+
 def plan_clips(records: list[Record], scale: float, codec: str | None, crf: int | None,
                audio: str = "copy") -> dict[str, VideoPlan]:
-    """Each clip's plan by its name; a file that is no usable video fails here (its record) with one line. A
-    stream the output container cannot hold is a PipelineError, before any work: the output name is the choice."""
+    """Each clip's plan by its name; a file that is no usable video fails here (its record) with one line. An
+    output the encoder cannot take (its size limits), or a stream the output container cannot hold, is an argument
+    problem: PipelineError before any work (the output name and options are the user's choice)."""
     plans = {}
     for rec in records:
         try:
-            plans[rec.job.rel] = plan(rec.job, scale, codec, crf, audio)
+            plans[rec.job.rel] = vp = plan(rec.job, scale, codec, crf, audio)
         except VideoError as e:
             rec.fail(str(e))
-    for rel, vp in plans.items():
+            continue
+        if problem := size_problem(vp.codec, vp.width, vp.height):
+            raise PipelineError(f"{rec.job.rel}: the output would be {vp.width}x{vp.height} but {problem}; "
+                                f"choose another --codec or --scale (nothing was written)")
         if vp.unheld:
-            fmt = next(r.job.fmt for r in records if r.job.rel == rel)
             audio_hint = "; --audio drop leaves the audio out" if any(c.startswith("audio:") for c in vp.unheld) else ""
-            raise PipelineError(f"{rel}: {' and '.join(c.replace(':', ' ') for c in vp.unheld)} cannot be copied "
-                                f"into .{fmt} (write .mkv, which holds it{audio_hint})")
+            raise PipelineError(f"{rec.job.rel}: {' and '.join(c.replace(':', ' ') for c in vp.unheld)} cannot be "
+                                f"copied into .{rec.job.fmt} (write .mkv, which holds it{audio_hint})")
     return plans
 
 
@@ -205,6 +217,8 @@ class VideoRunner:
         while True:
             item = inq.get()
             if isinstance(item, ReadEnd):
+                if item.refused:  # the clip fails whole: its partial output is not kept
+                    raise VideoError(item.refused)
                 flush()
                 return item, done
             if failed:  # the writer failed: stop early, the clip is lost anyway

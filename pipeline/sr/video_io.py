@@ -7,9 +7,11 @@ worker exactly as the same picture saved as a PNG would.
 """
 from __future__ import annotations
 
+import errno
 import functools
 import io
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -19,7 +21,8 @@ import av
 import numpy as np
 
 from pipeline.errors import first_line
-from pipeline.sr.videofmt import ENCODER_OPTIONS, ENCODERS, MUXERS
+from pipeline.sr.image_header import MAX_PIXELS_ENV, HeaderError, max_pixels, over_limit
+from pipeline.sr.videofmt import DEMUXER_NAMES, DEMUXERS, ENCODER_OPTIONS, ENCODERS, MUXERS, video_format
 
 COPIED = ("audio", "subtitle")  # stream types copied packet by packet
 # AVColorSpace (frame/stream tags) -> swscale's matrix names. RGB (0) and unknown values use the size rule below.
@@ -36,6 +39,50 @@ def reason(e: BaseException) -> str:
     if isinstance(e, av.FFmpegError):
         return first_line(getattr(e, "strerror", None) or e)
     return f"{type(e).__name__}: {first_line(e)}"
+
+
+def open_input(path: Path) -> av.container.InputContainer:
+    """The one way a clip is opened (VideoError otherwise). Only a regular file, opened without blocking first, so
+    a FIFO never hangs the run; FFmpeg then opens that same file (the descriptor's own link, not the name again),
+    reads it only with the demuxer its extension means and only through the `file` protocol, so content of another
+    format (an ffconcat script naming files elsewhere, a PNG renamed .mp4) is refused, never sniffed and followed.
+    Every decoder is held to the pixel limit (FFmpeg's max_pixels), including those that probe the streams."""
+    demuxer = DEMUXERS[video_format(path) or ""]
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:  # ELOOP, ENOENT (a dangling link), EACCES
+        raise VideoError(f"cannot read: {e.strerror or e}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise VideoError("not a regular file (a FIFO, socket or device); only regular files are read")
+        try:
+            limit = str(max_pixels())
+        except HeaderError as e:  # a bad SRDEPLOY_MAX_PIXELS
+            raise VideoError(str(e)) from None
+        options = {"format_whitelist": demuxer, "protocol_whitelist": "file", "max_pixels": limit}
+        try:
+            container = av.open(f"/proc/self/fd/{fd}", options=options)
+        except av.FFmpegError as e:
+            if e.errno == errno.EINVAL:  # the content is a format other than the allowed demuxer's
+                raise VideoError(f"not a readable video (its content is not {DEMUXER_NAMES[demuxer]}, which is all "
+                                 f"a {path.suffix} file is read as)") from None
+            raise VideoError(f"not a readable video ({reason(e)})") from None
+    finally:
+        os.close(fd)
+    for s in container.streams.video:
+        if s.codec_context is not None:
+            s.codec_context.options = {**s.codec_context.options, "max_pixels": limit}
+    return container
+
+
+def frame_problem(width: int, height: int, info: VideoInfo, n: int) -> str | None:
+    """Why frame n (from 1) of this size is refused: over the pixel limit, or not the clip's size (a size change
+    mid-clip would be cropped or stretched into the output's one size), else None."""
+    if (width, height) == (info.width, info.height):
+        return None
+    return over_limit(width, height, f"frame {n}") or (
+        f"frame {n} is {width}x{height} but the clip began at {info.width}x{info.height}: a frame size that "
+        f"changes mid-clip is not supported (split the clip where the size changes)")
 
 
 @dataclass
@@ -61,6 +108,7 @@ class VideoInfo:
     pix_fmt: str
     depth: int                   # bits per sample (8, 10, 12, ...)
     rgb: bool                    # stored as RGB (e.g. FFV1 bgr0), not YUV
+    alpha: bool                  # frames carry an alpha plane (qtrle argb, PNG rgba, FFV1 bgra, yuva...)
     chroma: str                  # "420", "422", "444"
     rate: Fraction | None        # average frame rate
     time_base: Fraction
@@ -112,23 +160,24 @@ def _expected_frames(stream, duration_s: float | None, rate: Fraction | None) ->
 
 
 def probe(path: Path) -> VideoInfo:
-    """What the clip is; decodes its first frame (rotation and colour tags travel on frames). Raises VideoError."""
-    try:
-        container = av.open(str(path))
-    except av.FFmpegError as e:
-        raise VideoError(f"not a readable video ({reason(e)})") from None
-    with container:
+    """What the clip is; decodes its first frame (rotation and colour tags travel on frames) once the stream's
+    header size is within the pixel limit. Raises VideoError."""
+    with open_input(path) as container:
         if not container.streams.video:
             kinds = sorted({s.type for s in container.streams}) or ["no"]
             raise VideoError(f"no video stream ({' and '.join(kinds)} streams only)")
         stream = container.streams.video[0]
         ctx = stream.codec_context
+        if ctx is not None and ctx.width and ctx.height and (big := over_limit(ctx.width, ctx.height, "video")):
+            raise VideoError(big)
         try:
             frame = next(container.decode(stream), None)
         except av.FFmpegError as e:
             raise VideoError(f"cannot decode the first frame ({reason(e)})") from None
         if frame is None:
             raise VideoError("the video stream has no decodable frame")
+        if big := over_limit(frame.width, frame.height, "video"):
+            raise VideoError(big)
         fmt = frame.format
         rate = stream.average_rate or stream.guessed_rate
         if stream.duration is not None and stream.time_base:
@@ -140,7 +189,8 @@ def probe(path: Path) -> VideoInfo:
                    if s.type not in (*COPIED, "video")] + [f"video:{s.codec_context.name}"
                                                              for s in container.streams.video[1:]]
         return VideoInfo(width=frame.width, height=frame.height, pix_fmt=fmt.name,
-                         depth=max(c.bits for c in fmt.components), rgb=fmt.is_rgb, chroma=_chroma(fmt),
+                         depth=max(c.bits for c in fmt.components), rgb=fmt.is_rgb,
+                         alpha=len(fmt.components) in (2, 4), chroma=_chroma(fmt),
                          rate=Fraction(rate) if rate else None, time_base=Fraction(stream.time_base),
                          frames=_expected_frames(stream, duration, rate), frames_exact=bool(stream.frames),
                          duration_s=duration,
@@ -148,9 +198,15 @@ def probe(path: Path) -> VideoInfo:
                          codec=ctx.name, copied=copied, dropped=dropped)
 
 
+def _bgr(alpha: bool, deep: bool) -> str:
+    """The packed format of the image path's pixels: BGR or BGRA, 8- or 16-bit."""
+    return ("bgra64le" if deep else "bgra") if alpha else ("bgr48le" if deep else "bgr24")
+
+
 def frame_pixels(frame: av.VideoFrame, info: VideoInfo) -> np.ndarray:
-    """HxWx3 BGR, uint8 for 8-bit clips and uint16 (full 16-bit scale) for deeper ones: the image path's layout."""
-    fmt = "bgr48le" if info.depth > 8 else "bgr24"
+    """HxWx3 BGR (HxWx4 BGRA for clips with alpha), uint8 for 8-bit clips and uint16 (full 16-bit scale) for
+    deeper ones: the image path's layout."""
+    fmt = _bgr(info.alpha, info.depth > 8)
     if info.rgb:
         return frame.to_ndarray(format=fmt)
     return frame.to_ndarray(format=fmt, src_colorspace=info.colour.sws_matrix, dst_colorspace=info.colour.sws_matrix,
@@ -179,18 +235,29 @@ class ReadEnd:
 
     errors: list[str]
     end_s: float | None = None  # where the last decoded frame ends, seconds (truncation is judged by time)
+    refused: str | None = None  # a frame the clip cannot take (over the pixel limit, another size): it fails whole
+
+
+def _decode_reason(e: av.FFmpegError) -> str:
+    """A packet the decoder refused; EINVAL (not INVALIDDATA, damage's code) is how max_pixels refuses a frame."""
+    if e.errno != errno.EINVAL:
+        return reason(e)
+    return (f"{reason(e)} (the decoder refuses a frame over the pixel limit of {max_pixels():,} this way; "
+            f"{MAX_PIXELS_ENV} raises it)")
 
 
 def read(path: Path, info: VideoInfo) -> Iterator[Packet | Frame | ReadEnd]:
     """The clip's frames (as pixels) and copied packets in file order, then a ReadEnd. A damaged packet is
-    skipped and counted (the frames after it still come); a container that ends early ends the frames."""
+    skipped and counted (the frames after it still come); a container that ends early ends the frames. A frame
+    over the pixel limit or of another size than the first ends them too, before it is converted (ReadEnd.refused)."""
     errors: list[str] = []
     end_s = None
     frame_s = 1 / float(info.rate) if info.rate else 0.0
+    n = 0
     try:
-        container = av.open(str(path))
-    except av.FFmpegError as e:
-        yield ReadEnd([f"cannot reopen: {reason(e)}"])
+        container = open_input(path)
+    except VideoError as e:
+        yield ReadEnd([f"cannot reopen: {e}"])
         return
     with container:
         video = container.streams.video[0]
@@ -212,9 +279,13 @@ def read(path: Path, info: VideoInfo) -> Iterator[Packet | Frame | ReadEnd]:
             try:
                 frames = packet.decode()
             except av.FFmpegError as e:
-                errors.append(reason(e))
+                errors.append(_decode_reason(e))
                 continue
             for f in frames:
+                n += 1
+                if refused := frame_problem(f.width, f.height, info, n):
+                    yield ReadEnd(errors, end_s, refused)
+                    return
                 if f.pts is not None and f.time_base:
                     end_s = float(f.pts * f.time_base) + (float(f.duration * f.time_base) if f.duration else frame_s)
                 yield Frame(frame_pixels(f, info), f.pts, f.duration or None)
@@ -222,12 +293,16 @@ def read(path: Path, info: VideoInfo) -> Iterator[Packet | Frame | ReadEnd]:
 
 
 def output_pix_fmt(codec: str, info: VideoInfo) -> tuple[str, list[str]]:
-    """The encoder's pixel format for this clip: the input's depth and chroma where the encoder takes them.
-    FFV1 stores RGB (lossless: the upscaled pixels come back exactly)."""
+    """The encoder's pixel format for this clip: the input's depth, chroma and alpha where the encoder takes them.
+    FFV1 stores RGB (lossless: the upscaled pixels come back exactly), with alpha when the clip has it."""
     notes: list[str] = []
     deep = info.depth > 8
     if codec == "ffv1":
+        if info.alpha:
+            return ("gbrap10le" if info.depth <= 10 else "gbrap16le") if deep else "bgra", notes
         return ("gbrp10le" if info.depth <= 10 else "gbrp16le") if deep else "bgr0", notes
+    if info.alpha:
+        notes.append(f"alpha dropped ({codec} holds no alpha; --codec ffv1 into .mkv or .avi keeps it)")
     supported = {f.name for f in av.codec.Codec(ENCODERS[codec], "w").video_formats}
     chroma = info.chroma
     for c in (chroma, "420"):
@@ -257,6 +332,7 @@ class Writer:
         self.info = info
         self.drop = drop  # stream types left out (--audio drop)
         self.pix_fmt = pix_fmt
+        self.alpha = len(av.VideoFormat(pix_fmt).components) == 4  # the output holds the frames' alpha
         self.width, self.height = width, height
         # AVI counts frames, not time: its video ticks once a frame (1/rate), so the input's timestamps are rescaled
         # to that (the input's own time base there reads as 600 "frames" a second).
@@ -273,7 +349,7 @@ class Writer:
         the audio and subtitle streams; a stream the container cannot hold fails the clip before any frame."""
         self.copies: dict[int, av.stream.Stream] = {}
         supported = self.out.supported_codecs
-        with av.open(str(source)) as src:
+        with open_input(source) as src:
             first_video = src.streams.video[0].index
             for s in src.streams:
                 if s.index == first_video:
@@ -313,8 +389,10 @@ class Writer:
 
     def frame(self, pixels: np.ndarray, pts: int | None, duration: int | None) -> None:
         """Encode one upscaled BGR frame (uint8 or uint16) with the input frame's timing."""
-        src = "bgr48le" if pixels.dtype == np.uint16 else "bgr24"
-        f = av.VideoFrame.from_ndarray(np.ascontiguousarray(pixels[:self.height, :self.width]), format=src)
+        keep_alpha = pixels.shape[2] == 4 and self.alpha
+        src = _bgr(keep_alpha, pixels.dtype == np.uint16)
+        pixels = pixels[:self.height, :self.width, :4 if keep_alpha else 3]
+        f = av.VideoFrame.from_ndarray(np.ascontiguousarray(pixels), format=src)
         c = self.info.colour
         if av.VideoFormat(self.pix_fmt).is_rgb:
             f = f.reformat(format=self.pix_fmt)

@@ -9,6 +9,10 @@ from pipeline.errors import PipelineError
 # Extension -> container key; the output keeps the input's container unless OUTPUT names another.
 VIDEO_FORMATS = {".mp4": "mp4", ".m4v": "mp4", ".mov": "mov", ".mkv": "mkv", ".webm": "webm", ".avi": "avi"}
 MUXERS = {"mp4": "mp4", "mov": "mov", "mkv": "matroska", "webm": "webm", "avi": "avi"}
+# Extension's container key -> the one FFmpeg demuxer that reads it (its content is never sniffed for another) and
+# the words an error uses for it.
+DEMUXERS = {"mp4": "mov", "mov": "mov", "mkv": "matroska", "webm": "matroska", "avi": "avi"}
+DEMUXER_NAMES = {"mov": "MP4/MOV", "matroska": "Matroska/WebM", "avi": "AVI"}
 # --codec -> FFmpeg encoder (all in PyAV's wheels).
 ENCODERS = {"h264": "libx264", "h265": "libx265", "ffv1": "ffv1", "vp9": "libvpx-vp9", "av1": "libsvtav1"}
 CONTAINER_CODECS = {
@@ -25,6 +29,10 @@ FALLBACK_CODEC = "h264"
 CRF = {"h264": (16, 0, 51), "h265": (18, 0, 51), "vp9": (20, 0, 63), "av1": (22, 1, 63)}
 # --audio: copy a clip's audio as it is, or leave it out (when the output container cannot hold it).
 AUDIO_MODES = ("copy", "drop")
+# Each encoder's largest (width, height) and smallest side, measured with the encoders in PyAV's wheels (FFmpeg
+# does not say them: past them x264 fails with "Generic error", SVT-AV1 and x265 with "Invalid argument").
+ENCODER_SIZES = {"h264": ((16384, 16384), 2), "h265": ((None, None), 16), "vp9": ((65536, 65536), 1),
+                 "av1": ((16384, 8704), 4), "ffv1": ((None, None), 1)}
 ENCODER_OPTIONS = {
     "h264": {"preset": "medium"},
     "h265": {"preset": "medium", "x265-params": "log-level=error"},
@@ -79,3 +87,13 @@ def crf_for(codec: str, crf: int | None) -> int | None:
     if codec == "ffv1":
         return None
     return CRF[codec][0] if crf is None else crf
+
+
+def size_problem(codec: str, width: int, height: int) -> str | None:
+    """Why `codec` cannot encode a width x height picture (its limits above), or None."""
+    (max_w, max_h), least = ENCODER_SIZES[codec]
+    if (max_w and width > max_w) or (max_h and height > max_h):
+        return f"{codec} encodes at most {max_w}x{max_h}"
+    if min(width, height) < least:
+        return f"{codec} encodes sides of at least {least} pixels"
+    return None

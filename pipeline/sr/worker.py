@@ -64,8 +64,9 @@ def decode(job: Job) -> Decoded:
 
 
 def infer_reason(e: BaseException) -> str:
-    """One line for an inference failure of one image."""
-    if isinstance(e, PipelineError):
+    """One line for an inference failure of one image (or video frame): our own errors say theirs, e.g. a frame
+    whose output the free memory cannot hold."""
+    if isinstance(e, (PipelineError, ImageError)):
         return str(e)
     if isinstance(e, MemoryError):
         return "out of memory during inference (try a smaller --tile)"

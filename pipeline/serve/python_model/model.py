@@ -13,6 +13,15 @@ from pipeline.serve.sr_service import SrService
 from pipeline.serve.tensors import INPUTS
 
 
+def _tensors(request) -> dict:
+    tensors = {}
+    for name in INPUTS:
+        t = pb_utils.get_input_tensor_by_name(request, name)
+        if t is not None:
+            tensors[name] = t.as_numpy()
+    return tensors
+
+
 class TritonPythonModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
@@ -28,12 +37,10 @@ class TritonPythonModel:
     def execute(self, requests):
         decoded = []
         for request in requests:
-            tensors = {}
-            for name in INPUTS:
-                t = pb_utils.get_input_tensor_by_name(request, name)
-                if t is not None:
-                    tensors[name] = t.as_numpy()
-            decoded.append(tensors)
+            try:
+                decoded.append(_tensors(request))
+            except Exception as e:  # this request fails alone (SrService.run says why without server paths)
+                decoded.append(e)
         responses = []
         for result in self.service.run(decoded):
             if isinstance(result, str):
