@@ -80,12 +80,19 @@ class ModelSpec:
             return self.external.sha256
         return file_sha256(weights_path(self, weights))
 
+    @property
+    def scales_text(self) -> str:
+        """The scales the model accepts, as users read them: `exactly 3`, `(1, 8]` (a factor must be > 1)."""
+        lo, hi = self.scale_range
+        if lo == hi:
+            return f"exactly {lo:g}"
+        return f"({lo:g}, {hi:g}]" if lo <= 1.0 else f"[{lo:g}, {hi:g}]"
+
     def check_scale(self, scale: float) -> float:
         scale = float(scale)
         lo, hi = self.scale_range
         if not math.isfinite(scale) or not (lo <= scale <= hi) or scale <= 1.0:
-            allowed = f"exactly {lo:g}" if lo == hi else f"in [{lo:g}, {hi:g}] and > 1"
-            raise ValueError(f"scale {scale:g} is out of range for model '{self.name}' (allowed: {allowed})")
+            raise ValueError(f"scale {scale:g} is out of range for model '{self.name}' (allowed: {self.scales_text})")
         return scale
 
     def to_metadata(self) -> dict[str, str]:

@@ -144,6 +144,18 @@ def test_asking_for_nothing_that_can_run_is_an_error(capsys, stage):
     assert "none of --backends trt can run here" in line and trt.reason in line
 
 
+@pytest.mark.parametrize("argv,expected", [
+    (["--scales", "99"], "error: --scales: scale 99 is out of range for model 'srcnn' (allowed: (1, 8])"),
+    (["--model", "all", "--scales", "2.5", "9"], "scale 9 is out of range for model 'srcnn'"),
+    (["--model", "srcnn-x3", "--scales", "2"], "'srcnn-x3' has a fixed scale, so there is no scale sweep"),
+])
+def test_bench_scales_it_cannot_use_are_refused_before_work(tmp_path, capsys, argv, expected):
+    """Not dropped without a word (a 30 s run with no scale sweep in its report): one line, exit 2, no report."""
+    out = tmp_path / "bench"
+    line = _one_line_error(capsys, main(["bench", "--quick", "--output", str(out), *argv]))
+    assert expected in line and not out.exists()
+
+
 def test_single_backend_option():
     p = argparse.ArgumentParser()
     options.add_backend_args(p)

@@ -48,6 +48,24 @@ def model_from_args(args, onnx: Path | None = None, engine: Path | None = None) 
     return models_from_args(args)[0]
 
 
+def check_scales(specs, scales, *, sweep: bool = False) -> None:
+    """Explicit --scales, before any work: each in every model's range (ModelSpec.check_scale). A `sweep` (bench)
+    leaves fixed-factor models out, as they have no scale sweep, but refuses a sweep that no model can run."""
+    if not scales:
+        return
+    if sweep:
+        if not any(s.dynamic_scale for s in specs):
+            names = ", ".join(f"'{s.name}'" for s in specs)
+            raise PipelineError(f"--scales: {names} has a fixed scale, so there is no scale sweep to run")
+        specs = [s for s in specs if s.dynamic_scale]
+    for spec in specs:
+        for scale in scales:
+            try:
+                spec.check_scale(scale)
+            except ValueError as e:
+                raise PipelineError(f"--scales: {e}") from None
+
+
 def add_onnx_arg(parser) -> None:
     parser.add_argument("--onnx", type=Path, metavar="FILE",
                         help="an exported ONNX file: the model and what the runtime needs come from its metadata "
