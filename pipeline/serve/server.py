@@ -13,6 +13,7 @@ import ctypes
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -80,6 +81,8 @@ def plan_server(repo: Path, *, binary: Path | None = None, host: str = "127.0.0.
             raise PipelineError(f"--{name}-port must be 1-65535, got {port}")
     if len(set(ports.values())) != 3:
         raise PipelineError(f"the HTTP, gRPC and metrics ports must differ, got {sorted(ports.values())}")
+    for name, port in ports.items():
+        _check_free(host, name, port)
     backends_dir = None
     if binary is None:
         why = triton_env.problem()
@@ -113,6 +116,46 @@ def plan_server(repo: Path, *, binary: Path | None = None, host: str = "127.0.0.
     if plugins and any(e.backend == "tensorrt" for e in load):
         cmd.append(f"--backend-config=tensorrt,plugins={plugins[0]}")
     return ServerPlan(cmd, host, ports, load, skipped)
+
+
+def _check_free(host: str, name: str, port: int) -> None:
+    """PipelineError when something already listens on host:port: a readiness probe would be answered by it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: TIME_WAIT is no conflict
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise PipelineError(f"{host}:{port} (--{name}-port) is taken ({e.strerror or e}): another server runs "
+                                f"there; stop it or choose another --{name}-port") from None
+
+
+def _listening_inodes(pid: int, port: int) -> set[str]:
+    """Inodes of the TCP sockets listening on `port` in `pid`'s network namespace (Linux /proc)."""
+    inodes = set()
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                f = line.split()
+                if f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                    inodes.add(f[9])
+    return inodes
+
+
+def _owns_listener(pid: int, port: int) -> bool | None:
+    """Whether process `pid` holds the socket listening on `port` (None: /proc cannot tell)."""
+    inodes = _listening_inodes(pid, port)
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    if not inodes:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/fd/{fd}").removeprefix("socket:[").rstrip("]") in inodes:
+                return True
+    return False
 
 
 def _die_with_parent() -> None:
@@ -159,6 +202,11 @@ class Server:
                 raise PipelineError(f"tritonserver exited (code {self.proc.returncode}) before it was ready: "
                                     f"{self.last_error()}")
             if self.ready():
+                if _owns_listener(self.proc.pid, self.plan.ports["http"]) is False:
+                    self.stop()
+                    raise PipelineError(f"another server answers on {self.plan.url('http')}, not the tritonserver "
+                                        "started here: stop it or choose other ports (--http-port, --grpc-port, "
+                                        "--metrics-port)")
                 return time.monotonic() - t0
             time.sleep(0.2)
         self.stop()
