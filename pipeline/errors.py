@@ -1,4 +1,11 @@
-"""The one exception type the CLI turns into a single clear line (no traceback), and how to shorten others."""
+"""The one exception type the CLI turns into a single clear line (no traceback), how to shorten others, and how to
+tell a user to install what is missing."""
+from pathlib import Path
+
+# Optional packages by import name, and the srdeploy extra (pyproject.toml) that brings each.
+EXTRA_OF = {"torch": "export", "torchvision": "export", "onnxscript": "export", "spandrel": "export",
+            "safetensors": "export", "onnxruntime_extensions": "export", "ray": "cluster", "tritonclient": "cluster",
+            "tensorrt": "gpu", "cuda": "gpu"}
 
 
 class PipelineError(RuntimeError):
@@ -18,3 +25,20 @@ def check_choice(what: str, value, allowed) -> str:
     if value not in allowed:
         raise PipelineError(f"unknown {what} '{value}' (choose from: {', '.join(map(str, allowed))})")
     return value
+
+
+def install_command(extra: str) -> str:
+    """The command that installs an extra here: the editable install in a source checkout (pyproject.toml beside the
+    packages), else pip from the package index (a `pip install srdeploy` user has no checkout)."""
+    if (Path(__file__).resolve().parents[1] / "pyproject.toml").is_file():
+        return f"pip install -e '.[{extra}]'"
+    return f"pip install 'srdeploy[{extra}]'"
+
+
+def missing_extra(e: ImportError) -> str | None:
+    """`PACKAGE, which is not installed (the EXTRA extra: COMMAND)` when `e` is an optional package's absence, else
+    None."""
+    top = (getattr(e, "name", None) or "").split(".")[0]
+    if not isinstance(e, ModuleNotFoundError) or top not in EXTRA_OF:
+        return None
+    return f"{top}, which is not installed (the {EXTRA_OF[top]} extra: {install_command(EXTRA_OF[top])})"

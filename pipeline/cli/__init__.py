@@ -15,7 +15,7 @@ import os
 import sys
 import traceback
 
-from pipeline.errors import PipelineError, first_line
+from pipeline.errors import PipelineError, first_line, missing_extra
 
 # subcommand -> (module, one-line help)
 STAGES = {
@@ -103,6 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # a bug or an unforeseen environment problem: still one line unless asked
         if debug:
             traceback.print_exc()
+        missing = missing_extra(e)  # an optional package (PyTorch, ...) this install lacks: say what to install
+        if missing is not None:
+            print(f"error: {argv[0] if argv and argv[0] in STAGES else 'this command'} needs {missing}",
+                  file=sys.stderr)
+            return 2
         hint = "" if debug else f" (run with {DEBUG_FLAG} for the traceback)"
         print(f"error: {type(e).__name__}: {first_line(e)}{hint}", file=sys.stderr)
         return 2

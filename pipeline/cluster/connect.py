@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from pipeline.errors import PipelineError, first_line
+from pipeline.errors import PipelineError, first_line, install_command
 
 LOCAL = "local"        # `--ray` with no address: a cluster of this machine only
 LOOPBACK = "127.0.0.1"
@@ -23,7 +23,7 @@ def import_ray():
         import ray
         import ray.data
     except ImportError as e:
-        raise PipelineError(f"--ray needs Ray with Ray Data: pip install -e '.[cluster]' ({first_line(e)})") from None
+        raise PipelineError(f"--ray needs Ray with Ray Data: {install_command('cluster')} ({first_line(e)})") from None
     return ray
 
 
