@@ -97,6 +97,17 @@ def test_model_is_none_unless_given_everywhere(stage):
         assert options.model_from_args(args) == options.DEFAULT_MODEL == "srcnn"
 
 
+def test_help_speaks_only_of_what_the_command_has(capsys):
+    """`export`/`eval` have no --onnx, so their --model help must not offer one; `sr`'s summary says it does video."""
+    for stage in ("export", "eval"):
+        with pytest.raises(SystemExit):
+            main([stage, "--help"])
+        assert "--onnx" not in capsys.readouterr().out
+    main(["--help"])
+    (sr_line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.split()[:1] == ["sr"]]
+    assert "images and videos" in sr_line
+
+
 def test_model_all_only_where_allowed():
     assert options.models_from_args(argparse.Namespace(model="all"), allow_all=True) == \
         ["srcnn", "srcnn-x3", "deform-srcnn"]

@@ -21,7 +21,7 @@ from pipeline.errors import PipelineError, first_line, missing_extra
 STAGES = {
     "export": ("pipeline.cli.export", "PyTorch -> ONNX with the sr custom-domain ops (or standard ops)"),
     "engine": ("pipeline.cli.engine", "ONNX -> TensorRT engine with our plugins"),
-    "sr": ("pipeline.cli.sr", "super-resolve an image or a folder of images"),
+    "sr": ("pipeline.cli.sr", "super-resolve images and videos (a file or a folder tree)"),
     "eval": ("pipeline.cli.eval", "PSNR/SSIM of a model vs bicubic on held-out images"),
     "compare": ("pipeline.cli.compare", "compare every available backend's output with PyTorch FP32"),
     "bench": ("pipeline.cli.bench", "benchmark latency/throughput of every available backend"),

@@ -13,7 +13,7 @@ from pipeline.errors import PipelineError
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     what = parser.add_mutually_exclusive_group()
-    options.add_model_args(what)
+    options.add_model_args(what, files=False)
     what.add_argument("--all", action="store_true",
                       help="every model x ops (custom, standard) x precision (fp32, fp16) into --output-dir, "
                            "shipped weights, one exporter (--exporter)")

@@ -25,10 +25,11 @@ from pipeline.errors import PipelineError, check_choice
 
 
 # -- model ---------------------------------------------------------------------------------------------
-def add_model_args(parser, allow_all: bool = False) -> None:
+def add_model_args(parser, allow_all: bool = False, files: bool = True) -> None:
+    """`files`: the command also takes an --onnx/--engine file, whose model is then the default."""
     what = "registered model name, checkpoint file or package.module:factory" + (", or 'all'" if allow_all else "")
-    parser.add_argument("--model", default=None,
-                        help=f"{what} (default: the model an --onnx file holds, else {DEFAULT_MODEL})")
+    default = f"the model an --onnx file holds, else {DEFAULT_MODEL}" if files else DEFAULT_MODEL
+    parser.add_argument("--model", default=None, help=f"{what} (default: {default})")
 
 
 def models_from_args(args, allow_all: bool = False) -> list[str]:
