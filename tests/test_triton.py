@@ -178,6 +178,21 @@ def test_bad_arguments_are_one_line(tmp_path, capsys, args, msg):
     assert not (tmp_path / "r").exists()
 
 
+def test_default_backend_is_what_this_machine_can_serve(tmp_path, capsys):
+    """Without TensorRT the default writes the ONNX Runtime model and says so; asking for trt names the way out."""
+    problem = tensorrt_problem()
+    if problem is None:
+        pytest.skip("TensorRT and a GPU are here: the default is trt")
+    repo = tmp_path / "repo"
+    assert main(["triton", "--model", "srcnn", "--output", str(repo), "--sr-name", "none"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"writing the ONNX Runtime model (--backend ort): no TensorRT engine can be built here "
+                          f"({problem})\n")
+    assert _parse(repo, "srcnn").backend == "onnxruntime"
+    assert main(["triton", "--model", "srcnn", "--output", str(tmp_path / "r2"), "--backend", "trt"]) == 2
+    assert "write the ONNX Runtime model with --backend ort" in capsys.readouterr().err
+
+
 def test_engine_refused_for_wrong_plugin_model_or_precision(tmp_path, plugin, capsys):
     engine = _engine(tmp_path, "srcnn", [Profile()], plugin, io={"inputs": ["input", "size"]})
     other = tmp_path / "other.so"

@@ -38,6 +38,9 @@ def _locate(env_var: str, filename: str, what: str, hint: str = "") -> Path:
             raise PipelineError(f"{env_var}={override} does not exist ({what})")
         return path.resolve()
     path = BUILD_DIR / filename
+    if not path.is_file() and not (REPO_ROOT / "Makefile").is_file():  # a pip install: no build folder, no make
+        raise PipelineError(f"{what} is not part of this install: build it in a source checkout (`make plugins`"
+                            f"{hint}) and point {env_var} at it")
     if not path.is_file():
         raise PipelineError(f"{what} not found at {path}: run `make plugins`{hint} (or set {env_var})")
     return path
