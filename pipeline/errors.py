@@ -38,7 +38,7 @@ def install_command(extra: str) -> str:
 def missing_extra(e: ImportError) -> str | None:
     """`PACKAGE, which is not installed (the EXTRA extra: COMMAND)` when `e` is an optional package's absence, else
     None."""
-    top = (getattr(e, "name", None) or "").split(".")[0]
-    if not isinstance(e, ModuleNotFoundError) or top not in EXTRA_OF:
+    name = getattr(e, "name", None)  # a package itself, not a missing part of an installed one (`torch.x`)
+    if not isinstance(e, ModuleNotFoundError) or name not in EXTRA_OF:
         return None
-    return f"{top}, which is not installed (the {EXTRA_OF[top]} extra: {install_command(EXTRA_OF[top])})"
+    return f"{name}, which is not installed (the {EXTRA_OF[name]} extra: {install_command(EXTRA_OF[name])})"

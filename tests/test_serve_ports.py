@@ -3,6 +3,8 @@ readiness answer from another process is told apart from the child's (no Triton 
 from __future__ import annotations
 
 import http.server
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -12,7 +14,7 @@ import pytest
 
 from pipeline.cli import main
 from pipeline.errors import PipelineError
-from pipeline.serve.server import Server, ServerPlan, _owns_listener
+from pipeline.serve.server import Server, ServerPlan, _serves_port
 
 
 def _repo(tmp_path):
@@ -68,15 +70,19 @@ def test_readiness_answered_by_another_process_is_not_ready(other_server):
         server.stop()
 
 
-def test_a_child_listening_itself_is_recognised(other_server):
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_a_child_listening_itself_is_recognised(other_server, wrapped):
+    """The server itself, or under a wrapper script that did not exec it (--tritonserver wrapper.sh)."""
     port = _free_port()
-    child = subprocess.Popen([sys.executable, "-c", "import socket, sys, time\n"
-                              f"s = socket.create_server(('127.0.0.1', {port}))\nprint('up', flush=True)\n"
-                              "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    server = [sys.executable, "-c", "import socket, sys, time\n"
+              f"s = socket.create_server(('127.0.0.1', {port}))\nprint('up', flush=True)\ntime.sleep(60)"]
+    if wrapped:
+        server = ["sh", "-c", '"$@"; exit', "sh", *server]
+    child = subprocess.Popen(server, stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert child.stdout.readline().strip() == "up"
-        assert _owns_listener(child.pid, port) is True
-        assert _owns_listener(child.pid, other_server) is False  # this test process holds that one
+        assert _serves_port(child.pid, port) is True
+        assert _serves_port(child.pid, other_server) is False  # this test process holds that one
     finally:
-        child.kill()
+        os.killpg(child.pid, signal.SIGKILL)
         child.wait()

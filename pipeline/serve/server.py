@@ -23,6 +23,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from pipeline.errors import PipelineError
 from pipeline.serve import triton_env
 
@@ -130,31 +132,17 @@ def _check_free(host: str, name: str, port: int) -> None:
                                 f"there; stop it or choose another --{name}-port") from None
 
 
-def _listening_inodes(pid: int, port: int) -> set[str]:
-    """Inodes of the TCP sockets listening on `port` in `pid`'s network namespace (Linux /proc)."""
-    inodes = set()
-    for table in ("tcp", "tcp6"):
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
-                f = line.split()
-                if f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
-                    inodes.add(f[9])
-    return inodes
-
-
-def _owns_listener(pid: int, port: int) -> bool | None:
-    """Whether process `pid` holds the socket listening on `port` (None: /proc cannot tell)."""
-    inodes = _listening_inodes(pid, port)
+def _serves_port(pid: int, port: int) -> bool | None:
+    """Whether process `pid` or one of its children (a wrapper script's server) listens on `port` (None: the
+    system does not say)."""
     try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return None
-    if not inodes:
-        return False
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            if os.readlink(f"/proc/{pid}/fd/{fd}").removeprefix("socket:[").rstrip("]") in inodes:
+        root = psutil.Process(pid)
+        for p in (root, *root.children(recursive=True)):
+            if any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+                   for c in p.net_connections("tcp")):
                 return True
+    except psutil.Error:  # gone meanwhile, or not ours to inspect
+        return None
     return False
 
 
@@ -202,7 +190,7 @@ class Server:
                 raise PipelineError(f"tritonserver exited (code {self.proc.returncode}) before it was ready: "
                                     f"{self.last_error()}")
             if self.ready():
-                if _owns_listener(self.proc.pid, self.plan.ports["http"]) is False:
+                if _serves_port(self.proc.pid, self.plan.ports["http"]) is False:
                     self.stop()
                     raise PipelineError(f"another server answers on {self.plan.url('http')}, not the tritonserver "
                                         "started here: stop it or choose other ports (--http-port, --grpc-port, "
