@@ -27,10 +27,16 @@ def check_choice(what: str, value, allowed) -> str:
     return value
 
 
+def in_checkout() -> bool:
+    """Whether this runs from a source checkout (its Makefile beside the packages: `make` targets exist) rather than
+    a pip install (site-packages), for advice that names commands."""
+    return (Path(__file__).resolve().parents[1] / "Makefile").is_file()
+
+
 def install_command(extra: str) -> str:
-    """The command that installs an extra here: the editable install in a source checkout (pyproject.toml beside the
-    packages), else pip from the package index (a `pip install srdeploy` user has no checkout)."""
-    if (Path(__file__).resolve().parents[1] / "pyproject.toml").is_file():
+    """The command that installs an extra here: the editable install in a source checkout, else pip from the
+    package index (a `pip install srdeploy` user has no checkout)."""
+    if in_checkout():
         return f"pip install -e '.[{extra}]'"
     return f"pip install 'srdeploy[{extra}]'"
 

@@ -24,7 +24,7 @@ from importlib import metadata
 from pathlib import Path
 
 from pipeline.artifacts.cache import cache_dir
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, in_checkout
 
 WHEEL = "nvidia-pytriton==0.7.0"
 # The env gets the torch-free runtime's own dependencies as pyproject.toml declares them (so a new one cannot be
@@ -62,11 +62,6 @@ def _runtime_dependencies() -> list[str]:
         return tomllib.loads((CHECKOUT / "pyproject.toml").read_text())["project"]["dependencies"]
     except (ImportError, OSError, KeyError):
         return [r for r in metadata.requires("srdeploy") or [] if "extra ==" not in r]
-
-
-def in_checkout() -> bool:
-    """Whether this runs from a source checkout (`make` works) rather than a pip install (site-packages)."""
-    return (CHECKOUT / "Makefile").is_file()
 
 
 def home() -> Path:
