@@ -83,8 +83,6 @@ def plan_server(repo: Path, *, binary: Path | None = None, host: str = "127.0.0.
             raise PipelineError(f"--{name}-port must be 1-65535, got {port}")
     if len(set(ports.values())) != 3:
         raise PipelineError(f"the HTTP, gRPC and metrics ports must differ, got {sorted(ports.values())}")
-    for name, port in ports.items():
-        _check_free(host, name, port)
     backends_dir = None
     if binary is None:
         why = triton_env.problem()
@@ -107,6 +105,8 @@ def plan_server(repo: Path, *, binary: Path | None = None, host: str = "127.0.0.
         raise PipelineError(f"this tritonserver has none of the backends the models need "
                             f"({', '.join(sorted({e.backend for e in skipped}))}); its backends: "
                             f"{', '.join(sorted(have or []))}")
+    for name, port in ports.items():
+        _check_free(host, name, port)
     cmd = [str(binary), "--model-repository", str(repo), "--model-control-mode", "explicit",
            *[f"--load-model={e.name}" for e in load], "--strict-readiness", "true", "--exit-on-error", "true",
            "--exit-timeout-secs", str(int(STOP_GRACE_S)),
