@@ -47,6 +47,9 @@ class ModelSpec:
     tile_align: int = 1
     # A user's checkpoint or factory (models.external.resolve): its architecture, own scale and weights hash.
     external: ExternalSpec | None = None
+    # Peak working memory per output pixel on the CPU backends, measured (+20 %); None: unknown (a user's model),
+    # so host tiles stay small (pipeline.sr.tiling.host_tile).
+    host_bytes_per_output_pixel: int | None = None
 
     @property
     def weights_path(self) -> Path:
@@ -80,12 +83,19 @@ class ModelSpec:
             return self.external.sha256
         return file_sha256(weights_path(self, weights))
 
+    @property
+    def scales_text(self) -> str:
+        """The scales the model accepts, as users read them: `exactly 3`, `(1, 8]` (a factor must be > 1)."""
+        lo, hi = self.scale_range
+        if lo == hi:
+            return f"exactly {lo:g}"
+        return f"({lo:g}, {hi:g}]" if lo <= 1.0 else f"[{lo:g}, {hi:g}]"
+
     def check_scale(self, scale: float) -> float:
         scale = float(scale)
         lo, hi = self.scale_range
         if not math.isfinite(scale) or not (lo <= scale <= hi) or scale <= 1.0:
-            allowed = f"exactly {lo:g}" if lo == hi else f"in [{lo:g}, {hi:g}] and > 1"
-            raise ValueError(f"scale {scale:g} is out of range for model '{self.name}' (allowed: {allowed})")
+            raise ValueError(f"scale {scale:g} is out of range for model '{self.name}' (allowed: {self.scales_text})")
         return scale
 
     def to_metadata(self) -> dict[str, str]:
@@ -108,16 +118,21 @@ class ModelSpec:
 
 # Receptive radius: SRCNN 9x9 (4) + 1x1 + 5x5 (2). DeformSRCNN: 9x9 (4) + offset 3x3 (1) + deform 3x3 (1) + 5x5 (2)
 # plus a budget of 8 px for the learned offsets (trained offsets stay within a few pixels).
+# Host working memory per output pixel (peak RSS growth of one whole-image call, 2 threads): SRCNN 450-510 B on
+# ort, 545 B on torch; DeformSRCNN 3.8 KB on ort (its DeformConv body gathers 4 corners x 9 taps x 64 channels).
+SRCNN_HOST_BYTES = 640
 MODELS: dict[str, ModelSpec] = {
     s.name: s
     for s in (
         ModelSpec("srcnn", "models.srcnn:SRCNN", "srcnn.pt", 3.0, (1.0, 8.0), True,
-                  "SRCNN, upscale factor chosen at run time (trained on x2-x4)", 6, True),
+                  "SRCNN, upscale factor chosen at run time (trained on x2-x4)", 6, True,
+                  host_bytes_per_output_pixel=SRCNN_HOST_BYTES),
         ModelSpec("srcnn-x3", "models.srcnn:SRCNN", "srcnn-x3.pt", 3.0, (3.0, 3.0), False,
                   "SRCNN with a fixed x3 nn.Upsample (the classic tutorial's model)", 6, True,
-                  (("upscale_factor", 3),)),
+                  (("upscale_factor", 3),), host_bytes_per_output_pixel=SRCNN_HOST_BYTES),
         ModelSpec("deform-srcnn", "models.deform_srcnn:DeformSRCNN", "deform-srcnn.pt", 3.0, (1.0, 8.0), True,
-                  "SRCNN with a modulated deformable conv (DCNv2) in the middle, run-time factor", 16),
+                  "SRCNN with a modulated deformable conv (DCNv2) in the middle, run-time factor", 16,
+                  host_bytes_per_output_pixel=4608),
     )
 }
 

@@ -97,6 +97,17 @@ def test_model_is_none_unless_given_everywhere(stage):
         assert options.model_from_args(args) == options.DEFAULT_MODEL == "srcnn"
 
 
+def test_help_speaks_only_of_what_the_command_has(capsys):
+    """`export`/`eval` have no --onnx, so their --model help must not offer one; `sr`'s summary says it does video."""
+    for stage in ("export", "eval"):
+        with pytest.raises(SystemExit):
+            main([stage, "--help"])
+        assert "--onnx" not in capsys.readouterr().out
+    main(["--help"])
+    (sr_line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.split()[:1] == ["sr"]]
+    assert "images and videos" in sr_line
+
+
 def test_model_all_only_where_allowed():
     assert options.models_from_args(argparse.Namespace(model="all"), allow_all=True) == \
         ["srcnn", "srcnn-x3", "deform-srcnn"]
@@ -142,6 +153,18 @@ def test_asking_for_nothing_that_can_run_is_an_error(capsys, stage):
         pytest.skip("TensorRT runs here")
     line = _one_line_error(capsys, main([stage, "--model", "srcnn-x3", "--backends", "trt"]))
     assert "none of --backends trt can run here" in line and trt.reason in line
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["--scales", "99"], "error: --scales: scale 99 is out of range for model 'srcnn' (allowed: (1, 8])"),
+    (["--model", "all", "--scales", "2.5", "9"], "scale 9 is out of range for model 'srcnn'"),
+    (["--model", "srcnn-x3", "--scales", "2"], "'srcnn-x3' has a fixed scale, so there is no scale sweep"),
+])
+def test_bench_scales_it_cannot_use_are_refused_before_work(tmp_path, capsys, argv, expected):
+    """Not dropped without a word (a 30 s run with no scale sweep in its report): one line, exit 2, no report."""
+    out = tmp_path / "bench"
+    line = _one_line_error(capsys, main(["bench", "--quick", "--output", str(out), *argv]))
+    assert expected in line and not out.exists()
 
 
 def test_single_backend_option():

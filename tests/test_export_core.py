@@ -132,6 +132,15 @@ def test_bad_input_is_one_clear_line(tmp_path, weights, capsys, argv, message):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("name", ["out.txt", "out", "out.onnx.part"])
+def test_output_must_be_named_onnx(tmp_path, capsys, name):
+    """Not an ONNX file named .txt with `out.folded-x*.onnx` beside it: refused before any export."""
+    rc = main(["export", "--model", "srcnn", "--output", str(tmp_path / name)])
+    assert rc == 2 and capsys.readouterr().err.strip() == \
+        f"error: --output {tmp_path / name}: an ONNX file's name must end in .onnx"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_unwritable_output_path(tmp_path, weights):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")

@@ -150,7 +150,7 @@ def test_pixel_limit_is_overridable(monkeypatch):
 def test_other_formats_behind_an_image_name_are_refused():
     """OpenCV decodes by content: a PPM named .png would skip the header check, so it is refused."""
     with pytest.raises(ImageError, match="not a PNG, JPEG"):
-        imageio.decode(b"P6\n60000 60000\n255\n" + bytes(64), "png")
+        imageio.decode(b"P6\n60000 60000\n255\n" + bytes(64))
 
 
 # -- the input tree -----------------------------------------------------------------------------------------

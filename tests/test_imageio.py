@@ -31,7 +31,7 @@ def test_exif_orientation_matches_pillow(rgb, orientation):
     exif[0x0112] = orientation
     buf = io.BytesIO()
     im.save(buf, format="JPEG", quality=98, exif=exif)
-    got = imageio.decode(buf.getvalue(), "jpg")
+    got = imageio.decode(buf.getvalue())
     assert got.orientation == orientation
     expected = np.asarray(ImageOps.exif_transpose(PILImage.open(io.BytesIO(buf.getvalue()))))
     assert got.pixels.shape[:2] == expected.shape[:2]
@@ -81,18 +81,18 @@ def test_gray_alpha_png_becomes_rgba():
     ga[..., 0], ga[..., 1] = 100, 200
     buf = io.BytesIO()
     PILImage.fromarray(ga, mode="LA").save(buf, format="PNG")
-    img = imageio.decode(buf.getvalue(), "png")
+    img = imageio.decode(buf.getvalue())
     assert img.channels == 4 and int(img.pixels[0, 0, 3]) == 200 and int(img.pixels[0, 0, 0]) == 100
 
 
-@pytest.mark.parametrize("payload,fmt,reason", [
-    (b"", "png", "empty file"),
-    (b"just some text, not pixels", "png", "not a readable image"),
-    (b"\x89PNG\r\n\x1a\n" + b"\0" * 40, "png", "truncated PNG"),
+@pytest.mark.parametrize("payload,reason", [
+    (b"", "empty file"),
+    (b"just some text, not pixels", "not a readable image"),
+    (b"\x89PNG\r\n\x1a\n" + b"\0" * 40, "truncated PNG"),
 ])
-def test_bad_payloads_raise_one_line(payload, fmt, reason):
+def test_bad_payloads_raise_one_line(payload, reason):
     with pytest.raises(ImageError, match=reason) as e:
-        imageio.decode(payload, fmt)
+        imageio.decode(payload)
     assert "\n" not in str(e.value)
 
 
@@ -100,11 +100,26 @@ def test_truncated_files_are_rejected(rgb):
     ok, jpg = cv2.imencode(".jpg", rgb)
     jpg = jpg.tobytes()
     with pytest.raises(ImageError, match="truncated JPEG"):
-        imageio.decode(jpg[: len(jpg) // 2], "jpg")
+        imageio.decode(jpg[: len(jpg) // 2])
     png = _png(rgb)
     with pytest.raises(ImageError, match="truncated PNG|not a readable"):
-        imageio.decode(png[: len(png) // 2], "png")
-    assert imageio.decode(jpg, "jpg").pixels.shape == rgb.shape
+        imageio.decode(png[: len(png) // 2])
+    assert imageio.decode(jpg).pixels.shape == rgb.shape
+
+
+@pytest.mark.parametrize("ext", [".png", ".webp", ".bmp"])
+def test_content_decides_whatever_the_name_says(rgb, ext, tmp_path):
+    """A PNG/WebP/BMP renamed .jpg is read by its content (as --triton already did), not refused as a truncated JPEG."""
+    ok, buf = cv2.imencode(ext, rgb)
+    assert ok
+    liar = tmp_path / f"{ext[1:]}_as.jpg"
+    liar.write_bytes(buf.tobytes())
+    assert imageio.read_image(liar).pixels.shape == rgb.shape
+    cut = tmp_path / "cut_jpeg.png"  # and the truncation check follows the content too
+    ok, jpg = cv2.imencode(".jpg", rgb)
+    cut.write_bytes(jpg.tobytes()[: len(jpg) // 2])
+    with pytest.raises(ImageError, match="truncated JPEG"):
+        imageio.read_image(cut)
 
 
 def test_unreadable_file(tmp_path):

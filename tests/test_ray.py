@@ -19,6 +19,7 @@ from skimage import data
 
 from models.spec import output_size
 from pipeline.cli import main
+from pipeline.cluster.ray_log import RAY_LINE, keep
 from tests.netns import namespace_problem
 
 pytest.importorskip("ray.data", reason="Ray with Ray Data is not installed (pip install -e '.[cluster]')")
@@ -117,6 +118,7 @@ def test_ray_run_equals_local_run_and_resumes(tmp_path):
                       str(tmp_path / "ray.json"), *common], cache)
     assert rc == 1, err  # two bad files: the rest done, exit 1
     assert err.count("exporting srcnn") == 1  # made once, on the driver
+    assert not [ln for ln in err.splitlines() if RAY_LINE.match(ln.encode())], err  # Ray's C++ lines stay in its logs
     lines = [ln for ln in err.splitlines() if ln.startswith("failed ")]
     assert sorted(lines) == ["failed bad.png: not a readable image: not a PNG, JPEG, BMP, TIFF or WebP file "
                              "(unrecognised header)", "failed nested/empty.jpg: empty file"]
@@ -323,3 +325,15 @@ def test_summary_spool_merges_records_into_one_document(tmp_path):
                                               "images": 2})
     assert doc["model"] == "srcnn" and spool.out_mpix == pytest.approx(700 / 1e6)
     assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["run.json"]  # the spool left nothing behind
+
+
+def test_ray_log_lines_are_dropped_and_the_rest_passes_as_it_comes():
+    e = (b"[2026-11-23 23:07:41,285 E 12570 12570] core_worker.cc:2465: Actor with class name: 'MapWorker' has "
+         b"constructor arguments in the object store and max_restarts > 0.\n")
+    w = b"[2026-11-23 23:07:38,823 W 1 1] network_util.cc:330: Failed to determine local IP\n"
+    assert keep(b"sr: srcnn x3 on Ray\n" + e + w + b"done: 4 ok\n") == (b"sr: srcnn x3 on Ray\ndone: 4 ok\n", b"")
+    assert keep(b"\r 40%|####  | 2/5") == (b"\r 40%|####  | 2/5", b"")  # a progress bar's update, at once
+    assert keep(e[:30]) == (b"", e[:30])  # may be Ray's: held until its line ends
+    assert keep(b"[not ray] our own line\n") == (b"[not ray] our own line\n", b"")
+    fatal = b"[2026-11-23 23:07:41,285 F 1 1] raylet.cc:1: check failed\n"
+    assert keep(fatal) == (fatal, b"")  # a fatal one is shown

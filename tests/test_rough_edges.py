@@ -172,7 +172,7 @@ def test_eval_reports_progress(capsys):
     assert lines == [f"eval srcnn x{s}: {n} ({i}/2)" for s in (2, 3) for i, n in enumerate(images, 1)]
 
 
-@pytest.mark.parametrize("stage", ["export", "models", "eval", "sr", "backends", "engine", "triton", "doctor"])
+@pytest.mark.parametrize("stage", ["export", "models", "eval", "sr", "backends", "engine", "triton", "doctor", "demo"])
 def test_help_does_not_import_pytorch(stage):
     code = ("import sys\nfrom pipeline.cli import main\n"
             f"try:\n    main(['{stage}', '--help'])\nexcept SystemExit:\n    pass\n"

@@ -185,7 +185,7 @@ def test_serve_needs_a_server(tmp_path, capsys, monkeypatch):
     (repo / "m" / "config.pbtxt").write_text('backend: "python"\n')
     monkeypatch.setenv("SRDEPLOY_TRITON_HOME", str(tmp_path / "nothing"))
     assert main(["serve", str(repo)]) == 2
-    assert "make triton-env" in capsys.readouterr().err
+    assert "make triton-env" in capsys.readouterr().err  # a checkout; a pip install: tests/test_installed.py
     assert main(["serve", str(repo), "--tritonserver", str(tmp_path / "no-binary")]) == 2
     assert "tritonserver not found" in capsys.readouterr().err
 

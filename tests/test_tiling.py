@@ -121,6 +121,43 @@ def test_auto_tile_follows_memory():
     assert tiling.auto_tile(3, 15, batch=4, available_bytes=8 << 30) < big
 
 
+def test_host_tiles_follow_the_models_cost_not_a_fixed_cap():
+    """19 GB available: a 1200x900 image at x3 is one SRCNN tile (the fixed 1 GiB cap cut it into 12); DeformSRCNN,
+    ~7x costlier per pixel, is tiled; a model of unknown cost (a user's) keeps the small capped tiles."""
+    free = 19 << 30
+    for name, whole in (("srcnn", True), ("deform-srcnn", False)):
+        spec = get_spec(name)
+        margin = tiling.context_margin(spec.receptive_radius, 3)
+        side = tiling.host_tile(3, margin, 1, spec.host_bytes_per_output_pixel, available_bytes=free)
+        assert (len(tiling.plan(900, 1200, 3, side, margin).tiles) == 1) == whole, name
+        assert (side * 3 + 2 * margin) ** 2 * spec.host_bytes_per_output_pixel <= free * tiling.HOST_SHARE
+    unknown = tiling.host_tile(3, 15, 1, None, available_bytes=free)
+    assert unknown == tiling.auto_tile(3, 15, available_bytes=free) and (unknown * 3 + 30) ** 2 * 1024 <= 1 << 30
+
+
+@pytest.mark.parametrize("name", ["srcnn", "deform-srcnn"])
+def test_host_cost_covers_a_real_call(name, tmp_path):
+    """The spec's host bytes per output pixel bound what one whole-image ONNX Runtime call really takes (peak RSS
+    growth of a fresh process), so half the available memory is a safe budget."""
+    import os
+    import subprocess
+    import sys
+
+    if not os.access("/proc/self/clear_refs", os.W_OK):
+        pytest.skip("needs Linux's /proc/self/clear_refs to reset the peak RSS")
+    code = ("import re, numpy as np, psutil\nfrom pipeline.backends import create\n"
+            f"b = create('ort', '{name}', threads=1)\n"
+            "b.infer(np.zeros((1, 3, 16, 16), np.float32), 3.0)\nbase = psutil.Process().memory_info().rss\n"
+            "open('/proc/self/clear_refs', 'w').write('5')  # the peak so far (an export, ...) forgotten\n"
+            "y = b.infer(np.random.default_rng(0).random((1, 3, 120, 160), dtype=np.float32), 3.0)\n"
+            "peak = int(re.search(r'VmHWM:\\s+(\\d+) kB', open('/proc/self/status').read()).group(1)) * 1024\n"
+            "print((peak - base) / (y.shape[2] * y.shape[3]))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    measured = float(r.stdout.strip().splitlines()[-1])
+    assert 0 < measured <= get_spec(name).host_bytes_per_output_pixel, measured
+
+
 def test_backend_output_shape_is_checked():
     plan = tiling.plan(20, 20, 2, 8, 6)
     with pytest.raises(RuntimeError, match="expected"):

@@ -194,6 +194,21 @@ def test_names_beyond_ascii_are_written_as_utf8_and_overlong_names_are_one_line(
     assert "\n" not in err and "OSError" not in err and not (tmp_path / "r2").exists()
 
 
+def test_default_backend_is_what_this_machine_can_serve(tmp_path, capsys):
+    """Without TensorRT the default writes the ONNX Runtime model and says so; asking for trt names the way out."""
+    problem = tensorrt_problem()
+    if problem is None:
+        pytest.skip("TensorRT and a GPU are here: the default is trt")
+    repo = tmp_path / "repo"
+    assert main(["triton", "--model", "srcnn", "--output", str(repo), "--sr-name", "none"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"writing the ONNX Runtime model (--backend ort): no TensorRT engine can be built here "
+                          f"({problem})\n")
+    assert _parse(repo, "srcnn").backend == "onnxruntime"
+    assert main(["triton", "--model", "srcnn", "--output", str(tmp_path / "r2"), "--backend", "trt"]) == 2
+    assert "write the ONNX Runtime model with --backend ort" in capsys.readouterr().err
+
+
 def test_engine_refused_for_wrong_plugin_model_or_precision(tmp_path, plugin, capsys):
     engine = _engine(tmp_path, "srcnn", [Profile()], plugin, io={"inputs": ["input", "size"]})
     other = tmp_path / "other.so"

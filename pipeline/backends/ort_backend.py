@@ -34,7 +34,7 @@ from pipeline.backends.base import (
 from pipeline.backends.checks import check_batch, check_scale
 from pipeline.contract import DOMAIN
 from pipeline.engine import Profile, default_profile, validate_profile
-from pipeline.errors import PipelineError, check_choice, first_line
+from pipeline.errors import PipelineError, check_choice, first_line, install_command
 from pipeline.export.cached import onnx_for
 from pipeline.export.sr_ops import strip_sr_functions
 from pipeline.native.cuda_driver import gpu_visible
@@ -130,7 +130,7 @@ def onnx_source_problem(spec: ModelSpec, precision: str, onnx_path: Path | None,
         return str(e)
     if not installed("torch"):
         return ("no cached ONNX file and exporting one needs PyTorch: pass --onnx FILE or install the export "
-                "extra (pip install 'srdeploy[export]')")
+                f"extra ({install_command('export')})")
     return None
 
 

@@ -13,7 +13,7 @@ from models.spec import ModelSpec
 from pipeline.backends.base import BackendStatus, installed
 from pipeline.backends.ort_backend import OrtBackend, onnx_source_problem
 from pipeline.contract import DOMAIN
-from pipeline.errors import PipelineError, first_line
+from pipeline.errors import PipelineError, first_line, install_command
 from pipeline.export.sr_ops import strip_sr_functions
 from pipeline.native import kernels_cpu, ort_ops
 from pipeline.native.libraries import cpu_kernels_library
@@ -36,24 +36,32 @@ class OrtSrKernelsBackend(OrtBackend):
                          ops="custom", io_dtype=io_dtype, log=log)
         self.sr_nodes: int | str = "?"  # counted when loaded
 
+    @staticmethod
+    def machine_problem() -> str | None:
+        """Why this install cannot run our kernels in ORT, or None: the one reason `backends` lists and `sr
+        --backend ort-sr-kernels` stops with."""
+        if not installed("onnxruntime_extensions"):
+            return f"onnxruntime-extensions is not installed (the export extra: {install_command('export')})"
+        try:
+            kernels_cpu.library()
+        except PipelineError as e:
+            return str(e)
+        return None
+
     @classmethod
     def status(cls, spec: ModelSpec, precision: str, *, onnx=None, engine=None, weights=None) -> BackendStatus:
         if engine is not None:
             return cls.no("an engine file runs on TensorRT only")
-        if not installed("onnxruntime_extensions"):
-            return cls.no("onnxruntime-extensions is not installed (pip install onnxruntime-extensions)")
-        try:
-            kernels_cpu.library()
-        except PipelineError as e:
-            return cls.no(str(e))
-        problem = onnx_source_problem(spec, precision, onnx, weights)
+        problem = cls.machine_problem() or onnx_source_problem(spec, precision, onnx, weights)
         if problem:
             return cls.no(problem)
         note = "" if spec.dynamic_scale else f"; {spec.name} has no sr ops, so this is the plain ort graph"
         return cls.ok(f"ONNX Runtime CPU + our sr kernels ({cpu_kernels_library().name}){note}")
 
     def load(self) -> OrtSrKernelsBackend:
-        kernels_cpu.library()  # a missing library is one line here, not an abort inside ORT (see ort_ops)
+        problem = self.machine_problem()  # a missing library is one line here, not an abort inside ORT (see ort_ops)
+        if problem:
+            raise PipelineError(problem)
         path = self.resolve_onnx()
         stripped = strip_sr_functions(onnx.load(str(path)))
         if stripped.functions and any(f.domain == DOMAIN for f in stripped.functions):

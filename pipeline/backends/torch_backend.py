@@ -24,7 +24,7 @@ from pipeline.artifacts.identity import check_weights, resolve
 from pipeline.backends import pixels as px
 from pipeline.backends.base import Backend, BackendStatus, DeviceMemory, check_precision, installed
 from pipeline.backends.checks import check_batch, check_scale
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, install_command
 from pipeline.native.cuda_driver import gpu_visible, torch_gpu_visible
 
 
@@ -61,7 +61,7 @@ class TorchBackend(Backend):
         if onnx is not None or engine is not None:
             return cls.no("runs the registered PyTorch model, not an ONNX file or engine")
         if not installed("torch"):
-            return cls.no("PyTorch is not installed (the export extra: pip install 'srdeploy[export]')")
+            return cls.no(f"PyTorch is not installed (the export extra: {install_command('export')})")
         if not spec.registered:
             return cls.no(f"model '{spec.name}' is not registered here")
         version = importlib.metadata.version("torch")

@@ -31,7 +31,7 @@ from pipeline.bench.startup import time_to_first_image
 from pipeline.bench.sweeps import ModelBench
 from pipeline.bench.timing import cuda_torch
 from pipeline.bench.triton_bench import triton_bench
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, install_command
 from pipeline.export.cached import onnx_for
 
 FULL = dict(main_size=256, sizes=(128, 256, 512, 1024), scales=(2.0, 3.0, 4.0, 2.5), batches=(1, 2, 4),
@@ -133,7 +133,7 @@ def _startup_row(model: str, cfg: dict, weights, log, note) -> list[dict]:
 def _ray_section(model: str, cfg: dict, log, note) -> dict | None:
     """The same folder locally and through Ray with 1 and 2 actors (each Ray run in a private network namespace)."""
     if importlib.util.find_spec("ray") is None:
-        note("Ray comparison: ray is not installed (pip install -e '.[cluster]')")
+        note(f"Ray comparison: ray is not installed ({install_command('cluster')})")
         return None
     with tempfile.TemporaryDirectory(prefix="bench-ray-") as tmp:
         folder = Path(tmp) / "in"

@@ -17,13 +17,13 @@ import sys
 import threading
 import traceback
 
-from pipeline.errors import PipelineError, ReportedInterrupt, Terminated, first_line
+from pipeline.errors import PipelineError, ReportedInterrupt, Terminated, first_line, missing_extra
 
 # subcommand -> (module, one-line help)
 STAGES = {
     "export": ("pipeline.cli.export", "PyTorch -> ONNX with the sr custom-domain ops (or standard ops)"),
     "engine": ("pipeline.cli.engine", "ONNX -> TensorRT engine with our plugins"),
-    "sr": ("pipeline.cli.sr", "super-resolve an image or a folder of images"),
+    "sr": ("pipeline.cli.sr", "super-resolve images and videos (a file or a folder tree)"),
     "eval": ("pipeline.cli.eval", "PSNR/SSIM of a model vs bicubic on held-out images"),
     "compare": ("pipeline.cli.compare", "compare every available backend's output with PyTorch FP32"),
     "bench": ("pipeline.cli.bench", "benchmark latency/throughput of every available backend"),
@@ -125,6 +125,11 @@ def _main(argv: list[str], debug: bool) -> int:
             return 2
         if debug:
             traceback.print_exc()
+        missing = missing_extra(e)  # an optional package (PyTorch, ...) this install lacks: say what to install
+        if missing is not None:
+            print(f"error: {argv[0] if argv and argv[0] in STAGES else 'this command'} needs {missing}",
+                  file=sys.stderr)
+            return 2
         hint = "" if debug else f" (run with {DEBUG_FLAG} for the traceback)"
         print(f"error: {type(e).__name__}: {first_line(e)}{hint}", file=sys.stderr)
         return 2

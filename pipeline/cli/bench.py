@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 
 from pipeline import report
+from pipeline.artifacts.identity import resolve
 from pipeline.bench import onnx_file
 from pipeline.bench.results import FLOOR_SPEEDUP
 from pipeline.bench.suite import FULL, QUICK, run_bench
@@ -60,6 +61,7 @@ def config_from_args(args) -> dict:
 def _run_file(args, cfg: dict, onnx) -> int:
     """`--onnx FILE`: the file's backends and its startup time, without PyTorch (pipeline.bench.onnx_file)."""
     model = options.model_from_args(args)  # an explicit other --model is an error
+    options.check_scales([resolve(args.model, onnx)], args.scales, sweep=True)
     out_dir = options.check_output_dir(args.output)
     print(f"bench {model} ({onnx})")
     paths = onnx_file.write(onnx_file.bench_onnx(onnx, cfg), out_dir)
@@ -73,6 +75,7 @@ def run(args) -> int:
     if onnx is not None:
         return _run_file(args, cfg, onnx)
     models = options.models_from_args(args, allow_all=True)
+    options.check_scales([resolve(m) for m in models], args.scales, sweep=True)
     out_dir = options.check_output_dir(args.output)
     weights = options.weights_from_args(args)
     options.check_runnable(models, ("fp32",), cfg.get("backends"), weights)

@@ -24,15 +24,6 @@ def add_arguments(p) -> None:
     options.add_onnx_arg(p)
 
 
-def _check_scales(models: list[str], scales: list[float] | None) -> None:
-    for model in models if scales else ():
-        for scale in scales:
-            try:
-                resolve(model).check_scale(scale)
-            except ValueError as e:
-                raise PipelineError(str(e)) from None
-
-
 def _compare_file(args, onnx) -> list[dict]:
     """`--onnx FILE`: its backends against the reference outputs stored with it at export time (no PyTorch)."""
     if args.scales:
@@ -56,7 +47,7 @@ def run(args) -> int:
         out_dir = options.check_output_dir(args.output)  # before any work
         return _report(_compare_file(args, onnx), out_dir)
     models = options.models_from_args(args, allow_all=True)
-    _check_scales(models, args.scales)
+    options.check_scales([resolve(m) for m in models], args.scales)
     out_dir = options.check_output_dir(args.output)
     weights = options.weights_from_args(args)
     backends = options.backends_from_args(args)

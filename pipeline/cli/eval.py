@@ -15,7 +15,7 @@ from pipeline.errors import PipelineError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    options.add_model_args(parser)
+    options.add_model_args(parser, files=False)
     parser.add_argument("--scales", type=float, nargs="+", default=list(DEFAULT_SCALES),
                         help="upscale factors to evaluate (default: 2 3 4; the static srcnn-x3 only does 3)")
     options.add_weights_arg(parser)

@@ -13,7 +13,7 @@ from pipeline.errors import PipelineError
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     what = parser.add_mutually_exclusive_group()
-    options.add_model_args(what)
+    options.add_model_args(what, files=False)
     what.add_argument("--all", action="store_true",
                       help="every model x ops (custom, standard) x precision (fp32, fp16) into --output-dir, "
                            "shipped weights, one exporter (--exporter)")
@@ -59,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
         raise PipelineError("--model writes one file: give --output FILE.onnx")
     if args.exporter == "all":
         raise PipelineError("--exporter all works with --all; with --model pick dynamo or torchscript")
+    if args.output.suffix.lower() != ".onnx":  # the files written beside it are named after it, .onnx too
+        raise PipelineError(f"--output {args.output}: an ONNX file's name must end in .onnx")
     model = options.model_from_args(args)
     options.check_output_file(args.output, "--output")
     from pipeline.export.core import export_model  # PyTorch: only when exporting

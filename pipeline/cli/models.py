@@ -17,14 +17,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the description as JSON")
 
 
-def _scale_text(lo: float, hi: float) -> str:
-    return f"x{lo:g}" if lo == hi else f"any in ({lo:g}, {hi:g}]"
+def _scale_text(spec) -> str:
+    lo, hi = spec.scale_range
+    return f"x{lo:g}" if lo == hi else f"any in {spec.scales_text}"
 
 
 def listing() -> str:
     width = max(len(n) for n in MODELS)
     lines = ["our models (--model NAME):"]
-    lines += [f"  {s.name:<{width}}  {_scale_text(*s.scale_range):<16} {s.description}" for s in MODELS.values()]
+    lines += [f"  {s.name:<{width}}  {_scale_text(s):<16} {s.description}" for s in MODELS.values()]
     import spandrel
 
     lines.append(f"your checkpoints (--model FILE{'|'.join(external.SUFFIXES)}) of these spandrel "

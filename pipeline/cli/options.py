@@ -25,10 +25,11 @@ from pipeline.errors import PipelineError, check_choice
 
 
 # -- model ---------------------------------------------------------------------------------------------
-def add_model_args(parser, allow_all: bool = False) -> None:
+def add_model_args(parser, allow_all: bool = False, files: bool = True) -> None:
+    """`files`: the command also takes an --onnx/--engine file, whose model is then the default."""
     what = "registered model name, checkpoint file or package.module:factory" + (", or 'all'" if allow_all else "")
-    parser.add_argument("--model", default=None,
-                        help=f"{what} (default: the model an --onnx file holds, else {DEFAULT_MODEL})")
+    default = f"the model an --onnx file holds, else {DEFAULT_MODEL}" if files else DEFAULT_MODEL
+    parser.add_argument("--model", default=None, help=f"{what} (default: {default})")
 
 
 def models_from_args(args, allow_all: bool = False) -> list[str]:
@@ -46,6 +47,24 @@ def model_from_args(args, onnx: Path | None = None, engine: Path | None = None) 
     if onnx is not None or engine is not None:
         return resolve(args.model, onnx, engine).name
     return models_from_args(args)[0]
+
+
+def check_scales(specs, scales, *, sweep: bool = False) -> None:
+    """Explicit --scales, before any work: each in every model's range (ModelSpec.check_scale). A `sweep` (bench)
+    leaves fixed-factor models out, as they have no scale sweep, but refuses a sweep that no model can run."""
+    if not scales:
+        return
+    if sweep:
+        if not any(s.dynamic_scale for s in specs):
+            names = ", ".join(f"'{s.name}'" for s in specs)
+            raise PipelineError(f"--scales: {names} has a fixed scale, so there is no scale sweep to run")
+        specs = [s for s in specs if s.dynamic_scale]
+    for spec in specs:
+        for scale in scales:
+            try:
+                spec.check_scale(scale)
+            except ValueError as e:
+                raise PipelineError(f"--scales: {e}") from None
 
 
 def add_onnx_arg(parser) -> None:

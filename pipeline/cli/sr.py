@@ -1,4 +1,4 @@
-"""`python -m pipeline sr INPUT OUTPUT`: super-resolve an image or a folder tree of images."""
+"""`python -m pipeline sr INPUT OUTPUT`: super-resolve images and videos (a file or a folder tree)."""
 from __future__ import annotations
 
 from pipeline.cli.options import (

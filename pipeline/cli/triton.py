@@ -4,17 +4,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.cli import options
+from pipeline.engine import tensorrt_problem
 from pipeline.errors import PipelineError
-from pipeline.serve import write_repository
+from pipeline.serve import triton_env, write_repository
 
 
 def add_arguments(p) -> None:
     options.add_model_args(p)
     p.add_argument("--output", required=True, type=Path, metavar="REPO",
                    help="model repository folder (REPO/<name>/ is written)")
-    p.add_argument("--backend", choices=("trt", "ort"), default="trt",
+    p.add_argument("--backend", choices=("trt", "ort"),
                    help="trt: TensorRT plan (needs a GPU and TensorRT to build, or --engine); "
-                        "ort: ONNX Runtime on the exported ONNX (default: trt)")
+                        "ort: ONNX Runtime on the exported ONNX (default: trt where TensorRT can build the engine "
+                        "or --engine gives one, else ort)")
     options.add_precision_args(p)
     src = p.add_mutually_exclusive_group()
     src.add_argument("--onnx", type=Path, metavar="FILE", help="exported ONNX file instead of the cached export")
@@ -31,7 +33,7 @@ def add_arguments(p) -> None:
                    "(`serve`, `sr --triton`); 'none' writes only the plain model (default: sr)")
     p.add_argument("--python-env", metavar="PATH", help="the sr model's Python environment (EXECUTION_ENV_PATH: a "
                    "venv folder or a conda-pack .tar.gz as the server sees it; 'none': the server's own Python; "
-                   "default: the one `make triton-env` made)")
+                   "default: the one `make triton-env` / `python -m pipeline.serve.triton_env` made)")
 
 
 def _python_env(value: str | None) -> str | None:
@@ -41,7 +43,28 @@ def _python_env(value: str | None) -> str | None:
     return "" if value.lower() == "none" else value
 
 
+def _backend(args) -> str:
+    """--backend, or what this machine can serve: TensorRT where it can build the engine (or --engine gives one),
+    else ONNX Runtime, said in one line."""
+    if args.backend is not None or args.engine is not None:
+        return args.backend or "trt"
+    problem = tensorrt_problem()
+    if problem is None:
+        return "trt"
+    print(f"writing the ONNX Runtime model (--backend ort): no TensorRT engine can be built here ({problem})")
+    return "ort"
+
+
+def _env_note(args) -> None:
+    """The default Python environment the sr model names must exist before `serve`: say how to make it."""
+    if args.python_env is None and args.sr_name.lower() != "none":
+        problem = triton_env.problem()
+        if problem:
+            print(f"note: {problem}; `serve` needs it, an official Triton container needs --python-env")
+
+
 def run(args) -> int:
+    args.backend = _backend(args)
     if args.max_batch is not None and args.backend == "trt":
         raise PipelineError("--max-batch applies to --backend ort; an engine's batch limit is its profile's")
     # With --onnx/--engine the model is the file's: write_repository resolves it after its option checks.
@@ -59,5 +82,6 @@ def run(args) -> int:
         print(f"wrote {result.sr_config_file} (Python backend: images in, images out)")
     if result.plugin_file is not None:
         print(f"plugin library: {result.plugin_file}")
+    _env_note(args)
     print(f"start the server with:\n  python -m pipeline serve {result.model_dir.parent}\nor:\n  {result.command}")
     return 0

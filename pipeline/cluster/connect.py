@@ -4,10 +4,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from pipeline.errors import PipelineError, first_line
+from pipeline.cluster.ray_log import StderrFilter
+from pipeline.errors import PipelineError, first_line, install_command
 
 LOCAL = "local"        # `--ray` with no address: a cluster of this machine only
 LOOPBACK = "127.0.0.1"
+_filter: StderrFilter | None = None
 
 
 @dataclass(frozen=True)
@@ -23,21 +25,24 @@ def import_ray():
         import ray
         import ray.data
     except ImportError as e:
-        raise PipelineError(f"--ray needs Ray with Ray Data: pip install -e '.[cluster]' ({first_line(e)})") from None
+        raise PipelineError(f"--ray needs Ray with Ray Data: {install_command('cluster')} ({first_line(e)})") from None
     return ray
 
 
 def connect(address: str, *, num_cpus: int | None = None) -> Cluster:
     """LOCAL: start a one-machine cluster on the loopback interface (no dashboard); 'auto' or ray://host:port:
     join that cluster. Logs from the workers stay in Ray's session folder, not on the driver's terminal."""
+    global _filter
     ray = import_ray()
     quiet = {"logging_level": logging.ERROR, "log_to_driver": False, "configure_logging": True}
+    _filter = _filter or StderrFilter()  # Ray's C++ log lines off the terminal until disconnect()
     try:
         if address == LOCAL:
             ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address=LOOPBACK, **quiet)
         else:
             ray.init(address=address, **quiet)
     except Exception as e:  # ConnectionError, RuntimeError, ValueError: Ray's own messages are one line enough
+        disconnect()
         raise PipelineError(f"cannot {'start a local' if address == LOCAL else 'join the'} Ray cluster"
                             f"{'' if address == LOCAL else f' at {address}'}: {first_line(e)}") from None
     res = ray.cluster_resources()
@@ -50,7 +55,11 @@ def connect(address: str, *, num_cpus: int | None = None) -> Cluster:
 
 def disconnect() -> None:
     """Leave the cluster; a local one is stopped with it."""
+    global _filter
     import ray
 
     if ray.is_initialized():
         ray.shutdown()
+    if _filter is not None:
+        _filter.close()
+        _filter = None

@@ -9,13 +9,13 @@ import shutil
 import subprocess
 
 from pipeline.doctor.results import FAIL, INFO, PASS, SKIP, Check
-from pipeline.errors import PipelineError, first_line
+from pipeline.errors import PipelineError, first_line, install_command
 from pipeline.native.cuda_driver import driver, torch_gpu_visible
 from pipeline.native.cuda_runtime import find_runtime_libraries, missing_hint, preload
 from pipeline.native.libraries import plugin_build_info, trt_plugin_library
 
 TORCH_FIX = "install a CUDA 13 build of PyTorch (the project's default torch wheel on Linux x86-64)"
-TRT_FIX = "`make setup ORT=gpu` (the gpu extra: tensorrt-cu13, TensorRT 11) or `pip install tensorrt-cu13`"
+TRT_FIX = f"`{install_command('gpu')}` (tensorrt-cu13, TensorRT 11) or `pip install tensorrt-cu13`"
 PLUGIN_FIX = ("`make plugins` with TensorRT headers available: TENSORRT_ROOT=<dir with include/NvInfer.h>, the "
               "TensorRT dev package, or `make trt-headers` (fetches those matching the installed tensorrt)")
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from models.spec import file_sha256
-from pipeline.errors import first_line
+from pipeline.errors import first_line, install_command
 from pipeline.native.cuda_driver import driver, gpu_visible
 from pipeline.native.libraries import trt_plugin_library
 
-INSTALL_HINT = ("on a machine with an NVIDIA GPU run `make setup ORT=gpu` (`pip install -e '.[test,gpu]'` after "
-                "`pip uninstall -y onnxruntime`; TensorRT 11 for CUDA 13: tensorrt-cu13)")
+INSTALL_HINT = (f"on a machine with an NVIDIA GPU run `{install_command('gpu')}` "
+                "(TensorRT 11 for CUDA 13: tensorrt-cu13)")
 
 
 def _gpu_problem() -> str | None:

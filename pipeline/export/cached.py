@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from pipeline.artifacts.cache import cached_onnx, check_cache_writable, weights_path
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, install_command
 
 
 def onnx_for(model: str, precision: str = "fp32", ops: str = "custom", *, exporter: str = "dynamo",
@@ -25,7 +25,7 @@ def onnx_for(model: str, precision: str = "fp32", ops: str = "custom", *, export
         from pipeline.export.core import export_model
     except ImportError as e:
         raise PipelineError(f"no cached ONNX file for {model} and exporting one needs PyTorch ({e}): install "
-                            "the export extra (pip install 'srdeploy[export]') or pass --onnx FILE") from None
+                            f"the export extra ({install_command('export')}) or pass --onnx FILE") from None
     if cache is None:
         check_cache_writable(folder)
     folder.mkdir(parents=True, exist_ok=True)

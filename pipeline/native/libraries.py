@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, in_checkout
 from pipeline.native.cuda_runtime import missing_hint, preload
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -38,6 +38,9 @@ def _locate(env_var: str, filename: str, what: str, hint: str = "") -> Path:
             raise PipelineError(f"{env_var}={override} does not exist ({what})")
         return path.resolve()
     path = BUILD_DIR / filename
+    if not path.is_file() and not in_checkout():  # a pip install: no build folder, no make
+        raise PipelineError(f"{what} is not part of this install: build it in a source checkout (`make plugins`"
+                            f"{hint}) and point {env_var} at it")
     if not path.is_file():
         raise PipelineError(f"{what} not found at {path}: run `make plugins`{hint} (or set {env_var})")
     return path

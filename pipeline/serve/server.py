@@ -24,6 +24,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from pipeline.errors import PipelineError
 from pipeline.serve import triton_env
 
@@ -122,6 +124,8 @@ def plan_server(repo: Path, *, binary: Path | None = None, host: str = "127.0.0.
         raise PipelineError(f"this tritonserver has none of the backends the models need "
                             f"({', '.join(sorted({e.backend for e in skipped}))}); its backends: "
                             f"{', '.join(sorted(have or []))}")
+    for name, port in ports.items():
+        _check_free(host, name, port)
     cmd = [str(binary), "--model-repository", str(repo), "--model-control-mode", "explicit",
            *[f"--load-model={e.name}" for e in load], "--strict-readiness", "true", "--exit-on-error", "true",
            "--exit-timeout-secs", str(int(STOP_GRACE_S)),
@@ -133,6 +137,32 @@ def plan_server(repo: Path, *, binary: Path | None = None, host: str = "127.0.0.
     if plugins and any(e.backend == "tensorrt" for e in load):
         cmd.append(f"--backend-config=tensorrt,plugins={plugins[0]}")
     return ServerPlan(cmd, host, ports, load, skipped)
+
+
+def _check_free(host: str, name: str, port: int) -> None:
+    """PipelineError when something already listens on host:port: a readiness probe would be answered by it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: TIME_WAIT is no conflict
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise PipelineError(f"{host}:{port} (--{name}-port) is taken ({e.strerror or e}): another server runs "
+                                f"there; stop it or choose another --{name}-port") from None
+
+
+def _serves_port(pid: int, port: int) -> bool | None:
+    """Whether process `pid` or one of its children (a wrapper script's server) listens on `port` (None: the
+    system does not say)."""
+    try:
+        root = psutil.Process(pid)
+        for p in (root, *root.children(recursive=True)):
+            if any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+                   for c in p.net_connections("tcp")):
+                return True
+    except psutil.Error:  # gone meanwhile, or not ours to inspect
+        return None
+    return False
 
 
 def _die_with_parent() -> None:
@@ -179,6 +209,11 @@ class Server:
                 raise PipelineError(f"tritonserver exited (code {self.proc.returncode}) before it was ready: "
                                     f"{self.last_error()}")
             if self.ready():
+                if _serves_port(self.proc.pid, self.plan.ports["http"]) is False:
+                    self.stop()
+                    raise PipelineError(f"another server answers on {self.plan.url('http')}, not the tritonserver "
+                                        "started here: stop it or choose other ports (--http-port, --grpc-port, "
+                                        "--metrics-port)")
                 return time.monotonic() - t0
             time.sleep(0.2)
         self.stop()

@@ -23,7 +23,8 @@ from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
-from pipeline.errors import PipelineError
+from pipeline.artifacts.cache import cache_dir
+from pipeline.errors import PipelineError, in_checkout
 
 WHEEL = "nvidia-pytriton==0.7.0"
 # The env gets the torch-free runtime's own dependencies as pyproject.toml declares them (so a new one cannot be
@@ -62,7 +63,13 @@ def _runtime_dependencies(extra: str) -> list[str]:
 
 
 def home() -> Path:
-    return Path(os.environ.get(HOME_VAR) or CHECKOUT / ".triton")
+    """$SRDEPLOY_TRITON_HOME, else `.triton/` in a checkout, else beside the artifact cache (never site-packages)."""
+    return Path(os.environ.get(HOME_VAR) or (CHECKOUT / ".triton" if in_checkout() else cache_dir() / "triton"))
+
+
+def setup_command() -> str:
+    """The command that makes the server and its environment, for this kind of install."""
+    return "make triton-env" if in_checkout() else "python -m pipeline.serve.triton_env"
 
 
 def server_root() -> Path:
@@ -97,7 +104,7 @@ def problem() -> str | None:
     """Why the local server cannot run the `sr` model here, or None."""
     facts = ready_facts()
     if facts is None or not server_binary().is_file() or not (env_dir() / "bin" / "python").exists():
-        return f"the Triton server and its Python environment are not set up in {home()} (run `make triton-env`)"
+        return f"the Triton server and its Python environment are not set up in {home()} (run `{setup_command()}`)"
     stub = backend_dir() / "python" / STUB
     try:
         ldd = subprocess.run(["ldd", str(stub)], capture_output=True, text=True, timeout=30).stdout

@@ -102,7 +102,8 @@ def _engine_sidecar(spec: ModelSpec, precision: str, onnx: Path | None, engine: 
     if engine is None:
         problem = tensorrt_problem()
         if problem:
-            raise PipelineError(f"{problem} (or give a built engine with --engine FILE, its .json sidecar next to it)")
+            raise PipelineError(f"{problem} (or give a built engine with --engine FILE, its .json sidecar next to it, "
+                                "or write the ONNX Runtime model with --backend ort)")
         if onnx is not None:
             check_onnx_precision(Path(onnx), precision)
         onnx = onnx or onnx_for(spec.name, precision, "custom", weights=weights, log=log)

@@ -171,9 +171,9 @@ def _cv2_reason(e: Exception) -> str:
     return lines[-1] if lines else type(e).__name__
 
 
-def _check_complete(data: bytes, fmt: str | None) -> None:
-    """Reject truncated files that decoders would silently fill with gray."""
-    if fmt == "jpg" or data[:2] == b"\xff\xd8":
+def _check_complete(data: bytes) -> None:
+    """Reject truncated files that decoders would silently fill with gray (by content, never by name)."""
+    if data[:2] == b"\xff\xd8":
         # The end-of-image marker must come after the last start-of-scan marker.
         if data.rfind(b"\xff\xd9") < data.rfind(b"\xff\xda") or data.rfind(b"\xff\xd9") < 0:
             raise ImageError("truncated JPEG (no end-of-image marker)")
@@ -181,10 +181,10 @@ def _check_complete(data: bytes, fmt: str | None) -> None:
         raise ImageError("truncated PNG (no IEND chunk)")
 
 
-def decode(data: bytes, fmt: str | None = None) -> Image:
+def decode(data: bytes) -> Image:
     if len(data) == 0:
         raise ImageError("empty file")
-    _check_complete(data, fmt)
+    _check_complete(data)
     try:  # the size the header claims, before any decoder allocates for it
         check_header(data)
     except HeaderError as e:
@@ -240,7 +240,7 @@ def read_bytes(path: Path) -> bytes:
 
 def read_image(path: Path) -> Image:
     path = Path(path)
-    return decode(read_bytes(path), format_of(path))
+    return decode(read_bytes(path))
 
 
 def new_output(height: int, width: int, channels: int, depth: int) -> np.ndarray:

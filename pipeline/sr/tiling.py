@@ -227,6 +227,19 @@ def auto_tile(scale: float, margin: int, batch: int = 1, available_bytes: int | 
     return max(8, int(keep_hr / scale))
 
 
+HOST_SHARE = 0.5  # of available host memory that a model of known cost may take; the rest: buffers, other programs
+
+
+def host_tile(scale: float, margin: int, batch: int = 1, bytes_per_pixel: float | None = None,
+              available_bytes: int | None = None) -> int:
+    """LR tile side on the host: half of the available memory at the model's measured cost (whole images whenever
+    they fit); a model of unknown cost (None: a user's) at the generic estimate, a quarter capped at 1 GiB."""
+    if bytes_per_pixel is None:
+        return auto_tile(scale, margin, batch, available_bytes)
+    return auto_tile(scale, margin, batch, available_bytes, cap_bytes=None, bytes_per_pixel=bytes_per_pixel,
+                     share=HOST_SHARE)
+
+
 def run_tiles(tile_plan: TilePlan, read: Callable[[int, int, int, int], np.ndarray],
               infer: Callable[[np.ndarray], np.ndarray | Callable[[], np.ndarray]],
               write: Callable[[Tile, np.ndarray], None], batch: int = 1) -> None:

@@ -127,9 +127,9 @@ def tile_size(backend: Backend, scale: float, margin: int, batch: int, tile: int
     measured cost per output pixel: whole images whenever they fit), capped so crops fit an engine."""
     if tile is None:
         mem = backend.device_memory()
-        size = tiling.auto_tile(scale, margin, batch) if mem is None else tiling.auto_tile(
-            scale, margin, batch, mem.free_bytes, cap_bytes=None, bytes_per_pixel=mem.bytes_per_output_pixel,
-            share=DEVICE_SHARE)
+        size = tiling.host_tile(scale, margin, batch, backend.spec.host_bytes_per_output_pixel) if mem is None \
+            else tiling.auto_tile(scale, margin, batch, mem.free_bytes, cap_bytes=None,
+                                  bytes_per_pixel=mem.bytes_per_output_pixel, share=DEVICE_SHARE)
     else:
         size = tile or None
     max_in = backend.max_input_size()
