@@ -27,7 +27,7 @@ SIZE_INPUTS = ("size", "scale")  # how a run-time-factor graph takes its output 
 # Part of every ONNX cache key: bumped when exports gain something the runtime relies on, so older cached files
 # are not reused. 2: the model spec in the metadata, reference outputs and folded variants beside the file.
 # 3: sr::DynamicResize's body and the folded border strips are tile-exact (tiled output equals whole, bit for bit).
-ONNX_LAYOUT = 3
+ONNX_LAYOUT = 4
 
 
 CACHE_ENV = "SRDEPLOY_CACHE"
