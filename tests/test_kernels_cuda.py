@@ -118,9 +118,8 @@ def test_dynamic_resize_gpu_to_its_own_size_is_a_copy(dtype):
     x[0, 0, 0, :2] = torch.tensor([float("inf"), float("nan")])
     out = kernels_cuda.dynamic_resize(x, (9, 11))
     torch.cuda.synchronize()
-    assert out.data_ptr() != x.data_ptr() and torch.equal(out.view(torch.int16 if dtype == torch.float16 else
-                                                                   torch.int32),
-                                                          x.view(torch.int16 if dtype == torch.float16 else torch.int32))
+    bits = torch.int16 if dtype == torch.float16 else torch.int32
+    assert out.data_ptr() != x.data_ptr() and torch.equal(out.view(bits), x.view(bits))
 
 
 DEFORM_GPU_CASES = [

@@ -155,7 +155,8 @@ def test_ctrl_c_prints_one_interrupted_line(weights, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-m", "pipeline", "sr", str(src), str(tmp_path / "out"), "--model",
                              "srcnn", "--scale", "3", "--backend", "torch", "--threads", "1", "--workers", "1",
-                             *(["--weights", weights] if weights else [])], cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
+                             *(["--weights", weights] if weights else [])],
+                            cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
     lines = []
     try:
         for line in proc.stderr:  # the first per-image line: the run is under way
