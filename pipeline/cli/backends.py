@@ -8,7 +8,7 @@ from pipeline.errors import PipelineError
 
 def add_arguments(parser) -> None:
     options.add_model_args(parser)
-    options.add_precision_args(parser)
+    options.add_precision_args(parser, run=True)
     options.add_weights_arg(parser)
     options.add_onnx_arg(parser)
     parser.add_argument("--measure", action="store_true",

@@ -17,7 +17,7 @@ from pipeline import backends
 from pipeline.artifacts.atomic import atomic_write
 from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import onnx_metadata
-from pipeline.backends.base import check_precision
+from pipeline.backends.base import check_run_precision
 from pipeline.backends.checks import check_scale
 from pipeline.engine.sidecar import read_sidecar
 from pipeline.errors import PipelineError, ReportedInterrupt, check_choice
@@ -130,7 +130,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     check_choice("audio", audio, videofmt.AUDIO_MODES)
     settings.check_paths(summary=summary, reference=reference, onnx=onnx, engine=engine, weights=weights)
     if isinstance(backend, str):
-        check_precision(precision)
+        check_run_precision(precision)
     elif any(v is not None for v in (onnx, engine, weights, threads)):
         raise PipelineError("onnx, engine, weights and threads choose what backend to load; "
                             "they cannot change the already-loaded backend that was given")
