@@ -83,8 +83,8 @@ def add_precision_args(parser, multiple: bool = False, run: bool = False) -> Non
     command that runs a backend, which may also ask for bf16 (an inference precision of the fp32 file)."""
     if run:
         parser.add_argument("--precision", default=PRECISIONS[0], choices=RUN_PRECISIONS,
-                            help=f"precision (default: {PRECISIONS[0]}; bf16: the openvino backend on a CPU with "
-                                 "bf16 arithmetic)")
+                            help=f"precision (default: {PRECISIONS[0]}; bf16 and int8: the openvino backend, bf16 "
+                                 "on a CPU with bf16 arithmetic, int8 from the file's Q/DQ version)")
     elif multiple:
         parser.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=PRECISIONS,
                             help=f"precisions to run (default: {' '.join(PRECISIONS)})")

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipeline import backends
+from pipeline.analysis import quality
 from pipeline.artifacts.atomic import atomic_write
 from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import onnx_metadata
@@ -164,6 +165,8 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     console.always(headline(spec.name, scale, note, loaded.name, loaded.selection_brief or choice,
                             what, output, overwrites))
     console.detail(f"backend: {loaded.describe()}; why: {choice}")
+    if (record := quality.precision_loss(loaded, log=console.always)) is not None:
+        console.always(f"precision: {quality.loss_line(record)}")
     say_triage(records, failures, console)
     if found.ignored:
         console.info(f"ignored {len(found.ignored)} file(s) without an image or video extension "
