@@ -67,6 +67,8 @@ def bicubic_exact(x: torch.Tensor, height: int, width: int) -> torch.Tensor:
 @torch.library.custom_op("sr::dynamic_resize", mutates_args=())
 def _dynamic_resize_op(x: torch.Tensor, size: torch.Tensor) -> torch.Tensor:
     h, w = (int(v) for v in size.tolist())
+    if (h, w) == tuple(x.shape[-2:]):  # the identity (taps 0, 1, 0, 0): a copy (a custom op may not alias)
+        return x.clone()
     return bicubic_exact(x, h, w)
 
 

@@ -105,9 +105,15 @@ def test_function_bodies_are_standard_onnx():
     (f,) = m.functions
     assert (f.domain, f.name) == ("sr", "DynamicResize")
     assert all(n.domain == "" for n in f.node)
-    # exact int64 tap arithmetic and gathers, not Resize (whose float source positions are not tile-exact)
-    assert {n.op_type for n in f.node} <= {"Constant", "Shape", "Gather", "Range", "Mul", "Add", "Sub", "Mod", "Div",
-                                           "Cast", "Min", "Max", "Unsqueeze", "CastLike"}
+    # the same size is a copy (If -> Identity); otherwise exact int64 tap arithmetic and gathers, not Resize (whose
+    # float source positions are not tile-exact)
+    (branch,) = [n for n in f.node if n.op_type == "If"]
+    assert {n.op_type for n in f.node} <= {"Constant", "Shape", "Gather", "Equal", "And", "If"}
+    branches = {a.name: a.g for a in branch.attribute}
+    then, other = branches["then_branch"], branches["else_branch"]
+    assert [n.op_type for n in then.node] == ["Identity"] and list(then.node[0].input) == ["X"]
+    assert {n.op_type for n in other.node} <= {"Constant", "Shape", "Gather", "Range", "Mul", "Add", "Sub", "Mod",
+                                               "Div", "Cast", "Min", "Max", "Unsqueeze", "CastLike"}
     dc = sr_ops.deform_conv_function(19)
     assert [n.op_type for n in dc.node] == ["DeformConv"] and set(dc.attribute) == set(sr_ops.DEFORM_CONV_ATTRS)
 
@@ -153,3 +159,17 @@ def test_register_schemas_is_idempotent():
     s = onnx.defs.get_schema("DeformConv2d", 1, "sr")
     assert [i.name for i in s.inputs] == ["X", "W", "offset", "B", "mask"]
     assert onnx.defs.get_schema("DynamicResize", 1, "sr").inputs[1].type_str == "tensor(int64)"
+
+
+def test_dynamic_resize_to_its_own_size_is_a_copy_in_the_body_and_the_torch_op():
+    from models import ops
+
+    x = torch.rand(1, 3, 9, 11) * 1e3 - 500  # any values, NaN and inf included: a copy keeps every bit
+    x[0, 0, 0, :3] = torch.tensor([float("nan"), float("inf"), -float("inf")])
+    got = _run(_resize_model(), {"X": x.numpy(), "size": np.array([9, 11], dtype=np.int64)})
+    assert got.tobytes() == x.numpy().tobytes()  # 16 taps a pixel would turn the inf row into NaN
+    eager = ops.dynamic_resize(x, torch.tensor([9, 11]))
+    assert eager.numpy().tobytes() == x.numpy().tobytes() and eager.data_ptr() != x.data_ptr()
+    # one side the same is still a resize (the other axis)
+    half = _run(_resize_model(), {"X": x[:, :, :, 3:].numpy(), "size": np.array([9, 16], dtype=np.int64)})
+    assert half.shape == (1, 3, 9, 16)

@@ -107,6 +107,21 @@ def test_dynamic_resize_gpu(dtype, h, w, ho, wo):
         close(out, ref, 2e-3)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.usefixtures("cuda_build")
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_dynamic_resize_gpu_to_its_own_size_is_a_copy(dtype):
+    from pipeline.native import kernels_cuda
+
+    x = (torch.randn(2, 3, 9, 11, device="cuda") * 100).to(dtype)
+    x[0, 0, 0, :2] = torch.tensor([float("inf"), float("nan")])
+    out = kernels_cuda.dynamic_resize(x, (9, 11))
+    torch.cuda.synchronize()
+    bits = torch.int16 if dtype == torch.float16 else torch.int32
+    assert out.data_ptr() != x.data_ptr() and torch.equal(out.view(bits), x.view(bits))
+
+
 DEFORM_GPU_CASES = [
     # n, c, h, w, c_out, k, stride, pad, dil, offset_groups, weight_groups, bias, mask
     (2, 8, 12, 13, 6, 3, 1, 1, 1, 2, 2, True, True),

@@ -227,3 +227,16 @@ def test_exported_deform_srcnn_runs_on_our_kernels(tmp_path, precision, rel):
         ref = load_model("deform-srcnn", weights=weights)(torch.from_numpy(x), torch.from_numpy(size)).numpy()
     assert ours.shape == ref.shape == (1, 3, 50, 61)
     assert np.abs(ours - ref).max() <= tol(ref, rel)
+
+
+def test_dynamic_resize_to_its_own_size_is_a_copy_on_our_kernels():
+    model, _, _ = build_graph(True)
+    resize = next(n for n in model.graph.node if n.op_type == "DynamicResize")
+    del model.graph.node[:]
+    model.graph.node.append(resize)
+    model.graph.node[0].input[0], model.graph.node[0].output[0] = "x", "y"
+    del model.graph.input[2:]
+    x = np.random.default_rng(0).standard_normal((1, 3, 5, 6)).astype(np.float32)
+    x[0, 0, 0, 0] = np.inf
+    got = session_with_sr_kernels(model).run(None, {"x": x, "size": np.array([5, 6], np.int64)})[0]
+    assert got.tobytes() == x.tobytes()

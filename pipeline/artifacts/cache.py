@@ -23,11 +23,14 @@ PRECISIONS = ("fp32", "fp16")
 OPS = ("custom", "standard")
 EXPORTERS = ("dynamo", "torchscript")
 IO_DTYPES = PRECISIONS  # float32 or float16 graph inputs/outputs
+# What a run may ask for: the graph precisions; bf16, an inference precision over the fp32 file (OpenVINO on a CPU
+# with bf16 arithmetic); int8, the fp32 file's Q/DQ version (pipeline.export.quantize). Both: openvino_backend.
+RUN_PRECISIONS = (*PRECISIONS, "bf16", "int8")
 SIZE_INPUTS = ("size", "scale")  # how a run-time-factor graph takes its output size
 # Part of every ONNX cache key: bumped when exports gain something the runtime relies on, so older cached files
 # are not reused. 2: the model spec in the metadata, reference outputs and folded variants beside the file.
 # 3: sr::DynamicResize's body and the folded border strips are tile-exact (tiled output equals whole, bit for bit).
-ONNX_LAYOUT = 3
+ONNX_LAYOUT = 4
 
 
 CACHE_ENV = "SRDEPLOY_CACHE"

@@ -18,4 +18,5 @@ def available(model: str | None, precision: str = "fp32", weights=None, *, onnx:
     spec = resolve(model, onnx, engine)
     if onnx is None and engine is None:
         check_weights(spec, weights)
-    return [cls.status(spec, precision, onnx=onnx, engine=engine, weights=weights) for cls in CLASSES.values()]
+    return [cls.status(spec, precision, onnx=onnx, engine=engine, weights=weights) if precision in cls.PRECISIONS
+            else cls.no(f"runs {', '.join(cls.PRECISIONS)}, not {precision}") for cls in CLASSES.values()]

@@ -9,7 +9,7 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 
 from models.spec import ModelSpec
-from pipeline.artifacts.cache import PRECISIONS
+from pipeline.artifacts.cache import PRECISIONS, RUN_PRECISIONS
 from pipeline.backends import pixels as px
 from pipeline.errors import check_choice
 
@@ -28,8 +28,13 @@ def installed(package: str) -> bool:
         return False
 
 
-def check_precision(precision: str) -> str:
-    return check_choice("precision", precision, PRECISIONS)
+def check_precision(precision: str, allowed: tuple[str, ...] = PRECISIONS) -> str:
+    return check_choice("precision", precision, allowed)
+
+
+def check_run_precision(precision: str) -> str:
+    """A precision some backend runs (the sr stage checks it before choosing one)."""
+    return check_precision(precision, RUN_PRECISIONS)
 
 
 # Device memory per output pixel of an engine whose activations were allocated with it (TensorRT, ORT's TensorRT
@@ -59,6 +64,7 @@ class Backend(ABC):
 
     name: ClassVar[str]  # e.g. "torch", "ort", "ort-sr-kernels", "trt"
     OPTIONS: ClassVar[frozenset[str]] = frozenset()
+    PRECISIONS: ClassVar[tuple[str, ...]] = PRECISIONS  # the precisions this backend runs
     device: str = "cpu"  # e.g. "cpu", "cuda:0"
     precision: str       # "fp32" or "fp16"
     model_name: str

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pipeline.backends.base import Backend
+from pipeline.backends.openvino_backend import OpenVinoBackend
 from pipeline.backends.ort_backend import OrtBackend, OrtCpuBackend, OrtCudaBackend, OrtTrtBackend
 from pipeline.backends.ort_folded_backend import OrtFoldedBackend
 from pipeline.backends.ort_sr_kernels_backend import OrtSrKernelsBackend
@@ -11,7 +12,7 @@ from pipeline.errors import PipelineError, check_choice
 
 CLASSES: dict[str, type[Backend]] = {cls.name: cls for cls in (
     TorchBackend, OrtBackend, OrtCpuBackend, OrtCudaBackend, OrtTrtBackend, OrtSrKernelsBackend, OrtFoldedBackend,
-    TrtBackend)}
+    TrtBackend, OpenVinoBackend)}
 NAMES = tuple(CLASSES)
 # Options that choose nothing (where progress lines go): given to the backends that take them, dropped for the others,
 # so a caller can pass them whichever backend `auto` picks.

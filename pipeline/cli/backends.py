@@ -1,14 +1,15 @@
 """`python -m pipeline backends [--model NAME] [--measure]`: which backends run here, and why others cannot."""
 from __future__ import annotations
 
-from pipeline.backends import available, measure, pick_auto
+from pipeline.analysis import quality
+from pipeline.backends import available, create_named, measure, pick_auto
 from pipeline.cli import options
 from pipeline.errors import PipelineError
 
 
 def add_arguments(parser) -> None:
     options.add_model_args(parser)
-    options.add_precision_args(parser)
+    options.add_precision_args(parser, run=True)
     options.add_weights_arg(parser)
     options.add_onnx_arg(parser)
     parser.add_argument("--measure", action="store_true",
@@ -26,6 +27,16 @@ def format_table(statuses) -> str:
     return "\n".join(lines)
 
 
+def _say_quality(name: str, model, args, weights, onnx) -> None:
+    """The measured quality loss of a lower precision (measured with --measure, else the stored record)."""
+    backend = create_named(name, model, args.precision, weights=weights, onnx=onnx)
+    record = quality.stored(backend)
+    if record is None and args.measure:
+        record = quality.precision_loss(backend, log=print)
+    print(f"quality: {name}: {quality.loss_line(record)}" if record else
+          f"quality: {name} {args.precision}: not measured on this machine yet (--measure measures it)")
+
+
 def run(args) -> int:
     if args.size < 1 or args.repeats < 1:
         raise PipelineError("--size and --repeats must be >= 1")
@@ -38,6 +49,9 @@ def run(args) -> int:
     if args.measure:
         print(f"measuring ({args.size}x{args.size}, median of {args.repeats}):")
         measure(model, args.precision, size=args.size, repeats=args.repeats, weights=weights, onnx=onnx)
+    if args.precision in quality.BUDGET_DB:
+        for s in (s for s in statuses if s.available):
+            _say_quality(s.name, model, args, weights, onnx)
     if not any(s.available for s in statuses):
         print("--backend auto -> none: no backend can run this model here (reasons above)")
         return 1

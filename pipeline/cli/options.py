@@ -18,7 +18,7 @@ from models.spec import DEFAULT_MODEL, MODELS
 from pipeline import backends as B
 from pipeline.analysis.candidates import candidate_statuses
 from pipeline.artifacts.atomic import folder_problem
-from pipeline.artifacts.cache import PRECISIONS
+from pipeline.artifacts.cache import PRECISIONS, RUN_PRECISIONS
 from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import check_onnx_file
 from pipeline.errors import PipelineError, check_choice
@@ -97,9 +97,14 @@ def weights_from_args(args) -> Path | None:
 
 
 # -- precision -----------------------------------------------------------------------------------------
-def add_precision_args(parser, multiple: bool = False) -> None:
-    """`--precision P` (default fp32), or with `multiple` `--precisions P...` (default: all of them)."""
-    if multiple:
+def add_precision_args(parser, multiple: bool = False, run: bool = False) -> None:
+    """`--precision P` (default fp32), or with `multiple` `--precisions P...` (default: all of them). `run`: a
+    command that runs a backend, which may also ask for bf16 (an inference precision of the fp32 file)."""
+    if run:
+        parser.add_argument("--precision", default=PRECISIONS[0], choices=RUN_PRECISIONS,
+                            help=f"precision (default: {PRECISIONS[0]}; bf16 and int8: the openvino backend, bf16 "
+                                 "on a CPU with bf16 arithmetic, int8 from the file's Q/DQ version)")
+    elif multiple:
         parser.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=PRECISIONS,
                             help=f"precisions to run (default: {' '.join(PRECISIONS)})")
     else:

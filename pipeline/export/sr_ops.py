@@ -121,11 +121,15 @@ def dynamic_resize_function(opset: int) -> onnx.FunctionProto:
     then the rows, in float32), the arithmetic of the C++ kernels and of eager PyTorch (models.ops.bicubic_exact).
     ONNX Resize would compute source positions in float, off by an ulp depending on the position, so a tile
     would differ from the whole image in the last bit at x3 or x2.5."""
-    b = _Nodes()
+    top, b = _Nodes(), _Nodes()
+    top._n = 10_000  # value names of the body and of the resize branch must not meet
     i64 = TensorProto.INT64
-    shape = b("Shape", "X")
-    ys, wy = _cubic_taps(b, b("Gather", shape, b.const(2, i64)), b("Gather", "size", b.const(0, i64)))
-    xs, wx = _cubic_taps(b, b("Gather", shape, b.const(3, i64)), b("Gather", "size", b.const(1, i64)))
+    shape = top("Shape", "X")
+    h_in, w_in = top("Gather", shape, top.const(2, i64)), top("Gather", shape, top.const(3, i64))
+    h_out, w_out = top("Gather", "size", top.const(0, i64)), top("Gather", "size", top.const(1, i64))
+    same = top("And", top("Equal", h_in, h_out), top("Equal", w_in, w_out))
+    ys, wy = _cubic_taps(b, h_in, h_out)
+    xs, wx = _cubic_taps(b, w_in, w_out)
     x = b("Cast", "X", to=TensorProto.FLOAT)
     b.nodes.append(_int64s("axis_1", [1]))
     cols = None  # every source row's 4 columns first ([N, C, H_in, W_out]), then the 4 rows: the kernels' sums
@@ -136,8 +140,13 @@ def dynamic_resize_function(opset: int) -> onnx.FunctionProto:
     for r in range(4):
         term = b("Mul", b("Gather", cols, ys[r], axis=2), b("Unsqueeze", wy[r], "axis_1"))  # wy as [H_out, 1]
         out = term if out is None else b("Add", out, term)
-    b.nodes.append(helper.make_node("CastLike", [out, "X"], ["Y"]))
-    return helper.make_function(DOMAIN, DYNAMIC_RESIZE, ["X", "size"], ["Y"], b.nodes,
+    b.nodes.append(helper.make_node("CastLike", [out, "X"], ["Y_resized"]))
+    # To its own size the resize is the identity (taps 0, 1, 0, 0 exactly): a copy, not 16 multiply-adds a pixel.
+    untyped = helper.make_empty_tensor_value_info  # branch outputs take X's type
+    copy = helper.make_graph([helper.make_node("Identity", ["X"], ["Y_same"])], "same_size", [], [untyped("Y_same")])
+    resize = helper.make_graph(b.nodes, "resize", [], [untyped("Y_resized")])
+    top.nodes.append(helper.make_node("If", [same], ["Y"], then_branch=copy, else_branch=resize))
+    return helper.make_function(DOMAIN, DYNAMIC_RESIZE, ["X", "size"], ["Y"], top.nodes,
                                 [helper.make_opsetid("", opset)])
 
 

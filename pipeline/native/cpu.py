@@ -1,8 +1,9 @@
 """Which CPU this is: the model name from /proc/cpuinfo, read once per process (bench/compare reports and
-`--backend auto`'s measurement key both name it)."""
+`--backend auto`'s measurement key both name it), and whether it has bf16 arithmetic."""
 from __future__ import annotations
 
 import functools
+import os
 import platform
 
 
@@ -15,3 +16,27 @@ def cpu_name() -> str:
             return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), fallback)
     except OSError:
         return fallback
+
+
+BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # AMX tiles (Sapphire Rapids on) or AVX-512 BF16 (Cooper Lake on)
+# Set to 0 to act as a CPU without bf16 (tests, or to keep a run in fp32 whatever the CPU).
+BF16_ENV = "SRDEPLOY_CPU_BF16"
+
+
+@functools.cache
+def _cpu_flags() -> frozenset[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return frozenset(next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), []))
+    except OSError:
+        return frozenset()
+
+
+def bf16_problem() -> str | None:
+    """Why bf16 arithmetic is not to be used on this CPU, or None (it has AMX-BF16 or AVX512-BF16)."""
+    if os.environ.get(BF16_ENV) == "0":
+        return f"bf16 is switched off ({BF16_ENV}=0)"
+    if not _cpu_flags() & set(BF16_FLAGS):
+        return (f"this CPU has no bf16 arithmetic ({' or '.join(BF16_FLAGS)}): bf16 would be emulated, slower "
+                "than fp32; run fp32")
+    return None

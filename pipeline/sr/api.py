@@ -14,10 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipeline import backends
+from pipeline.analysis import quality
 from pipeline.artifacts.atomic import atomic_write, remove_stale_parts
 from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import onnx_metadata
-from pipeline.backends.base import check_precision
+from pipeline.backends.base import check_run_precision
 from pipeline.backends.checks import check_scale
 from pipeline.engine.sidecar import read_sidecar
 from pipeline.errors import PipelineError, ReportedInterrupt, Terminated, check_choice
@@ -140,7 +141,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     check_choice("audio", audio, videofmt.AUDIO_MODES)
     settings.check_paths(summary=summary, reference=reference, onnx=onnx, engine=engine, weights=weights)
     if isinstance(backend, str):
-        check_precision(precision)
+        check_run_precision(precision)
     elif any(v is not None for v in (onnx, engine, weights, threads)):
         raise PipelineError("onnx, engine, weights and threads choose what backend to load; "
                             "they cannot change the already-loaded backend that was given")
@@ -175,6 +176,8 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     console.always(headline(spec.name, scale, note, loaded.name, loaded.selection_brief or choice,
                             what, output, overwrites))
     console.detail(f"backend: {loaded.describe()}; why: {choice}")
+    if (record := quality.precision_loss(loaded, log=console.always)) is not None:
+        console.always(f"precision: {quality.loss_line(record)}")
     say_triage(records, failures, console)
     if stale:
         console.info(f"removed {stale} temp file(s) a killed earlier run left beside its outputs")

@@ -5,6 +5,7 @@
 #include "deformConv2d/deformConv2dMath.h"
 #include "dynamicResize/dynamicResizeMath.h"
 
+#include <algorithm>
 #include <exception>
 #include <string>
 #include <vector>
@@ -128,6 +129,15 @@ extern "C"
             bool const emulate = emulateFp16 != 0;
             size_t const planeIn = static_cast<size_t>(hIn) * wIn;
             size_t const planeOut = static_cast<size_t>(hOut) * wOut;
+            if (sr::dynamicResizeIsCopy(hIn, wIn, hOut, wOut))
+            {
+                size_t const count = static_cast<size_t>(planes) * planeIn;
+                std::copy(in, in + count, out); // the identity; fp16 emulation rounds the copy as it would the sum
+                if (emulate)
+                    for (size_t i = 0; i < count; ++i)
+                        out[i] = sr::roundToHalf(out[i]);
+                return ok();
+            }
             std::vector<float> const src = maybeRounded(in, static_cast<size_t>(planes) * planeIn, emulate);
             std::vector<sr::CubicTaps> tx(wOut);
             for (int ox = 0; ox < wOut; ++ox)

@@ -46,6 +46,12 @@ cudaError_t launchDynamicResize(
     {
         return cudaErrorInvalidValue;
     }
+    if (dynamicResizeIsCopy(hIn, wIn, hOut, wOut))
+    {
+        return in == out
+            ? cudaSuccess
+            : cudaMemcpyAsync(out, in, static_cast<size_t>(total) * sizeof(T), cudaMemcpyDeviceToDevice, stream);
+    }
     int64_t blocks = (total + kThreads - 1) / kThreads;
     blocks = blocks < kMaxBlocks ? blocks : kMaxBlocks;
     dynamicResizeKernel<T>

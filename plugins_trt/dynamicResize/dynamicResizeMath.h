@@ -102,6 +102,13 @@ SR_HD inline float dynamicResizeElement(T const* plane, int hIn, int wIn, CubicT
     return rows[0] * ty.w[0] + rows[1] * ty.w[1] + rows[2] * ty.w[2] + rows[3] * ty.w[3];
 }
 
+// A resize to the input's own size is the identity: its taps are (0, 1, 0, 0) exactly, so every implementation
+// copies instead (16 multiply-adds a value saved, and inf/NaN kept where 0 * inf would make NaN).
+SR_HD inline bool dynamicResizeIsCopy(int hIn, int wIn, int hOut, int wOut)
+{
+    return hIn == hOut && wIn == wOut;
+}
+
 // Convenience: output (oy, ox) of a plane, computing both axes' taps.
 template <typename T>
 SR_HD inline float dynamicResizeAt(T const* plane, int hIn, int wIn, int hOut, int wOut, int oy, int ox)

@@ -1,0 +1,110 @@
+"""What a lower precision costs, measured: the Y-PSNR and SSIM change against fp32 on the held-out images.
+
+    precision_loss(backend) -> dict   from the store, or measured now (a few seconds) and stored
+    loss_line(record) -> str          one line: the loss, its budget, and whether it is within it
+
+The same backend runs the held-out images (degraded as in training, at the model's default scale) at fp32 and at
+its precision; both outputs are rounded to 8 bits and scored against the originals, border cropped
+(pipeline.analysis.evaluate's protocol). A record is kept per model file (its SHA-256), backend, precision and
+machine (pipeline.backends.auto.machine_fingerprint: CPU, cores, library versions) under the artifact cache.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+
+import numpy as np
+
+from pipeline.analysis.evaluate import crop_border_for
+from pipeline.artifacts.atomic import atomic_write
+from pipeline.artifacts.cache import cache_dir
+from pipeline.artifacts.confine import file_token
+from pipeline.backends import Backend, create_named
+from pipeline.backends.auto import machine_fingerprint
+
+# The most Y-PSNR a precision may lose against fp32 on the held-out set (dB).
+BUDGET_DB = {"bf16": 0.02, "int8": 0.10}
+
+
+def _file_sha(backend: Backend) -> str:
+    h = hashlib.sha256()
+    with open(backend.onnx_file, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _store(backend: Backend) -> tuple:
+    key = hashlib.sha256(f"{_file_sha(backend)} {machine_fingerprint()}".encode()).hexdigest()[:16]
+    name = f"{file_token(backend.model_name)}-{backend.name}-{backend.precision}-{key}.json"
+    return cache_dir() / "quality" / name
+
+
+def _scores(backend: Backend, pairs, scale: float) -> tuple[float, float]:
+    from pipeline.analysis.metrics import psnr_y, ssim_y
+
+    psnr, ssim = [], []
+    for lr, hr in pairs:
+        x = np.ascontiguousarray((lr.astype(np.float32) / 255).transpose(2, 0, 1)[None])
+        y = backend.infer(x, scale)[0].transpose(1, 2, 0)
+        out = np.clip(np.round(y * 255), 0, 255).astype(np.uint8)
+        psnr.append(psnr_y(out, hr, crop_border_for(scale)))
+        ssim.append(ssim_y(out, hr, crop_border_for(scale)))
+    return float(np.mean(psnr)), float(np.mean(ssim))
+
+
+def measure(backend: Backend, threads: int | None = None) -> dict:
+    """Score `backend` and the same backend at fp32 on the held-out set; the record of the difference."""
+    from pipeline.data import sample_images
+    from pipeline.data.degradation import make_pair
+
+    scale = backend.spec.default_scale
+    pairs = [make_pair(hr, scale) for hr in sample_images.held_out().values()]
+    reference = create_named(backend.name, backend.model_name, "fp32", onnx=backend.onnx_file, threads=threads)
+    psnr32, ssim32 = _scores(reference, pairs, scale)
+    psnr, ssim = _scores(backend, pairs, scale)
+    return {"model": backend.model_name, "backend": backend.name, "precision": backend.precision, "scale": scale,
+            "images": len(pairs), "psnr_fp32": round(psnr32, 4), "psnr": round(psnr, 4),
+            "psnr_loss_db": round(psnr32 - psnr, 4), "ssim_fp32": round(ssim32, 5), "ssim": round(ssim, 5),
+            "ssim_loss": round(ssim32 - ssim, 5), "budget_db": BUDGET_DB.get(backend.precision),
+            "onnx": str(backend.onnx_file), "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "machine": json.loads(machine_fingerprint())}
+
+
+def precision_loss(backend: Backend, log=None) -> dict | None:
+    """The stored record for a loaded backend running a lower precision (measured now on a miss); None for fp32 and
+    fp16 (a graph precision, checked by `compare`) or a backend that runs no ONNX file."""
+    if backend.precision not in BUDGET_DB or backend.onnx_file is None:
+        return None
+    record = stored(backend)
+    if record is not None:
+        return record
+    if log is not None:
+        log(f"measuring what {backend.precision} costs on the held-out images, once for this file and machine")
+    record = measure(backend)
+    atomic_write(_store(backend), json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def stored(backend: Backend) -> dict | None:
+    """The record measured earlier for this file, backend, precision and machine, or None."""
+    if backend.precision not in BUDGET_DB or backend.onnx_file is None:
+        return None
+    try:
+        return json.loads(_store(backend).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def within_budget(record: dict) -> bool:
+    return record["psnr_loss_db"] <= record["budget_db"]
+
+
+def loss_line(record: dict) -> str:
+    """'bf16 loses 0.007 dB Y-PSNR (SSIM 0.0001) against fp32 on the 4 held-out images, within its 0.02 dB budget'."""
+    p = record["precision"]
+    verdict = (f"within its {record['budget_db']:g} dB budget" if within_budget(record)
+               else f"OVER its {record['budget_db']:g} dB budget: use fp32 for exact output")
+    return (f"{p} loses {record['psnr_loss_db']:.3f} dB Y-PSNR (SSIM {record['ssim_loss']:.4f}) against fp32 on the "
+            f"{record['images']} held-out images, {verdict}")

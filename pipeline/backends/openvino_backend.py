@@ -1,0 +1,139 @@
+"""OpenVINO on the CPU: the exported file as it is (our sr ops through its ONNX frontend's conversion extensions,
+pipeline.native.openvino_ops), in fp32 or bf16 (its inference precision; AMX/AVX512-BF16 CPUs only), or int8: the
+file's Q/DQ version (pipeline.export.quantize).
+
+SRCNN's folded variants (bicubic folded into conv1, exact at integer scales) run where the file carries them, as
+ort-folded does; other scales and small images run the model's own graph. `last_path` says which ran.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from models.spec import ModelSpec
+from pipeline.artifacts.identity import check_weights, resolve
+from pipeline.artifacts.onnx_file import check_onnx_precision, folded_variants, onnx_metadata
+from pipeline.backends.base import Backend, BackendStatus, installed
+from pipeline.backends.checks import check_batch
+from pipeline.backends.ort_backend import onnx_source_problem
+from pipeline.errors import PipelineError, check_choice, first_line
+from pipeline.export.cached import onnx_for
+from pipeline.export.quantize import int8_file
+from pipeline.native.cpu import bf16_problem
+
+# --precision -> OpenVINO's inference precision hint; the file is the fp32 export, or for int8 its Q/DQ version,
+# whose float parts (the first layer, kept out of int8 for quality) stay f32: in bf16 on top of int8 the held-out
+# loss was 0.13 dB, over int8's 0.10 dB budget.
+OV_PRECISION = {"fp32": "f32", "bf16": "bf16", "int8": "f32"}
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("openvino")
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
+class OpenVinoBackend(Backend):
+    name = "openvino"
+    PRECISIONS = tuple(OV_PRECISION)
+    OPTIONS = frozenset({"onnx", "weights", "threads", "exporter", "log"})
+
+    def __init__(self, model: str | None, precision: str = "fp32", *, onnx: str | Path | None = None, weights=None,
+                 threads: int | None = None, exporter: str = "dynamo", log=None):
+        self.precision = check_choice("precision", precision, self.PRECISIONS)
+        self.spec = resolve(model, onnx)
+        self.model_name = self.spec.name
+        self.onnx_path = Path(onnx) if onnx is not None else None
+        self.weights, self.threads, self.exporter, self.log = weights, threads, exporter, log
+        self.device = "cpu"
+        self.compiled: dict[int, tuple] = {}  # 0: the model's graph; k: the folded xk graph -> (request, min_lr)
+        self.variants: dict[int, Path] = {}
+        self.last_path = None
+        self._lock = threading.Lock()  # one infer request per graph, shared by the threads that call infer
+
+    @classmethod
+    def status(cls, spec: ModelSpec, precision: str, *, onnx=None, engine=None, weights=None) -> BackendStatus:
+        if engine is not None:
+            return cls.no("an engine file runs on TensorRT only")
+        if precision not in cls.PRECISIONS:
+            return cls.no(f"runs {' and '.join(cls.PRECISIONS)} (the fp32 file, at OpenVINO's inference precision)")
+        if not installed("openvino"):
+            return cls.no("OpenVINO is not installed (pip install 'openvino==2026.4.*')")
+        if precision == "bf16" and (why := bf16_problem()):
+            return cls.no(why)
+        problem = onnx_source_problem(spec, "fp32", onnx, weights)
+        if problem:
+            return cls.no(problem)
+        return cls.ok(f"OpenVINO {_version()} CPU, {precision}; sr ops through its ONNX frontend's conversion "
+                      "extensions (folded SRCNN at integer scales)")
+
+    def resolve_onnx(self) -> Path:
+        """The fp32 file: the given one (checked) or the cached export (made on a miss)."""
+        if self.onnx_path is not None:
+            check_onnx_precision(self.onnx_path, "fp32")
+            return self.onnx_path
+        check_weights(self.spec, self.weights)
+        return onnx_for(self.model_name, "fp32", exporter=self.exporter, weights=self.weights, log=self.log)
+
+    def load(self) -> OpenVinoBackend:
+        if self.precision == "bf16" and (why := bf16_problem()):
+            raise PipelineError(f"openvino bf16: {why}")
+        self.onnx_file = self.resolve_onnx()
+        self.variants = folded_variants(self.onnx_file)
+        self._graph(0)  # the model's own graph now: a file OpenVINO cannot read fails here, before any image
+        return self
+
+    def _compile(self, path: Path):
+        import openvino as ov
+
+        from pipeline.native.openvino_ops import extensions
+
+        core = ov.Core()
+        for ext in extensions():
+            core.add_extension(ext)
+        hint = "f32" if OV_PRECISION[self.precision] == "bf16" and bf16_problem() else OV_PRECISION[self.precision]
+        config = {"INFERENCE_PRECISION_HINT": hint, "PERFORMANCE_HINT": "LATENCY"}
+        if self.threads:
+            config["INFERENCE_NUM_THREADS"] = int(self.threads)
+        try:
+            return core.compile_model(core.read_model(str(path)), "CPU", config)
+        except Exception as e:  # OpenVINO raises RuntimeError subclasses of its own
+            raise PipelineError(f"OpenVINO cannot load {path.name}: {first_line(e)}") from None
+
+    def _graph(self, scale: int) -> tuple | None:
+        """(infer request, input names, smallest LR side) of the model's graph (0) or the folded xk graph."""
+        if scale not in self.compiled:
+            path = self.onnx_file if scale == 0 else self.variants.get(scale)
+            if path is None:
+                return None
+            if self.precision == "int8":
+                path = int8_file(path, scale or self.spec.default_scale, log=self.log)
+            compiled = self._compile(path)
+            min_lr = int(onnx_metadata(path).get("min_lr", 0)) if scale else 0
+            names = {n for port in compiled.inputs for n in port.get_names()}
+            self.compiled[scale] = (compiled.create_infer_request(), names, min_lr)
+        return self.compiled[scale]
+
+    def infer(self, batch: np.ndarray, scale: float) -> np.ndarray:
+        s = check_batch(batch, self.spec, scale, self.name)
+        k = int(round(float(scale)))
+        folded = self._graph(k) if k == float(scale) and k in self.variants else None
+        request, names, _ = folded if folded is not None and min(s.h, s.w) >= folded[2] else self._graph(0)
+        feeds = {"input": np.ascontiguousarray(batch, dtype=np.float32)}
+        if "size" in names:
+            feeds["size"] = np.array([s.out_h, s.out_w], dtype=np.int64)
+        with self._lock:
+            self.last_path = f"folded x{k}" if request is not self.compiled[0][0] else "model graph"
+            request.infer(feeds)
+            y = np.array(request.get_output_tensor(0).data, dtype=np.float32)  # a copy: the request reuses it
+        if y.shape != (s.n, 3, s.out_h, s.out_w):
+            raise PipelineError(f"openvino: output {y.shape} != expected {(s.n, 3, s.out_h, s.out_w)}")
+        return y
+
+    def describe(self) -> str:
+        ran = f", last: {self.last_path}" if self.last_path else ""
+        return f"openvino {_version()} (cpu, {self.precision}{ran})"

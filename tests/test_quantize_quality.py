@@ -1,0 +1,73 @@
+"""int8 Q/DQ files (ONNX Runtime's quantizer, real calibration on the training images) and the measured quality
+of lower precisions (pipeline.analysis.quality) as `sr` reports them."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from pipeline.analysis import quality
+from pipeline.backends import create_named
+from pipeline.export.cached import onnx_for
+from pipeline.export.quantize import first_layer_convs, int8_file
+from pipeline.native import cpu
+
+
+@pytest.fixture(scope="module")
+def folded_x3(tmp_path_factory):
+    from pipeline.artifacts.onnx_file import folded_variants
+
+    return folded_variants(onnx_for("srcnn-x3", cache=tmp_path_factory.mktemp("q-cache")))[3]
+
+
+def test_int8_file_is_qdq_with_the_first_layer_in_float_and_runs(folded_x3, tmp_path, monkeypatch):
+    monkeypatch.setenv("SRDEPLOY_CACHE", str(tmp_path))
+    said: list[str] = []
+    path = int8_file(folded_x3, 3, log=said.append)
+    assert said and "quantizing" in said[0] and int8_file(folded_x3, 3) == path  # made once, then cached
+    q = onnx.load(str(path))
+    ops = [n.op_type for n in q.graph.node]
+    assert "QuantizeLinear" in ops and "DequantizeLinear" in ops
+    fed_by = {o: n.op_type for n in q.graph.node for o in n.output}
+    first = set(first_layer_convs(onnx.load(str(folded_x3))))
+    convs = {n.name: n for n in q.graph.node if n.op_type == "Conv"}
+    assert first and all(fed_by.get(convs[c].input[1]) != "DequantizeLinear" for c in first)  # float weights
+    assert any(fed_by.get(n.input[1]) == "DequantizeLinear" for name, n in convs.items() if name not in first)
+    x = np.random.default_rng(0).random((1, 3, 130, 140), dtype=np.float32)
+    run = lambda p: ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]  # noqa: E731
+    ref, got = run(folded_x3), run(path)
+    assert got.shape == ref.shape and 0 < np.abs(got - ref).mean() < 0.01
+
+
+def test_loss_line_says_the_budget():
+    rec = {"precision": "int8", "psnr_loss_db": 0.25, "ssim_loss": 0.004, "images": 4, "budget_db": 0.1}
+    assert quality.loss_line(rec).endswith("OVER its 0.1 dB budget: use fp32 for exact output")
+    rec.update(precision="bf16", psnr_loss_db=0.006, budget_db=0.02)
+    assert quality.loss_line(rec) == ("bf16 loses 0.006 dB Y-PSNR (SSIM 0.0040) against fp32 on the 4 held-out "
+                                      "images, within its 0.02 dB budget")
+
+
+@pytest.mark.skipif(cpu.bf16_problem() is not None, reason=f"no bf16 here: {cpu.bf16_problem()}")
+def test_bf16_loss_is_measured_once_stored_and_said_by_sr(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("openvino", reason="OpenVINO is not installed")
+    import cv2
+
+    from pipeline.cli import main
+
+    monkeypatch.setenv("SRDEPLOY_CACHE", str(tmp_path / "cache"))
+    backend = create_named("openvino", "srcnn-x3", "bf16", threads=1)
+    assert quality.stored(backend) is None
+    record = quality.precision_loss(backend)
+    assert record["precision"] == "bf16" and record["images"] == 4 and quality.within_budget(record)
+    assert abs(record["psnr_fp32"] - record["psnr"] - record["psnr_loss_db"]) < 1e-3
+    assert quality.stored(backend) == record  # kept for this file and machine
+    cv2.imwrite(str(tmp_path / "a.png"), (np.random.default_rng(0).random((40, 50, 3)) * 255).astype(np.uint8))
+    assert main(["sr", str(tmp_path / "a.png"), str(tmp_path / "b.png"), "--model", "srcnn-x3", "--backend",
+                 "openvino", "--precision", "bf16"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[1] == f"precision: {quality.loss_line(record)}"
+    path = next((tmp_path / "cache" / "quality").iterdir())
+    assert json.loads(path.read_text())["backend"] == "openvino"
