@@ -10,8 +10,8 @@ SRCNN's 9x9 conv1, which folding splits into several convolutions on the LR grid
 srcnn-x3's folded x3 graph, held-out Y-PSNR through ONNX Runtime: min-max ranges lose 0.25 dB, percentile ranges
 0.21 dB. With this recipe the whole-image loss through OpenVINO is 0.11 dB on srcnn-x3 (just over the 0.10 dB
 budget) and 0.7-0.8 dB on srcnn and deform-srcnn: int8 runs, and says it is over budget wherever it is used
-(pipeline.analysis.quality); getting it within budget needs more than post-training quantization. Our sr ops (sr::DynamicResize, sr::DeformConv2d) are never
-quantized: only Conv nodes are.
+(pipeline.analysis.quality); getting it within budget needs more than post-training quantization. Our sr ops
+(sr::DynamicResize, sr::DeformConv2d) are never quantized: only Conv nodes are.
 """
 from __future__ import annotations
 
