@@ -101,7 +101,8 @@ def test_report_in_a_browser(pages, browser, tmp_path):
         assert browser.execute_script("return document.readyState") == "complete"
         images = browser.find_elements(By.TAG_NAME, "img")
         assert images and all(browser.execute_script("return arguments[0].naturalWidth", i) > 0 for i in images)
-        wide = browser.execute_script("return document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        wide = browser.execute_script(
+            "return document.documentElement.scrollWidth - document.documentElement.clientWidth")
         assert wide <= 0, f"horizontal scroll of {wide} px at {width}x{height}"
         browser.save_screenshot(str(tmp_path / f"report-{width}.png"))
     slider = browser.find_element(By.CSS_SELECTOR, ".slider input[type=range]")

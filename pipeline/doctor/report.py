@@ -1,6 +1,7 @@
 """doctor.md and doctor.json: the facts, every check with its status, and one line per failure with its fix."""
 from __future__ import annotations
 
+import contextlib
 import json
 import platform
 import time
@@ -37,6 +38,7 @@ def write(output: Path, checks: list[Check], code: int) -> tuple[Path, Path]:
     output.mkdir(parents=True, exist_ok=True)
     md, js = output / "doctor.md", output / "doctor.json"
     atomic_write(md, to_markdown(checks, code).encode())
-    write_html(md)  # doctor.html beside it
+    with contextlib.suppress(ImportError):  # a bare GPU Python (`make gpu-check`) may lack Jinja2: doctor.md has it all
+        write_html(md)  # doctor.html beside it
     atomic_write(js, (json.dumps(to_json(checks, code), indent=2) + "\n").encode())
     return md, js

@@ -19,9 +19,6 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import cv2
-import numpy as np
-
 from pipeline.artifacts.atomic import atomic_write
 
 MAX_EMBED_BYTES = 6 << 20  # pictures embedded per page; the rest are listed as left out
@@ -103,7 +100,9 @@ def parse(md: str) -> list[Block]:
     return blocks
 
 
-def _png_uri(rgb: np.ndarray) -> str:
+def _png_uri(rgb) -> str:
+    import cv2
+
     ok, png = cv2.imencode(".png", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
     if not ok:
         raise RuntimeError("PNG encoding failed")
@@ -113,13 +112,16 @@ def _png_uri(rgb: np.ndarray) -> str:
 def sheet_sliders(sheet_png: Path) -> list[Slider]:
     """Before/after sliders from a crop sheet and its layout twin (`<sheet>.json`): every output column against
     the reference column (the last), crop by crop. The LR column (nearest-neighbour) is left out."""
+    import cv2  # OpenCV and numpy only for pages with pictures: doctor's page renders on a bare Python
+    import numpy as np
+
     meta = json.loads(Path(sheet_png).with_suffix(".json").read_text())
     img = cv2.imread(str(sheet_png), cv2.IMREAD_COLOR)
     if img is None:
         raise ValueError(f"cannot read {sheet_png}")
     img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
 
-    def cell(r: int, c: int) -> np.ndarray:
+    def cell(r: int, c: int):
         y0, x0 = meta["origins"][r][c]
         return img[y0:y0 + meta["cell"], x0:x0 + meta["cell"]]
 
