@@ -13,6 +13,7 @@ import onnxruntime as ort
 import psutil
 
 from pipeline.artifacts.atomic import atomic_path, atomic_write
+from pipeline.htmlreport import write_html
 from pipeline.native.cpu import cpu_name
 from pipeline.native.cuda_driver import gpu_visible
 
@@ -131,8 +132,11 @@ def _sanitize(o):
 
 
 def _save_fig(fig, path: Path) -> None:
+    """The plot as PNG, and as an SVG twin that report.html draws inline (pipeline.htmlreport)."""
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+    with atomic_path(Path(path).with_suffix(".svg")) as tmp:
+        fig.savefig(tmp, format="svg", bbox_inches="tight")
 
 
 def _plt():
@@ -218,7 +222,7 @@ def result_row(r: dict) -> list:
     lat = r["latency_ms"]
     return [r["model"], r["sweep"], r["backend"], r["size"], r["scale"], r["batch"], r.get("threads"), lat["n"],
             lat["mean"], lat["median"], lat["p90"], lat["p99"], lat["min"], lat["max"], r["images_per_s"],
-            r["mpix_per_s"], r.get("speedup_vs_baseline"), r.get("roofline_fraction"), r.get("peak_rss_mb"),
+            r["mpix_per_s"], r.get("speedup_vs_baseline"), percent(r.get("roofline_fraction")), r.get("peak_rss_mb"),
             r.get("max_abs_err")]
 
 
@@ -437,4 +441,5 @@ def write_bench(doc: dict, out_dir: Path) -> dict[str, Path]:
     paths = {"json": out_dir / "report.json", "md": out_dir / "report.md"}
     atomic_write(paths["json"], json.dumps(_sanitize(doc), indent=2, default=_json_default) + "\n")
     atomic_write(paths["md"], bench_markdown(doc))
+    paths["html"] = write_html(paths["md"])
     return paths

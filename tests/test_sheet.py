@@ -93,7 +93,8 @@ def test_sr_with_reference_writes_its_sheet_inside_the_output_folder(images, tmp
     assert cli_main(["sr", str(tmp_path / "lr"), str(out), "--model", "srcnn", "--scale", "3", "--backend", "ort",
                      "--reference", str(tmp_path / "hr"), "--quiet"]) == 0
     # inside OUTPUT, under a name no output has (an input called reference-sheet.png keeps its output)
-    assert sorted(p.name for p in out.iterdir()) == ["face.png", "reference-sheet-2.png", "reference-sheet.png"]
+    assert sorted(p.name for p in out.iterdir()) == ["face.png", "reference-sheet-2.html", "reference-sheet-2.json",
+                                                     "reference-sheet-2.png", "reference-sheet.png"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hr", "lr", "out"]
     got = cv2.imread(str(out / "reference-sheet-2.png"), cv2.IMREAD_COLOR)
     layout = sheet.Layout(2, 4, 48 * 3)  # 96 px output: two 48 px crops, zoomed x3

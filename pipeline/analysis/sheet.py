@@ -7,6 +7,7 @@ small crops stay visible; pixels are never interpolated, so what you see is what
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ class Layout:
     rows: int
     cols: int
     cell: int
+    names: tuple[str, ...] = ()  # the columns' names, left to right
 
     @property
     def width(self) -> int:
@@ -118,7 +120,7 @@ def render(lr: np.ndarray, outputs: dict[str, np.ndarray], reference: np.ndarray
     side = min(side, h, w)
     crops = crops if crops is not None else default_crops(cols[-1][2], side)  # ground truth, else last output
     zoom = max(1, math.ceil(min_cell / side))
-    layout = Layout(len(crops), len(cols), side * zoom)
+    layout = Layout(len(crops), len(cols), side * zoom, tuple(name for name, _, _ in cols))
     sheet = np.full((layout.height, layout.width, 3), BACKGROUND, np.uint8)
     for c, (name, line, img) in enumerate(cols):
         _, x0 = layout.origin(0, c)
@@ -134,12 +136,16 @@ def render(lr: np.ndarray, outputs: dict[str, np.ndarray], reference: np.ndarray
 def write(path: Path, lr: np.ndarray, outputs: dict[str, np.ndarray], reference: np.ndarray | None = None, *,
           scale: float, side: int = 64, crops: list[tuple[int, int]] | None = None,
           reference_label: str = "ground truth", bicubic=_torch_bicubic) -> Path:
-    """Render and write the sheet as PNG (atomically); returns the path."""
-    sheet, _, _ = render(lr, outputs, reference, scale=scale, side=side, crops=crops, reference_label=reference_label,
-                         bicubic=bicubic)
+    """Render and write the sheet as PNG (atomically), with its layout as a `.json` twin (columns, cells: what
+    pipeline.htmlreport cuts into before/after sliders); returns the PNG's path."""
+    sheet, layout, _ = render(lr, outputs, reference, scale=scale, side=side, crops=crops,
+                              reference_label=reference_label, bicubic=bicubic)
     ok, png = cv2.imencode(".png", cv2.cvtColor(sheet, cv2.COLOR_RGB2BGR))
     if not ok:
         raise RuntimeError(f"PNG encoding of the sheet for {path} failed")
+    origins = [[layout.origin(r, c) for c in range(layout.cols)] for r in range(layout.rows)]
+    atomic_write(Path(path).with_suffix(".json"), json.dumps({"columns": list(layout.names), "rows": layout.rows,
+                                                              "cell": layout.cell, "origins": origins}) + "\n")
     atomic_write(Path(path), png.tobytes())
     return Path(path)
 

@@ -21,6 +21,7 @@ from pipeline.artifacts.onnx_file import onnx_metadata
 from pipeline.bench.startup import time_to_first_image
 from pipeline.bench.timing import latency_stats, time_interleaved
 from pipeline.errors import PipelineError
+from pipeline.htmlreport import write_html
 
 NOT_RUN = "baseline loop, FLOPs/roofline and threads sweep: they need the PyTorch model (run bench without --onnx)"
 
@@ -89,5 +90,6 @@ def write(doc: dict, out_dir: Path) -> dict[str, Path]:
     paths = {"json": out_dir / "report.json", "md": out_dir / "report.md"}
     atomic_write(paths["json"], json.dumps(doc, indent=2, default=str) + "\n")
     atomic_write(paths["md"], markdown(doc))
+    paths["html"] = write_html(paths["md"])
     return paths
 

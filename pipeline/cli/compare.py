@@ -7,6 +7,7 @@ from pipeline.analysis.compare import DEFAULT_PSNR_FP16, DEFAULT_TOL_FP32, compa
 from pipeline.artifacts.identity import resolve
 from pipeline.cli import options
 from pipeline.errors import PipelineError
+from pipeline.htmlreport import write_html
 
 
 def add_arguments(p) -> None:
@@ -59,7 +60,8 @@ def run(args) -> int:
                                      backends=backends, tol_fp32=args.tol_fp32, psnr_fp16=args.psnr_fp16,
                                      bisect=args.bisect, weights=weights))
     code = _report(results, out_dir)
-    sheet.compare_sheets(out_dir, results, lambda _: weights)  # the same crops from every passing backend
+    sheets = sheet.compare_sheets(out_dir, results, lambda _: weights)  # the same crops from every passing backend
+    print(f"html: {write_html(out_dir / 'report.md', sheets=sheets)}")
     return code
 
 

@@ -12,6 +12,7 @@ from pipeline.bench.suite import QUICK, run_bench
 from pipeline.cli import options
 from pipeline.demo import DEMO_MODEL, DEMO_SCALE, _write_inputs, check_max_side, demo_markdown
 from pipeline.errors import PipelineError
+from pipeline.htmlreport import write_html
 from pipeline.sr import upscale
 
 
@@ -34,7 +35,8 @@ def _compare(models: list[str], weights, root: Path) -> dict:
     doc = {"kind": "compare", "environment": report.environment(),
            "models": [compare_model(m, size=64, weights=weights(m), log=_quiet) for m in models]}
     report.write_compare(doc, root / "compare")
-    sheet.compare_sheets(root / "compare", doc["models"], weights)  # the same crops from every backend, to look at
+    doc["sheets"] = sheet.compare_sheets(root / "compare", doc["models"], weights)  # the same crops, to look at
+    write_html(root / "compare" / "report.md", sheets=doc["sheets"])
     rows = [r for m in doc["models"] for r in m["rows"] if r["status"] in ("pass", "fail", "error")]
     print(f"[3/4] compare: {sum(r['status'] == 'pass' for r in rows)}/{len(rows)} backend runs pass -> "
           f"{root / 'compare' / 'report.md'}")
@@ -88,5 +90,9 @@ def run(args) -> int:
     bench_doc = None if args.no_bench else _bench(weights, root)
     md = demo_markdown(summary.to_dict(), names, cmp_doc, bench_doc, time.perf_counter() - t0)
     atomic_write(root / "report.md", md)
-    print(f"done in {time.perf_counter() - t0:.0f} s. Report: {root / 'report.md'}; upscaled images: {sr_dir}/")
+    sr_sheet = sheet.sheet_path(sr_dir, [r.job.dst for r in summary.records])
+    sheets = [p for p in [sr_sheet, *(cmp_doc or {}).get("sheets", [])] if p.is_file()]
+    page = write_html(root / "report.md", md, sheets=sheets)
+    print(f"done in {time.perf_counter() - t0:.0f} s. Report: {root / 'report.md'} (in a browser: {page}); "
+          f"upscaled images: {sr_dir}/")
     return 0

@@ -1,6 +1,7 @@
 """doctor.md and doctor.json: the facts, every check with its status, and one line per failure with its fix."""
 from __future__ import annotations
 
+import contextlib
 import json
 import platform
 import time
@@ -8,6 +9,7 @@ from pathlib import Path
 
 from pipeline.artifacts.atomic import atomic_write
 from pipeline.doctor.results import EXIT_FAILED, EXIT_NO_GPU, EXIT_OK, FAIL, Check
+from pipeline.htmlreport import write_html
 
 _VERDICTS = {EXIT_OK: "everything present here passed", EXIT_FAILED: "some checks failed",
              EXIT_NO_GPU: "no CUDA GPU: the host-side checks ran; the GPU checks did not"}
@@ -36,5 +38,7 @@ def write(output: Path, checks: list[Check], code: int) -> tuple[Path, Path]:
     output.mkdir(parents=True, exist_ok=True)
     md, js = output / "doctor.md", output / "doctor.json"
     atomic_write(md, to_markdown(checks, code).encode())
+    with contextlib.suppress(ImportError):  # a bare GPU Python (`make gpu-check`) may lack Jinja2: doctor.md has it all
+        write_html(md)  # doctor.html beside it
     atomic_write(js, (json.dumps(to_json(checks, code), indent=2) + "\n").encode())
     return md, js

@@ -22,6 +22,7 @@ from pipeline.backends.base import check_run_precision
 from pipeline.backends.checks import check_scale
 from pipeline.engine.sidecar import read_sidecar
 from pipeline.errors import PipelineError, ReportedInterrupt, Terminated, check_choice
+from pipeline.htmlreport import write_html
 from pipeline.sr import preflight, settings, videofmt
 from pipeline.sr.bicubic import bicubic
 from pipeline.sr.console import Console, count_text, done_line, failed_line, headline, scale_note
@@ -107,6 +108,21 @@ def write_summary(path: Path, result: Summary) -> None:
     except OSError as e:
         raise PipelineError(f"cannot write --summary {path}: {e.strerror or e} (the outputs are written; "
                             f"{result.counts['ok']} ok)") from None
+
+
+def _reference_sheet(result: Summary, output: Path, console: Console) -> None:
+    """One scored image's crops side by side, with the outputs, and the same as before/after sliders in a page
+    (reference-sheet.html); metrics import only with --reference."""
+    from pipeline.analysis import sheet
+
+    png = sheet.for_sr_run(result, output, sheet.from_float(bicubic))
+    if png is None:
+        return
+    ref = result.reference
+    md = (f"# sr --reference: {result.model} x{result.scale:g}\n\nMean over {ref['images']} scored image(s): "
+          f"PSNR-Y {ref['psnr']:.2f} dB (bicubic {ref['psnr_bicubic']:.2f} dB), SSIM-Y {ref['ssim']:.4f} "
+          f"(bicubic {ref['ssim_bicubic']:.4f}); crops of the first scored image below.\n")
+    console.info(f"sheet: {png}; in a browser: {write_html(png.with_suffix('.md'), md, sheets=[png])}")
 
 
 def upscale(input: str | Path, output: str | Path, *, model: str | None = None, scale: float | None = None,
@@ -214,8 +230,6 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
                        + "; to finish, run the same command again with --skip-existing")
         raise ReportedInterrupt(interrupted)
     report_run(result, reference, console)
-    if result.reference:  # one scored image's crops side by side, beside OUTPUT; metrics import only with --reference
-        from pipeline.analysis import sheet
-
-        console.info(f"sheet: {sheet.for_sr_run(result, Path(output), sheet.from_float(bicubic))}")
+    if result.reference:
+        _reference_sheet(result, Path(output), console)
     return result

@@ -1,0 +1,149 @@
+"""report.html in a real browser: headless Debian Chromium driven by Selenium (no browser download; skipped with
+the reason where chromium, chromedriver or selenium are missing). The pages are made by the real writers from
+small real data: a report with a table and a plot, a crop sheet, and `sr --reference` on a small image."""
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from pipeline import report
+from pipeline.analysis import sheet
+from pipeline.htmlreport import parse, write_html
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+SIZES = ((1280, 800), (390, 844))  # a laptop, a phone
+
+
+def _browser_problem() -> str | None:
+    if not Path(CHROMIUM).is_file() or not Path(CHROMEDRIVER).is_file():
+        return "Debian's chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)"
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "selenium is not installed (pip install selenium)"
+    return None
+
+
+needs_browser = pytest.mark.skipif(_browser_problem() is not None, reason=str(_browser_problem()))
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="sr-chromium-")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
+                 f"--user-data-dir={profile}"):
+        opts.add_argument(flag)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+def _pictures() -> tuple[np.ndarray, dict, np.ndarray]:
+    rng = np.random.default_rng(0)
+    hr = (rng.random((96, 96, 3)) * 255).astype(np.uint8)
+    lr = cv2.resize(hr, (32, 32), interpolation=cv2.INTER_AREA)
+    model = np.clip(hr.astype(int) + rng.integers(-3, 4, hr.shape), 0, 255).astype(np.uint8)
+    return lr, {"srcnn": model}, hr
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory):
+    """A report with a table and a plot, and a crop sheet: report.md + report.html."""
+    out = tmp_path_factory.mktemp("report")
+    plt = report._plt()
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.plot([64, 128, 256], [1.0, 3.5, 14.0], marker="o")
+    report._save_fig(fig, out / "latency.png")
+    plt.close(fig)
+    lr, outputs, hr = _pictures()
+    png = sheet.write(out / "sheet-srcnn-x3.png", lr, outputs, hr, scale=3, side=40, bicubic=lambda a, size: cv2.resize(
+        a, size[::-1], interpolation=cv2.INTER_CUBIC))
+    md = ("# Bench\n\nMachine: a CPU. `srcnn` **x3**.\n\n| model | median ms | roofline |\n|---|---|---|\n"
+          "| srcnn | 14.0 | 9.9 % |\n| srcnn-x3 | 3.5 | 41.0 % |\n\n- one\n- two\n\n![latency](latency.png)\n")
+    (out / "report.md").write_text(md)
+    return {"report": write_html(out / "report.md", sheets=[png])}
+
+
+def test_the_page_says_what_the_markdown_says(pages):
+    text = pages["report"].read_text()
+    assert [b.kind for b in parse((pages["report"].parent / "report.md").read_text())] == [
+        "heading", "paragraph", "table", "list", "image"]
+    assert "<svg" in text and "latency.png" not in text  # the plot inline, nothing linked
+    assert not re.search(r'(src|href)\s*=\s*"(https?:)?//', text) and "@import" not in text  # nothing fetched
+    assert text.count('type="range"') == 4  # 2 crops x (bicubic, srcnn), each against the ground truth
+    assert "<code>srcnn</code>" in text and "<strong>x3</strong>" in text
+
+
+@needs_browser
+def test_report_in_a_browser(pages, browser, tmp_path):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    for width, height in SIZES:
+        browser.set_window_size(width, height)
+        browser.get(pages["report"].as_uri())
+        assert browser.execute_script("return document.readyState") == "complete"
+        images = browser.find_elements(By.TAG_NAME, "img")
+        assert images and all(browser.execute_script("return arguments[0].naturalWidth", i) > 0 for i in images)
+        wide = browser.execute_script(
+            "return document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        assert wide <= 0, f"horizontal scroll of {wide} px at {width}x{height}"
+        browser.save_screenshot(str(tmp_path / f"report-{width}.png"))
+    slider = browser.find_element(By.CSS_SELECTOR, ".slider input[type=range]")
+    before = browser.find_element(By.CSS_SELECTOR, ".slider img.before")
+    start = before.value_of_css_property("clip-path")
+    browser.execute_script("arguments[0].scrollIntoView()", slider)
+    slider.send_keys(Keys.ARROW_RIGHT * 10)
+    assert int(slider.get_attribute("value")) == 60 and before.value_of_css_property("clip-path") != start
+    ActionChains(browser).click_and_hold(slider).move_by_offset(-slider.size["width"] // 3, 0).release().perform()
+    assert int(slider.get_attribute("value")) < 40  # dragged left
+    diff = browser.find_element(By.CSS_SELECTOR, ".slider input.diff")
+    picture = before.get_attribute("src")
+    diff.click()
+    assert before.get_attribute("src") != picture  # the amplified difference
+    header = browser.find_element(By.CSS_SELECTOR, "th")
+    header.click()
+    first = browser.find_element(By.CSS_SELECTOR, "tbody tr td").text
+    header.click()
+    assert browser.find_element(By.CSS_SELECTOR, "tbody tr td").text != first  # sorted both ways
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert not errors, errors
+    assert cv2.imread(str(tmp_path / "report-390.png")) is not None
+
+
+@needs_browser
+def test_sr_reference_page_in_a_browser(browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    from pipeline.cli import main
+
+    lr, _, hr = _pictures()
+    (tmp_path / "lr").mkdir()
+    (tmp_path / "hr").mkdir()
+    cv2.imwrite(str(tmp_path / "lr" / "a.png"), lr)
+    cv2.imwrite(str(tmp_path / "hr" / "a.png"), hr)
+    assert main(["sr", str(tmp_path / "lr"), str(tmp_path / "out"), "--model", "srcnn", "--scale", "3",
+                 "--backend", "ort", "--reference", str(tmp_path / "hr"), "--quiet"]) == 0
+    page = tmp_path / "out" / "reference-sheet.html"
+    browser.set_window_size(*SIZES[1])
+    browser.get(page.as_uri())
+    labels = [s.get_attribute("aria-label") for s in browser.find_elements(By.CSS_SELECTOR, "input[type=range]")]
+    assert labels and any("bicubic on the left, ground truth on the right" in label for label in labels)
+    assert any("srcnn" in label for label in labels)
+    assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
