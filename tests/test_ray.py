@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -122,6 +123,11 @@ def test_ray_run_equals_local_run_and_resumes(tmp_path):
     lines = [ln for ln in err.splitlines() if ln.startswith("failed ")]
     assert sorted(lines) == ["failed bad.png: not a readable image: not a PNG, JPEG, BMP, TIFF or WebP file "
                              "(unrecognised header)", "failed nested/empty.jpg: empty file"]
+    # the local run's closing lines, word for word (console.done_line / failed_line; issue 29 item 12)
+    done = [ln for ln in err.splitlines() if ln.startswith("done: ")]
+    assert len(done) == 1 and re.fullmatch(r"done: 6 ok, 2 failed, 0 skipped in \d+\.\d s: \S+ images/s, \S+ MPix/s "
+                                           r"output over the whole run \(then \S+ images/s\)", done[0]), done
+    assert "2 images failed: " in err, err
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SRDEPLOY_CACHE", str(cache))
         assert main(["sr", str(src), str(tmp_path / "local"), "--quiet", "--summary", str(tmp_path / "local.json"),
