@@ -224,3 +224,18 @@ def test_engine_refused_for_wrong_plugin_model_or_precision(tmp_path, plugin, ca
     sidecar_path(engine).unlink()
     assert main(["triton", "--model", "srcnn", "--output", str(tmp_path / "r"), "--engine", str(engine)]) == 2
     assert "srcnn.engine.json is missing" in capsys.readouterr().err
+
+
+def test_client_scale_against_a_model_without_a_default_scale():
+    """A served sr model whose config states no default_scale (someone else's repository): --scale runs, checked
+    against the stated range; none is one line, not a TypeError later."""
+    from pipeline.errors import PipelineError
+    from pipeline.serve.client import _scale
+
+    params = {"model": "theirs", "scale_range": "1-4"}
+    assert _scale(params, 2.5) == 2.5
+    with pytest.raises(PipelineError, match="states no default scale: give --scale"):
+        _scale(params, None)
+    with pytest.raises(PipelineError, match="outside the served model's range 1-4"):
+        _scale(params, 6)
+    assert _scale({"default_scale": "3"}, None) == 3.0  # no range stated: the server checks it

@@ -220,13 +220,20 @@ class _Run:
 
 
 def _scale(params: dict[str, str], scale: float | None) -> float:
-    """--scale checked against the served model's range (its config parameters) before any request."""
+    """--scale checked against the served model's range (its config parameters) before any request; without
+    --scale, the served model's default (a model that states none needs --scale)."""
+    if scale is None:
+        if "default_scale" not in params:
+            raise PipelineError("the served model states no default scale: give --scale")
+        scale = params["default_scale"]
     try:
-        default = float(params["default_scale"])
+        scale = float(scale)
+    except ValueError:
+        raise PipelineError(f"the served model's default scale {scale!r} is not a number: give --scale") from None
+    try:
         lo, hi = (float(v) for v in params["scale_range"].split("-", 1))
     except (KeyError, ValueError):
-        return default if scale is None and "default_scale" in params else scale  # the server checks it
-    scale = default if scale is None else float(scale)
+        return scale  # no range stated: the server checks it
     if not lo <= scale <= hi:
         raise PipelineError(f"scale {scale:g} is outside the served model's range {lo:g}-{hi:g}")
     return scale
