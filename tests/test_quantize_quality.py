@@ -71,3 +71,26 @@ def test_bf16_loss_is_measured_once_stored_and_said_by_sr(tmp_path, monkeypatch,
     assert lines[1] == f"precision: {quality.loss_line(record)}"
     path = next((tmp_path / "cache" / "quality").iterdir())
     assert json.loads(path.read_text())["backend"] == "openvino"
+
+
+def test_precision_auto_never_picks_a_precision_over_its_budget(tmp_path, monkeypatch, capsys):
+    """With no lower precision within budget (int8's budget set to nothing, bf16 switched off as on a CPU without
+    it) `--precision auto` runs fp32 and says why each was not used; nothing is over budget."""
+    pytest.importorskip("openvino", reason="OpenVINO is not installed")
+    import cv2
+
+    from pipeline.cli import main
+
+    monkeypatch.setenv("SRDEPLOY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv(cpu.BF16_ENV, "0")
+    monkeypatch.setitem(quality.BUDGET_DB, "int8", 0.0)
+    best, why = quality.pick_precision("auto", "srcnn-x3", threads=1)
+    assert best.precision == "fp32" and best.name == "ort-folded"
+    assert "int8 not used: int8 loses" in why and "OVER its 0 dB budget" in why and "bf16 is switched off" in why
+    cv2.imwrite(str(tmp_path / "a.png"), (np.random.default_rng(0).random((40, 50, 3)) * 255).astype(np.uint8))
+    assert main(["sr", str(tmp_path / "a.png"), str(tmp_path / "b.png"), "--model", "srcnn-x3",
+                 "--precision", "auto", "--threads", "1"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("sr: "))
+    assert "precision auto: fp32, fastest within budget" in lines[first]
+    assert lines[first + 1].startswith("precision auto: ort-folded fp32 is the fastest within budget here")

@@ -2,6 +2,7 @@
 
     precision_loss(backend) -> dict   from the store, or measured now (a few seconds) and stored
     loss_line(record) -> str          one line: the loss, its budget, and whether it is within it
+    pick_precision(backend, model, **opts) -> (Backend, reason)   `--precision auto`: the fastest within budget
 
 The same backend runs the held-out images (degraded as in training, at the model's default scale) at fp32 and at
 its precision; both outputs are rounded to 8 bits and scored against the originals, border cropped
@@ -20,8 +21,9 @@ from pipeline.analysis.evaluate import crop_border_for
 from pipeline.artifacts.atomic import atomic_write
 from pipeline.artifacts.cache import cache_dir
 from pipeline.artifacts.confine import file_token
-from pipeline.backends import Backend, create_named
+from pipeline.backends import Backend, backend_class, create, create_named, time_backend
 from pipeline.backends.auto import machine_fingerprint
+from pipeline.errors import PipelineError
 
 # The most Y-PSNR a precision may lose against fp32 on the held-out set (dB).
 BUDGET_DB = {"bf16": 0.02, "int8": 0.10}
@@ -108,3 +110,41 @@ def loss_line(record: dict) -> str:
                else f"OVER its {record['budget_db']:g} dB budget: use fp32 for exact output")
     return (f"{p} loses {record['psnr_loss_db']:.3f} dB Y-PSNR (SSIM {record['ssim_loss']:.4f}) against fp32 on the "
             f"{record['images']} held-out images, {verdict}")
+
+
+LOWER = ("bf16", "int8")  # the precisions `auto` may trade quality for speed with, each within its budget
+
+
+def _candidates(backend: str) -> list[tuple[str, str]]:
+    """(backend, precision) pairs `--precision auto` weighs: the backend at fp32 ('auto': the one auto picks), and
+    each lower precision of it ('auto': of openvino, the backend that runs them)."""
+    lower = "openvino" if backend == "auto" else backend
+    return [(backend, "fp32")] + [(lower, p) for p in LOWER if p in backend_class(lower).PRECISIONS]
+
+
+def pick_precision(backend: str, model: str | None, log=None, **opts) -> tuple[Backend, str]:
+    """`--precision auto`: every candidate is loaded and timed on one 256x256 image (median of 5, this machine),
+    a lower precision counts only if its measured held-out loss is within its budget (measured once and stored);
+    the fastest wins. Returns the loaded backend and a line saying why."""
+    timed: list[tuple[float, Backend]] = []
+    notes = []
+    for name, precision in _candidates(backend):
+        try:
+            b = create(name, model, precision, log=log, **opts)
+        except PipelineError as e:
+            notes.append(f"{name} {precision}: {e}")
+            continue
+        record = precision_loss(b, log=log)
+        if record is not None and not within_budget(record):
+            notes.append(f"{precision} not used: {loss_line(record)}")
+            continue
+        timed.append((time_backend(b, 256, repeats=5, warmup=2), b))
+    if not timed:
+        raise PipelineError("--precision auto: nothing can run: " + "; ".join(notes))
+    ms, best = min(timed, key=lambda t: t[0])
+    fp32_ms = next((t for t, b in timed if b.precision == "fp32"), None)
+    ratio = f", {fp32_ms / ms:.1f}x fp32's {fp32_ms:.0f} ms" if fp32_ms and best.precision != "fp32" else ""
+    times = ", ".join(f"{b.name} {b.precision} {t:.0f} ms" for t, b in sorted(timed, key=lambda t: t[0]))
+    why = (f"precision auto: {best.name} {best.precision} is the fastest within budget here ({ms:.0f} ms at 256x256"
+           f"{ratio}; timed: {times})" + "".join(f"; {n}" for n in notes))
+    return best.selected(why, f"precision auto: {best.precision}, fastest within budget"), why

@@ -32,9 +32,9 @@ def check_precision(precision: str, allowed: tuple[str, ...] = PRECISIONS) -> st
     return check_choice("precision", precision, allowed)
 
 
-def check_run_precision(precision: str) -> str:
-    """A precision some backend runs (the sr stage checks it before choosing one)."""
-    return check_precision(precision, RUN_PRECISIONS)
+def check_run_precision(precision: str, auto: bool = False) -> str:
+    """A precision some backend runs (the sr stage checks it before choosing one); `auto`: 'auto' too."""
+    return check_precision(precision, RUN_PRECISIONS + (("auto",) if auto else ()))
 
 
 # Device memory per output pixel of an engine whose activations were allocated with it (TensorRT, ORT's TensorRT

@@ -97,13 +97,17 @@ def weights_from_args(args) -> Path | None:
 
 
 # -- precision -----------------------------------------------------------------------------------------
-def add_precision_args(parser, multiple: bool = False, run: bool = False) -> None:
+def add_precision_args(parser, multiple: bool = False, run: bool = False, auto: bool = False) -> None:
     """`--precision P` (default fp32), or with `multiple` `--precisions P...` (default: all of them). `run`: a
-    command that runs a backend, which may also ask for bf16 (an inference precision of the fp32 file)."""
+    command that runs a backend, which may also ask for bf16 and int8; `auto`: and for the fastest precision within
+    its quality budget (pipeline.analysis.quality.pick_precision)."""
     if run:
-        parser.add_argument("--precision", default=PRECISIONS[0], choices=RUN_PRECISIONS,
+        choices = RUN_PRECISIONS + (("auto",) if auto else ())
+        parser.add_argument("--precision", default=PRECISIONS[0], choices=choices,
                             help=f"precision (default: {PRECISIONS[0]}; bf16 and int8: the openvino backend, bf16 "
-                                 "on a CPU with bf16 arithmetic, int8 from the file's Q/DQ version)")
+                                 "on a CPU with bf16 arithmetic, int8 from the file's Q/DQ version"
+                                 + ("; auto: the fastest precision whose measured quality loss is within its budget"
+                                    if auto else "") + ")")
     elif multiple:
         parser.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=PRECISIONS,
                             help=f"precisions to run (default: {' '.join(PRECISIONS)})")

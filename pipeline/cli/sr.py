@@ -29,7 +29,7 @@ def add_arguments(p) -> None:
     add_model_args(p)  # None unless given: sr.settings.resolve_model takes the --onnx/--engine file's
     p.add_argument("--scale", type=float, default=None, help="upscale factor, integer or not (default: the model's)")
     add_backend_args(p)
-    add_precision_args(p, run=True)
+    add_precision_args(p, run=True, auto=True)
     p.add_argument("--onnx", metavar="FILE", help="use this ONNX file instead of the cached export")
     p.add_argument("--engine", metavar="FILE", help="use this TensorRT engine instead of the cached build")
     add_weights_arg(p)

@@ -45,6 +45,24 @@ def load_backend(backend, model: str, precision: str, *, onnx=None, engine=None,
     return loaded, loaded.selection_reason or backend
 
 
+def _load(backend, model, precision: str, console: Console, **opts) -> tuple[backends.Backend, str, str | None]:
+    """load_backend, or with `--precision auto` the fastest precision within its quality budget (and the line
+    that says why)."""
+    if precision == "auto" and isinstance(backend, str):
+        given = {k: v for k, v in opts.items() if v is not None and k != "engine"}
+        loaded, why = quality.pick_precision(backend, model, log=console.always, **given)
+        return loaded, loaded.selection_reason or backend, why
+    return (*load_backend(backend, model, precision, log=console.always, **opts), None)
+
+
+def _say_precision(loaded: backends.Backend, auto_line: str | None, console: Console) -> None:
+    """After the first line: why `auto` chose this precision, and what a lower precision costs (measured)."""
+    if auto_line:
+        console.always(auto_line)
+    if (record := quality.precision_loss(loaded, log=console.always)) is not None:
+        console.always(f"precision: {quality.loss_line(record)}")
+
+
 def _model_metadata(spec, onnx, engine) -> dict[str, str]:
     """What describes the model: its ONNX file's metadata, an engine's sidecar copy of it, else its spec's."""
     if engine is not None:
@@ -157,7 +175,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     check_choice("audio", audio, videofmt.AUDIO_MODES)
     settings.check_paths(summary=summary, reference=reference, onnx=onnx, engine=engine, weights=weights)
     if isinstance(backend, str):
-        check_run_precision(precision)
+        check_run_precision(precision, auto=True)
     elif any(v is not None for v in (onnx, engine, weights, threads)):
         raise PipelineError("onnx, engine, weights and threads choose what backend to load; "
                             "they cannot change the already-loaded backend that was given")
@@ -174,8 +192,8 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
                              and onnx is None and engine is None)
     overwrites = preflight.overwrites(found, skip_existing)
 
-    loaded, choice = load_backend(backend, model, precision, onnx=onnx, engine=engine, weights=weights,
-                                  threads=threads, log=console.always)
+    loaded, choice, auto_line = _load(backend, model, precision, console, onnx=onnx, engine=engine,
+                                      weights=weights, threads=threads)
     note = scale_note(_model_metadata(spec, onnx, engine), scale)
     videos = len(found.videos)
     what = count_text(len(found.jobs) - videos, videos)
@@ -192,8 +210,7 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     console.always(headline(spec.name, scale, note, loaded.name, loaded.selection_brief or choice,
                             what, output, overwrites))
     console.detail(f"backend: {loaded.describe()}; why: {choice}")
-    if (record := quality.precision_loss(loaded, log=console.always)) is not None:
-        console.always(f"precision: {quality.loss_line(record)}")
+    _say_precision(loaded, auto_line, console)
     say_triage(records, failures, console)
     if stale:
         console.info(f"removed {stale} temp file(s) a killed earlier run left beside its outputs")
