@@ -94,3 +94,12 @@ def test_precision_auto_never_picks_a_precision_over_its_budget(tmp_path, monkey
     first = next(i for i, ln in enumerate(lines) if ln.startswith("sr: "))
     assert "precision auto: fp32, fastest within budget" in lines[first]
     assert lines[first + 1].startswith("precision auto: ort-folded fp32 is the fastest within budget here")
+
+
+def test_precision_auto_with_an_engine_is_one_line(tmp_path, capsys):
+    from pipeline.cli import main
+
+    assert main(["sr", str(tmp_path), str(tmp_path / "out"), "--engine", str(tmp_path / "m.engine"),
+                 "--precision", "auto"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: --precision auto chooses among the ONNX backends; an engine's "
+                                               "precision is built in")

@@ -173,6 +173,8 @@ def upscale(input: str | Path, output: str | Path, *, model: str | None = None, 
     fmt = settings.check_format(fmt)
     videofmt.check_crf(videofmt.check_codec(codec), crf)
     check_choice("audio", audio, videofmt.AUDIO_MODES)
+    if precision == "auto" and engine is not None:
+        raise PipelineError("--precision auto chooses among the ONNX backends; an engine's precision is built in")
     settings.check_paths(summary=summary, reference=reference, onnx=onnx, engine=engine, weights=weights)
     if isinstance(backend, str):
         check_run_precision(precision, auto=True)
