@@ -85,7 +85,8 @@ def test_the_page_says_what_the_markdown_says(pages):
         "heading", "paragraph", "table", "list", "image"]
     assert "<svg" in text and "latency.png" not in text  # the plot inline, nothing linked
     assert not re.search(r'(src|href)\s*=\s*"(https?:)?//', text) and "@import" not in text  # nothing fetched
-    assert text.count('type="range"') == 4  # 2 crops x (bicubic, srcnn), each against the ground truth
+    # 2 crops x (bicubic vs srcnn, then bicubic and srcnn each against the ground truth)
+    assert text.count('type="range"') == 6
     assert "<code>srcnn</code>" in text and "<strong>x3</strong>" in text
 
 
@@ -144,6 +145,7 @@ def test_sr_reference_page_in_a_browser(browser, tmp_path):
     browser.set_window_size(*SIZES[1])
     browser.get(page.as_uri())
     labels = [s.get_attribute("aria-label") for s in browser.find_elements(By.CSS_SELECTOR, "input[type=range]")]
-    assert labels and any("bicubic on the left, ground truth on the right" in label for label in labels)
-    assert any("srcnn" in label for label in labels)
+    assert labels and "bicubic on the left, srcnn on the right" in labels[0]  # the before/after an SR user wants
+    assert any("bicubic on the left, ground truth on the right" in label for label in labels)
+    assert any("srcnn on the left, ground truth on the right" in label for label in labels)
     assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
