@@ -137,3 +137,13 @@ def test_cpu_name_is_read_once_for_reports_and_the_auto_key(monkeypatch):
     env = report.environment()
     assert json.loads(machine_fingerprint())["cpu"] == env["cpu"] == cpu_name()
     assert len(opened) <= 1
+
+
+def test_machine_facts_open_every_bench_report():
+    from pipeline.bench import onnx_file
+
+    env = {"cpu": "Test CPU", "gpu": None}
+    startup = {"size": 64, "scale": 3.0, "median_s": 0.5, "runs": 1, "walls_s": [0.5]}
+    md = onnx_file.markdown({"model": "m", "onnx": "m.onnx", "precision": "fp32", "environment": env, "rows": [],
+                             "startup": startup, "skipped": []})
+    assert md.index("- CPU: Test CPU") < md.index("| sweep |")  # before the first number
