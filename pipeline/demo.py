@@ -18,7 +18,7 @@ import cv2
 from models.spec import DEFAULT_MODEL
 from pipeline.data.sample_images import HELD_OUT, load_rgb
 from pipeline.errors import PipelineError
-from pipeline.report import db, fmt, percent, table
+from pipeline.report import db, env_lines, fmt, percent, speedup, table
 
 DEMO_MODEL = DEFAULT_MODEL
 DEMO_SCALE = 3.0
@@ -58,10 +58,13 @@ def _write_inputs(root: Path, names, max_side: int, scale: float) -> tuple[Path,
     return lr_dir, hr_dir, names
 
 
-def demo_markdown(sr: dict, names: list[str], cmp_doc, bench_doc, seconds: float) -> str:
+def demo_markdown(sr: dict, names: list[str], cmp_doc, bench_doc, seconds: float, environment: dict | None = None,
+                  ) -> str:
+    """The demo's report.md; `environment` (pipeline.report.environment) puts the machine facts at the top."""
     ref = sr.get("reference", {})
-    lines = ["# Demo", "", f"Model `{sr['model']}` x{fmt(sr['scale'])} on {len(names)} held-out skimage images "
-             f"({', '.join(names)}), backend {sr['backend']} ({sr.get('backend_choice', '')}). "
+    lines = ["# Demo", "", *(env_lines(environment) + [""] if environment else []),
+             f"Model `{sr['model']}` x{fmt(sr['scale'])} on {len(names)} held-out skimage images ({', '.join(names)}), "
+             f"backend {sr['backend']} ({sr.get('backend_choice', '')}). "
              f"Total {seconds:.0f} s.", "", "## Super-resolution (pipeline sr)", ""]
     rows = []
     for im in sr["images"]:
@@ -82,7 +85,7 @@ def demo_markdown(sr: dict, names: list[str], cmp_doc, bench_doc, seconds: float
         lines += ["", "## Quick bench (bench/report.md)", ""]
         main = [r for r in bench_doc["results"] if r["sweep"] == "main"]
         lines += table(["model", "backend", "size", "median ms", "speed-up vs eager loop", "roofline"],
-                       [[r["model"], r["backend"], r["size"], r["latency_ms"]["median"], r["speedup_vs_baseline"],
-                         percent(r["roofline_fraction"])] for r in main])
+                       [[r["model"], r["backend"], r["size"], r["latency_ms"]["median"],
+                         speedup(r["speedup_vs_baseline"]), percent(r["roofline_fraction"])] for r in main])
         lines += ["", "Quick settings (small inputs, few iterations); `make bench` runs the full sweeps."]
     return "\n".join(lines) + "\n"

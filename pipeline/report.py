@@ -89,6 +89,12 @@ def percent(fraction) -> str:
     return "-" if fraction is None else f"{100 * fraction:.1f} %"
 
 
+def speedup(ratio) -> str:
+    """A speed-up (baseline time / our time) as the ratio and the change in speed a person reads:
+    4.0 -> '4.00x (+300 %)', 0.5 -> '0.50x (-50 %)'."""
+    return "-" if ratio is None else f"{ratio:.2f}x ({100 * (ratio - 1):+.0f} %)"
+
+
 def table(header: list[str], rows: list[list]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     out += ["| " + " | ".join(fmt(c) for c in r) + " |" for r in rows]
@@ -222,8 +228,8 @@ def result_row(r: dict) -> list:
     lat = r["latency_ms"]
     return [r["model"], r["sweep"], r["backend"], r["size"], r["scale"], r["batch"], r.get("threads"), lat["n"],
             lat["mean"], lat["median"], lat["p90"], lat["p99"], lat["min"], lat["max"], r["images_per_s"],
-            r["mpix_per_s"], r.get("speedup_vs_baseline"), percent(r.get("roofline_fraction")), r.get("peak_rss_mb"),
-            r.get("max_abs_err")]
+            r["mpix_per_s"], speedup(r.get("speedup_vs_baseline")), percent(r.get("roofline_fraction")),
+            r.get("peak_rss_mb"), r.get("max_abs_err")]
 
 
 def kernel_markdown(section: dict | None) -> list[str]:
@@ -336,7 +342,8 @@ def bench_markdown(doc: dict) -> str:
         lines += table(["model", "auto picks", "size", "scale", "auto median ms", "baseline median ms", "speed-up",
                         "floor", "meets floor", "roofline"],
                        [[a["model"], a["backend"], a["size"], a["scale"], a["median_ms"], a["baseline_ms"],
-                         a["speedup"], a["floor"], a["meets_floor"], a["roofline_fraction"]] for a in doc["auto"]])
+                         speedup(a["speedup"]), speedup(a["floor"]), a["meets_floor"], percent(a["roofline_fraction"])]
+                        for a in doc["auto"]])
         lines += [""] + [f"- {a['model']}: {a['reason']}" for a in doc["auto"]]
     if doc.get("folder"):
         lines += ["", "## Whole folder run (`pipeline sr`) vs pure inference", "",

@@ -85,7 +85,8 @@ def test_the_page_says_what_the_markdown_says(pages):
         "heading", "paragraph", "table", "list", "image"]
     assert "<svg" in text and "latency.png" not in text  # the plot inline, nothing linked
     assert not re.search(r'(src|href)\s*=\s*"(https?:)?//', text) and "@import" not in text  # nothing fetched
-    assert text.count('type="range"') == 4  # 2 crops x (bicubic, srcnn), each against the ground truth
+    # 2 crops x (bicubic vs srcnn, then bicubic and srcnn each against the ground truth)
+    assert text.count('type="range"') == 6
     assert "<code>srcnn</code>" in text and "<strong>x3</strong>" in text
 
 
@@ -144,6 +145,38 @@ def test_sr_reference_page_in_a_browser(browser, tmp_path):
     browser.set_window_size(*SIZES[1])
     browser.get(page.as_uri())
     labels = [s.get_attribute("aria-label") for s in browser.find_elements(By.CSS_SELECTOR, "input[type=range]")]
-    assert labels and any("bicubic on the left, ground truth on the right" in label for label in labels)
-    assert any("srcnn" in label for label in labels)
+    assert labels and "bicubic on the left, srcnn on the right" in labels[0]  # the before/after an SR user wants
+    assert any("bicubic on the left, ground truth on the right" in label for label in labels)
+    assert any("srcnn on the left, ground truth on the right" in label for label in labels)
+    assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+
+
+@needs_browser
+def test_bench_page_from_the_bench_writer(browser, tmp_path):
+    """The real bench writer's page: plots inline, speed-ups read as ratio and change and sort by the ratio, the
+    machine facts first, a 20-column table that scrolls in its box instead of the page on a phone."""
+    from selenium.webdriver.common.by import By
+
+    from tests.test_report import _bench_doc
+
+    doc = _bench_doc()
+    page = report.write_bench(doc, tmp_path)["html"]
+    for width, height in SIZES:
+        browser.set_window_size(width, height)
+        browser.get(page.as_uri())
+        wide = browser.execute_script(
+            "return document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        assert wide <= 0, f"horizontal scroll of {wide} px at {width}x{height}"
+    assert len(browser.find_elements(By.CSS_SELECTOR, "figure svg")) == len(doc["plots"]) > 0
+    text = browser.find_element(By.TAG_NAME, "body").text
+    assert text.index("CPU:") < text.index("Results")  # the machine facts at the top
+    table = next(t for t in browser.find_elements(By.CSS_SELECTOR, "table")
+                 if "speed-up" in [h.text for h in t.find_elements(By.TAG_NAME, "th")])
+    headers = [h.text for h in table.find_elements(By.TAG_NAME, "th")]
+    col = headers.index("speed-up")
+    table.find_elements(By.TAG_NAME, "th")[col].click()
+    cells = [r.find_elements(By.TAG_NAME, "td")[col].text for r in table.find_elements(By.CSS_SELECTOR, "tbody tr")]
+    ratios = [float(c.split("x")[0]) for c in cells]
+    assert all(re.fullmatch(r"\d+\.\d\dx \([+-]\d+ %\)", c) for c in cells), cells
+    assert ratios == sorted(ratios) and ratios[0] < ratios[-1]
     assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]

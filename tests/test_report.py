@@ -65,10 +65,11 @@ def test_bench_report_consistent(tmp_path):
         assert r["mpix_per_s"] == pytest.approx(r["batch"] * r["out_h"] * r["out_w"] / (lat["median"] / 1e3) / 1e6)
         assert r["roofline_fraction"] == pytest.approx(r["roofline_ms"] / lat["median"])
         for col, key in (("median ms", lat["median"]), ("p99 ms", lat["p99"]), ("images/s", r["images_per_s"]),
-                         ("MPix/s", r["mpix_per_s"]), ("speed-up", r["speedup_vs_baseline"]),
+                         ("MPix/s", r["mpix_per_s"]),
                          ("backend", r["backend"]), ("batch", str(r["batch"]))):
             assert _close(row[col], key), (col, row[col], key)
         assert row["roofline"] == report.percent(r["roofline_fraction"])  # a percentage a person reads
+        assert row["speed-up"] == report.speedup(r["speedup_vs_baseline"])  # the ratio and the change in speed
     assert "## Environment" in md and "CPU:" in md and "torch" in md and "onnxruntime" in md
     assert "m trt: no GPU" in md
     for name in doc["plots"]:
@@ -136,3 +137,13 @@ def test_cpu_name_is_read_once_for_reports_and_the_auto_key(monkeypatch):
     env = report.environment()
     assert json.loads(machine_fingerprint())["cpu"] == env["cpu"] == cpu_name()
     assert len(opened) <= 1
+
+
+def test_machine_facts_open_every_bench_report():
+    from pipeline.bench import onnx_file
+
+    env = {"cpu": "Test CPU", "gpu": None}
+    startup = {"size": 64, "scale": 3.0, "median_s": 0.5, "runs": 1, "walls_s": [0.5]}
+    md = onnx_file.markdown({"model": "m", "onnx": "m.onnx", "precision": "fp32", "environment": env, "rows": [],
+                             "startup": startup, "skipped": []})
+    assert md.index("- CPU: Test CPU") < md.index("| sweep |")  # before the first number

@@ -141,9 +141,10 @@ def test_demo_report_roofline_in_percent_and_psnr_with_two_decimals():
           "reference": {"psnr": 30.5, "psnr_bicubic": 28.123456}}
     bench = {"results": [{"sweep": "main", "model": "srcnn", "backend": "ort", "size": "256x256",
                           "latency_ms": {"median": 12.0}, "speedup_vs_baseline": 4.0, "roofline_fraction": 0.0996}]}
-    md = demo_markdown(sr, ["a"], None, bench, 1.0)
+    md = demo_markdown(sr, ["a"], None, bench, 1.0, {"cpu": "Test CPU", "gpu": None})
     assert "| 30.50 | 28.12 |" in md and "Mean PSNR-Y 30.50 dB vs bicubic 28.12 dB (+2.38 dB)" in md
-    assert "| 10.0 % |" in md and "0.0996" not in md
+    assert "| 4.00x (+300 %) | 10.0 % |" in md and "0.0996" not in md  # speed-up and roofline as percentages
+    assert md.index("- CPU: Test CPU") < md.index("## Super-resolution")  # the machine facts at the top
 
 
 def test_ctrl_c_prints_one_interrupted_line(weights, tmp_path):

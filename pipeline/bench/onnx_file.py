@@ -67,6 +67,7 @@ def bench_onnx(onnx: str | Path, cfg: dict, *, log=print, startup_runs: int = 5)
 
 def markdown(doc: dict) -> str:
     lines = [f"# bench: {doc['model']} from {doc['onnx']} ({doc['precision']}, no PyTorch)", "",
+             *report.env_lines(doc["environment"]), "",
              "Round-robin timed calls (pipeline.bench.timing); latency in ms.", "",
              "| sweep | size | scale | backend | median ms | min | p90 |", "|---|---|---|---|---|---|---|"]
     for r in doc["rows"]:

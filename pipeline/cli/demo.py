@@ -88,7 +88,8 @@ def run(args) -> int:
     models = [model] + (["srcnn-x3"] if model != "srcnn-x3" else [])
     cmp_doc = None if args.no_compare else _compare(models, weights, root)
     bench_doc = None if args.no_bench else _bench(weights, root)
-    md = demo_markdown(summary.to_dict(), names, cmp_doc, bench_doc, time.perf_counter() - t0)
+    env = (bench_doc or cmp_doc or {}).get("environment") or report.environment()
+    md = demo_markdown(summary.to_dict(), names, cmp_doc, bench_doc, time.perf_counter() - t0, env)
     atomic_write(root / "report.md", md)
     sr_sheet = sheet.sheet_path(sr_dir, [r.job.dst for r in summary.records])
     sheets = [p for p in [sr_sheet, *(cmp_doc or {}).get("sheets", [])] if p.is_file()]

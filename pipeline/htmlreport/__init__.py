@@ -6,9 +6,9 @@ with no network).
 One source: the HTML is rendered (Jinja2, `page.html.j2`) from the Markdown text the report writer made, so both
 say the same; what the Markdown links (plots, pictures) is embedded: an `.svg` twin of a plot inline, pictures as
 data URIs. Sheets (pipeline.analysis.sheet: crops side by side, described by their `.json` twin) become
-before/after sliders, one per output column against the sheet's reference column (ground truth or PyTorch FP32),
-with a toggle to the amplified difference. Tables sort by a click on a header. Pictures past MAX_EMBED_BYTES are
-left out, and the page says which.
+before/after sliders: bicubic vs the first output, and every output column against the sheet's reference column
+(the last: the ground truth), with a toggle to the amplified difference. Tables sort by a click on a header.
+Pictures past MAX_EMBED_BYTES are left out, and the page says which.
 """
 from __future__ import annotations
 
@@ -109,9 +109,18 @@ def _png_uri(rgb) -> str:
     return "data:image/png;base64," + base64.b64encode(png.tobytes()).decode()
 
 
+def _pairs(names: list[str]) -> list[tuple[int, int]]:
+    """(left, right) column pairs of a sheet, per crop: bicubic vs the first output (the before/after an SR user
+    looks for), then every output against the reference column (the last). The LR column (nearest) is left out."""
+    ref = len(names) - 1
+    shown = [c for c, name in enumerate(names[:-1]) if not name.startswith("LR")]
+    outputs = [c for c in shown if names[c] != "bicubic"]
+    first = [(names.index("bicubic"), outputs[0])] if "bicubic" in names[:-1] and outputs else []
+    return first + [(c, ref) for c in shown]
+
+
 def sheet_sliders(sheet_png: Path) -> list[Slider]:
-    """Before/after sliders from a crop sheet and its layout twin (`<sheet>.json`): every output column against
-    the reference column (the last), crop by crop. The LR column (nearest-neighbour) is left out."""
+    """Before/after sliders from a crop sheet and its layout twin (`<sheet>.json`), crop by crop (_pairs)."""
     import cv2  # OpenCV and numpy only for pages with pictures: doctor's page renders on a bare Python
     import numpy as np
 
@@ -125,17 +134,14 @@ def sheet_sliders(sheet_png: Path) -> list[Slider]:
         y0, x0 = meta["origins"][r][c]
         return img[y0:y0 + meta["cell"], x0:x0 + meta["cell"]]
 
-    names, ref_col = meta["columns"], len(meta["columns"]) - 1
+    names = meta["columns"]
     sliders = []
     for r in range(meta["rows"]):
-        ref = cell(r, ref_col)
-        for c, name in enumerate(names[:-1]):
-            if name.startswith("LR"):
-                continue
-            out = cell(r, c)
-            diff = np.clip(np.abs(out.astype(np.int16) - ref.astype(np.int16)) * DIFF_GAIN, 0, 255).astype(np.uint8)
-            sliders.append(Slider(f"{Path(sheet_png).stem}, crop {r + 1}: {name} vs {names[ref_col]}",
-                                  _png_uri(out), _png_uri(ref), _png_uri(diff), name, names[ref_col]))
+        for left, right in _pairs(names):
+            a, b = cell(r, left), cell(r, right)
+            diff = np.clip(np.abs(a.astype(np.int16) - b.astype(np.int16)) * DIFF_GAIN, 0, 255).astype(np.uint8)
+            sliders.append(Slider(f"{Path(sheet_png).stem}, crop {r + 1}: {names[left]} vs {names[right]}",
+                                  _png_uri(a), _png_uri(b), _png_uri(diff), names[left], names[right]))
     return sliders
 
 
