@@ -265,16 +265,19 @@ def test_console_script_imports_a_factory_from_the_current_folder(tmp_path):
 # -- README claims -------------------------------------------------------------------------------------------
 
 def test_bench_onnx_report_has_a_png_plot(tmp_path):
+    from pipeline import report
     from pipeline.bench import onnx_file
 
     lat = {"median": 2.0, "min": 1.5, "p90": 2.5, "mean": 2.0, "p99": 2.6, "max": 2.7}
     doc = {"model": "srcnn", "onnx": "f.onnx", "precision": "fp32", "skipped": [],
+           "environment": report.environment(),
            "startup": {"size": 64, "scale": 3, "median_s": 0.5, "runs": 1, "walls_s": [0.5]},
            "rows": [{"sweep": sw, "backend": "ort", "size": n, "scale": 3.0, "latency_ms": lat}
                     for sw, n in (("main", 64), ("size", 128))]}
     paths = onnx_file.write(doc, tmp_path)
     assert (tmp_path / "latency_vs_size.png").stat().st_size > 0
-    assert "latency_vs_size.png" in paths["md"].read_text()
+    md = paths["md"].read_text()
+    assert "latency_vs_size.png" in md and md.index("CPU") < md.index("| sweep |")
 
 
 def test_report_folder_flag_refuses_a_file_name(tmp_path, capsys):
