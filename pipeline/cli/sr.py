@@ -1,4 +1,6 @@
-"""`python -m pipeline sr INPUT OUTPUT`: super-resolve images and videos (a file or a folder tree)."""
+"""`python -m pipeline sr INPUT OUTPUT`: super-resolve images and videos (a file or a folder tree), in this
+process, on a Ray cluster (--ray) or on a Triton server (--triton). The arguments become one RunOptions and one
+executor here; which options an executor takes is decided here, once (_check_applies)."""
 from __future__ import annotations
 
 from pipeline.cli.options import (
@@ -9,7 +11,7 @@ from pipeline.cli.options import (
     backend_from_args,
 )
 from pipeline.errors import PipelineError
-from pipeline.sr import upscale
+from pipeline.sr import RunOptions, run_local
 from pipeline.sr.videofmt import AUDIO_MODES, CRF, ENCODERS
 
 
@@ -71,25 +73,48 @@ def add_arguments(p) -> None:
     p.add_argument("--concurrency", type=int, metavar="N", help="with --triton: requests in flight (default: 2)")
 
 
-def run(args) -> int:
+# Options a Triton run refuses: the served model decides them (its executor takes URL, model name, concurrency).
+LOCAL_ONLY = ("onnx", "engine", "weights", "threads", "tile", "tile_overlap", "reference", "ray", "ray_actors", "codec",
+              "crf")
+
+
+def _check_applies(args) -> None:
     if args.ray is None and args.ray_actors is not None:
         raise PipelineError("--ray-actors applies to --ray runs")
     if args.triton is None and (args.concurrency is not None or args.triton_model != "sr"):
         raise PipelineError("--concurrency and --triton-model apply to --triton runs")
     if args.triton is not None:
-        from pipeline.serve.client import run_triton
+        given = [f"--{k.replace('_', '-')}" for k in LOCAL_ONLY if getattr(args, k) is not None]
+        if args.backend != "auto" or args.precision != "fp32" or args.batch != 1:
+            given += ["--backend/--precision/--batch"]
+        if given:
+            raise PipelineError(f"{', '.join(given)} apply to local runs; with --triton the served model decides")
+    if args.ray is not None and args.precision == "auto":
+        raise PipelineError("--precision auto applies to local runs; on --ray give the precision every actor loads")
 
-        args.concurrency = 2 if args.concurrency is None else args.concurrency
-        return run_triton(args)
-    if args.ray is not None:
-        from pipeline.cluster.runner import run_ray
 
-        backend_from_args(args)  # checked here like the local run's: one line before any work
-        return run_ray(args)
-    summary = upscale(args.input, args.output, model=args.model, scale=args.scale, backend=backend_from_args(args),
+def options_from_args(args) -> RunOptions:
+    return RunOptions(args.input, args.output, model=args.model, scale=args.scale, backend=backend_from_args(args),
                       precision=args.precision, onnx=args.onnx, engine=args.engine, weights=args.weights,
                       threads=args.threads, fmt=args.fmt, jpeg_quality=args.jpeg_quality, tile=args.tile,
                       tile_overlap=args.tile_overlap, batch=args.batch, workers=args.workers,
                       skip_existing=args.skip_existing, reference=args.reference, summary=args.summary,
                       progress=not args.quiet, verbose=args.verbose, codec=args.codec, crf=args.crf, audio=args.audio)
-    return 1 if summary.failed else 0
+
+
+def run(args) -> int:
+    _check_applies(args)
+    opts = options_from_args(args)
+    if args.triton is not None:
+        from pipeline.serve.client import TritonExecutor
+        from pipeline.sr import run as run_sr
+
+        executor = TritonExecutor(opts, args.triton, args.triton_model,
+                                  2 if args.concurrency is None else args.concurrency)
+        return run_sr(opts, executor).exit_code
+    if args.ray is not None:
+        from pipeline.cluster.runner import RayExecutor
+        from pipeline.sr import run as run_sr
+
+        return run_sr(opts, RayExecutor(opts, args.ray, args.ray_actors)).exit_code
+    return run_local(opts).exit_code

@@ -1,14 +1,11 @@
-"""The one place the Ray runner touches the sr stage: its argument checks, backend loading and per-image unit of
-work (pipeline.sr.ImageWorker: decode -> tiled inference -> atomic write -> Record), used exactly as the local
-run uses them, one image at a time inside an actor."""
+"""The one place the Ray actors touch the sr stage: backend loading and the per-image unit of work
+(pipeline.sr.ImageWorker: decode -> tiled inference -> atomic write -> Record), used exactly as the local run
+uses them, one image at a time inside an actor."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.artifacts.identity import resolve
-from pipeline.backends.base import check_precision
-from pipeline.backends.checks import check_scale
-from pipeline.sr import ImageWorker, Job, settings
+from pipeline.sr import ImageWorker, Job, RunOptions
 from pipeline.sr import load_backend as _load_backend
 
 
@@ -33,23 +30,11 @@ def process(worker: ImageWorker, job: Job) -> dict:
     return worker.process(job).as_dict()
 
 
-def check_arguments(args) -> tuple[str, float, str | None]:
-    """The local run's argument checks (one PipelineError line before any work); (model, scale, format)."""
-    settings.check_numbers(tile=args.tile, tile_overlap=args.tile_overlap, batch=args.batch, workers=args.workers,
-                           threads=args.threads, jpeg_quality=args.jpeg_quality)
-    fmt = settings.check_format(args.fmt)
-    settings.check_paths(summary=args.summary, reference=args.reference, onnx=args.onnx, engine=args.engine,
-                         weights=args.weights)
-    check_precision(args.precision)
-    model = settings.resolve_model(args.model, args.onnx, engine=args.engine)
-    spec = resolve(model, args.onnx, args.engine)
-    return model, check_scale(spec, spec.default_scale if args.scale is None else args.scale), fmt
-
-
-def worker_options(args) -> dict:
+def worker_options(opts: RunOptions) -> dict:
+    """What each actor's worker needs from the run's options (plain values: they travel to the actors)."""
     def absolute(path):  # actors do not run in the driver's working folder
         return str(Path(path).absolute()) if path else None
 
-    return {"tile": args.tile, "tile_overlap": args.tile_overlap, "batch": args.batch,
-            "jpeg_quality": args.jpeg_quality, "reference": absolute(args.reference),
-            "weights": absolute(args.weights), "threads": args.threads}
+    return {"tile": opts.tile, "tile_overlap": opts.tile_overlap, "batch": opts.batch,
+            "jpeg_quality": opts.jpeg_quality, "reference": absolute(opts.reference),
+            "weights": absolute(opts.weights), "threads": opts.threads}

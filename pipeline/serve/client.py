@@ -1,9 +1,9 @@
 """`python -m pipeline sr INPUT OUTPUT --triton URL`: a file or folder upscaled by the `sr` model of a running
 Triton server (`python -m pipeline serve REPO`), over HTTP (http://HOST:PORT) or gRPC (grpc://HOST:PORT).
 
-The run is the local one with inference moved to the server: the same job list and OUTPUT tree
-(pipeline.sr.jobs), --skip-existing, summary and exit codes (pipeline.sr.api), and the same encoder and atomic
-writes (pipeline.sr.imageio), so the files are byte-identical to a local run of the server's backend. Each file
+The run is the local one with inference moved to the server (pipeline.sr.run with this module's TritonExecutor):
+the same job list and OUTPUT tree, --skip-existing, summary and exit codes, and the same encoder and atomic
+writes (pipeline.sr.write_output), so the files are byte-identical to a local run of the server's backend. Each file
 goes to the server as it is (the server decodes, tiles and infers it) and comes back as pixels that are encoded
 here. `--concurrency N` requests are in flight at once, each on its own connection.
 
@@ -18,19 +18,17 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import numpy as np
 
-from pipeline.artifacts.atomic import atomic_write
 from pipeline.errors import PipelineError, first_line
 from pipeline.serve.tensors import ARRAY, output_from_array
-from pipeline.sr import imageio, preflight, settings
-from pipeline.sr.api import report_run, say_triage, triage
-from pipeline.sr.console import Console, count_text, plural
-from pipeline.sr.jobs import discover
-from pipeline.sr.records import Record, Summary
-from pipeline.sr.worker import write_reason
+from pipeline.sr import ExecutorLost, Plan, Record, RunOptions, Started, write_output
+
+if TYPE_CHECKING:
+    from pipeline.sr.console import Console
 
 PROTOCOLS = ("http", "grpc")
 NETWORK_TIMEOUT_S = 600.0   # one large image's round trip (decode, tiles, inference, transfer)
@@ -134,17 +132,48 @@ class Client:
             self.client.close()
 
 
-class _Run:
-    """The requests of one run, `concurrency` at a time, each thread with its own connection."""
+class TritonExecutor:
+    """The requests of one run, `concurrency` at a time, each thread with its own connection; the server decodes,
+    tiles and infers, this process encodes and writes (pipeline.sr.run's Executor)."""
 
-    def __init__(self, endpoint: Endpoint, scale: float, jpeg_quality: int, console: Console, concurrency: int):
-        self.endpoint, self.scale, self.quality = endpoint, scale, jpeg_quality
-        self.console, self.concurrency = console, concurrency
+    name = "triton"
+    takes_videos = False  # the sr model takes images; a clip is one sequential stream (run videos locally)
+    streams = False
+    uses_cache = False
+
+    def __init__(self, opts: RunOptions, url: str, model: str, concurrency: int):
+        if concurrency < 1:
+            raise PipelineError(f"--concurrency must be at least 1, got {concurrency}")
+        self.endpoint = parse_url(url, model)
+        self.opts, self.concurrency = opts, concurrency
         self.local = threading.local()
         self.clients: list[Client] = []
         self.lock = threading.Lock()
         self.lost: str | None = None
         self.backend = ""
+
+    def model(self, opts: RunOptions) -> None:
+        return None  # the served model says which, at start
+
+    def start(self, plan: Plan, console: Console) -> Started:
+        """Ask the server for its sr model's parameters (after every local check, before any request)."""
+        probe = Client(self.endpoint)
+        try:
+            params = probe.model_parameters()
+        finally:
+            probe.close()
+        model = params.get("model", self.endpoint.model)
+        if self.opts.model is not None and self.opts.model != model:
+            raise PipelineError(f"the served model '{self.endpoint.model}' runs {model}, not {self.opts.model}")
+        self.scale = _scale(params, self.opts.scale)
+        self.served = params.get("backend", "?")
+        return Started(model, self.scale, f"Triton {self.endpoint.url}",
+                       f"model '{self.endpoint.model}', backend {self.served}, {self.concurrency} request(s) at a "
+                       f"time", f"triton {self.endpoint.url} {self.endpoint.model}: {self.served}", "--triton",
+                       workers=self.concurrency)
+
+    def announce(self, console: Console) -> None:
+        pass
 
     def _client(self) -> Client:
         if not hasattr(self.local, "client"):
@@ -174,49 +203,48 @@ class _Run:
         rec.in_size, rec.out_size = tuple(info["in_size"]), tuple(info["out_size"])
         rec.mode, rec.bit_depth, rec.tiles = info["mode"], info["bit_depth"], info["tiles"]
         self.backend = self.backend or info.get("backend", "")
-        t1 = time.perf_counter()
-        try:
-            rec.notes.extend(imageio.write_image(rec.job.dst, out, rec.job.fmt, self.quality))
-        except Exception as e:  # this file's encoder or file system error
-            rec.fail(write_reason(rec, e))
-            return
-        rec.encode_s = time.perf_counter() - t1
-        rec.status = "ok"
+        write_output(rec, out, self.opts.jpeg_quality)
 
-    def all(self, todo: list[Record]) -> float:
-        """Run every record; returns the processing seconds. Sets self.lost when the server went away."""
-        t0 = time.perf_counter()
-        bar = self.console.bar(len(todo))
-        queue = list(reversed(todo))
+    def _reap(self, fut, rec: Record, console: Console) -> None:
         try:
-            with ThreadPoolExecutor(self.concurrency, thread_name_prefix="sr-triton") as pool:
-                running = {}
-                while queue or running:
-                    while queue and len(running) < self.concurrency and self.lost is None:
-                        rec = queue.pop()
-                        running[pool.submit(self.one, rec)] = rec
-                    if not running:
-                        break
-                    done, _ = wait(running, return_when=FIRST_COMPLETED)
-                    for fut in done:
-                        rec = running.pop(fut)
-                        try:
-                            fut.result()
-                        except ServerLost as e:
-                            self.lost = self.lost or str(e)
-                            continue
-                        if rec.status == "failed":
-                            self.console.always(f"failed {rec.job.rel}: {rec.reason}")
-                        elif rec.status == "ok":
-                            self.console.info(f"{rec.job.rel}: {rec.in_size[0]}x{rec.in_size[1]} -> "
-                                              f"{rec.out_size[0]}x{rec.out_size[1]} (x{self.scale:g}, {rec.mode} "
-                                              f"{rec.bit_depth}-bit, {rec.tiles} tile{'s' if rec.tiles != 1 else ''})")
-                        bar.update(1)
-        finally:
-            bar.close()
-            for c in self.clients:
-                c.close()
+            fut.result()
+        except ServerLost as e:
+            self.lost = self.lost or str(e)
+            return
+        if rec.status == "failed":
+            console.failed(rec)
+        elif rec.status == "ok":
+            console.written(rec, self.scale)
+
+    def execute(self, todo: list[Record], console: Console, finished) -> float:
+        """Every record, in place; returns the processing seconds. ExecutorLost when the server went away."""
+        t0 = time.perf_counter()
+        bar = console.bar(len(todo))
+        queue = list(reversed(todo))
+        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="sr-triton") as pool:
+            running = {}
+            while queue or running:
+                while queue and len(running) < self.concurrency and self.lost is None:
+                    rec = queue.pop()
+                    running[pool.submit(self.one, rec)] = rec
+                if not running:
+                    break
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    self._reap(fut, running.pop(fut), console)
+                    bar.update(1)
+        bar.close()
+        if self.lost is not None:
+            raise ExecutorLost(f"the Triton server at {self.endpoint.url} stopped answering ({self.lost})")
         return time.perf_counter() - t0
+
+    def facts(self) -> dict:
+        return {"url": self.endpoint.url, "model": self.endpoint.model, "concurrency": self.concurrency,
+                "backend": f"triton {self.endpoint.url} {self.endpoint.model}: {self.backend or self.served}"}
+
+    def close(self) -> None:
+        for c in self.clients:
+            c.close()
 
 
 def _scale(params: dict[str, str], scale: float | None) -> float:
@@ -237,63 +265,3 @@ def _scale(params: dict[str, str], scale: float | None) -> float:
     if not lo <= scale <= hi:
         raise PipelineError(f"scale {scale:g} is outside the served model's range {lo:g}-{hi:g}")
     return scale
-
-
-LOCAL_ONLY = ("onnx", "engine", "weights", "threads", "tile", "tile_overlap", "reference", "ray", "ray_actors", "codec",
-              "crf")
-
-
-def run_triton(args) -> int:
-    """The CLI's `sr --triton URL` run; returns the exit code."""
-    t_start = time.perf_counter()
-    given = [f"--{k.replace('_', '-')}" for k in LOCAL_ONLY if getattr(args, k, None) is not None]
-    if args.backend != "auto" or args.precision != "fp32" or args.batch != 1:
-        given += ["--backend/--precision/--batch"]
-    if given:
-        raise PipelineError(f"{', '.join(given)} apply to local runs; with --triton the served model decides")
-    if args.concurrency < 1:
-        raise PipelineError(f"--concurrency must be at least 1, got {args.concurrency}")
-    settings.check_numbers(tile=None, tile_overlap=None, batch=1, workers=1, threads=None,
-                           jpeg_quality=args.jpeg_quality)
-    fmt = settings.check_format(args.fmt)
-    settings.check_paths(summary=args.summary, reference=None, onnx=None, engine=None, weights=None)
-    endpoint = parse_url(args.triton, args.triton_model)
-    found = discover(args.input, args.output, fmt)
-    if not found.jobs:
-        raise PipelineError(f"no images found in {args.input} (extensions: {imageio.extensions_text()})")
-    if found.videos:  # the sr model takes images; a clip is one sequential stream (run videos locally)
-        raise PipelineError(f"--triton upscales images; {found.videos[0].rel} is a video (run videos without "
-                            "--triton)")
-    preflight.check_writable(found, args.output, args.summary, uses_cache=False)  # before asking the server
-    probe = Client(endpoint)
-    try:
-        params = probe.model_parameters()
-    finally:
-        probe.close()
-    model = params.get("model", endpoint.model)
-    if args.model is not None and args.model != model:
-        raise PipelineError(f"the served model '{endpoint.model}' runs {model}, not {args.model}")
-    scale = _scale(params, args.scale)
-
-    console = Console(not args.quiet)
-    console.always(f"sr: {model} x{scale:g} on Triton {endpoint.url} (model '{endpoint.model}', backend "
-                   f"{params.get('backend', '?')}, {args.concurrency} request(s) at a time); "
-                   f"{count_text(len(found.jobs))} -> {args.output}")
-    records, todo, failures = triage(found, args.skip_existing)
-    say_triage(records, failures, console)
-    run = _Run(endpoint, scale, args.jpeg_quality, console, args.concurrency)
-    setup_s = time.perf_counter() - t_start
-    process_s = run.all(todo)
-    summary = Summary(model=model, scale=scale, backend=f"triton {endpoint.url} {endpoint.model}: {run.backend}",
-                      backend_choice="--triton", input=str(args.input), output=str(args.output), tile=None,
-                      tile_margin_hr=0, batch=1, workers=args.concurrency, records=records, ignored=found.ignored,
-                      wall_s=time.perf_counter() - t_start, process_s=process_s, setup_s=setup_s)
-    if args.summary is not None:
-        atomic_write(Path(args.summary), json.dumps(summary.to_dict(), indent=2) + "\n")
-    if run.lost is not None:
-        left = sum(r.status == "pending" for r in records)
-        console.always(f"error: the Triton server at {endpoint.url} stopped answering ({run.lost}); "
-                       f"{plural(len(summary.ok), 'image')} written, {left} not; rerun with --skip-existing to finish")
-        return 1
-    report_run(summary, None, console)
-    return 1 if summary.failed else 0

@@ -10,6 +10,8 @@ from collections.abc import Callable
 
 from tqdm import tqdm
 
+from pipeline.sr.imageio import written_layout
+
 PLAIN_EVERY_S = 10.0  # seconds between plain progress lines (redirected stderr)
 TILE_EVERY_S = 5.0    # a tiled image taking longer than this reports its tiles this often
 
@@ -56,6 +58,16 @@ def done_line(counts: dict[str, int], wall_s: float, *, images: int, frames: int
     setup = f"setup {setup_s:.1f} s, then " if setup_s is not None else "then "
     return (f"{head}: {pictures / wall_s:.3g} {unit}/s, {out_mpix / wall_s:.3g} MPix/s output over the whole run "
             f"({setup}{then})")
+
+
+def image_line(rec, scale: float) -> str:
+    """The line of an image written (every executor's): sizes, scale, layout (and what the format could not
+    hold), tiles."""
+    mode, depth, lost = written_layout(rec.mode, rec.bit_depth, rec.job.fmt)
+    layout = f"{rec.mode} {rec.bit_depth}-bit" + (f" -> {mode} {depth}-bit {rec.job.fmt}: " + "; ".join(lost)
+                                                  if lost else "")
+    return (f"{rec.job.rel}: {rec.in_size[0]}x{rec.in_size[1]} -> {rec.out_size[0]}x{rec.out_size[1]} "
+            f"(x{scale:g}, {layout}, {rec.tiles} tile{'s' if rec.tiles != 1 else ''})")
 
 
 def failed_line(names: list[str], images: int, videos: int = 0) -> str:
@@ -132,6 +144,14 @@ class Console:
         """Progress detail: per-image lines and totals; hidden when quiet."""
         if self.progress:
             self._write(msg)
+
+    def written(self, rec, scale: float) -> None:
+        """An image written (progress detail)."""
+        self.info(image_line(rec, scale))
+
+    def failed(self, rec) -> None:
+        """An input that failed: always said."""
+        self.always(f"failed {rec.job.rel}: {rec.reason}")
 
     def detail(self, msg: str) -> None:
         """What the first line leaves out (the backend's full description, the whole reason): --verbose only."""

@@ -1,14 +1,19 @@
-"""What the sr stage reports: a Record per image and the run's Summary (`Summary.to_dict()` is the
-`--summary` JSON)."""
+"""What the sr stage reports: a Record per image or clip, the RecordLog of a run and its Summary
+(`Summary.write()` is the `--summary` JSON)."""
 from __future__ import annotations
 
+import json
+import os
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
-import numpy as np
-
+from pipeline.artifacts.atomic import atomic_path
 from pipeline.sr.jobs import Job
 
 REFERENCE_KEYS = ("psnr", "ssim", "psnr_bicubic", "ssim_bicubic")
+MISSING = "missing"  # a record's metrics["reference"] when --reference has no file of its name
 
 
 @dataclass
@@ -66,30 +71,123 @@ class Record:
         return d
 
 
+    @classmethod
+    def from_dict(cls, d: dict, job: Job) -> Record:
+        """The record another process made of `job` (a Ray actor's `as_dict()`), for the driver's RecordLog."""
+        rec = cls(job, status=d["status"], reason=d.get("reason", ""), notes=list(d.get("notes", [])),
+                  video=dict(d.get("video", {})))
+        if d.get("in_size"):
+            rec.in_size, rec.out_size = tuple(d["in_size"]), tuple(d["out_size"])
+            rec.mode, rec.bit_depth, rec.tiles = d["mode"], d["bit_depth"], d["tiles"]
+            rec.max_shift = d.get("tile_grid_shift_lr_px", 0.0)
+            rec.decode_s, rec.infer_s, rec.encode_s = d["decode_s"], d["infer_s"], d["encode_s"]
+        rec.metrics = {k: d[k] for k in (*REFERENCE_KEYS, "reference") if k in d}
+        return rec
+
+
 def _rate(amount: float, seconds: float) -> float | None:
     return round(amount / seconds, 3) if seconds > 0 else None
 
 
+class RecordLog:
+    """A run's records as they finish, with the totals every summary reports kept as they come. The records
+    themselves are kept (the Python API's `Summary.records`) or, for a run that streams them (Ray, any number of
+    images), only spooled to an anonymous temp file beside --summary, so the driver's memory stays flat."""
+
+    def __init__(self, keep: bool = True, spool_beside: str | Path | None = None):
+        self.records: list[Record] = []
+        self.keep = keep
+        self.counts = {"ok": 0, "failed": 0, "skipped": 0, "pending": 0}
+        self.pictures = self.frames = 0
+        self.out_mpix = 0.0
+        self.failures: list[dict] = []          # {"input", "reason"}
+        self.failed_videos = 0
+        self.unmatched = 0                        # ok outputs with no reference file of the same name
+        self.scores = dict.fromkeys(REFERENCE_KEYS, 0.0)
+        self.scored = 0
+        self._spool = None
+        if not keep and spool_beside is not None:
+            folder = Path(spool_beside).parent
+            folder.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(prefix=f".{Path(spool_beside).name}.", suffix=".spool", dir=folder)
+            os.unlink(name)  # anonymous: gone with the process, whatever happens
+            self._spool = os.fdopen(fd, "w+")
+
+    def add(self, rec: Record) -> None:
+        self.counts[rec.status] = self.counts.get(rec.status, 0) + 1
+        if rec.status == "failed":
+            self.failures.append({"input": rec.job.rel, "reason": rec.reason})
+            self.failed_videos += rec.job.video
+        elif rec.status == "ok":
+            self.pictures += rec.pictures
+            self.frames += rec.pictures if rec.job.video else 0
+            self.out_mpix += rec.out_mpix
+            if rec.scored:
+                self.scored += 1
+                for k in REFERENCE_KEYS:
+                    self.scores[k] += rec.metrics[k]
+            elif rec.metrics.get("reference") == MISSING:
+                self.unmatched += 1
+        if self.keep:
+            self.records.append(rec)
+        elif self._spool is not None:
+            self._spool.write(json.dumps(rec.as_dict()) + "\n")
+
+    def image_dicts(self) -> Iterator[dict]:
+        if self.keep:
+            yield from (r.as_dict() for r in self.records)
+        elif self._spool is not None:
+            self._spool.flush()
+            self._spool.seek(0)
+            yield from (json.loads(line) for line in self._spool)
+
+    @property
+    def reference(self) -> dict | None:
+        """Mean scores over the images that had a matching reference, or None."""
+        if not self.scored:
+            return None
+        return {**{k: v / self.scored for k, v in self.scores.items()}, "images": self.scored}
+
+    def close(self) -> None:
+        if self._spool is not None:
+            self._spool.close()
+            self._spool = None
+
+
 @dataclass
 class Summary:
-    """One sr run: settings, per-image records and totals."""
+    """One sr run, whatever executed it (pipeline.sr.run): settings, the RecordLog and totals. `to_dict()` is
+    the `--summary` JSON, with the same keys for every executor; `executor` says which ran it and its own facts."""
 
     model: str
     scale: float
-    backend: str            # backend.describe()
+    backend: str            # backend.describe(), or what the server / the actors ran
     backend_choice: str     # why this backend ("auto: ...", "requested: ...")
+    executor: dict          # {"name": "local" | "ray" | "triton", ...its facts}
     input: str
     output: str
     tile: int | None
     tile_margin_hr: int
     batch: int
     workers: int
-    records: list[Record]
+    log: RecordLog
     ignored: list[str] = field(default_factory=list)
     wall_s: float = 0.0     # the whole call, backend loading included
     process_s: float = 0.0  # decoding the first image to writing the last
     setup_s: float = 0.0    # the call's start to the first decode: checks, backend load (and an export on first use)
     interrupted: bool = False  # Ctrl-C: the records still "pending" were not done
+    stopped: str = ""          # why the executor could not go on (a server that stopped answering)
+    reference_dir: str | None = None  # --reference, if given
+
+    @property
+    def exit_code(self) -> int:
+        """The CLI's: 1 when an input failed or the run was cut short, else 0."""
+        return 1 if self.log.counts["failed"] or self.stopped else 0
+
+    @property
+    def records(self) -> list[Record]:
+        """Every record, in job order (empty for a run that streamed its records: the counts still hold)."""
+        return self.log.records
 
     def _with(self, status: str) -> list[Record]:
         return [r for r in self.records if r.status == status]
@@ -108,19 +206,19 @@ class Summary:
 
     @property
     def counts(self) -> dict[str, int]:
-        c = {"ok": len(self.ok), "failed": len(self.failed), "skipped": len(self.skipped), "ignored": len(self.ignored)}
+        c = {k: self.log.counts[k] for k in ("ok", "failed", "skipped")} | {"ignored": len(self.ignored)}
         if self.interrupted:
-            c["not_done"] = len(self._with("pending"))
+            c["not_done"] = self.log.counts["pending"]
         return c
 
     @property
     def pictures(self) -> int:
         """Images and video frames written."""
-        return sum(r.pictures for r in self.ok)
+        return self.log.pictures
 
     @property
     def out_mpix(self) -> float:
-        return sum(r.out_mpix for r in self.ok)
+        return self.log.out_mpix
 
     @property
     def overall_images_per_s(self) -> float | None:
@@ -142,29 +240,37 @@ class Summary:
 
     @property
     def failures(self) -> list[dict]:
-        return [{"input": r.job.rel, "reason": r.reason} for r in self.failed]
+        return self.log.failures
 
     @property
     def reference(self) -> dict | None:
-        """Mean scores over the images that had a matching reference, or None."""
-        scored = [r.metrics for r in self.ok if r.scored]
-        if not scored:
-            return None
-        means = {k: float(np.mean([m[k] for m in scored])) for k in REFERENCE_KEYS}
-        return {**means, "images": len(scored)}
+        return self.log.reference
 
-    def to_dict(self) -> dict:
+    def header(self) -> dict:
+        """Every key of the summary but the per-record lists."""
         d = {
             "model": self.model, "scale": self.scale, "backend": self.backend, "backend_choice": self.backend_choice,
-            "input": self.input, "output": self.output, "tile": self.tile, "tile_margin_hr": self.tile_margin_hr,
-            "batch": self.batch, "workers": self.workers, "counts": self.counts,
+            "executor": self.executor, "input": self.input, "output": self.output, "tile": self.tile,
+            "tile_margin_hr": self.tile_margin_hr, "batch": self.batch, "workers": self.workers, "counts": self.counts,
             "wall_s": round(self.wall_s, 3), "setup_s": round(self.setup_s, 3), "process_s": round(self.process_s, 3),
             "images_per_s": self.images_per_s, "mpix_per_s": self.mpix_per_s,
             "overall_images_per_s": self.overall_images_per_s, "overall_mpix_per_s": self.overall_mpix_per_s,
-            "images": [r.as_dict() for r in self.records], "failures": self.failures, "ignored": self.ignored,
         }
         if self.reference:
             d["reference"] = self.reference
         if self.interrupted:
             d["interrupted"] = True
         return d
+
+    def to_dict(self) -> dict:
+        return {**self.header(), "images": list(self.log.image_dicts()), "failures": self.failures,
+                "ignored": self.ignored}
+
+    def write(self, path: Path) -> None:
+        """The --summary JSON, atomically, one record a line (streamed from the log: no list of them in memory)."""
+        with atomic_path(path) as tmp, open(tmp, "w") as f:
+            f.write(json.dumps(self.header(), indent=2)[:-2] + ',\n  "images": [')
+            for i, rec in enumerate(self.log.image_dicts()):
+                f.write(("," if i else "") + "\n    " + json.dumps(rec))
+            f.write("\n  ],\n" + json.dumps({"failures": self.failures, "ignored": self.ignored}, indent=2)[2:]
+                    + "\n")

@@ -10,8 +10,7 @@ from pipeline.errors import first_line
 from pipeline.sr import imageio
 from pipeline.sr.bicubic import bicubic
 from pipeline.sr.imageio import Image, ImageError
-
-MISSING = "missing"
+from pipeline.sr.records import MISSING
 
 
 def bicubic_pixels(image: Image, out_h: int, out_w: int) -> np.ndarray:

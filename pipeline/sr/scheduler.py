@@ -12,8 +12,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from pipeline.sr import imageio
-from pipeline.sr.console import Console
+from pipeline.sr.console import Console, image_line
 from pipeline.sr.imageio import ImageError
 from pipeline.sr.records import Record
 from pipeline.sr.worker import Decoded, ImageWorker, Planned, decode, infer_reason, write_reason
@@ -54,7 +53,7 @@ class Scheduler:
 
     def _fail(self, rec: Record, reason: str) -> None:
         rec.fail(reason)
-        self.console.always(f"failed {rec.job.rel}: {reason}")
+        self.console.failed(rec)
         self._finished(rec)
 
     # -- the write queue ----------------------------------------------------------------------------------
@@ -83,12 +82,7 @@ class Scheduler:
         self._reap(incoming=item.out.nbytes)  # bound the output buffers waiting for the encoder
         self.writing.append((item, self.writers.submit(self.worker.encode, item)))
         self.write_bytes += item.out.nbytes
-        rec = item.rec
-        mode, depth, lost = imageio.written_layout(rec.mode, rec.bit_depth, rec.job.fmt)
-        layout = f"{rec.mode} {rec.bit_depth}-bit" + (f" -> {mode} {depth}-bit {rec.job.fmt}: "
-                                                      + "; ".join(lost) if lost else "")
-        self.console.info(f"{rec.job.rel}: {rec.in_size[0]}x{rec.in_size[1]} -> {rec.out_size[0]}x{rec.out_size[1]} "
-                          f"(x{self.worker.scale:g}, {layout}, {rec.tiles} tile{'s' if rec.tiles != 1 else ''})")
+        self.console.info(image_line(item.rec, self.worker.scale))
 
     # -- inference ------------------------------------------------------------------------------------------
 

@@ -269,7 +269,7 @@ class VideoRunner:
             if rec.status != "failed":
                 self.run(rec, plans[rec.job.rel])
             if rec.status == "failed":
-                self.console.always(f"failed {rec.job.rel}: {rec.reason}")
+                self.console.failed(rec)
         return time.perf_counter() - t0
 
     def run(self, rec: Record, vp: VideoPlan) -> None:

@@ -82,6 +82,20 @@ def write_reason(rec: Record, e: BaseException) -> str:
     return f"{type(e).__name__}: {first_line(e)}"
 
 
+def write_output(rec: Record, pixels, jpeg_quality: int) -> bool:
+    """Encode and write one output atomically (the encoder every executor uses); its notes, encode time and status
+    go to `rec`. False (and rec failed) when it could not be written."""
+    t0 = time.perf_counter()
+    try:
+        rec.notes.extend(imageio.write_image(rec.job.dst, pixels, rec.job.fmt, jpeg_quality))
+    except Exception as e:  # this file's encoder or file system error
+        rec.fail(write_reason(rec, e))
+        return False
+    rec.encode_s = time.perf_counter() - t0
+    rec.status = "ok"
+    return True
+
+
 def output_problem(h: int, w: int, channels: int, depth: int, fmt: str) -> str:
     """Why an output of h x w cannot be produced, or ''."""
     side = imageio.MAX_SIDE.get(fmt, 2**31 - 1)

@@ -1,0 +1,109 @@
+"""The local executor: the backend loaded in this process, images through the scheduler's thread pools
+(pipeline.sr.scheduler), videos frame by frame (pipeline.sr.video), all around one ImageWorker."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from pipeline import backends
+from pipeline.analysis import quality
+from pipeline.artifacts.atomic import remove_stale_parts
+from pipeline.sr import settings
+from pipeline.sr.console import Console, scale_note
+from pipeline.sr.options import RunOptions
+from pipeline.sr.records import Record
+from pipeline.sr.run import ModelChoice, Plan, Started, resolve_model
+from pipeline.sr.scheduler import Scheduler
+from pipeline.sr.worker import ImageWorker
+
+
+def load_backend(backend, model: str, precision: str, *, onnx=None, engine=None, weights=None,
+                 threads=None, log=None) -> tuple[backends.Backend, str]:
+    """A loaded backend and why it was chosen; `backend` is a name ('auto', 'ort', ...) or a loaded one.
+    `log` gets the slow steps of loading (an export into the cache on first use, an engine build)."""
+    if not isinstance(backend, str):
+        return backend, backend.selection_reason or "given"
+    opts = {k: v for k, v in (("onnx", onnx), ("engine", engine), ("weights", weights), ("threads", threads),
+                              ("log", log)) if v is not None}
+    loaded = backends.create(backend, model, precision, **opts)
+    return loaded, loaded.selection_reason or backend
+
+
+class LocalExecutor:
+    name = "local"
+    takes_videos = True
+    streams = False
+
+    def __init__(self, opts: RunOptions):
+        self.opts = opts
+        # the cache is written only to export (or build) what no --onnx/--engine file gives; torch reads weights
+        self.uses_cache = opts.backend_name not in (None, "torch") and opts.onnx is None and opts.engine is None
+        self.worker: ImageWorker | None = None
+        self.plans: dict = {}
+        self.clips: list[Record] = []
+
+    def model(self, opts: RunOptions) -> ModelChoice:
+        return resolve_model(opts)
+
+    def _load(self, model: str, console: Console) -> tuple[backends.Backend, str, str | None]:
+        """The backend, why it was chosen and, with `--precision auto`, the line that says which precision ran."""
+        o = self.opts
+        if o.precision == "auto" and o.backend_name is not None:
+            given = {k: v for k, v in (("onnx", o.onnx), ("weights", o.weights), ("threads", o.threads))
+                     if v is not None}
+            loaded, why = quality.pick_precision(o.backend, model, log=console.always, **given)
+            return loaded, loaded.selection_reason or o.backend, why
+        loaded, choice = load_backend(o.backend, model, o.precision, onnx=o.onnx, engine=o.engine,
+                                      weights=o.weights, threads=o.threads, log=console.always)
+        return loaded, choice, None
+
+    def start(self, plan: Plan, console: Console) -> Started:
+        o, m = self.opts, plan.model
+        loaded, choice, auto_line = self._load(m.name, console)
+        self.stale = remove_stale_parts([r.job.dst for r in plan.todo])
+        self.clips = [r for r in plan.todo if r.job.video]
+        what = []
+        if self.clips:  # PyAV loads only for runs with videos
+            from pipeline.sr.video import plan_clips
+
+            self.plans = plan_clips(self.clips, m.scale, o.codec, o.crf, o.audio)
+            if len(plan.found.jobs) == 1 and self.plans:  # one clip: its size/crop notes go in the first line, once
+                only = next(iter(self.plans.values()))
+                what, only.notes_said = only.notes, True
+        self.worker = ImageWorker(loaded, m.spec, m.scale, tile=o.tile, tile_overlap=o.tile_overlap, batch=o.batch,
+                                  jpeg_quality=o.jpeg_quality, reference=o.reference)
+        self.workers = settings.io_workers(o.workers, loaded.on_gpu)
+        self.console, self.loaded, self.auto_line = console, loaded, auto_line
+        return Started(m.name, m.scale, loaded.name, loaded.selection_brief or choice, loaded.describe(), choice,
+                       note=scale_note(m.metadata, m.scale), what=what, tile=self.worker.tile,
+                       margin=self.worker.margin, batch=self.worker.batch, workers=self.workers)
+
+    def announce(self, console: Console) -> None:
+        """After the first line: the backend in full, the precision's measured cost, leftovers, tiles."""
+        w = self.worker
+        console.detail(f"backend: {self.loaded.describe()}; why: {self.loaded.selection_reason or self.opts.backend}")
+        if self.auto_line:
+            console.always(self.auto_line)
+        if (record := quality.precision_loss(self.loaded, log=console.always)) is not None:
+            console.always(f"precision: {quality.loss_line(record)}")
+        if self.stale:
+            console.info(f"removed {self.stale} temp file(s) a killed earlier run left beside its outputs")
+        console.detail(f"tiles: {w.tile or 'whole images'} LR px, {w.margin} HR px of context; batch "
+                       f"{w.batch}; {self.workers} decode/encode worker(s)")
+
+    def execute(self, todo: list[Record], console: Console, finished: Callable[[Record], None]) -> float:
+        images = [r for r in todo if not r.job.video]
+        t0 = time.perf_counter()
+        if images or not self.clips:
+            Scheduler(self.worker, console, self.workers).run(images)
+        if self.clips:
+            from pipeline.sr.video import VideoRunner
+
+            VideoRunner(self.worker, console).run_all(self.clips, self.plans)
+        return time.perf_counter() - t0
+
+    def facts(self) -> dict:
+        return {}
+
+    def close(self) -> None:
+        pass
