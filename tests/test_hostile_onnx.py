@@ -363,16 +363,15 @@ def test_open_inside_never_follows_a_link_even_one_leading_inside(tmp_path):
 
 
 def test_sr_on_ray_runs_the_same_onnx_check_before_any_cluster(place):
-    """The Ray path's argument checks (pipeline.cluster.unit) refuse the file before Ray is imported or started."""
-    import argparse
-
-    from pipeline.cli import sr as sr_cli
-    from pipeline.cluster import unit
+    """The Ray run plans as the local one does (pipeline.sr.run.plan): the file is refused before Ray starts."""
+    from pipeline.cluster.runner import RayExecutor
     from pipeline.errors import PipelineError
+    from pipeline.sr import RunOptions
+    from pipeline.sr.run import plan
 
     _externalise(place, "/etc/passwd")
-    parser = argparse.ArgumentParser()
-    sr_cli.add_arguments(parser)
-    args = parser.parse_args([str(place["img"]), str(place["out"]), "--ray", "--onnx", str(place["onnx"])])
+    opts = RunOptions(place["img"], place["out"], onnx=place["onnx"])
+    executor = RayExecutor(opts, "local", None)
     with pytest.raises(PipelineError, match="external data .*absolute"):
-        unit.check_arguments(args)
+        plan(opts, executor)
+    assert executor.cluster is None  # nothing was started

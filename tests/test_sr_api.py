@@ -182,3 +182,40 @@ def test_engine_file_names_the_model(tmp_path):
     assert resolve_model(None, engine=engine) == "srcnn-x3"
     with pytest.raises(PipelineError, match="built for model 'srcnn-x3', not 'srcnn'"):
         resolve_model("srcnn", engine=engine)
+
+
+def test_a_streamed_record_log_writes_the_summary_a_kept_one_does(tmp_path):
+    """Ray's driver streams records (RecordLog(keep=False): counts kept, records spooled beside --summary); the
+    document is the one a run that keeps its records writes, and the spool leaves nothing behind."""
+    from pipeline.sr.jobs import Job
+    from pipeline.sr.records import Record, RecordLog
+
+    dicts = [{"input": "a.png", "output": "o/a.png", "status": "ok", "in_size": [10, 10], "out_size": [30, 20],
+              "mode": "rgb", "bit_depth": 8, "tiles": 1, "time_s": 0.3, "decode_s": 0.1, "infer_s": 0.1,
+              "encode_s": 0.1, "psnr": 30.0, "ssim": 0.9, "psnr_bicubic": 29.0, "ssim_bicubic": 0.8},
+             {"input": "b.png", "output": "o/b.png", "status": "ok", "in_size": [5, 5], "out_size": [10, 10],
+              "mode": "gray", "bit_depth": 16, "tiles": 2, "time_s": 0.3, "decode_s": 0.1, "infer_s": 0.1,
+              "encode_s": 0.1, "psnr": 32.0, "ssim": 0.7, "psnr_bicubic": 31.0, "ssim_bicubic": 0.6},
+             {"input": "c.png", "output": "o/c.png", "status": "failed", "reason": "empty file"},
+             {"input": "d.png", "output": "o/d.png", "status": "skipped", "reason": "output exists"}]
+    docs = []
+    for keep in (True, False):
+        path = tmp_path / ("kept" if keep else "streamed") / "run.json"
+        log = RecordLog(keep=keep, spool_beside=path)
+        for d in dicts:
+            log.add(Record.from_dict(d, Job(Path(d["input"]), Path(d["output"]), d["input"], "png")))
+        s = Summary(model="srcnn", scale=3.0, backend="b", backend_choice="c", executor={"name": "x"}, input="i",
+                    output="o", tile=None, tile_margin_hr=0, batch=1, workers=1, log=log, ignored=["notes.txt"],
+                    wall_s=2.0, process_s=1.0)
+        s.write(path)
+        log.close()
+        assert len(s.records) == (4 if keep else 0) and s.out_mpix == pytest.approx(700 / 1e6)
+        assert sorted(p.name for p in path.parent.iterdir()) == ["run.json"]  # the spool left nothing behind
+        docs.append(json.loads(path.read_text()))
+    kept, streamed = docs
+    assert kept == streamed and streamed["images"] == dicts
+    assert streamed["counts"] == {"ok": 2, "failed": 1, "skipped": 1, "ignored": 1}
+    assert streamed["failures"] == [{"input": "c.png", "reason": "empty file"}] and streamed["ignored"] == ["notes.txt"]
+    assert streamed["reference"] == pytest.approx({"psnr": 31.0, "ssim": 0.8, "psnr_bicubic": 30.0,
+                                                   "ssim_bicubic": 0.7, "images": 2})
+    assert streamed["images_per_s"] == 2.0 and streamed["mpix_per_s"] == 0.001  # rounded to 3 places
