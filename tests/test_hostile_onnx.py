@@ -363,11 +363,11 @@ def test_open_inside_never_follows_a_link_even_one_leading_inside(tmp_path):
 
 
 def test_sr_on_ray_runs_the_same_onnx_check_before_any_cluster(place):
-    """The Ray run plans as the local one does (pipeline.sr.run.plan): the file is refused before Ray starts."""
+    """The Ray run plans as the local one does (pipeline.sr.flow.plan): the file is refused before Ray starts."""
     from pipeline.cluster.runner import RayExecutor
     from pipeline.errors import PipelineError
     from pipeline.sr import RunOptions
-    from pipeline.sr.run import plan
+    from pipeline.sr.flow import plan
 
     _externalise(place, "/etc/passwd")
     opts = RunOptions(place["img"], place["out"], onnx=place["onnx"])

@@ -22,7 +22,7 @@ from pipeline import backends
 from pipeline.artifacts.identity import resolve
 from pipeline.data.sample_images import HELD_OUT, load_rgb
 from pipeline.errors import PipelineError
-from pipeline.sr import imageio, settings, upscale
+from pipeline.sr import read_image, upscale, usable_cores
 
 GOAL = 0.85  # folder run / pure inference throughput
 
@@ -68,7 +68,7 @@ def folder_throughput(model: str, n_images: int, size: int, backend="auto", weig
     be = backends.create(backend, model, "fp32", weights=weights) if isinstance(backend, str) else backend
     with tempfile.TemporaryDirectory(prefix="sr-folder-bench-") as tmp:
         paths = write_folder(Path(tmp) / "in", n_images, size)
-        images = [imageio.read_image(p) for p in paths]
+        images = [read_image(p) for p in paths]
         batches = _pixel_batches(images)
         for x in {x.shape: x for x in batches}.values():  # warm each input shape once, on the folder run's path
             be.infer_pixels(x, scale)
@@ -115,7 +115,7 @@ def stage_cost(n_images: int = 16, size: int = 384, repeats: int = 3, log=print)
     be = backends.create("torch", NEAR_FREE, "fp32")
     with tempfile.TemporaryDirectory(prefix="sr-stage-cost-") as tmp:
         paths = write_folder(Path(tmp) / "in", n_images, size)
-        images = [imageio.read_image(p) for p in paths]
+        images = [read_image(p) for p in paths]
         batches = _pixel_batches(images)
         be.infer_pixels(batches[0], 3.0)
         runs = {"folder_cpu": [], "folder_wall": [], "infer_cpu": [], "infer_wall": []}
@@ -138,7 +138,7 @@ def stage_cost(n_images: int = 16, size: int = 384, repeats: int = 3, log=print)
            "folder_cpu_ms_per_mpix": 1e3 * med["folder_cpu"] / mpix,
            "folder_wall_ms_per_mpix": 1e3 * med["folder_wall"] / mpix,
            "inference_cpu_ms_per_mpix": 1e3 * med["infer_cpu"] / mpix,
-           "cores_busy": med["folder_cpu"] / med["folder_wall"], "usable_cores": settings.usable_cores(),
+           "cores_busy": med["folder_cpu"] / med["folder_wall"], "usable_cores": usable_cores(),
            "runs": runs}
     log(f"  sr stage's own cost ({n_images} x {size}^2 -> x3, near-free model, medians of {row['repeats']}): "
         f"{row['stage_cpu_ms_per_mpix']:.1f} ms CPU and {row['stage_wall_ms_per_mpix']:.1f} ms wall per output "

@@ -11,8 +11,7 @@ from pipeline.cli.options import (
     backend_from_args,
 )
 from pipeline.errors import PipelineError
-from pipeline.sr import RunOptions, run_local
-from pipeline.sr.videofmt import AUDIO_MODES, CRF, ENCODERS
+from pipeline.sr import AUDIO_MODES, CRF, ENCODERS, RunOptions, run_local
 
 
 def _batch(value: str) -> int | str:

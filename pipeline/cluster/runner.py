@@ -1,4 +1,4 @@
-"""`python -m pipeline sr INPUT OUTPUT --ray [ADDRESS]`: the Ray executor of an sr run (pipeline.sr.run).
+"""`python -m pipeline sr INPUT OUTPUT --ray [ADDRESS]`: the Ray executor of an sr run (pipeline.sr.flow).
 
 The run plans exactly as a local one (same checks, jobs, output tree, --skip-existing and up-front failures); this
 executor makes the model files once on the driver, then streams the job rows through Ray Data into a pool of

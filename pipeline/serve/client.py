@@ -1,7 +1,7 @@
 """`python -m pipeline sr INPUT OUTPUT --triton URL`: a file or folder upscaled by the `sr` model of a running
 Triton server (`python -m pipeline serve REPO`), over HTTP (http://HOST:PORT) or gRPC (grpc://HOST:PORT).
 
-The run is the local one with inference moved to the server (pipeline.sr.run with this module's TritonExecutor):
+The run is the local one with inference moved to the server (pipeline.sr.flow with this module's TritonExecutor):
 the same job list and OUTPUT tree, --skip-existing, summary and exit codes, and the same encoder and atomic
 writes (pipeline.sr.write_output), so the files are byte-identical to a local run of the server's backend. Each file
 goes to the server as it is (the server decodes, tiles and infers it) and comes back as pixels that are encoded
@@ -134,7 +134,7 @@ class Client:
 
 class TritonExecutor:
     """The requests of one run, `concurrency` at a time, each thread with its own connection; the server decodes,
-    tiles and infers, this process encodes and writes (pipeline.sr.run's Executor)."""
+    tiles and infers, this process encodes and writes (pipeline.sr.flow's Executor)."""
 
     name = "triton"
     takes_videos = False  # the sr model takes images; a clip is one sequential stream (run videos locally)

@@ -1,5 +1,5 @@
 """What the `sr` Triton model does with a batch of requests, without Triton: decode, plan, infer (tiled or
-batched whole images) and answer with the sr stage's own steps (pipeline.sr.worker.ImageWorker), so served
+batched whole images) and answer with the sr stage's own steps (pipeline.sr.ImageWorker), so served
 pixels are the local run's pixels. The Python-backend adapter (python_model/model.py) only moves tensors.
 
 The request interface is pipeline.serve.tensors. One request's problem (a corrupt image, a
@@ -22,12 +22,21 @@ from pipeline.backends.checks import check_scale
 from pipeline.backends.registry import backend_class
 from pipeline.errors import PipelineError, first_line
 from pipeline.serve.tensors import ARRAY, ARRAY_INPUTS, IMAGE_INPUTS, array_from_output
-from pipeline.sr import imageio
-from pipeline.sr.image_header import HeaderError, over_limit
-from pipeline.sr.imageio import Image, ImageError
-from pipeline.sr.jobs import Job
-from pipeline.sr.records import Record
-from pipeline.sr.worker import ImageWorker, Planned, infer_reason
+from pipeline.sr import (
+    HeaderError,
+    Image,
+    ImageError,
+    ImageWorker,
+    Job,
+    Planned,
+    Record,
+    convert_for_format,
+    decode_image,
+    encode_image,
+    infer_reason,
+    normalize_format,
+    over_limit,
+)
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +131,7 @@ class SrService:
             images = []
             for v in np.asarray(req["image_bytes"], dtype=object).reshape(-1):
                 try:
-                    images.append(imageio.decode(bytes(v)))
+                    images.append(decode_image(bytes(v)))
                 except ImageError as e:
                     raise RequestError(str(e)) from None
                 except Exception as e:  # a decoder crash on one request must not stop the others
@@ -162,7 +171,7 @@ class SrService:
             fmt = _text(fmts[i]).lower()
             if fmt != ARRAY:
                 try:
-                    fmt = imageio.normalize_format(fmt)
+                    fmt = normalize_format(fmt)
                 except (ImageError, PipelineError, ValueError) as e:
                     raise RequestError(str(e)) from None
             quality = int(qualities[i])
@@ -210,9 +219,9 @@ class SrService:
         if it.fmt == ARRAY:
             out = {"output_u16" if p.out.dtype == np.uint16 else "output_u8": array_from_output(p.out)}
         else:
-            pixels, notes = imageio.convert_for_format(p.out, it.fmt)
+            pixels, notes = convert_for_format(p.out, it.fmt)
             rec.notes.extend(notes)
-            out = {"output_bytes": imageio.encode(pixels, it.fmt, it.quality)}
+            out = {"output_bytes": encode_image(pixels, it.fmt, it.quality)}
         info["notes"] = rec.notes
         info["server_s"] = round(time.perf_counter() - it.t0, 6)
         out["info"] = json.dumps(info)

@@ -16,13 +16,28 @@
 Code outside this package imports only the names below (an import-linter contract in pyproject.toml).
 """
 from pipeline.sr.api import run_local, upscale
+from pipeline.sr.flow import ExecutorLost, ModelChoice, Plan, Started, resolve_model, run
+from pipeline.sr.image_header import HeaderError, over_limit
+from pipeline.sr.imageio import Image, ImageError, convert_for_format, normalize_format, read_image
+from pipeline.sr.imageio import decode as decode_image
+from pipeline.sr.imageio import encode as encode_image
 from pipeline.sr.jobs import Job, discover
 from pipeline.sr.local import load_backend
 from pipeline.sr.options import RunOptions
 from pipeline.sr.records import Record, Summary
-from pipeline.sr.run import ExecutorLost, ModelChoice, Plan, Started, resolve_model, run
-from pipeline.sr.worker import ImageWorker, write_output
+from pipeline.sr.settings import usable_cores
+from pipeline.sr.videofmt import AUDIO_MODES, CRF, ENCODERS
+from pipeline.sr.worker import ImageWorker, Planned, infer_reason, write_output
 
-__all__ = ["ExecutorLost", "ImageWorker", "Job", "ModelChoice", "Plan", "Record", "RunOptions", "Started",
-           "Summary", "discover", "load_backend", "resolve_model", "run", "run_local", "upscale",
-           "write_output"]
+__all__ = [
+    # a run: the API, the run flow and what executors implement and return
+    "ExecutorLost", "ModelChoice", "Plan", "Record", "RunOptions", "Started", "Summary", "discover", "load_backend",
+    "resolve_model", "run", "run_local", "upscale", "write_output",
+    # the per-image steps (the Triton model's sr service runs them on requests)
+    "ImageWorker", "Job", "Planned", "infer_reason",
+    # images in and out, held to the same limits everywhere
+    "HeaderError", "Image", "ImageError", "convert_for_format", "decode_image", "encode_image", "normalize_format",
+    "over_limit", "read_image",
+    # what the CLI offers for videos; the cores this process may use
+    "AUDIO_MODES", "CRF", "ENCODERS", "usable_cores",
+]

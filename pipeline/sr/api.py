@@ -1,5 +1,5 @@
 """`upscale(INPUT, OUTPUT, ...) -> Summary`: the sr stage's Python API (`python -m pipeline sr` runs the same
-pipeline.sr.run with its own options). Argument problems, unwritable outputs included, raise PipelineError before
+pipeline.sr.flow with its own options). Argument problems, unwritable outputs included, raise PipelineError before
 any work; one bad image never stops the run (it is a failed record)."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 from pipeline.htmlreport import write_html
 from pipeline.sr.bicubic import bicubic
 from pipeline.sr.console import Console
+from pipeline.sr.flow import run
 from pipeline.sr.local import LocalExecutor
 from pipeline.sr.options import RunOptions
 from pipeline.sr.records import Summary
-from pipeline.sr.run import run
 
 
 def reference_sheet(result: Summary, console: Console) -> None:

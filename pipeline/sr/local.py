@@ -10,9 +10,9 @@ from pipeline.analysis import quality
 from pipeline.artifacts.atomic import remove_stale_parts
 from pipeline.sr import settings
 from pipeline.sr.console import Console, scale_note
+from pipeline.sr.flow import ModelChoice, Plan, Started, resolve_model
 from pipeline.sr.options import RunOptions
 from pipeline.sr.records import Record
-from pipeline.sr.run import ModelChoice, Plan, Started, resolve_model
 from pipeline.sr.scheduler import Scheduler
 from pipeline.sr.worker import ImageWorker
 

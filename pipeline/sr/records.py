@@ -156,7 +156,7 @@ class RecordLog:
 
 @dataclass
 class Summary:
-    """One sr run, whatever executed it (pipeline.sr.run): settings, the RecordLog and totals. `to_dict()` is
+    """One sr run, whatever executed it (pipeline.sr.flow): settings, the RecordLog and totals. `to_dict()` is
     the `--summary` JSON, with the same keys for every executor; `executor` says which ran it and its own facts."""
 
     model: str
