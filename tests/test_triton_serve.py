@@ -164,7 +164,8 @@ def images(tmp_path_factory) -> Path:
 
 def _local(repo: Path, src: Path, out: Path) -> Path:
     """The local run of the backend the sr model serves (ort on the repository's ONNX file)."""
-    s = upscale(src, out, backend="ort", onnx=repo / "srcnn" / "1" / "model.onnx", progress=False, log=lambda m: None)
+    s = upscale(src, out, backend="ort", onnx=repo / "srcnn" / "1" / "model.onnx", progress=False, log=lambda m: None,
+                summary=out.parent / "local.json")
     assert [r.job.rel for r in s.failed] == ["bad.png"]
     return out
 
@@ -202,6 +203,9 @@ def test_served_folder_is_identical_to_the_local_run(server, images, local, tmp_
     assert s["counts"] == {"ok": 5, "failed": 1, "skipped": 0, "ignored": 0}
     assert "ort (CPUExecutionProvider" in s["backend"] and s["workers"] == concurrency
     assert {r["input"]: r["out_size"] for r in s["images"] if r["status"] == "ok"}["a.png"] == [384, 384]
+    local_summary = json.loads((local.parent / "local.json").read_text())  # one summary, whatever executed the run
+    assert set(s) == set(local_summary) and s["executor"] == {"name": "triton", "url": url, "model": "sr",
+                                                              "concurrency": concurrency}
     rc, err = server.sr([images, out, "--triton", url, "--skip-existing"])
     assert rc == 1 and "skipping 5 images whose output exists" in err  # resumable; the corrupt one fails again
 
