@@ -178,10 +178,10 @@ def test_outputs_over_the_write_cap_overlap_inference_and_encoding(folder, tmp_p
                 self.gate.set()
             return super().submit_batch(items)
 
-        def encode(self, item):
-            if item.rec.job.rel == "0.png" and not self.gate.wait(20):
+        def encode(self, item, rec):
+            if rec.job.rel == "0.png" and not self.gate.wait(20):
                 raise RuntimeError("image 3 was not inferred while image 0 was being encoded")
-            super().encode(item)
+            super().encode(item, rec)
 
     worker = Gated(TorchBackend("srcnn", device="cpu").load(), "srcnn", 2.0)
     names = ["0.png", "1.png", "2.png", "alpha.png"]

@@ -27,9 +27,7 @@ from pipeline.sr import (
     Image,
     ImageError,
     ImageWorker,
-    Job,
     Planned,
-    Record,
     convert_for_format,
     decode_image,
     encode_image,
@@ -178,9 +176,8 @@ class SrService:
             if not 1 <= quality <= 100:
                 raise RequestError(f"quality must be 1-100, got {quality}")
             item = _Item(r, i, fmt, quality, self.worker(scale))
-            rec = Record(Job(Path(f"request-{r}"), Path(""), f"request {r} image {i}", "png" if fmt == ARRAY else fmt))
             try:
-                item.planned = item.worker.plan(rec, image)
+                item.planned = item.worker.plan(image, "png" if fmt == ARRAY else fmt)
             except ImageError as e:
                 raise RequestError(str(e)) from None
             items.append(item)
@@ -212,17 +209,18 @@ class SrService:
         return failed
 
     def _answer(self, it: _Item) -> dict:
-        p, rec = it.planned, it.planned.rec
-        info = {"in_size": list(rec.in_size), "out_size": list(rec.out_size), "mode": rec.mode,
-                "bit_depth": rec.bit_depth, "tiles": rec.tiles, "scale": it.worker.scale, "backend": self.describe(),
-                "infer_s": round(rec.infer_s, 6)}
+        p = it.planned
+        info = {"in_size": list(p.in_size), "out_size": list(p.out_size), "mode": p.image.mode,
+                "bit_depth": p.image.depth, "tiles": p.plan.count, "scale": it.worker.scale,
+                "backend": self.describe(), "infer_s": round(p.infer_s, 6)}
+        notes = list(p.notes)
         if it.fmt == ARRAY:
             out = {"output_u16" if p.out.dtype == np.uint16 else "output_u8": array_from_output(p.out)}
         else:
-            pixels, notes = convert_for_format(p.out, it.fmt)
-            rec.notes.extend(notes)
+            pixels, more = convert_for_format(p.out, it.fmt)
+            notes += more
             out = {"output_bytes": encode_image(pixels, it.fmt, it.quality)}
-        info["notes"] = rec.notes
+        info["notes"] = notes
         info["server_s"] = round(time.perf_counter() - it.t0, 6)
         out["info"] = json.dumps(info)
         return out

@@ -34,6 +34,13 @@ class Record:
     notes: list[str] = field(default_factory=list)
     video: dict = field(default_factory=dict)  # a clip's frames, duration, frame rates, fps, time per frame
 
+    def take(self, planned) -> None:
+        """What ImageWorker.plan found (a pipeline.sr.worker.Planned): sizes, layout, tiles, its notes."""
+        self.in_size, self.out_size = planned.in_size, planned.out_size
+        self.mode, self.bit_depth = planned.image.mode, planned.image.depth
+        self.tiles, self.max_shift = planned.plan.count, planned.plan.max_shift
+        self.notes.extend(planned.notes)
+
     def fail(self, reason: str) -> None:
         self.status, self.reason = "failed", reason
 

@@ -80,7 +80,8 @@ class Scheduler:
 
     def _submit_write(self, item: Planned) -> None:
         self._reap(incoming=item.out.nbytes)  # bound the output buffers waiting for the encoder
-        self.writing.append((item, self.writers.submit(self.worker.encode, item)))
+        item.rec.infer_s = item.infer_s
+        self.writing.append((item, self.writers.submit(self.worker.encode, item, item.rec)))
         self.write_bytes += item.out.nbytes
         self.console.info(image_line(item.rec, self.worker.scale))
 
@@ -141,10 +142,12 @@ class Scheduler:
             self._fail(rec, decoded.reason)
             return
         try:
-            item = self.worker.plan(rec, decoded.image)
+            item = self.worker.plan(decoded.image, rec.job.fmt)
         except ImageError as e:
             self._fail(rec, str(e))
             return
+        item.rec = rec
+        rec.take(item)
         for n in rec.notes:
             self.console.info(f"{rec.job.rel}: {n}")
         self._infer(item)

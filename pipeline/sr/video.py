@@ -192,12 +192,11 @@ class VideoRunner:
             out.put((p.out, f.pts, f.duration))
 
     def _plan_frame(self, rec: Record, pixels) -> Planned:
-        scratch = Record(rec.job)
-        item = self.worker.plan(scratch, Image(pixels))
+        item = self.worker.plan(Image(pixels), rec.job.fmt)
         if not rec.in_size:  # every frame has the first frame's size and plan
-            rec.in_size, rec.mode, rec.tiles = scratch.in_size, scratch.mode, scratch.tiles
-            rec.max_shift = scratch.max_shift
-            rec.notes.extend(scratch.notes)
+            rec.in_size, rec.mode, rec.tiles = item.in_size, item.image.mode, item.plan.count
+            rec.max_shift = item.plan.max_shift
+            rec.notes.extend(item.notes)
         return item
 
     def _frames(self, rec: Record, inq: queue.Queue, outq: queue.Queue, failed: list, bar) -> tuple[ReadEnd, int]:

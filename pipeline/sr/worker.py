@@ -4,8 +4,10 @@ write atomically -> record.
 `ImageWorker` holds what every image of a run shares (a loaded backend, scale, tile plan settings,
 output options). The folder scheduler (pipeline.sr.scheduler) calls its steps on its own threads to
 overlap them; `ImageWorker.process(job)` runs the same steps in a row for one image, for callers that
-schedule images themselves (e.g. one worker per Ray actor). Per-image problems become the Record's
-status and one-line reason; they are never raised.
+schedule images themselves (e.g. one worker per Ray actor). The steps (plan, infer_tiled / submit_batch)
+fill only their Planned; callers keep their own records (Record.take), so the Triton service and the video
+runner use them without one. In process(), per-image problems become the Record's status and one-line reason;
+they are never raised.
 """
 from __future__ import annotations
 
@@ -44,12 +46,23 @@ class Decoded:
 
 @dataclass
 class Planned:
-    """An image ready for inference: its record, pixels, tile plan and output buffer."""
+    """An image ready for inference: its pixels, tile plan, output buffer and what the plan noted. The steps fill
+    only this; `rec` is the caller's own bookkeeping (the folder scheduler's Record, see Record.take)."""
 
-    rec: Record
     image: Image
     plan: tiling.TilePlan
     out: np.ndarray
+    notes: list[str]
+    rec: Record | None = None
+    infer_s: float = 0.0
+
+    @property
+    def in_size(self) -> tuple[int, int]:
+        return self.image.width, self.image.height
+
+    @property
+    def out_size(self) -> tuple[int, int]:
+        return self.out.shape[1], self.out.shape[0]
 
 
 def decode(job: Job) -> Decoded:
@@ -176,21 +189,18 @@ class ImageWorker:
 
     # -- the steps ---------------------------------------------------------------------------------------
 
-    def plan(self, rec: Record, image: Image) -> Planned:
-        """Check the output is producible and plan its tiles; raises ImageError."""
+    def plan(self, image: Image, fmt: str) -> Planned:
+        """Check an output in `fmt` is producible and plan its tiles; raises ImageError."""
         oh, ow = tiling.output_length(image.height, self.scale), tiling.output_length(image.width, self.scale)
-        rec.in_size, rec.out_size = (image.width, image.height), (ow, oh)
-        rec.mode, rec.bit_depth = image.mode, image.depth
-        problem = output_problem(oh, ow, image.channels, image.depth, rec.job.fmt)
+        problem = output_problem(oh, ow, image.channels, image.depth, fmt)
         if problem:
             raise ImageError(problem)
         plan = tiling.plan(image.height, image.width, self.scale, self.tile, self.margin, align=self.align,
                            max_input=self.max_input)
-        rec.tiles, rec.max_shift = plan.count, plan.max_shift
-        if not plan.exact:
-            rec.notes.append(f"tile grid off the whole-image sampling grid by up to {plan.max_shift:.3f} input px "
-                             f"(scale {self.scale:g} does not align with this size); output is close, not equal")
-        return Planned(rec, image, plan, imageio.new_output(oh, ow, image.channels, image.depth))
+        notes = [] if plan.exact else [
+            f"tile grid off the whole-image sampling grid by up to {plan.max_shift:.3f} input px (scale "
+            f"{self.scale:g} does not align with this size); output is close, not equal"]
+        return Planned(image, plan, imageio.new_output(oh, ow, image.channels, image.depth), notes)
 
     def batchable(self, item: Planned) -> bool:
         """Whole images go through `submit_batch` (one or up to --batch of one size), so the scheduler can submit
@@ -237,7 +247,7 @@ class ImageWorker:
             tiling.run_tiles(item.plan, image.region_rgb, self._infer, write, self.batch)
         else:
             tiling.run_tiles(item.plan, image.region_pixels, self._submit_pixels, write, self.batch)
-        item.rec.infer_s = time.perf_counter() - t0
+        item.infer_s = time.perf_counter() - t0
 
     def infer_batch(self, items: list[Planned]) -> None:
         """Whole images of one size in one inference call."""
@@ -269,13 +279,12 @@ class ImageWorker:
                     imageio.store_alpha(it.out, 0, 0, a, it.image.depth)
             share = (time.perf_counter() - t0) / len(items)
             for it in items:
-                it.rec.infer_s = share
+                it.infer_s = share
 
         return finish
 
-    def encode(self, item: Planned) -> None:
-        """Encode and write atomically, then score against --reference; raises on failure."""
-        rec = item.rec
+    def encode(self, item: Planned, rec: Record) -> None:
+        """Encode and write atomically to rec's output, then score against --reference; raises on failure."""
         t0 = time.perf_counter()
         rec.notes.extend(imageio.write_image(rec.job.dst, item.out, rec.job.fmt, self.jpeg_quality))
         rec.encode_s = time.perf_counter() - t0
@@ -296,17 +305,19 @@ class ImageWorker:
             rec.fail(d.reason)
             return rec
         try:
-            item = self.plan(rec, d.image)
+            item = self.plan(d.image, job.fmt)
         except ImageError as e:
             rec.fail(str(e))
             return rec
+        rec.take(item)
         try:
             self.infer_tiled(item)
         except Exception as e:  # one image's inference failure is its record's, not the caller's
             rec.fail(infer_reason(e))
             return rec
+        rec.infer_s = item.infer_s
         try:
-            self.encode(item)
+            self.encode(item, rec)
         except Exception as e:  # likewise for its encoder or file system errors
             rec.fail(write_reason(rec, e))
             return rec
