@@ -42,6 +42,7 @@ CXX_SOURCES = $(shell git ls-files 'plugins_trt/*.cpp' 'plugins_trt/*.h' 'plugin
 lint: setup
 	$(PY) -m ruff check .
 	PYTHONPATH=. $(dir $(PY))lint-imports
+	$(PY) scripts/check_function_length.py pipeline
 	$(dir $(PY))clang-format --style=file --dry-run --Werror $(CXX_SOURCES)
 
 # Apply the C++/CUDA style (`make lint` only checks it).

@@ -314,7 +314,8 @@ def video_markdown(rows: list[dict] | None) -> list[str]:
     return lines + ["", "Published numbers as context (GPUs, not this machine):", "", *VIDEO_CONTEXT]
 
 
-def bench_markdown(doc: dict) -> str:
+def _bench_method(doc: dict) -> list[str]:
+    """The environment, how the bench measured, and the models' FLOPs."""
     m = doc["method"]
     lines = ["# Benchmark", "", "## Environment", ""] + env_lines(doc["environment"]) + [
         f"- Machine peak (measured): {fmt(doc['peak']['gflops'])} GFLOP/s fp32 ({doc['peak']['method']}; "
@@ -337,6 +338,11 @@ def bench_markdown(doc: dict) -> str:
         "", "## Models", ""]
     lines += table(["model", "FLOPs per 256x256 input (x default scale)", "GFLOP", "MACs per output pixel"],
                    [[k, v["shape"], v["gflop_256"], v["macs_per_output_pixel"]] for k, v in doc["flops"].items()])
+    return lines
+
+
+def _bench_auto(doc: dict) -> list[str]:
+    lines = []
     if doc.get("auto"):
         lines += ["", "## Auto backend vs baseline (performance floor)", ""]
         lines += table(["model", "auto picks", "size", "scale", "auto median ms", "baseline median ms", "speed-up",
@@ -345,6 +351,12 @@ def bench_markdown(doc: dict) -> str:
                          speedup(a["speedup"]), speedup(a["floor"]), a["meets_floor"], percent(a["roofline_fraction"])]
                         for a in doc["auto"]])
         lines += [""] + [f"- {a['model']}: {a['reason']}" for a in doc["auto"]]
+    return lines
+
+
+def _bench_folders(doc: dict) -> list[str]:
+    """Folder runs against pure inference (host and GPU), and the sr stage's own cost."""
+    lines = []
     if doc.get("folder"):
         lines += ["", "## Whole folder run (`pipeline sr`) vs pure inference", "",
                   "Same loaded backend and images; medians of alternating runs. Share = inference time / folder "
@@ -371,6 +383,11 @@ def bench_markdown(doc: dict) -> str:
                         "cores busy", "usable cores", "decode/encode threads"],
                        [[c["stage_cpu_ms_per_mpix"], c["stage_wall_ms_per_mpix"], c["folder_cpu_ms_per_mpix"],
                          c["folder_wall_ms_per_mpix"], c["cores_busy"], c["usable_cores"], c["workers"]]])
+    return lines
+
+
+def bench_markdown(doc: dict) -> str:
+    lines = _bench_method(doc) + _bench_auto(doc) + _bench_folders(doc)
     lines += video_markdown(doc.get("video"))
     lines += startup_markdown(doc.get("startup"))
     if doc.get("ray"):

@@ -62,6 +62,57 @@ def _progress_monitor(stream=sys.stderr):
     return Progress()
 
 
+class _Build:
+    """One engine build's TensorRT objects (builder, network, config), shared by its steps."""
+
+    def __init__(self):
+        import tensorrt as trt
+
+        self.trt = trt
+        self.logger = _make_logger()
+        self.builder = trt.Builder(self.logger)
+
+    def parse(self, model, onnx_file: Path) -> set[str]:
+        """The network from the ONNX graph; returns its input names."""
+        trt = self.trt
+        # TensorRT 11 networks are always strongly typed (kSTRONGLY_TYPED is deprecated and ignored): tensor types
+        # come from the graph, so the FP16 ONNX graph gives an FP16 engine without any builder precision flag.
+        self.network = self.builder.create_network(0)
+        parser = trt.OnnxParser(self.network, self.logger)
+        if not parser.parse(model.SerializeToString()):
+            errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+            raise PipelineError(f"TensorRT cannot parse {onnx_file.name}: {errors or 'unknown parser error'}")
+        return {self.network.get_input(i).name for i in range(self.network.num_inputs)}
+
+    def configure(self, profiles: list[Profile], inputs: set[str], *, workspace_mb: int, opt_level: int,
+                  tf32: bool, timing_cache: Path, progress: bool) -> None:
+        """Workspace, optimisation level, TF32 on or off, the timing cache, the profiles."""
+        trt = self.trt
+        self.config = config = self.builder.create_builder_config()
+        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(workspace_mb) << 20)
+        config.builder_optimization_level = int(opt_level)
+        if tf32:
+            config.set_flag(trt.BuilderFlag.TF32)
+        else:
+            config.clear_flag(trt.BuilderFlag.TF32)  # on by default in TensorRT
+        blob = timing_cache.read_bytes() if timing_cache.is_file() else b""
+        cache = config.create_timing_cache(blob)
+        config.set_timing_cache(cache, False)
+        if progress:
+            config.progress_monitor = _progress_monitor()
+        for p in profiles:
+            prof = self.builder.create_optimization_profile()
+            prof.set_shape("input", *p.input_shapes())
+            if "size" in inputs:
+                prof.set_shape_input("size", *[list(v) for v in p.size_values()])
+            config.add_optimization_profile(prof)
+
+    def serialize(self) -> tuple[bytes | None, bytes]:
+        """The engine (None when the build failed) and the updated timing cache."""
+        serialized = self.builder.build_serialized_network(self.network, self.config)
+        return (None if serialized is None else bytes(serialized)), bytes(self.config.get_timing_cache().serialize())
+
+
 def build_engine(onnx_file: Path, output: Path, profiles: list[Profile], *, plugin_lib: Path | None = None,
                  workspace_mb: int = 1024, opt_level: int = 3, timing_cache: Path | None = None,
                  progress: bool = True, tf32: bool = False, log=print) -> dict:
@@ -69,9 +120,6 @@ def build_engine(onnx_file: Path, output: Path, profiles: list[Profile], *, plug
 
     tf32=False (default) keeps FP32 math FP32: TensorRT's TF32 flag off and our DeformConv2d GEMMs without TF32, so
     FP32 engines meet the 1e-4 accuracy checks; tf32=True allows TF32 in both, for speed."""
-    import tensorrt as trt
-
-
     problem = tensorrt_problem()
     if problem:
         raise PipelineError(problem)
@@ -87,42 +135,18 @@ def build_engine(onnx_file: Path, output: Path, profiles: list[Profile], *, plug
         # No function bodies: the parser falls back to our plugins.
         model = strip_sr_functions(model, allow_tf32=tf32)
     t0 = time.perf_counter()
-    logger = _make_logger()
-    builder = trt.Builder(logger)
-    # TensorRT 11 networks are always strongly typed (kSTRONGLY_TYPED is deprecated and ignored): tensor types
-    # come from the graph, so the FP16 ONNX graph gives an FP16 engine without any builder precision flag.
-    network = builder.create_network(0)
-    parser = trt.OnnxParser(network, logger)
-    if not parser.parse(model.SerializeToString()):
-        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
-        raise PipelineError(f"TensorRT cannot parse {onnx_file.name}: {errors or 'unknown parser error'}")
-    inputs = {network.get_input(i).name for i in range(network.num_inputs)}
-    config = builder.create_builder_config()
-    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(workspace_mb) << 20)
-    config.builder_optimization_level = int(opt_level)
-    if tf32:
-        config.set_flag(trt.BuilderFlag.TF32)
-    else:
-        config.clear_flag(trt.BuilderFlag.TF32)  # on by default in TensorRT
+    build = _Build()
+    inputs = build.parse(model, onnx_file)
     timing_cache = Path(timing_cache) if timing_cache else cache_dir() / "trt-timing.cache"
-    blob = timing_cache.read_bytes() if timing_cache.is_file() else b""
-    cache = config.create_timing_cache(blob)
-    config.set_timing_cache(cache, False)
-    if progress:
-        config.progress_monitor = _progress_monitor()
-    for p in profiles:
-        prof = builder.create_optimization_profile()
-        prof.set_shape("input", *p.input_shapes())
-        if "size" in inputs:
-            prof.set_shape_input("size", *[list(v) for v in p.size_values()])
-        config.add_optimization_profile(prof)
-    serialized = builder.build_serialized_network(network, config)
+    build.configure(profiles, inputs, workspace_mb=workspace_mb, opt_level=opt_level, tf32=tf32,
+                    timing_cache=timing_cache, progress=progress)
+    serialized, timings = build.serialize()
     if progress:
         sys.stderr.write("\n")
     if serialized is None:
         raise PipelineError(f"TensorRT failed to build an engine from {onnx_file.name} (see the TensorRT log above)")
-    atomic_write(output, bytes(serialized))
-    atomic_write(timing_cache, bytes(config.get_timing_cache().serialize()))
+    atomic_write(output, serialized)
+    atomic_write(timing_cache, timings)
     env = current_environment(plugin_lib)
     io = {"inputs": sorted(inputs), "has_size_input": "size" in inputs}
     sidecar = make_sidecar(env, onnx_file=onnx_file, onnx_sha256=file_sha256(onnx_file),
