@@ -230,12 +230,31 @@ def test_client_scale_against_a_model_without_a_default_scale():
     """A served sr model whose config states no default_scale (someone else's repository): --scale runs, checked
     against the stated range; none is one line, not a TypeError later."""
     from pipeline.errors import PipelineError
-    from pipeline.serve.client import _scale
+    from pipeline.serve.protocol import Served, scale_parameters
 
-    params = {"model": "theirs", "scale_range": "1-4"}
-    assert _scale(params, 2.5) == 2.5
+    theirs = Served.from_parameters({"model": "theirs", "scale_min": "1", "scale_max": "4"})
+    assert theirs.check_scale(2.5) == 2.5
     with pytest.raises(PipelineError, match="states no default scale: give --scale"):
-        _scale(params, None)
+        theirs.check_scale(None)
     with pytest.raises(PipelineError, match="outside the served model's range 1-4"):
-        _scale(params, 6)
-    assert _scale({"default_scale": "3"}, None) == 3.0  # no range stated: the server checks it
+        theirs.check_scale(6)
+    assert Served.from_parameters({"default_scale": "3"}).check_scale(None) == 3.0  # no range: the server checks it
+    ours = Served.from_parameters(scale_parameters(3, 1.5, 8))
+    assert (ours.default_scale, ours.scale_range) == (3.0, (1.5, 8.0))
+    with pytest.raises(PipelineError, match="default_scale 'x3' is not a number"):
+        Served.from_parameters({"default_scale": "x3"})
+
+
+def test_config_read_back_as_triton_parses_it(tmp_path):
+    """server.py reads a repository's configs with pipeline.serve.pbtxt.top_level: the same top-level fields as
+    Triton's own ModelConfig message, comments and nested messages skipped."""
+    from pipeline.serve import pbtxt
+    from pipeline.serve.python_repo import sr_config
+
+    text, _ = sr_config("sr \"é\"", model_file="../m/1/model.onnx", backend="ort", env=None, instances=1, kind="cpu")
+    text = "# written by a person\n" + text.replace("backend:", "# backend: \"no\"\nbackend:", 1)
+    cfg = model_config_pb2.ModelConfig()
+    text_format.Parse(text, cfg)
+    got = pbtxt.top_level(text)
+    assert (got["name"], got["backend"], int(got["max_batch_size"])) == (cfg.name, cfg.backend, cfg.max_batch_size)
+    assert "parameters" not in got and "input" not in got

@@ -24,7 +24,8 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from pipeline.errors import PipelineError, first_line
-from pipeline.serve.tensors import ARRAY, output_from_array
+from pipeline.serve import protocol
+from pipeline.serve import tensors as T
 from pipeline.sr import ExecutorLost, Plan, Record, RunOptions, Started, write_output
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ class Client:
         except Exception as e:
             raise PipelineError(f"cannot reach the Triton server at {self.endpoint.url}: {_message(e)}") from None
         config = config.get("config", config)
-        if config.get("backend") != "python" or "image_bytes" not in {i["name"] for i in config.get("input", [])}:
+        if config.get("backend") != "python" or T.IMAGE_BYTES not in {i["name"] for i in config.get("input", [])}:
             raise PipelineError(f"Triton model '{name}' is not an sr model (images in, images out); the sr model of a "
                                 "repository `python -m pipeline triton` wrote is 'sr'")
         return {k: v.get("string_value", v.get("stringValue", "")) for k, v in (config.get("parameters") or {}).items()}
@@ -108,12 +109,12 @@ class Client:
         """(pixels as the local run's output buffer, the server's info); raises ServerLost or another exception
         whose message is this image's failure."""
         tc = self.tc
-        inputs = [tc.InferInput("image_bytes", [1, 1], "BYTES"), tc.InferInput("scale", [1, 1], "FP64"),
-                  tc.InferInput("format", [1, 1], "BYTES")]
+        inputs = [tc.InferInput(T.IMAGE_BYTES, [1, 1], "BYTES"), tc.InferInput(T.SCALE, [1, 1], "FP64"),
+                  tc.InferInput(T.FORMAT, [1, 1], "BYTES")]
         inputs[0].set_data_from_numpy(np.array([[data]], dtype=np.object_))
         inputs[1].set_data_from_numpy(np.array([[scale]], dtype=np.float64))
-        inputs[2].set_data_from_numpy(np.array([[ARRAY.encode()]], dtype=np.object_))
-        outputs = [tc.InferRequestedOutput(n) for n in ("output_u8", "output_u16", "info")]
+        inputs[2].set_data_from_numpy(np.array([[T.ARRAY.encode()]], dtype=np.object_))
+        outputs = [tc.InferRequestedOutput(n) for n in (T.OUTPUT_U8, T.OUTPUT_U16, T.INFO)]
         try:
             timeout = {"client_timeout": NETWORK_TIMEOUT_S} if self.endpoint.protocol == "grpc" else {}
             result = self.client.infer(self.endpoint.model, inputs, outputs=outputs, **timeout)
@@ -121,11 +122,11 @@ class Client:
             if not self.live():
                 raise ServerLost(_message(e)) from None
             raise
-        info = json.loads(result.as_numpy("info").reshape(-1)[0])
-        pixels = result.as_numpy("output_u16" if info["bit_depth"] == 16 else "output_u8")
+        info = json.loads(result.as_numpy(T.INFO).reshape(-1)[0])
+        pixels = result.as_numpy(T.OUTPUT_U16 if info["bit_depth"] == 16 else T.OUTPUT_U8)
         if pixels is None:
             raise ServerLost("the server answered without the image")
-        return output_from_array(pixels[0]), info
+        return T.output_from_array(pixels[0]), info
 
     def close(self) -> None:
         with contextlib.suppress(Exception):  # closing a connection to a dead server
@@ -162,11 +163,12 @@ class TritonExecutor:
             params = probe.model_parameters()
         finally:
             probe.close()
-        model = params.get("model", self.endpoint.model)
+        served = protocol.Served.from_parameters(params)
+        model = served.model or self.endpoint.model
         if self.opts.model is not None and self.opts.model != model:
             raise PipelineError(f"the served model '{self.endpoint.model}' runs {model}, not {self.opts.model}")
-        self.scale = _scale(params, self.opts.scale)
-        self.served = params.get("backend", "?")
+        self.scale = served.check_scale(self.opts.scale)
+        self.served = served.backend
         return Started(model, self.scale, f"Triton {self.endpoint.url}",
                        f"model '{self.endpoint.model}', backend {self.served}, {self.concurrency} request(s) at a "
                        f"time", f"triton {self.endpoint.url} {self.endpoint.model}: {self.served}", "--triton",
@@ -245,23 +247,3 @@ class TritonExecutor:
     def close(self) -> None:
         for c in self.clients:
             c.close()
-
-
-def _scale(params: dict[str, str], scale: float | None) -> float:
-    """--scale checked against the served model's range (its config parameters) before any request; without
-    --scale, the served model's default (a model that states none needs --scale)."""
-    if scale is None:
-        if "default_scale" not in params:
-            raise PipelineError("the served model states no default scale: give --scale")
-        scale = params["default_scale"]
-    try:
-        scale = float(scale)
-    except ValueError:
-        raise PipelineError(f"the served model's default scale {scale!r} is not a number: give --scale") from None
-    try:
-        lo, hi = (float(v) for v in params["scale_range"].split("-", 1))
-    except (KeyError, ValueError):
-        return scale  # no range stated: the server checks it
-    if not lo <= scale <= hi:
-        raise PipelineError(f"scale {scale:g} is outside the served model's range {lo:g}-{hi:g}")
-    return scale

@@ -1,11 +1,17 @@
-"""Protobuf text format (what Triton's config.pbtxt is) from plain Python values.
+"""Protobuf text format (what Triton's config.pbtxt is) from plain Python values, and its top-level scalar fields
+read back.
 
 Messages are dicts, repeated fields lists, enum values `Enum("TYPE_FP32")`; strings are quoted and escaped.
 Writing text directly keeps the protobuf package off the run-time path; the tests parse the result with
 Triton's own ModelConfig message, so a field this writer gets wrong fails there."""
 from __future__ import annotations
 
+import ast
 import json
+import re
+
+# the text format's tokens: a quoted string (either quote), a comment, a brace, or a bare word
+_TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|#[^\n]*|[{}<>\[\]]|[^\s{}<>\[\]:,;"\'#]+')
 
 
 class Enum(str):
@@ -43,3 +49,22 @@ def _message(fields: dict, indent: str = "") -> list[str]:
 
 def dumps(config: dict) -> str:
     return "\n".join(_message(config)) + "\n"
+
+
+def top_level(text: str) -> dict[str, str]:
+    """The scalar fields of the outermost message (name, backend, platform, max_batch_size, ...), strings unquoted;
+    nested messages and lists are skipped, comments ignored."""
+    fields, depth, name = {}, 0, None
+    for tok in _TOKEN.findall(text):
+        if tok.startswith("#"):
+            continue
+        if tok in "{<[":
+            depth, name = depth + 1, None
+        elif tok in "}>]":
+            depth -= 1
+        elif depth == 0 and name is None:
+            name = tok
+        elif depth == 0:
+            fields.setdefault(name, ast.literal_eval(tok) if tok[0] in "\"'" else tok)
+            name = None
+    return fields

@@ -12,11 +12,11 @@ from pipeline.artifacts.atomic import atomic_path, atomic_write
 from pipeline.artifacts.confine import safe_component
 from pipeline.engine import sidecar_path
 from pipeline.errors import PipelineError
+from pipeline.serve import protocol
 from pipeline.serve.pbtxt import Enum, dumps
 from pipeline.serve.tensors import INPUTS, OUTPUTS
 from pipeline.serve.triton_config import QUEUE_DELAY_US
 
-SR_MODEL = "sr"        # the model's name in the repository (`sr --triton` asks for it by default)
 SR_MAX_BATCH = 8       # images the dynamic batcher gathers into one execution (equal sizes run as one batch)
 ADAPTER = Path(__file__).with_name("python_model") / "model.py"
 
@@ -28,7 +28,7 @@ def _copy(src: Path, dst: Path) -> None:
 
 def sr_config(name: str, *, model_file: str, backend: str, env: str | None, instances: int, kind: str,
               max_batch: int = SR_MAX_BATCH, parameters: dict[str, str] | None = None) -> tuple[str, dict]:
-    params = {"model_file": model_file, "backend": backend, **(parameters or {})}
+    params = {protocol.MODEL_FILE: model_file, protocol.BACKEND: backend, **(parameters or {})}
     if env:
         params["EXECUTION_ENV_PATH"] = env
     config = {
@@ -45,7 +45,7 @@ def sr_config(name: str, *, model_file: str, backend: str, env: str | None, inst
     return dumps(config), config
 
 
-def write_sr_model(repo: Path, plain_model_file: Path, *, name: str = SR_MODEL, engine: bool, env: str | None,
+def write_sr_model(repo: Path, plain_model_file: Path, *, name: str = protocol.SR_MODEL, engine: bool, env: str | None,
                    instances: int = 1, kind: str = "cpu", parameters: dict[str, str] | None = None) -> Path:
     """Write REPO/<name>/ next to the plain model whose file is `plain_model_file`; returns its config file."""
     name = safe_component(name, "--sr-name")

@@ -12,7 +12,6 @@ import contextlib
 import ctypes
 import ipaddress
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -27,7 +26,7 @@ from pathlib import Path
 import psutil
 
 from pipeline.errors import PipelineError
-from pipeline.serve import triton_env
+from pipeline.serve import pbtxt, protocol, triton_env
 
 READY_TIMEOUT_S = 120.0   # model loading included (ONNX Runtime sessions, TensorRT engines)
 STOP_GRACE_S = 15.0       # in-flight requests finish within this; then the server is killed
@@ -62,9 +61,8 @@ def repository_models(repo: Path) -> list[ModelEntry]:
         raise PipelineError(f"model repository not found: {repo}")
     models = []
     for cfg in sorted(repo.glob("*/config.pbtxt")):
-        text = cfg.read_text(errors="replace")
-        m = re.search(r'^\s*backend:\s*"([^"]+)"', text, re.M) or re.search(r'^\s*platform:\s*"([^"]+)"', text, re.M)
-        backend = m.group(1) if m else "?"
+        fields = pbtxt.top_level(cfg.read_text(errors="replace"))
+        backend = fields.get("backend") or fields.get("platform") or "?"
         backend = {"tensorrt_plan": "tensorrt", "onnxruntime_onnx": "onnxruntime"}.get(backend, backend)
         models.append(ModelEntry(cfg.parent.name, backend))
     if not models:
@@ -133,7 +131,7 @@ def plan_server(repo: Path, *, binary: Path | None = None, host: str = "127.0.0.
            "--metrics-address", host, "--metrics-port", str(metrics_port), "--allow-gpu-metrics", "false"]
     if backends_dir is not None:
         cmd += ["--backend-directory", str(backends_dir)]
-    plugins = sorted((repo.parent / f"{repo.name}-plugins").glob("*.so"))
+    plugins = sorted(protocol.plugin_folder(repo).glob("*.so"))
     if plugins and any(e.backend == "tensorrt" for e in load):
         cmd.append(f"--backend-config=tensorrt,plugins={plugins[0]}")
     return ServerPlan(cmd, host, ports, load, skipped)

@@ -15,14 +15,16 @@ from __future__ import annotations
 import numpy as np
 
 ARRAY = "array"   # the `format` that answers pixels instead of an encoded file
+IMAGE_BYTES, SCALE, FORMAT, QUALITY = "image_bytes", "scale", "format", "quality"
+OUTPUT_BYTES, OUTPUT_U8, OUTPUT_U16, INFO = "output_bytes", "output_u8", "output_u16", "info"
 ARRAY_INPUTS = {"pixels_u8": np.uint8, "pixels_u16": np.uint16}
-IMAGE_INPUTS = ("image_bytes", *ARRAY_INPUTS)
+IMAGE_INPUTS = (IMAGE_BYTES, *ARRAY_INPUTS)
 # name -> (Triton data type, dims without the batch dimension)
-INPUTS = {"image_bytes": ("TYPE_STRING", [1]), "pixels_u8": ("TYPE_UINT8", [-1, -1, -1]),
-          "pixels_u16": ("TYPE_UINT16", [-1, -1, -1]), "scale": ("TYPE_FP64", [1]), "format": ("TYPE_STRING", [1]),
-          "quality": ("TYPE_INT32", [1])}
-OUTPUTS = {"output_bytes": ("TYPE_STRING", [1]), "output_u8": ("TYPE_UINT8", [-1, -1, -1]),
-           "output_u16": ("TYPE_UINT16", [-1, -1, -1]), "info": ("TYPE_STRING", [1])}
+INPUTS = {IMAGE_BYTES: ("TYPE_STRING", [1]), "pixels_u8": ("TYPE_UINT8", [-1, -1, -1]),
+          "pixels_u16": ("TYPE_UINT16", [-1, -1, -1]), SCALE: ("TYPE_FP64", [1]), FORMAT: ("TYPE_STRING", [1]),
+          QUALITY: ("TYPE_INT32", [1])}
+OUTPUTS = {OUTPUT_BYTES: ("TYPE_STRING", [1]), OUTPUT_U8: ("TYPE_UINT8", [-1, -1, -1]),
+           OUTPUT_U16: ("TYPE_UINT16", [-1, -1, -1]), INFO: ("TYPE_STRING", [1])}
 _SWAP = [2, 1, 0, 3]  # BGR(A) <-> RGB(A)
 
 

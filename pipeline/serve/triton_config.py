@@ -16,6 +16,7 @@ from pathlib import Path
 from models.spec import ModelSpec
 from pipeline.engine.profiles import Profile
 from pipeline.errors import PipelineError, check_choice
+from pipeline.serve import protocol
 from pipeline.serve.pbtxt import Enum, dumps
 
 # ONNX TensorProto element type -> Triton data type
@@ -89,8 +90,8 @@ def profile_max_batch(profiles: list[Profile]) -> int:
 def card_parameters(spec: ModelSpec, weights: str | Path | None, meta: dict[str, str]) -> dict[str, str]:
     """Model card facts (models/weights/<name>.json, or the card next to --weights) and export metadata,
     as Triton string parameters. A model known only from its file's metadata has no card here."""
-    params = {"model": spec.name, "description": spec.description, "default_scale": f"{spec.default_scale:g}",
-              "scale_range": f"{spec.scale_range[0]:g}-{spec.scale_range[1]:g}"}
+    params = {protocol.MODEL: spec.name, "description": spec.description,
+              **protocol.scale_parameters(spec.default_scale, *spec.scale_range)}
     card_file = Path(weights) if weights else spec.weights_path if spec.registered else None
     try:
         card = json.loads(card_file.with_suffix(".json").read_text()) if card_file else {}

@@ -21,6 +21,7 @@ from pipeline.engine.sidecar import load_sidecar, sidecar_onnx
 from pipeline.errors import PipelineError, check_choice, first_line
 from pipeline.export.cached import onnx_for
 from pipeline.native.libraries import trt_plugin_library
+from pipeline.serve import protocol
 from pipeline.serve.triton_config import (
     BACKENDS,
     ModelIO,
@@ -151,7 +152,7 @@ def _plugin(repo: Path, plugin_lib: Path | None, want_sha: str) -> Path:
     if have != want_sha:
         raise PipelineError(f"plugin library {plugin_lib} (sha256 {have[:12]}) is not the one the engine was built "
                             f"with ({str(want_sha)[:12]}); give that build with --plugin-lib")
-    dst = repo.parent / f"{repo.name}-plugins" / plugin_lib.name
+    dst = protocol.plugin_folder(repo) / plugin_lib.name
     _copy(plugin_lib, dst)
     return dst
 

@@ -1,14 +1,16 @@
 """Triton Python-backend adapter of the `sr` model: tensors in, pipeline.serve.sr_service, tensors out.
 
 Runs in Triton's Python stub with the environment the config names (EXECUTION_ENV_PATH): numpy<2, ONNX
-Runtime, OpenCV and the srdeploy checkout on its path (`make triton-env`). Parameters (config.pbtxt):
-model_file (relative to this model's folder), backend (ort, ort-cpu, ort-cuda, trt), threads, tile."""
+Runtime, OpenCV and the srdeploy checkout on its path (`make triton-env`). Parameters (config.pbtxt, named in
+pipeline.serve.protocol): the model file (relative to this model's folder) and the backend (ort, ort-cpu,
+ort-cuda, trt). Tiles are sized as a local run's default, so served outputs equal a local run's."""
 import json
 from pathlib import Path
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from pipeline.serve import protocol
 from pipeline.serve.sr_service import SrService
 from pipeline.serve.tensors import INPUTS
 
@@ -27,11 +29,9 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         params = {k: v.get("string_value", "") for k, v in (config.get("parameters") or {}).items()}
         model_dir = Path(args["model_repository"])
-        threads = int(params["threads"]) if params.get("threads") else None
-        tile = int(params["tile"]) if params.get("tile") else None
         gpu = args.get("model_instance_kind") == "GPU"  # KIND_GPU instances run on the device Triton names
-        self.service = SrService(model_dir / params["model_file"], params.get("backend") or "ort",
-                                 max_batch=int(config.get("max_batch_size") or 1), threads=threads, tile=tile,
+        self.service = SrService(model_dir / params[protocol.MODEL_FILE], params.get(protocol.BACKEND) or "ort",
+                                 max_batch=int(config.get("max_batch_size") or 1),
                                  device=int(args["model_instance_device_id"]) if gpu else None)
 
     def execute(self, requests):
