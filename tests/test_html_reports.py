@@ -15,6 +15,7 @@ import pytest
 from pipeline import report
 from pipeline.analysis import sheet
 from pipeline.htmlreport import parse, write_html
+from pipeline.report import plots
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 SIZES = ((1280, 800), (390, 844))  # a laptop, a phone
@@ -65,10 +66,10 @@ def _pictures() -> tuple[np.ndarray, dict, np.ndarray]:
 def pages(tmp_path_factory):
     """A report with a table and a plot, and a crop sheet: report.md + report.html."""
     out = tmp_path_factory.mktemp("report")
-    plt = report._plt()
+    plt = plots.plt_()
     fig, ax = plt.subplots(figsize=(4, 3))
     ax.plot([64, 128, 256], [1.0, 3.5, 14.0], marker="o")
-    report._save_fig(fig, out / "latency.png")
+    plots.save_fig(fig, out / "latency.png")
     plt.close(fig)
     lr, outputs, hr = _pictures()
     png = sheet.write(out / "sheet-srcnn-x3.png", lr, outputs, hr, scale=3, side=40, bicubic=lambda a, size: cv2.resize(

@@ -1,224 +1,16 @@
-"""Report writers for compare and bench: report.json (every number), report.md (tables a person reads,
-generated from the same dict), PNG plots (matplotlib, Agg). Files are written atomically."""
+"""`bench`'s report: results, sweeps, baseline ratios and roofline, the folder/video/startup/kernel sections and the
+Ray and Triton runs as Markdown tables, and the latency plots."""
 from __future__ import annotations
 
 import json
-import math
-import os
-import platform
 from pathlib import Path
 
-import numpy as np
-import onnxruntime as ort
-import psutil
-
-from pipeline.artifacts.atomic import atomic_path, atomic_write
+from pipeline.artifacts.atomic import atomic_write
 from pipeline.htmlreport import write_html
-from pipeline.native.cpu import cpu_name
-from pipeline.native.cuda_driver import gpu_visible
+from pipeline.report.machine import env_lines
+from pipeline.report.plots import plt_, save_fig
+from pipeline.report.tables import fmt, json_default, percent, sanitize, speedup, table
 
-
-# -- environment ---------------------------------------------------------------------------------------
-def environment() -> dict:
-    env = {"python": platform.python_version(), "platform": platform.platform(), "numpy": np.__version__,
-           "cpu": cpu_name(), "logical_cores": os.cpu_count()}
-    env["physical_cores"] = psutil.cpu_count(logical=False)
-    env["memory_gb"] = round(psutil.virtual_memory().total / 2**30, 1)
-    try:  # optional at run time (the deploy runtime has no torch); CUDA queries may fail on a broken driver
-        import torch
-
-        env["torch"] = torch.__version__
-        env["torch_threads"] = torch.get_num_threads()
-        env["cuda_build"] = torch.version.cuda
-    except Exception:
-        pass
-    seen, gpu = gpu_visible()
-    env["gpu"] = gpu if seen else None
-    env["onnxruntime"] = ort.__version__
-    env["ort_providers"] = ort.get_available_providers()
-    try:
-        import tensorrt  # noqa: F401
-
-        env["tensorrt"] = tensorrt.__version__
-    except Exception as e:
-        env["tensorrt"] = f"not importable ({type(e).__name__})"
-    return env
-
-
-def env_lines(env: dict) -> list[str]:
-    gpu = env.get("gpu") or "none"
-    return [
-        f"- CPU: {env.get('cpu')} ({env.get('physical_cores', '?')} physical / {env.get('logical_cores')} logical cores"
-        f", {env.get('memory_gb', '?')} GB RAM)",
-        f"- GPU: {gpu}",
-        f"- torch {env.get('torch')} (CUDA build {env.get('cuda_build')}), onnxruntime {env.get('onnxruntime')} "
-        f"({', '.join(env.get('ort_providers', []))}), TensorRT {env.get('tensorrt')}",
-        f"- Python {env.get('python')}, numpy {env.get('numpy')}, {env.get('platform')}",
-    ]
-
-
-# -- helpers -------------------------------------------------------------------------------------------
-def fmt(v) -> str:
-    """Number formatting shared by Markdown tables (tests parse it back)."""
-    if v is None:
-        return "-"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        if math.isinf(v):
-            return "inf" if v > 0 else "-inf"
-        if math.isnan(v):
-            return "nan"
-        if v == 0:
-            return "0"
-        if abs(v) < 1e-2 or abs(v) >= 1e6:
-            return f"{v:.3e}"
-        return f"{v:.1f}" if abs(v) >= 1000 else f"{v:.4g}"
-    return str(v)
-
-
-def db(v) -> str:
-    """A PSNR (or its change) in dB: always two decimals, so a column reads evenly."""
-    return "-" if v is None else f"{v:.2f}"
-
-
-def percent(fraction) -> str:
-    """A fraction (roofline, utilisation) as a percentage a person reads: 0.0996 -> '10.0 %'."""
-    return "-" if fraction is None else f"{100 * fraction:.1f} %"
-
-
-def speedup(ratio) -> str:
-    """A speed-up (baseline time / our time) as the ratio and the change in speed a person reads:
-    4.0 -> '4.00x (+300 %)', 0.5 -> '0.50x (-50 %)'."""
-    return "-" if ratio is None else f"{ratio:.2f}x ({100 * (ratio - 1):+.0f} %)"
-
-
-def table(header: list[str], rows: list[list]) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    out += ["| " + " | ".join(fmt(c) for c in r) + " |" for r in rows]
-    return out
-
-
-def parse_table(md: str, first_header: str, has: str | None = None) -> list[dict[str, str]]:
-    """Rows of the first Markdown table whose first header cell is `first_header` (and that has a column
-    `has`), as dicts header -> cell text (for tests/tools)."""
-    lines = md.splitlines()
-    for i, ln in enumerate(lines):
-        cells = [c.strip() for c in ln.strip().strip("|").split("|")]
-        if ln.startswith("|") and cells[0] == first_header and (has is None or has in cells) \
-                and (i == 0 or not lines[i - 1].startswith("|")):
-            rows = []
-            for row in lines[i + 2:]:
-                if not row.startswith("|"):
-                    break
-                rows.append(dict(zip(cells, [c.strip() for c in row.strip().strip("|").split("|")], strict=False)))
-            return rows
-    return []
-
-
-def _json_default(o):
-    if hasattr(o, "item"):
-        return o.item()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(type(o).__name__)
-
-
-def _sanitize(o):
-    """JSON has no inf/nan: write them as strings 'inf', '-inf', 'nan' (readers: float(x))."""
-    if isinstance(o, float) and not math.isfinite(o):
-        return "nan" if math.isnan(o) else ("inf" if o > 0 else "-inf")
-    if isinstance(o, dict):
-        return {k: _sanitize(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_sanitize(v) for v in o]
-    return o
-
-
-def _save_fig(fig, path: Path) -> None:
-    """The plot as PNG, and as an SVG twin that report.html draws inline (pipeline.htmlreport)."""
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-    with atomic_path(Path(path).with_suffix(".svg")) as tmp:
-        fig.savefig(tmp, format="svg", bbox_inches="tight")
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-# -- compare -------------------------------------------------------------------------------------------
-COMPARE_HEADER = ["model", "scale", "backend", "precision", "status", "max abs", "median abs", "p99 abs",
-                  "max rel", "PSNR dB", "criterion"]
-
-
-def compare_markdown(doc: dict) -> str:
-    lines = ["# Backend comparison vs PyTorch FP32", ""] + env_lines(doc["environment"]) + [""]
-    for m in doc["models"]:
-        tol = m["tolerances"]
-        lines += [f"Model **{m['model']}**: {len(m['images'])} held-out images ({', '.join(m['images'])}), "
-                  f"centre crop {m['input_size']}x{m['input_size']}; reference: {m['reference']}. "
-                  f"Pass: FP32 max abs <= {tol['fp32_max_abs']:g}, FP16 PSNR >= {tol['fp16_psnr_db']:g} dB. "
-                  f"Relative error denominators are clamped at {tol['rel_floor']:g}.", ""]
-    rows, notes = [], []
-    for m in doc["models"]:
-        for r in m["rows"]:
-            if r["status"] in ("pass", "fail"):
-                rows.append([m["model"], r["scale"], r["backend"], r["precision"], r["status"].upper(), r["max_abs"],
-                             r["median_abs"], r["p99_abs"], r["max_rel"], r["psnr_db"], r["criterion"]])
-            else:
-                notes.append(f"- {m['model']} x{fmt(r['scale'])} {r['backend']} {r['precision']}: "
-                             f"{r['status']} ({r.get('reason', '')})")
-            if "bisect" in r:
-                b = r["bisect"]
-                notes.append(f"- bisect {m['model']} {r['backend']} {r['precision']}: "
-                             f"{b.get('summary') or b.get('error')}")
-    lines += table(COMPARE_HEADER, rows)
-    if notes:
-        lines += ["", "Not compared / diagnostics:", ""] + notes
-    return "\n".join(lines) + "\n"
-
-
-def plot_compare(doc: dict, path: Path) -> None:
-    plt = _plt()
-    rows = [(f"{m['model']}\n{r['backend']} {r['precision']}", r["max_abs"], r["status"])
-            for m in doc["models"] for r in m["rows"] if r["status"] in ("pass", "fail")]
-    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows) + 2), 4))
-    if rows:
-        vals = [max(v, 1e-12) if math.isfinite(v) else 1.0 for _, v, _ in rows]
-        ax.bar(range(len(rows)), vals, color=["tab:green" if s == "pass" else "tab:red" for *_, s in rows])
-        ax.set_xticks(range(len(rows)), [r[0] for r in rows], rotation=60, ha="right", fontsize=7)
-        ax.set_yscale("log")
-        for i, (_, v, _) in enumerate(rows):
-            if v == 0:
-                ax.text(i, 1e-12, "exact", ha="center", va="bottom", fontsize=7)
-        tol = doc["models"][0]["tolerances"]["fp32_max_abs"] if doc["models"] else None
-        if tol:
-            ax.axhline(tol, color="gray", ls="--", lw=0.8, label=f"FP32 tolerance {tol:g}")
-            ax.legend(fontsize=7)
-    ax.set_ylabel("max abs error vs PyTorch FP32")
-    ax.set_title("Error by backend (green: pass, red: fail)")
-    _save_fig(fig, path)
-    plt.close(fig)
-
-
-def write_compare(doc: dict, out_dir: Path) -> dict[str, Path]:
-    out_dir = Path(out_dir)
-    paths = {"json": out_dir / "report.json", "md": out_dir / "report.md", "error_png": out_dir / "error.png"}
-    atomic_write(paths["json"], json.dumps(_sanitize(doc), indent=2, default=_json_default) + "\n")
-    atomic_write(paths["md"], compare_markdown(doc))
-    plot_compare(doc, paths["error_png"])
-    return paths
-
-
-# -- bench ---------------------------------------------------------------------------------------------
 RESULT_HEADER = ["model", "sweep", "backend", "size", "scale", "batch", "threads", "n", "mean ms", "median ms",
                  "p90 ms", "p99 ms", "min ms", "max ms", "images/s", "MPix/s", "speed-up", "roofline",
                  "peak RSS MB", "max abs err"]
@@ -405,7 +197,7 @@ def bench_markdown(doc: dict) -> str:
 
 
 def plot_bench(doc: dict, out_dir: Path) -> dict[str, str]:
-    plt = _plt()
+    plt = plt_()
     plots = {}
     results = doc["results"]
     models = sorted({r["model"] for r in results})
@@ -426,7 +218,7 @@ def plot_bench(doc: dict, out_dir: Path) -> dict[str, str]:
             ax.set_title(model)
             ax.legend(fontsize=7)
         p = out_dir / "latency_vs_size.png"
-        _save_fig(fig, p)
+        save_fig(fig, p)
         plt.close(fig)
         plots["latency_vs_size"] = str(p)
     main = [r for r in results if r["sweep"] == "main" and r.get("speedup_vs_baseline")]
@@ -440,7 +232,7 @@ def plot_bench(doc: dict, out_dir: Path) -> dict[str, str]:
         sides = sorted({r["size"] for r in main})
         ax.set_title(f"Speed-up vs baseline ({', '.join(f'{n}x{n}' for n in sides)} input, default scale)")
         p = out_dir / "speedup.png"
-        _save_fig(fig, p)
+        save_fig(fig, p)
         plt.close(fig)
         plots["speedup"] = str(p)
     err = [r for r in results if r["sweep"] == "main" and r.get("max_abs_err") is not None]
@@ -453,7 +245,7 @@ def plot_bench(doc: dict, out_dir: Path) -> dict[str, str]:
         ax.set_ylabel("max abs error vs PyTorch FP32")
         ax.set_title("Error by backend (same inputs as the timing)")
         p = out_dir / "error.png"
-        _save_fig(fig, p)
+        save_fig(fig, p)
         plt.close(fig)
         plots["error"] = str(p)
     return plots
@@ -463,7 +255,7 @@ def write_bench(doc: dict, out_dir: Path) -> dict[str, Path]:
     out_dir = Path(out_dir)
     doc["plots"] = plot_bench(doc, out_dir)
     paths = {"json": out_dir / "report.json", "md": out_dir / "report.md"}
-    atomic_write(paths["json"], json.dumps(_sanitize(doc), indent=2, default=_json_default) + "\n")
+    atomic_write(paths["json"], json.dumps(sanitize(doc), indent=2, default=json_default) + "\n")
     atomic_write(paths["md"], bench_markdown(doc))
     paths["html"] = write_html(paths["md"])
     return paths

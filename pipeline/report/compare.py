@@ -1,0 +1,76 @@
+"""`compare`'s report: report.json, report.md (the same dict as tables) and its plot."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from pipeline.artifacts.atomic import atomic_write
+from pipeline.report.machine import env_lines
+from pipeline.report.plots import plt_, save_fig
+from pipeline.report.tables import fmt, json_default, sanitize, table
+
+COMPARE_HEADER = ["model", "scale", "backend", "precision", "status", "max abs", "median abs", "p99 abs",
+                  "max rel", "PSNR dB", "criterion"]
+
+
+def compare_markdown(doc: dict) -> str:
+    lines = ["# Backend comparison vs PyTorch FP32", ""] + env_lines(doc["environment"]) + [""]
+    for m in doc["models"]:
+        tol = m["tolerances"]
+        lines += [f"Model **{m['model']}**: {len(m['images'])} held-out images ({', '.join(m['images'])}), "
+                  f"centre crop {m['input_size']}x{m['input_size']}; reference: {m['reference']}. "
+                  f"Pass: FP32 max abs <= {tol['fp32_max_abs']:g}, FP16 PSNR >= {tol['fp16_psnr_db']:g} dB. "
+                  f"Relative error denominators are clamped at {tol['rel_floor']:g}.", ""]
+    rows, notes = [], []
+    for m in doc["models"]:
+        for r in m["rows"]:
+            if r["status"] in ("pass", "fail"):
+                rows.append([m["model"], r["scale"], r["backend"], r["precision"], r["status"].upper(), r["max_abs"],
+                             r["median_abs"], r["p99_abs"], r["max_rel"], r["psnr_db"], r["criterion"]])
+            else:
+                notes.append(f"- {m['model']} x{fmt(r['scale'])} {r['backend']} {r['precision']}: "
+                             f"{r['status']} ({r.get('reason', '')})")
+            if "bisect" in r:
+                b = r["bisect"]
+                notes.append(f"- bisect {m['model']} {r['backend']} {r['precision']}: "
+                             f"{b.get('summary') or b.get('error')}")
+    lines += table(COMPARE_HEADER, rows)
+    if notes:
+        lines += ["", "Not compared / diagnostics:", ""] + notes
+    return "\n".join(lines) + "\n"
+
+
+def plot_compare(doc: dict, path: Path) -> None:
+    plt = plt_()
+    rows = [(f"{m['model']}\n{r['backend']} {r['precision']}", r["max_abs"], r["status"])
+            for m in doc["models"] for r in m["rows"] if r["status"] in ("pass", "fail")]
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows) + 2), 4))
+    if rows:
+        vals = [max(v, 1e-12) if math.isfinite(v) else 1.0 for _, v, _ in rows]
+        ax.bar(range(len(rows)), vals, color=["tab:green" if s == "pass" else "tab:red" for *_, s in rows])
+        ax.set_xticks(range(len(rows)), [r[0] for r in rows], rotation=60, ha="right", fontsize=7)
+        ax.set_yscale("log")
+        for i, (_, v, _) in enumerate(rows):
+            if v == 0:
+                ax.text(i, 1e-12, "exact", ha="center", va="bottom", fontsize=7)
+        tol = doc["models"][0]["tolerances"]["fp32_max_abs"] if doc["models"] else None
+        if tol:
+            ax.axhline(tol, color="gray", ls="--", lw=0.8, label=f"FP32 tolerance {tol:g}")
+            ax.legend(fontsize=7)
+    ax.set_ylabel("max abs error vs PyTorch FP32")
+    ax.set_title("Error by backend (green: pass, red: fail)")
+    save_fig(fig, path)
+    plt.close(fig)
+
+
+def write_compare(doc: dict, out_dir: Path) -> dict[str, Path]:
+    out_dir = Path(out_dir)
+    paths = {"json": out_dir / "report.json", "md": out_dir / "report.md", "error_png": out_dir / "error.png"}
+    atomic_write(paths["json"], json.dumps(sanitize(doc), indent=2, default=json_default) + "\n")
+    atomic_write(paths["md"], compare_markdown(doc))
+    plot_compare(doc, paths["error_png"])
+    return paths
+
+
+# -- bench ---------------------------------------------------------------------------------------------

@@ -1,0 +1,85 @@
+"""How a report writes its values: numbers in Markdown tables (tests parse them back), dB, percentages,
+speed-ups, and report.json's values (numpy scalars, paths, inf/nan)."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+
+def fmt(v) -> str:
+    """Number formatting shared by Markdown tables (tests parse it back)."""
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        if math.isnan(v):
+            return "nan"
+        if v == 0:
+            return "0"
+        if abs(v) < 1e-2 or abs(v) >= 1e6:
+            return f"{v:.3e}"
+        return f"{v:.1f}" if abs(v) >= 1000 else f"{v:.4g}"
+    return str(v)
+
+
+def db(v) -> str:
+    """A PSNR (or its change) in dB: always two decimals, so a column reads evenly."""
+    return "-" if v is None else f"{v:.2f}"
+
+
+def percent(fraction) -> str:
+    """A fraction (roofline, utilisation) as a percentage a person reads: 0.0996 -> '10.0 %'."""
+    return "-" if fraction is None else f"{100 * fraction:.1f} %"
+
+
+def speedup(ratio) -> str:
+    """A speed-up (baseline time / our time) as the ratio and the change in speed a person reads:
+    4.0 -> '4.00x (+300 %)', 0.5 -> '0.50x (-50 %)'."""
+    return "-" if ratio is None else f"{ratio:.2f}x ({100 * (ratio - 1):+.0f} %)"
+
+
+def table(header: list[str], rows: list[list]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(fmt(c) for c in r) + " |" for r in rows]
+    return out
+
+
+def parse_table(md: str, first_header: str, has: str | None = None) -> list[dict[str, str]]:
+    """Rows of the first Markdown table whose first header cell is `first_header` (and that has a column
+    `has`), as dicts header -> cell text (for tests/tools)."""
+    lines = md.splitlines()
+    for i, ln in enumerate(lines):
+        cells = [c.strip() for c in ln.strip().strip("|").split("|")]
+        if ln.startswith("|") and cells[0] == first_header and (has is None or has in cells) \
+                and (i == 0 or not lines[i - 1].startswith("|")):
+            rows = []
+            for row in lines[i + 2:]:
+                if not row.startswith("|"):
+                    break
+                rows.append(dict(zip(cells, [c.strip() for c in row.strip().strip("|").split("|")], strict=False)))
+            return rows
+    return []
+
+
+def json_default(o):
+    if hasattr(o, "item"):
+        return o.item()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(type(o).__name__)
+
+
+def sanitize(o):
+    """JSON has no inf/nan: write them as strings 'inf', '-inf', 'nan' (readers: float(x))."""
+    if isinstance(o, float) and not math.isfinite(o):
+        return "nan" if math.isnan(o) else ("inf" if o > 0 else "-inf")
+    if isinstance(o, dict):
+        return {k: sanitize(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [sanitize(v) for v in o]
+    return o
