@@ -219,3 +219,26 @@ def test_a_streamed_record_log_writes_the_summary_a_kept_one_does(tmp_path):
     assert streamed["reference"] == pytest.approx({"psnr": 31.0, "ssim": 0.8, "psnr_bicubic": 30.0,
                                                    "ssim_bicubic": 0.7, "images": 2})
     assert streamed["images_per_s"] == 2.0 and streamed["mpix_per_s"] == 0.001  # rounded to 3 places
+
+
+@pytest.mark.parametrize("backend", ["ort", "openvino"])
+def test_one_sr_run_parses_its_onnx_file_once(folder, tmp_path, capsys, monkeypatch, backend):
+    """`sr --onnx F`: the file is opened once (checked, parsed, its metadata read) and that object is handed to
+    every layer (model resolution, the backend, the report); onnx.load runs on F once (it still does the work)."""
+    import shutil
+
+    from pipeline.export.cached import onnx_for
+
+    f = tmp_path / "m.onnx"  # the plain file alone (no folded siblings): the graph the backend runs is F itself
+    shutil.copyfile(onnx_for("srcnn", "fp32", "custom"), f)
+    real, loads = onnx.load, []
+
+    def counting(path, *a, **k):
+        loads.append(Path(path).resolve())
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(onnx, "load", counting)
+    monkeypatch.setattr(onnx, "load_model", counting)
+    code, err = _sr(capsys, folder / "a.png", tmp_path / "a.png", "--onnx", f, "--backend", backend)
+    assert code == 0, err
+    assert loads.count(f.resolve()) == 1, loads

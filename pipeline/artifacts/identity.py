@@ -15,7 +15,7 @@ from pathlib import Path
 from models.lookup import get_spec
 from models.spec import MODELS, ModelError, ModelSpec, weights_path
 from pipeline.artifacts.engine_file import load_sidecar
-from pipeline.artifacts.onnx_file import onnx_metadata, registered_name_problem
+from pipeline.artifacts.onnx_file import onnx_metadata, path_or_file, registered_name_problem
 from pipeline.errors import PipelineError
 
 __all__ = ["resolve", "check_weights"]
@@ -29,7 +29,7 @@ def resolve(model: str | None = None, onnx: str | Path | None = None, engine: st
     if engine is not None:
         return _from_engine(Path(engine), model)
     if onnx is not None:
-        return _from_onnx(Path(onnx), model)
+        return _from_onnx(path_or_file(onnx), model)
     if model is None:
         raise PipelineError("no model given: name one with --model, or pass an --onnx or --engine file")
     try:
@@ -75,7 +75,7 @@ def _held(what: str, meta: dict[str, str], model: str | None, verb: str) -> Mode
                             "export it again with `python -m pipeline export`") from None
 
 
-def _from_onnx(path: Path, model: str | None) -> ModelSpec:
+def _from_onnx(path, model: str | None) -> ModelSpec:
     return _held(str(path), onnx_metadata(path), model, "exported")
 
 

@@ -19,8 +19,40 @@ REFERENCE_KEY = "reference"
 REFERENCE_SHA_KEY = "reference_sha256"
 
 
-def load_onnx(path: Path, *, external_data: bool = True):
-    """(ModelProto, metadata dict); an unreadable file is a one-line PipelineError."""
+class OnnxFile(os.PathLike):
+    """An ONNX file opened once for a run (check_onnx_file): checked, its graph parsed without external data, its
+    metadata read. Handed down to every layer that asks which model it holds or what precision it is (identity,
+    backends, reports), so none parses it again; anything that needs only the path uses it as one (os.fspath,
+    str, and Path's attributes: .name, .parent, .with_suffix ...)."""
+
+    def __init__(self, path: Path, model, meta: dict[str, str]):
+        self.path, self.model, self.meta = Path(path), model, meta
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def __repr__(self) -> str:
+        return f"OnnxFile({str(self.path)!r})"
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") or name in ("path", "model", "meta"):  # copy/pickle probe before __init__
+            raise AttributeError(name)
+        return getattr(self.path, name)
+
+
+def path_or_file(onnx) -> Path | OnnxFile | None:
+    """A file argument kept as it is when already opened, else as a Path (what the backends store)."""
+    return onnx if onnx is None or isinstance(onnx, OnnxFile) else Path(onnx)
+
+
+def load_onnx(path: Path | OnnxFile, *, external_data: bool = True):
+    """(ModelProto, metadata dict); an unreadable file is a one-line PipelineError. An opened file gives its graph
+    without a second parse when external data is not needed."""
+    if isinstance(path, OnnxFile) and not external_data:
+        return path.model, path.meta
     try:
         model = onnx.load(str(path), load_external_data=external_data)
     except Exception as e:  # protobuf decode errors, truncated files, missing external data
@@ -28,7 +60,9 @@ def load_onnx(path: Path, *, external_data: bool = True):
     return model, {p.key: p.value for p in model.metadata_props}
 
 
-def onnx_metadata(path: Path) -> dict[str, str]:
+def onnx_metadata(path: Path | OnnxFile) -> dict[str, str]:
+    if isinstance(path, OnnxFile):
+        return path.meta
     path = Path(path)
     if not path.is_file():
         raise PipelineError(f"ONNX file not found: {path}")
@@ -175,10 +209,13 @@ def _input_problem(model) -> str | None:
     return None
 
 
-def check_onnx_file(path: str | Path, flag: str = "--onnx") -> Path:
+def check_onnx_file(path: str | Path | OnnxFile, flag: str = "--onnx") -> OnnxFile:
     """The one check every command that takes an ONNX file runs before any work: a regular, non-empty file that
     parses, whose external data stays in its folder, whose sibling files (folded variants, reference) are plain
-    names there, and which passes the ONNX checker. A bad file is one PipelineError line."""
+    names there, and which passes the ONNX checker. A bad file is one PipelineError line. Returns the file opened
+    (parsed once); an already opened one is returned as it is."""
+    if isinstance(path, OnnxFile):
+        return path
     path = Path(path)
     problem = regular_file_problem(path)
     if problem == "does not exist":
@@ -188,15 +225,14 @@ def check_onnx_file(path: str | Path, flag: str = "--onnx") -> Path:
     st = path.stat()
     if st.st_size == 0:
         raise PipelineError(f"{flag} {path} is empty (0 bytes); export it again with `python -m pipeline export`")
-    _check_contents(str(path), st.st_ino, st.st_size, st.st_mtime_ns)
-    return path
-
-
-@functools.lru_cache(maxsize=8)
-def _check_contents(name: str, inode: int, size: int, mtime_ns: int) -> None:
-    """check_onnx_file's reading part, once per file version and process (commands reach it more than once)."""
-    path = Path(name)
     model, meta = load_onnx(path, external_data=False)
+    _check_contents(path, model, meta)
+    return OnnxFile(path, model, meta)
+
+
+def _check_contents(path: Path, model, meta: dict[str, str]) -> None:
+    """check_onnx_file's reading part, on the parsed graph (the checker reads the file by path: external data is
+    looked up beside it)."""
     problem = _external_data_problem(path, model) or _input_problem(model)
     if problem:
         raise PipelineError(f"{path}: {problem}")

@@ -15,7 +15,7 @@ import numpy as np
 
 from models.spec import ModelSpec
 from pipeline.artifacts.identity import check_weights, resolve
-from pipeline.artifacts.onnx_file import check_onnx_precision, folded_variants, onnx_metadata
+from pipeline.artifacts.onnx_file import check_onnx_precision, folded_variants, onnx_metadata, path_or_file
 from pipeline.backends.base import Backend, BackendStatus, installed
 from pipeline.backends.checks import check_batch
 from pipeline.backends.ort_backend import onnx_source_problem
@@ -47,7 +47,7 @@ class OpenVinoBackend(Backend):
         self.precision = check_choice("precision", precision, self.PRECISIONS)
         self.spec = resolve(model, onnx)
         self.model_name = self.spec.name
-        self.onnx_path = Path(onnx) if onnx is not None else None
+        self.onnx_path = path_or_file(onnx)  # an opened file keeps its parsed metadata
         self.weights, self.threads, self.exporter, self.log = weights, threads, exporter, log
         self.device = "cpu"
         self.compiled: dict[int, tuple] = {}  # 0: the model's graph; k: the folded xk graph -> (request, min_lr)
@@ -83,7 +83,8 @@ class OpenVinoBackend(Backend):
         if self.precision == "bf16" and (why := bf16_problem()):
             raise PipelineError(f"openvino bf16: {why}")
         self.onnx_file = self.resolve_onnx()
-        self.variants = folded_variants(self.onnx_file)
+        # the folded graphs only speed integer scales up: a file copied without its siblings runs its own graph
+        self.variants = {k: p for k, p in folded_variants(self.onnx_file).items() if p.is_file()}
         self._graph(0)  # the model's own graph now: a file OpenVINO cannot read fails here, before any image
         return self
 

@@ -21,7 +21,7 @@ import onnxruntime as ort
 from models.spec import ModelSpec, output_size
 from pipeline.artifacts.cache import cache_dir, cached_onnx
 from pipeline.artifacts.identity import check_weights, resolve
-from pipeline.artifacts.onnx_file import check_onnx_precision
+from pipeline.artifacts.onnx_file import check_onnx_precision, path_or_file
 from pipeline.backends import pixels as px
 from pipeline.backends.base import (
     ENGINE_BYTES_PER_OUTPUT_PIXEL,
@@ -184,7 +184,7 @@ class OrtBackend(Backend):
         self.precision = check_precision(precision)
         self.spec = resolve(model, onnx)
         self.model_name = self.spec.name
-        self.onnx_path = Path(onnx) if onnx is not None else None
+        self.onnx_path = path_or_file(onnx)  # an opened file keeps its parsed metadata
         self.weights = weights
         self.threads = threads
         self.exporter = exporter

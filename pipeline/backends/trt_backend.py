@@ -18,6 +18,7 @@ import numpy as np
 from models.spec import ModelSpec, output_size
 from pipeline.artifacts.cache import engine_for
 from pipeline.artifacts.identity import resolve
+from pipeline.artifacts.onnx_file import path_or_file
 from pipeline.backends import pixels as px
 from pipeline.backends.base import (
     ENGINE_BYTES_PER_OUTPUT_PIXEL,
@@ -61,7 +62,7 @@ class TrtBackend(Backend):
         self.spec = resolve(model, onnx, engine)
         self.model_name = self.spec.name
         self.engine_path = Path(engine) if engine is not None else None
-        self.onnx_path = Path(onnx) if onnx is not None else None
+        self.onnx_path = path_or_file(onnx)  # an opened file keeps its parsed metadata
         self.profile = profile
         self.weights = weights
         self.cuda_graph = bool(cuda_graph)

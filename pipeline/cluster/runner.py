@@ -67,6 +67,7 @@ class RayExecutor:
         return pick.name, f"auto: {pick.reason}"
 
     def start(self, plan: Plan, console: Console) -> Started:
+        self.opts = plan.opts  # the checked options: the --onnx file opened once
         o, m = self.opts, plan.model
         ray = connect.import_ray()
         self.cluster = cluster = connect.connect(self.address)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -103,14 +103,15 @@ def resolve_model(opts: RunOptions) -> ModelChoice:
     if opts.engine is not None:
         meta = (read_sidecar(Path(opts.engine)) or {}).get("onnx_metadata") or {}
     elif opts.onnx is not None:
-        meta = onnx_metadata(Path(opts.onnx))
+        meta = onnx_metadata(opts.onnx)
     else:
         meta = spec.to_metadata()
     return ModelChoice(spec, scale, meta)
 
 
-def check_options(opts: RunOptions) -> str | None:
-    """Every option on its own, before anything is read; returns the normalised --format."""
+def check_options(opts: RunOptions) -> tuple[str | None, RunOptions]:
+    """Every option on its own, before anything is read; returns the normalised --format, and the options with
+    the --onnx file opened (parsed once for the whole run)."""
     settings.check_numbers(tile=opts.tile, tile_overlap=opts.tile_overlap, batch=opts.batch, workers=opts.workers,
                            threads=opts.threads, jpeg_quality=opts.jpeg_quality)
     fmt = settings.check_format(opts.fmt)
@@ -118,14 +119,14 @@ def check_options(opts: RunOptions) -> str | None:
     check_choice("audio", opts.audio, videofmt.AUDIO_MODES)
     if opts.precision == "auto" and opts.engine is not None:
         raise PipelineError("--precision auto chooses among the ONNX backends; an engine's precision is built in")
-    settings.check_paths(summary=opts.summary, reference=opts.reference, onnx=opts.onnx, engine=opts.engine,
-                         weights=opts.weights)
+    onnx = settings.check_paths(summary=opts.summary, reference=opts.reference, onnx=opts.onnx, engine=opts.engine,
+                                weights=opts.weights)
     if opts.backend_name is not None:
         check_run_precision(opts.precision, auto=True)
     elif any(v is not None for v in (opts.onnx, opts.engine, opts.weights, opts.threads)):
         raise PipelineError("onnx, engine, weights and threads choose what backend to load; "
                             "they cannot change the already-loaded backend that was given")
-    return fmt
+    return fmt, replace(opts, onnx=onnx)
 
 
 def _check_inputs(found: JobList, opts: RunOptions, executor: Executor) -> None:
@@ -160,7 +161,7 @@ def triage(found: JobList, skip_existing: bool) -> tuple[list[Record], list[Reco
 
 def plan(opts: RunOptions, executor: Executor) -> Plan:
     """Everything that can be wrong with the arguments, found before any image is read (PipelineError)."""
-    fmt = check_options(opts)
+    fmt, opts = check_options(opts)
     model = executor.model(opts)
     found = discover(opts.input, opts.output, fmt, summary=opts.summary)
     _check_inputs(found, opts, executor)

@@ -58,6 +58,7 @@ class LocalExecutor:
         return loaded, choice, None
 
     def start(self, plan: Plan, console: Console) -> Started:
+        self.opts = plan.opts  # the checked options: the --onnx file opened once
         o, m = self.opts, plan.model
         loaded, choice, auto_line = self._load(m.name, console)
         self.stale = remove_stale_parts([r.job.dst for r in plan.todo])

@@ -59,17 +59,20 @@ def check_format(fmt: str | None) -> str | None:
 
 
 
-def check_paths(*, summary, reference, onnx, engine, weights) -> None:
+def check_paths(*, summary, reference, onnx, engine, weights):
+    """The paths a run reads and writes; returns the --onnx file opened (pipeline.artifacts.onnx_file.OnnxFile: parsed
+    once, handed down) or None."""
     if summary is not None and Path(summary).is_dir():
         raise PipelineError(f"--summary {summary} is a folder; give the JSON file to write")
     if reference is not None and not Path(reference).is_dir():
         raise PipelineError(f"reference folder not found: {reference}")
     if onnx is not None:
-        check_onnx_file(onnx)
+        onnx = check_onnx_file(onnx)
     if engine is not None and not Path(engine).is_file():
         raise PipelineError(f"TensorRT engine not found: {engine}")
     if weights is not None and not Path(weights).is_file():
         raise PipelineError(f"weights file not found: {weights}")
+    return onnx
 
 
 def resolve_model(model: str | None, onnx=None, backend=None, engine=None) -> str:
