@@ -103,3 +103,29 @@ def test_precision_auto_with_an_engine_is_one_line(tmp_path, capsys):
                  "--precision", "auto"]) == 2
     assert capsys.readouterr().err.strip() == ("error: --precision auto chooses among the ONNX backends; an engine's "
                                                "precision is built in")
+
+
+def test_torch_bf16_runs_in_bf16_its_loss_is_measured_and_a_cpu_without_it_says_why(tmp_path, monkeypatch):
+    """torch's bf16 is torch.autocast over the net (oneDNN's bf16 convolutions): close to fp32, not equal; its loss
+    is measured on the held-out set and stored for the weights file; forced off, it is unavailable with the reason."""
+    from pipeline.backends import available
+    from pipeline.errors import PipelineError
+
+    monkeypatch.setenv("SRDEPLOY_CACHE", str(tmp_path / "cache"))
+    x = np.random.default_rng(0).random((1, 3, 40, 36), dtype=np.float32)
+    if cpu.bf16_problem() is None:
+        fp32 = create_named("torch", "srcnn-x3", "fp32", threads=1)
+        bf16 = create_named("torch", "srcnn-x3", "bf16", threads=1)
+        err = np.abs(bf16.infer(x, 3.0) - fp32.infer(x, 3.0)).max()
+        assert 0 < err < 0.05  # bf16 arithmetic really ran
+        record = quality.precision_loss(bf16)
+        assert record["backend"] == "torch" and record["precision"] == "bf16" and record["images"] == 4
+        assert record["file"] == str(bf16.model_file()) and quality.stored(bf16) == record
+        assert "bf16" in bf16.describe()
+        with pytest.raises(PipelineError, match="deform-srcnn has an operation without a bf16 kernel on cpu"):
+            create_named("torch", "deform-srcnn", "bf16", threads=1)  # torchvision's CPU deform_conv2d: at load
+    monkeypatch.setenv(cpu.BF16_ENV, "0")  # a CPU without bf16 (forced)
+    status = {s.name: s for s in available("srcnn-x3", "bf16")}["torch"]
+    assert not status.available and cpu.BF16_ENV in status.reason
+    with pytest.raises(PipelineError, match="bf16 is switched off"):
+        create_named("torch", "srcnn-x3", "bf16")

@@ -71,6 +71,15 @@ class Backend(ABC):
     spec: ModelSpec
     # The ONNX file a loaded backend runs (None: it runs no ONNX file, e.g. PyTorch or an engine).
     onnx_file: Path | None = None
+
+    def model_file(self) -> Path | None:
+        """The file whose numbers a loaded backend runs (what a measured precision loss is kept for): its ONNX
+        file, or None."""
+        return self.onnx_file
+
+    def model_options(self) -> dict:
+        """The create() options that load the same model file again (at another precision, say)."""
+        return {"onnx": self.onnx_file}
     # TensorRT optimisation profiles the loaded engine admits (engine.Profile); None: any shape and batch.
     profiles: list | None = None
     # Why this backend runs: "requested: NAME" or "auto: ..." (set through `selected`), and in a few words.

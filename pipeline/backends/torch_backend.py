@@ -16,28 +16,33 @@ import importlib.metadata
 import math
 import threading
 from collections import Counter, OrderedDict
+from pathlib import Path
 
 import numpy as np
 
 from models.spec import ModelSpec, output_size
+from pipeline.artifacts.cache import PRECISIONS
 from pipeline.artifacts.identity import check_weights, resolve
 from pipeline.backends import pixels as px
 from pipeline.backends.base import Backend, BackendStatus, DeviceMemory, check_precision, installed
 from pipeline.backends.checks import check_batch, check_scale
-from pipeline.errors import PipelineError, install_command
+from pipeline.errors import PipelineError, first_line, install_command
+from pipeline.native.cpu import bf16_problem
 from pipeline.native.cuda_driver import gpu_visible, torch_gpu_visible
 
 
 class TorchBackend(Backend):
     name = "torch"
     OPTIONS = frozenset({"device", "weights", "channels_last", "threads", "cuda_graph", "tf32"})
+    # bf16: torch.autocast over the net (oneDNN's AMX/AVX512-BF16 convolutions on the CPU, tensor cores on a GPU)
+    PRECISIONS = (*PRECISIONS, "bf16")
     GRAPHS = 4  # captured shapes kept (their activations share one memory pool)
     GRAPH_AFTER = 2  # a shape is captured once seen this often: one-off edge crops run eagerly
 
     def __init__(self, model: str, precision: str = "fp32", *, device: str | None = None, weights=None,
                  channels_last: bool | None = None, threads: int | None = None, cuda_graph: bool = False,
                  tf32: bool = False):
-        self.precision = check_precision(precision)
+        self.precision = check_precision(precision, self.PRECISIONS)
         self.spec = resolve(model)
         self.model_name = self.spec.name
         self.device = device or "auto"
@@ -56,6 +61,12 @@ class TorchBackend(Backend):
         self._pool = None  # the graphs' shared memory pool
         self._bytes_per_px: float | None = None
 
+    def model_file(self) -> Path:
+        return check_weights(self.spec, self.weights)
+
+    def model_options(self) -> dict:
+        return {"weights": self.weights}
+
     @classmethod
     def status(cls, spec: ModelSpec, precision: str, *, onnx=None, engine=None, weights=None) -> BackendStatus:
         if onnx is not None or engine is not None:
@@ -70,6 +81,8 @@ class TorchBackend(Backend):
             return cls.ok(f"PyTorch {version} on cuda ({gpu[1]})")
         if precision == "fp16":
             return cls.no("fp16 needs a CUDA GPU; " + gpu[1])
+        if precision == "bf16" and (why := bf16_problem()):
+            return cls.no(f"bf16 on the CPU: {why}")
         return cls.ok(f"PyTorch {version} on cpu ({gpu[1]})")
 
     def load(self) -> TorchBackend:
@@ -87,6 +100,8 @@ class TorchBackend(Backend):
         if self.precision == "fp16" and not self.device.startswith("cuda"):
             raise PipelineError("torch: fp16 needs a CUDA GPU (PyTorch's CPU half convolutions are slow); "
                                 "use --precision fp32 on the CPU")
+        if self.precision == "bf16" and not self.device.startswith("cuda") and (why := bf16_problem()):
+            raise PipelineError(f"torch bf16 on the CPU: {why}")
         if self.threads:
             torch.set_num_threads(int(self.threads))
         try:
@@ -107,7 +122,19 @@ class TorchBackend(Backend):
         self._slots = px.PixelSlots(self.device, self._lock)
         if self.device.startswith("cuda"):
             self._stream = torch.cuda.Stream(device=self.device)
+        if self.precision == "bf16":
+            self._probe_bf16()
         return self
+
+    def _probe_bf16(self) -> None:
+        """A net with an op that has no bf16 kernel on this device (torchvision's CPU deform_conv2d) fails here, in
+        one line, not on the first image."""
+        x = np.zeros((1, 3, 24, 24), np.float32)
+        try:
+            self.infer(x, self.spec.default_scale)
+        except RuntimeError as e:
+            raise PipelineError(f"torch bf16: {self.model_name} has an operation without a bf16 kernel on "
+                                f"{self.device} ({first_line(e)}); use fp32, or openvino for bf16") from None
 
     @contextlib.contextmanager
     def _on_device(self):
@@ -149,7 +176,10 @@ class TorchBackend(Backend):
         if self.precision == "fp16":
             x = x.half()
         x = x.contiguous(memory_format=torch.channels_last if self.channels_last else torch.contiguous_format)
-        y = self._replay(x, scale) if self.cuda_graph and graphs else run(self.net, self.spec, x, scale)
+        bf16 = torch.autocast(self.device.split(":")[0], dtype=torch.bfloat16) if self.precision == "bf16" \
+            else contextlib.nullcontext()
+        with bf16:  # convolutions in bf16, accumulated in fp32; our sr ops keep their input's fp32
+            y = self._replay(x, scale) if self.cuda_graph and graphs else run(self.net, self.spec, x, scale)
         if tuple(y.shape[-2:]) != out_hw:
             raise PipelineError(f"torch: output {tuple(y.shape)} does not match the expected {out_hw[0]}x{out_hw[1]}")
         return y
