@@ -129,3 +129,27 @@ def test_torch_bf16_runs_in_bf16_its_loss_is_measured_and_a_cpu_without_it_says_
     assert not status.available and cpu.BF16_ENV in status.reason
     with pytest.raises(PipelineError, match="bf16 is switched off"):
         create_named("torch", "srcnn-x3", "bf16")
+
+
+def test_an_fp32_run_says_when_auto_measured_a_faster_precision(tmp_path, monkeypatch, capsys):
+    """After `--precision auto` picked a lower precision here, a plain (fp32) run of the same model and --backend
+    says so after its first line, with the measured speed-up; before any pick it says nothing."""
+    pytest.importorskip("openvino", reason="OpenVINO is not installed")
+    import cv2
+
+    from pipeline.cli import main
+
+    monkeypatch.setenv("SRDEPLOY_CACHE", str(tmp_path / "cache"))
+    cv2.imwrite(str(tmp_path / "a.png"), (np.random.default_rng(0).random((40, 50, 3)) * 255).astype(np.uint8))
+    args = ["sr", str(tmp_path / "a.png"), str(tmp_path / "b.png"), "--model", "srcnn-x3", "--threads", "1"]
+    assert main(args) == 0
+    assert "hint: --precision auto" not in capsys.readouterr().err
+    best, _ = quality.pick_precision("auto", "srcnn-x3", threads=1)
+    assert main(args) == 0
+    lines = capsys.readouterr().err.splitlines()
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("sr: "))
+    if best.precision == "fp32":
+        assert not any(ln.startswith("hint:") for ln in lines)
+    else:
+        assert lines[first + 1].startswith(f"hint: --precision auto runs {best.name} {best.precision} here, ")
+        assert "fp32's speed" in lines[first + 1] and "within its quality budget" in lines[first + 1]

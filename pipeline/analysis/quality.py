@@ -147,4 +147,30 @@ def pick_precision(backend: str, model: str | None, log=None, **opts) -> tuple[B
     times = ", ".join(f"{b.name} {b.precision} {t:.0f} ms" for t, b in sorted(timed, key=lambda t: t[0]))
     why = (f"precision auto: {best.name} {best.precision} is the fastest within budget here ({ms:.0f} ms at 256x256"
            f"{ratio}; timed: {times})" + "".join(f"; {n}" for n in notes))
+    if fp32_ms:
+        atomic_write(_pick_store(best.model_name, backend), json.dumps(
+            {"model": best.model_name, "request": backend, "backend": best.name, "precision": best.precision,
+             "ms": round(ms, 2), "fp32_ms": round(fp32_ms, 2), "when": time.strftime("%Y-%m-%d")}) + "\n")
     return best.selected(why, f"precision auto: {best.precision}, fastest within budget"), why
+
+
+def _pick_store(model: str, backend: str):
+    key = hashlib.sha256(f"{model} {backend} {machine_fingerprint()}".encode()).hexdigest()[:16]
+    return cache_dir() / "quality" / f"auto-{file_token(model)}-{file_token(backend)}-{key}.json"
+
+
+def faster_line(model: str, backend: str, loaded: Backend) -> str | None:
+    """For an fp32 run: the line saying `--precision auto` measured a faster precision within budget on this
+    machine (from its last pick for this model and --backend), or None when none was measured or fp32 won."""
+    if loaded.precision != "fp32":
+        return None
+    try:
+        pick = json.loads(_pick_store(model, backend).read_text())
+    except (OSError, ValueError):
+        return None
+    if pick.get("precision") == "fp32" or not pick.get("ms") or not pick.get("fp32_ms"):
+        return None
+    speedup = pick["fp32_ms"] / pick["ms"]
+    return (f"hint: --precision auto runs {pick['backend']} {pick['precision']} here, {speedup:.1f}x fp32's speed"
+            f" ({pick['ms']:.0f} against {pick['fp32_ms']:.0f} ms at 256x256, measured {pick['when']}), "
+            "within its quality budget")

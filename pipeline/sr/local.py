@@ -87,6 +87,9 @@ class LocalExecutor:
             console.always(self.auto_line)
         if (record := quality.precision_loss(self.loaded, log=console.always)) is not None:
             console.always(f"precision: {quality.loss_line(record)}")
+        elif self.opts.backend_name is not None and (hint := quality.faster_line(
+                self.loaded.model_name, self.opts.backend_name, self.loaded)):
+            console.info(hint)
         if self.stale:
             console.info(f"removed {self.stale} temp file(s) a killed earlier run left beside its outputs")
         console.detail(f"tiles: {w.tile or 'whole images'} LR px, {w.margin} HR px of context; batch "
