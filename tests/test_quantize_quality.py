@@ -73,7 +73,14 @@ def test_bf16_loss_is_measured_once_stored_and_said_by_sr(tmp_path, monkeypatch,
     assert json.loads(path.read_text())["backend"] == "openvino"
 
 
-def test_precision_auto_never_picks_a_precision_over_its_budget(tmp_path, monkeypatch, capsys):
+@pytest.fixture(scope="module")
+def auto_cache(tmp_path_factory):
+    """One artifact cache for the tests that run `--precision auto`: the int8 files and the quality records it
+    makes (calibration takes GBs on the HR-grid graph) are made once for the module."""
+    return tmp_path_factory.mktemp("auto-cache")
+
+
+def test_precision_auto_never_picks_a_precision_over_its_budget(tmp_path, monkeypatch, capsys, auto_cache):
     """With no lower precision within budget (int8's budget set to nothing, bf16 switched off as on a CPU without
     it) `--precision auto` runs fp32 and says why each was not used; nothing is over budget."""
     pytest.importorskip("openvino", reason="OpenVINO is not installed")
@@ -81,7 +88,7 @@ def test_precision_auto_never_picks_a_precision_over_its_budget(tmp_path, monkey
 
     from pipeline.cli import main
 
-    monkeypatch.setenv("SRDEPLOY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("SRDEPLOY_CACHE", str(auto_cache))
     monkeypatch.setenv(cpu.BF16_ENV, "0")
     monkeypatch.setitem(quality.BUDGET_DB, "int8", 0.0)
     best, why = quality.pick_precision("auto", "srcnn-x3", threads=1)
@@ -131,7 +138,7 @@ def test_torch_bf16_runs_in_bf16_its_loss_is_measured_and_a_cpu_without_it_says_
         create_named("torch", "srcnn-x3", "bf16")
 
 
-def test_an_fp32_run_says_when_auto_measured_a_faster_precision(tmp_path, monkeypatch, capsys):
+def test_an_fp32_run_says_when_auto_measured_a_faster_precision(tmp_path, monkeypatch, capsys, auto_cache):
     """After `--precision auto` picked a lower precision here, a plain (fp32) run of the same model and --backend
     says so after its first line, with the measured speed-up; before any pick it says nothing."""
     pytest.importorskip("openvino", reason="OpenVINO is not installed")
@@ -139,7 +146,9 @@ def test_an_fp32_run_says_when_auto_measured_a_faster_precision(tmp_path, monkey
 
     from pipeline.cli import main
 
-    monkeypatch.setenv("SRDEPLOY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("SRDEPLOY_CACHE", str(auto_cache))
+    for pick in (auto_cache / "quality").glob("auto-*.json"):  # an earlier test's pick (with int8 over budget)
+        pick.unlink()
     cv2.imwrite(str(tmp_path / "a.png"), (np.random.default_rng(0).random((40, 50, 3)) * 255).astype(np.uint8))
     args = ["sr", str(tmp_path / "a.png"), str(tmp_path / "b.png"), "--model", "srcnn-x3", "--threads", "1"]
     assert main(args) == 0
