@@ -103,3 +103,31 @@ def test_precision_auto_with_an_engine_is_one_line(tmp_path, capsys):
                  "--precision", "auto"]) == 2
     assert capsys.readouterr().err.strip() == ("error: --precision auto chooses among the ONNX backends; an engine's "
                                                "precision is built in")
+
+
+@pytest.mark.skipif(cpu.bf16_problem() is not None, reason=f"no bf16 here: {cpu.bf16_problem()}")
+def test_torch_bf16_runs_autocast_within_its_budget_measured_by_the_store(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setenv("SRDEPLOY_CACHE", str(tmp_path))
+    backend = create_named("torch", "srcnn-x3", "bf16", threads=1)
+    assert backend.describe() == "torch (cpu, bf16, channels_last)"
+    x = np.random.default_rng(0).random((1, 3, 40, 50), dtype=np.float32)
+    got, ref = backend.infer(x, 3), create_named("torch", "srcnn-x3", "fp32", threads=1).infer(x, 3)
+    assert got.dtype == np.float32 and got.shape == ref.shape and 0 < np.abs(got - ref).max() < 0.05  # bf16 ran
+    record = quality.precision_loss(backend)
+    assert record["backend"] == "torch" and record["onnx"] is None and quality.within_budget(record)
+    assert quality.stored(backend) == record
+
+
+def test_torch_bf16_on_a_cpu_without_it_says_why(monkeypatch):
+    pytest.importorskip("torch")
+    from pipeline.artifacts.identity import resolve
+    from pipeline.backends import backend_class
+    from pipeline.errors import PipelineError
+
+    monkeypatch.setenv(cpu.BF16_ENV, "0")
+    with pytest.raises(PipelineError, match=r"torch bf16: bf16 is switched off \(SRDEPLOY_CPU_BF16=0\)"):
+        create_named("torch", "srcnn-x3", "bf16", device="cpu")
+    status = backend_class("torch").status(resolve("srcnn-x3"), "bf16")
+    if not status.available:  # on a machine with a GPU, bf16 runs there
+        assert "bf16 is switched off" in status.reason

@@ -30,11 +30,19 @@ BUDGET_DB = {"bf16": 0.02, "int8": 0.10}
 
 
 def _file_sha(backend: Backend) -> str:
+    """What the record is for: the ONNX file's SHA-256, or for the torch backend (no file) its weights'."""
+    if backend.onnx_file is None:
+        return "weights " + backend.spec.weights_sha256(backend.weights)
     h = hashlib.sha256()
     with open(backend.onnx_file, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def _measurable(backend: Backend) -> bool:
+    """A lower precision of a backend that runs an ONNX file, or torch's (the registered net)."""
+    return backend.precision in BUDGET_DB and (backend.onnx_file is not None or backend.name == "torch")
 
 
 def _store(backend: Backend) -> tuple:
@@ -63,21 +71,22 @@ def measure(backend: Backend, threads: int | None = None) -> dict:
 
     scale = backend.spec.default_scale
     pairs = [make_pair(hr, scale) for hr in sample_images.held_out().values()]
-    reference = create_named(backend.name, backend.model_name, "fp32", onnx=backend.onnx_file, threads=threads)
+    source = {"onnx": backend.onnx_file} if backend.onnx_file is not None else {"weights": backend.weights}
+    reference = create_named(backend.name, backend.model_name, "fp32", threads=threads, **source)
     psnr32, ssim32 = _scores(reference, pairs, scale)
     psnr, ssim = _scores(backend, pairs, scale)
     return {"model": backend.model_name, "backend": backend.name, "precision": backend.precision, "scale": scale,
             "images": len(pairs), "psnr_fp32": round(psnr32, 4), "psnr": round(psnr, 4),
             "psnr_loss_db": round(psnr32 - psnr, 4), "ssim_fp32": round(ssim32, 5), "ssim": round(ssim, 5),
             "ssim_loss": round(ssim32 - ssim, 5), "budget_db": BUDGET_DB.get(backend.precision),
-            "onnx": str(backend.onnx_file), "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "onnx": str(backend.onnx_file) if backend.onnx_file else None, "when": time.strftime("%Y-%m-%d %H:%M:%S"),
             "machine": json.loads(machine_fingerprint())}
 
 
 def precision_loss(backend: Backend, log=None) -> dict | None:
     """The stored record for a loaded backend running a lower precision (measured now on a miss); None for fp32 and
-    fp16 (a graph precision, checked by `compare`) or a backend that runs no ONNX file."""
-    if backend.precision not in BUDGET_DB or backend.onnx_file is None:
+    fp16 (a graph precision, checked by `compare`) or a backend that runs no ONNX file (torch's bf16 is measured)."""
+    if not _measurable(backend):
         return None
     record = stored(backend)
     if record is not None:
@@ -91,7 +100,7 @@ def precision_loss(backend: Backend, log=None) -> dict | None:
 
 def stored(backend: Backend) -> dict | None:
     """The record measured earlier for this file, backend, precision and machine, or None."""
-    if backend.precision not in BUDGET_DB or backend.onnx_file is None:
+    if not _measurable(backend):
         return None
     try:
         return json.loads(_store(backend).read_text())

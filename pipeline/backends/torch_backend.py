@@ -5,9 +5,12 @@
 slots as uint8/uint16 (a quarter of float32's bytes; pixels.PixelSlots), are swapped to RGB and converted there by
 pipeline.backends.pixels' rule on the backend's own stream, and come back as integers, collected into the caller's
 output; on the CPU the same torch code runs on CPU tensors (which is how its bytes are tested against the numpy
-path). fp32 is IEEE fp32 on CUDA too: cuDNN's TF32 convolutions only with `tf32=True`. With `cuda_graph=True` a
-shape the run repeats (whole images of one size, a tiled image's interior tiles) is captured after it was seen
-GRAPH_AFTER times and replayed; the graphs share one memory pool; not yet measured on a GPU, so off by default.
+path). bf16: torch.autocast(bfloat16) over the fp32 net, channels_last (oneDNN runs the convolutions on AMX-BF16
+/ AVX512-BF16); on a CPU without bf16 arithmetic it is refused with the reason (pipeline.native.cpu.bf16_problem),
+as openvino's bf16 is; its held-out loss is measured by pipeline.analysis.quality. fp32 is IEEE fp32 on CUDA too:
+cuDNN's TF32 convolutions only with `tf32=True`. With `cuda_graph=True` a shape the run repeats (whole images of
+one size, a tiled image's interior tiles) is captured after it was seen GRAPH_AFTER times and replayed; the graphs
+share one memory pool; not yet measured on a GPU, so off by default.
 One lock serialises calls: the slots, the graphs and the stream are shared by every thread using the backend."""
 from __future__ import annotations
 
@@ -20,16 +23,19 @@ from collections import Counter, OrderedDict
 import numpy as np
 
 from models.spec import ModelSpec, output_size
+from pipeline.artifacts.cache import PRECISIONS
 from pipeline.artifacts.identity import check_weights, resolve
 from pipeline.backends import pixels as px
 from pipeline.backends.base import Backend, BackendStatus, DeviceMemory, check_precision, installed
 from pipeline.backends.checks import check_batch, check_scale
 from pipeline.errors import PipelineError, install_command
+from pipeline.native.cpu import bf16_problem
 from pipeline.native.cuda_driver import gpu_visible, torch_gpu_visible
 
 
 class TorchBackend(Backend):
     name = "torch"
+    PRECISIONS = PRECISIONS + ("bf16",)
     OPTIONS = frozenset({"device", "weights", "channels_last", "threads", "cuda_graph", "tf32"})
     GRAPHS = 4  # captured shapes kept (their activations share one memory pool)
     GRAPH_AFTER = 2  # a shape is captured once seen this often: one-off edge crops run eagerly
@@ -37,7 +43,7 @@ class TorchBackend(Backend):
     def __init__(self, model: str, precision: str = "fp32", *, device: str | None = None, weights=None,
                  channels_last: bool | None = None, threads: int | None = None, cuda_graph: bool = False,
                  tf32: bool = False):
-        self.precision = check_precision(precision)
+        self.precision = check_precision(precision, self.PRECISIONS)
         self.spec = resolve(model)
         self.model_name = self.spec.name
         self.device = device or "auto"
@@ -66,6 +72,8 @@ class TorchBackend(Backend):
             return cls.no(f"model '{spec.name}' is not registered here")
         version = importlib.metadata.version("torch")
         gpu = gpu_visible()
+        if precision == "bf16" and not gpu[0] and (why := bf16_problem()):
+            return cls.no(why)
         if gpu[0]:
             return cls.ok(f"PyTorch {version} on cuda ({gpu[1]})")
         if precision == "fp16":
@@ -87,6 +95,8 @@ class TorchBackend(Backend):
         if self.precision == "fp16" and not self.device.startswith("cuda"):
             raise PipelineError("torch: fp16 needs a CUDA GPU (PyTorch's CPU half convolutions are slow); "
                                 "use --precision fp32 on the CPU")
+        if self.precision == "bf16" and not self.device.startswith("cuda") and (why := bf16_problem()):
+            raise PipelineError(f"torch bf16: {why}")
         if self.threads:
             torch.set_num_threads(int(self.threads))
         try:
@@ -149,7 +159,11 @@ class TorchBackend(Backend):
         if self.precision == "fp16":
             x = x.half()
         x = x.contiguous(memory_format=torch.channels_last if self.channels_last else torch.contiguous_format)
-        y = self._replay(x, scale) if self.cuda_graph and graphs else run(self.net, self.spec, x, scale)
+        bf16 = torch.autocast(self.device.split(":")[0], dtype=torch.bfloat16) if self.precision == "bf16" else None
+        with bf16 or contextlib.nullcontext():
+            y = self._replay(x, scale) if self.cuda_graph and graphs else run(self.net, self.spec, x, scale)
+        if bf16 is not None:
+            y = y.float()
         if tuple(y.shape[-2:]) != out_hw:
             raise PipelineError(f"torch: output {tuple(y.shape)} does not match the expected {out_hw[0]}x{out_hw[1]}")
         return y
