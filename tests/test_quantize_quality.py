@@ -131,3 +131,30 @@ def test_torch_bf16_on_a_cpu_without_it_says_why(monkeypatch):
     status = backend_class("torch").status(resolve("srcnn-x3"), "bf16")
     if not status.available:  # on a machine with a GPU, bf16 runs there
         assert "bf16 is switched off" in status.reason
+
+
+@pytest.mark.skipif(cpu.bf16_problem() is not None, reason=f"no bf16 here: {cpu.bf16_problem()}")
+def test_sr_at_fp32_says_how_to_get_the_faster_precision_auto_measured(tmp_path, monkeypatch, capsys):
+    """After `--precision auto` timed fp32 and bf16 here, a plain fp32 `sr` says on its first lines how to get the
+    faster one and by how much (what auto measured); when fp32 itself won, nothing is said."""
+    pytest.importorskip("openvino", reason="OpenVINO is not installed")
+    import cv2
+
+    from pipeline.cli import main
+
+    monkeypatch.setenv("SRDEPLOY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(quality, "LOWER", ("bf16",))  # auto weighs fp32 and bf16 only (int8 has its own tests)
+    best, _ = quality.pick_precision("auto", "srcnn-x3", threads=1)
+    fp32 = create_named("ort-folded", "srcnn-x3", "fp32", threads=1)
+    hint = quality.fp32_hint(fp32)
+    assert quality.fp32_hint(best) is None or best.precision == "fp32"
+    cv2.imwrite(str(tmp_path / "a.png"), (np.random.default_rng(0).random((40, 50, 3)) * 255).astype(np.uint8))
+    assert main(["sr", str(tmp_path / "a.png"), str(tmp_path / "b.png"), "--model", "srcnn-x3", "--threads", "1"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    if best.precision == "fp32":  # the machine was too busy for bf16 to win this time
+        assert hint is None and not any(ln.startswith("faster here") for ln in lines)
+        return
+    assert hint.startswith("faster here: --precision auto runs openvino bf16, ") and "this ort-folded fp32" in hint
+    assert "losing 0.0" in hint and "(budget 0.02)" in hint and hint.endswith("fp32 stays the exact default")
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("sr: "))
+    assert lines[first + 1] == hint

@@ -3,6 +3,7 @@
     precision_loss(backend) -> dict   from the store, or measured now (a few seconds) and stored
     loss_line(record) -> str          one line: the loss, its budget, and whether it is within it
     pick_precision(backend, model, **opts) -> (Backend, reason)   `--precision auto`: the fastest within budget
+    fp32_hint(backend) -> str | None  at fp32: the faster precision within budget `auto` measured here, if any
 
 The same backend runs the held-out images (degraded as in training, at the model's default scale) at fp32 and at
 its precision; both outputs are rounded to 8 bits and scored against the originals, border cropped
@@ -151,9 +152,46 @@ def pick_precision(backend: str, model: str | None, log=None, **opts) -> tuple[B
     if not timed:
         raise PipelineError("--precision auto: nothing can run: " + "; ".join(notes))
     ms, best = min(timed, key=lambda t: t[0])
+    _keep_timings(backend, best.model_name, timed)
     fp32_ms = next((t for t, b in timed if b.precision == "fp32"), None)
     ratio = f", {fp32_ms / ms:.1f}x fp32's {fp32_ms:.0f} ms" if fp32_ms and best.precision != "fp32" else ""
     times = ", ".join(f"{b.name} {b.precision} {t:.0f} ms" for t, b in sorted(timed, key=lambda t: t[0]))
     why = (f"precision auto: {best.name} {best.precision} is the fastest within budget here ({ms:.0f} ms at 256x256"
            f"{ratio}; timed: {times})" + "".join(f"; {n}" for n in notes))
     return best.selected(why, f"precision auto: {best.precision}, fastest within budget"), why
+
+
+def _timings_path(backend: str, model: str):
+    key = hashlib.sha256(machine_fingerprint().encode()).hexdigest()[:16]
+    return cache_dir() / "quality" / f"auto-{file_token(model)}-{backend}-{key}.json"
+
+
+def _keep_timings(backend: str, model: str, timed: list[tuple[float, Backend]]) -> None:
+    """What `auto` timed (within budget only), kept per model, requested backend and machine for fp32_hint."""
+    rows = [{"backend": b.name, "precision": b.precision, "ms": round(t, 2),
+             "psnr_loss_db": (stored(b) or {}).get("psnr_loss_db")} for t, b in sorted(timed, key=lambda t: t[0])]
+    atomic_write(_timings_path(backend, model), json.dumps({"model": model, "requested": backend, "timed": rows,
+                                                            "when": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n")
+
+
+def fp32_hint(backend: Backend) -> str | None:
+    """For a backend running fp32: one line saying how to get the faster precision within budget that an earlier
+    `--precision auto` measured on this machine for this model and backend, and how much faster; else None."""
+    if backend.precision != "fp32":
+        return None
+    for requested in (backend.name, "auto"):
+        try:
+            rows = json.loads(_timings_path(requested, backend.model_name).read_text())["timed"]
+        except (OSError, ValueError, KeyError):
+            continue
+        fp32 = next((r for r in rows if r["backend"] == backend.name and r["precision"] == "fp32"), None)
+        if fp32 is None or rows[0]["precision"] == "fp32":
+            continue
+        best, loss = rows[0], rows[0].get("psnr_loss_db")
+        budget = BUDGET_DB[best["precision"]]
+        lost = f", losing {loss:.3f} dB Y-PSNR (budget {budget:g})" if loss is not None else ""
+        option = "--precision auto" + ("" if requested == "auto" else f" --backend {requested}")
+        return (f"faster here: {option} runs {best['backend']} {best['precision']}, {fp32['ms'] / best['ms']:.1f}x "
+                f"this {backend.name} fp32 ({best['ms']:.0f} against {fp32['ms']:.0f} ms at 256x256, measured earlier "
+                f"on this machine){lost}; fp32 stays the exact default")
+    return None

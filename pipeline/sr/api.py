@@ -61,6 +61,8 @@ def _say_precision(loaded: backends.Backend, auto_line: str | None, console: Con
         console.always(auto_line)
     if (record := quality.precision_loss(loaded, log=console.always)) is not None:
         console.always(f"precision: {quality.loss_line(record)}")
+    elif (hint := quality.fp32_hint(loaded)) is not None:
+        console.always(hint)
 
 
 def _model_metadata(spec, onnx, engine) -> dict[str, str]:
