@@ -15,9 +15,10 @@ Xeon), first layer only in float -> first and last in float:
     srcnn-x3      0.109 -> 0.069 dB   within the 0.10 dB budget
     deform-srcnn  0.67  -> 0.030 dB   within (its int8 part is the offset/mask conv feeding DeformConv2d; leaving
                                       that in float too, custom_op_neighbours, would leave nothing to quantize)
-    srcnn         0.78  -> 0.22 dB    OVER: its middle 1x1 conv alone costs 0.22 dB with any range estimator tried
-                                      (min-max 0.27, percentile, entropy; scripts/int8_recipes.py); `auto` never
-                                      picks it, and `sr --precision int8` says it is over budget.
+    srcnn         0.78  -> 0.22 dB    OVER: its middle conv alone costs 0.22 dB (min-max ranges 0.27 dB);
+                                      `auto` never picks it and `sr --precision int8` says it is over budget.
+                                      scripts/int8_recipes.py measures other recipes (KEEP:METHOD:CROPS:PERCENTILE).
+Other range estimators on srcnn-x3: entropy 0.105 dB (first and last in float), min-max 0.166 dB (first only).
 """
 from __future__ import annotations
 
