@@ -12,7 +12,7 @@ import pytest
 from pipeline.analysis import quality
 from pipeline.backends import create_named
 from pipeline.export.cached import onnx_for
-from pipeline.export.quantize import first_layer_convs, int8_file
+from pipeline.export.quantize import first_layer_convs, int8_file, last_layer_convs
 from pipeline.native import cpu
 
 
@@ -23,7 +23,14 @@ def folded_x3(tmp_path_factory):
     return folded_variants(onnx_for("srcnn-x3", cache=tmp_path_factory.mktemp("q-cache")))[3]
 
 
-def test_int8_file_is_qdq_with_the_first_layer_in_float_and_runs(folded_x3, tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def auto_cache(tmp_path_factory):
+    """One artifact cache for the tests that make int8 files or run `--precision auto`: the int8 files and quality
+    records (calibration takes GBs on the HR-grid graph) are made once for the module."""
+    return tmp_path_factory.mktemp("auto-cache")
+
+
+def test_int8_file_is_qdq_with_the_first_and_last_layers_in_float_and_runs(folded_x3, tmp_path, monkeypatch):
     monkeypatch.setenv("SRDEPLOY_CACHE", str(tmp_path))
     said: list[str] = []
     path = int8_file(folded_x3, 3, log=said.append)
@@ -32,14 +39,28 @@ def test_int8_file_is_qdq_with_the_first_layer_in_float_and_runs(folded_x3, tmp_
     ops = [n.op_type for n in q.graph.node]
     assert "QuantizeLinear" in ops and "DequantizeLinear" in ops
     fed_by = {o: n.op_type for n in q.graph.node for o in n.output}
-    first = set(first_layer_convs(onnx.load(str(folded_x3))))
+    fp32 = onnx.load(str(folded_x3))
+    first, last = set(first_layer_convs(fp32)), set(last_layer_convs(fp32))
+    assert "/fold1/Conv" in first and "/fold3/Conv" in last and not first & last
     convs = {n.name: n for n in q.graph.node if n.op_type == "Conv"}
-    assert first and all(fed_by.get(convs[c].input[1]) != "DequantizeLinear" for c in first)  # float weights
-    assert any(fed_by.get(n.input[1]) == "DequantizeLinear" for name, n in convs.items() if name not in first)
+    assert all(fed_by.get(convs[c].input[1]) != "DequantizeLinear" for c in first | last)  # float weights
+    middle = [n for name, n in convs.items() if name not in first | last]
+    assert middle and all(fed_by.get(n.input[1]) == "DequantizeLinear" for n in middle)
     x = np.random.default_rng(0).random((1, 3, 130, 140), dtype=np.float32)
     run = lambda p: ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]  # noqa: E731
     ref, got = run(folded_x3), run(path)
     assert got.shape == ref.shape and 0 < np.abs(got - ref).mean() < 0.01
+
+
+@pytest.mark.parametrize("model", ["srcnn-x3", "deform-srcnn"])
+def test_int8_is_within_its_budget_on_the_held_out_set(model, monkeypatch, auto_cache):
+    """The shipped recipe (first and last layer in float) through OpenVINO, measured by the quality store. srcnn's
+    int8 is still over budget (0.22 dB; the README says so and `auto` never picks it)."""
+    pytest.importorskip("openvino", reason="OpenVINO is not installed")
+    monkeypatch.setenv("SRDEPLOY_CACHE", str(auto_cache))  # the auto tests below reuse its int8 files
+    record = quality.precision_loss(create_named("openvino", model, "int8", threads=2))
+    assert record["precision"] == "int8" and record["images"] == 4
+    assert 0 < record["psnr_loss_db"] <= quality.BUDGET_DB["int8"] and quality.within_budget(record)
 
 
 def test_loss_line_says_the_budget():
@@ -71,13 +92,6 @@ def test_bf16_loss_is_measured_once_stored_and_said_by_sr(tmp_path, monkeypatch,
     assert lines[1] == f"precision: {quality.loss_line(record)}"
     path = next((tmp_path / "cache" / "quality").iterdir())
     assert json.loads(path.read_text())["backend"] == "openvino"
-
-
-@pytest.fixture(scope="module")
-def auto_cache(tmp_path_factory):
-    """One artifact cache for the tests that run `--precision auto`: the int8 files and the quality records it
-    makes (calibration takes GBs on the HR-grid graph) are made once for the module."""
-    return tmp_path_factory.mktemp("auto-cache")
 
 
 def test_precision_auto_never_picks_a_precision_over_its_budget(tmp_path, monkeypatch, capsys, auto_cache):

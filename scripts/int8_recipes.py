@@ -1,0 +1,55 @@
+"""Try int8 quantization recipes on a model and print each one's held-out Y-PSNR loss through OpenVINO (the
+project's quality store protocol, pipeline.analysis.quality.measure) and its 256x256 time.
+
+    python scripts/int8_recipes.py srcnn-x3 "first" "first,last" "first,last:Entropy" ...
+
+A recipe is KEEP[:METHOD[:CROPS[:PERCENTILE]]], KEEP a comma list of first/last/custom (see
+pipeline.export.quantize.excluded). Files go to a temporary cache; nothing is stored.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+
+def main(argv: list[str]) -> None:
+    os.environ.setdefault("SRDEPLOY_CACHE", tempfile.mkdtemp(prefix="int8-recipes-"))
+    from pipeline.analysis import quality
+    from pipeline.backends import create_named, openvino_backend, time_backend
+    from pipeline.errors import PipelineError
+    from pipeline.export import quantize as q
+
+    model, recipes = argv[0], argv[1:]
+    for n, recipe in enumerate(recipes):
+        parts = recipe.split(":")
+        keep = tuple(k for k in parts[0].split(",") if k)
+        opts = {"keep": keep}
+        if len(parts) > 1:
+            opts["method"] = parts[1]
+        if len(parts) > 2:
+            opts["crops"] = int(parts[2])
+        if len(parts) > 3:
+            opts["percentile"] = float(parts[3])
+
+        def made(fp32, scale, log=None, _opts=opts, _n=n):
+            dst = Path(os.environ["SRDEPLOY_CACHE"]) / f"r{_n}-{Path(fp32).stem}.onnx"
+            if not dst.is_file():
+                q.quantize(Path(fp32), dst, scale, **_opts)
+            return dst
+
+        openvino_backend.int8_file = made
+        try:
+            b = create_named("openvino", model, "int8", threads=2)
+            rec = quality.measure(b, threads=2)
+        except PipelineError as e:
+            print(f"{model} {recipe:28s} {e}", flush=True)
+            continue
+        ms = time_backend(b, 256, repeats=5, warmup=2)
+        print(f"{model} {recipe:28s} loss {rec['psnr_loss_db']:.4f} dB  ssim {rec['ssim_loss']:.5f}  "
+              f"{ms:.1f} ms at 256  ({b.last_path})", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
