@@ -58,7 +58,7 @@ def main() -> None:
                 loss = "exact" if b.name != "torch" or b.precision == "fp32" else "—"
             else:
                 verdict = "within" if quality.within_budget(record) else "**over**"
-                loss = f"{record['psnr_loss_db']:.3f} dB ({verdict} {record['budget_db']:g})"
+                loss = f"{record['psnr_loss_db']:.3f} dB ({verdict} {quality.budget(record):g})"
             ratio = f"{eager / ms:.1f}×" if eager else "—"
             print(f"| {model} | {label} | {ms:.1f} | {ratio} | {loss} |", flush=True)
         best, why = quality.pick_precision("auto", model, threads=args.threads)
