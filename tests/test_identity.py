@@ -121,7 +121,7 @@ def test_engine_plans_from_the_file_alone_without_pytorch(tmp_path):
     r = _run("import argparse\nfrom pipeline.cli import engine\n"
              "p = argparse.ArgumentParser(); engine.add_arguments(p)\n"
              f"args = p.parse_args(['--onnx', {str(f)!r}, '--output', {str(tmp_path / 'u.engine')!r}])\n"
-             "[(onnx_file, out, profiles)] = engine.plan(args)\n"
+             "[(onnx_file, out, precision, profiles)] = engine.plan(args)\n"
              "print(profiles[0].scale, profiles[0].height)\n"
              "from pipeline.engine import tensorrt_problem\n"
              "print(tensorrt_problem() or 'ready')\n")

@@ -8,6 +8,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from onnx import TensorProto, numpy_helper
 
 from pipeline.analysis import quality
 from pipeline.backends import create_named
@@ -46,6 +47,15 @@ def test_int8_file_is_qdq_with_the_first_and_last_layers_in_float_and_runs(folde
     assert all(fed_by.get(convs[c].input[1]) != "DequantizeLinear" for c in first | last)  # float weights
     middle = [n for name, n in convs.items() if name not in first | last]
     assert middle and all(fed_by.get(n.input[1]) == "DequantizeLinear" for n in middle)
+    # TensorRT's explicit quantization takes the file as it is: every DequantizeLinear reads int8 (weights as int8
+    # initializers, activations from a QuantizeLinear; no int32 bias), every zero point is 0 (symmetric)
+    inits = {i.name: i for i in q.graph.initializer}
+    for n in q.graph.node:
+        if n.op_type == "DequantizeLinear":
+            src = n.input[0]
+            assert inits[src].data_type == TensorProto.INT8 if src in inits else fed_by[src] == "QuantizeLinear"
+        if n.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            assert len(n.input) == 3 and not numpy_helper.to_array(inits[n.input[2]]).any()
     x = np.random.default_rng(0).random((1, 3, 130, 140), dtype=np.float32)
     run = lambda p: ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]  # noqa: E731
     ref, got = run(folded_x3), run(path)
@@ -61,6 +71,19 @@ def test_int8_is_within_its_budget_on_the_held_out_set(model, monkeypatch, auto_
     record = quality.precision_loss(create_named("openvino", model, "int8", threads=2))
     assert record["precision"] == "int8" and record["images"] == 4
     assert 0 < record["psnr_loss_db"] <= quality.BUDGET_DB["int8"] and quality.within_budget(record)
+
+
+def test_an_int8_engine_is_built_from_the_file_openvino_runs(monkeypatch, auto_cache):
+    """`engine --precision int8` parses the same Q/DQ file the openvino backend runs (made once, cached)."""
+    pytest.importorskip("openvino", reason="OpenVINO is not installed")
+    from pipeline.engine.precision import engine_graph
+
+    monkeypatch.setenv("SRDEPLOY_CACHE", str(auto_cache))  # the int8 file of the budget test above, when it ran
+    ov = create_named("openvino", "deform-srcnn", "int8", threads=2)
+    fp32 = onnx_for("deform-srcnn")
+    graph = engine_graph(fp32, onnx.load(str(fp32)), "int8")
+    assert graph == onnx.load(str(ov.model_file()))
+    assert {"QuantizeLinear", "DequantizeLinear", "DeformConv2d"} <= {n.op_type for n in graph.graph.node}
 
 
 def test_loss_line_says_the_budget():

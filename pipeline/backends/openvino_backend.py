@@ -21,7 +21,7 @@ from pipeline.backends.checks import check_batch
 from pipeline.backends.ort_backend import onnx_source_problem
 from pipeline.errors import PipelineError, check_choice, first_line
 from pipeline.export.cached import onnx_for
-from pipeline.export.quantize import int8_file
+from pipeline.export.quantize import int8_file, int8_path
 from pipeline.native.cpu import bf16_problem
 
 # --precision -> OpenVINO's inference precision hint; the file is the fp32 export, or for int8 its Q/DQ version,
@@ -118,6 +118,11 @@ class OpenVinoBackend(Backend):
             names = {n for port in compiled.inputs for n in port.get_names()}
             self.compiled[scale] = (compiled.create_infer_request(), names, min_lr)
         return self.compiled[scale]
+
+    def model_file(self) -> Path | None:
+        """int8: the model graph's Q/DQ file, made at load (a new recipe is a new file, so its loss is measured
+        anew); else the fp32 file."""
+        return int8_path(self.onnx_file) if self.precision == "int8" else self.onnx_file
 
     def infer(self, batch: np.ndarray, scale: float) -> np.ndarray:
         s = check_batch(batch, self.spec, scale, self.name)

@@ -31,6 +31,8 @@ from pipeline.backends.base import (
 from pipeline.backends.checks import check_batch, check_scale
 from pipeline.backends.ort_backend import onnx_source_problem
 from pipeline.engine import (
+    DERIVED,
+    ENGINE_PRECISIONS,
     INSTALL_HINT,
     Profile,
     check_engine,
@@ -54,11 +56,12 @@ class TrtBackend(Backend):
     name = "trt"
     GRAPH_AFTER = 2  # a bound shape is captured at this run in a row (alternating tile shapes never are)
     OPTIONS = frozenset({"engine", "onnx", "profile", "weights", "cuda_graph", "device", "log"})
+    PRECISIONS = ENGINE_PRECISIONS  # bf16 and int8: strongly typed engines from the fp32 file (pipeline.engine)
 
     def __init__(self, model: str | None, precision: str = "fp32", *, engine: str | Path | None = None,
                  onnx: str | Path | None = None, profile: dict | None = None, weights=None,
                  cuda_graph: bool = False, device: int = 0, log=None):
-        self.precision = check_precision(precision)
+        self.precision = check_precision(precision, self.PRECISIONS)
         self.spec = resolve(model, onnx, engine)
         self.model_name = self.spec.name
         self.engine_path = Path(engine) if engine is not None else None
@@ -87,7 +90,8 @@ class TrtBackend(Backend):
             trt_plugin_library()
         except PipelineError as e:
             return cls.no(str(e))
-        problem = None if engine is not None else onnx_source_problem(spec, precision, onnx, weights)
+        graph = "fp32" if precision in DERIVED else precision  # the file a bf16/int8 engine is made from
+        problem = None if engine is not None else onnx_source_problem(spec, graph, onnx, weights)
         if problem:
             return cls.no(problem)
         import tensorrt as trt
@@ -102,11 +106,14 @@ class TrtBackend(Backend):
                 raise PipelineError(f"{self.engine_path.name} is a {sidecar.get('precision')} engine, "
                                     f"but precision {self.precision} was requested")
             return self.engine_path, sidecar
-        onnx = self.onnx_path or onnx_for(self.model_name, self.precision, "custom", weights=self.weights, log=self.log)
+        derived = self.precision in DERIVED  # bf16 and int8 engines are made from the fp32 file
+        onnx = self.onnx_path or onnx_for(self.model_name, "fp32" if derived else self.precision, "custom",
+                                          weights=self.weights, log=self.log)
         profile = Profile.from_dict(self.profile) if self.profile else default_profile(self.spec)
         profiles = [validate_profile(profile, self.spec)]
-        path = engine_for(onnx, {"profiles": [p.to_dict() for p in profiles]})
-        sidecar = ensure_engine(onnx, path, profiles, plugin_lib=plugin_lib, log=self.log)
+        key = {"profiles": [p.to_dict() for p in profiles], **({"precision": self.precision} if derived else {})}
+        path = engine_for(onnx, key)
+        sidecar = ensure_engine(onnx, path, profiles, precision=self.precision, plugin_lib=plugin_lib, log=self.log)
         return path, sidecar
 
     def load(self) -> TrtBackend:

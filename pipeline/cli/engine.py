@@ -7,9 +7,12 @@ from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import check_onnx_file, onnx_metadata
 from pipeline.cli import options
 from pipeline.engine import (
+    DERIVED,
+    ENGINE_PRECISIONS,
     Profile,
     build_engine,
     default_profile,
+    engine_precision,
     ensure_engine,
     profiles_from_config,
     tensorrt_problem,
@@ -28,8 +31,12 @@ def add_arguments(parser) -> None:
     options.add_output_dir_arg(parser, "outputs/engines", flag="--output-dir", what="engine folder (with --all)")
     parser.add_argument("--baseline", action="store_true",
                         help="with --all: also build the --ops standard ONNX files (TensorRT's own Resize/DeformConv)")
-    parser.add_argument("--precision", choices=("fp32", "fp16", "all"), default="all",
-                        help="with --all: which graphs to build (the precision of a graph is its own; default all)")
+    parser.add_argument("--precision", choices=(*ENGINE_PRECISIONS, "all"),
+                        help="the engine's precision (default: the file's own, fp32 or fp16; a strongly typed engine "
+                             "has its graph's). bf16 and int8 build from an fp32 file: bf16 converts its graph (our "
+                             "sr ops stay fp32; GPUs of compute capability 8.0+), int8 uses its Q/DQ file (made "
+                             "once, calibrated on the training images, as OpenVINO's). With --all: which to build "
+                             "(default all: every file at its own)")
     parser.add_argument("--batch", help="MIN,OPT,MAX batch (default 1,1,4)")
     parser.add_argument("--height", help="MIN,OPT,MAX input height (default 8,256,512)")
     parser.add_argument("--width", help="MIN,OPT,MAX input width (default 8,256,512)")
@@ -61,37 +68,47 @@ def profiles_from_args(args, spec) -> list[Profile]:
     return [validate_profile(Profile.from_dict(d), spec)]
 
 
-def _jobs(args) -> list[tuple[Path, Path]]:
-    """(onnx, engine) pairs to build, validated before TensorRT is touched."""
+def _folder_jobs(args) -> list[tuple[Path, Path, str]]:
+    """--all: (onnx, engine, precision) for every file in --onnx-dir that --precision and --baseline select."""
+    if not args.onnx_dir.is_dir():
+        raise PipelineError(f"ONNX folder not found: {args.onnx_dir} (run `make onnx` first)")
+    want = args.precision or "all"
+    jobs = []
+    for f in sorted(args.onnx_dir.glob("*.onnx")):
+        meta = onnx_metadata(check_onnx_file(f))
+        if meta.get("ops", "custom") == "standard" and not args.baseline:
+            continue
+        own = meta.get("precision", "fp32")
+        if want in DERIVED and own == "fp32":
+            jobs.append((f, args.output_dir / f"{f.stem}-{want}.engine", want))
+        elif want in ("all", own):
+            jobs.append((f, args.output_dir / f"{f.stem}.engine", own))
+    if not jobs:
+        raise PipelineError(f"no matching ONNX files in {args.onnx_dir} (run `make onnx` first)")
+    options.check_output_dir(args.output_dir, "--output-dir")
+    return jobs
+
+
+def _jobs(args) -> list[tuple[Path, Path, str]]:
+    """(onnx, engine, precision) triples to build, validated before TensorRT is touched."""
     if args.all and args.onnx:
         raise PipelineError("--all builds a folder; do not combine it with --onnx")
     if args.all:
-        if not args.onnx_dir.is_dir():
-            raise PipelineError(f"ONNX folder not found: {args.onnx_dir} (run `make onnx` first)")
-        jobs = []
-        for f in sorted(args.onnx_dir.glob("*.onnx")):
-            meta = onnx_metadata(check_onnx_file(f))
-            if meta.get("ops", "custom") == "standard" and not args.baseline:
-                continue
-            if args.precision != "all" and meta.get("precision", "fp32") != args.precision:
-                continue
-            jobs.append((f, args.output_dir / f"{f.stem}.engine"))
-        if not jobs:
-            raise PipelineError(f"no matching ONNX files in {args.onnx_dir} (run `make onnx` first)")
-        options.check_output_dir(args.output_dir, "--output-dir")
-        return jobs
+        return _folder_jobs(args)
     if not args.onnx or not args.output:
         raise PipelineError("give --onnx FILE --output FILE.engine, or --all --onnx-dir DIR --output-dir DIR")
-    check_onnx_file(args.onnx)
+    if args.precision == "all":
+        raise PipelineError("--precision all goes with --all; for one file give fp32, fp16, bf16 or int8")
+    precision = engine_precision(onnx_metadata(check_onnx_file(args.onnx)), args.precision)
     options.check_output_file(args.output, "--output")
-    return [(args.onnx, args.output)]
+    return [(args.onnx, args.output, precision)]
 
 
-def plan(args) -> list[tuple[Path, Path, list[Profile]]]:
-    """(onnx, engine, profiles) for every engine to build: the model and its scale contract come from each ONNX
-    file's metadata (no PyTorch, no checkpoint reloaded), checked before TensorRT is touched."""
-    return [(onnx_file, engine_file, profiles_from_args(args, resolve(onnx=onnx_file)))
-            for onnx_file, engine_file in _jobs(args)]
+def plan(args) -> list[tuple[Path, Path, str, list[Profile]]]:
+    """(onnx, engine, precision, profiles) for every engine to build: the model and its scale contract come from
+    each ONNX file's metadata (no PyTorch, no checkpoint reloaded), checked before TensorRT is touched."""
+    return [(onnx_file, engine_file, precision, profiles_from_args(args, resolve(onnx=onnx_file)))
+            for onnx_file, engine_file, precision in _jobs(args)]
 
 
 def run(args) -> int:
@@ -103,9 +120,9 @@ def run(args) -> int:
     problem = tensorrt_problem()
     if problem:
         raise PipelineError(problem)
-    for onnx_file, engine_file, profiles in plan(args):
-        opts = dict(plugin_lib=args.plugin_lib, workspace_mb=args.workspace, opt_level=args.opt_level,
-                    timing_cache=args.timing_cache, progress=not args.quiet, tf32=args.tf32)
+    for onnx_file, engine_file, precision, profiles in plan(args):
+        opts = dict(precision=precision, plugin_lib=args.plugin_lib, workspace_mb=args.workspace,
+                    opt_level=args.opt_level, timing_cache=args.timing_cache, progress=not args.quiet, tf32=args.tf32)
         if args.force:
             build_engine(onnx_file, engine_file, profiles, **opts)
         else:

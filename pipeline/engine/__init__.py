@@ -2,13 +2,15 @@
 
 The plugin library is loaded through TensorRT's plugin registry, the sr function bodies are stripped
 so the ONNX parser falls back to our plugins, and the network is strongly typed (TensorRT 11 always
-is), so an FP16 engine comes from the FP16 ONNX graph. Profiles, sidecars and staleness checks are plain
+is), so an FP16 engine comes from the FP16 ONNX graph, a BF16 one from the fp32 file converted at build time and
+an INT8 one from its Q/DQ file (pipeline.engine.precision). Profiles, sidecars and staleness checks are plain
 Python (tested without TensorRT); only `build_engine` and `current_environment` need it.
 
     environment  what engines need here (GPU, TensorRT) and the facts an engine is tied to
     profiles     min/opt/max shapes and scale range
     sidecar      the JSON next to each engine; fresh / stale / foreign
     plugins      loading our plugin library into TensorRT's registry
+    precision    the graph an engine of each precision is built from
     workspace    the least --workspace our DeformConv2d layers need for a profile
     build        ONNX -> engine, and the cached-engine policy
 """
@@ -19,6 +21,7 @@ from pipeline.engine.environment import (
                                       tensorrt_problem,
 )
 from pipeline.engine.plugins import load_plugins
+from pipeline.engine.precision import DERIVED, ENGINE_PRECISIONS, engine_precision
 from pipeline.engine.profiles import (
                                       Profile,
                                       default_profile,
@@ -40,8 +43,8 @@ from pipeline.engine.sidecar import (
 )
 from pipeline.engine.workspace import check_workspace, min_workspace_bytes
 
-__all__ = ["ENV_KEYS", "INSTALL_HINT", "SIDECAR_VERSION", "Profile", "build_engine", "check_engine", "check_workspace",
-           "current_environment", "default_profile", "ensure_engine", "load_plugins", "make_sidecar",
-           "min_workspace_bytes", "plan_engine", "profile_for_input", "profiles_from_config", "read_sidecar",
-           "sidecar_path", "sidecar_problems", "sidecar_profiles", "sidecar_tf32", "tensorrt_problem",
-           "validate_profile"]
+__all__ = ["DERIVED", "ENGINE_PRECISIONS", "ENV_KEYS", "INSTALL_HINT", "SIDECAR_VERSION", "Profile", "build_engine",
+           "check_engine", "check_workspace", "current_environment", "default_profile", "engine_precision",
+           "ensure_engine", "load_plugins", "make_sidecar", "min_workspace_bytes", "plan_engine", "profile_for_input",
+           "profiles_from_config", "read_sidecar", "sidecar_path", "sidecar_problems", "sidecar_profiles",
+           "sidecar_tf32", "tensorrt_problem", "validate_profile"]

@@ -12,6 +12,7 @@ from pipeline.artifacts.cache import cache_dir
 from pipeline.artifacts.onnx_file import load_onnx
 from pipeline.engine.environment import current_environment, tensorrt_problem
 from pipeline.engine.plugins import load_plugins
+from pipeline.engine.precision import bf16_problem, derivation, engine_graph, engine_precision
 from pipeline.engine.profiles import Profile
 from pipeline.engine.sidecar import (
     check_engine,
@@ -113,13 +114,15 @@ class _Build:
         return (None if serialized is None else bytes(serialized)), bytes(self.config.get_timing_cache().serialize())
 
 
-def build_engine(onnx_file: Path, output: Path, profiles: list[Profile], *, plugin_lib: Path | None = None,
-                 workspace_mb: int = 1024, opt_level: int = 3, timing_cache: Path | None = None,
-                 progress: bool = True, tf32: bool = False, log=print) -> dict:
+def build_engine(onnx_file: Path, output: Path, profiles: list[Profile], *, precision: str | None = None,
+                 plugin_lib: Path | None = None, workspace_mb: int = 1024, opt_level: int = 3,
+                 timing_cache: Path | None = None, progress: bool = True, tf32: bool = False, log=print) -> dict:
     """Build and serialize an engine (atomically) and its sidecar; return the sidecar.
 
-    tf32=False (default) keeps FP32 math FP32: TensorRT's TF32 flag off and our DeformConv2d GEMMs without TF32, so
-    FP32 engines meet the 1e-4 accuracy checks; tf32=True allows TF32 in both, for speed."""
+    precision: None or the file's own builds the file as it is; bf16 and int8 build from an fp32 file the graph
+    pipeline.engine.precision makes of it. tf32=False (default) keeps FP32 math FP32: TensorRT's TF32 flag off and
+    our DeformConv2d GEMMs without TF32, so FP32 engines meet the 1e-4 accuracy checks; tf32=True allows TF32 in
+    both, for speed."""
     problem = tensorrt_problem()
     if problem:
         raise PipelineError(problem)
@@ -128,8 +131,13 @@ def build_engine(onnx_file: Path, output: Path, profiles: list[Profile], *, plug
     onnx_file, output = Path(onnx_file), Path(output)
     model, meta = load_onnx(onnx_file)
     ops = meta.get("ops", "custom")
-    precision = meta.get("precision", "fp32")
+    precision = engine_precision(meta, precision)
+    env = current_environment(plugin_lib)
+    problem = bf16_problem(env["compute_capability"]) if precision == "bf16" else None
+    if problem:
+        raise PipelineError(problem)
     check_workspace(workspace_mb, model, profiles, precision)  # before TensorRT spends time on a doomed build
+    model = engine_graph(onnx_file, model, precision, log=log)
     if ops == "custom":
         load_plugins(plugin_lib)
         # No function bodies: the parser falls back to our plugins.
@@ -147,12 +155,11 @@ def build_engine(onnx_file: Path, output: Path, profiles: list[Profile], *, plug
         raise PipelineError(f"TensorRT failed to build an engine from {onnx_file.name} (see the TensorRT log above)")
     atomic_write(output, serialized)
     atomic_write(timing_cache, timings)
-    env = current_environment(plugin_lib)
     io = {"inputs": sorted(inputs), "has_size_input": "size" in inputs}
     sidecar = make_sidecar(env, onnx_file=onnx_file, onnx_sha256=file_sha256(onnx_file),
                            model=meta.get("model", "?"), precision=precision, ops=ops, profiles=profiles,
                            io=io, build_seconds=round(time.perf_counter() - t0, 2), tf32=tf32,
-                           workspace_mb=int(workspace_mb))
+                           workspace_mb=int(workspace_mb), derivation=derivation(precision))
     sidecar["onnx_metadata"] = meta  # the model spec travels with the engine (pipeline.artifacts.identity.resolve)
     atomic_write(sidecar_path(output), json.dumps(sidecar, indent=2).encode())
     log(f"engine: {output} ({precision}, TF32 {'on' if tf32 else 'off'}, {ops} ops, {len(profiles)} profile(s), "
@@ -167,7 +174,8 @@ def ensure_engine(onnx_file: Path, output: Path, profiles: list[Profile], *, reb
 
     env = current_environment(build_opts.get("plugin_lib"))
     onnx_sha = file_sha256(onnx_file)
-    action, why = plan_engine(output, env, onnx_sha, profiles, tf32=bool(build_opts.get("tf32", False)))
+    action, why = plan_engine(output, env, onnx_sha, profiles, tf32=bool(build_opts.get("tf32", False)),
+                              precision=build_opts.get("precision"))
     if action == "use":
         log(f"engine: {output} is {why}")
         return read_sidecar(output)

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from pipeline.artifacts.engine_file import load_sidecar, read_sidecar, sidecar_onnx, sidecar_path, sidecar_problem
+from pipeline.engine.precision import derivation
 from pipeline.engine.profiles import Profile
 from pipeline.errors import PipelineError
 
@@ -20,7 +21,7 @@ ENV_KEYS = ("tensorrt", "gpu", "compute_capability", "plugin_sha256")
 
 def make_sidecar(env: dict, *, onnx_file: Path, onnx_sha256: str, model: str, precision: str, ops: str,
                  profiles: list[Profile], io: dict | None = None, build_seconds: float | None = None,
-                 tf32: bool = False, workspace_mb: int | None = None) -> dict:
+                 tf32: bool = False, workspace_mb: int | None = None, derivation: str | None = None) -> dict:
     return {
         "sidecar_version": SIDECAR_VERSION,
         **{k: env.get(k) for k in ("tensorrt", "cuda", "gpu", "compute_capability", "plugin_library", "plugin_sha256")},
@@ -28,6 +29,7 @@ def make_sidecar(env: dict, *, onnx_file: Path, onnx_sha256: str, model: str, pr
         "onnx_sha256": onnx_sha256,
         "model": model,
         "precision": precision,
+        "derivation": derivation,  # a bf16/int8 engine's graph, made from the fp32 file (pipeline.engine.precision)
         "tf32": bool(tf32),  # FP32 math may use TF32 (engine --tf32); off keeps FP32 engines FP32-accurate
         "workspace_mb": workspace_mb,
         "ops": ops,
@@ -82,8 +84,9 @@ def sidecar_tf32(sidecar: dict) -> bool:
 
 
 def plan_engine(engine: Path, env: dict, onnx_sha256: str, profiles: list[Profile], *,
-                tf32: bool = False) -> tuple[str, str]:
-    """What to do with a cached engine: ("use", why) / ("build", why) / ("rebuild", why). Pure logic."""
+                tf32: bool = False, precision: str | None = None) -> tuple[str, str]:
+    """What to do with a cached engine: ("use", why) / ("build", why) / ("rebuild", why). Pure logic. precision:
+    bf16/int8 for an engine derived from the fp32 file (None: the file's own)."""
     if not Path(engine).is_file():
         return "build", "no engine yet"
     sidecar = read_sidecar(engine)
@@ -92,6 +95,9 @@ def plan_engine(engine: Path, env: dict, onnx_sha256: str, profiles: list[Profil
         return "rebuild", "; ".join(problems)
     if sidecar.get("profiles") != [p.to_dict() for p in profiles]:
         return "rebuild", "profiles changed"
+    if sidecar.get("derivation") != derivation(precision):  # its graph: the file as it is, or made from it
+        was, want = (d or "the file as it is" for d in (sidecar.get("derivation"), derivation(precision)))
+        return "rebuild", f"built from {was}, wanted {want}"
     if sidecar_tf32(sidecar) != tf32:
         was, want = ("on" if v else "off" for v in (sidecar_tf32(sidecar), tf32))
         return "rebuild", f"built with TF32 {was}, wanted {want}"

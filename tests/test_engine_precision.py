@@ -1,0 +1,131 @@
+"""TensorRT engine precisions bf16 and int8 (pipeline.engine.precision): which file an engine of each precision is
+built from, the bf16 graph (checked by ONNX's full checker and computed by ONNX's reference evaluator against the
+fp32 file on ONNX Runtime), the staleness rule and the CLI's plan. TensorRT itself cannot run here; the int8 file's
+fitness for its explicit quantization is checked in test_quantize_quality."""
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto
+from onnx.reference import ReferenceEvaluator
+from test_engine import ENV, SRCNN, _onnx, _sidecar
+from test_export_exporters import make_weights
+
+from pipeline.cli import engine as engine_cli
+from pipeline.engine import default_profile, plan_engine, sidecar_path
+from pipeline.engine.precision import bf16_problem, derivation, engine_graph, engine_precision
+from pipeline.errors import PipelineError
+from pipeline.export.core import export_model
+from pipeline.export.fp16 import convert_to_bf16
+from pipeline.export.sr_ops import DOMAIN
+
+
+@pytest.fixture(scope="module")
+def fp32_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bf16")
+    return {m: export_model(m, d / f"{m}.onnx", exporter="torchscript", weights=make_weights(d / f"{m}.pt", m)).path
+            for m in ("srcnn", "deform-srcnn")}
+
+
+def _types(model: onnx.ModelProto) -> dict[str, int]:
+    inferred = onnx.shape_inference.infer_shapes(model)
+    g = inferred.graph
+    types = {v.name: v.type.tensor_type.elem_type for v in [*g.value_info, *g.input, *g.output]}
+    types.update({i.name: i.data_type for i in g.initializer})
+    return types
+
+
+@pytest.mark.parametrize("model", ["srcnn", "deform-srcnn"])
+def test_bf16_graph_is_valid_bf16_with_our_ops_in_fp32(fp32_files, model):
+    b = convert_to_bf16(onnx.load(str(fp32_files[model])))
+    onnx.checker.check_model(b, full_check=True)  # bfloat16 where ONNX admits it (opset 22), types consistent
+    assert {o.domain: o.version for o in b.opset_import}[""] == 22
+    types = _types(b)
+    convs = [n for n in b.graph.node if n.op_type == "Conv"]
+    assert convs and all(types[n.input[1]] == TensorProto.BFLOAT16 and types[n.output[0]] == TensorProto.BFLOAT16
+                         for n in convs)
+    # our ops run FP32 (their plugins have no BF16): float32 in (a Cast, the image, their own weights), Cast out
+    sr = [n for n in b.graph.node if n.domain == DOMAIN]
+    made_by = {o: n for n in b.graph.node for o in n.output}
+    fp32_in = lambda name: (name == "input" or types.get(name) == TensorProto.FLOAT  # noqa: E731
+                            or (made_by[name].op_type == "Cast" and made_by[name].attribute[0].i == TensorProto.FLOAT))
+    assert sr and all(fp32_in(i) for n in sr for k, i in enumerate(n.input)
+                      if i and not (n.op_type == "DynamicResize" and k == 1))
+    read_by = {i: n for n in b.graph.node for i in n.input}
+    assert all(read_by[n.output[0]].op_type == "Cast" and read_by[n.output[0]].attribute[0].i == TensorProto.BFLOAT16
+               for n in sr)
+    assert [types[i.name] for i in b.graph.input if i.name == "input"] == [TensorProto.FLOAT]
+    assert [types[o.name] for o in b.graph.output] == [TensorProto.FLOAT]
+    resize = next(n for n in sr if n.op_type == "DynamicResize")
+    assert resize.input[0] == "input"  # the image reaches the resize as given, never rounded to bf16 first
+
+
+def test_bf16_graph_computes_the_fp32_result_at_bf16_precision(fp32_files):
+    """srcnn's bf16 graph on ONNX's reference evaluator (numpy, bfloat16 through ml_dtypes) against the fp32 file
+    on ONNX Runtime: close at bf16's precision (8 mantissa bits), not equal (it is really bf16)."""
+    path = fp32_files["srcnn"]
+    x = np.random.default_rng(0).random((1, 3, 6, 5), dtype=np.float32)
+    feeds = {"input": x, "size": np.array([12, 10], dtype=np.int64)}
+    ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    got = ReferenceEvaluator(convert_to_bf16(onnx.load(str(path)))).run(None, feeds)[0]
+    err = np.abs(got - ref).max()
+    assert got.dtype == np.float32 and got.shape == ref.shape == (1, 3, 12, 10)
+    assert 0 < err < 0.03 * max(1.0, np.abs(ref).max())
+
+
+def test_engine_precision_is_the_files_own_or_made_from_fp32():
+    fp32, fp16 = {"precision": "fp32"}, {"precision": "fp16"}
+    assert engine_precision(fp32, None) == "fp32" and engine_precision(fp16, None) == "fp16"
+    assert engine_precision(fp32, "bf16") == "bf16" and engine_precision(fp32, "int8") == "int8"
+    with pytest.raises(PipelineError, match="export --precision fp16"):
+        engine_precision(fp32, "fp16")
+    with pytest.raises(PipelineError, match="made from the fp32 file, and this one is an fp16 graph"):
+        engine_precision(fp16, "int8")
+    assert bf16_problem("9.0") is None and bf16_problem("8.0") is None
+    assert "compute capability 8.0 or newer" in bf16_problem("7.5")
+
+
+def test_engine_graph_per_precision(fp32_files):
+    path = fp32_files["srcnn"]
+    model = onnx.load(str(path))
+    assert engine_graph(path, model, "fp32") is model
+    b = engine_graph(path, model, "bf16")
+    assert any(i.data_type == TensorProto.BFLOAT16 for i in b.graph.initializer)
+
+
+def test_a_derived_engine_is_rebuilt_when_its_graph_would_differ(tmp_path):
+    engine, profiles = tmp_path / "m.engine", [default_profile(SRCNN)]
+    engine.write_bytes(b"x")
+    sidecar_path(engine).write_text(json.dumps({**_sidecar(), "precision": "int8", "derivation": derivation("int8")}))
+    assert plan_engine(engine, ENV, "b" * 64, profiles, precision="int8")[0] == "use"
+    action, why = plan_engine(engine, ENV, "b" * 64, profiles, precision="bf16")
+    assert action == "rebuild" and why.startswith("built from int8 Q/DQ recipe") and "wanted bf16 graph" in why
+    assert plan_engine(engine, ENV, "b" * 64, profiles)[1] == ("built from int8 Q/DQ recipe 4, wanted the file as "
+                                                                 "it is")
+    sidecar_path(engine).write_text(json.dumps({**_sidecar(), "derivation": "int8 Q/DQ recipe 3"}))
+    assert plan_engine(engine, ENV, "b" * 64, profiles, precision="int8")[0] == "rebuild"  # an older recipe
+
+
+def test_engine_cli_plans_bf16_and_int8_from_fp32_files(tmp_path):
+    d = tmp_path / "onnx"
+    d.mkdir()
+    _onnx(d / "srcnn.custom.fp32.onnx", model="srcnn", ops="custom", precision="fp32")
+    _onnx(d / "srcnn.custom.fp16.onnx", model="srcnn", ops="custom", precision="fp16")
+    p = argparse.ArgumentParser()
+    engine_cli.add_arguments(p)
+    jobs = engine_cli._jobs(p.parse_args(["--all", "--onnx-dir", str(d), "--output-dir", str(tmp_path / "e"),
+                                          "--precision", "int8"]))
+    assert jobs == [(d / "srcnn.custom.fp32.onnx", tmp_path / "e" / "srcnn.custom.fp32-int8.engine", "int8")]
+    jobs = engine_cli._jobs(p.parse_args(["--all", "--onnx-dir", str(d), "--output-dir", str(tmp_path / "e")]))
+    assert [(j[0].name, j[2]) for j in jobs] == [("srcnn.custom.fp16.onnx", "fp16"), ("srcnn.custom.fp32.onnx", "fp32")]
+    one = ["--onnx", str(d / "srcnn.custom.fp16.onnx"), "--output", str(tmp_path / "x.engine")]
+    assert engine_cli._jobs(p.parse_args(one))[0][2] == "fp16"
+    with pytest.raises(PipelineError, match="this one is an fp16 graph"):  # refused before TensorRT is looked for
+        engine_cli._jobs(p.parse_args([*one, "--precision", "bf16"]))
+    with pytest.raises(PipelineError, match="--precision all goes with --all"):
+        engine_cli._jobs(p.parse_args([*one, "--precision", "all"]))
