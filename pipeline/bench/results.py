@@ -3,9 +3,13 @@ FLOPs sections, and the roofline numbers recomputed from the machine's peak."""
 from __future__ import annotations
 
 from pipeline.bench.timing import latency_stats
-from pipeline.bench.variants import BASELINE, Variant
+from pipeline.bench.variants import BASELINE, Variant, variant_label
 
 FLOOR_SPEEDUP = 1.8  # issue 7: auto must be >= 1.8x the torch-eager loop for SRCNN x3 at 256^2 on this CPU
+# issue 28 (floors on a 2-core AMX Xeon): `--precision auto` against the eager loop at 256^2, and its video fps
+# at 720p against the fp32 run's
+PRECISION_FLOORS = {"srcnn-x3": 12.0, "deform-srcnn": 8.0}
+VIDEO_FLOOR = 2.0
 
 
 def result_row(*, model: str, sweep: str, variant: Variant, size: int, scale: float, batch: int, threads,
@@ -23,7 +27,33 @@ def result_row(*, model: str, sweep: str, variant: Variant, size: int, scale: fl
             "gflop": flops / 1e9, "roofline_ms": flops / (peak * 1e9) * 1e3,
             "roofline_fraction": flops / (peak * 1e9) / med_s, "peak_rss_mb": timing["peak_rss_mb"],
             "peak_device_mb": timing["peak_device_mb"], "baseline_median_ms": baseline_ms,
-            "speedup_vs_baseline": (baseline_ms / lat["median"]) if baseline_ms else None, "max_abs_err": err}
+            "speedup_vs_baseline": (baseline_ms / lat["median"]) if baseline_ms else None, "max_abs_err": err,
+            "precision": variant.precision, "quality": quality_entry(variant.quality)}
+
+
+def quality_entry(record: dict | None) -> dict | None:
+    """The measured held-out loss of a lower precision, as a row carries it (None: fp32, or not measured)."""
+    if record is None:
+        return None
+    from pipeline.analysis.quality import budget, within_budget
+
+    return {"psnr_loss_db": record["psnr_loss_db"], "ssim_loss": record["ssim_loss"], "budget_db": budget(record),
+            "within_budget": within_budget(record), "images": record["images"]}
+
+
+def precision_auto_row(model: str, results: list[dict], pick, why: str) -> dict:
+    """What `--precision auto` runs for `model` (the loaded backend `pick`, the line `why`), timed in the main
+    point's rows, against the baseline and its floor."""
+    main = {r["backend"]: r for r in results if r["sweep"] == "main"}
+    label = variant_label(pick.name, pick.precision)
+    r = main.get(label)
+    floor = PRECISION_FLOORS.get(model)
+    speed = r["speedup_vs_baseline"] if r else None
+    return {"model": model, "backend": pick.name, "precision": pick.precision, "label": label, "reason": why,
+            "median_ms": r["latency_ms"]["median"] if r else None,
+            "baseline_ms": r["baseline_median_ms"] if r else None, "speedup": speed, "floor": floor,
+            "meets_floor": None if floor is None or speed is None else speed >= floor,
+            "quality": r["quality"] if r else None}
 
 
 def auto_row(model: str, results: list[dict], size: int, scale: float, pick) -> dict:
@@ -56,11 +86,13 @@ def method(cfg: dict, cuda: bool) -> dict:
             "config": {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}}
 
 
-def apply_peak(doc: dict, gflops: float) -> None:
-    """Set the machine peak (GFLOP/s) and recompute every roofline number from it."""
-    doc["peak"]["gflops"] = gflops
+def apply_peak(doc: dict, peaks: dict[str, float]) -> None:
+    """Set the machine peaks (GFLOP/s per precision) and recompute every roofline number from its row's: a bf16 or
+    int8 row is held to that precision's peak, any other to fp32's."""
+    for p, gflops in peaks.items():
+        doc["peaks"][p]["gflops"] = gflops
     for r in doc["results"]:
-        r["roofline_ms"] = r["gflop"] / gflops * 1e3
+        r["roofline_ms"] = r["gflop"] / peaks.get(r.get("precision"), peaks["fp32"]) * 1e3
         r["roofline_fraction"] = r["roofline_ms"] / r["latency_ms"]["median"]
     main = {(r["model"], r["backend"]): r for r in doc["results"] if r["sweep"] == "main"}
     for a in doc.get("auto", []):

@@ -1,4 +1,4 @@
-"""The roofline's two sides: the machine's measured fp32 peak and a model's FLOPs per output pixel.
+"""The roofline's two sides: the machine's measured peaks (fp32, bf16, int8) and a model's FLOPs per output pixel.
 
 torch is imported inside the functions: it is the measuring instrument here, and the deploy runtime
 imports this package without it.
@@ -9,28 +9,45 @@ import time
 
 from pipeline.artifacts.identity import resolve
 
+PEAK_PRECISIONS = ("fp32", "bf16", "int8")  # the peaks measured; a row is held to its precision's
 
-def measure_peak_gflops(threads: int | None = None, n: int = 1024, seconds: float = 1.0) -> dict:
-    """The machine's fp32 peak as torch sees it: best GFLOP/s of an n x n x n matmul (2 n^3 FLOPs)."""
+
+def _peak_kernel(precision: str, n: int):
+    """(one n x n x n matrix product, its name) at `precision`: oneDNN's kernels through torch, so a CPU with
+    AVX512-BF16/VNNI or AMX uses them, as OpenVINO does."""
+    import torch
+
+    if precision == "int8":  # int8 x int8 -> int32 sums, as an int8 convolution computes
+        a, b = (torch.randint(-128, 128, (n, n), dtype=torch.int8) for _ in range(2))
+        return (lambda: torch._int_mm(a, b)), f"torch._int_mm {n}x{n} int8 (int32 sums)"
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
+    a, b = torch.rand(n, n, dtype=dtype), torch.rand(n, n, dtype=dtype)
+    return (lambda: torch.mm(a, b)), f"torch.mm {n}x{n} {precision}"
+
+
+def measure_peak_gflops(threads: int | None = None, n: int = 1024, seconds: float = 1.0,
+                        precision: str = "fp32") -> dict:
+    """The machine's peak at `precision` as torch sees it: best GFLOP/s (GOP/s for int8) of an n x n x n matrix
+    product (2 n^3 operations)."""
     import torch
 
     old = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
     try:
-        a, b = torch.rand(n, n), torch.rand(n, n)
-        torch.mm(a, b)
+        kernel, what = _peak_kernel(precision, n)
+        kernel()
         best, t_end = 0.0, time.perf_counter() + seconds
         while True:  # at least one timed run, however short `seconds` is
             t0 = time.perf_counter()
-            torch.mm(a, b)
+            kernel()
             best = max(best, 2 * n**3 / (time.perf_counter() - t0) / 1e9)
             if time.perf_counter() >= t_end:
                 break
     finally:
         torch.set_num_threads(old)
-    return {"gflops": best, "method": f"best of repeated torch.mm {n}x{n} fp32 for {seconds:g} s, "
-                                      f"{threads or torch.get_num_threads()} threads"}
+    return {"gflops": best, "precision": precision,
+            "method": f"best of repeated {what} for {seconds:g} s, {threads or torch.get_num_threads()} threads"}
 
 
 def flops_per_output_pixel(model_name: str) -> float:

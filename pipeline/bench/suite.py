@@ -21,12 +21,13 @@ from pathlib import Path
 
 from pipeline import backends as B
 from pipeline import report
+from pipeline.analysis import quality
 from pipeline.artifacts.identity import resolve
 from pipeline.bench.folder import folder_throughput, gpu_folder_rows, stage_cost, write_folder
 from pipeline.bench.kernels import kernel_section
 from pipeline.bench.ray_bench import ray_bench
-from pipeline.bench.results import apply_peak, auto_row, flops_entry, method
-from pipeline.bench.roofline import flops_per_output_pixel, measure_peak_gflops
+from pipeline.bench.results import VIDEO_FLOOR, apply_peak, auto_row, flops_entry, method, precision_auto_row
+from pipeline.bench.roofline import PEAK_PRECISIONS, flops_per_output_pixel, measure_peak_gflops
 from pipeline.bench.startup import time_to_first_image
 from pipeline.bench.sweeps import ModelBench
 from pipeline.bench.timing import cuda_torch
@@ -54,35 +55,52 @@ QUICK.update(stage_images=2, stage_size=64, stage_repeats=1, gpu_folder_images=0
 # per 480p frame, so only a full bench runs it, at 480p).
 FULL.update(video_frames=3, video_frame_s=40.0)
 QUICK.update(video_frames=2, video_frame_s=3.0)
+# bf16 and int8 at the main point (with their measured quality loss) and `--precision auto`'s pick (issue 28).
+FULL.update(lower_precisions=True)
+QUICK.update(lower_precisions=True)
+
+
+def _measure_peaks(peaks: dict | None = None, seconds: float = 1.5) -> dict:
+    """Each precision's peak (pipeline.bench.roofline), or one more sample of each into `peaks`."""
+    if peaks is None:
+        peaks = {p: measure_peak_gflops(seconds=seconds, precision=p) for p in PEAK_PRECISIONS}
+        for pk in peaks.values():
+            pk["samples"] = [pk["gflops"]]
+    else:
+        for p, pk in peaks.items():
+            pk["samples"].append(measure_peak_gflops(seconds=seconds, precision=p)["gflops"])
+    return peaks
 
 
 def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
-    """Every model's sweeps, its `auto` row and folder run, in one JSON-able document."""
-    peak = measure_peak_gflops(seconds=1.5)
-    peak["samples"] = [peak["gflops"]]
-    log(f"machine peak: {peak['gflops']:.1f} GFLOP/s ({peak['method']})")
-    doc = {"kind": "bench", "environment": report.environment(), "peak": peak, "results": [], "auto": [],
-           "folder": [], "flops": {}, "skipped": [], "method": method(cfg, cuda_torch() is not None)}
+    """Every model's sweeps, its `auto` rows and folder run, in one JSON-able document."""
+    peaks = _measure_peaks()
+    log("machine peaks: " + ", ".join(f"{p} {pk['gflops']:.0f} GFLOP/s" for p, pk in peaks.items())
+        + f" ({peaks['fp32']['method']}, and the same at bf16 and int8)")
+    doc = {"kind": "bench", "environment": report.environment(), "peak": peaks["fp32"], "peaks": peaks,
+           "results": [], "auto": [], "folder": [], "flops": {}, "skipped": [],
+           "method": method(cfg, cuda_torch() is not None)}
     for model in models:
         log(f"bench {model}")
         spec = resolve(model)
         flops_px = flops_per_output_pixel(model)
         doc["flops"][model] = flops_entry(flops_px, spec.default_scale)
-        results = ModelBench(model, cfg, peak["gflops"], flops_px, weights=weights, log=log,
-                             note=doc["skipped"].append).run()
+        results = ModelBench(model, cfg, {p: pk["gflops"] for p, pk in peaks.items()}, flops_px, weights=weights,
+                             log=log, note=doc["skipped"].append).run()
         doc["results"] += results
         with contextlib.suppress(PipelineError):  # nothing can run `auto` here: no auto row
             pick = B.pick_auto(model, "fp32", weights=weights)
             doc["auto"].append(auto_row(model, results, cfg["main_size"], spec.default_scale, pick))
+        chosen = _precision_auto(model, cfg, results, weights, log, doc)
         if cfg.get("folder_images"):
             folder = _folder_row(model, cfg, weights, log, doc["skipped"].append)
             if folder:
                 doc["folder"].append(folder)
         if cfg.get("video_frames"):
-            doc.setdefault("video", []).extend(_video_rows(model, cfg, weights, log, doc["skipped"].append))
+            doc.setdefault("video", []).extend(_video_rows(model, cfg, weights, log, doc["skipped"].append, chosen))
         if cfg.get("startup_runs"):
             doc.setdefault("startup", []).extend(_startup_row(model, cfg, weights, log, doc["skipped"].append))
-        peak["samples"].append(measure_peak_gflops(seconds=0.5)["gflops"])  # the load may have changed
+        _measure_peaks(peaks, seconds=0.5)  # the load may have changed
     if cfg.get("ray_images"):
         doc["ray"] = _ray_section(models[0], cfg, log, doc["skipped"].append)
     if cfg.get("triton_images"):
@@ -98,22 +116,49 @@ def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
     if why_not:
         doc["skipped"].append(why_not)
         log(f"  not run: {why_not}")
-    apply_peak(doc, max(peak["samples"]))
+    apply_peak(doc, {p: max(pk["samples"]) for p, pk in peaks.items()})
     return doc
 
 
-def _video_rows(model: str, cfg: dict, weights, log, note) -> list[dict]:
-    """`pipeline sr` on a short clip at 480p and 720p with the auto backend (PyAV loads only here)."""
+def _precision_auto(model: str, cfg: dict, results: list[dict], weights, log, doc: dict):
+    """`--precision auto`'s pick for `model` as a row (its timing from the main point), and the loaded backend for
+    the video rows; None when --backends limits the bench (auto weighs every backend) or nothing runs."""
+    if not cfg.get("lower_precisions"):
+        return None
+    if cfg.get("backends"):
+        doc["skipped"].append(f"{model} --precision auto: not weighed (--backends limits the bench)")
+        return None
+    try:
+        pick, why = quality.pick_precision("auto", model, weights=weights)
+    except PipelineError as e:
+        doc["skipped"].append(f"{model} --precision auto: {e}")
+        return None
+    row = precision_auto_row(model, results, pick, why)
+    doc.setdefault("precision_auto", []).append(row)
+    log(f"  --precision auto: {row['label']}, {row['speedup'] or 0:.1f}x the baseline ({why})")
+    return pick
+
+
+def _video_rows(model: str, cfg: dict, weights, log, note, chosen=None) -> list[dict]:
+    """`pipeline sr` on a short clip at 480p and 720p with the auto backend at fp32 and, when it differs, with what
+    `--precision auto` picked (`chosen`, loaded), each compared with the fp32 run's fps (PyAV loads only here)."""
     from pipeline.bench.video import video_fps
 
-    try:
-        rows = video_fps(model, cfg["video_frames"], weights=weights, log=log, max_frame_s=cfg["video_frame_s"])
-    except (PipelineError, RuntimeError) as e:
-        note(f"{model} video: {e}")
-        return []
+    runs = ["auto"] + ([chosen] if chosen is not None and chosen.precision != "fp32" else [])
+    rows: list[dict] = []
+    for backend in runs:
+        try:
+            rows += video_fps(model, cfg["video_frames"], backend=backend, weights=weights, log=log,
+                              max_frame_s=cfg["video_frame_s"])
+        except (PipelineError, RuntimeError) as e:
+            note(f"{model} video: {e}")
+    fp32 = {r["size"]: r for r in rows if r.get("precision") == "fp32" and r.get("fps")}
     for r in rows:
         if r.get("skipped"):
-            note(f"{model} video {r['size']}: {r['skipped']}")
+            note(f"{model} video {r['size']} {r.get('precision', '')}: {r['skipped']}")
+        elif r["precision"] != "fp32" and r["size"] in fp32:
+            r["vs_fp32"] = r["fps"] / fp32[r["size"]]["fps"]
+            r["floor"] = VIDEO_FLOOR
     return rows
 
 

@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from models.spec import output_size
+from pipeline.analysis.quality import LOWER
 from pipeline.artifacts.identity import resolve
 from pipeline.bench.results import result_row
 from pipeline.bench.timing import available_bytes, time_interleaved
@@ -24,11 +25,11 @@ from pipeline.errors import PipelineError
 class ModelBench:
     """All sweeps for one model; `run()` returns the result rows, `note` receives what was not run and why."""
 
-    def __init__(self, model: str, cfg: dict, peak: float, flops_px: float, *, weights=None, log=print,
+    def __init__(self, model: str, cfg: dict, peaks: dict[str, float], flops_px: float, *, weights=None, log=print,
                  note=print):
         import torch
 
-        self.model, self.cfg, self.peak, self.flops_px, self.weights = model, cfg, peak, flops_px, weights
+        self.model, self.cfg, self.peaks, self.flops_px, self.weights = model, cfg, peaks, flops_px, weights
         self.log, self.note = log, note
         self.spec = resolve(model)
         self.scale0, self.size0 = self.spec.default_scale, cfg["main_size"]
@@ -37,12 +38,15 @@ class ModelBench:
         self.results: list[dict] = []
         self.base = baseline_variant(model, weights)
         self.variants = backend_variants(model, weights=weights, only=cfg.get("backends"), note=note)
+        # bf16 and int8 (each with its measured quality loss) at the main point only: the sweeps are about shapes
+        self.lower = backend_variants(model, LOWER, weights=weights, only=cfg.get("backends"), note=note) \
+            if cfg.get("lower_precisions") else []
         # The torch backend is about the baseline loop at batch 1: the size and scale sweeps leave it out.
         self.sweep_variants = [v for v in self.variants if v.name != "torch"]
         self.base_ms_per_px: float | None = None  # baseline cost per output pixel (main point): sizes the big sweeps
 
     def run(self) -> list[dict]:
-        self.point("main", self.variants, self.size0, self.scale0, 1, check=True)
+        self.point("main", self.variants + self.lower, self.size0, self.scale0, 1, check=True)
         for size in self.cfg["sizes"]:
             if size != self.size0:
                 self.point("size", self.sweep_variants, size, self.scale0, 1)
@@ -118,7 +122,8 @@ class ModelBench:
         for v in ok:
             r = result_row(model=self.model, sweep=sweep, variant=v, size=size, scale=scale, batch=batch,
                            threads=threads, timing=timings[v.name], out_hw=out_hw, flops_px=self.flops_px,
-                           peak=self.peak, baseline_ms=base_ms, err=errs[v.name])
+                           peak=self.peaks.get(v.precision, self.peaks["fp32"]), baseline_ms=base_ms,
+                           err=errs[v.name])
             self.results.append(r)
             self.log(f"  {where} {v.name:<17} {r['latency_ms']['median']:9.1f} ms  x{r['speedup_vs_baseline']:.2f} "
                      f"vs baseline, {100 * r['roofline_fraction']:.0f}% of roofline")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline import backends as B
+from pipeline.analysis import quality
 from pipeline.analysis.candidates import candidate_statuses
 from pipeline.analysis.reference import load_net
 from pipeline.artifacts.identity import resolve
@@ -23,6 +24,13 @@ class Variant:
     name: str
     infer: Callable | None
     describe: str = ""
+    precision: str = "fp32"
+    quality: dict | None = None  # bf16/int8: the measured held-out loss (pipeline.analysis.quality)
+
+
+def variant_label(backend: str, precision: str) -> str:
+    """A timed backend's name in the bench: its own at fp32, `openvino-int8` at a lower precision."""
+    return backend if precision == "fp32" else f"{backend}-{precision}"
 
 
 def baseline_variant(model_name: str, weights=None) -> Variant:
@@ -46,16 +54,17 @@ def backend_variants(model_name: str, precisions=("fp32",), weights=None, only=N
     out = []
     for precision in precisions:
         for st in candidate_statuses(model_name, precision, only, weights):
-            label = st.name if precision == "fp32" else f"{st.name}-{precision}"
+            label = variant_label(st.name, precision)
             if not st.available:
                 note(f"{model_name} {label}: {st.reason}")
                 continue
             try:
                 be = B.create(st.name, model_name, precision, weights=weights)
+                loss = quality.precision_loss(be)  # bf16/int8: measured once per file and machine, then stored
             except PipelineError as e:
                 note(f"{model_name} {label}: {e}")
                 continue
-            out.append(Variant(label, be.infer, be.describe()))
+            out.append(Variant(label, be.infer, be.describe(), precision, loss))
     return out
 
 

@@ -61,9 +61,9 @@ def video_fps(model: str, frames: int, backend="auto", weights=None, log=print, 
             be.infer(small, scale)  # a sixteenth of the frame, timed: a size far over the limit costs no full frame
             estimate = (time.perf_counter() - t0) * (w * h) / (small.shape[2] * small.shape[3])
             if estimate > max_frame_s:
-                rows.append({"model": model, "backend": be.name, "size": label, "input": [w, h], "scale": scale,
-                             "fps": None, "skipped": f"one {w}x{h} frame would take ~{estimate:.0f} s (limit "
-                                                     f"{max_frame_s:g} s)"})
+                why = f"one {w}x{h} frame would take ~{estimate:.0f} s (limit {max_frame_s:g} s)"
+                rows.append({"model": model, "backend": be.name, "precision": be.precision, "size": label,
+                             "input": [w, h], "scale": scale, "fps": None, "skipped": why})
                 log(f"  {model} video {label}: not run, {rows[-1]['skipped']}")
                 continue
             x = rng.random((1, 3, h, w), dtype=np.float32)
@@ -78,11 +78,12 @@ def video_fps(model: str, frames: int, backend="auto", weights=None, log=print, 
             if rec.status != "ok":
                 raise RuntimeError(f"video bench {label}: {rec.reason}")
             fps = rec.video["fps"]
-            row = {"model": model, "backend": be.name, "backend_description": be.describe(), "size": label,
+            row = {"model": model, "backend": be.name, "precision": be.precision,
+                   "backend_description": be.describe(), "size": label,
                    "input": [w, h], "output": list(rec.out_size), "scale": scale, "frames": frames,
                    "codec": rec.video["codec"], "fps": fps, "inference_fps": round(frames / infer_s, 3),
                    "time_per_frame_s": rec.video["time_per_frame_s"]}
-            log(f"  {model} video {label} ({w}x{h} -> {rec.out_size[0]}x{rec.out_size[1]}, {be.name}): "
+            log(f"  {model} video {label} ({w}x{h} -> {rec.out_size[0]}x{rec.out_size[1]}, {be.name} {be.precision}): "
                 f"{fps:.2f} fps decode+upscale+encode, {row['inference_fps']:.2f} fps inference alone")
             rows.append(row)
     return rows

@@ -97,13 +97,53 @@ def video_markdown(rows: list[dict] | None) -> list[str]:
     if not rows:
         return []
     lines = ["", "## Video (`pipeline sr` on a clip)", "",
-             "A short H.264 clip panning over a held-out photo, auto backend, default codec (H.264 CRF 16); fps = "
-             "frames / (first decode to last encode); inference fps = one frame per call on the same backend.", ""]
-    lines += table(["model", "backend", "input", "output", "scale", "frames", "fps", "inference fps"],
-                   [[r["model"], r["backend"], f"{r['size']} {r['input'][0]}x{r['input'][1]}",
+             "A short H.264 clip panning over a held-out photo, auto backend at fp32 and at what `--precision auto` "
+             "picks, default codec (H.264 CRF 16); fps = frames / (first decode to last encode); inference fps = one "
+             "frame per call on the same backend; vs fp32 = fps / the fp32 run's at the same size (floor 2x at "
+             "720p, issue 28).", ""]
+    lines += table(["model", "backend", "precision", "input", "output", "scale", "frames", "fps", "inference fps",
+                    "vs fp32"],
+                   [[r["model"], r["backend"], r.get("precision", "fp32"),
+                     f"{r['size']} {r['input'][0]}x{r['input'][1]}",
                      "x".join(map(str, r["output"])) if r.get("output") else "-", r["scale"], r.get("frames", "-"),
-                     r["fps"] if r["fps"] is not None else r["skipped"], r.get("inference_fps", "-")] for r in rows])
+                     r["fps"] if r["fps"] is not None else r["skipped"], r.get("inference_fps", "-"),
+                     speedup(r.get("vs_fp32"))] for r in rows])
     return lines + ["", "Published numbers as context (GPUs, not this machine):", "", *VIDEO_CONTEXT]
+
+
+def _loss(q: dict | None) -> list:
+    """A row's measured quality columns: Y-PSNR loss, SSIM loss, budget, within."""
+    if not q:
+        return ["-", "-", "-", "-"]
+    return [q["psnr_loss_db"], q["ssim_loss"], q["budget_db"], q["within_budget"]]
+
+
+def precision_markdown(doc: dict) -> list[str]:
+    """Every backend at every precision it runs at the main point, with its measured quality loss next to its speed,
+    and what `--precision auto` picks against its floor."""
+    main = [r for r in doc["results"] if r["sweep"] == "main"]
+    if not any(r.get("precision", "fp32") != "fp32" for r in main) and not doc.get("precision_auto"):
+        return []
+    lines = ["", "## Precisions: speed and measured quality (main point)", "",
+             "Loss = held-out Y-PSNR (dB) and SSIM against the same backend at fp32 (pipeline.analysis.quality: "
+             "the 4 held-out photos at the model's scale, measured once per model file and machine); budgets bf16 "
+             "0.02 dB, int8 0.10 dB; roofline against the measured peak of the row's precision. `-`: fp32, or a "
+             "backend with no model file to key the measurement (torch).", ""]
+    lines += table(["model", "backend", "precision", "median ms", "speed-up", "roofline", "Y-PSNR loss dB",
+                    "SSIM loss", "budget dB", "within budget"],
+                   [[r["model"], r["backend"], r.get("precision", "fp32"), r["latency_ms"]["median"],
+                     speedup(r.get("speedup_vs_baseline")), percent(r.get("roofline_fraction")),
+                     *_loss(r.get("quality"))] for r in main])
+    if doc.get("precision_auto"):
+        lines += ["", "`--precision auto` (the fastest precision within its budget on the backend `auto` picks), "
+                  "against the baseline at the main point; floors from issue 28 (2-core AMX Xeon):", ""]
+        lines += table(["model", "runs", "median ms", "baseline ms", "speed-up", "floor", "meets floor",
+                        "Y-PSNR loss dB"],
+                       [[a["model"], a["label"], a["median_ms"], a["baseline_ms"], speedup(a["speedup"]),
+                         speedup(a["floor"]), a["meets_floor"], (a.get("quality") or {}).get("psnr_loss_db")]
+                        for a in doc["precision_auto"]])
+        lines += [""] + [f"- {a['model']}: {a['reason']}" for a in doc["precision_auto"]]
+    return lines
 
 
 def _bench_method(doc: dict) -> list[str]:
@@ -112,6 +152,8 @@ def _bench_method(doc: dict) -> list[str]:
     lines = ["# Benchmark", "", "## Environment", ""] + env_lines(doc["environment"]) + [
         f"- Machine peak (measured): {fmt(doc['peak']['gflops'])} GFLOP/s fp32 ({doc['peak']['method']}; "
         f"highest of {len(doc['peak'].get('samples', [1]))} measurements: run start and after each model)",
+        *[f"- {p} peak (measured): {fmt(pk['gflops'])} GFLOP/s ({pk['method']})"
+          for p, pk in doc.get("peaks", {}).items() if p != "fp32"],
         "", "## Method", "",
         f"- {m['warmup']} warm-up call(s), then up to {m['iters']} timed calls per configuration, stopped early "
         f"after {fmt(m['time_budget_s'])} s (at least {m['min_iters']}); each call is synchronised "
@@ -179,7 +221,7 @@ def _bench_folders(doc: dict) -> list[str]:
 
 
 def bench_markdown(doc: dict) -> str:
-    lines = _bench_method(doc) + _bench_auto(doc) + _bench_folders(doc)
+    lines = _bench_method(doc) + _bench_auto(doc) + precision_markdown(doc) + _bench_folders(doc)
     lines += video_markdown(doc.get("video"))
     lines += startup_markdown(doc.get("startup"))
     if doc.get("ray"):
