@@ -50,6 +50,11 @@ def test_verdict_by_precision():
     assert verdict({"max_abs": 1e-2, "psnr_db": 55.0}, "fp16")[0] is True
     assert verdict({"max_abs": 1e-2, "psnr_db": 45.0}, "fp16")[0] is False
     assert verdict({"max_abs": 1e-2, "psnr_db": 45.0}, "fp16", psnr_fp16=40)[0] is True
+    # bf16/int8: judged by the measured held-out loss against the budget, not by closeness to fp32
+    over = {"within_budget": False, "budget_db": 0.1, "psnr_loss_db": 0.22}
+    assert verdict({"max_abs": 1e-2, "psnr_db": 55.0}, "int8", loss=over) == (False, "held-out Y-PSNR loss <= 0.1 dB")
+    assert verdict({"max_abs": 0.2, "psnr_db": 30.0}, "int8", loss={**over, "within_budget": True})[0] is True
+    assert verdict({"max_abs": 1e-2, "psnr_db": 55.0}, "bf16") == (True, "PSNR >= 50 dB")  # nothing measured: torch
 
 
 def test_compare_inputs_are_real_held_out_crops():

@@ -86,6 +86,37 @@ def test_an_int8_engine_is_built_from_the_file_openvino_runs(monkeypatch, auto_c
     assert {"QuantizeLinear", "DequantizeLinear", "DeformConv2d"} <= {n.op_type for n in graph.graph.node}
 
 
+@pytest.mark.skipif(cpu.bf16_problem() is not None, reason=f"no bf16 here: {cpu.bf16_problem()}")
+def test_compare_judges_bf16_by_its_measured_loss(monkeypatch, auto_cache):
+    pytest.importorskip("openvino", reason="OpenVINO is not installed")
+    from pipeline.analysis.compare import compare_model
+    from pipeline.report.compare import compare_markdown
+    from pipeline.report.tables import fmt
+
+    monkeypatch.setenv("SRDEPLOY_CACHE", str(auto_cache))
+    result = compare_model("srcnn-x3", size=48, precisions=["bf16"], backends=["openvino"], log=lambda _m: None)
+    (row,) = result["rows"]
+    assert row["status"] == "pass" and row["criterion"] == "held-out Y-PSNR loss <= 0.02 dB"
+    assert 0 < row["quality"]["psnr_loss_db"] <= 0.02 and row["max_abs"] > 1e-4  # really bf16, within budget
+    md = compare_markdown({"environment": {}, "models": [result]})
+    assert "| held-out loss dB |" in md and f"| {fmt(row['quality']['psnr_loss_db'])} |" in md
+
+
+@pytest.mark.skipif(cpu.bf16_problem() is not None, reason=f"no bf16 here: {cpu.bf16_problem()}")
+def test_eval_says_what_bf16_costs(monkeypatch, auto_cache, tmp_path, capsys):
+    pytest.importorskip("openvino", reason="OpenVINO is not installed")
+    from pipeline.cli import main
+    from pipeline.data.sample_images import HELD_OUT
+
+    monkeypatch.setenv("SRDEPLOY_CACHE", str(auto_cache))
+    out = tmp_path / "eval.json"
+    assert main(["eval", "--model", "srcnn-x3", "--scales", "3", "--images", HELD_OUT[0], "--precisions", "bf16",
+                 "--json", str(out)]) == 0
+    (record,) = json.loads(out.read_text())["precisions"]
+    assert record["precision"] == "bf16" and record["images"] == 4  # the whole held-out set, whatever --images says
+    assert f"openvino bf16: {quality.loss_line(record)}" in capsys.readouterr().out
+
+
 def test_loss_line_says_the_budget():
     rec = {"precision": "int8", "psnr_loss_db": 0.25, "ssim_loss": 0.004, "images": 4, "budget_db": 0.1}
     assert quality.loss_line(rec).endswith("OVER its 0.1 dB budget: use fp32 for exact output")

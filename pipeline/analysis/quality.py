@@ -2,6 +2,7 @@
 
     precision_loss(backend) -> dict   from the store, or measured now (a few seconds) and stored
     loss_line(record) -> str          one line: the loss, its budget, and whether it is within it
+    summary(record) -> dict           the loss as a report row carries it (bench, compare)
     pick_precision(backend, model, **opts) -> (Backend, reason)   `--precision auto`: the fastest within budget
 
 The same backend runs the held-out images (degraded as in training, at the model's default scale) at fp32 and at
@@ -107,6 +108,14 @@ def budget(record: dict) -> float:
 
 def within_budget(record: dict) -> bool:
     return record["psnr_loss_db"] <= budget(record)
+
+
+def summary(record: dict | None) -> dict | None:
+    """The measured loss as a report row carries it (bench, compare), or None (fp32, or nothing measured)."""
+    if record is None:
+        return None
+    return {"psnr_loss_db": record["psnr_loss_db"], "ssim_loss": record["ssim_loss"], "budget_db": budget(record),
+            "within_budget": within_budget(record), "images": record["images"]}
 
 
 def loss_line(record: dict) -> str:

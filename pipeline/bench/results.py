@@ -2,6 +2,7 @@
 FLOPs sections, and the roofline numbers recomputed from the machine's peak."""
 from __future__ import annotations
 
+from pipeline.analysis import quality
 from pipeline.bench.timing import latency_stats
 from pipeline.bench.variants import BASELINE, Variant, variant_label
 
@@ -28,17 +29,7 @@ def result_row(*, model: str, sweep: str, variant: Variant, size: int, scale: fl
             "roofline_fraction": flops / (peak * 1e9) / med_s, "peak_rss_mb": timing["peak_rss_mb"],
             "peak_device_mb": timing["peak_device_mb"], "baseline_median_ms": baseline_ms,
             "speedup_vs_baseline": (baseline_ms / lat["median"]) if baseline_ms else None, "max_abs_err": err,
-            "precision": variant.precision, "quality": quality_entry(variant.quality)}
-
-
-def quality_entry(record: dict | None) -> dict | None:
-    """The measured held-out loss of a lower precision, as a row carries it (None: fp32, or not measured)."""
-    if record is None:
-        return None
-    from pipeline.analysis.quality import budget, within_budget
-
-    return {"psnr_loss_db": record["psnr_loss_db"], "ssim_loss": record["ssim_loss"], "budget_db": budget(record),
-            "within_budget": within_budget(record), "images": record["images"]}
+            "precision": variant.precision, "quality": quality.summary(variant.quality)}
 
 
 def precision_auto_row(model: str, results: list[dict], pick, why: str) -> dict:

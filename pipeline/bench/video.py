@@ -1,8 +1,10 @@
 """Video throughput: frames per second of `pipeline sr` on a short H.264 clip at 480p and 720p input (decode, upscale,
 encode with the default codec, audio-free), next to the backend's pure inference on the same frame size.
 
-The clip pans across a held-out photo so every frame differs. The backend is loaded once (its loading is start-up,
-not throughput) and warmed on frames of the size until its calls run warm (timing.warm_up) before the timed run.
+The clip pans across a held-out photo so every frame differs. Frames are whole (untiled), so a size whose frame would
+not fit in this machine's memory on a CPU backend (the model's measured bytes per output pixel) is not run. The backend
+is loaded once (its loading is start-up, not throughput) and warmed on frames of the size until its calls run warm
+(timing.warm_up) before the timed run.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import numpy as np
 
 from pipeline import backends
 from pipeline.artifacts.identity import resolve
-from pipeline.bench.timing import warm_up
+from pipeline.bench.timing import available_bytes, warm_up
 from pipeline.data.sample_images import HELD_OUT, load_rgb
 from pipeline.sr import upscale
 
@@ -60,8 +62,14 @@ def video_fps(model: str, frames: int, backend="auto", weights=None, log=print, 
             t0 = time.perf_counter()
             be.infer(small, scale)  # a sixteenth of the frame, timed: a size far over the limit costs no full frame
             estimate = (time.perf_counter() - t0) * (w * h) / (small.shape[2] * small.shape[3])
+            need = (be.spec.host_bytes_per_output_pixel or 0) * round(w * scale) * round(h * scale)
+            why = None
             if estimate > max_frame_s:
                 why = f"one {w}x{h} frame would take ~{estimate:.0f} s (limit {max_frame_s:g} s)"
+            elif be.device == "cpu" and need > available_bytes():  # whole frames, untiled: the machine's memory
+                why = (f"one whole {w}x{h} frame needs ~{need / 2**30:.0f} GB at x{scale:g}, "
+                       f"{available_bytes() / 2**30:.0f} GB available (`sr` tiles it; this bench times whole frames)")
+            if why:
                 rows.append({"model": model, "backend": be.name, "precision": be.precision, "size": label,
                              "input": [w, h], "scale": scale, "fps": None, "skipped": why})
                 log(f"  {model} video {label}: not run, {rows[-1]['skipped']}")

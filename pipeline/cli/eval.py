@@ -7,8 +7,10 @@ import sys
 from pathlib import Path
 
 from models.spec import WeightsError
+from pipeline.analysis import quality
 from pipeline.analysis.evaluate import DEFAULT_SCALES, evaluate, format_table  # PyTorch loads inside evaluate()
 from pipeline.artifacts.atomic import atomic_write
+from pipeline.backends import create_named
 from pipeline.cli import options
 from pipeline.data import sample_images
 from pipeline.errors import PipelineError
@@ -23,6 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also write all numbers (per image too) to this JSON file")
     parser.add_argument("--images", nargs="+", choices=sample_images.HELD_OUT, metavar="NAME",
                         help=f"subset of the held-out images (default: all of {', '.join(sample_images.HELD_OUT)})")
+    parser.add_argument("--precisions", nargs="+", default=[], choices=quality.LOWER, metavar="P",
+                        help="also say what bf16 / int8 cost on the held-out images: the Y-PSNR and SSIM loss of "
+                             "the openvino backend at P against its fp32, measured once per model file and machine "
+                             "(the record `sr --precision` and `auto` use)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,7 +46,21 @@ def run(args: argparse.Namespace) -> int:
     if len(skipped) == len(result["scales"]):
         raise PipelineError(skipped[0])
     print(format_table(result))
+    losses = [_precision_loss(model, p, weights) for p in args.precisions]
+    result["precisions"] = [r for r in losses if r is not None]
     if args.json:
         atomic_write(Path(args.json), json.dumps(result, indent=2, allow_nan=True) + "\n")
         print(f"wrote {args.json}")
     return 0
+
+
+def _precision_loss(model: str, precision: str, weights) -> dict | None:
+    """The measured held-out loss of `precision` on openvino (printed, one line), or None when it cannot run here."""
+    try:
+        record = quality.precision_loss(create_named("openvino", model, precision, weights=weights),
+                                        log=lambda line: print(line, file=sys.stderr, flush=True))
+    except PipelineError as e:
+        print(f"openvino {precision}: not measured ({e})")
+        return None
+    print(f"openvino {precision}: {quality.loss_line(record)}")
+    return record

@@ -109,8 +109,9 @@ def add_precision_args(parser, multiple: bool = False, run: bool = False, auto: 
                                  + ("; auto: the fastest precision whose measured quality loss is within its budget"
                                     if auto else "") + ")")
     elif multiple:
-        parser.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=PRECISIONS,
-                            help=f"precisions to run (default: {' '.join(PRECISIONS)})")
+        parser.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=RUN_PRECISIONS,
+                            help=f"precisions to run (default: {' '.join(PRECISIONS)}; bf16 and int8: the CPU "
+                                 "backends that run them, judged by their measured held-out loss and its budget)")
     else:
         parser.add_argument("--precision", default=PRECISIONS[0], choices=PRECISIONS,
                             help=f"graph precision (default: {PRECISIONS[0]})")
