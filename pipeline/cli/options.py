@@ -105,7 +105,8 @@ def add_precision_args(parser, multiple: bool = False, run: bool = False, auto: 
         choices = RUN_PRECISIONS + (("auto",) if auto else ())
         parser.add_argument("--precision", default=PRECISIONS[0], choices=choices,
                             help=f"precision (default: {PRECISIONS[0]}; bf16 and int8: the openvino backend, bf16 "
-                                 "on a CPU with bf16 arithmetic, int8 from the file's Q/DQ version"
+                                 "on a CPU with bf16 arithmetic, int8 from the file's Q/DQ version; torch at bf16; "
+                                 "trt engines built at either"
                                  + ("; auto: the fastest precision whose measured quality loss is within its budget"
                                     if auto else "") + ")")
     elif multiple:

@@ -127,8 +127,8 @@ def precision_markdown(doc: dict) -> list[str]:
     lines = ["", "## Precisions: speed and measured quality (main point)", "",
              "Loss = held-out Y-PSNR (dB) and SSIM against the same backend at fp32 (pipeline.analysis.quality: "
              "the 4 held-out photos at the model's scale, measured once per model file and machine); budgets bf16 "
-             "0.02 dB, int8 0.10 dB; roofline against the measured peak of the row's precision. `-`: fp32, or a "
-             "backend with no model file to key the measurement (torch).", ""]
+             "0.02 dB, int8 0.10 dB; roofline against the measured peak of the row's precision. `-`: fp32, the "
+             "reference itself.", ""]
     lines += table(["model", "backend", "precision", "median ms", "speed-up", "roofline", "Y-PSNR loss dB",
                     "SSIM loss", "budget dB", "within budget"],
                    [[r["model"], r["backend"], r.get("precision", "fp32"), r["latency_ms"]["median"],
