@@ -4,7 +4,9 @@ project's quality store protocol, pipeline.analysis.quality.measure) and its 256
     python scripts/int8_recipes.py srcnn-x3 "first" "first,last" "first,last:Entropy" ...
 
 A recipe is KEEP[:METHOD[:CROPS[:PERCENTILE]]], KEEP a comma list of first/last/custom (see
-pipeline.export.quantize.excluded). Files go to a temporary cache; nothing is stored.
+pipeline.export.quantize.excluded) and the switches naive-image (the image convs quantized as any other, or left in
+float with 'first') and q-outputs (Conv outputs quantized too). "first,last" is the shipped recipe. Files go to a
+temporary cache; nothing is stored.
 """
 from __future__ import annotations
 
@@ -24,8 +26,10 @@ def main(argv: list[str]) -> None:
     model, recipes = argv[0], argv[1:]
     for n, recipe in enumerate(recipes):
         parts = recipe.split(":")
-        keep = tuple(k for k in parts[0].split(",") if k)
-        opts = {"keep": keep}
+        words = [k for k in parts[0].split(",") if k]
+        switches = {"naive-image": "exact_image", "q-outputs": "float_outputs"}
+        opts = {"keep": tuple(k for k in words if k not in switches)}
+        opts.update({switches[k]: False for k in words if k in switches})
         if len(parts) > 1:
             opts["method"] = parts[1]
         if len(parts) > 2:

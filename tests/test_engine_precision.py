@@ -22,6 +22,7 @@ from pipeline.engine.precision import bf16_problem, derivation, engine_graph, en
 from pipeline.errors import PipelineError
 from pipeline.export.core import export_model
 from pipeline.export.fp16 import convert_to_bf16
+from pipeline.export.quantize import RECIPE
 from pipeline.export.sr_ops import DOMAIN
 
 
@@ -105,9 +106,9 @@ def test_a_derived_engine_is_rebuilt_when_its_graph_would_differ(tmp_path):
     assert plan_engine(engine, ENV, "b" * 64, profiles, precision="int8")[0] == "use"
     action, why = plan_engine(engine, ENV, "b" * 64, profiles, precision="bf16")
     assert action == "rebuild" and why.startswith("built from int8 Q/DQ recipe") and "wanted bf16 graph" in why
-    assert plan_engine(engine, ENV, "b" * 64, profiles)[1] == ("built from int8 Q/DQ recipe 4, wanted the file as "
-                                                                 "it is")
-    sidecar_path(engine).write_text(json.dumps({**_sidecar(), "derivation": "int8 Q/DQ recipe 3"}))
+    assert plan_engine(engine, ENV, "b" * 64, profiles)[1] == (f"built from int8 Q/DQ recipe {RECIPE}, wanted the "
+                                                                 "file as it is")
+    sidecar_path(engine).write_text(json.dumps({**_sidecar(), "derivation": f"int8 Q/DQ recipe {RECIPE - 1}"}))
     assert plan_engine(engine, ENV, "b" * 64, profiles, precision="int8")[0] == "rebuild"  # an older recipe
 
 

@@ -132,3 +132,13 @@ def test_bf16_runs_where_the_cpu_has_it_and_says_why_not_elsewhere(exported, mon
 
     with pytest.raises(PipelineError, match="bf16 is switched off"):
         create_named("openvino", None, "bf16", onnx=exported["srcnn"])
+
+
+def test_int8_runs_its_float_parts_in_bf16_where_the_cpu_has_it_and_f32_elsewhere(monkeypatch):
+    from pipeline.backends.openvino_backend import OpenVinoBackend, inference_hint
+
+    assert inference_hint("fp32") == "f32"
+    assert inference_hint("int8") == ("bf16" if cpu.bf16_problem() is None else "f32")
+    monkeypatch.setenv(cpu.BF16_ENV, "0")  # a CPU without bf16 (forced): int8 still runs, its float parts in f32
+    assert inference_hint("int8") == "f32" and inference_hint("bf16") == "f32"
+    assert "int8, float parts f32" in OpenVinoBackend("srcnn-x3", "int8").describe()
