@@ -70,7 +70,7 @@ def verdict(stats: dict, precision: str, tol_fp32: float = DEFAULT_TOL_FP32,
             psnr_fp16: float = DEFAULT_PSNR_FP16, loss: dict | None = None) -> tuple[bool, str]:
     """(passed, criterion text) for one backend's error stats at its precision. bf16 and int8 trade exactness for
     speed on purpose: they pass when their measured held-out loss (`loss`, quality.summary) is within its budget;
-    without one (a backend with no model file to key it: torch), when the PSNR clears fp16's bar."""
+    without one (a backend with no model file to key it: trt), when the PSNR clears fp16's bar."""
     if not stats.get("finite", True):
         return False, "non-finite output"
     if loss is not None:
@@ -108,6 +108,11 @@ def _compare_backend(st, precision: str, model: str, scale: float, inputs: dict,
     return row
 
 
+def _tolerances(tol_fp32: float, psnr_fp16: float) -> dict:
+    """The pass criteria a result section states (bf16/int8 rows carry their budget in their `quality`)."""
+    return {"fp32_max_abs": tol_fp32, "fp16_psnr_db": psnr_fp16, "rel_floor": REL_FLOOR}
+
+
 def compare_model(model: str, *, scales: list[float] | None = None, size: int = 96, precisions=("fp32", "fp16"),
                   backends: list[str] | None = None, tol_fp32: float = DEFAULT_TOL_FP32,
                   psnr_fp16: float = DEFAULT_PSNR_FP16, bisect: bool = False, weights=None, log=print) -> dict:
@@ -118,7 +123,7 @@ def compare_model(model: str, *, scales: list[float] | None = None, size: int = 
         spec.check_scale(scale)
     inputs = compare_inputs(size)
     result = {"model": model, "input_size": size, "images": list(inputs), "scales": scales,
-              "tolerances": {"fp32_max_abs": tol_fp32, "fp16_psnr_db": psnr_fp16, "rel_floor": REL_FLOOR},
+              "tolerances": _tolerances(tol_fp32, psnr_fp16),
               "reference": "PyTorch FP32 eager on CPU (models.registry.run)", "rows": []}
     opts = {"weights": weights, "tol_fp32": tol_fp32, "psnr_fp16": psnr_fp16, "bisect": bisect}
     for scale in scales:
@@ -139,7 +144,7 @@ def compare_onnx(onnx, *, backends: list[str] | None = None, tol_fp32: float = D
     first = next(iter(ref.inputs.values()))
     result = {"model": model, "onnx": str(onnx), "input_size": int(first.shape[-1]), "images": list(ref.inputs),
               "scales": [ref.scale],
-              "tolerances": {"fp32_max_abs": tol_fp32, "fp16_psnr_db": psnr_fp16, "rel_floor": REL_FLOOR},
+              "tolerances": _tolerances(tol_fp32, psnr_fp16),
               "reference": "PyTorch FP32 outputs stored at export time beside the ONNX file", "rows": []}
     opts = {"weights": None, "onnx": onnx, "tol_fp32": tol_fp32, "psnr_fp16": psnr_fp16, "bisect": False}
     for st in candidate_statuses(None, precision, backends, onnx=onnx):

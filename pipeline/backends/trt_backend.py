@@ -43,6 +43,7 @@ from pipeline.engine import (
     profile_for_input,
     sidecar_profiles,
     sidecar_tf32,
+    source_precision,
     tensorrt_problem,
     validate_profile,
 )
@@ -90,8 +91,7 @@ class TrtBackend(Backend):
             trt_plugin_library()
         except PipelineError as e:
             return cls.no(str(e))
-        graph = "fp32" if precision in DERIVED else precision  # the file a bf16/int8 engine is made from
-        problem = None if engine is not None else onnx_source_problem(spec, graph, onnx, weights)
+        problem = None if engine is not None else onnx_source_problem(spec, source_precision(precision), onnx, weights)
         if problem:
             return cls.no(problem)
         import tensorrt as trt
@@ -107,7 +107,7 @@ class TrtBackend(Backend):
                                     f"but precision {self.precision} was requested")
             return self.engine_path, sidecar
         derived = self.precision in DERIVED  # bf16 and int8 engines are made from the fp32 file
-        onnx = self.onnx_path or onnx_for(self.model_name, "fp32" if derived else self.precision, "custom",
+        onnx = self.onnx_path or onnx_for(self.model_name, source_precision(self.precision), "custom",
                                           weights=self.weights, log=self.log)
         profile = Profile.from_dict(self.profile) if self.profile else default_profile(self.spec)
         profiles = [validate_profile(profile, self.spec)]

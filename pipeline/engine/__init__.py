@@ -21,7 +21,7 @@ from pipeline.engine.environment import (
                                       tensorrt_problem,
 )
 from pipeline.engine.plugins import load_plugins
-from pipeline.engine.precision import DERIVED, ENGINE_PRECISIONS, engine_precision
+from pipeline.engine.precision import DERIVED, ENGINE_PRECISIONS, engine_precision, source_precision
 from pipeline.engine.profiles import (
                                       Profile,
                                       default_profile,
@@ -47,4 +47,4 @@ __all__ = ["DERIVED", "ENGINE_PRECISIONS", "ENV_KEYS", "INSTALL_HINT", "SIDECAR_
            "check_engine", "check_workspace", "current_environment", "default_profile", "engine_precision",
            "ensure_engine", "load_plugins", "make_sidecar", "min_workspace_bytes", "plan_engine", "profile_for_input",
            "profiles_from_config", "read_sidecar", "sidecar_path", "sidecar_problems", "sidecar_profiles",
-           "sidecar_tf32", "tensorrt_problem", "validate_profile"]
+           "sidecar_tf32", "source_precision", "tensorrt_problem", "validate_profile"]

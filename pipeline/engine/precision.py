@@ -7,6 +7,7 @@ types are the engine's, and no builder flag asks for a precision.
     int8         the fp32 file's Q/DQ version (pipeline.export.quantize.int8_file, the file OpenVINO runs): its
                  Q/DQ pairs make the INT8 convolutions (explicit quantization: TensorRT 11 has no calibrator)
 
+    source_precision(precision) -> str          the precision of the file an engine of `precision` is built from
     engine_precision(meta, requested) -> str    the precision an engine of this file would have, or why not
     engine_graph(onnx_file, model, precision)   the graph TensorRT parses for it
 """
@@ -26,6 +27,11 @@ ENGINE_PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 DERIVED = ("bf16", "int8")  # made from the fp32 file when the engine is built
 BF16_GRAPH = 1  # bumped when convert_to_bf16's output changes, so older bf16 engines are rebuilt
 BF16_MIN_CAPABILITY = (8, 0)  # Ampere: the first GPUs with BF16 tensor cores
+
+
+def source_precision(precision: str) -> str:
+    """The precision of the ONNX file an engine of `precision` is built from: fp32 for bf16 and int8, else its own."""
+    return "fp32" if precision in DERIVED else precision
 
 
 def engine_precision(meta: dict, requested: str | None) -> str:

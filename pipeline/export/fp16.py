@@ -54,7 +54,7 @@ def _sr_float_inputs(g: onnx.GraphProto) -> list[tuple[int, int]]:
             if name and not (n.op_type == DYNAMIC_RESIZE and k in DYNAMIC_RESIZE_SHAPE_INPUTS)]
 
 
-def _sr_ops_in_fp32(g: onnx.GraphProto, keep: set[str], elem: int, half: str) -> None:
+def _sr_ops_in_fp32(g: onnx.GraphProto, keep: set[str], half: str) -> None:
     """Our sr ops between Casts: float inputs computed in the graph -> float32 before, outputs -> half after (the
     image input itself is read as the float32 graph input, never rounded to half first). Their constant inputs
     (weights, biases) are in `keep`, so they stay float32 and need no Cast. Runs after _cast_io."""
@@ -75,15 +75,15 @@ def _sr_ops_in_fp32(g: onnx.GraphProto, keep: set[str], elem: int, half: str) ->
         if node.domain == DOMAIN:
             for k, name in enumerate(node.output):
                 node.output[k] = f"{name}_fp32"
-                out.append(helper.make_node("Cast", [node.output[k]], [name], to=elem, name=f"cast_{name}_{half}"))
+                out.append(helper.make_node("Cast", [node.output[k]], [name], to=HALF[half][0],
+                                          name=f"cast_{name}_{half}"))
     if not any(f"{IMAGE_INPUT}_{half}" in n.input for n in out):  # only sr ops read the image: no input Cast
         out = [n for n in out if n.name != f"cast_input_{half}"]
     del g.node[:]
     g.node.extend(out)
 
 
-def _halve_node_constants(g: onnx.GraphProto, keep: set[str], elem: int = TensorProto.FLOAT16,
-                          half: str = "fp16") -> None:
+def _halve_node_constants(g: onnx.GraphProto, keep: set[str], half: str = "fp16") -> None:
     """float32 Constant values and Cast targets -> half, except in nodes producing a value kept in fp32."""
     for node in g.node:
         if any(o in keep for o in node.output):
@@ -95,10 +95,10 @@ def _halve_node_constants(g: onnx.GraphProto, keep: set[str], elem: int = Tensor
             elif node.op_type == "Constant" and a.name in ("value_float", "value_floats"):
                 raise NotImplementedError(f"Constant {a.name} in FP16 conversion (node {node.name})")
             elif node.op_type == "Cast" and a.name == "to" and a.i == TensorProto.FLOAT:
-                a.i = elem
+                a.i = HALF[half][0]
 
 
-def _cast_io(g: onnx.GraphProto, elem: int = TensorProto.FLOAT16, half: str = "fp16") -> None:
+def _cast_io(g: onnx.GraphProto, half: str = "fp16") -> None:
     """Keep float32 graph I/O around a half graph: Cast after the input, Cast before the output."""
     half_in, half_out = f"{IMAGE_INPUT}_{half}", f"{OUTPUT}_{half}"
     for node in g.node:
@@ -108,7 +108,7 @@ def _cast_io(g: onnx.GraphProto, elem: int = TensorProto.FLOAT16, half: str = "f
         for k, name in enumerate(node.output):
             if name == OUTPUT:
                 node.output[k] = half_out
-    g.node.insert(0, helper.make_node("Cast", [IMAGE_INPUT], [half_in], to=elem, name=f"cast_input_{half}"))
+    g.node.insert(0, helper.make_node("Cast", [IMAGE_INPUT], [half_in], to=HALF[half][0], name=f"cast_input_{half}"))
     g.node.append(helper.make_node("Cast", [half_out], [OUTPUT], to=TensorProto.FLOAT, name="cast_output_fp32"))
 
 
@@ -144,13 +144,13 @@ def _convert(model: onnx.ModelProto, half: str, io_dtype: str) -> onnx.ModelProt
     for i, init in enumerate(g.initializer):
         if init.data_type == TensorProto.FLOAT and init.name not in keep:
             g.initializer[i].CopyFrom(_half_tensor(init, half))
-    _halve_node_constants(g, keep, elem, half)
+    _halve_node_constants(g, keep, half)
     if io_dtype == "fp16":
         next(i for i in g.input if i.name == IMAGE_INPUT).type.tensor_type.elem_type = elem
         next(o for o in g.output if o.name == OUTPUT).type.tensor_type.elem_type = elem
     else:
-        _cast_io(g, elem, half)
+        _cast_io(g, half)
     if half == "bf16":
-        _sr_ops_in_fp32(g, keep, elem, half)
+        _sr_ops_in_fp32(g, keep, half)
     del g.value_info[:]
     return out

@@ -9,7 +9,7 @@ from pipeline.artifacts.atomic import atomic_write
 from pipeline.htmlreport import write_html
 from pipeline.report.machine import env_lines
 from pipeline.report.plots import plt_, save_fig
-from pipeline.report.tables import fmt, json_default, percent, sanitize, speedup, table
+from pipeline.report.tables import budgets, fmt, json_default, percent, sanitize, speedup, table
 
 RESULT_HEADER = ["model", "sweep", "backend", "size", "scale", "batch", "threads", "n", "mean ms", "median ms",
                  "p90 ms", "p99 ms", "min ms", "max ms", "images/s", "MPix/s", "speed-up", "roofline",
@@ -126,8 +126,8 @@ def precision_markdown(doc: dict) -> list[str]:
         return []
     lines = ["", "## Precisions: speed and measured quality (main point)", "",
              "Loss = held-out Y-PSNR (dB) and SSIM against the same backend at fp32 (pipeline.analysis.quality: "
-             "the 4 held-out photos at the model's scale, measured once per model file and machine); budgets bf16 "
-             "0.02 dB, int8 0.10 dB; roofline against the measured peak of the row's precision. `-`: fp32, the "
+             f"the 4 held-out photos at the model's scale, measured once per model file and machine); budgets "
+             f"{budgets(main)}; roofline against the measured peak of the row's precision. `-`: fp32, the "
              "reference itself.", ""]
     lines += table(["model", "backend", "precision", "median ms", "speed-up", "roofline", "Y-PSNR loss dB",
                     "SSIM loss", "budget dB", "within budget"],

@@ -8,7 +8,7 @@ from pathlib import Path
 from pipeline.artifacts.atomic import atomic_write
 from pipeline.report.machine import env_lines
 from pipeline.report.plots import plt_, save_fig
-from pipeline.report.tables import fmt, json_default, sanitize, table
+from pipeline.report.tables import budgets, fmt, json_default, sanitize, table
 
 COMPARE_HEADER = ["model", "scale", "backend", "precision", "status", "max abs", "median abs", "p99 abs",
                   "max rel", "PSNR dB", "held-out loss dB", "criterion"]
@@ -22,7 +22,7 @@ def compare_markdown(doc: dict) -> str:
                   f"centre crop {m['input_size']}x{m['input_size']}; reference: {m['reference']}. "
                   f"Pass: FP32 max abs <= {tol['fp32_max_abs']:g}, FP16 PSNR >= {tol['fp16_psnr_db']:g} dB, "
                   "bf16/int8 a held-out Y-PSNR loss against the backend's own fp32 (measured once per file and "
-                  "machine) within its budget (bf16 0.02 dB, int8 0.10 dB). "
+                  f"machine) within its budget ({budgets(m['rows'])}). "
                   f"Relative error denominators are clamped at {tol['rel_floor']:g}.", ""]
     rows, notes = [], []
     for m in doc["models"]:

@@ -43,6 +43,13 @@ def speedup(ratio) -> str:
     return "-" if ratio is None else f"{ratio:.2f}x ({100 * (ratio - 1):+.0f} %)"
 
 
+def budgets(rows) -> str:
+    """The quality budgets the rows were held to, from their measured-loss summaries (each row's `precision` and
+    `quality`, set by pipeline.analysis.quality): 'bf16 0.02 dB, int8 0.1 dB', or 'none measured'."""
+    held = {r.get("precision"): r["quality"]["budget_db"] for r in rows if r.get("quality")}
+    return ", ".join(f"{p} {b:g} dB" for p, b in sorted(held.items())) or "none measured"
+
+
 def table(header: list[str], rows: list[list]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     out += ["| " + " | ".join(fmt(c) for c in r) + " |" for r in rows]
