@@ -27,7 +27,7 @@ def main(argv: list[str]) -> None:
     for n, recipe in enumerate(recipes):
         parts = recipe.split(":")
         words = [k for k in parts[0].split(",") if k]
-        switches = {"naive-image": "exact_image", "q-outputs": "float_outputs"}
+        switches = {"naive-image": "exact_image", "q-outputs": "float_outputs", "plain-relu": "shift_relu"}
         opts = {"keep": tuple(k for k in words if k not in switches)}
         opts.update({switches[k]: False for k in words if k in switches})
         if len(parts) > 1:

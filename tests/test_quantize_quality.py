@@ -15,11 +15,13 @@ from pipeline.backends import create_named
 from pipeline.export.cached import onnx_for
 from pipeline.export.quantize import (
     IMAGE_SHIFT,
-    exact_image_input,
+    IMAGE_STEP,
     first_layer_convs,
     image_convs,
     int8_file,
     last_layer_convs,
+    relu_convs,
+    shift_inputs,
 )
 from pipeline.native import cpu
 
@@ -40,6 +42,7 @@ def auto_cache(tmp_path_factory):
 
 def test_int8_file_is_qdq_with_the_image_conv_exact_the_rest_of_the_first_and_last_layers_in_float_and_runs(
         folded_x3, tmp_path, monkeypatch):
+    """The last layer's convs stay float unless their input is shifted (fold3: unpadded, ReLU-fed)."""
     monkeypatch.setenv("SRDEPLOY_CACHE", str(tmp_path))
     said: list[str] = []
     path = int8_file(folded_x3, 3, log=said.append)
@@ -52,11 +55,13 @@ def test_int8_file_is_qdq_with_the_image_conv_exact_the_rest_of_the_first_and_la
     inits = {i.name: i for i in q.graph.initializer}
     fp32 = onnx.load(str(folded_x3))
     first, last, image = set(first_layer_convs(fp32)), set(last_layer_convs(fp32)), set(image_convs(fp32))
-    assert "/fold1/Conv" in image <= first and "/fold3/Conv" in last and not first & last
+    shifted = set(relu_convs(fp32, set()))
+    assert "/fold1/Conv" in image <= first and "/fold3/Conv" in last & shifted and not first & last
+    floats = (first - image) | (last - shifted)
     convs = {n.name: n for n in q.graph.node if n.op_type == "Conv"}
-    assert all(fed_by.get(convs[c].input[1]) != "DequantizeLinear" for c in (first - image) | last)  # float
-    middle = [n for name, n in convs.items() if name not in (first - image) | last]
-    assert middle and all(fed_by.get(n.input[1]) == "DequantizeLinear" for n in middle)
+    assert last - shifted and all(fed_by.get(convs[c].input[1]) != "DequantizeLinear" for c in floats)
+    int8 = [n for name, n in convs.items() if name not in floats]
+    assert "/fold3/Conv" in {n.name for n in int8} and all(fed_by.get(n.input[1]) == "DequantizeLinear" for n in int8)
     # the image conv reads the shifted image through a QuantizeLinear at exactly 1/255, so 8-bit pixels are exact
     quant = producer[producer[convs["/fold1/Conv"].input[0]].input[0]]
     assert quant.op_type == "QuantizeLinear" and fed_by[quant.input[0]] == "Sub"
@@ -78,23 +83,58 @@ def test_int8_file_is_qdq_with_the_image_conv_exact_the_rest_of_the_first_and_la
 
 
 def test_the_image_shift_computes_the_same_and_makes_8_bit_pixels_exact_in_int8(folded_x3):
-    """exact_image_input's rewrite of the fp32 graph is the same function (bias carries the shift; the convs it
-    touches have no padding of their own), and its quantization step maps every 8-bit pixel to an int8 exactly."""
+    """shift_inputs' rewrite of the fp32 graph is the same function (bias carries the shift; the convs it touches
+    have no padding of their own), and the image convs' step maps every 8-bit pixel to an int8 exactly."""
     model = onnx.load(str(folded_x3))
-    overrides = exact_image_input(model)
+    overrides, _ = shift_inputs(model, {name: (IMAGE_SHIFT, IMAGE_STEP) for name in image_convs(model)})
     assert len(overrides) == len(image_convs(onnx.load(str(folded_x3)))) >= 1
     onnx.checker.check_model(model)
     pixels = np.random.default_rng(1).integers(0, 256, (1, 3, 70, 90))
     x = (pixels / 255).astype(np.float32)  # what the sr stage feeds for an 8-bit image
-    run = lambda m: ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(  # noqa: E731
-        None, {"input": x})[0]
-    ref, got = run(onnx.load(str(folded_x3))), run(model)
+    ref, got = _run(onnx.load(str(folded_x3)), x), _run(model, x)
     assert np.abs(got - ref).max() < 1e-5 and np.abs(ref).max() > 0.1
     step = overrides[next(iter(overrides))][0]
     q = np.round((x - np.float32(IMAGE_SHIFT)) / step["scale"])
     assert np.array_equal(q, pixels - 128) and q.min() >= -128 and q.max() <= 127  # int8, lossless
 
 
+def _run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {"input": x})[0]
+
+
+def test_relu_fed_convs_are_shifted_into_all_of_int8_and_their_biases_corrected(folded_x3, tmp_path, monkeypatch):
+    """The hidden layers' convs read a ReLU (never negative): shifted by 128 steps, their input uses the int8 sign
+    bit too (zero point still 0); the shift is the same function in fp32, and the int8 file's biases are corrected
+    with the int8 weights it holds, so its output has no constant error per channel."""
+    model = onnx.load(str(folded_x3))
+    relu = relu_convs(model, set())
+    assert {"/fold2/Conv", "/fold3/Conv"} <= set(relu)  # fold3 is unpadded: the border strips recompute its ring
+    assert not set(relu) & set(image_convs(model)) and not set(relu) & set(first_layer_convs(model))
+    x = np.random.default_rng(2).random((1, 3, 64, 72), dtype=np.float32)
+    shifted = onnx.load(str(folded_x3))
+    overrides, corrections = shift_inputs(shifted, {name: (0.5, 0.004) for name in relu})
+    assert len(overrides) == len(corrections) == len(relu)
+    assert np.abs(_run(shifted, x) - _run(model, x)).max() < 1e-5
+    monkeypatch.setenv("SRDEPLOY_CACHE", str(tmp_path))
+    q = onnx.load(str(int8_file(folded_x3, 3)))
+    producer = {o: n for n in q.graph.node for o in n.output}
+    inits = {i.name: numpy_helper.to_array(i) for i in q.graph.initializer}
+    for name in ("/fold2/Conv", "/fold3/Conv"):
+        conv = next(n for n in q.graph.node if n.name == name)
+        quant = producer[producer[conv.input[0]].input[0]]
+        sub = producer[quant.input[0]]
+        assert quant.op_type == "QuantizeLinear" and sub.op_type == "Sub" and producer[sub.input[0]].op_type == "Relu"
+        step, zero = inits[quant.input[1]], inits[quant.input[2]]
+        assert zero == 0 and inits[sub.input[1]] == np.float32(128 * step)  # [0, 255 steps] -> [-128, 127]
+    # a photo: the int8 file's error against fp32 (0.005 RMS here; 0.047 with the biases raised by the float
+    # weights' sum, whose rounding error times the shift was a constant error per channel)
+    from pipeline.data import sample_images
+
+    lr = next(iter(sample_images.train().values()))[:96, :96]
+    x = np.ascontiguousarray((lr.astype(np.float32) / 255).transpose(2, 0, 1)[None])
+    err = _run(q, x) - _run(model, x)
+    assert 0 < np.sqrt((err ** 2).mean()) < 0.015
 @pytest.mark.parametrize("model", ["srcnn-x3", "deform-srcnn"])
 def test_int8_is_within_its_budget_on_the_held_out_set(model, monkeypatch, auto_cache):
     """The shipped recipe (the image conv exact, the rest of the first layer and the last in float) through OpenVINO,

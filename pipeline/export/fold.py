@@ -127,7 +127,10 @@ class FoldedSRCNN(nn.Module):
                             o = torch.arange(co3) * s * s + p * s + q
                             i = (pp * s + qq) * mid
                             k3[o, i:i + mid, bp + R, bq + R] += w3[:, :, k + r3, j + r3]
-            self.fold3 = nn.Conv2d(s * s * mid, s * s * co3, 2 * R + 1, padding=R)
+            # Unpadded where its outer ring (R*s HR pixels) lies in the frame the strips recompute anyway: the int8
+            # recipe shifts an unpadded conv's input without a Pad (pipeline.export.quantize.relu_convs).
+            self.trim = R * s if R * s <= self.r1 + self.r3 else 0
+            self.fold3 = nn.Conv2d(s * s * mid, s * s * co3, 2 * R + 1, padding=0 if self.trim else R)
             with torch.no_grad():
                 self.fold3.weight.copy_(k3)
                 self.fold3.bias.copy_(c3.bias.repeat_interleave(s * s))
@@ -182,7 +185,9 @@ class FoldedSRCNN(nn.Module):
         bot = self._strip(self._upsample(x[:, :, h - c:, :])[:, :, -n:, :], (0, 0, 0, r1), (0, 0, 0, r3), True)
         left = self._strip(self._upsample(x[:, :, :, :c])[:, :, :, :n], (r1, 0, 0, 0), (r3, 0, 0, 0), False)
         right = self._strip(self._upsample(x[:, :, :, w - c:])[:, :, :, -n:], (0, r1, 0, 0), (0, r3, 0, 0), False)
-        middle = torch.cat([left[:, :, f:-f, :], out[:, :, f:-f, f:-f], right[:, :, f:-f, :]], dim=3)
+        a = f - (self.trim if self.conv3_on_lr else 0)  # out starts `trim` HR pixels in when fold3 is unpadded
+        middle = torch.cat([left[:, :, f:-f, :], out[:, :, a:out.shape[-2] - a, a:out.shape[-1] - a],
+                            right[:, :, f:-f, :]], dim=3)
         return torch.cat([top, middle, bot], dim=2)
 
 

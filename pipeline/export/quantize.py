@@ -44,12 +44,13 @@ from pipeline.artifacts.atomic import atomic_path
 from pipeline.artifacts.cache import cache_dir
 from pipeline.errors import PipelineError, first_line
 
-RECIPE = 5  # bumped when the recipe changes, so older int8 files are not reused
+RECIPE = 6  # bumped when the recipe changes, so older int8 files are not reused
 CROP = 120  # LR calibration crop side: above every folded graph's smallest input
 PERCENTILE = 99.999
 METHOD = "Percentile"  # onnxruntime.quantization.CalibrationMethod's name
 KEEP_FLOAT = ("first", "last")  # the convolutions left in float, see excluded()
 CROPS = 5  # calibration crops per training image
+SHIFT_RELU = True  # ReLU-fed convs read their input shifted into all of int8 (relu_convs, shift_inputs)
 
 
 def _sha(path: Path) -> str:
@@ -169,61 +170,144 @@ def image_convs(model: onnx.ModelProto) -> list[str]:
         pad_value = node.input[2] if node.op_type == "Pad" and len(node.input) > 2 else ""
         return node.op_type in PIXEL_MOVES and pad_value == "" and from_image(node.input[0])
 
-    def unpadded(n) -> bool:
-        attrs = {a.name: a for a in n.attribute}
-        return not any(attrs["pads"].ints if "pads" in attrs else []) and \
-            (attrs["auto_pad"].s if "auto_pad" in attrs else b"NOTSET") in (b"NOTSET", b"VALID")
-
     return [n.name for n in model.graph.node
-            if n.op_type == "Conv" and n.input[1] in weights and unpadded(n) and from_image(n.input[0])]
+            if n.op_type == "Conv" and n.input[1] in weights and _unpadded(n) and from_image(n.input[0])]
 
 
-def exact_image_input(model: onnx.ModelProto) -> dict[str, list[dict]]:
-    """Make each image conv (image_convs) read x - IMAGE_SHIFT, its bias raised by sum(W) * IMAGE_SHIFT so it computes
-    the same (no padding of its own, so no border term); returns ONNX Runtime's TensorQuantOverrides that quantize
-    each shifted input at scale 1/255, zero point 0. Symmetric int8 of the unshifted image keeps 7 bits of 8 (0.09 dB
-    more loss on srcnn-x3); shifted, an 8-bit image enters int8 exactly."""
+def _unpadded(node: onnx.NodeProto) -> bool:
+    """A Conv with no padding of its own: shifting its input (shift_inputs) has no border term."""
+    attrs = {a.name: a for a in node.attribute}
+    return not any(attrs["pads"].ints if "pads" in attrs else []) and \
+        (attrs["auto_pad"].s if "auto_pad" in attrs else b"NOTSET") in (b"NOTSET", b"VALID")
+
+
+def relu_convs(model: onnx.ModelProto, skip: set[str]) -> list[str]:
+    """Conv nodes left for int8 (not in `skip`, not image convs) without padding of their own whose data input is a
+    Relu's output and whose weights are initializers: their input is never negative, so symmetric int8 would waste
+    its sign bit on it. (A padded one would need its padding as a Pad before the shift, which OpenVINO cannot fuse
+    into the int8 conv: 23 ms more on srcnn-x3's last layer than the conv itself.)"""
+    producer = {out: n for n in model.graph.node for out in n.output}
+    weights = {t.name for t in model.graph.initializer}
+    image = set(image_convs(model))
+    return [n.name for n in model.graph.node
+            if n.op_type == "Conv" and n.name not in skip | image and n.input[1] in weights
+            and getattr(producer.get(n.input[0]), "op_type", "") == "Relu" and _unpadded(n)]
+
+
+def input_stats(model: onnx.ModelProto, convs: list[str], feeds: list[dict],
+                percentile: float) -> dict[str, tuple[np.ndarray, float]]:
+    """Each named conv's data input over the calibration feeds (ONNX Runtime, fp32): its mean per channel, and its
+    top after cutting the fraction (100 - percentile) / 200 of the values above it, as ONNX Runtime's Percentile
+    calibration does (exactly here, from each feed's largest values; its calibrator reads a histogram)."""
+    import onnxruntime as ort
+
+    if not convs:
+        return {}
+    inputs = {n.name: n.input[0] for n in model.graph.node if n.name in convs}
+    names = list(dict.fromkeys(inputs.values()))
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    known = {o.name for o in probe.graph.output}
+    probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(t) for t in names if t not in known)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    sums, tops, count = dict.fromkeys(names, 0.0), {t: [] for t in names}, dict.fromkeys(names, 0)
+    cut = (100 - percentile) / 200
+    for feed in feeds:
+        for t, y in zip(names, session.run(names, feed), strict=True):
+            sums[t] = sums[t] + y.astype(np.float64).mean(axis=(0, 2, 3))
+            count[t] += y.size
+            keep = min(y.size, int(np.ceil(cut * y.size * len(feeds))) + 1)  # enough for the whole set's top
+            tops[t].append(np.partition(y.ravel(), y.size - keep)[y.size - keep:])
+    stats = {}
+    for name, t in inputs.items():
+        top = np.sort(np.concatenate(tops[t]))[::-1]
+        stats[name] = (sums[t] / len(feeds), float(top[min(len(top) - 1, int(cut * count[t]))]))
+    return stats
+
+
+def settle_biases(path: Path, corrections: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+    """Set each shifted conv's bias from the int8 weights the Q/DQ file holds (shift_inputs' bias correction)."""
     from onnx import numpy_helper
 
+    model = onnx.load(str(path))
     inits = {t.name: t for t in model.graph.initializer}
-    convs = set(image_convs(model))
-    shift = numpy_helper.from_array(np.array(IMAGE_SHIFT, np.float32), "sr_image_shift")
-    nodes, overrides = [], {}
+    dequant = {n.output[0]: n for n in model.graph.node if n.op_type == "DequantizeLinear"}
     for n in model.graph.node:
-        if n.name in convs:
+        if n.op_type != "Conv" or len(n.input) < 3 or n.input[2] not in corrections:
+            continue
+        base, moved = corrections[n.input[2]]
+        dq = dequant.get(n.input[1])
+        if dq is None:  # weights left in float: the bias computed at the rewrite is exact
+            continue
+        q = numpy_helper.to_array(inits[dq.input[0]]).astype(np.float64)  # symmetric: no zero point
+        weight = q * numpy_helper.to_array(inits[dq.input[1]]).astype(np.float64).reshape(-1, *[1] * (q.ndim - 1))
+        bias = base + (weight.sum(axis=(2, 3)) * moved).sum(axis=1)
+        inits[n.input[2]].CopyFrom(numpy_helper.from_array(bias.astype(np.float32), n.input[2]))
+    onnx.save(model, str(path))
+
+
+def _per_output(node: onnx.NodeProto, weight: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """The input channel means each output channel's weights meet, (out, in per group): grouped convs read a slice."""
+    groups = next((a.i for a in node.attribute if a.name == "group"), 1)
+    per = weight.shape[1]
+    group_of = np.arange(weight.shape[0]) // (weight.shape[0] // groups)
+    return np.asarray(mean, np.float64)[group_of[:, None] * per + np.arange(per)]
+
+
+def shift_inputs(model: onnx.ModelProto, shifts: dict[str, tuple[float, float]],
+                 means: dict[str, np.ndarray] | None = None) -> tuple[dict[str, list[dict]], dict]:
+    """Make each named Conv (unpadded: no border term) read x - shift, its bias raised by sum(W) * shift so it
+    computes the same. Returns ONNX Runtime's TensorQuantOverrides that quantize each shifted input at its step (zero
+    point 0), and the bias corrections that settle_biases applies once the int8 weights Wq exist: bias = b + W mean +
+    Wq (shift - mean) with each input channel's mean (input_stats), so the weights' rounding error meets the input's
+    deviation from its mean, not the shift, and its constant part is gone (bias correction)."""
+    from onnx import helper, numpy_helper
+
+    inits = {t.name: t for t in model.graph.initializer}
+    nodes, overrides, corrections = [], {}, {}
+    for n in model.graph.node:
+        if n.name in shifts:
+            shift, step = shifts[n.name]
+            tag = f"{n.name}_shift".lstrip("/").replace("/", "_")
             w = numpy_helper.to_array(inits[n.input[1]]).astype(np.float64)
             has_bias = len(n.input) > 2 and n.input[2] != ""
-            b = numpy_helper.to_array(inits[n.input[2]]) if has_bias else np.zeros(w.shape[0])
-            bias = numpy_helper.from_array((b + w.sum(axis=(1, 2, 3)) * IMAGE_SHIFT).astype(np.float32),
-                                           f"{n.name}_shifted_bias")
-            shifted = f"{n.input[0]}_shifted_{len(overrides)}"
-            nodes.append(onnx.helper.make_node("Sub", [n.input[0], shift.name], [shifted], name=f"{n.name}_shift"))
-            model.graph.initializer.append(bias)
-            n.input[0] = shifted
+            b = numpy_helper.to_array(inits[n.input[2]]).astype(np.float64) if has_bias else np.zeros(w.shape[0])
+            bias = numpy_helper.from_array((b + w.sum(axis=(1, 2, 3)) * shift).astype(np.float32), f"{tag}_bias")
+            mean = np.full(w.shape[1], shift) if means is None else _per_output(n, w, means[n.name])
+            corrections[bias.name] = (b + (w.sum(axis=(2, 3)) * mean).sum(axis=1), shift - mean)
+            value = numpy_helper.from_array(np.array(shift, np.float32), f"{tag}_value")
+            model.graph.initializer.extend([bias, value])
+            nodes.append(helper.make_node("Sub", [n.input[0], value.name], [f"{tag}ed"], name=tag))
+            n.input[0] = f"{tag}ed"
             if has_bias:
                 n.input[2] = bias.name
             else:
                 n.input.append(bias.name)
-            overrides[shifted] = [{"scale": np.array(IMAGE_STEP, np.float32), "zero_point": np.array(0, np.int8)}]
+            overrides[n.input[0]] = [{"scale": np.array(step, np.float32), "zero_point": np.array(0, np.int8)}]
         nodes.append(n)
     if overrides:
-        model.graph.initializer.append(shift)
         del model.graph.node[:]
         model.graph.node.extend(nodes)
-    return overrides
+    return overrides, corrections
 
 
-def excluded(model: onnx.ModelProto, keep: tuple[str, ...] = KEEP_FLOAT, exact_image: bool = True) -> list[str]:
+def excluded(model: onnx.ModelProto, keep: tuple[str, ...] = KEEP_FLOAT, exact_image: bool = True,
+             shift_relu: bool = SHIFT_RELU) -> list[str]:
     """The Conv nodes the recipe leaves in float: 'first' (first_layer_convs), 'last' (last_layer_convs) and
-    'custom' (custom_op_neighbours); with exact_image, the image convs run int8 whatever the rules say."""
+    'custom' (custom_op_neighbours); with exact_image, the image convs run int8 whatever the rules say, and with
+    shift_relu so do the last layer's convs whose input is shifted (relu_convs: all 8 bits of int8 for it)."""
     rules = {"first": first_layer_convs, "last": last_layer_convs, "custom": custom_op_neighbours}
     exact = set(image_convs(model)) if exact_image else set()
-    return list(dict.fromkeys(name for k in keep for name in rules[k](model) if name not in exact))
+    shifted = set(relu_convs(model, set())) if shift_relu else set()
+    return list(dict.fromkeys(name for k in keep for name in rules[k](model)
+                              if name not in exact and not (k == "last" and name in shifted)))
 
 
 def quantize(fp32: Path, dst: Path, scale: float, *, method: str = METHOD, keep: tuple[str, ...] = KEEP_FLOAT,
              crops: int = CROPS, percentile: float = PERCENTILE, exact_image: bool = True,
-             float_outputs: bool = True) -> None:
+             float_outputs: bool = True, shift_relu: bool = SHIFT_RELU) -> None:
     """Write the Q/DQ file of `fp32` (calibrated at `scale`) to `dst`. The keywords are the recipe (the defaults
     are the shipped one); scripts/int8_recipes.py tries others."""
     from onnxruntime.quantization import (
@@ -238,8 +322,13 @@ def quantize(fp32: Path, dst: Path, scale: float, *, method: str = METHOD, keep:
     feeds = _calibration(scale, {i.name for i in model.graph.input}, crops)
     if not feeds:
         raise PipelineError("no training image is large enough to calibrate int8")
-    skip = excluded(model, keep, exact_image)
-    overrides = exact_image_input(model) if exact_image else {}
+    skip = excluded(model, keep, exact_image, shift_relu)
+    image = image_convs(model) if exact_image else []
+    stats = input_stats(model, image + (relu_convs(model, set(skip)) if shift_relu else []), feeds, percentile)
+    # an image conv's input: 8-bit pixels at 1/255; a ReLU's: [0, its percentile] over 255 steps
+    steps = {name: IMAGE_STEP if name in image else max(top, 1e-8) / 255 for name, (_, top) in stats.items()}
+    shifts = {name: (IMAGE_SHIFT if name in image else 128 * step, step) for name, step in steps.items()}
+    overrides, corrections = shift_inputs(model, shifts, {name: mean for name, (mean, _) in stats.items()})
     if not [n for n in model.graph.node if n.op_type == "Conv" and n.name not in skip]:
         raise PipelineError(f"{fp32.name}: the int8 recipe leaves every convolution in float: nothing to quantize")
 
@@ -258,6 +347,7 @@ def quantize(fp32: Path, dst: Path, scale: float, *, method: str = METHOD, keep:
                                        "CalibPercentile": percentile, "QuantizeBias": False,
                                        "TensorQuantOverrides": overrides,
                                        "OpTypesToExcludeOutputQuantization": ["Conv"] if float_outputs else []})
+    settle_biases(dst, corrections)
 
 
 def int8_file(fp32: Path, scale: float, log=None) -> Path:
