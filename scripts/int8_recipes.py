@@ -5,7 +5,8 @@ project's quality store protocol, pipeline.analysis.quality.measure) and its 256
 
 A recipe is KEEP[:METHOD[:CROPS[:PERCENTILE]]], KEEP a comma list of first/last/custom (see
 pipeline.export.quantize.excluded) and the switches naive-image (the image convs quantized as any other, or left in
-float with 'first') and q-outputs (Conv outputs quantized too). "first,last" is the shipped recipe. Files go to a
+float with 'first'), plain-relu (ReLU-fed convs not shifted, and the last layer all float with 'last') and
+q-outputs (Conv outputs quantized too). "first,last" is the shipped recipe. Files go to a
 temporary cache; nothing is stored.
 """
 from __future__ import annotations

@@ -7,28 +7,36 @@ serves OpenVINO, ONNX Runtime and TensorRT's explicit quantization; symmetric in
 symmetric int8 weights; ranges from the 99.999th percentile of the activations (CalibrationMethod.Percentile) on 5
 LR crops of each *training* image we ship (never the held-out ones), degraded at the graph's scale as in training.
 Mixed precision (nodes_to_exclude): the first layer's convolutions (no activation upstream) and the last layer's (no
-activation downstream: the reconstruction conv) stay in float, except the *image convs*: a first-layer conv that
-reads the 8-bit image itself (folded SRCNN's LR-grid conv1, 9x9 conv1 and bicubic upsampler in one: most of the
-MACs) runs int8 with its input shifted by 128/255 and quantized at exactly 1/255, so an 8-bit image enters int8
-without loss (exact_image_input). Conv outputs are not quantized (OpTypesToExcludeOutputQuantization): the next
-conv's input quantization follows its activation, and a pre-ReLU output quantized symmetric lost 0.23 dB more. Our
-sr ops (sr::DynamicResize, sr::DeformConv2d) are never quantized: only Conv nodes are. Biases stay float
-(QuantizeBias off): TensorRT's DequantizeLinear takes int8, not the int32 bias ONNX Runtime would make, and
-OpenVINO and TensorRT fuse a float bias into the int8 convolution.
+activation downstream: the reconstruction conv) stay in float, with two exceptions that run int8 on a *shifted*
+input (shift_inputs: the conv reads x - c, its bias carries c, zero point still 0):
+- the *image convs*: a first-layer conv that reads the 8-bit image itself (folded SRCNN's LR-grid conv1, 9x9 conv1
+  and bicubic upsampler in one: most of the MACs), its input shifted by 128/255 and quantized at exactly 1/255, so
+  an 8-bit image enters int8 without loss;
+- the *ReLU-fed convs* without padding of their own (relu_convs: folded SRCNN's fold2 and, in the last layer,
+  fold3): their input is never negative, so it is shifted by 128 steps and fills all of int8 instead of its
+  positive half (one bit more); the step is the input's 99.999th percentile / 255 (input_stats).
+A shifted conv's bias is then corrected with the int8 weights the file holds (settle_biases): b + W mean + Wq
+(c - mean), each input channel's calibration mean, so the weights' rounding error meets the input's deviation from
+its mean rather than the shift (without it, srcnn-x3's int8 output was 0.047 RMS off fp32; with it 0.005).
+Conv outputs are not quantized (OpTypesToExcludeOutputQuantization): the next conv's input quantization follows its
+activation, and a pre-ReLU output quantized symmetric lost 0.23 dB more. Our sr ops (sr::DynamicResize,
+sr::DeformConv2d) are never quantized: only Conv nodes are. Biases stay float (QuantizeBias off): TensorRT's
+DequantizeLinear takes int8, not the int32 bias ONNX Runtime would make, and OpenVINO and TensorRT fuse a float
+bias into the int8 convolution.
 
 Held-out Y-PSNR loss through OpenVINO (pipeline.analysis.quality; int8 layers, float parts in bf16 where the CPU
-has it: openvino_backend.OV_PRECISION), recipe 4 (first and last layer in float, Conv outputs quantized) ->
-recipe 5, and OpenVINO's time at 256x256 on a 2-core EPYC with AVX512-BF16/VNNI (no AMX):
+has it: openvino_backend.OV_PRECISION), recipe 5 (image convs shifted, the rest of the first layer and the last in
+float) -> recipe 6, on a 2-core AMX Xeon (scripts/int8_recipes.py):
 
-    srcnn-x3      0.070 -> 0.063 dB   within the 0.10 dB budget; 136 -> 68 ms (bf16 alone: 86 ms)
-    deform-srcnn  0.030 -> 0.076 dB   within (its int8 part is the offset/mask conv feeding DeformConv2d; leaving
-                                      that in float too, custom_op_neighbours, would leave nothing to quantize;
-                                      its float parts, DeformConv2d included, now run bf16); 615 -> 496 ms
-    srcnn         0.22  -> 0.18 dB    OVER: `auto` never picks it and `sr --precision int8` says it is over budget.
+    srcnn-x3      0.063 -> 0.052 dB   within the 0.10 dB budget; 33 -> 25 ms at 256x256 (bf16 alone: 34 ms): with
+                                      fold3 in int8 too, OpenVINO runs the three LR-grid convs int8 back to back
+                                      (fold3 in bf16 between int8 layers: 0.035 dB but 47-50 ms, layout reorders)
+    deform-srcnn  0.076 -> 0.076 dB   within (its last conv is padded: float; its int8 part is the offset/mask
+                                      conv feeding DeformConv2d, which custom_op_neighbours could keep in float)
+    srcnn         0.18  -> 0.18 dB    OVER (fold3 in int8 costs it 0.11: with fold3 in float it lost 0.074 dB):
+                                      `auto` never picks it and `sr --precision int8` says it is over budget.
 
-With float parts in f32 instead, recipe 5 on srcnn-x3 lost 0.067 dB at 102 ms. The last layer in int8 too lost
-0.098-0.103 dB (at the budget's edge, so not shipped). scripts/int8_recipes.py measures other recipes
-(KEEP:METHOD:CROPS:PERCENTILE).
+scripts/int8_recipes.py measures other recipes (KEEP:METHOD:CROPS:PERCENTILE and switches).
 """
 from __future__ import annotations
 
@@ -158,7 +166,7 @@ PIXEL_MOVES = ("Pad", "Slice", "Identity")  # ops that move or repeat pixels wit
 def image_convs(model: onnx.ModelProto) -> list[str]:
     """Conv nodes without padding of their own whose data input is the image, moved or repeated by Pad (edge,
     reflect, or the default constant 0: a pixel value) and Slice only: folded SRCNN's LR-grid conv1, which carries
-    the bicubic upsampler. Their input holds 8-bit pixel values, which exact_image_input quantizes losslessly."""
+    the bicubic upsampler. Their input holds 8-bit pixel values, which shift_inputs quantizes losslessly."""
     producer = {out: n for n in model.graph.node for out in n.output}
     weights = {t.name for t in model.graph.initializer}
     image = {i.name for i in model.graph.input} - weights
