@@ -151,8 +151,8 @@ def test_ctrl_c_prints_one_interrupted_line(weights, tmp_path):
     src = tmp_path / "in"
     src.mkdir()
     rng = np.random.default_rng(0)
-    for i in range(60):
-        cv2.imwrite(str(src / f"{i:02d}.png"), rng.integers(0, 255, (160, 160, 3), dtype=np.uint8))
+    for i in range(200):  # enough that the run cannot finish before the signal lands (60 once did, under load)
+        cv2.imwrite(str(src / f"{i:03d}.png"), rng.integers(0, 255, (160, 160, 3), dtype=np.uint8))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-m", "pipeline", "sr", str(src), str(tmp_path / "out"), "--model",
                              "srcnn", "--scale", "3", "--backend", "torch", "--threads", "1", "--workers", "1",
@@ -162,7 +162,7 @@ def test_ctrl_c_prints_one_interrupted_line(weights, tmp_path):
     try:
         for line in proc.stderr:  # the first per-image line: the run is under way
             lines.append(line)
-            if line.startswith("00.png: "):
+            if line.startswith("000.png: "):
                 proc.send_signal(signal.SIGINT)
                 break
         lines += proc.stderr.readlines()

@@ -75,6 +75,23 @@ def _folded_kernel(weight: torch.Tensor, scale: int) -> tuple[torch.Tensor, int]
     return folded.reshape(scale * scale * co, ci, 2 * P + 1, 2 * P + 1), P
 
 
+def _conv3_on_lr_kernel(w3: torch.Tensor, s: int, mid: int) -> tuple[torch.Tensor, int]:
+    """conv3 (on the HR grid) as one conv on the LR grid's s*s phases of `mid` channels each: (kernel, LR radius)."""
+    co3, r3 = w3.shape[0], w3.shape[-1] // 2
+    R = -(-r3 // s)  # LR radius of conv3
+    k3 = torch.zeros(s * s * co3, s * s * mid, 2 * R + 1, 2 * R + 1, dtype=w3.dtype)
+    for p in range(s):
+        for q in range(s):
+            for k in range(-r3, r3 + 1):
+                for j in range(-r3, r3 + 1):
+                    (bp, pp), (bq, qq) = divmod(p + k, s), divmod(q + j, s)
+                    # Output channels channel-major (c*s*s + phase): F.pixel_shuffle / DepthToSpace CRD.
+                    o = torch.arange(co3) * s * s + p * s + q
+                    i = (pp * s + qq) * mid
+                    k3[o, i:i + mid, bp + R, bq + R] += w3[:, :, k + r3, j + r3]
+    return k3, R
+
+
 def depth_to_space_dcr(x: torch.Tensor, s: int) -> torch.Tensor:
     """[N, s*s*C, H, W] phase-major -> [N, C, H*s, W*s] (ONNX DepthToSpace, mode DCR)."""
     n, c, h, w = x.shape
@@ -114,23 +131,11 @@ class FoldedSRCNN(nn.Module):
             self.fold2.weight.copy_(c2.weight.repeat(s * s, 1, 1, 1))
             self.fold2.bias.copy_(c2.bias.repeat(s * s))
         if conv3_on_lr:
-            w3, r3 = c3.weight.detach(), self.r3
-            R = -(-r3 // s)  # LR radius of conv3
-            k3 = torch.zeros(s * s * c3.out_channels, s * s * mid, 2 * R + 1, 2 * R + 1, dtype=w3.dtype)
-            co3 = c3.out_channels
-            for p in range(s):
-                for q in range(s):
-                    for k in range(-r3, r3 + 1):
-                        for j in range(-r3, r3 + 1):
-                            (bp, pp), (bq, qq) = divmod(p + k, s), divmod(q + j, s)
-                            # Output channels channel-major (c*s*s + phase): F.pixel_shuffle / DepthToSpace CRD.
-                            o = torch.arange(co3) * s * s + p * s + q
-                            i = (pp * s + qq) * mid
-                            k3[o, i:i + mid, bp + R, bq + R] += w3[:, :, k + r3, j + r3]
+            k3, R = _conv3_on_lr_kernel(c3.weight.detach(), s, mid)
             # Unpadded where its outer ring (R*s HR pixels) lies in the frame the strips recompute anyway: the int8
             # recipe shifts an unpadded conv's input without a Pad (pipeline.export.quantize.relu_convs).
             self.trim = R * s if R * s <= self.r1 + self.r3 else 0
-            self.fold3 = nn.Conv2d(s * s * mid, s * s * co3, 2 * R + 1, padding=0 if self.trim else R)
+            self.fold3 = nn.Conv2d(s * s * mid, k3.shape[0], 2 * R + 1, padding=0 if self.trim else R)
             with torch.no_grad():
                 self.fold3.weight.copy_(k3)
                 self.fold3.bias.copy_(c3.bias.repeat_interleave(s * s))
