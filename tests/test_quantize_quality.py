@@ -135,11 +135,13 @@ def test_relu_fed_convs_are_shifted_into_all_of_int8_and_their_biases_corrected(
     x = np.ascontiguousarray((lr.astype(np.float32) / 255).transpose(2, 0, 1)[None])
     err = _run(q, x) - _run(model, x)
     assert 0 < np.sqrt((err ** 2).mean()) < 0.015
+
+
 @pytest.mark.parametrize("model", ["srcnn-x3", "deform-srcnn"])
 def test_int8_is_within_its_budget_on_the_held_out_set(model, monkeypatch, auto_cache):
-    """The shipped recipe (the image conv exact, the rest of the first layer and the last in float) through OpenVINO,
-    measured by the quality store. srcnn's int8 is still over budget (0.18 dB; the README says so and `auto` never
-    picks it)."""
+    """The shipped recipe (the image conv exact, the ReLU-fed unpadded convs shifted, the rest of the first layer and
+    the padded last-layer convs in float) through OpenVINO, measured by the quality store. srcnn's int8 is still over
+    budget (0.18 dB; the README says so and `auto` never picks it)."""
     pytest.importorskip("openvino", reason="OpenVINO is not installed")
     monkeypatch.setenv("SRDEPLOY_CACHE", str(auto_cache))  # the auto tests below reuse its int8 files
     record = quality.precision_loss(create_named("openvino", model, "int8", threads=2))

@@ -239,6 +239,8 @@ def settle_biases(path: Path, corrections: dict[str, tuple[np.ndarray, np.ndarra
     """Set each shifted conv's bias from the int8 weights the Q/DQ file holds (shift_inputs' bias correction)."""
     from onnx import numpy_helper
 
+    if not corrections:  # nothing shifted: the file stays as the quantizer wrote it
+        return
     model = onnx.load(str(path))
     inits = {t.name: t for t in model.graph.initializer}
     dequant = {n.output[0]: n for n in model.graph.node if n.op_type == "DequantizeLinear"}
