@@ -13,24 +13,26 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto
 from onnx.reference import ReferenceEvaluator
-from test_engine import ENV, SRCNN, _onnx, _sidecar
-from test_export_exporters import make_weights
 
-from pipeline.cli import engine as engine_cli
-from pipeline.engine import default_profile, plan_engine, sidecar_path
-from pipeline.engine.precision import bf16_problem, derivation, engine_graph, engine_precision
-from pipeline.errors import PipelineError
-from pipeline.export.core import export_model
-from pipeline.export.fp16 import convert_to_bf16
-from pipeline.export.quantize import RECIPE
-from pipeline.export.sr_ops import DOMAIN
+pytest.importorskip("onnxscript", reason="these tests export with torch.onnx, which needs onnxscript (export extra)")
+from test_engine import ENV, SRCNN, _onnx, _sidecar  # noqa: E402
+from test_export_exporters import make_weights  # noqa: E402
+
+from pipeline.cli import engine as engine_cli  # noqa: E402
+from pipeline.engine import default_profile, plan_engine, sidecar_path  # noqa: E402
+from pipeline.engine.precision import bf16_problem, derivation, engine_graph, engine_precision  # noqa: E402
+from pipeline.errors import PipelineError  # noqa: E402
+from pipeline.export.core import export_model  # noqa: E402
+from pipeline.export.fp16 import convert_to_bf16  # noqa: E402
+from pipeline.export.quantize import RECIPE  # noqa: E402
+from pipeline.export.sr_ops import DOMAIN  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def fp32_files(tmp_path_factory):
     d = tmp_path_factory.mktemp("bf16")
     return {m: export_model(m, d / f"{m}.onnx", exporter="torchscript", weights=make_weights(d / f"{m}.pt", m)).path
-            for m in ("srcnn", "deform-srcnn")}
+            for m in ("srcnn", "deform-srcnn", "srcnn-x3")}
 
 
 def _types(model: onnx.ModelProto) -> dict[str, int]:
@@ -77,6 +79,24 @@ def test_bf16_graph_computes_the_fp32_result_at_bf16_precision(fp32_files):
     err = np.abs(got - ref).max()
     assert got.dtype == np.float32 and got.shape == ref.shape == (1, 3, 12, 10)
     assert 0 < err < 0.03 * max(1.0, np.abs(ref).max())
+
+
+def test_bf16_graph_resizes_the_image_in_fp32_and_rounds_after(fp32_files):
+    """srcnn-x3's bicubic upscale is a standard Resize: in the bf16 graph it reads the float32 image itself and its
+    float32 output is cast to bf16 after it (rounding the image to bf16 first cost the whole net 8 bits of input)."""
+    b = convert_to_bf16(onnx.load(str(fp32_files["srcnn-x3"])))
+    onnx.checker.check_model(b, full_check=True)
+    types = _types(b)
+    (resize,) = [n for n in b.graph.node if n.op_type == "Resize"]
+    assert resize.input[0] == "input" and types[resize.output[0]] == TensorProto.FLOAT
+    (after,) = [n for n in b.graph.node if resize.output[0] in n.input]
+    assert after.op_type == "Cast" and after.attribute[0].i == TensorProto.BFLOAT16
+    assert not [n for n in b.graph.node if n.op_type == "Cast" and "input" in n.input]  # no bf16 copy of the image
+    x = np.random.default_rng(1).random((1, 3, 6, 5), dtype=np.float32)
+    ref = ort.InferenceSession(str(fp32_files["srcnn-x3"]), providers=["CPUExecutionProvider"]).run(None,
+                                                                                                  {"input": x})[0]
+    got = ReferenceEvaluator(b).run(None, {"input": x})[0]
+    assert got.shape == ref.shape == (1, 3, 18, 15) and 0 < np.abs(got - ref).max() < 0.03
 
 
 def test_engine_precision_is_the_files_own_or_made_from_fp32():

@@ -6,16 +6,18 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
-from test_export_exporters import make_weights
 
-import models.registry as registry
-import models.spec
-from models.registry import file_sha256, load_model
-from pipeline.cli import main
-from pipeline.errors import PipelineError
-from pipeline.export import verify as verify_mod
-from pipeline.export.core import ExportResult, export_model, onnx_filename
-from pipeline.export.verify import sample_batch
+pytest.importorskip("onnxscript", reason="these tests export with torch.onnx, which needs onnxscript (export extra)")
+from test_export_exporters import make_weights  # noqa: E402
+
+import models.registry as registry  # noqa: E402
+import models.spec  # noqa: E402
+from models.registry import file_sha256, load_model  # noqa: E402
+from pipeline.cli import main  # noqa: E402
+from pipeline.errors import PipelineError  # noqa: E402
+from pipeline.export import verify as verify_mod  # noqa: E402
+from pipeline.export.core import ExportResult, export_model, onnx_filename  # noqa: E402
+from pipeline.export.verify import sample_batch  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,10 @@ import torch
 from onnx import helper
 
 from models.registry import get_spec, load_model, size_tensor
-from pipeline.export.core import export_model
-from pipeline.export.verify import sample_batch
+
+pytest.importorskip("onnxscript", reason="these tests export with torch.onnx, which needs onnxscript (export extra)")
+from pipeline.export.core import export_model  # noqa: E402
+from pipeline.export.verify import sample_batch  # noqa: E402
 
 MODEL = "deform-srcnn"  # has both sr ops
 

@@ -5,13 +5,15 @@ import onnxruntime as ort
 import pytest
 import torch
 from onnx import TensorProto
-from test_export_exporters import make_weights
 
-from models.registry import load_model, size_tensor
-from pipeline.export import strip_sr_functions
-from pipeline.export.core import export_model
-from pipeline.export.fp16 import convert_to_fp16
-from pipeline.export.verify import sample_batch
+pytest.importorskip("onnxscript", reason="these tests export with torch.onnx, which needs onnxscript (export extra)")
+from test_export_exporters import make_weights  # noqa: E402
+
+from models.registry import load_model, size_tensor  # noqa: E402
+from pipeline.export import strip_sr_functions  # noqa: E402
+from pipeline.export.core import export_model  # noqa: E402
+from pipeline.export.fp16 import convert_to_fp16  # noqa: E402
+from pipeline.export.verify import sample_batch  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -137,7 +137,8 @@ def test_ort_pixel_graph_equals_the_cpu_path(dtype):
 @pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
 def test_tensorrt_pixel_graph_has_no_uint16_and_the_same_bytes(dtype):
     """The pixel graph ORT's TensorRT provider gets: no UINT16 (TensorRT has none: 16-bit samples travel as int32),
-    integers only at the two I/O casts, int32 gather indices; run here on the CPU provider, the numpy path's bytes."""
+    integers only at the two I/O casts, int32 gather indices, UINT8 cast only to and from FLOAT; run here on the CPU
+    provider, the numpy path's bytes."""
     import onnx
     import onnxruntime as ort
     from onnx import TensorProto
@@ -152,6 +153,15 @@ def test_tensorrt_pixel_graph_has_no_uint16_and_the_same_bytes(dtype):
     assert TensorProto.UINT16 not in types.values() and types["px_index"] != TensorProto.INT64
     ints = {TensorProto.UINT8, TensorProto.UINT16, TensorProto.INT32}
     assert [n.op_type for n in g.node if any(types.get(o) in ints for o in n.output)] == ["Cast", "Cast"]
+    # TensorRT 11 (DataType::kUINT8) casts UINT8 to and from FLOAT and HALF only: 8-bit samples reach the INT32
+    # indices through FLOAT, and come back from it
+    casts = [(types[n.input[0]], types[n.output[0]]) for n in g.node if n.op_type == "Cast"]
+    floats = {TensorProto.FLOAT, TensorProto.FLOAT16}
+    assert all(b in floats for a, b in casts if a == TensorProto.UINT8)
+    assert all(a in floats for a, b in casts if b == TensorProto.UINT8)
+    if dtype == np.uint8:
+        assert casts[:2] == [(TensorProto.UINT8, TensorProto.FLOAT), (TensorProto.FLOAT, TensorProto.INT32)]
+        assert casts[-1] == (TensorProto.FLOAT, TensorProto.UINT8)
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     io = px.onnx_pixel_dtype(dtype, tensorrt=True)
     img = np.random.default_rng(12).integers(0, int(px.max_value(dtype)) + 1, (2, 19, 23, 3)).astype(dtype)

@@ -17,7 +17,9 @@ from pipeline import backends
 from pipeline.artifacts.onnx_file import folded_variants, onnx_metadata
 from pipeline.artifacts.reference import read_reference
 from pipeline.errors import PipelineError
-from pipeline.export.core import export_model
+
+pytest.importorskip("onnxscript", reason="these tests export with torch.onnx, which needs onnxscript (export extra)")
+from pipeline.export.core import export_model  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 # Runs `python -m pipeline ARGS` with the export-time packages unimportable; proves it first.

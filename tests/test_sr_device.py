@@ -146,6 +146,37 @@ def test_tiles_of_common_sizes_fit_the_engine_profile(model):
             assert max(max(t.crop_shape) for t in plan.tiles) <= 512, (model, scale, width, height)
 
 
+class Engined(TorchBackend):
+    """The torch CPU runner admitting exactly what an engine with `profiles` admits (profile_for_input)."""
+
+    def __init__(self, model: str, profiles):
+        super().__init__(model, device="cpu")
+        self.profiles = profiles
+
+
+@pytest.mark.parametrize("model", ["srcnn", "deform-srcnn"])
+def test_tiles_at_scales_above_the_profile_fit_its_output(model):
+    """Scales 5-8 with the default x2-x4 profile: the profile bounds the output (its `size` tensor) as well as the
+    input, so tiles are capped by its largest output over the scale too: every crop of every common image size is
+    admitted by the engine's own check (a 512 crop at x5 would be 2560 > 2048 and fail on every image)."""
+    from models.lookup import get_spec
+    from models.spec import output_size
+    from pipeline.engine import default_profile, profile_for_input
+    from pipeline.sr import tiling
+
+    spec = get_spec(model)
+    be = Engined(model, [default_profile(spec)])
+    assert be.input_limit(4.0) == (512, 512) and be.input_limit(5.0) == (409, 409)
+    for scale in (5.0, 6.0, 7.5, 8.0):
+        w = ImageWorker(be, spec, scale, tile=None)
+        assert output_size(*w.max_input, scale)[0] <= be.profiles[0].size_values()[2][0] < output_size(
+            w.max_input[0] + 1, w.max_input[1] + 1, scale)[0]
+        for width, height in COMMON_SIZES:
+            plan = tiling.plan(height, width, scale, w.tile, w.margin, align=w.align, max_input=w.max_input)
+            for t in plan.tiles:
+                profile_for_input(be.profiles, 1, *t.crop_shape, *output_size(*t.crop_shape, scale))
+
+
 def test_crops_within_the_backend_limit_and_tiled_equals_whole(tmp_path):
     src = tmp_path / "in"
     src.mkdir()

@@ -122,6 +122,15 @@ class Backend(ABC):
             return None
         return max(p.height[2] for p in self.profiles), max(p.width[2] for p in self.profiles)
 
+    def input_limit(self, scale: float) -> tuple[int, int] | None:
+        """Largest input (H, W) the loaded backend admits at `scale` (what the sr stage tiles to): its profiles'
+        largest input, bounded by their largest output over the scale (a profile for x2-x4 at x6 admits less than
+        its input range); `max_input_size` without profiles; None: any."""
+        if not self.profiles:
+            return self.max_input_size()
+        sides = [p.max_input_at(scale) for p in self.profiles]
+        return max(h for h, _ in sides), max(w for _, w in sides)
+
     def describe(self) -> str:
         return f"{self.name} ({self.device}, {self.precision})"
 

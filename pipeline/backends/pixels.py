@@ -148,8 +148,11 @@ class _Slot:
         import torch
 
         self.buffers = Buffers(pinned=events)
-        self.uploaded = torch.cuda.Event() if events else None  # its input buffer may be refilled after this
-        self.downloaded = torch.cuda.Event() if events else None  # its output buffer holds the result after this
+        # uploaded: its input buffer may be refilled after it; downloaded: its output buffer holds the result. Both
+        # blocking: a wait sleeps until the device signals (a default event's synchronize spins a CPU core, here
+        # while the backend's lock is held)
+        self.uploaded = torch.cuda.Event(blocking=True) if events else None
+        self.downloaded = torch.cuda.Event(blocking=True) if events else None
         self.pending: SlotPending | None = None  # the result still in its output buffer
 
 
@@ -266,7 +269,8 @@ def onnx_pixel_io(model, dtype, tensorrt: bool = False):
     front, Mul / Round (half to even) / Clip / Transpose / Cast behind. The full scale is a run-time input
     (`pixel_max`), not a constant, so no optimiser can fold the Mul into the net's last convolution and round
     differently. Integers appear only at the two I/O casts (TensorRT takes UINT8 there and nowhere else); with
-    `tensorrt` the I/O type is `onnx_pixel_dtype`'s and the gather indices are INT32 (no UINT16, no INT64)."""
+    `tensorrt` the I/O type is `onnx_pixel_dtype`'s, the gather indices are INT32 (no UINT16, no INT64), and UINT8
+    samples are cast to FLOAT before INT32 (TensorRT 11 casts UINT8 to and from FLOAT and HALF only)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -280,10 +284,14 @@ def onnx_pixel_io(model, dtype, tensorrt: bool = False):
     index_type = TensorProto.INT32 if tensorrt else TensorProto.INT64
     g.initializer.extend([numpy_helper.from_array(unit_values(dtype), "px_table"),
                           numpy_helper.from_array(np.zeros((), np.float32), "px_zero")])
-    front = [helper.make_node("Cast", [PIXELS_IN], ["px_index"], to=index_type),
-             helper.make_node("Gather", ["px_table", "px_index"], ["px_unit"], axis=0),
-             helper.make_node("Transpose", ["px_unit"], ["px_nchw" if in_type != TensorProto.FLOAT else "input"],
-                              perm=[0, 3, 1, 2])]
+    # TensorRT converts UINT8 only to and from FLOAT and HALF: its samples reach the INT32 indices through FLOAT
+    # (exact: 0..255)
+    via_float = tensorrt and int_type == TensorProto.UINT8
+    front = [helper.make_node("Cast", [PIXELS_IN], ["px_float"], to=TensorProto.FLOAT)] if via_float else []
+    front += [helper.make_node("Cast", ["px_float" if via_float else PIXELS_IN], ["px_index"], to=index_type),
+              helper.make_node("Gather", ["px_table", "px_index"], ["px_unit"], axis=0),
+              helper.make_node("Transpose", ["px_unit"], ["px_nchw" if in_type != TensorProto.FLOAT else "input"],
+                               perm=[0, 3, 1, 2])]
     if in_type != TensorProto.FLOAT:  # an fp16-I/O graph: the CPU path casts the float32 batch the same way
         front.append(helper.make_node("Cast", ["px_nchw"], ["input"], to=in_type))
     back = [helper.make_node("Cast", [old_out.name], ["px_f32"], to=TensorProto.FLOAT),

@@ -176,8 +176,10 @@ class TorchBackend(Backend):
         if self.precision == "fp16":
             x = x.half()
         x = x.contiguous(memory_format=torch.channels_last if self.channels_last else torch.contiguous_format)
-        bf16 = torch.autocast(self.device.split(":")[0], dtype=torch.bfloat16) if self.precision == "bf16" \
-            else contextlib.nullcontext()
+        # no weight cache: a graph captured under autocast would replay the casts' outputs after the cache freed
+        # them at the context's exit (torch's CUDA-graph notes: AMP in a capture needs cache_enabled=False)
+        bf16 = torch.autocast(self.device.split(":")[0], dtype=torch.bfloat16, cache_enabled=False) \
+            if self.precision == "bf16" else contextlib.nullcontext()
         with bf16:  # convolutions in bf16, accumulated in fp32; our sr ops keep their input's fp32
             y = self._replay(x, scale) if self.cuda_graph and graphs else run(self.net, self.spec, x, scale)
         if tuple(y.shape[-2:]) != out_hw:

@@ -25,7 +25,7 @@ from pipeline.export.quantize import RECIPE, int8_file
 
 ENGINE_PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 DERIVED = ("bf16", "int8")  # made from the fp32 file when the engine is built
-BF16_GRAPH = 1  # bumped when convert_to_bf16's output changes, so older bf16 engines are rebuilt
+BF16_GRAPH = 2  # bumped when convert_to_bf16's output changes, so older bf16 engines are rebuilt
 BF16_MIN_CAPABILITY = (8, 0)  # Ampere: the first GPUs with BF16 tensor cores
 
 
@@ -52,7 +52,8 @@ def engine_precision(meta: dict, requested: str | None) -> str:
 
 def derivation(precision: str | None) -> str | None:
     """What a derived engine's graph was made by (kept in its sidecar: a change rebuilds it), None for a file's own."""
-    return {"bf16": f"bf16 graph v{BF16_GRAPH}, sr ops fp32", "int8": f"int8 Q/DQ recipe {RECIPE}"}.get(precision)
+    return {"bf16": f"bf16 graph v{BF16_GRAPH}, sr ops and Resize fp32",
+            "int8": f"int8 Q/DQ recipe {RECIPE}"}.get(precision)
 
 
 def bf16_problem(compute_capability: str) -> str | None:

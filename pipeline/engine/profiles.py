@@ -25,6 +25,14 @@ def _triple(value, kind=int, what="value") -> tuple:
     return tuple(vals)
 
 
+def _side_within(max_in: int, max_out: int, scale: float) -> int:
+    """The largest input side <= max_in whose output (models.spec.output_size) at `scale` is <= max_out."""
+    side = min(max_in, int((max_out + 1) / scale) + 1)
+    while side > 0 and output_size(side, side, scale)[0] > max_out:
+        side -= 1
+    return side
+
+
 @dataclass(frozen=True)
 class Profile:
     """One optimisation profile: min/opt/max of batch, input height and width, and the scale range that
@@ -41,6 +49,12 @@ class Profile:
     def size_values(self) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
         """min/opt/max values of the int64 [2] size input (H_out, W_out)."""
         return tuple(output_size(self.height[i], self.width[i], self.scale[i]) for i in range(3))
+
+    def max_input_at(self, scale: float) -> tuple[int, int]:
+        """Largest input (H, W) this profile admits at `scale`: its max input, and its max output (the `size`
+        tensor's bound, which a scale above the profile's range reaches first) over the scale; 0 where none fits."""
+        out_h, out_w = self.size_values()[2]
+        return _side_within(self.height[2], out_h, scale), _side_within(self.width[2], out_w, scale)
 
     def to_dict(self) -> dict:
         d = {k: list(v) for k, v in asdict(self).items()}

@@ -7,8 +7,9 @@ io_dtype="fp32" the graph keeps float32 I/O through Cast nodes at the boundary; 
 and `output` half.
 
 BF16 (convert_to_bf16, made at engine build time from the fp32 file): our sr ops stay FP32 between Casts, their
-weights too (the plugins run FP32 and FP16), and the default-domain opset is raised to 22, the first that admits
-bfloat16 in Conv and its neighbours.
+weights too (the plugins run FP32 and FP16), and so does Resize (the bicubic upscale reads the float32 image and is
+rounded to bf16 after it, not before); the default-domain opset is raised to 22, the first that admits bfloat16 in
+Conv and its neighbours.
 """
 from __future__ import annotations
 
@@ -48,16 +49,23 @@ def _half_tensor(t: onnx.TensorProto, half: str = "fp16") -> onnx.TensorProto:
     return numpy_helper.from_array(arr, t.name)
 
 
+def _runs_fp32(node: onnx.NodeProto) -> bool:
+    """A node a bf16 graph runs in FP32 between Casts: our sr ops, and Resize (the image's bicubic upscale)."""
+    return node.domain == DOMAIN or (node.domain in ("", "ai.onnx") and node.op_type == "Resize")
+
+
 def _sr_float_inputs(g: onnx.GraphProto) -> list[tuple[int, int]]:
-    """(node index, input index) of every float input of our sr ops (all but DynamicResize's int64 size)."""
-    return [(i, k) for i, n in enumerate(g.node) if n.domain == DOMAIN for k, name in enumerate(n.input)
-            if name and not (n.op_type == DYNAMIC_RESIZE and k in DYNAMIC_RESIZE_SHAPE_INPUTS)]
+    """(node index, input index) of every float data input of the nodes run in FP32: our sr ops' (all but
+    DynamicResize's int64 size) and Resize's X (its roi and scales are float32 anyway)."""
+    return [(i, k) for i, n in enumerate(g.node) if _runs_fp32(n) for k, name in enumerate(n.input)
+            if name and not (n.op_type == DYNAMIC_RESIZE and k in DYNAMIC_RESIZE_SHAPE_INPUTS)
+            and not (n.op_type == "Resize" and k > 0)]
 
 
 def _sr_ops_in_fp32(g: onnx.GraphProto, keep: set[str], half: str) -> None:
-    """Our sr ops between Casts: float inputs computed in the graph -> float32 before, outputs -> half after (the
-    image input itself is read as the float32 graph input, never rounded to half first). Their constant inputs
-    (weights, biases) are in `keep`, so they stay float32 and need no Cast. Runs after _cast_io."""
+    """Our sr ops and Resize between Casts: float inputs computed in the graph -> float32 before, outputs -> half
+    after (the image input itself is read as the float32 graph input, never rounded to half first). Their constant
+    inputs (weights, biases) are in `keep`, so they stay float32 and need no Cast. Runs after _cast_io."""
     nodes = list(g.node)
     before: dict[int, list[onnx.NodeProto]] = {}
     for i, k in _sr_float_inputs(g):
@@ -72,7 +80,7 @@ def _sr_ops_in_fp32(g: onnx.GraphProto, keep: set[str], half: str) -> None:
     for i, node in enumerate(nodes):
         out += before.get(i, [])
         out.append(node)
-        if node.domain == DOMAIN:
+        if _runs_fp32(node):
             for k, name in enumerate(node.output):
                 node.output[k] = f"{name}_fp32"
                 out.append(helper.make_node("Cast", [node.output[k]], [name], to=HALF[half][0],
@@ -119,7 +127,8 @@ def convert_to_fp16(model: onnx.ModelProto, io_dtype: str = "fp32") -> onnx.Mode
 
 
 def convert_to_bf16(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The BF16 graph of an fp32 one, float32 I/O, our sr ops in FP32 between Casts (their plugins have no BF16)."""
+    """The BF16 graph of an fp32 one, float32 I/O, our sr ops (their plugins have no BF16) and Resize in FP32
+    between Casts."""
     functions = list(model.functions)  # the version converter drops model-local functions
     if max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0) < BF16_OPSET:
         model = version_converter.convert_version(model, BF16_OPSET)

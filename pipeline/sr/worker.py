@@ -159,7 +159,7 @@ def tile_size(backend: Backend, scale: float, margin: int, batch: int, tile: int
                                   bytes_per_pixel=mem.bytes_per_output_pixel, share=DEVICE_SHARE)
     else:
         size = tile or None
-    max_in = backend.max_input_size()
+    max_in = backend.input_limit(scale)
     if max_in is None:
         return size
     limit = tiling.max_tile_for_input_limit(min(max_in), scale, margin)
@@ -183,7 +183,7 @@ class ImageWorker:
         self.align = spec.tile_align
         self.batch = batch_limit(backend, batch)
         self.tile = tile_size(backend, scale, self.margin, self.batch, tile)
-        self.max_input = backend.max_input_size()  # crops never exceed it (an engine's profiles)
+        self.max_input = backend.input_limit(scale)  # crops never exceed it (an engine's profiles at this scale)
         self.jpeg_quality = jpeg_quality
         self.reference = Path(reference) if reference else None
 
