@@ -120,6 +120,54 @@ def test_torch_cuda_pixels_equal_the_cpu_path(dtype, cuda_graph):
     assert mem.free_bytes > 0 and mem.bytes_per_output_pixel > 0
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_torch_bf16_cuda_graphs_replay_stably():
+    """bf16 autocast under CUDA graphs: two shapes captured into the graphs' shared pool and replayed alternately
+    six times each, with other allocations in between, give the same bytes every call and eager bf16's result
+    (autocast's weight cache freed the casts a graph replays: torch's notes want cache_enabled=False in a capture)."""
+    from pipeline.backends.torch_backend import TorchBackend
+
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("bf16 tensor cores need compute capability 8.0")
+    eager = TorchBackend("srcnn", "bf16", device="cuda").load()
+    graphs = TorchBackend("srcnn", "bf16", device="cuda", cuda_graph=True).load()
+    rng = np.random.default_rng(6)
+    xs = [rng.random((1, 3, 40, 48), dtype=np.float32), rng.random((2, 3, 24, 32), dtype=np.float32)]
+    want = [eager.infer(x, 3.0) for x in xs]
+    first = {}
+    for call in range(6):
+        for i, x in enumerate(xs):
+            got = graphs.infer(x, 3.0)
+            junk = torch.full((1 << 22,), float("nan"), device="cuda")  # takes whatever memory was freed
+            del junk
+            if call >= graphs.GRAPH_AFTER - 1:  # replays (the calls before ran eagerly): one result
+                assert np.array_equal(got, first.setdefault(i, got)), (call, i)
+            assert np.isfinite(got).all() and np.abs(got - want[i]).max() <= 0.03, (call, i)
+    assert len(graphs._graphs) == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_slot_waits_sleep_instead_of_spinning():
+    """A result still on the device is waited for on the slot's event, under the backend's lock: a blocking event
+    (the thread sleeps), not a spinning one (a CPU core at 100 % for the wait)."""
+    import threading
+    import time
+
+    slots = px.PixelSlots("cuda", threading.RLock())
+    img = np.zeros((1, 64, 64, 3), np.uint8)
+    slot, dev = slots.upload(img)
+    torch.cuda._sleep(int(2e9))  # ~1 s of the GPU's clock ahead of the download on the same stream
+    pending = slots.download(slot, dev)
+    wall, cpu = time.perf_counter(), time.thread_time()
+    assert np.array_equal(pending.result(), img)
+    wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+    if wall < 0.1:
+        pytest.skip(f"the device finished in {wall:.3f} s: too soon to tell a sleeping wait from a spinning one")
+    assert cpu < 0.5 * wall, f"waited {wall:.2f} s using {cpu:.2f} s of CPU: the event spins"
+
+
 @pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
 def test_ort_pixel_graph_equals_the_cpu_path(dtype):
     """ONNX Runtime with the rule inside the graph (what its CUDA and TensorRT providers run, with I/O binding),

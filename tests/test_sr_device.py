@@ -294,7 +294,35 @@ def test_trt_rebinding_allocates_nothing_and_graphs_follow_a_fixed_shape():
     ptr = be.d_in.data_ptr(), be.d_out.data_ptr()
     for img in (small.astype(np.uint8), big, big, big):
         assert np.array_equal(be.infer_pixels(img, 2.0), Backend.infer_pixels(be, img, 2.0))
-    assert (be.d_in.data_ptr(), be.d_out.data_ptr()) == ptr and be._graph is not None  # big: bound 3 runs in a row
+    # both shapes ran twice in a row once (pixels, then floats): each has its graph, on the same buffers
+    assert (be.d_in.data_ptr(), be.d_out.data_ptr()) == ptr and len(be._graphs) == 2
+
+
+@pytest.mark.gpu
+def test_trt_keeps_a_cuda_graph_per_bound_shape():
+    """Tile groups of two shapes, image after image: each shape's graph is captured once and replayed whenever the
+    shape is bound again (no recapture per image, each with a synchronize, gc and empty_cache), the bytes those of
+    the direct runs."""
+    from models.lookup import get_spec
+    from pipeline import backends
+    from pipeline.backends.base import Backend
+
+    status = backends.backend_class("trt").status(get_spec("srcnn"), "fp32")
+    if not status.available:
+        pytest.skip(status.reason)
+    be = backends.create("trt", "srcnn", "fp32", cuda_graph=True)
+    rng = np.random.default_rng(34)
+    tiles = [rng.integers(0, 256, (2, 64, 64, 3)).astype(np.uint8), rng.integers(0, 256, (1, 64, 40, 3)).astype(
+        np.uint8)]
+    want = [Backend.infer_pixels(be, t, 2.0) for t in tiles]  # the float path, before any graph
+    graphs = {}
+    for image in range(4):
+        for i, t in enumerate(tiles):
+            for _ in range(3):  # a group of equal tiles: direct after the rebind, then the graph
+                assert np.array_equal(be.infer_pixels(t, 2.0), want[i]), (image, i)
+            graphs.setdefault(i, next(reversed(be._graphs.values())))
+            assert next(reversed(be._graphs.values())) is graphs[i], f"shape {i} recaptured for image {image}"
+    assert len(be._graphs) == 2
 
 
 def test_scheduler_submits_the_next_batch_before_collecting_the_last(folder, tmp_path):

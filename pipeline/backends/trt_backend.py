@@ -2,8 +2,9 @@
 
 Device buffers are torch CUDA tensors that only grow, so rebinding to another tile shape sets shapes and
 addresses and allocates nothing; the `size` shape tensor is fed from host memory (TensorRT reads shape-tensor
-values on the host); with `cuda_graph=True` the enqueue of a fixed shape (captured at its GRAPH_AFTER-th run in a
-row) is replayed until the shape changes. `infer_pixels` / `submit_pixels` send integer pixels through
+values on the host); with `cuda_graph=True` the enqueue of each bound shape is captured once it was seen GRAPH_AFTER
+times and kept (the GRAPHS latest shapes, as the torch backend does), so tile groups of one shape replay their graph
+on every image instead of recapturing it. `infer_pixels` / `submit_pixels` send integer pixels through
 double-buffered pinned slots (pipeline.backends.pixels.PixelSlots) and convert them on the device around the same
 bound buffers. One lock serialises calls: the context, its buffers, the graph and the slots are shared. The engine
 comes from `engine=FILE` (refused if its sidecar says it is stale/foreign) or from the artifact cache, where it is
@@ -11,6 +12,7 @@ built when missing and rebuilt when stale."""
 from __future__ import annotations
 
 import threading
+from collections import Counter, OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +57,8 @@ from pipeline.native.libraries import trt_plugin_library
 
 class TrtBackend(Backend):
     name = "trt"
-    GRAPH_AFTER = 2  # a bound shape is captured at this run in a row (alternating tile shapes never are)
+    GRAPH_AFTER = 2  # a bound shape is captured once seen this often: one-off edge crops run directly
+    GRAPHS = 4  # captured shapes kept
     OPTIONS = frozenset({"engine", "onnx", "profile", "weights", "cuda_graph", "device", "log"})
     PRECISIONS = ENGINE_PRECISIONS  # bf16 and int8: strongly typed engines from the fp32 file (pipeline.engine)
 
@@ -163,7 +166,8 @@ class TrtBackend(Backend):
             self.h_size = torch.zeros(2, dtype=torch.int64).pin_memory()
         self._active_profile = None
         self._bound = None
-        self._graph = None
+        self._graphs: OrderedDict = OrderedDict()  # (bound shape, buffer addresses) -> captured CUDA graph
+        self._seen: Counter = Counter()  # the same key -> runs without a graph
         self._runs_bound = 0  # runs since the last rebind
         self._buffers = px.Buffers(self.device)  # the bound input and output, grown only
         self._lock = threading.RLock()
@@ -192,28 +196,38 @@ class TrtBackend(Backend):
         ctx.set_tensor_address("input", self.d_in.data_ptr())
         ctx.set_tensor_address(self.out_name, self.d_out.data_ptr())
         self._bound = (profile_idx, n, h, w, oh, ow)
-        self._graph, self._runs_bound = None, 0  # TensorRT: a new shape needs a new capture
+        self._runs_bound = 0
 
     def _enqueue(self) -> None:
         if not self.context.execute_async_v3(self.stream.cuda_stream):
             raise PipelineError("trt: execute_async_v3 failed (see the TensorRT log)")
 
     def _run_bound(self) -> None:
-        """Enqueue the bound engine on self.stream (the caller is inside `torch.cuda.stream(self.stream)`): with
-        cuda_graph=True, a shape that stays bound (whole images of one size, a run of equal tiles) is captured at
-        its GRAPH_AFTER-th run (never the first after a shape change) and replayed; others run directly."""
+        """Enqueue the bound engine on self.stream (the caller is inside `torch.cuda.stream(self.stream)`). With
+        cuda_graph=True a bound shape seen GRAPH_AFTER times is captured and its graph kept for the next times it
+        is bound (keyed by the buffers' addresses too: a grown buffer retires the graphs of the old one). The first
+        run after a rebind is always direct: TensorRT applies a shape change at its next enqueue, so the context's
+        state for this shape is current before a graph is captured or replayed."""
         import torch
 
-        if self._graph is None and (not self.cuda_graph or self._runs_bound < self.GRAPH_AFTER - 1):
+        key = (self._bound, self.d_in.data_ptr(), self.d_out.data_ptr())
+        graph = self._graphs.get(key) if self.cuda_graph and self._runs_bound > 0 else None
+        if graph is None and (not self.cuda_graph or self._runs_bound == 0 or self._seen[key] < self.GRAPH_AFTER - 1):
             self._runs_bound += 1
+            self._seen[key] += 1
             self._enqueue()
             return
-        if self._graph is None:
+        if graph is None:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, stream=self.stream):
                 self._enqueue()
-            self._graph = graph
-        self._graph.replay()
+            self._graphs[key] = graph
+            self._seen.pop(key, None)
+            while len(self._graphs) > self.GRAPHS:
+                self._graphs.popitem(last=False)
+        self._graphs.move_to_end(key)
+        self._runs_bound += 1
+        graph.replay()
 
     def _bind_for(self, n: int, h: int, w: int, out_h: int, out_w: int) -> None:
         idx = profile_for_input(self.profiles, n, h, w, out_h, out_w)  # before anything is launched
