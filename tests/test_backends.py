@@ -241,6 +241,47 @@ def test_ort_picks_a_gpu_provider_only_when_its_library_loads(tmp_path):
         assert pick_provider() == "cpu" and provider_problem("cuda")
 
 
+def test_a_provider_built_for_another_tensorrt_says_so(tmp_path):
+    """PyPI's onnxruntime-gpu 1.31 TensorRT provider links libnvinfer.so.10 (TensorRT 10); with TensorRT 11 it
+    cannot load, and the reason names both versions instead of a bare loader message (a real library linked
+    against a stub libnvinfer.so.10 that is then removed, as on such a machine)."""
+    import shutil
+    import subprocess
+
+    from pipeline.backends.ort_backend import build_mismatch, ort_build
+    from pipeline.native.cuda_runtime import dlopen_problem
+
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler to build the stand-in provider library")
+    (tmp_path / "stub.c").write_text("int stub(void) { return 0; }\n")
+    (tmp_path / "provider.c").write_text("int stub(void);\nint provider(void) { return stub(); }\n")
+    cc = ["cc", "-shared", "-fPIC"]
+    subprocess.run([*cc, "-Wl,-soname,libnvinfer.so.10", "-o", tmp_path / "libnvinfer.so", tmp_path / "stub.c"],
+                   check=True)
+    lib = tmp_path / "libonnxruntime_providers_tensorrt.so"
+    subprocess.run([*cc, "-o", lib, tmp_path / "provider.c", "-L", tmp_path, "-lnvinfer"], check=True)
+    (tmp_path / "libnvinfer.so").unlink()
+    problem = dlopen_problem(lib)
+    assert problem and "libnvinfer.so.10" in problem
+    said = build_mismatch(problem, "onnxruntime-gpu 1.31.1, a CUDA 13.0 build", "11.4.0.106")
+    assert "needs TensorRT 10 and TensorRT 11.4.0.106 is installed" in said and "`trt` backend" in said
+    assert "TensorRT is not installed" in build_mismatch(problem, "x", None)
+    assert "libcudart.so.12" in build_mismatch("libcudart.so.12: cannot open shared object file", "x", None)
+    assert build_mismatch("bad ELF header", "x", None) == "" and ort_build().startswith("onnxruntime")
+
+
+def test_ort_trt_fp32_builds_without_tf32(monkeypatch):
+    """ORT's TensorRT provider has no TF32 option and TensorRT's kTF32 is on by default: fp32 without tf32=True
+    sets NVIDIA_TF32_OVERRIDE=0 before its engines are built, and its engines are cached apart from TF32 ones."""
+    import os
+
+    from pipeline.backends.ort_backend import TF32_OVERRIDE, trt_tf32_setting
+
+    monkeypatch.delenv(TF32_OVERRIDE, raising=False)
+    assert trt_tf32_setting(True) == "tf32" and TF32_OVERRIDE not in os.environ
+    assert trt_tf32_setting(False) == "ieee" and os.environ[TF32_OVERRIDE] == "0"
+
+
 def test_ort_device_session_options():
     """CUDA: cuDNN heuristics, not a benchmark per new tile shape; TF32 off unless asked. TensorRT provider: the
     profile's min/opt/max shapes (input or pixels, and the size shape tensor's values), so one engine serves
@@ -357,6 +398,22 @@ def test_trt_backend_matches_torch(weights, image):
         assert np.abs(g.infer(image, s) - ref).max() <= 1e-4  # graph replay
         with pytest.raises(PipelineError, match="outside the engine's profiles"):
             b.infer(np.zeros((1, 3, 1024, 1024), np.float32), s)
+
+
+@pytest.mark.gpu
+def test_ort_trt_fp32_is_ieee_fp32(weights, image):
+    """ORT's TensorRT provider at fp32 (tf32 not asked): its engine built with TF32 off, so within the compare
+    stage's fp32 tolerance of PyTorch fp32 on the CPU (TF32's 10-bit mantissa is ~1e-3 off)."""
+    import os
+
+    from pipeline.backends.ort_backend import TF32_OVERRIDE
+
+    status = backends.backend_class("ort-trt").status(get_spec("srcnn"), "fp32", weights=weights["srcnn"])
+    if not status.available:
+        pytest.skip(status.reason)
+    b = create("ort-trt", "srcnn", weights=weights["srcnn"])
+    assert os.environ.get(TF32_OVERRIDE) == "0"
+    assert np.abs(b.infer(image, 3.0) - _torch_ref("srcnn", weights, image, 3.0)).max() <= 1e-4
 
 
 def test_one_onnxruntime_build_per_install():

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.metadata
 import io
 import math
+import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -90,7 +93,42 @@ def provider_library_problem(provider: str) -> str | None:
         preload()
         with contextlib.suppress(Exception):  # the tensorrt wheel's import loads libnvinfer
             import tensorrt  # noqa: F401
-    return dlopen_problem(path)
+    problem = dlopen_problem(path)
+    return problem and f"{problem}{build_mismatch(problem, ort_build(), tensorrt_version())}"
+
+
+def ort_build() -> str:
+    """'onnxruntime-gpu 1.31.1, a CUDA 13.0 build' (what the installed wheel says of itself)."""
+    try:
+        from onnxruntime.capi import build_and_package_info as info
+    except ImportError:
+        return f"onnxruntime {ort.__version__}"
+    cuda = getattr(info, "cuda_version", "")
+    return f"{getattr(info, 'package_name', 'onnxruntime')} {ort.__version__}" + (f", a CUDA {cuda} build" if cuda
+                                                                                  else "")
+
+
+def tensorrt_version() -> str | None:
+    """The installed TensorRT's version (its Python bindings' distribution), without importing it."""
+    for dist in importlib.metadata.packages_distributions().get("tensorrt", []):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            return importlib.metadata.version(dist)
+    return None
+
+
+def build_mismatch(problem: str, build: str, trt: str | None) -> str:
+    """What a provider library's missing dependency says about this stack: PyPI's onnxruntime-gpu 1.31 wheels are
+    CUDA 13 builds whose TensorRT provider links TensorRT 10 (libnvinfer.so.10), so with TensorRT 11 installed it
+    cannot load; a missing CUDA library of another major version is another CUDA build."""
+    found = re.search(r"lib(nvinfer|cudart|cublas|cudnn)\.so\.(\d+)", problem)
+    if not found:
+        return ""
+    lib, major = found.groups()
+    if lib == "nvinfer":
+        have = f"TensorRT {trt} is installed" if trt else "TensorRT is not installed"
+        return (f" ({build}: its TensorRT provider needs TensorRT {major} and {have}; the `trt` backend runs our "
+                "own engines on the installed TensorRT)")
+    return f" ({build}: it needs lib{lib}.so.{major}, which this machine's CUDA libraries do not provide)"
 
 
 def provider_problem(provider: str) -> str | None:
@@ -132,6 +170,19 @@ def onnx_source_problem(spec: ModelSpec, precision: str, onnx_path: Path | None,
         return ("no cached ONNX file and exporting one needs PyTorch: pass --onnx FILE or install the export "
                 f"extra ({install_command('export')})")
     return None
+
+
+TF32_OVERRIDE = "NVIDIA_TF32_OVERRIDE"  # "0": no TF32 in TensorRT's builds, cuBLAS or cuDNN (NVIDIA's switch)
+
+
+def trt_tf32_setting(tf32: bool) -> str:
+    """TF32 for ORT's TensorRT provider, which has no option for it (TensorRT's kTF32 is on by default): with tf32
+    off, NVIDIA_TF32_OVERRIDE=0 in this process before its engines are built (TensorRT reads it at build time;
+    it turns TF32 off process-wide, which is every other backend's default too). Returns the engine-cache folder
+    name, so an engine built with TF32 is never reused without it."""
+    if not tf32:
+        os.environ[TF32_OVERRIDE] = "0"
+    return "tf32" if tf32 else "ieee"
 
 
 def cuda_options(tf32: bool = False) -> dict:
@@ -214,8 +265,11 @@ class OrtBackend(Backend):
         problem = provider_problem(provider) or onnx_source_problem(spec, precision, onnx, weights)
         if problem:
             return cls.no(problem)
-        extra = f"; no GPU provider ({provider_problem('cuda')})" if (
-            cls.PROVIDER == "auto" and provider == "cpu") else ""
+        extra = ""
+        if cls.PROVIDER == "auto" and provider == "cpu":
+            extra = f"; no GPU provider ({provider_problem('cuda')})"
+        elif cls.PROVIDER == "auto" and provider == "cuda" and PROVIDERS["tensorrt"] in available_providers():
+            extra = f"; not TensorRT: {provider_problem('tensorrt')}"  # in this build, but it cannot run here
         return cls.ok(f"ONNX Runtime {ort.__version__}, {wanted}{extra}")
 
     # -- loading ---------------------------------------------------------------------------------------
@@ -235,7 +289,7 @@ class OrtBackend(Backend):
         if provider == "cuda":
             return [cuda, "CPUExecutionProvider"]
         preload()  # the plugin library's RUNPATH is $ORIGIN alone: cudart/cuBLAS loaded before the EP dlopens it
-        trt_cache = cache_dir() / "ort-trt"
+        trt_cache = cache_dir() / "ort-trt" / trt_tf32_setting(self.tf32 or self.precision != "fp32")
         trt_cache.mkdir(parents=True, exist_ok=True)
         opts = {
             "trt_extra_plugin_lib_paths": str(trt_plugin_library()),
