@@ -400,6 +400,26 @@ def test_trt_backend_matches_torch(weights, image):
             b.infer(np.zeros((1, 3, 1024, 1024), np.float32), s)
 
 
+def test_trt_engine_losses_are_kept_per_engine_file(tmp_path, weights):
+    """`--precision auto --backend trt`: a bf16/int8 engine's held-out loss is looked up and kept per engine file
+    (TrtBackend.model_file), never skipped as 'runs no ONNX file'; a rebuilt engine has its own record, and a
+    stored loss over budget keeps the engine out of auto. (Loading needs a GPU: the loaded state is set here.)"""
+    from pipeline.analysis import quality
+    from pipeline.backends.trt_backend import TrtBackend
+
+    be = TrtBackend("srcnn", "int8", weights=weights["srcnn"])
+    assert be.model_file() is None and be.model_options()["weights"] == weights["srcnn"]
+    be.engine_file = tmp_path / "srcnn.int8.engine"  # what load() sets
+    be.engine_file.write_bytes(b"engine one")
+    first = quality._store(be)
+    be.engine_file.write_bytes(b"engine two")  # rebuilt
+    assert quality._store(be) != first and quality.stored(be) is None
+    record = {"precision": "int8", "psnr_loss_db": 0.4, "ssim_loss": 0.01, "images": 4}
+    quality._store(be).parent.mkdir(parents=True, exist_ok=True)
+    quality._store(be).write_text(json.dumps(record))
+    assert quality.precision_loss(be) == record and not quality.within_budget(record)
+
+
 @pytest.mark.gpu
 def test_ort_trt_fp32_is_ieee_fp32(weights, image):
     """ORT's TensorRT provider at fp32 (tf32 not asked): its engine built with TF32 off, so within the compare

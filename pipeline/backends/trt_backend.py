@@ -101,6 +101,16 @@ class TrtBackend(Backend):
 
         return cls.ok(f"TensorRT {trt.__version__} with our sr plugins")
 
+    def model_file(self) -> Path | None:
+        """The engine loaded (None before load): what a bf16/int8 engine's measured held-out loss is kept for, so
+        `--precision auto` holds every engine to its budget, and a rebuilt engine (its own tactics, perhaps its own
+        graph) is measured anew."""
+        return self.engine_file
+
+    def model_options(self) -> dict:
+        """The options that load the same model as an engine of another precision (the fp32 reference)."""
+        return {"onnx": self.onnx_path, "weights": self.weights, "profile": self.profile}
+
     # -- loading ---------------------------------------------------------------------------------------
     def _engine_and_sidecar(self, env: dict, plugin_lib: Path) -> tuple[Path, dict]:
         if self.engine_path is not None:  # the user's file: refuse when stale, never rebuild behind their back
