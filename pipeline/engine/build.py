@@ -12,7 +12,14 @@ from pipeline.artifacts.cache import cache_dir
 from pipeline.artifacts.onnx_file import load_onnx
 from pipeline.engine.environment import current_environment, tensorrt_problem
 from pipeline.engine.plugins import load_plugins
-from pipeline.engine.precision import bf16_problem, derivation, engine_graph, engine_precision
+from pipeline.engine.precision import (
+    bf16_problem,
+    derivation,
+    engine_graph,
+    engine_precision,
+    engine_source,
+    graph_note,
+)
 from pipeline.engine.profiles import Profile
 from pipeline.engine.sidecar import (
     check_engine,
@@ -137,7 +144,8 @@ def build_engine(onnx_file: Path, output: Path, profiles: list[Profile], *, prec
     if problem:
         raise PipelineError(problem)
     check_workspace(workspace_mb, model, profiles, precision)  # before TensorRT spends time on a doomed build
-    model = engine_graph(onnx_file, model, precision, log=log)
+    graph = graph_note(*engine_source(onnx_file, precision, profiles))
+    model = engine_graph(onnx_file, model, precision, profiles, log=log)
     if ops == "custom":
         load_plugins(plugin_lib)
         # No function bodies: the parser falls back to our plugins.
@@ -161,9 +169,10 @@ def build_engine(onnx_file: Path, output: Path, profiles: list[Profile], *, prec
                            io=io, build_seconds=round(time.perf_counter() - t0, 2), tf32=tf32,
                            workspace_mb=int(workspace_mb), derivation=derivation(precision))
     sidecar["onnx_metadata"] = meta  # the model spec travels with the engine (pipeline.artifacts.identity.resolve)
+    sidecar["graph"] = graph  # the graph parsed: the file's own, or (bf16, int8) the folded one beside it
     atomic_write(sidecar_path(output), json.dumps(sidecar, indent=2).encode())
-    log(f"engine: {output} ({precision}, TF32 {'on' if tf32 else 'off'}, {ops} ops, {len(profiles)} profile(s), "
-        f"{sidecar['build_seconds']} s)")
+    log(f"engine: {output} ({precision} from the {graph}, TF32 {'on' if tf32 else 'off'}, {ops} ops, "
+        f"{len(profiles)} profile(s), {sidecar['build_seconds']} s)")
     return sidecar
 
 
