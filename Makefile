@@ -60,7 +60,8 @@ triton-env:
 
 # Proves the GPU path on a GPU machine's own Python, no venv, this project not installed (`make gpu-check
 # PY=python3`): it needs PyTorch with CUDA and the runtime packages (GPU_CHECK_NEEDS, checked first: `pip install
-# '.[gpu]' torch pytest` gives them); isal, torchvision and TensorRT are optional (their tests skip, saying why).
+# '.[gpu]' torch pytest` gives them); isal, torchvision, onnxscript and TensorRT are optional (their tests skip,
+# saying why: the modules that export need onnxscript).
 # It builds the plugins, runs `python -m pipeline doctor` (reports in
 # outputs/doctor), the `gpu` tests and, when compute-sanitizer is installed, the plugin harness under its memcheck
 # (leak check) and racecheck (scripts/sanitize_harness.py: the harness's planted out-of-memory probes are expected,
