@@ -112,6 +112,7 @@ def test_bf16_and_int8_engines_build_from_the_folded_graph_and_run(precision, gp
     floor = {"bf16": 40.0, "int8": 30.0}[precision]
     for cuda_graph in (False, True):
         be = TrtBackend(model, precision, engine=path, cuda_graph=cuda_graph).load()
+        assert f"{precision} from the folded x3" in be.describe()
         for _ in range(3):  # with cuda_graph: direct, captured, replayed
             stats = error_stats(be.infer(x, 3.0), ref)
             assert stats["finite"] and stats["psnr_db"] >= floor, (precision, cuda_graph, stats)

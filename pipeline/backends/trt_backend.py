@@ -78,6 +78,7 @@ class TrtBackend(Backend):
         self.context = None
         self.engine_file: Path | None = None  # the engine loaded
         self.tf32: bool | None = None  # whether it may use TF32 (its sidecar says), once loaded
+        self.graph: str | None = None  # the graph it was built from (its sidecar says), once loaded
 
     @classmethod
     def status(cls, spec: ModelSpec, precision: str, *, onnx=None, engine=None, weights=None) -> BackendStatus:
@@ -142,6 +143,7 @@ class TrtBackend(Backend):
         path, sidecar = self._engine_and_sidecar(env, plugin_lib)
         self.profiles = sidecar_profiles(sidecar)
         self.tf32 = sidecar_tf32(sidecar)
+        self.graph = sidecar.get("graph")  # bf16/int8: the folded graph or the model's (pipeline.engine.precision)
         self._logger = trt.Logger(trt.Logger.WARNING)
         self._runtime = trt.Runtime(self._logger)
         engine = self._runtime.deserialize_cuda_engine(path.read_bytes())
@@ -297,4 +299,5 @@ class TrtBackend(Backend):
     def describe(self) -> str:
         graph = ", CUDA graph" if self.cuda_graph else ""
         tf32 = "" if self.precision != "fp32" or self.tf32 is None else f", TF32 {'on' if self.tf32 else 'off'}"
-        return f"trt ({self.device}, {self.precision}{tf32}{graph}, {self.engine_file or '?'})"
+        source = f" from the {self.graph.split(' (')[0]}" if self.graph and self.precision in DERIVED else ""
+        return f"trt ({self.device}, {self.precision}{source}{tf32}{graph}, {self.engine_file or '?'})"
