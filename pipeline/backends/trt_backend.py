@@ -226,7 +226,8 @@ class TrtBackend(Backend):
         graph = self._graphs.get(key) if self.cuda_graph and self._runs_bound > 0 else None
         if graph is None and (not self.cuda_graph or self._runs_bound == 0 or self._seen[key] < self.GRAPH_AFTER - 1):
             self._runs_bound += 1
-            self._seen[key] += self.cuda_graph
+            if self.cuda_graph:
+                self._seen[key] += 1
             self._enqueue()
             return
         if graph is None:
