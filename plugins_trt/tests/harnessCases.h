@@ -142,6 +142,7 @@ struct DeformGroup
     bool zeroBias;        // mask without bias: the exporter passes a zero bias
     bool allowTf32;
     std::vector<DeformShape> shapes; // all on one attached instance
+    float offsetRange {2.0F};        // offsets uniform in [-offsetRange, offsetRange]
 };
 
 inline std::vector<DeformGroup> deformGroups()
@@ -161,6 +162,21 @@ inline std::vector<DeformGroup> deformGroups()
         {1, 1}, 1, 1, true, 5, false, false, {{5, 128, 128}, {1, 300, 300}}});
     g.push_back({"bias+mask, FP32 GEMMs with allow_tf32=1", 8, 8, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, 1, true, 5, false,
         true, {{2, 9, 10}}});
+    // Tile edges of the fused kernel (32 output channels x 64 positions x 32 channels of one tap per step): channels
+    // not divisible by the tile, offset groups changing inside a channel step, odd sizes whose positions cross image
+    // boundaries inside a tile, more than one output-channel tile, tiny problems, many groups.
+    g.push_back({"tile edges: 40 -> 40 ch, offset_group 5, odd sizes", 40, 40, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, 5,
+        true, 5, false, false, {{3, 13, 17}, {1, 7, 5}}});
+    g.push_back({"tile edges: 33 -> 70 ch, 5x5, stride 2, no bias/mask", 33, 70, 5, {2, 2}, {2, 2, 2, 2}, {1, 1}, 1, 3,
+        true, 3, false, false, {{2, 15, 11}}});
+    g.push_back({"tile edges: group 2 (6 -> 5 ch each), offset_group 3 across groups, stride 2 dilation 2", 12, 10, 3,
+        {2, 2}, {2, 2, 2, 2}, {2, 2}, 2, 3, true, 4, false, false, {{2, 11, 7}}});
+    g.push_back({"tile edges: group 8 (2 -> 2 ch each), 1x1 kernel", 16, 16, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 8, 4,
+        true, 5, false, false, {{2, 5, 9}}});
+    g.push_back({"tile edges: 3 -> 1 ch, 1x1 and 2x3 inputs, pad 1", 3, 1, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, 1, true,
+        5, false, false, {{1, 1, 1}, {2, 2, 3}}});
+    g.push_back({"offsets far outside the image (up to 12 px)", 8, 8, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, 2, true, 5,
+        false, false, {{2, 9, 10}}, 12.0F});
     return g;
 }
 
@@ -189,6 +205,12 @@ inline void addDeformAttributes(ParserFields& f, DeformGroup const& g)
     {
         f.addInts("allow_tf32", {1});
     }
+}
+
+// The implementations a harness run compares (DeformConvImpl): each against the CPU reference.
+inline char const* deformImplName(int32_t impl)
+{
+    return impl == sr::kDeformConvFused ? "fused" : "im2col";
 }
 
 // The tensors of one DeformConv2d problem, in the plugin's input order.
@@ -236,8 +258,8 @@ inline DeformData makeDeformData(DeformGroup const& g, DeformShape const& s, uin
     };
     d.inputs.push_back(rng.fill(count(0), -1.0F, 1.0F));
     d.inputs.push_back(rng.fill(count(1), -wScale, wScale));
-    // Offsets up to 2 pixels: samples cross the border, exercising torchvision's out-of-range rule.
-    d.inputs.push_back(rng.fill(count(2), -2.0F, 2.0F));
+    // Offsets up to 2 pixels (offsetRange): samples cross the border, exercising torchvision's out-of-range rule.
+    d.inputs.push_back(rng.fill(count(2), -g.offsetRange, g.offsetRange));
     if (g.nbInputs >= 4)
     {
         d.inputs.push_back(g.zeroBias ? std::vector<float>(g.cOut, 0.0F) : rng.fill(count(3), -0.5F, 0.5F));
