@@ -143,6 +143,7 @@ struct DeformGroup
     bool allowTf32;
     std::vector<DeformShape> shapes; // all on one attached instance
     float offsetRange {2.0F};        // offsets uniform in [-offsetRange, offsetRange]
+    bool im2colOnly {false};         // the im2col path's chunking cases: large, and nothing new for the fused kernel
 };
 
 inline std::vector<DeformGroup> deformGroups()
@@ -158,8 +159,11 @@ inline std::vector<DeformGroup> deformGroups()
         true, false, {{1, 11, 9}}});
     // 64 channels x 3x3 taps: one 128^2 image is 37.7 MB of FP32 columns (18.9 MB FP16), so a batch of 5 spans several
     // chunks of the 64 MiB column budget, and one 300^2 image (207 MB FP32) is cut into row bands.
+    // (im2col only: the fused kernel has no chunks, and these sizes would make compute-sanitizer's racecheck slow.)
     g.push_back({"64 ch: batch over several chunks, image over the column budget", 64, 32, 3, {1, 1}, {1, 1, 1, 1},
-        {1, 1}, 1, 1, true, 5, false, false, {{5, 128, 128}, {1, 300, 300}}});
+        {1, 1}, 1, 1, true, 5, false, false, {{5, 128, 128}, {1, 300, 300}}, 2.0F, true});
+    g.push_back({"deform-srcnn's layer: 64 -> 32 ch, offset_group 2", 64, 32, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, 2,
+        true, 5, false, false, {{2, 33, 40}}});
     g.push_back({"bias+mask, FP32 GEMMs with allow_tf32=1", 8, 8, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, 1, true, 5, false,
         true, {{2, 9, 10}}});
     // Tile edges of the fused kernel (32 output channels x 64 positions x 32 channels of one tap per step): channels

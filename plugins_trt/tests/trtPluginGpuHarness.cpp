@@ -681,6 +681,10 @@ int main(int argc, char** argv)
             }
             for (int32_t impl : {sr::kDeformConvFused, sr::kDeformConvIm2col})
             {
+                if (impl == sr::kDeformConvFused && groups[gi].im2colOnly)
+                {
+                    continue;
+                }
                 runDeform(lib.deform, finder.logger, groups[gi], gi, fp16, impl, gpu, hostOnly);
             }
         }
