@@ -84,7 +84,8 @@ def test_engine_cli_has_tf32_flag():
 
 
 # -- workspace -------------------------------------------------------------------------------------------------
-def test_min_workspace_is_the_plugin_rule_at_the_profile_maxima():
+def test_min_workspace_is_the_plugin_rule_at_the_profile_maxima(monkeypatch):
+    monkeypatch.setenv("SR_DEFORM_CONV2D_IMPL", "im2col")  # the column rule; the fused kernel needs none
     model = _deform_model()
     profile = Profile(batch=(1, 1, 4), height=(8, 256, 512), width=(8, 256, 512), scale=(2.0, 3.0, 4.0))
     need, where = min_workspace_bytes(model, [profile], "fp32")
@@ -97,13 +98,35 @@ def test_min_workspace_is_the_plugin_rule_at_the_profile_maxima():
     assert exact == 256 + 64 * 9 * 32 * 32 * 2 + (32 << 20)  # one 32x32 image of FP16 columns, exactly
 
 
-def test_too_small_workspace_refused_naming_the_minimum():
+def test_too_small_workspace_refused_naming_the_minimum(monkeypatch):
+    monkeypatch.setenv("SR_DEFORM_CONV2D_IMPL", "im2col")
     model = _deform_model()
     profiles = [Profile(batch=(1, 1, 4), height=(8, 256, 512), width=(8, 256, 512), scale=(2.0, 3.0, 4.0))]
     with pytest.raises(PipelineError, match=r"--workspace 64 MiB is below the 97 MiB .*use --workspace 97 or more"):
         check_workspace(64, model, profiles, "fp32")
     assert check_workspace(97, model, profiles, "fp32") == 97
     assert check_workspace(1024, model, profiles, "fp32") == 97
+
+
+@pytest.mark.parametrize("env", [None, "fused"])
+def test_fused_kernel_needs_no_workspace(monkeypatch, env):
+    """The default (fused) DeformConv2d kernel has no column buffer: deform-srcnn's default profile needs no
+    workspace at all (the issue's ceiling is 8 MiB), and any --workspace passes."""
+    if env is None:
+        monkeypatch.delenv("SR_DEFORM_CONV2D_IMPL", raising=False)
+    else:
+        monkeypatch.setenv("SR_DEFORM_CONV2D_IMPL", env)
+    model = _deform_model()
+    need, _ = min_workspace_bytes(model, [default_profile(get_spec("deform-srcnn"))], "fp16")
+    assert need == 0 <= 8 << 20
+    assert kernels_cpu.deform_conv2d_min_workspace(4, 64, 3, 3, 2048, 2048, 4, False) == 0
+    assert check_workspace(1, model, [default_profile(get_spec("deform-srcnn"))], "fp32") == 0
+
+
+def test_unknown_impl_counts_as_the_larger_rule(monkeypatch):
+    monkeypatch.setenv("SR_DEFORM_CONV2D_IMPL", "fast")  # the plugin refuses it by name; the check stays safe
+    need = kernels_cpu.deform_conv2d_min_workspace(1, 64, 3, 3, 32, 32, 2, True)
+    assert need == 256 + 64 * 9 * 32 * 32 * 2 + (32 << 20)
 
 
 def test_graph_without_deform_conv_needs_no_minimum():

@@ -70,12 +70,15 @@ def test_cuda_library_exports_c_api(cuda_build):
     from pipeline.native import kernels_cuda
 
     dims = [4, 16, 40, 40, 8, 3, 3, 40, 40, 1, 1, 1, 1, 1, 1, 2, 2]
-    size = kernels_cuda.deform_conv2d_workspace_size(dims, True, True, 4)
+    size = kernels_cuda.deform_conv2d_workspace_size(dims, True, True, 4, impl="im2col")
     images, rows = kernels_cpu.deform_conv2d_chunk(4, 16, 3, 3, 40, 40, 4)
     columns = images * 16 * 9 * rows * 40 * 4
     cublas_slice = 32 << 20  # cuBLAS runs in our workspace (cublasSetWorkspace), never allocating its own
     assert size == 256 + (columns + 255) // 256 * 256 + cublas_slice
-    assert kernels_cuda.deform_conv2d_workspace_size([0] + dims[1:], True, True, 4) == 0
+    assert kernels_cuda.deform_conv2d_workspace_size([0] + dims[1:], True, True, 4, impl="im2col") == 0
+    assert kernels_cuda.deform_conv2d_workspace_size(dims, True, True, 4) == 0  # fused: no column buffer
+    with pytest.raises(PipelineError, match="impl must be one of fused, im2col"):
+        kernels_cuda.deform_conv2d_workspace_size(dims, True, True, 4, impl="fast")
 
 
 # ------------------------------------------------------------------------------------------------- GPU execution
@@ -129,15 +132,23 @@ DEFORM_GPU_CASES = [
     (1, 4, 1, 1, 4, 1, 1, 0, 1, 4, 4, True, False),
     (5, 16, 192, 192, 8, 3, 1, 1, 1, 1, 1, True, True),   # 21 MiB/image: 3 images per chunk, batch > chunk
     (1, 64, 256, 256, 32, 3, 1, 1, 1, 2, 1, True, True),  # 151 MiB/image: row bands (deform-srcnn-like)
+    # fused-kernel tile edges (32 out ch x 64 positions x 32 in ch of a tap): channels not divisible by the tiles,
+    # offset groups changing inside a step, odd sizes (positions cross images inside a tile), several out tiles
+    (3, 40, 13, 17, 40, 3, 1, 1, 1, 5, 1, True, True),
+    (2, 33, 15, 11, 70, 5, 2, 2, 1, 3, 1, False, False),
+    (2, 12, 11, 7, 10, 3, 2, 2, 2, 3, 2, True, False),
+    (2, 16, 5, 9, 16, 1, 1, 0, 1, 4, 8, True, True),
+    (1, 3, 1, 1, 1, 3, 1, 1, 1, 1, 1, True, True),
 ]
 
 
+@pytest.mark.parametrize("impl", ["fused", "im2col"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("cfg", DEFORM_GPU_CASES)
 @pytest.mark.usefixtures("cuda_build")
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_deform_conv2d_gpu(dtype, cfg):
+def test_deform_conv2d_gpu(dtype, cfg, impl):
     from pipeline.native import kernels_cuda
 
     n, c, h, w, c_out, k, stride, pad, dil, og, g, use_bias, use_mask = cfg
@@ -153,7 +164,7 @@ def test_deform_conv2d_gpu(dtype, cfg):
     stream = torch.cuda.Stream()  # not the default stream: the launcher must honour the given one
     with torch.cuda.stream(stream):
         out = kernels_cuda.deform_conv2d(cast(x), cast(weight), cast(offset), cast(bias), cast(mask),
-                                         stride=stride, padding=pad, dilation=dil)
+                                         stride=stride, padding=pad, dilation=dil, impl=impl)
     stream.synchronize()
     f = lambda t: None if t is None else cast(t).float()  # noqa: E731
     ref = tv_deform_conv2d(f(x), f(offset), f(weight), f(bias), stride=stride, padding=pad, dilation=dil, mask=f(mask))
@@ -172,13 +183,35 @@ def test_deform_conv2d_gpu_exact_workspace_unaligned():
     mask = torch.rand(3, 18, 10, 11, device="cuda")
     bias = torch.randn(6, device="cuda")
     dims = kernels_cuda.deform_conv2d_dims(x, weight, offset, padding=1)
-    need = kernels_cuda.deform_conv2d_workspace_size(dims, True, True, 4)
+    need = kernels_cuda.deform_conv2d_workspace_size(dims, True, True, 4, impl="im2col")
     buf = torch.zeros(need + 1, dtype=torch.uint8, device="cuda")
-    out = kernels_cuda.deform_conv2d(x, weight, offset, bias, mask, padding=1, workspace=buf[1:])  # misaligned start
+    out = kernels_cuda.deform_conv2d(x, weight, offset, bias, mask, padding=1, workspace=buf[1:],  # misaligned start
+                                     impl="im2col")
     ref = tv_deform_conv2d(x, offset, weight, bias, padding=1, mask=mask)
     close(out, ref, 1e-4)
     with pytest.raises(PipelineError, match="workspace"):
-        kernels_cuda.deform_conv2d(x, weight, offset, bias, mask, padding=1, workspace=buf[: need - 1])
+        kernels_cuda.deform_conv2d(x, weight, offset, bias, mask, padding=1, workspace=buf[: need - 1], impl="im2col")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.usefixtures("cuda_build")
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_deform_conv2d_gpu_fused_matches_im2col_at_deform_srcnn_shape(dtype):
+    """The fused kernel against the im2col + cuBLAS path at deform-srcnn's layer (64 -> 32, 3x3, offset groups 2),
+    batch 2 at an odd size; FP32 stays FP32 (no TF32) in both."""
+    from pipeline.native import kernels_cuda
+
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.rand(2, 64, 67, 45, device="cuda", generator=gen).to(dtype)
+    weight = ((torch.rand(32, 64, 3, 3, device="cuda", generator=gen) - 0.5) * 0.1).to(dtype)
+    offset = ((torch.rand(2, 36, 67, 45, device="cuda", generator=gen) - 0.5) * 6).to(dtype)
+    mask = torch.rand(2, 18, 67, 45, device="cuda", generator=gen).to(dtype)
+    bias = torch.rand(32, device="cuda", generator=gen).to(dtype)
+    fused = kernels_cuda.deform_conv2d(x, weight, offset, bias, mask, padding=1, impl="fused")
+    im2col = kernels_cuda.deform_conv2d(x, weight, offset, bias, mask, padding=1, impl="im2col")
+    torch.cuda.synchronize()
+    close(fused, im2col, 1e-5 if dtype == torch.float32 else 2e-3)
 
 
 # -- a bare GPU machine's Python: what `make gpu-check PY=python3` runs ---------------------------------------

@@ -126,7 +126,8 @@ def test_harness_host_side_steps_pass(plugin_lib: Path):
     out = _no_fail_lines(proc)
     assert proc.returncode == 0, out[-3000:]
     for section in ("DynamicResize FP32 (size as shape input only)", "DynamicResize FP16 (size counted as input 1)",
-                    "DeformConv2d FP16 [64 ch", "allow_tf32=1"):
+                    "DeformConv2d fused FP16 [deform-srcnn's layer", "DeformConv2d im2col FP16 [64 ch", "allow_tf32=1",
+                    "DeformConv2d fused FP32 [tile edges: 40 -> 40 ch", "offsets far outside the image"):
         assert section in out, section
     assert re.search(r"# \d+ checks, 0 failed", out), out[-500:]
 

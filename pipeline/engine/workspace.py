@@ -1,9 +1,10 @@
 """The least builder workspace an engine needs for our DeformConv2d layers (plain Python + the CPU kernel library).
 
-Each DeformConv2d plugin asks TensorRT for its im2col columns plus a cuBLAS slice (plugins_trt/deformConv2d/README.md);
-under a smaller workspace limit TensorRT finds no implementation and fails late with an obscure error, so the engine
-stage refuses such a --workspace before building and names the minimum. The size comes from the same C++ rule the
-plugin's getWorkspaceSize uses (libsr_kernels_cpu: sr_deform_conv2d_min_workspace).
+The default (fused) DeformConv2d kernel needs none; a plugin built with SR_DEFORM_CONV2D_IMPL=im2col asks TensorRT for
+its im2col columns plus a cuBLAS slice (plugins_trt/deformConv2d/README.md). Under a smaller workspace limit TensorRT
+finds no implementation and fails late with an obscure error, so the engine stage refuses such a --workspace before
+building and names the minimum. The size comes from the same C++ rule the plugin's getWorkspaceSize uses, for the
+implementation the same variable selects (libsr_kernels_cpu: sr_deform_conv2d_min_workspace).
 """
 from __future__ import annotations
 

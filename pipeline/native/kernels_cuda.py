@@ -14,6 +14,9 @@ from pipeline.native.libraries import cuda_kernels_library, load_cuda_library
 
 _VP = ctypes.c_void_p
 _INT = ctypes.c_int
+# DeformConv2d implementations (sr::DeformConvImpl): one fused kernel (no workspace), or the deformable im2col into a
+# workspace + cuBLAS GEMM it replaced (kept to compare against and to fall back on).
+DEFORM_IMPLS = {"fused": 0, "im2col": 1}
 DIM_NAMES = ("n", "c_in", "h_in", "w_in", "c_out", "k_h", "k_w", "h_out", "w_out", "stride_h", "stride_w",
              "pad_h", "pad_w", "dil_h", "dil_w", "group", "offset_group")
 
@@ -24,9 +27,9 @@ def _lib() -> ctypes.CDLL:
     lib = load_cuda_library(path)
     lib.sr_cuda_dynamic_resize.argtypes = [_INT, _VP, _VP] + [_INT] * 6 + [_VP]
     lib.sr_cuda_dynamic_resize.restype = _INT
-    lib.sr_cuda_deform_conv2d_workspace_size.argtypes = [ctypes.POINTER(_INT), _INT, _INT, ctypes.c_size_t]
+    lib.sr_cuda_deform_conv2d_workspace_size.argtypes = [ctypes.POINTER(_INT), _INT, _INT, ctypes.c_size_t, _INT]
     lib.sr_cuda_deform_conv2d_workspace_size.restype = ctypes.c_size_t
-    lib.sr_cuda_deform_conv2d.argtypes = [_INT, ctypes.POINTER(_INT)] + [_VP] * 8
+    lib.sr_cuda_deform_conv2d.argtypes = [_INT, ctypes.POINTER(_INT)] + [_VP] * 8 + [_INT]
     lib.sr_cuda_deform_conv2d.restype = _INT
     lib.sr_cuda_error_string.argtypes = [_INT]
     lib.sr_cuda_error_string.restype = ctypes.c_char_p
@@ -97,23 +100,35 @@ def deform_conv2d_dims(input, weight, offset, stride=1, padding=0, dilation=1) -
     return [n, c, h, w, c_out, kh, kw, ho, wo, sh, sw, ph, pw, dh, dw, c // c_g, og]
 
 
-def deform_conv2d_workspace_size(dims: Sequence[int], has_bias: bool, has_mask: bool, elem_size: int) -> int:
-    """deformConv2dWorkspaceSize for a shape (bytes)."""
+def _impl_code(impl: str) -> int:
+    if impl not in DEFORM_IMPLS:
+        raise PipelineError(f"DeformConv2d impl must be one of {', '.join(DEFORM_IMPLS)}, got {impl!r}")
+    return DEFORM_IMPLS[impl]
+
+
+def deform_conv2d_workspace_size(dims: Sequence[int], has_bias: bool, has_mask: bool, elem_size: int,
+                                 impl: str = "fused") -> int:
+    """deformConv2dWorkspaceSize for a shape and implementation (bytes; 0 for the fused kernel)."""
     arr = (_INT * 17)(*dims)
-    return int(_lib().sr_cuda_deform_conv2d_workspace_size(arr, int(has_bias), int(has_mask), elem_size))
+    return int(_lib().sr_cuda_deform_conv2d_workspace_size(arr, int(has_bias), int(has_mask), elem_size,
+                                                           _impl_code(impl)))
 
 
-def deform_conv2d(input, weight, offset, bias=None, mask=None, stride=1, padding=0, dilation=1, workspace=None):
-    """torchvision-style deform_conv2d on CUDA tensors with launchDeformConv2d (workspace allocated if not given)."""
+def deform_conv2d(input, weight, offset, bias=None, mask=None, stride=1, padding=0, dilation=1, workspace=None,
+                  impl: str = "fused"):
+    """torchvision-style deform_conv2d on CUDA tensors with launchDeformConv2d (workspace allocated if not given).
+
+    impl: "fused" (one kernel, no workspace) or "im2col" (im2col into the workspace + cuBLAS)."""
     import torch
 
+    code = _impl_code(impl)
     _check_tensors(input, input=input, weight=weight, offset=offset, bias=bias, mask=mask)
     dims = deform_conv2d_dims(input, weight, offset, stride, padding, dilation)
     if mask is not None and tuple(mask.shape) != (dims[0], dims[16] * dims[5] * dims[6], dims[7], dims[8]):
         raise PipelineError(f"mask shape {tuple(mask.shape)} does not fit offset {tuple(offset.shape)}")
     if bias is not None and bias.numel() != dims[4]:
         raise PipelineError(f"bias has {bias.numel()} values, expected {dims[4]}")
-    need = deform_conv2d_workspace_size(dims, bias is not None, mask is not None, input.element_size())
+    need = deform_conv2d_workspace_size(dims, bias is not None, mask is not None, input.element_size(), impl)
     if workspace is None:
         workspace = torch.empty(max(need, 1), dtype=torch.uint8, device=input.device)
     elif workspace.numel() * workspace.element_size() < need:
@@ -121,5 +136,6 @@ def deform_conv2d(input, weight, offset, bias=None, mask=None, stride=1, padding
     out = torch.empty((dims[0], dims[4], dims[7], dims[8]), dtype=input.dtype, device=input.device)
     arr = (_INT * 17)(*dims)
     _status(_lib().sr_cuda_deform_conv2d(_dtype_code(input), arr, _ptr(input), _ptr(weight), _ptr(offset), _ptr(mask),
-                                         _ptr(bias), _ptr(out), _ptr(workspace), _stream()), "launchDeformConv2d")
+                                         _ptr(bias), _ptr(out), _ptr(workspace), _stream(), code),
+            f"launchDeformConv2d ({impl})")
     return out

@@ -177,13 +177,23 @@ extern "C"
         return ok();
     }
 
+    size_t sr_deform_conv2d_min_workspace_impl(
+        int nMax, int cIn, int kH, int kW, int hOutMax, int wOutMax, size_t elemSize, int fixedShape, int impl)
+    {
+        sr::DeformConvShape const s = columnShape(nMax, cIn, kH, kW, hOutMax, wOutMax);
+        if (nMax <= 0 || cIn <= 0 || kH <= 0 || kW <= 0 || hOutMax <= 0 || wOutMax <= 0 || elemSize == 0
+            || (impl != sr::kDeformConvFused && impl != sr::kDeformConvIm2col))
+            return 0;
+        return sr::deformConv2dProfileWorkspaceBytes(s, elemSize, fixedShape != 0, impl);
+    }
+
     size_t sr_deform_conv2d_min_workspace(
         int nMax, int cIn, int kH, int kW, int hOutMax, int wOutMax, size_t elemSize, int fixedShape)
     {
-        sr::DeformConvShape const s = columnShape(nMax, cIn, kH, kW, hOutMax, wOutMax);
-        if (nMax <= 0 || cIn <= 0 || kH <= 0 || kW <= 0 || hOutMax <= 0 || wOutMax <= 0 || elemSize == 0)
-            return 0;
-        return sr::deformConv2dProfileWorkspaceBytes(s, elemSize, fixedShape != 0);
+        // An unknown SR_DEFORM_CONV2D_IMPL counts as the larger im2col rule here; the plugin refuses it by name.
+        int32_t const impl = sr::deformConv2dImplFromEnv();
+        return sr_deform_conv2d_min_workspace_impl(nMax, cIn, kH, kW, hOutMax, wOutMax, elemSize, fixedShape,
+            impl < 0 ? static_cast<int32_t>(sr::kDeformConvIm2col) : impl);
     }
 
     int sr_deform_conv2d_f32(float const* input, float const* weight, float const* offset, float const* mask,

@@ -47,8 +47,14 @@ extern "C"
 
     /* Least workspace (bytes) the DeformConv2d plugin asks TensorRT for, for a profile whose largest problem has these
      * extents (batch, input channels, kernel, output height/width at the profile maxima); fixed_shape != 0 when the
-     * profile has one shape. Same rule as the plugin's getWorkspaceSize (deformConv2dProfileWorkspaceBytes), so the
-     * engine stage can refuse a smaller --workspace before building. 0 for an empty problem. */
+     * profile has one shape; impl: 0 = fused (needs none: 0), 1 = im2col + cuBLAS. Same rule as the plugin's
+     * getWorkspaceSize (deformConv2dProfileWorkspaceBytes), so the engine stage can refuse a smaller --workspace before
+     * building. 0 for an empty problem or an unknown impl. */
+    SR_API size_t sr_deform_conv2d_min_workspace_impl(int n_max, int c_in, int k_h, int k_w, int h_out_max,
+        int w_out_max, size_t elem_size, int fixed_shape, int impl);
+
+    /* As sr_deform_conv2d_min_workspace_impl for the implementation a plugin created now would use: the one
+     * SR_DEFORM_CONV2D_IMPL names ("fused" or unset: 0 bytes; "im2col"; anything else counts as "im2col"). */
     SR_API size_t sr_deform_conv2d_min_workspace(
         int n_max, int c_in, int k_h, int k_w, int h_out_max, int w_out_max, size_t elem_size, int fixed_shape);
 

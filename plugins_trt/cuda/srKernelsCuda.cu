@@ -41,32 +41,41 @@ SR_CUDA_API int sr_cuda_dynamic_resize(
     return cudaErrorInvalidValue;
 }
 
-SR_CUDA_API size_t sr_cuda_deform_conv2d_workspace_size(int const* dims, int hasBias, int hasMask, size_t elemSize)
+// impl: sr::DeformConvImpl (0 = fused, 1 = im2col + cuBLAS).
+SR_CUDA_API size_t sr_cuda_deform_conv2d_workspace_size(
+    int const* dims, int hasBias, int hasMask, size_t elemSize, int impl)
 {
     sr::DeformConvShape s {dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], dims[7], dims[8], dims[9],
         dims[10], dims[11], dims[12], dims[13], dims[14], dims[15], dims[16], hasBias != 0, hasMask != 0};
-    return sr::deformConv2dWorkspaceSize(s, elemSize);
+    return sr::deformConv2dWorkspaceSize(s, elemSize, impl);
 }
 
 // dims: n, cIn, hIn, wIn, cOut, kH, kW, hOut, wOut, strideH, strideW, padH, padW, dilH, dilW, group, offsetGroup.
+// impl as above; the shared cuBLAS handle is created only for the im2col path.
 SR_CUDA_API int sr_cuda_deform_conv2d(int dtype, int const* dims, void const* input, void const* weight,
-    void const* offset, void const* mask, void const* bias, void* output, void* workspace, void* stream)
+    void const* offset, void const* mask, void const* bias, void* output, void* workspace, void* stream, int impl)
 {
     sr::DeformConvShape s {dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], dims[7], dims[8], dims[9],
         dims[10], dims[11], dims[12], dims[13], dims[14], dims[15], dims[16], bias != nullptr, mask != nullptr};
-    cublasHandle_t const handle = sharedCublas();
-    if (handle == nullptr)
-        return cudaErrorInitializationError;
+    cublasHandle_t handle = nullptr;
+    if (impl == sr::kDeformConvIm2col)
+    {
+        handle = sharedCublas();
+        if (handle == nullptr)
+            return cudaErrorInitializationError;
+    }
+    sr::DeformConvGemmOptions options;
+    options.impl = impl;
     auto const st = static_cast<cudaStream_t>(stream);
     cudaGetLastError(); // as above: report only what this launch causes
     if (dtype == 0)
         return sr::launchDeformConv2d(s, static_cast<float const*>(input), static_cast<float const*>(weight),
             static_cast<float const*>(offset), static_cast<float const*>(mask), static_cast<float const*>(bias),
-            static_cast<float*>(output), workspace, handle, st);
+            static_cast<float*>(output), workspace, handle, st, options);
     if (dtype == 1)
         return sr::launchDeformConv2d(s, static_cast<__half const*>(input), static_cast<__half const*>(weight),
             static_cast<__half const*>(offset), static_cast<__half const*>(mask), static_cast<__half const*>(bias),
-            static_cast<__half*>(output), workspace, handle, st);
+            static_cast<__half*>(output), workspace, handle, st, options);
     return cudaErrorInvalidValue;
 }
 

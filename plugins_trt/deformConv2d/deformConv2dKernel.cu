@@ -1,5 +1,6 @@
-// sr::DeformConv2d on the GPU: per chunk of the batch (deformConv2dChunk), deformable im2col into the workspace,
-// optional bias broadcast into the output, then cuBLAS GEMM (FP32 accumulate) writing straight into the output.
+// sr::DeformConv2d on the GPU: the launcher, and the kDeformConvIm2col path: per chunk of the batch
+// (deformConv2dChunk), deformable im2col into the workspace, optional bias broadcast into the output, then cuBLAS GEMM
+// (FP32 accumulate) writing straight into the output. The fused path is in deformConv2dFused.cu.
 #include "deformConv2dKernel.h"
 
 namespace sr
@@ -86,13 +87,13 @@ constexpr cudaDataType_t cudaTypeOf<__half>()
 
 } // namespace
 
-size_t deformConv2dWorkspaceSize(DeformConvShape const& s, size_t elemSize)
+size_t deformConv2dWorkspaceSize(DeformConvShape const& s, size_t elemSize, int32_t impl)
 {
-    if (s.n <= 0 || deformConv2dCheckShape(s) != nullptr)
+    if (s.n <= 0 || deformConv2dCheckShape(s) != nullptr || (impl != kDeformConvFused && impl != kDeformConvIm2col))
     {
         return 0;
     }
-    return deformConv2dWorkspaceBytes(s, elemSize);
+    return deformConv2dWorkspaceBytes(s, elemSize, impl);
 }
 
 template <typename T>
@@ -112,7 +113,7 @@ cudaError_t launchDeformConv2d(DeformConvShape const& s, T const* input, T const
     {
         *cublasStatus = CUBLAS_STATUS_SUCCESS;
     }
-    if (deformConv2dCheckShape(s) != nullptr)
+    if (deformConv2dCheckShape(s) != nullptr || (options.impl != kDeformConvFused && options.impl != kDeformConvIm2col))
     {
         return cudaErrorInvalidValue;
     }
@@ -120,8 +121,16 @@ cudaError_t launchDeformConv2d(DeformConvShape const& s, T const* input, T const
     {
         return cudaSuccess;
     }
-    if (input == nullptr || weight == nullptr || offset == nullptr || output == nullptr || workspace == nullptr
-        || cublas == nullptr || (s.hasMask && mask == nullptr) || (s.hasBias && bias == nullptr))
+    if (input == nullptr || weight == nullptr || offset == nullptr || output == nullptr
+        || (s.hasMask && mask == nullptr) || (s.hasBias && bias == nullptr))
+    {
+        return cudaErrorInvalidValue;
+    }
+    if (options.impl == kDeformConvFused)
+    {
+        return launchDeformConv2dFused(s, input, weight, offset, mask, bias, output, stream);
+    }
+    if (workspace == nullptr || cublas == nullptr)
     {
         return cudaErrorInvalidValue;
     }

@@ -1,5 +1,8 @@
-// CUDA launcher for sr::DeformConv2d: deformable im2col into the workspace + cuBLAS GEMM per chunk.
-// DeformConvShape, the chunk rule and the per-element math live in deformConv2dMath.h.
+// CUDA launcher for sr::DeformConv2d, two implementations (DeformConvImpl in deformConv2dMath.h):
+//   kDeformConvFused (default): one kernel, samples straight into shared-memory GEMM tiles, no workspace
+//                               (deformConv2dFused.cu);
+//   kDeformConvIm2col:          deformable im2col into the workspace + cuBLAS GEMM per chunk (deformConv2dKernel.cu).
+// DeformConvShape, the chunk rule, the workspace rule and the per-element math live in deformConv2dMath.h.
 #pragma once
 
 #include "deformConv2dMath.h"
@@ -11,22 +14,26 @@
 namespace sr
 {
 
-// Bytes of device workspace launchDeformConv2d needs for this shape: deformConv2dWorkspaceBytes (deformConv2dMath.h),
-// i.e. the im2col columns of one chunk plus the cuBLAS workspace slice, both aligned. 0 when n == 0.
-size_t deformConv2dWorkspaceSize(DeformConvShape const& s, size_t elemSize);
+// Bytes of device workspace launchDeformConv2d needs for this shape and implementation: deformConv2dWorkspaceBytes
+// (deformConv2dMath.h): 0 for kDeformConvFused; for kDeformConvIm2col the im2col columns of one chunk plus the cuBLAS
+// workspace slice, both aligned. 0 when n == 0 or the shape or impl is invalid.
+size_t deformConv2dWorkspaceSize(DeformConvShape const& s, size_t elemSize, int32_t impl);
 
-// How the GEMMs run. allowTf32: FP32 data may use TF32 tensor-op math (faster, ~1e-3 relative error); off, FP32
-// GEMMs are plain FP32. FP16 data always multiplies in FP16 with FP32 accumulation.
+// How the layer runs. impl: kDeformConvFused or kDeformConvIm2col. allowTf32 (kDeformConvIm2col only): FP32 GEMMs may
+// use TF32 tensor-op math (faster, ~1e-3 relative error); off, FP32 GEMMs are plain FP32. The fused kernel always
+// multiplies FP32 data in FP32 on CUDA cores. FP16 data always multiplies in FP16 with FP32 accumulation.
 struct DeformConvGemmOptions
 {
     bool allowTf32 {false};
+    int32_t impl {kDeformConvFused};
 };
 
 // Y = deform_conv2d(X, W, offset, bias, mask) as torchvision. T = float or __half (FP16 in/out, FP32 accumulate:
-// im2col samples in FP32 and stores T; cublasGemmStridedBatchedEx with CUBLAS_COMPUTE_32F). mask / bias may be null
-// (s.hasMask / s.hasBias must agree). `workspace` holds at least deformConv2dWorkspaceSize(s, sizeof(T)) bytes; its
-// tail is handed to cuBLAS (cublasSetWorkspace), so nothing allocates and the launch can be captured in a CUDA graph.
-// Everything is enqueued on `stream` (the cuBLAS handle's stream is set to it); no allocation, no sync.
+// samples are computed in FP32 and rounded to T before the multiply). mask / bias may be null (s.hasMask / s.hasBias
+// must agree). kDeformConvFused: `workspace` and `cublas` are not used (may be null). kDeformConvIm2col: `workspace`
+// holds at least deformConv2dWorkspaceSize(s, sizeof(T), impl) bytes, its tail handed to cuBLAS
+// (cublasSetWorkspace, after setting the handle's stream to `stream`), and `cublas` is required. Either way nothing
+// allocates or synchronises, everything is enqueued on `stream`, and the launch can be captured in a CUDA graph.
 // Returns cudaErrorInvalidValue for a bad shape / missing pointer, cudaErrorUnknown when cuBLAS fails (its status in
 // *cublasStatus when given), else the first launch error of our kernels.
 template <typename T>
@@ -40,5 +47,15 @@ extern template cudaError_t launchDeformConv2d<float>(DeformConvShape const&, fl
 extern template cudaError_t launchDeformConv2d<__half>(DeformConvShape const&, __half const*, __half const*,
     __half const*, __half const*, __half const*, __half*, void*, cublasHandle_t, cudaStream_t,
     DeformConvGemmOptions const&, cublasStatus_t*);
+
+// The fused kernel alone (deformConv2dFused.cu); launchDeformConv2d calls it for kDeformConvFused after the checks.
+template <typename T>
+cudaError_t launchDeformConv2dFused(DeformConvShape const& s, T const* input, T const* weight, T const* offset,
+    T const* mask, T const* bias, T* output, cudaStream_t stream);
+
+extern template cudaError_t launchDeformConv2dFused<float>(
+    DeformConvShape const&, float const*, float const*, float const*, float const*, float const*, float*, cudaStream_t);
+extern template cudaError_t launchDeformConv2dFused<__half>(DeformConvShape const&, __half const*, __half const*,
+    __half const*, __half const*, __half const*, __half*, cudaStream_t);
 
 } // namespace sr

@@ -98,16 +98,19 @@ bool parseDeformConv2dParams(nvinfer1::PluginFieldCollection const* fc, DeformCo
 {
     DeformConv2dParams p;
     bool hasKernel = false;
+    bool hasImpl = false;
     if (!readPair(fc, "strides", 2, 1, kMAX_SPATIAL, p.strides) || !readPair(fc, "pads", 4, 0, kMAX_SPATIAL, p.pads)
         || !readPair(fc, "dilations", 2, 1, kMAX_SPATIAL, p.dilations)
         || !readPair(fc, "group", 1, 1, kMAX_GROUPS, &p.group)
         || !readPair(fc, "offset_group", 1, 1, kMAX_GROUPS, &p.offsetGroup)
         || !readPair(fc, "kernel_shape", 2, 1, kMAX_SPATIAL, p.kernelShape, &hasKernel)
-        || !readPair(fc, "allow_tf32", 1, 0, 1, &p.allowTf32))
+        || !readPair(fc, "allow_tf32", 1, 0, 1, &p.allowTf32)
+        || !readPair(fc, "impl", 1, kDeformConvFused, kDeformConvIm2col, &p.impl, &hasImpl))
     {
         return false;
     }
     p.hasKernelShape = hasKernel;
+    p.hasImpl = hasImpl;
     params = p;
     return true;
 }
@@ -121,7 +124,7 @@ DeformConv2dPlugin::DeformConv2dPlugin(std::string layerName, DeformConv2dParams
     os << "sr.DeformConv2d.1;strides=" << mParams.strides[0] << "," << mParams.strides[1] << ";pads=" << mParams.pads[0]
        << "," << mParams.pads[1] << "," << mParams.pads[2] << "," << mParams.pads[3]
        << ";dilations=" << mParams.dilations[0] << "," << mParams.dilations[1] << ";group=" << mParams.group
-       << ";offset_group=" << mParams.offsetGroup << ";allow_tf32=" << mParams.allowTf32;
+       << ";offset_group=" << mParams.offsetGroup << ";allow_tf32=" << mParams.allowTf32 << ";impl=" << mParams.impl;
     if (mParams.hasKernelShape)
     {
         os << ";kernel_shape=" << mParams.kernelShape[0] << "," << mParams.kernelShape[1];
@@ -475,7 +478,8 @@ size_t DeformConv2dPlugin::getWorkspaceSize(DynamicPluginTensorDesc const* input
         return 0;
     }
     // One rule, shared with the CPU library's sr_deform_conv2d_min_workspace (the engine stage's --workspace check).
-    return deformConv2dProfileWorkspaceBytes(sMax, elemSize, fixed);
+    // The fused kernel needs none; the im2col path its columns and cuBLAS slice.
+    return deformConv2dProfileWorkspaceBytes(sMax, elemSize, fixed, mParams.impl);
 }
 
 char const* DeformConv2dPlugin::getTimingCacheID() noexcept
@@ -490,7 +494,7 @@ char const* DeformConv2dPlugin::getMetadataString() noexcept
 
 bool DeformConv2dPlugin::ensureCublas() noexcept
 {
-    if (mCublas != nullptr)
+    if (mCublas != nullptr || mParams.impl != kDeformConvIm2col) // only the im2col path calls cuBLAS
     {
         return true;
     }
@@ -534,7 +538,7 @@ int32_t DeformConv2dPlugin::onShapeChange(
 int32_t DeformConv2dPlugin::enqueue(PluginTensorDesc const* inputDesc, PluginTensorDesc const* outputDesc,
     void const* const* inputs, void* const* outputs, void* workspace, cudaStream_t stream) noexcept
 {
-    if (mNbInputs < 3 || mNbInputs > 5 || mCublas == nullptr)
+    if (mNbInputs < 3 || mNbInputs > 5 || (mParams.impl == kDeformConvIm2col && mCublas == nullptr))
     {
         logError(prefix() + "enqueue before onShapeChange/attachToContext (no input count or cuBLAS handle)");
         return 1;
@@ -553,6 +557,7 @@ int32_t DeformConv2dPlugin::enqueue(PluginTensorDesc const* inputDesc, PluginTen
     void const* mask = mNbInputs == 5 ? inputs[kMASK] : nullptr;
     DeformConvGemmOptions options;
     options.allowTf32 = mParams.allowTf32 != 0;
+    options.impl = mParams.impl;
     cublasStatus_t gemmStatus = CUBLAS_STATUS_SUCCESS;
     std::string const& who = mLogPrefix;
     cudaError_t const pending = takePendingCudaError(who);
@@ -604,6 +609,7 @@ nvinfer1::PluginFieldCollection const* DeformConv2dPlugin::getFieldsToSerialize(
             mSerialized.addInt32s("kernel_shape", mParams.kernelShape, 2);
         }
         mSerialized.addInt32s("allow_tf32", &mParams.allowTf32, 1);
+        mSerialized.addInt32s("impl", &mParams.impl, 1);
         return mSerialized.collection();
     }
     catch (std::exception const& e)
@@ -622,6 +628,7 @@ DeformConv2dPluginCreator::DeformConv2dPluginCreator()
     mFields.emplace_back("offset_group", nullptr, PluginFieldType::kINT32, 1);
     mFields.emplace_back("kernel_shape", nullptr, PluginFieldType::kINT32, 2);
     mFields.emplace_back("allow_tf32", nullptr, PluginFieldType::kINT32, 1);
+    mFields.emplace_back("impl", nullptr, PluginFieldType::kINT32, 1);
     mFieldNames.nbFields = static_cast<int32_t>(mFields.size());
     mFieldNames.fields = mFields.data();
 }
@@ -647,7 +654,7 @@ nvinfer1::PluginFieldCollection const* DeformConv2dPluginCreator::getFieldNames(
 }
 
 nvinfer1::IPluginV3* DeformConv2dPluginCreator::createPlugin(
-    char const* name, nvinfer1::PluginFieldCollection const* fc, nvinfer1::TensorRTPhase /*phase*/) noexcept
+    char const* name, nvinfer1::PluginFieldCollection const* fc, nvinfer1::TensorRTPhase phase) noexcept
 {
     try
     {
@@ -657,6 +664,19 @@ nvinfer1::IPluginV3* DeformConv2dPluginCreator::createPlugin(
             logError(std::string(DeformConv2dPlugin::kNAME) + " '" + (name != nullptr ? name : "")
                 + "': invalid attributes, plugin not created");
             return nullptr;
+        }
+        // A build without the field takes SR_DEFORM_CONV2D_IMPL (the engine is built once with that choice and its
+        // workspace); a runtime plugin without it comes from an engine older than the field: fused needs no workspace.
+        if (!params.hasImpl && phase == nvinfer1::TensorRTPhase::kBUILD)
+        {
+            int32_t const impl = deformConv2dImplFromEnv();
+            if (impl < 0)
+            {
+                logError(std::string(DeformConv2dPlugin::kNAME) + " '" + (name != nullptr ? name : "")
+                    + "': " + kDeformConvImplEnv + " must be 'fused' or 'im2col', plugin not created");
+                return nullptr;
+            }
+            params.impl = impl;
         }
         return new DeformConv2dPlugin(name != nullptr ? name : "", params);
     }

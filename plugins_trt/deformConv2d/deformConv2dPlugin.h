@@ -29,6 +29,10 @@ struct DeformConv2dParams
     // Not an ONNX attribute: 1 lets FP32 GEMMs use TF32 tensor-op math (the engine stage's --tf32 sets it on the
     // node). Default 0, so FP32 engines stay FP32-accurate.
     int32_t allowTf32 {0};
+    // Not an ONNX attribute: which implementation runs (DeformConvImpl: 0 = fused kernel, no workspace; 1 = im2col +
+    // cuBLAS). When the field is absent at build time, SR_DEFORM_CONV2D_IMPL decides (createPlugin); serialized always.
+    int32_t impl {kDeformConvFused};
+    bool hasImpl {false};
 };
 
 // Parses and validates the attributes; logs the first problem and returns false on bad input.

@@ -142,6 +142,8 @@ struct DeformGroup
     bool zeroBias;        // mask without bias: the exporter passes a zero bias
     bool allowTf32;
     std::vector<DeformShape> shapes; // all on one attached instance
+    float offsetRange {2.0F};        // offsets uniform in [-offsetRange, offsetRange]
+    bool im2colOnly {false};         // the im2col path's chunking cases: large, and nothing new for the fused kernel
 };
 
 inline std::vector<DeformGroup> deformGroups()
@@ -157,10 +159,28 @@ inline std::vector<DeformGroup> deformGroups()
         true, false, {{1, 11, 9}}});
     // 64 channels x 3x3 taps: one 128^2 image is 37.7 MB of FP32 columns (18.9 MB FP16), so a batch of 5 spans several
     // chunks of the 64 MiB column budget, and one 300^2 image (207 MB FP32) is cut into row bands.
+    // (im2col only: the fused kernel has no chunks, and these sizes would make compute-sanitizer's racecheck slow.)
     g.push_back({"64 ch: batch over several chunks, image over the column budget", 64, 32, 3, {1, 1}, {1, 1, 1, 1},
-        {1, 1}, 1, 1, true, 5, false, false, {{5, 128, 128}, {1, 300, 300}}});
+        {1, 1}, 1, 1, true, 5, false, false, {{5, 128, 128}, {1, 300, 300}}, 2.0F, true});
+    g.push_back({"deform-srcnn's layer: 64 -> 32 ch, offset_group 2", 64, 32, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, 2,
+        true, 5, false, false, {{2, 33, 40}}});
     g.push_back({"bias+mask, FP32 GEMMs with allow_tf32=1", 8, 8, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, 1, true, 5, false,
         true, {{2, 9, 10}}});
+    // Tile edges of the fused kernel (32 output channels x 64 positions x 32 channels of one tap per step): channels
+    // not divisible by the tile, offset groups changing inside a channel step, odd sizes whose positions cross image
+    // boundaries inside a tile, more than one output-channel tile, tiny problems, many groups.
+    g.push_back({"tile edges: 40 -> 40 ch, offset_group 5, odd sizes", 40, 40, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, 5,
+        true, 5, false, false, {{3, 13, 17}, {1, 7, 5}}});
+    g.push_back({"tile edges: 33 -> 70 ch, 5x5, stride 2, no bias/mask", 33, 70, 5, {2, 2}, {2, 2, 2, 2}, {1, 1}, 1, 3,
+        true, 3, false, false, {{2, 15, 11}}});
+    g.push_back({"tile edges: group 2 (6 -> 5 ch each), offset_group 3 across groups, stride 2 dilation 2", 12, 10, 3,
+        {2, 2}, {2, 2, 2, 2}, {2, 2}, 2, 3, true, 4, false, false, {{2, 11, 7}}});
+    g.push_back({"tile edges: group 8 (2 -> 2 ch each), 1x1 kernel", 16, 16, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 8, 4,
+        true, 5, false, false, {{2, 5, 9}}});
+    g.push_back({"tile edges: 3 -> 1 ch, 1x1 and 2x3 inputs, pad 1", 3, 1, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, 1, true,
+        5, false, false, {{1, 1, 1}, {2, 2, 3}}});
+    g.push_back({"offsets far outside the image (up to 12 px)", 8, 8, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, 2, true, 5,
+        false, false, {{2, 9, 10}}, 12.0F});
     return g;
 }
 
@@ -189,6 +209,12 @@ inline void addDeformAttributes(ParserFields& f, DeformGroup const& g)
     {
         f.addInts("allow_tf32", {1});
     }
+}
+
+// The implementations a harness run compares (DeformConvImpl): each against the CPU reference.
+inline char const* deformImplName(int32_t impl)
+{
+    return impl == sr::kDeformConvFused ? "fused" : "im2col";
 }
 
 // The tensors of one DeformConv2d problem, in the plugin's input order.
@@ -236,8 +262,8 @@ inline DeformData makeDeformData(DeformGroup const& g, DeformShape const& s, uin
     };
     d.inputs.push_back(rng.fill(count(0), -1.0F, 1.0F));
     d.inputs.push_back(rng.fill(count(1), -wScale, wScale));
-    // Offsets up to 2 pixels: samples cross the border, exercising torchvision's out-of-range rule.
-    d.inputs.push_back(rng.fill(count(2), -2.0F, 2.0F));
+    // Offsets up to 2 pixels (offsetRange): samples cross the border, exercising torchvision's out-of-range rule.
+    d.inputs.push_back(rng.fill(count(2), -g.offsetRange, g.offsetRange));
     if (g.nbInputs >= 4)
     {
         d.inputs.push_back(g.zeroBias ? std::vector<float>(g.cOut, 0.0F) : rng.fill(count(3), -0.5F, 0.5F));

@@ -486,13 +486,15 @@ void runResize(IPluginCreatorV3One* creator, CapturingLogger& logger, bool fp16,
 
 // ---- DeformConv2d --------------------------------------------------------------------------------------------------
 void runDeform(IPluginCreatorV3One* creator, CapturingLogger& logger, DeformGroup const& g, size_t groupIndex,
-    bool fp16, GpuContext& gpu, bool hostOnly)
+    bool fp16, int32_t impl, GpuContext& gpu, bool hostOnly)
 {
-    std::string const label = std::string("DeformConv2d ") + (fp16 ? "FP16" : "FP32") + " [" + g.name + "]";
+    std::string const label
+        = std::string("DeformConv2d ") + deformImplName(impl) + " " + (fp16 ? "FP16" : "FP32") + " [" + g.name + "]";
     std::printf("# %s\n", label.c_str());
     DataType const dt = fp16 ? DataType::kHALF : DataType::kFLOAT;
     ParserFields fields(false);
     addDeformAttributes(fields, g);
+    fields.addInts("impl", {impl});
     logger.clear();
     IPluginV3* built = creator->createPlugin("dcn", fields.collection(), TensorRTPhase::kBUILD);
     check(built != nullptr && logger.empty(), label + ": createPlugin with the ONNX parser's INT32 fields");
@@ -549,9 +551,10 @@ void runDeform(IPluginCreatorV3One* creator, CapturingLogger& logger, DeformGrou
         label + ": configurePlugin with a dynamic min/opt/max profile");
     size_t const wsBytes = b.build->getWorkspaceSize(io.data(), g.nbInputs, &io[g.nbInputs], 1);
     Dims const yMax = io[g.nbInputs].max;
-    size_t const minimum = sr_deform_conv2d_min_workspace(static_cast<int>(yMax.d[0]), g.c, g.k, g.k,
-        static_cast<int>(yMax.d[2]), static_cast<int>(yMax.d[3]), fp16 ? 2 : 4, g.shapes.size() == 1 ? 1 : 0);
-    check(wsBytes > 0 && wsBytes == minimum,
+    size_t const minimum = sr_deform_conv2d_min_workspace_impl(static_cast<int>(yMax.d[0]), g.c, g.k, g.k,
+        static_cast<int>(yMax.d[2]), static_cast<int>(yMax.d[3]), fp16 ? 2 : 4, g.shapes.size() == 1 ? 1 : 0, impl);
+    // The fused kernel needs no workspace; im2col its columns and the cuBLAS slice.
+    check((impl == sr::kDeformConvFused ? wsBytes == 0 : wsBytes > 0) && wsBytes == minimum,
         label + ": getWorkspaceSize " + std::to_string(wsBytes) + " = sr_deform_conv2d_min_workspace "
             + std::to_string(minimum));
 
@@ -676,7 +679,14 @@ int main(int argc, char** argv)
             {
                 continue; // TF32 concerns FP32 GEMMs only
             }
-            runDeform(lib.deform, finder.logger, groups[gi], gi, fp16, gpu, hostOnly);
+            for (int32_t impl : {sr::kDeformConvFused, sr::kDeformConvIm2col})
+            {
+                if (impl == sr::kDeformConvFused && groups[gi].im2colOnly)
+                {
+                    continue;
+                }
+                runDeform(lib.deform, finder.logger, groups[gi], gi, fp16, impl, gpu, hostOnly);
+            }
         }
     }
     if (gpu.stream != nullptr)

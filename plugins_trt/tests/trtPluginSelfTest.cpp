@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -186,6 +187,7 @@ struct DeformAttrs
     std::vector<int32_t> offsetGroup {2};
     std::vector<int32_t> kernelShape {3, 3};
     std::vector<int32_t> allowTf32 {0};
+    std::vector<int32_t> impl {1}; // im2col: the workspace checks below are about its columns; fused needs none
 
     std::vector<PluginField> fields(bool withKernel = true) const
     {
@@ -202,6 +204,7 @@ struct DeformAttrs
                 "kernel_shape", kernelShape.data(), PluginFieldType::kINT32, static_cast<int32_t>(kernelShape.size()));
         }
         f.emplace_back("allow_tf32", allowTf32.data(), PluginFieldType::kINT32, static_cast<int32_t>(allowTf32.size()));
+        f.emplace_back("impl", impl.data(), PluginFieldType::kINT32, static_cast<int32_t>(impl.size()));
         return f;
     }
 };
@@ -233,13 +236,13 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
     std::printf("# DeformConv2d\n");
     PluginFieldCollection const* names = creator->getFieldNames();
     std::vector<std::string> expectNames {
-        "strides", "pads", "dilations", "group", "offset_group", "kernel_shape", "allow_tf32"};
+        "strides", "pads", "dilations", "group", "offset_group", "kernel_shape", "allow_tf32", "impl"};
     bool allListed = names != nullptr;
     for (auto const& n : expectNames)
     {
         allListed = allListed && findField(names, n.c_str()) != nullptr;
     }
-    check(allListed, "DeformConv2d: getFieldNames lists every ONNX DeformConv attribute and allow_tf32");
+    check(allListed, "DeformConv2d: getFieldNames lists every ONNX DeformConv attribute, allow_tf32 and impl");
 
     DeformAttrs attrs;
     std::vector<PluginField> fields = attrs.fields();
@@ -266,7 +269,8 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
     IPluginV3* p64 = creator->createPlugin("dcn64", &fc64, TensorRTPhase::kBUILD);
     check(p64 != nullptr, "DeformConv2d: INT64 fields accepted");
 
-    // No fields: ONNX defaults.
+    // No fields: ONNX defaults (and the implementation SR_DEFORM_CONV2D_IMPL names: unset = fused).
+    unsetenv(sr::kDeformConvImplEnv);
     IPluginV3* pDef = creator->createPlugin("dcnDefault", nullptr, TensorRTPhase::kBUILD);
     check(pDef != nullptr, "DeformConv2d: createPlugin without fields uses ONNX defaults");
     if (pDef != nullptr)
@@ -279,10 +283,29 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
             && fieldValues(*findField(d, "group")) == std::vector<int64_t> {1}
             && fieldValues(*findField(d, "offset_group")) == std::vector<int64_t> {1}
             && findField(d, "kernel_shape") == nullptr
-            && fieldValues(*findField(d, "allow_tf32")) == std::vector<int64_t> {0};
+            && fieldValues(*findField(d, "allow_tf32")) == std::vector<int64_t> {0}
+            && fieldValues(*findField(d, "impl")) == std::vector<int64_t> {sr::kDeformConvFused};
         check(ok,
             "DeformConv2d: defaults strides=1,1 pads=0 dilations=1,1 group=1 offset_group=1, no kernel_shape, "
-            "allow_tf32=0");
+            "allow_tf32=0, impl=0 (fused)");
+    }
+    // SR_DEFORM_CONV2D_IMPL picks the implementation of a build without the field; a bad value is refused by name.
+    {
+        setenv(sr::kDeformConvImplEnv, "im2col", 1);
+        IPluginV3* pEnv = creator->createPlugin("dcnEnv", nullptr, TensorRTPhase::kBUILD);
+        PluginField const* f
+            = pEnv != nullptr ? findField(parts(pEnv).runtime->getFieldsToSerialize(), "impl") : nullptr;
+        check(f != nullptr && fieldValues(*f) == std::vector<int64_t> {sr::kDeformConvIm2col},
+            "DeformConv2d: SR_DEFORM_CONV2D_IMPL=im2col -> impl=1 serialized");
+        delete pEnv;
+        setenv(sr::kDeformConvImplEnv, "fast", 1);
+        logger.clear();
+        IPluginV3* pBad = creator->createPlugin("dcnBadEnv", nullptr, TensorRTPhase::kBUILD);
+        check(pBad == nullptr && logger.mentions(sr::kDeformConvImplEnv),
+            "DeformConv2d: SR_DEFORM_CONV2D_IMPL=fast -> nullptr, error names the variable (last: " + logger.last()
+                + ")");
+        delete pBad;
+        unsetenv(sr::kDeformConvImplEnv);
     }
 
     // Invalid attributes: nullptr, no crash, an error naming the field.
@@ -328,6 +351,11 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
     }
     {
         DeformAttrs a;
+        a.impl = {2};
+        expectRejected(creator, logger, a.fields(), "impl", "impl 2");
+    }
+    {
+        DeformAttrs a;
         a.kernelShape = {3};
         expectRejected(creator, logger, a.fields(), "kernel_shape", "kernel_shape of length 1");
     }
@@ -355,18 +383,19 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
 
     // getFieldsToSerialize round trip: every attribute comes back with the same values.
     PluginFieldCollection const* ser = r.runtime->getFieldsToSerialize();
-    bool serOk = ser != nullptr && ser->nbFields == 7;
+    bool serOk = ser != nullptr && ser->nbFields == 8;
     DeformAttrs expect;
     std::vector<std::pair<char const*, std::vector<int32_t>>> expected {{"strides", expect.strides},
         {"pads", expect.pads}, {"dilations", expect.dilations}, {"group", expect.group},
-        {"offset_group", expect.offsetGroup}, {"kernel_shape", expect.kernelShape}, {"allow_tf32", expect.allowTf32}};
+        {"offset_group", expect.offsetGroup}, {"kernel_shape", expect.kernelShape}, {"allow_tf32", expect.allowTf32},
+        {"impl", expect.impl}};
     for (auto const& e : expected)
     {
         PluginField const* f = findField(ser, e.first);
         serOk = serOk && f != nullptr && f->type == PluginFieldType::kINT32
             && fieldValues(*f) == std::vector<int64_t>(e.second.begin(), e.second.end());
     }
-    check(serOk, "DeformConv2d: getFieldsToSerialize holds all 7 attributes as INT32 with the given values");
+    check(serOk, "DeformConv2d: getFieldsToSerialize holds all 8 attributes as INT32 with the given values");
     IPluginV3* p2 = creator->createPlugin("dcn0", ser, TensorRTPhase::kRUNTIME);
     check(p2 != nullptr, "DeformConv2d: createPlugin(kRUNTIME) from serialized fields");
     if (p2 != nullptr)
@@ -553,6 +582,13 @@ void testDeformConv2d(IPluginCreatorV3One* creator, CapturingLogger& logger)
                     4, false),
             "DeformConv2d: getWorkspaceSize = deformConv2dProfileWorkspaceBytes (the engine stage's minimum)");
         delete padded;
+        g2.impl = {0};
+        std::vector<PluginField> ff = g2.fields();
+        PluginFieldCollection ffc = collection(ff);
+        IPluginV3* fused = creator->createPlugin("dcnFused", &ffc, TensorRTPhase::kBUILD);
+        check(fused != nullptr && parts(fused).build->getWorkspaceSize(io.data(), 3, &io[3], 1) == 0,
+            "DeformConv2d: impl=0 (fused kernel) asks for no workspace");
+        delete fused;
     }
 
     // Output shapes through the expression builder: symbolic N/H/W, constant channels.
