@@ -245,12 +245,34 @@ def test_torch_cuda_graphs_only_for_repeated_shapes_and_never_in_device_memory()
 
     _cuda()
     be = TorchBackend("srcnn", device="cuda", cuda_graph=True).load()
+    eager = TorchBackend("srcnn", device="cuda", cuda_graph=False).load()  # the reference never counts sightings
     assert be.device_memory().bytes_per_output_pixel > 0 and not be._graphs
     rng = np.random.default_rng(31)
     tile, edge = rng.integers(0, 256, (2, 48, 48, 3)).astype(np.uint8), rng.integers(0, 256, (2, 48, 13, 3))
     for img in (tile, tile, edge.astype(np.uint8), tile):  # the edge crop is seen once: eager
-        assert np.array_equal(be.infer_pixels(img, 3.0), Backend.infer_pixels(be, img, 3.0))
-    assert len(be._graphs) == 1 and be._pool is not None
+        assert np.array_equal(be.infer_pixels(img, 3.0), Backend.infer_pixels(eager, img, 3.0))
+    assert len(be._graphs) == 1 and be._pool is not None and not eager._graphs
+
+
+@pytest.mark.gpu
+def test_torch_cuda_defaults_and_graphs_checked_before_use():
+    """On CUDA deform-srcnn runs NCHW (torchvision's deform_conv2d copies NHWC inputs: 1.25x slower on an H100),
+    srcnn channels_last, both eager by default. With cuda_graph=True a capture whose replay differs from eager is
+    dropped (deform-srcnn's graph replayed wrong values on an H100) while srcnn's is kept: every call equals eager."""
+    _cuda()
+    deform = TorchBackend("deform-srcnn", device="cuda").load()
+    srcnn = TorchBackend("srcnn-x3", device="cuda").load()
+    assert not deform.channels_last and srcnn.channels_last and not deform.cuda_graph and not srcnn.cuda_graph
+    assert TorchBackend("deform-srcnn", device="cpu").load().channels_last
+    x = np.random.default_rng(32).integers(0, 256, (1, 40, 40, 3)).astype(np.uint8)
+    for model in ("deform-srcnn", "srcnn"):
+        eager = TorchBackend(model, device="cuda").load()
+        graphed = TorchBackend(model, device="cuda", cuda_graph=True).load()
+        want = eager.infer_pixels(x, 3.0)
+        for _ in range(4):  # eager, captured and checked, then replayed (or eager where the check failed)
+            assert np.array_equal(graphed.infer_pixels(x, 3.0), want), model
+        assert len(graphed._graphs) + len(graphed._uncapturable) == 1
+    assert graphed._graphs  # srcnn's capture is kept
 
 
 @pytest.mark.gpu

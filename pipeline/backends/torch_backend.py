@@ -7,7 +7,10 @@ pipeline.backends.pixels' rule on the backend's own stream, and come back as int
 output; on the CPU the same torch code runs on CPU tensors (which is how its bytes are tested against the numpy
 path). fp32 is IEEE fp32 on CUDA too: cuDNN's TF32 convolutions only with `tf32=True`. With `cuda_graph=True` a
 shape the run repeats (whole images of one size, a tiled image's interior tiles) is captured after it was seen
-GRAPH_AFTER times and replayed; the graphs share one memory pool; not yet measured on a GPU, so off by default.
+GRAPH_AFTER times and replayed; the graphs share one memory pool. A capture is checked before use: its first replay
+must equal the eager run of the same input, else that shape runs eagerly (on an H100 deform-srcnn's graph replayed
+wrong values: torchvision's deform_conv2d is not capture-safe). Off by default: measured on an H100 (16 x 512^2 -> x3
+folder runs) srcnn-x3 gained 1-2 %, within run-to-run noise.
 One lock serialises calls: the slots, the graphs and the stream are shared by every thread using the backend."""
 from __future__ import annotations
 
@@ -59,6 +62,7 @@ class TorchBackend(Backend):
         self._graphs: OrderedDict = OrderedDict()  # input shape -> (graph, static input, static output)
         self._seen: Counter = Counter()  # input shape -> eager runs (cuda_graph: captured at GRAPH_AFTER)
         self._pool = None  # the graphs' shared memory pool
+        self._uncapturable: set = set()  # shapes whose capture failed or replayed wrong: they run eagerly
         self._bytes_per_px: float | None = None
 
     def model_file(self) -> Path:
@@ -110,8 +114,9 @@ class TorchBackend(Backend):
             raise PipelineError(str(e)) from None
         if self.channels_last is None:
             # NHWC helps on both: cuDNN tensor cores for fp16, and oneDNN on the CPU (SRCNN x3 256->768 on the
-            # 2-core Xeon: conv2 1x1 and conv3 ~2x faster, whole model ~1.5x than NCHW).
-            self.channels_last = True
+            # 2-core Xeon: conv2 1x1 and conv3 ~2x faster, whole model ~1.5x than NCHW), except where the model
+            # says its ops read NCHW on CUDA (ModelSpec.cuda_channels_last).
+            self.channels_last = self.spec.cuda_channels_last or not self.device.startswith("cuda")
         if self.precision == "fp16":
             net = net.half()
         if self.channels_last:
@@ -189,32 +194,48 @@ class TorchBackend(Backend):
     def _replay(self, x, scale: float):
         """The net as a CUDA graph for this input shape and scale once the shape repeats (GRAPH_AFTER sightings;
         before that, eager), the graphs sharing one memory pool: they replay one at a time on this stream."""
-        import torch
-
         from models.registry import run
 
         key = (tuple(x.shape), x.dtype, float(scale))
         if key not in self._graphs:
             self._seen[key] += 1
-            if self._seen[key] < self.GRAPH_AFTER:
+            if self._seen[key] < self.GRAPH_AFTER or key in self._uncapturable or not self._capture(key, x, scale):
                 return run(self.net, self.spec, x, scale)
-            if self._pool is None:
-                self._pool = torch.cuda.graph_pool_handle()
-            static_x = x.clone()
-            # warm-up and capture on our own stream (never the default one, as capture requires); the shape
-            # already ran eagerly here, so one more run warms it
-            run(self.net, self.spec, static_x, scale)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool, stream=self._stream):
-                static_y = run(self.net, self.spec, static_x, scale)
-            self._graphs[key] = (graph, static_x, static_y)
-            while len(self._graphs) > self.GRAPHS:
-                self._graphs.popitem(last=False)
         self._graphs.move_to_end(key)
         graph, static_x, static_y = self._graphs[key]
         static_x.copy_(x)
         graph.replay()
         return static_y
+
+    def _capture(self, key, x, scale: float) -> bool:
+        """Capture the net for this shape into the shared pool and check its first replay against the eager run of
+        the same input; False (and eager from then on for this shape) when the capture fails or replays other
+        values (an op that is not capture-safe: a host sync, an allocation or a launch off the capturing stream)."""
+        import torch
+
+        from models.registry import run
+
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        static_x = x.clone()
+        # warm-up and capture on our own stream (never the default one, as capture requires); the shape
+        # already ran eagerly here, so one more run warms it and gives the values the replay must reproduce
+        expected = run(self.net, self.spec, static_x, scale).clone()
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph, pool=self._pool, stream=self._stream):
+                static_y = run(self.net, self.spec, static_x, scale)
+            graph.replay()
+        except RuntimeError:
+            self._uncapturable.add(key)
+            return False
+        if not torch.equal(static_y, expected):
+            self._uncapturable.add(key)
+            return False
+        self._graphs[key] = (graph, static_x, static_y)
+        while len(self._graphs) > self.GRAPHS:
+            self._graphs.popitem(last=False)
+        return True
 
     # -- integer pixels in and out -------------------------------------------------------------------------
 
