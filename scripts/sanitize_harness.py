@@ -20,7 +20,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-TOOLS = {"memcheck": ["--tool", "memcheck", "--leak-check", "full"], "racecheck": ["--tool", "racecheck"]}
+# --print-limit 0: every record printed (the default stops at 100, fewer than the harness's planted probes make)
+TOOLS = {"memcheck": ["--tool", "memcheck", "--leak-check", "full", "--print-limit", "0"],
+         "racecheck": ["--tool", "racecheck", "--print-limit", "0"]}
 PREFIX = "========= "
 PROBE_LINE = "# planted out-of-memory probe"
 RECORDS_PER_PROBE = 2  # the runtime call (cudaMalloc) and the driver call under it (cuMemAlloc)
@@ -30,7 +32,9 @@ CUBLAS = re.compile(r"cublas|gemm|gemv|xmma|cutlass|nvjet|splitK", re.IGNORECASE
 OUT_OF_MEMORY = re.compile(r"out of memory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY")
 NOT_RECORDS = re.compile(r"^(COMPUTE-SANITIZER|ERROR SUMMARY|LEAK SUMMARY|RACECHECK SUMMARY|Target application"
                          r"|Saved host backtrace)")
-SUMMARY_ERRORS = re.compile(r"ERROR SUMMARY: (\d+) error|RACECHECK SUMMARY: .*?\((\d+) errors?")
+# "ERROR SUMMARY: N errors" counts; "ERROR SUMMARY: N errors were not printed" (a print limit) does not add to it
+SUMMARY_ERRORS = re.compile(r"ERROR SUMMARY: (\d+) errors?\b(?! (?:was|were) not printed)"
+                            r"|RACECHECK SUMMARY: .*?\((\d+) errors?")
 
 
 @dataclass
@@ -49,8 +53,11 @@ def records(report: str) -> list[str]:
     """Sanitizer records: a `========= text` line plus the `=========     ...` lines under it, joined."""
     out: list[list[str]] = []
     for line in report.splitlines():
-        if not line.startswith(PREFIX.rstrip()):
+        # the harness's own output shares the stream: a record can start in the middle of its unfinished line
+        start = line.find(PREFIX.rstrip())
+        if start < 0:
             continue
+        line = line[start:]
         text = line[len(PREFIX):] if line.startswith(PREFIX) else ""
         if not text.strip():
             continue

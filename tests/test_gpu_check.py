@@ -66,6 +66,20 @@ def test_planted_out_of_memory_probes_are_expected():
     assert len(sanitize.judge("memcheck", report, report, 0).ours) == 2
 
 
+def test_records_inside_the_harness_lines_and_the_print_limit():
+    """As seen on an H100: a record can start in the middle of a harness line the sanitizer interrupted, and a
+    print limit adds an 'N errors were not printed' summary that is not more errors (every tool runs unlimited)."""
+    glued = "ok   DynamicResize FP32 [1,3,256" + OOM
+    report = _memcheck(PROBE, glued, errors=2)
+    v = sanitize.judge("memcheck", report, report, 0)
+    assert v.ok and len(v.expected) == 2
+    limited = report + "\n========= ERROR SUMMARY: 1 error was not printed. Use --print-limit option"
+    assert sanitize.judge("memcheck", limited, limited, 0).ok
+    report = _memcheck(PROBE, OOM, errors=3) + "\n========= ERROR SUMMARY: 1 errors were not printed."
+    assert not sanitize.judge("memcheck", report, report, 0).ok  # 3 counted, 2 read: one error unseen
+    assert all("--print-limit" in flags for flags in sanitize.TOOLS.values())
+
+
 def test_errors_and_leaks_in_our_code_fail():
     for part, errors in ((OUR_READ, 1), (LEAK, 1)):
         report = _memcheck(PROBE, OOM, part, errors=2 + errors)
