@@ -3,6 +3,7 @@ the reason where chromium, chromedriver or selenium are missing). The pages are 
 small real data: a report with a table and a plot, a crop sheet, and `sr --reference` on a small image."""
 from __future__ import annotations
 
+import html
 import re
 import shutil
 import tempfile
@@ -14,7 +15,7 @@ import pytest
 
 from pipeline import report
 from pipeline.analysis import sheet
-from pipeline.htmlreport import parse, write_html
+from pipeline.htmlreport import Code, Heading, Sheet, Strong, items, para, plot_figure, write_report
 from pipeline.report import plots
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
@@ -74,21 +75,27 @@ def pages(tmp_path_factory):
     lr, outputs, hr = _pictures()
     png = sheet.write(out / "sheet-srcnn-x3.png", lr, outputs, hr, scale=3, side=40, bicubic=lambda a, size: cv2.resize(
         a, size[::-1], interpolation=cv2.INTER_CUBIC))
-    md = ("# Bench\n\nMachine: a CPU. `srcnn` **x3**.\n\n| model | median ms | roofline |\n|---|---|---|\n"
-          "| srcnn | 14.0 | 9.9 % |\n| srcnn-x3 | 3.5 | 41.0 % |\n\n- one\n- two\n\n![latency](latency.png)\n")
-    (out / "report.md").write_text(md)
-    return {"report": write_html(out / "report.md", sheets=[png])}
+    blocks = [Heading("Bench", 1), para("Machine: a CPU. ", Code("srcnn"), " ", Strong("x3"), "."),
+              report.table(["model", "median ms", "roofline"], [["srcnn", 14.0, "9.9 %"], ["srcnn-x3", 3.5, "41.0 %"]]),
+              items("one", "two"), plot_figure("latency", out / "latency.png"), Sheet("srcnn x3", png)]
+    md, page = write_report(out / "report.md", blocks)
+    return {"report": page, "md": md}
 
 
-def test_the_page_says_what_the_markdown_says(pages):
-    text = pages["report"].read_text()
-    assert [b.kind for b in parse((pages["report"].parent / "report.md").read_text())] == [
-        "heading", "paragraph", "table", "list", "image"]
-    assert "<svg" in text and "latency.png" not in text  # the plot inline, nothing linked
+def test_the_page_and_the_markdown_say_the_same(pages):
+    text, md = pages["report"].read_text(), pages["md"].read_text()
+    assert md.startswith("# Bench\n\nMachine: a CPU. `srcnn` **x3**.\n\n| model | median ms | roofline |\n")
+    assert report.parse_table(md, "model") == [{"model": "srcnn", "median ms": "14", "roofline": "9.9 %"},
+                                               {"model": "srcnn-x3", "median ms": "3.5", "roofline": "41.0 %"}]
+    assert "- one\n- two" in md and "![latency](latency.png)" in md
+    # the plot as a picture (its SVG drawing in a data: URI), nothing linked
+    assert 'src="data:image/svg+xml;base64,' in text and "latency.png" not in text and "<svg" not in text
     assert not re.search(r'(src|href)\s*=\s*"(https?:)?//', text) and "@import" not in text  # nothing fetched
-    # 2 crops x (bicubic vs srcnn, then bicubic and srcnn each against the ground truth)
-    assert text.count('type="range"') == 6
+    # 2 crops x (bicubic vs srcnn, then bicubic and srcnn each against the ground truth), under the sheet's heading
+    assert text.count('type="range"') == 6 and "<h3>srcnn x3</h3>" in text
     assert "<code>srcnn</code>" in text and "<strong>x3</strong>" in text
+    assert re.search(r"<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; "
+                     r"style-src 'sha256-[^']+'; script-src 'sha256-[^']+';", html.unescape(text))
 
 
 @needs_browser
@@ -168,7 +175,8 @@ def test_bench_page_from_the_bench_writer(browser, tmp_path):
         wide = browser.execute_script(
             "return document.documentElement.scrollWidth - document.documentElement.clientWidth")
         assert wide <= 0, f"horizontal scroll of {wide} px at {width}x{height}"
-    assert len(browser.find_elements(By.CSS_SELECTOR, "figure svg")) == len(doc["plots"]) > 0
+    plots = [i.get_attribute("src") for i in browser.find_elements(By.CSS_SELECTOR, "figure img")]
+    assert len(plots) == len(doc["plots"]) > 0 and all(p.startswith("data:image/svg+xml;base64,") for p in plots)
     text = browser.find_element(By.TAG_NAME, "body").text
     assert text.index("CPU:") < text.index("Results")  # the machine facts at the top
     table = next(t for t in browser.find_elements(By.CSS_SELECTOR, "table")
