@@ -21,7 +21,7 @@ from pipeline.artifacts.onnx_file import onnx_metadata
 from pipeline.bench.startup import time_to_first_image
 from pipeline.bench.timing import latency_stats, time_interleaved
 from pipeline.errors import PipelineError
-from pipeline.htmlreport import Code, Heading, Strong, para, plot_figure, write_report
+from pipeline.htmlreport import Code, Heading, Strong, para, plot_figure, to_markdown, write_report
 
 NOT_RUN = "baseline loop, FLOPs/roofline and threads sweep: they need the PyTorch model (run bench without --onnx)"
 
@@ -75,12 +75,17 @@ def blocks(doc: dict) -> list:
            para("Round-robin timed calls (pipeline.bench.timing); latency in ms."),
            report.table(["sweep", "size", "scale", "backend", "median ms", "min", "p90"], rows),
            para(Strong("startup"), " (time to first image, ", Code("python -m pipeline sr"), " in a fresh process, "
-                f"{s['size']}² x{s['scale']:g}): median {s['median_s']:.2f} s of {s['runs']} runs "
-                f"({', '.join(f'{w:.2f}' for w in s['walls_s'])} s)"),
+                f"{s['size']}² x{s['scale']:g}): {s['median_s']:.2f} s, "
+                + (f"median of {s['runs']} runs" if s["runs"] != 1 else "one run")
+                + f" ({', '.join(f'{w:.2f}' for w in s['walls_s'])} s)"),
            para("Not run: " + "; ".join(doc["skipped"]))]
     if doc.get("plots"):
         out += [Heading("Plots"), *[plot_figure(k, v) for k, v in doc["plots"].items()]]
     return out
+
+
+def markdown(doc: dict) -> str:
+    return to_markdown(blocks(doc))
 
 
 def write(doc: dict, out_dir: Path) -> dict[str, Path]:

@@ -49,7 +49,8 @@ def read_confined(folder: Path, path: Path, limit: int) -> bytes:
 
 def data_uri(folder: Path, path: Path, limit: int) -> str:
     """A picture file as a data: URI (read_confined); its type from its suffix, an unknown one refused."""
+    data = read_confined(folder, path, limit)
     mime = MIME.get(Path(path).suffix.lower())
     if mime is None:
         raise NotEmbedded("not a picture type the page embeds")
-    return f"data:{mime};base64," + base64.b64encode(read_confined(folder, path, limit)).decode()
+    return f"data:{mime};base64," + base64.b64encode(data).decode()

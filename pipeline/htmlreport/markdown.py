@@ -1,27 +1,28 @@
 """report.md from a report's blocks (pipeline.htmlreport.document): the same content as the page, for people and
 for tools that read its tables (pipeline.report.tables.parse_table). Nothing ever parses this text back into a
-page. Plain text keeps to one line and cannot open a link, a picture or raw HTML in a Markdown viewer: line breaks
-become spaces and `[`, `]` and a `<` that could open a tag are escaped; a table cell's `|` is escaped."""
+page. Plain text keeps to one line and cannot open a link, a picture or raw HTML in a Markdown viewer, nor drive a
+terminal that prints the file: control characters (line breaks included) are written as escapes
+(pipeline.errors.printable), and `[`, `]` and a `<` that could open a tag are escaped; a table cell's `|` too."""
 from __future__ import annotations
 
 import os
 import re
 from pathlib import Path
 
+from pipeline.errors import printable
 from pipeline.htmlreport.document import Code, Figure, Heading, Items, Paragraph, Sheet, Strong, Table
 
-_BREAKS = re.compile(r"[\r\n\u2028\u2029]+")
 _BARE_LINK = re.compile(r"[\w./-]+")
 _SPECIAL = re.compile(r"([\[\]\\`]|<(?=[A-Za-z/!?]))")
 
 
 def plain(text: str) -> str:
-    return _SPECIAL.sub(r"\\\1", _BREAKS.sub(" ", str(text)))
+    return _SPECIAL.sub(r"\\\1", printable(text))
 
 
 def _run(run) -> str:
     if isinstance(run, Code):
-        return "`" + _BREAKS.sub(" ", run.text).replace("`", "'") + "`"
+        return "`" + printable(run.text).replace("`", "'") + "`"
     if isinstance(run, Strong):
         return f"**{plain(run.text)}**"
     return plain(run)

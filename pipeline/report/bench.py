@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from pipeline.artifacts.atomic import atomic_write
+from pipeline.errors import printable
 from pipeline.htmlreport import Code, Heading, Items, items, para, plot_figure, to_lines, to_markdown, write_report
 from pipeline.report.machine import env_items
 from pipeline.report.plots import plt_, save_fig
@@ -267,6 +268,10 @@ def video_markdown(rows: list[dict] | None) -> list[str]:
     return to_lines(video_section(rows))
 
 
+def _bar_label(r: dict) -> str:
+    return f"{printable(r['model'])}\n{r['backend']}"  # a name from a user's file: no control characters drawn
+
+
 def plot_bench(doc: dict, out_dir: Path) -> dict[str, str]:
     plt = plt_()
     plots = {}
@@ -286,7 +291,7 @@ def plot_bench(doc: dict, out_dir: Path) -> dict[str, str]:
             ax.set_yscale("log")
             ax.set_xlabel("input side (px)")
             ax.set_ylabel("median latency (ms)")
-            ax.set_title(model)
+            ax.set_title(printable(model))
             ax.legend(fontsize=7)
         p = out_dir / "latency_vs_size.png"
         save_fig(fig, p)
@@ -297,7 +302,7 @@ def plot_bench(doc: dict, out_dir: Path) -> dict[str, str]:
         fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(main) + 2), 4))
         ax.bar(range(len(main)), [r["speedup_vs_baseline"] for r in main])
         ax.axhline(1.0, color="gray", lw=0.8)
-        ax.set_xticks(range(len(main)), [f"{r['model']}\n{r['backend']}" for r in main], rotation=60, ha="right",
+        ax.set_xticks(range(len(main)), [_bar_label(r) for r in main], rotation=60, ha="right",
                       fontsize=7)
         ax.set_ylabel("speed-up vs PyTorch eager loop")
         sides = sorted({r["size"] for r in main})
@@ -311,7 +316,7 @@ def plot_bench(doc: dict, out_dir: Path) -> dict[str, str]:
         fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(err) + 2), 4))
         ax.bar(range(len(err)), [max(r["max_abs_err"], 1e-12) for r in err])
         ax.set_yscale("log")
-        ax.set_xticks(range(len(err)), [f"{r['model']}\n{r['backend']}" for r in err], rotation=60, ha="right",
+        ax.set_xticks(range(len(err)), [_bar_label(r) for r in err], rotation=60, ha="right",
                       fontsize=7)
         ax.set_ylabel("max abs error vs PyTorch FP32")
         ax.set_title("Error by backend (same inputs as the timing)")

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 from pipeline.artifacts.atomic import atomic_write
+from pipeline.errors import printable
 from pipeline.htmlreport import Heading, Paragraph, Strong, items, para, plot_figure, to_markdown, write_report
 from pipeline.report.machine import env_items
 from pipeline.report.plots import plt_, save_fig
@@ -60,7 +61,7 @@ def compare_markdown(doc: dict) -> str:
 
 def plot_compare(doc: dict, path: Path) -> None:
     plt = plt_()
-    rows = [(f"{m['model']}\n{r['backend']} {r['precision']}", r["max_abs"], r["status"])
+    rows = [(f"{printable(m['model'])}\n{r['backend']} {r['precision']}", r["max_abs"], r["status"])
             for m in doc["models"] for r in m["rows"] if r["status"] in ("pass", "fail")]
     fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows) + 2), 4))
     if rows:
