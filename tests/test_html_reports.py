@@ -365,3 +365,28 @@ def test_hostile_pages_run_nothing_and_load_nothing_in_a_browser(hostile, browse
         assert browser.title == title and browser.execute_script("return document.title") == title, key
         assert len(browser.find_elements(By.TAG_NAME, "script")) == 1, key  # the page's own
     assert hostile["listener"].hits == []
+
+
+def test_sliders_grouped_per_sheet_and_lookalike_pairs_folded(tmp_path):
+    """Issue 42 item 21: a heading per sheet; a backend whose crops match the reference to within VISIBLE_LEVELS
+    sits folded under a <details> element instead of adding sliders that all look the same."""
+    from pipeline.htmlreport.sliders import VISIBLE_LEVELS
+
+    lr, outputs, hr = _pictures()
+    close = np.clip(hr.astype(int) + 1, 0, 255).astype(np.uint8)  # 1 level off: looks the same
+    sheets = []
+    for name in ("a", "b"):
+        png = sheet.write(tmp_path / f"sheet-{name}.png", lr, {"ort fp32": outputs["srcnn"], "openvino fp32": close},
+                          hr, scale=3, side=40, bicubic=lambda a, size: cv2.resize(a, size[::-1],
+                                                                                   interpolation=cv2.INTER_CUBIC))
+        sheets.append(Sheet(f"model {name} x3", png))
+    _, page = write_report(tmp_path / "report.md", [Heading("Compare", 1), *sheets])
+    text = page.read_text()
+    assert text.count("<h3>") == 2 and "<h3>model a x3</h3>" in text and "<h3>model b x3</h3>" in text
+    assert VISIBLE_LEVELS >= 1
+    for part in text.split("<h3>")[1:]:
+        shown, _, folded = part.partition('<details class="alike">')
+        # per crop (2): bicubic vs ort, then bicubic and ort against the ground truth; openvino's pair folded
+        assert shown.count('type="range"') == 6 and "openvino fp32 on the left" not in shown
+        assert folded.count('type="range"') == 2 and folded.count("openvino fp32 on the left, ground truth") == 2
+        assert "2 more pairs that do not differ visibly" in folded
