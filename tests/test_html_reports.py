@@ -94,7 +94,7 @@ def test_the_page_and_the_markdown_say_the_same(pages):
     assert not re.search(r'(src|href)\s*=\s*"(https?:)?//', text) and "@import" not in text  # nothing fetched
     # 2 crops x (bicubic vs srcnn, then bicubic and srcnn each against the ground truth), under the sheet's heading
     assert text.count('type="range"') == 6 and "<h3>srcnn x3</h3>" in text
-    assert "<code>srcnn</code>" in text and "<strong>x3</strong>" in text
+    assert "<code>srcnn</code>" in text and "<strong>x3</strong>" in text and "Left out" not in text
     assert re.search(r"<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; "
                      r"style-src 'sha256-[^']+'; script-src 'sha256-[^']+';", html.unescape(text))
 
@@ -138,7 +138,7 @@ def test_report_in_a_browser(pages, browser, tmp_path):
 
 
 @needs_browser
-def test_sr_reference_page_in_a_browser(browser, tmp_path):
+def test_sr_reference_page_in_a_browser(browser, tmp_path, monkeypatch):
     from selenium.webdriver.common.by import By
 
     from pipeline.cli import main
@@ -148,9 +148,11 @@ def test_sr_reference_page_in_a_browser(browser, tmp_path):
     (tmp_path / "hr").mkdir()
     cv2.imwrite(str(tmp_path / "lr" / "a.png"), lr)
     cv2.imwrite(str(tmp_path / "hr" / "a.png"), hr)
-    assert main(["sr", str(tmp_path / "lr"), str(tmp_path / "out"), "--model", "srcnn", "--scale", "3",
-                 "--backend", "ort", "--reference", str(tmp_path / "hr"), "--quiet"]) == 0
+    monkeypatch.chdir(tmp_path)  # paths as a user types them: relative to the working directory
+    assert main(["sr", "lr", "out", "--model", "srcnn", "--scale", "3", "--backend", "ort", "--reference", "hr",
+                 "--quiet"]) == 0
     page = tmp_path / "out" / "reference-sheet.html"
+    assert "Left out" not in page.read_text()
     browser.set_window_size(*SIZES[1])
     browser.get(page.as_uri())
     labels = [s.get_attribute("aria-label") for s in browser.find_elements(By.CSS_SELECTOR, "input[type=range]")]
@@ -312,7 +314,7 @@ def _figure_page(root: Path, canary: Path, url: str) -> Path:
     from pipeline.htmlreport import Figure
 
     blocks = [Heading("Figures", 1), para(_evil_name(url)), plot_figure("plot", out / "plot.png"),
-              Figure("absolute", canary), Figure("dotdot", Path("..") / "outside" / "canary.txt"),
+              Figure("absolute", canary), Figure("dotdot", out / ".." / "outside" / "canary.txt"),
               Figure("etc", Path("/etc/hostname")), plot_figure("link", out / "link.png"),
               Figure("inlink", out / "inlink.png")]
     return write_report(out / "report.md", blocks)[1]

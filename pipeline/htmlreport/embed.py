@@ -17,17 +17,15 @@ class NotEmbedded(Exception):
 
 
 def _inside(folder: Path, path: Path) -> Path:
-    root = os.path.realpath(folder)
-    full = path if path.is_absolute() else Path(folder) / path
-    real = os.path.realpath(full)
+    root, real = os.path.realpath(folder), os.path.realpath(path)
     if os.path.commonpath([root, real]) != root or real == root:
         raise NotEmbedded("outside the report's folder")
-    return full
+    return path
 
 
 def read_confined(folder: Path, path: Path, limit: int) -> bytes:
-    """The bytes of `path` (relative to `folder`, or absolute inside it): a regular file, not a link, at most
-    `limit` bytes; NotEmbedded otherwise."""
+    """The bytes of `path` (as the writer holds it: absolute, or relative to the working directory) when it lies
+    inside `folder`: a regular file, not a link, at most `limit` bytes; NotEmbedded otherwise."""
     full = _inside(Path(folder), Path(path))
     try:
         fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))

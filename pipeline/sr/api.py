@@ -30,6 +30,7 @@ def reference_sheet(result: Summary, console: Console) -> None:
             para(f"Mean over {ref['images']} scored image(s): PSNR-Y {ref['psnr']:.2f} dB (bicubic "
                  f"{ref['psnr_bicubic']:.2f} dB), SSIM-Y {ref['ssim']:.4f} (bicubic {ref['ssim_bicubic']:.4f}); crops "
                  "of the first scored image below."),
+            Heading("Pictures: before / after"),
             Sheet(f"{result.model} x{result.scale:g} against the ground truth", png)]
     console.info(f"sheet: {png}; in a browser: {write_html(png.with_suffix('.md'), page)}")
 
