@@ -88,7 +88,7 @@ def run(args) -> int:
     cmp_doc = None if args.no_compare else _compare(models, weights, root)
     bench_doc = None if args.no_bench else _bench(weights, root)
     env = (bench_doc or cmp_doc or {}).get("environment") or report.environment()
-    sr_sheet = Sheet(f"{summary.model} x{DEMO_SCALE:g} ({summary.backend}): the sr run's first image",
+    sr_sheet = Sheet(f"{summary.model} x{DEMO_SCALE:g}: the sr run's first image, against the original",
                      sheet.sheet_path(sr_dir, [r.job.dst for r in summary.records]))
     sheets = [s for s in [sr_sheet, *(cmp_doc or {}).get("sheets", [])] if s.path.is_file()]
     _, page = write_report(root / "report.md", demo_blocks(summary.to_dict(), names, cmp_doc, bench_doc,

@@ -1,8 +1,8 @@
 """Before/after sliders from a crop sheet (pipeline.analysis.sheet: a PNG and its `.json` layout twin, both read
 confined to the report's folder): per crop, bicubic vs the first output (the before/after an SR user looks for),
-then every output column against the sheet's reference column (the last: the ground truth). A pair whose crops
-differ by at most VISIBLE_LEVELS of 255 anywhere (backends that agree) is folded away, not shown as one more
-slider that looks the same."""
+then every output column against the sheet's reference column (the last: the ground truth). An output whose crop
+is within VISIBLE_LEVELS of 255 everywhere of an output already shown (backends that agree) has its slider folded
+away, not shown as one more slider that looks the same."""
 from __future__ import annotations
 
 import base64
@@ -24,7 +24,6 @@ class Slider:
     diff: str
     before_label: str
     after_label: str
-    max_diff: int = 0
 
     @property
     def size(self) -> int:
@@ -33,7 +32,7 @@ class Slider:
 
 @dataclass
 class SheetGroup:
-    """One sheet's sliders under its heading: `shown`, and `alike` (pairs that do not differ visibly)."""
+    """One sheet's sliders under its heading: `shown`, and `alike` (outputs that look the same as one shown)."""
 
     title: str
     shown: list[Slider] = field(default_factory=list)
@@ -75,6 +74,12 @@ def _layout(folder: Path, png: Path, limit: int) -> tuple[dict, object]:
     return {"names": names, "rows": rows, "cell": cell, "origins": origins}, cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
 
 
+def _alike(a, b) -> bool:
+    import numpy as np
+
+    return a.shape == b.shape and int(np.abs(a.astype(np.int16) - b.astype(np.int16)).max(initial=0)) <= VISIBLE_LEVELS
+
+
 def sheet_group(folder: Path, title: str, png: Path, limit: int) -> SheetGroup:
     """The sliders of one sheet (NotEmbedded when its files cannot be read confined)."""
     import numpy as np
@@ -87,12 +92,18 @@ def sheet_group(folder: Path, title: str, png: Path, limit: int) -> SheetGroup:
 
     names, group = meta["names"], SheetGroup(title)
     for r in range(meta["rows"]):
+        seen = []  # output crops of this row already shown against the reference
         for left, right in pairs(names):
             a, b = cell(r, left), cell(r, right)
             delta = np.abs(a.astype(np.int16) - b.astype(np.int16))
             diff = np.clip(delta * DIFF_GAIN, 0, 255).astype(np.uint8)
             s = Slider(f"crop {r + 1}: {names[left]} vs {names[right]}", _png_uri(a), _png_uri(b), _png_uri(diff),
-                       names[left], names[right], int(delta.max()) if delta.size else 0)
-            visible = s.max_diff > VISIBLE_LEVELS or "bicubic" in (names[left], names[right])
-            (group.shown if visible else group.alike).append(s)
+                       names[left], names[right])
+            if right != len(names) - 1 or names[left] == "bicubic":
+                group.shown.append(s)
+            elif any(_alike(a, other) for other in seen):
+                group.alike.append(s)
+            else:
+                seen.append(a)
+                group.shown.append(s)
     return group
