@@ -6,7 +6,7 @@
    (PSNR/SSIM vs bicubic).
 3. A short compare (pipeline.analysis.compare.compare_model: every available backend/precision vs
    PyTorch FP32) and a quick bench (pipeline.bench.suite.run_bench).
-4. outputs/demo/report.md ties it together; the last lines printed say where everything is.
+4. outputs/demo/report.md and report.html tie it together; the last lines printed say where everything is.
 """
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ import cv2
 from models.spec import DEFAULT_MODEL
 from pipeline.data.sample_images import HELD_OUT, load_rgb
 from pipeline.errors import PipelineError
-from pipeline.report import db, env_lines, fmt, percent, speedup, table
+from pipeline.htmlreport import Code, Heading, para, to_markdown
+from pipeline.report import db, env_items, fmt, percent, speedup, table
 
 DEMO_MODEL = DEFAULT_MODEL
 DEMO_SCALE = 3.0
@@ -58,34 +59,46 @@ def _write_inputs(root: Path, names, max_side: int, scale: float) -> tuple[Path,
     return lr_dir, hr_dir, names
 
 
+def _sr_blocks(sr: dict) -> list:
+    rows = [[im["input"], "x".join(map(str, im.get("in_size", []))), "x".join(map(str, im.get("out_size", []))),
+             db(im.get("psnr")), db(im.get("psnr_bicubic")), im.get("ssim"), im.get("ssim_bicubic"), im.get("time_s"),
+             im.get("output")] for im in sr["images"]]
+    out = [Heading("Super-resolution (pipeline sr)"),
+           table(["image", "input WxH", "output WxH", "PSNR-Y dB", "bicubic PSNR-Y", "SSIM-Y", "bicubic SSIM-Y",
+                  "time s", "file"], rows)]
+    ref = sr.get("reference", {})
+    if ref:
+        out.append(para(f"Mean PSNR-Y {db(ref['psnr'])} dB vs bicubic {db(ref['psnr_bicubic'])} dB "
+                        f"(+{db(ref['psnr'] - ref['psnr_bicubic'])} dB)."))
+    return out
+
+
+def demo_blocks(sr: dict, names: list[str], cmp_doc, bench_doc, seconds: float, environment: dict | None = None,
+                sheets=()) -> list:
+    """The demo's report as blocks (report.md and report.html); `environment` (pipeline.report.environment) puts the
+    machine facts at the top; `sheets` (pipeline.htmlreport.Sheet) end it as before/after sliders."""
+    out = [Heading("Demo", 1), *([env_items(environment)] if environment else []),
+           para("Model ", Code(sr["model"]), f" x{fmt(sr['scale'])} on {len(names)} held-out skimage images "
+                f"({', '.join(names)}), backend {sr['backend']} ({sr.get('backend_choice', '')}). "
+                f"Total {seconds:.0f} s."), *_sr_blocks(sr)]
+    if cmp_doc:
+        out += [Heading("Backends vs PyTorch FP32 (compare/report.md)"),
+                table(["model", "backend", "precision", "status", "max abs", "PSNR dB"],
+                      [[m["model"], r["backend"], r["precision"], r["status"].upper(), r["max_abs"], db(r["psnr_db"])]
+                       for m in cmp_doc["models"] for r in m["rows"] if r["status"] in ("pass", "fail")])]
+    if bench_doc:
+        main = [r for r in bench_doc["results"] if r["sweep"] == "main"]
+        out += [Heading("Quick bench (bench/report.md)"),
+                table(["model", "backend", "size", "median ms", "speed-up vs eager loop", "roofline"],
+                      [[r["model"], r["backend"], r["size"], r["latency_ms"]["median"],
+                        speedup(r["speedup_vs_baseline"]), percent(r["roofline_fraction"])] for r in main]),
+                para("Quick settings (small inputs, few iterations); ", Code("make bench"), " runs the full sweeps.")]
+    if sheets:
+        out += [Heading("Pictures: before / after"), *sheets]
+    return out
+
+
 def demo_markdown(sr: dict, names: list[str], cmp_doc, bench_doc, seconds: float, environment: dict | None = None,
                   ) -> str:
-    """The demo's report.md; `environment` (pipeline.report.environment) puts the machine facts at the top."""
-    ref = sr.get("reference", {})
-    lines = ["# Demo", "", *(env_lines(environment) + [""] if environment else []),
-             f"Model `{sr['model']}` x{fmt(sr['scale'])} on {len(names)} held-out skimage images ({', '.join(names)}), "
-             f"backend {sr['backend']} ({sr.get('backend_choice', '')}). "
-             f"Total {seconds:.0f} s.", "", "## Super-resolution (pipeline sr)", ""]
-    rows = []
-    for im in sr["images"]:
-        rows.append([im["input"], "x".join(map(str, im.get("in_size", []))), "x".join(map(str, im.get("out_size", []))),
-                     db(im.get("psnr")), db(im.get("psnr_bicubic")), im.get("ssim"), im.get("ssim_bicubic"),
-                     im.get("time_s"), im.get("output")])
-    lines += table(["image", "input WxH", "output WxH", "PSNR-Y dB", "bicubic PSNR-Y", "SSIM-Y", "bicubic SSIM-Y",
-                    "time s", "file"], rows)
-    if ref:
-        lines += ["", f"Mean PSNR-Y {db(ref['psnr'])} dB vs bicubic {db(ref['psnr_bicubic'])} dB "
-                      f"(+{db(ref['psnr'] - ref['psnr_bicubic'])} dB)."]
-    if cmp_doc:
-        lines += ["", "## Backends vs PyTorch FP32 (compare/report.md)", ""]
-        lines += table(["model", "backend", "precision", "status", "max abs", "PSNR dB"],
-                       [[m["model"], r["backend"], r["precision"], r["status"].upper(), r["max_abs"], db(r["psnr_db"])]
-                        for m in cmp_doc["models"] for r in m["rows"] if r["status"] in ("pass", "fail")])
-    if bench_doc:
-        lines += ["", "## Quick bench (bench/report.md)", ""]
-        main = [r for r in bench_doc["results"] if r["sweep"] == "main"]
-        lines += table(["model", "backend", "size", "median ms", "speed-up vs eager loop", "roofline"],
-                       [[r["model"], r["backend"], r["size"], r["latency_ms"]["median"],
-                         speedup(r["speedup_vs_baseline"]), percent(r["roofline_fraction"])] for r in main])
-        lines += ["", "Quick settings (small inputs, few iterations); `make bench` runs the full sweeps."]
-    return "\n".join(lines) + "\n"
+    """The demo's report.md (demo_blocks)."""
+    return to_markdown(demo_blocks(sr, names, cmp_doc, bench_doc, seconds, environment))

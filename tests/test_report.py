@@ -147,3 +147,33 @@ def test_machine_facts_open_every_bench_report():
     md = onnx_file.markdown({"model": "m", "onnx": "m.onnx", "precision": "fp32", "environment": env, "rows": [],
                              "startup": startup, "skipped": []})
     assert md.index("- CPU: Test CPU") < md.index("| sweep |")  # before the first number
+
+
+def test_bench_report_wording_says_what_each_number_is(tmp_path):
+    """Issue 42 item 7: the FLOPs table's columns hold what they say, no 'medians of 1', the fastest runs' share is
+    named for what it is (it can be lower than the share of the medians), floors cite no issue numbers."""
+    import re
+
+    doc = _bench_doc()
+    doc["folder"] = [{"model": "m", "backend": "ort", "images": 4, "size": 64, "folder_ms_per_image": 10.0,
+                      "inference_ms_per_image": 9.0, "ratio": 0.9, "ratio_best": 0.8}]
+    doc["stage_cost"] = {"images": 4, "size": 64, "model": "nearest", "backend": "ort", "repeats": 1,
+                         "stage_cpu_ms_per_mpix": 5.0, "stage_wall_ms_per_mpix": 4.0, "folder_cpu_ms_per_mpix": 9.0,
+                         "folder_wall_ms_per_mpix": 8.0, "cores_busy": 1.5, "usable_cores": 2, "workers": 2}
+    doc["precision_auto"] = [{"model": "m", "label": "ort int8", "median_ms": 2.0, "baseline_ms": 30.0,
+                              "speedup": 15.0, "floor": 12.0, "meets_floor": True, "reason": "fastest within budget"}]
+    doc["video"] = [{"model": "m", "backend": "ort", "precision": "int8", "size": "720p", "input": [1280, 720],
+                     "output": [3840, 2160], "scale": 3.0, "frames": 4, "fps": 2.0, "inference_fps": 3.0,
+                     "vs_fp32": 2.5, "floor": 2.0}]
+    md = report.write_bench(doc, tmp_path)["md"].read_text()
+    (flops,) = report.parse_table(md, "model", has="MACs per output pixel")
+    assert flops["input -> output (default scale)"] == "256x256 -> 768x768" and flops["GFLOP per call"] == "23.6"
+    assert "FLOPs per 256x256" not in md
+    assert "medians of 1 " not in md and "one alternating run" in md
+    (folder,) = report.parse_table(md, "model", has="share % of the fastest runs")
+    assert folder["share %"] == "90" and folder["share % of the fastest runs"] == "80" and "best share" not in md
+    (video,) = report.parse_table(md, "model", has="vs fp32")
+    assert video["floor"] == report.speedup(2.0) and video["vs fp32"] == report.speedup(2.5)
+    assert not re.search(r"issue[ -]?\d", md), re.findall(r".{40}issue[ -]?\d.{10}", md)
+    assert report.runs_phrase(1) == "one run"
+    assert report.runs_phrase(3, "alternating ") == "medians of 3 alternating runs"

@@ -16,6 +16,7 @@ import cv2
 import numpy as np
 
 from pipeline.artifacts.atomic import atomic_write
+from pipeline.htmlreport import Sheet
 
 GAP = 4  # px between cells and around the sheet
 HEADER = 40  # px for a column's two label lines
@@ -177,11 +178,13 @@ def compare_sheet(out_dir: Path, model: str, rows: list[dict], scale: float, *, 
     return write(Path(out_dir) / f"sheet-{_safe_name(model)}-x{scale:g}.png", lr, outputs, hr, scale=scale)
 
 
-def compare_sheets(out_dir: Path, results: list[dict], weights_for=lambda model: None) -> list[Path]:
-    """compare_sheet for every model and scale of a compare document's `models` section."""
-    paths = [compare_sheet(out_dir, m["model"], m["rows"], scale, weights=weights_for(m["model"]))
-             for m in results for scale in m["scales"]]
-    return [p for p in paths if p is not None]
+def compare_sheets(out_dir: Path, results: list[dict], weights_for=lambda model: None) -> list[Sheet]:
+    """compare_sheet for every model and scale of a compare document's `models` section, each as a report block
+    titled by its model and scale."""
+    sheets = [(f"{m['model']} x{scale:g}: every backend and precision that passed, against the original",
+               compare_sheet(out_dir, m["model"], m["rows"], scale, weights=weights_for(m["model"])))
+              for m in results for scale in m["scales"]]
+    return [Sheet(title, p) for title, p in sheets if p is not None]
 
 
 def read_rgb8(path: Path) -> np.ndarray:

@@ -22,6 +22,7 @@ from pipeline import backends
 from pipeline.artifacts.identity import resolve
 from pipeline.data.sample_images import HELD_OUT, load_rgb
 from pipeline.errors import PipelineError
+from pipeline.report import runs_phrase
 from pipeline.sr import read_image, upscale, usable_cores
 
 GOAL = 0.85  # folder run / pure inference throughput
@@ -82,7 +83,7 @@ def folder_throughput(model: str, n_images: int, size: int, backend="auto", weig
     folder_s, inference_s = statistics.median(folder), statistics.median(infer)
     ratio, ratio_best = inference_s / folder_s, min(infer) / min(folder)
     log(f"  {model} folder run: {1e3 * folder_s / n_images:.0f} ms/image vs {1e3 * inference_s / n_images:.0f} ms "
-        f"pure inference ({be.name}, {n_images} x {size}^2, x{scale:g}, medians of {len(folder)}): "
+        f"pure inference ({be.name}, {n_images} x {size}^2, x{scale:g}, {runs_phrase(len(folder))}): "
         f"{100 * ratio:.0f} % of inference throughput (fastest runs: {100 * ratio_best:.0f} %; "
         f"goal {100 * GOAL:.0f} %)")
     return {"model": model, "backend": be.name, "backend_description": be.describe(), "images": n_images,
@@ -140,7 +141,7 @@ def stage_cost(n_images: int = 16, size: int = 384, repeats: int = 3, log=print)
            "inference_cpu_ms_per_mpix": 1e3 * med["infer_cpu"] / mpix,
            "cores_busy": med["folder_cpu"] / med["folder_wall"], "usable_cores": usable_cores(),
            "runs": runs}
-    log(f"  sr stage's own cost ({n_images} x {size}^2 -> x3, near-free model, medians of {row['repeats']}): "
+    log(f"  sr stage's own cost ({n_images} x {size}^2 -> x3, near-free model, {runs_phrase(row['repeats'])}): "
         f"{row['stage_cpu_ms_per_mpix']:.1f} ms CPU and {row['stage_wall_ms_per_mpix']:.1f} ms wall per output "
         f"MPix beyond inference; {row['cores_busy']:.2f} of {row['usable_cores']} cores busy")
     return row

@@ -21,7 +21,7 @@ from pipeline.artifacts.onnx_file import onnx_metadata
 from pipeline.bench.startup import time_to_first_image
 from pipeline.bench.timing import latency_stats, time_interleaved
 from pipeline.errors import PipelineError
-from pipeline.htmlreport import write_html
+from pipeline.htmlreport import Code, Heading, Strong, para, plot_figure, to_markdown, write_report
 
 NOT_RUN = "baseline loop, FLOPs/roofline and threads sweep: they need the PyTorch model (run bench without --onnx)"
 
@@ -65,22 +65,27 @@ def bench_onnx(onnx: str | Path, cfg: dict, *, log=print, startup_runs: int = 5)
             "environment": report.environment(), "rows": rows, "startup": startup, "skipped": skipped}
 
 
-def markdown(doc: dict) -> str:
-    lines = [f"# bench: {doc['model']} from {doc['onnx']} ({doc['precision']}, no PyTorch)", "",
-             *report.env_lines(doc["environment"]), "",
-             "Round-robin timed calls (pipeline.bench.timing); latency in ms.", "",
-             "| sweep | size | scale | backend | median ms | min | p90 |", "|---|---|---|---|---|---|---|"]
-    for r in doc["rows"]:
-        lat = r["latency_ms"]
-        lines.append(f"| {r['sweep']} | {r['size']}² | x{r['scale']:g} | {r['backend']} | {lat['median']:.1f} | "
-                     f"{lat['min']:.1f} | {lat['p90']:.1f} |")
+def blocks(doc: dict) -> list:
+    """The report as blocks (pipeline.htmlreport.document): report.md and report.html are made from them."""
     s = doc["startup"]
-    lines += ["", f"**startup** (time to first image, `python -m pipeline sr` in a fresh process, {s['size']}² "
-              f"x{s['scale']:g}): median {s['median_s']:.2f} s of {s['runs']} runs "
-              f"({', '.join(f'{w:.2f}' for w in s['walls_s'])} s)", "", "Not run: " + "; ".join(doc["skipped"])]
+    rows = [[r["sweep"], f"{r['size']}²", f"x{r['scale']:g}", r["backend"], f"{r['latency_ms']['median']:.1f}",
+             f"{r['latency_ms']['min']:.1f}", f"{r['latency_ms']['p90']:.1f}"] for r in doc["rows"]]
+    out = [Heading(f"bench: {doc['model']} from {doc['onnx']} ({doc['precision']}, no PyTorch)", 1),
+           report.env_items(doc["environment"]),
+           para("Round-robin timed calls (pipeline.bench.timing); latency in ms."),
+           report.table(["sweep", "size", "scale", "backend", "median ms", "min", "p90"], rows),
+           para(Strong("startup"), " (time to first image, ", Code("python -m pipeline sr"), " in a fresh process, "
+                f"{s['size']}² x{s['scale']:g}): {s['median_s']:.2f} s, "
+                + (f"median of {s['runs']} runs" if s["runs"] != 1 else "one run")
+                + f" ({', '.join(f'{w:.2f}' for w in s['walls_s'])} s)"),
+           para("Not run: " + "; ".join(doc["skipped"]))]
     if doc.get("plots"):
-        lines += ["", "## Plots", ""] + [f"![{k}]({Path(v).name})" for k, v in doc["plots"].items()]
-    return "\n".join(lines) + "\n"
+        out += [Heading("Plots"), *[plot_figure(k, v) for k, v in doc["plots"].items()]]
+    return out
+
+
+def markdown(doc: dict) -> str:
+    return to_markdown(blocks(doc))
 
 
 def write(doc: dict, out_dir: Path) -> dict[str, Path]:
@@ -90,7 +95,6 @@ def write(doc: dict, out_dir: Path) -> dict[str, Path]:
                                      out_dir)
     paths = {"json": out_dir / "report.json", "md": out_dir / "report.md"}
     atomic_write(paths["json"], json.dumps(doc, indent=2, default=str) + "\n")
-    atomic_write(paths["md"], markdown(doc))
-    paths["html"] = write_html(paths["md"])
+    _, paths["html"] = write_report(paths["md"], blocks(doc))
     return paths
 

@@ -171,7 +171,8 @@ def _startup_row(model: str, cfg: dict, weights, log, note) -> list[dict]:
     except PipelineError as e:
         note(f"{model} startup: {e}")
         return []
-    log(f"  startup: {row['median_s']:.2f} s median of {row['runs']} fresh processes")
+    runs = f"median of {row['runs']} fresh processes" if row["runs"] != 1 else "one fresh process"
+    log(f"  startup: {row['median_s']:.2f} s, {runs}")
     return [row]
 
 

@@ -17,6 +17,7 @@ import sys
 import threading
 import traceback
 
+from pipeline.cli.terminal import escaped_output
 from pipeline.errors import PipelineError, ReportedInterrupt, Terminated, first_line, missing_extra
 
 # subcommand -> (module, one-line help)
@@ -99,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminate) if in_main else None
     try:
-        return _main(argv, debug)
+        with escaped_output():  # text from users' files never drives the terminal
+            return _main(argv, debug)
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)

@@ -7,7 +7,6 @@ from pipeline.analysis.compare import DEFAULT_PSNR_FP16, DEFAULT_TOL_FP32, compa
 from pipeline.artifacts.identity import resolve
 from pipeline.cli import options
 from pipeline.errors import PipelineError
-from pipeline.htmlreport import write_html
 
 
 def add_arguments(p) -> None:
@@ -59,16 +58,16 @@ def run(args) -> int:
         results.append(compare_model(model, scales=args.scales, size=args.size, precisions=args.precisions,
                                      backends=backends, tol_fp32=args.tol_fp32, psnr_fp16=args.psnr_fp16,
                                      bisect=args.bisect, weights=weights))
-    code = _report(results, out_dir)
     sheets = sheet.compare_sheets(out_dir, results, lambda _: weights)  # the same crops from every passing backend
-    print(f"html: {write_html(out_dir / 'report.md', sheets=sheets)}")
-    return code
+    return _report(results, out_dir, sheets)
 
 
-def _report(results: list[dict], out_dir) -> int:
+def _report(results: list[dict], out_dir, sheets=()) -> int:
+    """report.json, report.md and report.html (with `--onnx FILE` too: its page has no crop sheets)."""
     doc = {"kind": "compare", "environment": report.environment(), "models": results}
-    paths = report.write_compare(doc, out_dir)
+    paths = report.write_compare(doc, out_dir, sheets)
     ran = [r for m in results for r in m["rows"] if r["status"] in ("pass", "fail", "error")]
     failed = [r for r in ran if r["status"] != "pass"]
     print(f"report: {paths['md']}  ({len(failed)} failing of {len(ran)} run)")
+    print(f"html: {paths['html']}")
     return 1 if failed else 0

@@ -7,12 +7,11 @@ from pathlib import Path
 from pipeline import report
 from pipeline.analysis import sheet
 from pipeline.analysis.compare import compare_model
-from pipeline.artifacts.atomic import atomic_write
 from pipeline.bench.suite import QUICK, run_bench
 from pipeline.cli import options
-from pipeline.demo import DEMO_MODEL, DEMO_SCALE, _write_inputs, check_max_side, demo_markdown
+from pipeline.demo import DEMO_MODEL, DEMO_SCALE, _write_inputs, check_max_side, demo_blocks
 from pipeline.errors import PipelineError
-from pipeline.htmlreport import write_html
+from pipeline.htmlreport import Sheet, write_report
 from pipeline.sr import upscale
 
 
@@ -34,9 +33,9 @@ def _quiet(*_args, **_kwargs) -> None:
 def _compare(models: list[str], weights, root: Path) -> dict:
     doc = {"kind": "compare", "environment": report.environment(),
            "models": [compare_model(m, size=64, weights=weights(m), log=_quiet) for m in models]}
-    report.write_compare(doc, root / "compare")
-    doc["sheets"] = sheet.compare_sheets(root / "compare", doc["models"], weights)  # the same crops, to look at
-    write_html(root / "compare" / "report.md", sheets=doc["sheets"])
+    sheets = sheet.compare_sheets(root / "compare", doc["models"], weights)  # the same crops, to look at
+    report.write_compare(doc, root / "compare", sheets)
+    doc["sheets"] = sheets
     rows = [r for m in doc["models"] for r in m["rows"] if r["status"] in ("pass", "fail", "error")]
     print(f"[3/4] compare: {sum(r['status'] == 'pass' for r in rows)}/{len(rows)} backend runs pass -> "
           f"{root / 'compare' / 'report.md'}")
@@ -89,11 +88,11 @@ def run(args) -> int:
     cmp_doc = None if args.no_compare else _compare(models, weights, root)
     bench_doc = None if args.no_bench else _bench(weights, root)
     env = (bench_doc or cmp_doc or {}).get("environment") or report.environment()
-    md = demo_markdown(summary.to_dict(), names, cmp_doc, bench_doc, time.perf_counter() - t0, env)
-    atomic_write(root / "report.md", md)
-    sr_sheet = sheet.sheet_path(sr_dir, [r.job.dst for r in summary.records])
-    sheets = [p for p in [sr_sheet, *(cmp_doc or {}).get("sheets", [])] if p.is_file()]
-    page = write_html(root / "report.md", md, sheets=sheets)
+    sr_sheet = Sheet(f"{summary.model} x{DEMO_SCALE:g}: the sr run's first image, against the original",
+                     sheet.sheet_path(sr_dir, [r.job.dst for r in summary.records]))
+    sheets = [s for s in [sr_sheet, *(cmp_doc or {}).get("sheets", [])] if s.path.is_file()]
+    _, page = write_report(root / "report.md", demo_blocks(summary.to_dict(), names, cmp_doc, bench_doc,
+                                                          time.perf_counter() - t0, env, sheets))
     print(f"done in {time.perf_counter() - t0:.0f} s. Report: {root / 'report.md'} (in a browser: {page}); "
           f"upscaled images: {sr_dir}/")
     return 0

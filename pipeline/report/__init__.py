@@ -1,12 +1,13 @@
-"""Report writers for compare and bench: report.json (every number), report.md (tables a person reads,
-generated from the same dict), plots (PNG with an SVG twin). Files are written atomically.
+"""Report writers for compare and bench: report.json (every number), and report.md and report.html from the same
+blocks (pipeline.htmlreport), plots (PNG with an SVG twin). Files are written atomically.
 
-    machine   the machine facts every report opens with        tables   how values are written (Markdown, JSON)
+    machine   the machine facts every report opens with        tables   how values are written (tables, JSON)
     compare   compare's report                                 bench    bench's report (and its Ray/Triton rows)
     plots     matplotlib figures saved as PNG + SVG
 """
 from pipeline.report.bench import (
     RESULT_HEADER,
+    bench_blocks,
     bench_markdown,
     kernel_markdown,
     plot_bench,
@@ -17,11 +18,11 @@ from pipeline.report.bench import (
     video_markdown,
     write_bench,
 )
-from pipeline.report.compare import COMPARE_HEADER, compare_markdown, plot_compare, write_compare
-from pipeline.report.machine import env_lines, environment
-from pipeline.report.tables import db, fmt, parse_table, percent, speedup, table
+from pipeline.report.compare import COMPARE_HEADER, compare_blocks, compare_markdown, plot_compare, write_compare
+from pipeline.report.machine import env_items, environment
+from pipeline.report.tables import db, fmt, parse_table, percent, runs_phrase, speedup, table
 
-__all__ = ["COMPARE_HEADER", "RESULT_HEADER", "bench_markdown", "compare_markdown", "db", "env_lines", "environment",
-           "fmt", "kernel_markdown", "parse_table", "percent", "plot_bench", "plot_compare", "ray_markdown",
-           "result_row", "speedup", "startup_markdown", "table", "triton_markdown", "video_markdown", "write_bench",
-           "write_compare"]
+__all__ = ["COMPARE_HEADER", "RESULT_HEADER", "bench_blocks", "bench_markdown", "compare_blocks", "compare_markdown",
+           "db", "env_items", "environment", "fmt", "kernel_markdown", "parse_table", "percent", "plot_bench",
+           "plot_compare", "ray_markdown", "result_row", "runs_phrase", "speedup", "startup_markdown", "table",
+           "triton_markdown", "video_markdown", "write_bench", "write_compare"]

@@ -1,15 +1,16 @@
 """`bench`'s report: results, sweeps, baseline ratios and roofline, the folder/video/startup/kernel sections and the
-Ray and Triton runs as Markdown tables, and the latency plots."""
+Ray and Triton runs as report blocks (report.md and report.html from the same), and the latency plots."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 from pipeline.artifacts.atomic import atomic_write
-from pipeline.htmlreport import write_html
-from pipeline.report.machine import env_lines
+from pipeline.errors import printable
+from pipeline.htmlreport import Code, Heading, Items, items, para, plot_figure, to_lines, to_markdown, write_report
+from pipeline.report.machine import env_items
 from pipeline.report.plots import plt_, save_fig
-from pipeline.report.tables import budgets, fmt, json_default, percent, sanitize, speedup, table
+from pipeline.report.tables import budgets, fmt, json_default, percent, runs_phrase, sanitize, speedup, table
 
 RESULT_HEADER = ["model", "sweep", "backend", "size", "scale", "batch", "threads", "n", "mean ms", "median ms",
                  "p90 ms", "p99 ms", "min ms", "max ms", "images/s", "MPix/s", "speed-up", "roofline",
@@ -24,91 +25,89 @@ def result_row(r: dict) -> list:
             r.get("peak_rss_mb"), r.get("max_abs_err")]
 
 
-def kernel_markdown(section: dict | None) -> list[str]:
+def kernel_section(section: dict | None) -> list:
     """The bench's CUDA kernel section (pipeline.bench.kernels); nothing when it did not run (see Not run)."""
     if not section:
         return []
-    lines = ["", "## Kernels on CUDA (ours vs PyTorch, same run)", "",
-             "Median of CUDA-event-timed calls after warm-up; ratio = PyTorch ms / ours ms (> 1: ours faster).", ""]
-    lines += table(["op", "vs", "precision", "shape", "ours ms", "PyTorch ms", "ratio", "floor", "meets floor"],
-                   [[r["op"], r["vs"], r["precision"], r["shape"], r["ours_ms"], r["torch_ms"], r["ratio"],
-                     r["floor"], "" if r["meets_floor"] is None else r["meets_floor"]] for r in section["kernels"]])
-    lines += ["", "Models end to end on torch CUDA (eager):", ""]
-    lines += table(["model", "precision", "shape", "median ms"],
-                   [[m["model"], m["precision"], m["shape"], m["median_ms"] if m["median_ms"] is not None
-                     else m.get("error", "")] for m in section["models"]])
-    return lines
+    return [Heading("Kernels on CUDA (ours vs PyTorch, same run)"),
+            para("Median of CUDA-event-timed calls after warm-up; ratio = PyTorch ms / ours ms (> 1: ours faster)."),
+            table(["op", "vs", "precision", "shape", "ours ms", "PyTorch ms", "ratio", "floor", "meets floor"],
+                  [[r["op"], r["vs"], r["precision"], r["shape"], r["ours_ms"], r["torch_ms"], r["ratio"],
+                    r["floor"], "" if r["meets_floor"] is None else r["meets_floor"]] for r in section["kernels"]]),
+            para("Models end to end on torch CUDA (eager):"),
+            table(["model", "precision", "shape", "median ms"],
+                  [[m["model"], m["precision"], m["shape"], m["median_ms"] if m["median_ms"] is not None
+                    else m.get("error", "")] for m in section["models"]])]
 
 
-def ray_markdown(result: dict) -> list[str]:
-    """The Ray comparison (pipeline.bench.ray_bench) as a markdown table."""
-    lines = [f"Folder of {result['images']} images, medians of {result['repeats']} run(s); local backend: "
-             f"{result['backend']}.", "",
-             "| run | wall s | processing s | vs local (wall) | vs local (processing) | Ray fixed s | "
-             "Ray overhead ms/image |", "|---|---|---|---|---|---|---|",
-             f"| local | {result['local']['wall_s']:.1f} | {result['local']['process_s']:.1f} | 1.00x | 1.00x "
-             "| - | - |"]
+def ray_section(result: dict) -> list:
+    """The Ray comparison (pipeline.bench.ray_bench) as a table."""
+    rows = [["local", f"{result['local']['wall_s']:.1f}", f"{result['local']['process_s']:.1f}", "1.00x", "1.00x",
+             "-", "-"]]
     for k, r in result["ray"].items():
         proc_ratio = f"{r['process_ratio_vs_local']:.2f}x" if r["process_ratio_vs_local"] else "-"
-        lines.append(f"| Ray, {k} actor(s) | {r['wall_s']:.1f} | {r['process_s']:.1f} | "
-                     f"{r['wall_ratio_vs_local']:.2f}x | {proc_ratio} | {r['fixed_s']:.1f} | "
-                     f"{r['overhead_ms_per_image']:.1f} |")
-    return lines
+        rows.append([f"Ray, {k} actor(s)", f"{r['wall_s']:.1f}", f"{r['process_s']:.1f}",
+                     f"{r['wall_ratio_vs_local']:.2f}x", proc_ratio, f"{r['fixed_s']:.1f}",
+                     f"{r['overhead_ms_per_image']:.1f}"])
+    return [para(f"Folder of {result['images']} images, {runs_phrase(result['repeats'])}; local backend: "
+                 f"{result['backend']}."),
+            table(["run", "wall s", "processing s", "vs local (wall)", "vs local (processing)", "Ray fixed s",
+                   "Ray overhead ms/image"], rows)]
 
 
-def triton_markdown(result: dict) -> list[str]:
-    """Served throughput (pipeline.bench.triton_bench) as a markdown table."""
-    lines = [f"Folder of {result['images']} images, medians of {result['repeats']} run(s); backend: "
-             f"{result['backend']} (local and in the server's sr model); gRPC, one connection per client.", "",
-             "| run | wall s | processing s | images/s | vs local |", "|---|---|---|---|---|",
-             f"| local folder run | {result['local']['wall_s']:.1f} | {result['local']['process_s']:.2f} | "
-             f"{result['local']['images_per_s']:.1f} | 1.00x |"]
-    for k, r in result["triton"].items():
-        lines.append(f"| Triton, {k} client(s) | {r['wall_s']:.1f} | {r['process_s']:.2f} | {r['images_per_s']:.1f} | "
-                     f"{r['vs_local']:.2f}x |")
-    return lines
+def triton_section(result: dict) -> list:
+    """Served throughput (pipeline.bench.triton_bench) as a table."""
+    rows = [["local folder run", f"{result['local']['wall_s']:.1f}", f"{result['local']['process_s']:.2f}",
+             f"{result['local']['images_per_s']:.1f}", "1.00x"]]
+    rows += [[f"Triton, {k} client(s)", f"{r['wall_s']:.1f}", f"{r['process_s']:.2f}", f"{r['images_per_s']:.1f}",
+              f"{r['vs_local']:.2f}x"] for k, r in result["triton"].items()]
+    return [para(f"Folder of {result['images']} images, {runs_phrase(result['repeats'])}; backend: "
+                 f"{result['backend']} (local and in the server's sr model); gRPC, one connection per client."),
+            table(["run", "wall s", "processing s", "images/s", "vs local"], rows)]
 
 
-def startup_markdown(rows: list[dict] | None) -> list[str]:
+def startup_section(rows: list[dict] | None) -> list:
     """Time to first image rows (pipeline.bench.startup); goal <= 1.0 s for 256² x3."""
     if not rows:
         return []
-    return ["", "## Startup: time to first image", "",
-            "`python -m pipeline sr one.png out.png --onnx F.onnx` in a fresh process (no PyTorch imported), "
-            "median wall clock after one warm-up run; goal <= 1.0 s for 256² x3.", ""] + table(
-        ["model", "size", "scale", "runs", "median s", "min s", "max s"],
-        [[r["model"], r["size"], r["scale"], r["runs"], r["median_s"], r["min_s"], r["max_s"]] for r in rows])
+    return [Heading("Startup: time to first image"),
+            para(Code("python -m pipeline sr one.png out.png --onnx F.onnx"), " in a fresh process (no PyTorch "
+                 "imported), wall clock after one warm-up run, over the runs counted below; goal <= 1.0 s for "
+                 "256² x3."),
+            table(["model", "size", "scale", "runs", "median s", "min s", "max s"],
+                  [[r["model"], r["size"], r["scale"], r["runs"], r["median_s"], r["min_s"], r["max_s"]]
+                   for r in rows])]
 
 
 # Published context for the video table (other tools, other hardware: not a race run here).
 VIDEO_CONTEXT = [
-    "- vs-mlrt wiki, RIFE page (https://github.com/AmusementClub/vs-mlrt/wiki/RIFE): RTX 3090, 1920x1088, vs-mlrt "
+    "vs-mlrt wiki, RIFE page (https://github.com/AmusementClub/vs-mlrt/wiki/RIFE): RTX 3090, 1920x1088, vs-mlrt "
     "v12, fp16: RIFE v4.4 (frame interpolation, not super-resolution) 71.30 fps on trt, 53.62 fps on ort-cuda.",
-    "- mpv-upscale-2x_animejanai wiki, Benchmarks (https://github.com/the-database/mpv-upscale-2x_animejanai/wiki/"
+    "mpv-upscale-2x_animejanai wiki, Benchmarks (https://github.com/the-database/mpv-upscale-2x_animejanai/wiki/"
     "Benchmarks; a VapourSynth + TensorRT player setup, whose successor mpv-AnimeJaNai ships vs-mlrt's vsmlrt-cuda), "
     "RTX 4090, fp32: 2x_Compact 226.11 fps at 640x480 and 75.09 fps at 1280x720 input; 2x_SuperUltraCompact 583.82 "
     "and 191.16 fps.",
-    "- vs-mlrt's own super-resolution tables (waifu2x, RealESRGANv2, Real-CUGAN pages) could not be retrieved here, "
+    "vs-mlrt's own super-resolution tables (waifu2x, RealESRGANv2, Real-CUGAN pages) could not be retrieved here, "
     "so none are quoted.",
 ]
 
 
-def video_markdown(rows: list[dict] | None) -> list[str]:
+def video_section(rows: list[dict] | None) -> list:
     if not rows:
         return []
-    lines = ["", "## Video (`pipeline sr` on a clip)", "",
-             "A short H.264 clip panning over a held-out photo, auto backend at fp32 and at what `--precision auto` "
-             "picks, default codec (H.264 CRF 16); fps = frames / (first decode to last encode); inference fps = one "
-             "frame per call on the same backend; vs fp32 = fps / the fp32 run's at the same size (floor 2x at "
-             "720p, issue 28).", ""]
-    lines += table(["model", "backend", "precision", "input", "output", "scale", "frames", "fps", "inference fps",
-                    "vs fp32"],
-                   [[r["model"], r["backend"], r.get("precision", "fp32"),
-                     f"{r['size']} {r['input'][0]}x{r['input'][1]}",
-                     "x".join(map(str, r["output"])) if r.get("output") else "-", r["scale"], r.get("frames", "-"),
-                     r["fps"] if r["fps"] is not None else r["skipped"], r.get("inference_fps", "-"),
-                     speedup(r.get("vs_fp32"))] for r in rows])
-    return lines + ["", "Published numbers as context (GPUs, not this machine):", "", *VIDEO_CONTEXT]
+    return [Heading("Video (pipeline sr on a clip)"),
+            para("A short H.264 clip panning over a held-out photo, auto backend at fp32 and at what ",
+                 Code("--precision auto"), " picks, default codec (H.264 CRF 16); fps = frames / (first decode to "
+                 "last encode); inference fps = one frame per call on the same backend; vs fp32 = fps / the fp32 "
+                 "run's at the same size, against the floor this project holds itself to (on a 2-core AMX Xeon)."),
+            table(["model", "backend", "precision", "input", "output", "scale", "frames", "fps", "inference fps",
+                   "vs fp32", "floor"],
+                  [[r["model"], r["backend"], r.get("precision", "fp32"),
+                    f"{r['size']} {r['input'][0]}x{r['input'][1]}",
+                    "x".join(map(str, r["output"])) if r.get("output") else "-", r["scale"], r.get("frames", "-"),
+                    r["fps"] if r["fps"] is not None else r["skipped"], r.get("inference_fps", "-"),
+                    speedup(r.get("vs_fp32")), speedup(r.get("floor"))] for r in rows]),
+            para("Published numbers as context (GPUs, not this machine):"), items(*VIDEO_CONTEXT)]
 
 
 def _loss(q: dict | None) -> list:
@@ -118,124 +117,159 @@ def _loss(q: dict | None) -> list:
     return [q["psnr_loss_db"], q["ssim_loss"], q["budget_db"], q["within_budget"]]
 
 
-def precision_markdown(doc: dict) -> list[str]:
+def precision_section(doc: dict) -> list:
     """Every backend at every precision it runs at the main point, with its measured quality loss next to its speed,
     and what `--precision auto` picks against its floor."""
     main = [r for r in doc["results"] if r["sweep"] == "main"]
     if not any(r.get("precision", "fp32") != "fp32" for r in main) and not doc.get("precision_auto"):
         return []
-    lines = ["", "## Precisions: speed and measured quality (main point)", "",
-             "Loss = held-out Y-PSNR (dB) and SSIM against the same backend at fp32 (pipeline.analysis.quality: "
-             f"the 4 held-out photos at the model's scale, measured once per model file and machine); budgets "
-             f"{budgets(main)}; roofline against the measured peak of the row's precision. `-`: fp32, the "
-             "reference itself.", ""]
-    lines += table(["model", "backend", "precision", "median ms", "speed-up", "roofline", "Y-PSNR loss dB",
-                    "SSIM loss", "budget dB", "within budget"],
-                   [[r["model"], r["backend"], r.get("precision", "fp32"), r["latency_ms"]["median"],
-                     speedup(r.get("speedup_vs_baseline")), percent(r.get("roofline_fraction")),
-                     *_loss(r.get("quality"))] for r in main])
+    blocks = [Heading("Precisions: speed and measured quality (main point)"),
+              para("Loss = held-out Y-PSNR (dB) and SSIM against the same backend at fp32 (pipeline.analysis.quality: "
+                   f"the 4 held-out photos at the model's scale, measured once per model file and machine); budgets "
+                   f"{budgets(main)}; roofline against the measured peak of the row's precision. ", Code("-"),
+                   ": fp32, the reference itself."),
+              table(["model", "backend", "precision", "median ms", "speed-up", "roofline", "Y-PSNR loss dB",
+                     "SSIM loss", "budget dB", "within budget"],
+                    [[r["model"], r["backend"], r.get("precision", "fp32"), r["latency_ms"]["median"],
+                      speedup(r.get("speedup_vs_baseline")), percent(r.get("roofline_fraction")),
+                      *_loss(r.get("quality"))] for r in main])]
     if doc.get("precision_auto"):
-        lines += ["", "`--precision auto` (the fastest precision within its budget on the backend `auto` picks), "
-                  "against the baseline at the main point; floors from issue 28 (2-core AMX Xeon):", ""]
-        lines += table(["model", "runs", "median ms", "baseline ms", "speed-up", "floor", "meets floor",
-                        "Y-PSNR loss dB"],
-                       [[a["model"], a["label"], a["median_ms"], a["baseline_ms"], speedup(a["speedup"]),
-                         speedup(a["floor"]), a["meets_floor"], (a.get("quality") or {}).get("psnr_loss_db")]
-                        for a in doc["precision_auto"]])
-        lines += [""] + [f"- {a['model']}: {a['reason']}" for a in doc["precision_auto"]]
-    return lines
+        blocks += [para(Code("--precision auto"), " (the fastest precision within its budget on the backend ",
+                        Code("auto"), " picks), against the baseline at the main point; each model's floor is the "
+                        "speed-up this project holds itself to on a 2-core AMX Xeon:"),
+                   table(["model", "runs", "median ms", "baseline ms", "speed-up", "floor", "meets floor",
+                          "Y-PSNR loss dB"],
+                         [[a["model"], a["label"], a["median_ms"], a["baseline_ms"], speedup(a["speedup"]),
+                           speedup(a["floor"]), a["meets_floor"], (a.get("quality") or {}).get("psnr_loss_db")]
+                          for a in doc["precision_auto"]]),
+                   items(*[f"{a['model']}: {a['reason']}" for a in doc["precision_auto"]])]
+    return blocks
 
 
-def _bench_method(doc: dict) -> list[str]:
-    """The environment, how the bench measured, and the models' FLOPs."""
+def _method_items(doc: dict) -> Items:
     m = doc["method"]
-    lines = ["# Benchmark", "", "## Environment", ""] + env_lines(doc["environment"]) + [
-        f"- Machine peak (measured): {fmt(doc['peak']['gflops'])} GFLOP/s fp32 ({doc['peak']['method']}; "
-        f"highest of {len(doc['peak'].get('samples', [1]))} measurements: run start and after each model)",
-        *[f"- {p} peak (measured): {fmt(pk['gflops'])} GFLOP/s ({pk['method']})"
-          for p, pk in doc.get("peaks", {}).items() if p != "fp32"],
-        "", "## Method", "",
-        f"- {m['warmup']} warm-up call(s), then up to {m['iters']} timed calls per configuration, stopped early "
+    heavy = m.get("config", {}).get("heavy_call_s")
+    return items(
+        f"{m['warmup']} warm-up call(s), then up to {m['iters']} timed calls per configuration, stopped early "
         f"after {fmt(m['time_budget_s'])} s (at least {m['min_iters']}); each call is synchronised "
         f"({m['sync']}); wall clock: time.perf_counter.",
-        *([f"- Big configurations: when the baseline call is estimated (main point's cost per output pixel) "
-           f"above {fmt(m['config']['heavy_call_s'])} s, 1 warm-up + 1 timed call; above "
-           f"{fmt(m['config']['max_call_s'])} s the configuration is skipped (listed under Not run)."]
-          if m.get("config", {}).get("heavy_call_s") else []),
-        "- Input: random float32 NCHW in [0, 1]; output size round(H x scale). Throughput = batch / median "
+        *([f"Big configurations: when the baseline call is estimated (main point's cost per output pixel) "
+           f"above {fmt(heavy)} s, 1 warm-up + 1 timed call; above {fmt(m['config']['max_call_s'])} s the "
+           "configuration is skipped (listed under Not run)."] if heavy else []),
+        "Input: random float32 NCHW in [0, 1]; output size round(H x scale). Throughput = batch / median "
         "latency; MPix/s = output pixels x batch / median latency.",
-        f"- Baseline: {m['baseline']}. Speed-up = baseline median / backend median, same run, same configuration.",
-        "- Roofline: model FLOPs (per call) / measured machine peak = the shortest possible latency; "
+        f"Baseline: {m['baseline']}. Speed-up = baseline median / backend median, same run, same configuration.",
+        "Roofline: model FLOPs (per call) / measured machine peak = the shortest possible latency; "
         "roofline column = that time / median latency (1.0 = at peak).",
-        f"- Peak RSS: highest resident set size of this process sampled every 5 ms during the timed calls"
-        f"{'; device memory: torch.cuda.max_memory_allocated' if doc['environment'].get('gpu') else ''}.",
-        "", "## Models", ""]
-    lines += table(["model", "FLOPs per 256x256 input (x default scale)", "GFLOP", "MACs per output pixel"],
-                   [[k, v["shape"], v["gflop_256"], v["macs_per_output_pixel"]] for k, v in doc["flops"].items()])
-    return lines
+        f"Peak RSS: highest resident set size of this process sampled every 5 ms during the timed calls"
+        f"{'; device memory: torch.cuda.max_memory_allocated' if doc['environment'].get('gpu') else ''}.")
 
 
-def _bench_auto(doc: dict) -> list[str]:
-    lines = []
-    if doc.get("auto"):
-        lines += ["", "## Auto backend vs baseline (performance floor)", ""]
-        lines += table(["model", "auto picks", "size", "scale", "auto median ms", "baseline median ms", "speed-up",
-                        "floor", "meets floor", "roofline"],
-                       [[a["model"], a["backend"], a["size"], a["scale"], a["median_ms"], a["baseline_ms"],
-                         speedup(a["speedup"]), speedup(a["floor"]), a["meets_floor"], percent(a["roofline_fraction"])]
-                        for a in doc["auto"]])
-        lines += [""] + [f"- {a['model']}: {a['reason']}" for a in doc["auto"]]
-    return lines
+def _bench_method(doc: dict) -> list:
+    """The environment, how the bench measured, and the models' FLOPs."""
+    env = env_items(doc["environment"])
+    peaks = items(
+        f"Machine peak (measured): {fmt(doc['peak']['gflops'])} GFLOP/s fp32 ({doc['peak']['method']}; "
+        f"highest of {len(doc['peak'].get('samples', [1]))} measurements: run start and after each model)",
+        *[f"{p} peak (measured): {fmt(pk['gflops'])} GFLOP/s ({pk['method']})"
+          for p, pk in doc.get("peaks", {}).items() if p != "fp32"])
+    return [Heading("Benchmark", 1), Heading("Environment"), Items(env.items + peaks.items), Heading("Method"),
+            _method_items(doc), Heading("Models"),
+            table(["model", "input -> output (default scale)", "GFLOP per call", "MACs per output pixel"],
+                  [[k, v["shape"], v["gflop_256"], v["macs_per_output_pixel"]] for k, v in doc["flops"].items()])]
 
 
-def _bench_folders(doc: dict) -> list[str]:
+def _bench_auto(doc: dict) -> list:
+    if not doc.get("auto"):
+        return []
+    return [Heading("Auto backend vs baseline (performance floor)"),
+            table(["model", "auto picks", "size", "scale", "auto median ms", "baseline median ms", "speed-up",
+                   "floor", "meets floor", "roofline"],
+                  [[a["model"], a["backend"], a["size"], a["scale"], a["median_ms"], a["baseline_ms"],
+                    speedup(a["speedup"]), speedup(a["floor"]), a["meets_floor"], percent(a["roofline_fraction"])]
+                   for a in doc["auto"]]),
+            items(*[f"{a['model']}: {a['reason']}" for a in doc["auto"]])]
+
+
+FOLDER_HEADER = ["model", "backend", "images", "size", "folder ms/img", "inference ms/img", "share %",
+                 "share % of the fastest runs"]
+
+
+def _folder_rows(rows: list[dict], backend_key: str) -> list[list]:
+    return [[f["model"], f[backend_key], f["images"], f["size"], f["folder_ms_per_image"],
+             f["inference_ms_per_image"], 100 * f["ratio"], 100 * f["ratio_best"]] for f in rows]
+
+
+def _bench_folders(doc: dict) -> list:
     """Folder runs against pure inference (host and GPU), and the sr stage's own cost."""
-    lines = []
+    blocks = []
     if doc.get("folder"):
-        lines += ["", "## Whole folder run (`pipeline sr`) vs pure inference", "",
-                  "Same loaded backend and images; medians of alternating runs. Share = inference time / folder "
-                  "time (goal >= 85 %).", ""]
-        lines += table(["model", "backend", "images", "size", "folder ms/img", "inference ms/img", "share %",
-                        "best share %"],
-                       [[f["model"], f["backend"], f["images"], f["size"], f["folder_ms_per_image"],
-                         f["inference_ms_per_image"], 100 * f["ratio"], 100 * f["ratio_best"]] for f in doc["folder"]])
+        blocks += [Heading("Whole folder run (pipeline sr) vs pure inference"),
+                   para("Same loaded backend and images, folder and inference runs alternating. Share = inference "
+                        "time / folder time, of the medians (goal >= 85 %); the last column divides the fastest "
+                        "inference run by the fastest folder run, which may be lower or higher."),
+                   table(FOLDER_HEADER, _folder_rows(doc["folder"], "backend"))]
     if doc.get("gpu_folder"):
-        lines += ["", "## GPU folder run vs pure inference, per device backend", "",
-                  "As above, on the CUDA device (goal: share >= 85 %).", ""]
-        lines += table(["model", "backend", "images", "size", "folder ms/img", "inference ms/img", "share %",
-                        "best share %"],
-                       [[f["model"], f["backend_description"], f["images"], f["size"], f["folder_ms_per_image"],
-                         f["inference_ms_per_image"], 100 * f["ratio"], 100 * f["ratio_best"]]
-                        for f in doc["gpu_folder"]])
+        blocks += [Heading("GPU folder run vs pure inference, per device backend"),
+                   para("As above, on the CUDA device (goal: share >= 85 %)."),
+                   table(FOLDER_HEADER, _folder_rows(doc["gpu_folder"], "backend_description"))]
     if doc.get("stage_cost"):
         c = doc["stage_cost"]
-        lines += ["", "## The sr stage's own cost", "",
-                  f"A folder run of {c['images']} x {c['size']}^2 images through `--model {c['model']}` "
-                  f"(nearest-neighbour x3: inference is next to free) on {c['backend']}, minus pure inference of the "
-                  f"same images; medians of {c['repeats']} alternating runs.", ""]
-        lines += table(["stage CPU ms/MPix", "stage wall ms/MPix", "folder CPU ms/MPix", "folder wall ms/MPix",
-                        "cores busy", "usable cores", "decode/encode threads"],
-                       [[c["stage_cpu_ms_per_mpix"], c["stage_wall_ms_per_mpix"], c["folder_cpu_ms_per_mpix"],
-                         c["folder_wall_ms_per_mpix"], c["cores_busy"], c["usable_cores"], c["workers"]]])
-    return lines
+        blocks += [Heading("The sr stage's own cost"),
+                   para(f"A folder run of {c['images']} x {c['size']}^2 images through ", Code(f"--model {c['model']}"),
+                        f" (nearest-neighbour x3: inference is next to free) on {c['backend']}, minus pure inference "
+                        f"of the same images; {runs_phrase(c['repeats'], 'alternating ')}."),
+                   table(["stage CPU ms/MPix", "stage wall ms/MPix", "folder CPU ms/MPix", "folder wall ms/MPix",
+                          "cores busy", "usable cores", "decode/encode threads"],
+                         [[c["stage_cpu_ms_per_mpix"], c["stage_wall_ms_per_mpix"], c["folder_cpu_ms_per_mpix"],
+                           c["folder_wall_ms_per_mpix"], c["cores_busy"], c["usable_cores"], c["workers"]]])]
+    return blocks
 
 
-def bench_markdown(doc: dict) -> str:
-    lines = _bench_method(doc) + _bench_auto(doc) + precision_markdown(doc) + _bench_folders(doc)
-    lines += video_markdown(doc.get("video"))
-    lines += startup_markdown(doc.get("startup"))
+def bench_blocks(doc: dict) -> list:
+    """bench's report as blocks (pipeline.htmlreport.document), plots included (doc["plots"])."""
+    blocks = _bench_method(doc) + _bench_auto(doc) + precision_section(doc) + _bench_folders(doc)
+    blocks += video_section(doc.get("video")) + startup_section(doc.get("startup"))
     if doc.get("ray"):
-        lines += ["", "## Folder run through Ray vs locally", ""] + ray_markdown(doc["ray"])
+        blocks += [Heading("Folder run through Ray vs locally"), *ray_section(doc["ray"])]
     if doc.get("triton"):
-        lines += ["", "## Folder run through a Triton server vs locally", ""] + triton_markdown(doc["triton"])
-    lines += kernel_markdown(doc.get("kernels"))
-    lines += ["", "## Results", ""]
-    lines += table(RESULT_HEADER, [result_row(r) for r in doc["results"]])
+        blocks += [Heading("Folder run through a Triton server vs locally"), *triton_section(doc["triton"])]
+    blocks += kernel_section(doc.get("kernels"))
+    blocks += [Heading("Results"), table(RESULT_HEADER, [result_row(r) for r in doc["results"]])]
     if doc.get("skipped"):
-        lines += ["", "## Not run", ""] + [f"- {s}" for s in doc["skipped"]]
+        blocks += [Heading("Not run"), items(*doc["skipped"])]
     if doc.get("plots"):
-        lines += ["", "## Plots", ""] + [f"![{k}]({Path(v).name})" for k, v in doc["plots"].items()]
-    return "\n".join(lines) + "\n"
+        blocks += [Heading("Plots"), *[plot_figure(k, v) for k, v in doc["plots"].items()]]
+    return blocks
+
+
+# The Markdown of each section, for tools and tests that read one.
+def bench_markdown(doc: dict) -> str:
+    return to_markdown(bench_blocks(doc))
+
+
+def kernel_markdown(section: dict | None) -> list[str]:
+    return to_lines(kernel_section(section))
+
+
+def ray_markdown(result: dict) -> list[str]:
+    return to_lines(ray_section(result))
+
+
+def triton_markdown(result: dict) -> list[str]:
+    return to_lines(triton_section(result))
+
+
+def startup_markdown(rows: list[dict] | None) -> list[str]:
+    return to_lines(startup_section(rows))
+
+
+def video_markdown(rows: list[dict] | None) -> list[str]:
+    return to_lines(video_section(rows))
+
+
+def _bar_label(r: dict) -> str:
+    return f"{printable(r['model'])}\n{r['backend']}"  # a name from a user's file: no control characters drawn
 
 
 def plot_bench(doc: dict, out_dir: Path) -> dict[str, str]:
@@ -257,7 +291,7 @@ def plot_bench(doc: dict, out_dir: Path) -> dict[str, str]:
             ax.set_yscale("log")
             ax.set_xlabel("input side (px)")
             ax.set_ylabel("median latency (ms)")
-            ax.set_title(model)
+            ax.set_title(printable(model))
             ax.legend(fontsize=7)
         p = out_dir / "latency_vs_size.png"
         save_fig(fig, p)
@@ -268,7 +302,7 @@ def plot_bench(doc: dict, out_dir: Path) -> dict[str, str]:
         fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(main) + 2), 4))
         ax.bar(range(len(main)), [r["speedup_vs_baseline"] for r in main])
         ax.axhline(1.0, color="gray", lw=0.8)
-        ax.set_xticks(range(len(main)), [f"{r['model']}\n{r['backend']}" for r in main], rotation=60, ha="right",
+        ax.set_xticks(range(len(main)), [_bar_label(r) for r in main], rotation=60, ha="right",
                       fontsize=7)
         ax.set_ylabel("speed-up vs PyTorch eager loop")
         sides = sorted({r["size"] for r in main})
@@ -282,7 +316,7 @@ def plot_bench(doc: dict, out_dir: Path) -> dict[str, str]:
         fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(err) + 2), 4))
         ax.bar(range(len(err)), [max(r["max_abs_err"], 1e-12) for r in err])
         ax.set_yscale("log")
-        ax.set_xticks(range(len(err)), [f"{r['model']}\n{r['backend']}" for r in err], rotation=60, ha="right",
+        ax.set_xticks(range(len(err)), [_bar_label(r) for r in err], rotation=60, ha="right",
                       fontsize=7)
         ax.set_ylabel("max abs error vs PyTorch FP32")
         ax.set_title("Error by backend (same inputs as the timing)")
@@ -298,6 +332,5 @@ def write_bench(doc: dict, out_dir: Path) -> dict[str, Path]:
     doc["plots"] = plot_bench(doc, out_dir)
     paths = {"json": out_dir / "report.json", "md": out_dir / "report.md"}
     atomic_write(paths["json"], json.dumps(sanitize(doc), indent=2, default=json_default) + "\n")
-    atomic_write(paths["md"], bench_markdown(doc))
-    paths["html"] = write_html(paths["md"])
+    _, paths["html"] = write_report(paths["md"], bench_blocks(doc))
     return paths

@@ -1,4 +1,4 @@
-"""`compare`'s report: report.json, report.md (the same dict as tables) and its plot."""
+"""`compare`'s report: report.json, its plot, and report.md and report.html from the same blocks."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,9 @@ import math
 from pathlib import Path
 
 from pipeline.artifacts.atomic import atomic_write
-from pipeline.report.machine import env_lines
+from pipeline.errors import printable
+from pipeline.htmlreport import Heading, Paragraph, Strong, items, para, plot_figure, to_markdown, write_report
+from pipeline.report.machine import env_items
 from pipeline.report.plots import plt_, save_fig
 from pipeline.report.tables import budgets, fmt, json_default, sanitize, table
 
@@ -14,16 +16,21 @@ COMPARE_HEADER = ["model", "scale", "backend", "precision", "status", "max abs",
                   "max rel", "PSNR dB", "held-out loss dB", "criterion"]
 
 
-def compare_markdown(doc: dict) -> str:
-    lines = ["# Backend comparison vs PyTorch FP32", ""] + env_lines(doc["environment"]) + [""]
-    for m in doc["models"]:
-        tol = m["tolerances"]
-        lines += [f"Model **{m['model']}**: {len(m['images'])} held-out images ({', '.join(m['images'])}), "
-                  f"centre crop {m['input_size']}x{m['input_size']}; reference: {m['reference']}. "
-                  f"Pass: FP32 max abs <= {tol['fp32_max_abs']:g}, FP16 PSNR >= {tol['fp16_psnr_db']:g} dB, "
-                  "bf16/int8 a held-out Y-PSNR loss against the backend's own fp32 (measured once per file and "
-                  f"machine) within its budget ({budgets(m['rows'])}). "
-                  f"Relative error denominators are clamped at {tol['rel_floor']:g}.", ""]
+def _model_note(m: dict) -> Paragraph:
+    tol = m["tolerances"]
+    return para("Model ", Strong(m["model"]), f": {len(m['images'])} held-out images ({', '.join(m['images'])}), "
+                f"centre crop {m['input_size']}x{m['input_size']}; reference: {m['reference']}. "
+                f"Pass: FP32 max abs <= {tol['fp32_max_abs']:g}, FP16 PSNR >= {tol['fp16_psnr_db']:g} dB, "
+                "bf16/int8 a held-out Y-PSNR loss against the backend's own fp32 (measured once per file and "
+                f"machine) within its budget ({budgets(m['rows'])}). "
+                f"Relative error denominators are clamped at {tol['rel_floor']:g}.")
+
+
+def compare_blocks(doc: dict, *, plot: Path | None = None, sheets=()) -> list:
+    """compare's report as blocks (pipeline.htmlreport.document): the machine, per model what was compared, the
+    table, what was not compared, the error plot and the crop sheets."""
+    blocks = [Heading("Backend comparison vs PyTorch FP32", 1), env_items(doc["environment"])]
+    blocks += [_model_note(m) for m in doc["models"]]
     rows, notes = [], []
     for m in doc["models"]:
         for r in m["rows"]:
@@ -32,21 +39,29 @@ def compare_markdown(doc: dict) -> str:
                              r["median_abs"], r["p99_abs"], r["max_rel"], r["psnr_db"],
                              (r.get("quality") or {}).get("psnr_loss_db"), r["criterion"]])
             else:
-                notes.append(f"- {m['model']} x{fmt(r['scale'])} {r['backend']} {r['precision']}: "
+                notes.append(f"{m['model']} x{fmt(r['scale'])} {r['backend']} {r['precision']}: "
                              f"{r['status']} ({r.get('reason', '')})")
             if "bisect" in r:
                 b = r["bisect"]
-                notes.append(f"- bisect {m['model']} {r['backend']} {r['precision']}: "
+                notes.append(f"bisect {m['model']} {r['backend']} {r['precision']}: "
                              f"{b.get('summary') or b.get('error')}")
-    lines += table(COMPARE_HEADER, rows)
+    blocks.append(table(COMPARE_HEADER, rows))
     if notes:
-        lines += ["", "Not compared / diagnostics:", ""] + notes
-    return "\n".join(lines) + "\n"
+        blocks += [para("Not compared / diagnostics:"), items(*notes)]
+    if plot is not None:
+        blocks += [Heading("Plot"), plot_figure("max abs error by backend", plot)]
+    if sheets:
+        blocks += [Heading("Pictures: before / after"), *sheets]
+    return blocks
+
+
+def compare_markdown(doc: dict) -> str:
+    return to_markdown(compare_blocks(doc))
 
 
 def plot_compare(doc: dict, path: Path) -> None:
     plt = plt_()
-    rows = [(f"{m['model']}\n{r['backend']} {r['precision']}", r["max_abs"], r["status"])
+    rows = [(f"{printable(m['model'])}\n{r['backend']} {r['precision']}", r["max_abs"], r["status"])
             for m in doc["models"] for r in m["rows"] if r["status"] in ("pass", "fail")]
     fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows) + 2), 4))
     if rows:
@@ -67,13 +82,13 @@ def plot_compare(doc: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def write_compare(doc: dict, out_dir: Path) -> dict[str, Path]:
+def write_compare(doc: dict, out_dir: Path, sheets=()) -> dict[str, Path]:
+    """report.json, the error plot, report.md and report.html (with `sheets`: pipeline.htmlreport.Sheet blocks of
+    crop sheets written into out_dir)."""
     out_dir = Path(out_dir)
     paths = {"json": out_dir / "report.json", "md": out_dir / "report.md", "error_png": out_dir / "error.png"}
     atomic_write(paths["json"], json.dumps(sanitize(doc), indent=2, default=json_default) + "\n")
-    atomic_write(paths["md"], compare_markdown(doc))
     plot_compare(doc, paths["error_png"])
+    _, paths["html"] = write_report(paths["md"], compare_blocks(doc, plot=paths["error_png"], sheets=sheets))
     return paths
 
-
-# -- bench ---------------------------------------------------------------------------------------------

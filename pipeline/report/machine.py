@@ -1,5 +1,5 @@
 """The machine facts every report opens with: CPU, GPU, memory and the versions that ran (report.json's
-`environment`), and the lines a report.md shows them in."""
+`environment`), and the list a report shows them in."""
 from __future__ import annotations
 
 import os
@@ -9,6 +9,7 @@ import numpy as np
 import onnxruntime as ort
 import psutil
 
+from pipeline.htmlreport.document import Items, items
 from pipeline.native.cpu import cpu_name
 from pipeline.native.cuda_driver import gpu_visible
 
@@ -39,13 +40,14 @@ def environment() -> dict:
     return env
 
 
-def env_lines(env: dict) -> list[str]:
+def env_items(env: dict) -> Items:
+    """The machine facts as the list every report opens with."""
     gpu = env.get("gpu") or "none"
-    return [
-        f"- CPU: {env.get('cpu')} ({env.get('physical_cores', '?')} physical / {env.get('logical_cores')} logical cores"
+    return items(
+        f"CPU: {env.get('cpu')} ({env.get('physical_cores', '?')} physical / {env.get('logical_cores')} logical cores"
         f", {env.get('memory_gb', '?')} GB RAM)",
-        f"- GPU: {gpu}",
-        f"- torch {env.get('torch')} (CUDA build {env.get('cuda_build')}), onnxruntime {env.get('onnxruntime')} "
+        f"GPU: {gpu}",
+        f"torch {env.get('torch')} (CUDA build {env.get('cuda_build')}), onnxruntime {env.get('onnxruntime')} "
         f"({', '.join(env.get('ort_providers', []))}), TensorRT {env.get('tensorrt')}",
-        f"- Python {env.get('python')}, numpy {env.get('numpy')}, {env.get('platform')}",
-    ]
+        f"Python {env.get('python')}, numpy {env.get('numpy')}, {env.get('platform')}",
+    )

@@ -1,9 +1,11 @@
-"""How a report writes its values: numbers in Markdown tables (tests parse them back), dB, percentages,
+"""How a report writes its values: numbers in tables (tests parse them back), dB, percentages,
 speed-ups, and report.json's values (numpy scalars, paths, inf/nan)."""
 from __future__ import annotations
 
 import math
 from pathlib import Path
+
+from pipeline.htmlreport.document import Table
 
 
 def fmt(v) -> str:
@@ -43,6 +45,12 @@ def speedup(ratio) -> str:
     return "-" if ratio is None else f"{ratio:.2f}x ({100 * (ratio - 1):+.0f} %)"
 
 
+def runs_phrase(n: int, kind: str = "") -> str:
+    """How many runs a reported time is the median of: 'medians of 3 alternating runs', or 'one run' (no median
+    of one)."""
+    return f"medians of {n} {kind}runs" if n != 1 else f"one {kind}run"
+
+
 def budgets(rows) -> str:
     """The quality budgets the rows were held to, from their measured-loss summaries (each row's `precision` and
     `quality`, set by pipeline.analysis.quality): 'bf16 0.02 dB, int8 0.1 dB', or 'none measured'."""
@@ -50,10 +58,9 @@ def budgets(rows) -> str:
     return ", ".join(f"{p} {b:g} dB" for p, b in sorted(held.items())) or "none measured"
 
 
-def table(header: list[str], rows: list[list]) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    out += ["| " + " | ".join(fmt(c) for c in r) + " |" for r in rows]
-    return out
+def table(header: list[str], rows: list[list]) -> Table:
+    """A report table (pipeline.htmlreport.document) with every value written by fmt."""
+    return Table(tuple(header), tuple(tuple(fmt(c) for c in r) for r in rows))
 
 
 def parse_table(md: str, first_header: str, has: str | None = None) -> list[dict[str, str]]:

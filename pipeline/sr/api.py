@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.htmlreport import write_html
+from pipeline.htmlreport import Heading, Sheet, para, write_html
 from pipeline.sr.bicubic import bicubic
 from pipeline.sr.console import Console
 from pipeline.sr.flow import run
@@ -25,10 +25,14 @@ def reference_sheet(result: Summary, console: Console) -> None:
     if png is None:
         return
     ref = result.reference
-    md = (f"# sr --reference: {result.model} x{result.scale:g}\n\nMean over {ref['images']} scored image(s): "
-          f"PSNR-Y {ref['psnr']:.2f} dB (bicubic {ref['psnr_bicubic']:.2f} dB), SSIM-Y {ref['ssim']:.4f} "
-          f"(bicubic {ref['ssim_bicubic']:.4f}); crops of the first scored image below.\n")
-    console.info(f"sheet: {png}; in a browser: {write_html(png.with_suffix('.md'), md, sheets=[png])}")
+    title = f"sr --reference: {result.model} x{result.scale:g}"
+    page = [Heading(title, 1),
+            para(f"Mean over {ref['images']} scored image(s): PSNR-Y {ref['psnr']:.2f} dB (bicubic "
+                 f"{ref['psnr_bicubic']:.2f} dB), SSIM-Y {ref['ssim']:.4f} (bicubic {ref['ssim_bicubic']:.4f}); crops "
+                 "of the first scored image below."),
+            Heading("Pictures: before / after"),
+            Sheet(f"{result.model} x{result.scale:g} against the ground truth", png)]
+    console.info(f"sheet: {png}; in a browser: {write_html(png.with_suffix('.md'), page)}")
 
 
 def run_local(opts: RunOptions) -> Summary:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from tqdm import tqdm
 
+from pipeline.errors import printable
 from pipeline.sr.imageio import written_layout
 
 PLAIN_EVERY_S = 10.0  # seconds between plain progress lines (redirected stderr)
@@ -130,6 +131,7 @@ class Console:
         self._lock = threading.Lock()  # scheduler threads report too
 
     def _write(self, msg: str) -> None:
+        msg = printable(msg)  # names from users' files: a CR or an escape sequence is shown, not obeyed
         with self._lock:
             if self._log is not None:
                 self._log(msg)
