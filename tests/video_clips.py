@@ -19,8 +19,8 @@ def pattern(i: int, w: int, h: int) -> np.ndarray:
     return img.astype(np.uint8)
 
 
-def _video_stream(out, codec, w, h, rate, pix_fmt, time_base, rotation, colour):
-    v = out.add_stream(codec, rate=rate)
+def _video_stream(out, codec, w, h, rate, pix_fmt, time_base, rotation, colour, codec_options=None):
+    v = out.add_stream(codec, rate=rate, options=codec_options or {})
     v.width, v.height, v.pix_fmt = w, h, pix_fmt
     if time_base is not None:
         v.time_base = time_base
@@ -62,14 +62,14 @@ def _write_audio(out, a, seconds: float) -> None:
 def make_clip(path: Path, codec: str, w: int, h: int, frames: int, rate: Fraction | int, *, pix_fmt: str = "yuv420p",
               audio: str | None = None, pts: list[int] | None = None, time_base: Fraction | None = None,
               rotation: int = 0, colour: tuple[int, int, int, int] | None = None, video: bool = True,
-              subtitles: Path | None = None, options: dict | None = None) -> Path:
+              subtitles: Path | None = None, options: dict | None = None, codec_options: dict | None = None) -> Path:
     """Write a clip. pts (in time_base) makes it variable-frame-rate; colour = (matrix, range, primaries, trc) tags;
     video=False writes the audio alone; subtitles: an .srt file whose cues become a subtitle stream; options: the
-    muxer's (e.g. movflags=faststart: the MP4 index first)."""
+    muxer's (e.g. movflags=faststart: the MP4 index first); codec_options: the encoder's (e.g. x264-params)."""
     out = av.open(str(path), "w", options=options or {})
     srt = av.open(str(subtitles)) if subtitles else None
     sub = out.add_stream_from_template(srt.streams[0]) if srt else None
-    v = _video_stream(out, codec, w, h, rate, pix_fmt, time_base, rotation, colour) if video else None
+    v = _video_stream(out, codec, w, h, rate, pix_fmt, time_base, rotation, colour, codec_options) if video else None
     a = None
     if audio:
         a = out.add_stream(audio, rate=AUDIO_RATE)

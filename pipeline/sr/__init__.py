@@ -41,3 +41,15 @@ __all__ = [
     # what the CLI offers for videos; the cores this process may use
     "AUDIO_MODES", "CRF", "ENCODERS", "usable_cores",
 ]
+
+# Videos on other executors (a clip split into segments on Ray actors; frames served by Triton): these load PyAV,
+# so they are imported on first use, for runs with videos only.
+_VIDEO_NAMES = {"VideoRunner": "video", "plan_clips": "video", "plan_work": "segments", "run_segment": "segments"}
+
+
+def __getattr__(name: str):
+    if name in _VIDEO_NAMES:
+        import importlib
+
+        return getattr(importlib.import_module(f"pipeline.sr.{_VIDEO_NAMES[name]}"), name)
+    raise AttributeError(f"module 'pipeline.sr' has no attribute '{name}'")

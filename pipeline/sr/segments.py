@@ -218,3 +218,73 @@ def join(rec: Record, vp: VideoPlan, files: list[Path], results: list[dict], wal
         return
     rec.notes.extend(n for n in vp.notes if n not in rec.notes)
     finish(rec, vp, frames, end, wall)
+
+
+# -- what executors use ---------------------------------------------------------------------------------------------
+
+@dataclass
+class ClipWork:
+    """One clip of a segmented run: its record and plan, its segments and their files, the results in so far."""
+
+    rec: Record
+    plan: VideoPlan
+    segments: list[Segment]
+    files: list[Path]
+    results: dict[int, dict]
+    reused: int = 0
+
+    def todo(self) -> list[tuple[Segment, Path]]:
+        return [(s, f) for s, f in zip(self.segments, self.files, strict=True) if s.index not in self.results]
+
+    @property
+    def done(self) -> bool:
+        return len(self.results) == len(self.segments)
+
+    def finish(self, wall: float) -> None:
+        """Join the segments into the clip's output (its record says how that went) and remove their files."""
+        join(self.rec, self.plan, self.files, [self.results[s.index] for s in self.segments], wall)
+        remove(self.files)
+
+    def fact(self) -> dict:
+        return {"input": self.rec.job.rel, "segments": len(self.segments), "reused": self.reused}
+
+
+def plan_work(records: list[Record], scale: float, settings: dict, seconds: float | None, actors: int,
+              resume: bool) -> list[ClipWork]:
+    """Each clip's plan and segments (a file that is no usable video fails its record here, as in a local run);
+    with `resume` (--skip-existing) the segments a killed run finished are taken as they are. `settings`: what
+    else makes a segment (model, backend, precision, codec, crf, audio, tiles), so none of another run is taken."""
+    from pipeline.sr.video import plan_clips
+
+    plans = plan_clips(records, scale, settings.get("codec"), settings.get("crf"), settings.get("audio", "copy"))
+    work = []
+    for rec in records:
+        if rec.status == "failed":
+            continue
+        vp = plans[rec.job.rel]
+        segs = plan(rec.job.src, seconds or default_seconds(vp.info.duration_s, actors))
+        key = clip_key(rec.job.src, {**settings, "scale": scale, "segments": [s.to_json() for s in segs]})
+        files = [segment_path(rec.job.dst, key, s.index) for s in segs]
+        done = {s.index: r for s, f in zip(segs, files, strict=True) if resume and (r := load_result(f))}
+        work.append(ClipWork(rec, vp, segs, files, done, len(done)))
+    return work
+
+
+def run_segment(worker, job, task: dict) -> dict:
+    """An executor's unit for one segment (a Ray actor's): the clip planned as the driver planned it, the
+    segment upscaled into its file and its result saved beside it; failures are the result's record."""
+    from pipeline.sr.console import Console
+    from pipeline.sr.video import VideoRunner
+    from pipeline.sr.video import plan as plan_clip
+
+    seg, path, rec = Segment.from_json(task["segment"]), Path(task["file"]), Record(job)
+    try:
+        vp = plan_clip(job, worker.scale, task.get("codec"), task.get("crf"), task.get("audio", "copy"))
+    except VideoError as e:
+        rec.fail(str(e))
+        return {"index": seg.index, "record": rec.as_dict()}
+    runner = VideoRunner(worker, Console(False, lambda m: None, False))
+    result = runner.segment(rec, vp, seg.window, path)
+    if "timing" in result:
+        save_result(path, result)
+    return {"index": seg.index, **result}
