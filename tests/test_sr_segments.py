@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import os
-from fractions import Fraction
 from pathlib import Path
 
-import av
 import cv2
 import numpy as np
 import pytest
@@ -22,33 +20,20 @@ from pipeline.sr.video import plan as plan_clip
 from pipeline.sr.video_io import Window, open_input
 from pipeline.sr.worker import ImageWorker
 from tests.netns import namespace_problem
-from tests.video_clips import audio_of, frames_of, make_clip
+from tests.video_clips import (
+    assert_same_frames,
+    audio_of,
+    frames_of,
+    h264_clip,
+    make_clip,
+    open_gop_clip,
+    stream_facts,
+    vfr_clip,
+)
 
 NAMESPACE_PROBLEM = namespace_problem()
 in_namespace = pytest.mark.skipif(NAMESPACE_PROBLEM is not None, reason=str(NAMESPACE_PROBLEM))
-OPEN_GOP = {"x264-params": "open-gop=1:keyint=20:min-keyint=20:scenecut=0:bframes=3"}
-
-
-def _h264_clip(path: Path, seconds: int = 10) -> Path:
-    """H.264 with B-frames (so MP4 gets an edit list for their delay), AAC audio and a rotation tag, 30 fps."""
-    return make_clip(path, "libx264", 48, 32, 30 * seconds, 30, audio="aac", rotation=90,
-                     codec_options={"g": "60", "bf": "2"})
-
-
-def _vfr_clip(path: Path) -> Path:
-    pts, t = [], 0
-    for i in range(150):
-        pts.append(t)
-        t += (1 + i % 3) * 10  # 1/90 .. 1/30 s apart
-    return make_clip(path, "libx264", 40, 24, 150, 30, pts=pts, time_base=Fraction(1, 900),
-                     codec_options={"g": "30"})
-
-
-def _open_gop_clip(path: Path) -> Path:
-    return make_clip(path, "libx264", 40, 24, 150, 30, codec_options=OPEN_GOP)
-
-
-CLIPS = {"bframes_editlist.mp4": _h264_clip, "vfr.mkv": _vfr_clip, "open_gop.mkv": _open_gop_clip}
+CLIPS = {"bframes_editlist.mp4": h264_clip, "vfr.mkv": vfr_clip, "open_gop.mkv": open_gop_clip}
 
 
 def _decoded(path: Path, window: Window | None = None) -> list[tuple[int, bytes]]:
@@ -115,28 +100,9 @@ def _segmented(src: Path, dst: Path, fmt: str, codec: str, seconds: float) -> Re
     return rec
 
 
-def _stream_facts(path: Path) -> dict:
-    with av.open(str(path)) as c:
-        v = c.streams.video[0]
-        frame = next(c.decode(v))
-        return {"layout": [s.type for s in c.streams], "rate": v.average_rate, "rotation": frame.rotation,
-                "duration": c.duration}
-
-
-def _assert_same_frames(a: Path, b: Path, exact: bool) -> None:
-    fa, fb = frames_of(a), frames_of(b)
-    assert len(fa) == len(fb) and [f.pts for f in fa] == [f.pts for f in fb]
-    for x, y in zip(fa, fb, strict=True):
-        px, py = x.to_ndarray(format="rgb24").astype(int), y.to_ndarray(format="rgb24").astype(int)
-        if exact:
-            assert np.array_equal(px, py)
-        else:  # each its own encode of the same pixels: within the codec's loss
-            assert 10 * np.log10(255**2 / max(np.mean((px - py) ** 2), 1e-9)) > 30
-
-
 @pytest.mark.parametrize("out_name, codec", [("out.mkv", "ffv1"), ("out.mp4", "h264")])
 def test_segments_joined_equal_the_local_run(tmp_path, out_name, codec):
-    clip = _h264_clip(tmp_path / "in.mp4", seconds=4)
+    clip = h264_clip(tmp_path / "in.mp4", seconds=4)
     local = tmp_path / "local" / out_name
     assert main(["sr", str(clip), str(local), "--backend", "ort", "--threads", "1", "--scale", "2", "--codec", codec,
                  "--quiet"]) == 0
@@ -144,9 +110,9 @@ def test_segments_joined_equal_the_local_run(tmp_path, out_name, codec):
     assert rec.status == "ok", rec.reason
     joined = rec.job.dst
     assert rec.video["frames"] == len(frames_of(local)) == 120
-    _assert_same_frames(joined, local, exact=codec == "ffv1")
-    assert _stream_facts(joined) == _stream_facts(local)  # streams, frame rate, rotation, duration
-    assert _stream_facts(joined)["layout"] == ["video", "audio"] and _stream_facts(joined)["rotation"] == 90
+    assert_same_frames(joined, local, exact=codec == "ffv1")
+    assert stream_facts(joined) == stream_facts(local)  # streams, frame rate, rotation, duration
+    assert stream_facts(joined)["layout"] == ["video", "audio"] and stream_facts(joined)["rotation"] == 90
     assert np.array_equal(audio_of(joined), audio_of(local))  # the audio once, as it was
 
 
@@ -162,15 +128,15 @@ def _ray(tmp_path: Path, args: list[str]) -> tuple[int, str]:
 @in_namespace
 def test_ray_clip_equals_the_local_run(tmp_path):
     """The issue's clip: 10 s at 30 fps, H.264 with B-frames and 2 s GOPs, AAC, rotation; 2 actors, FFV1 out."""
-    clip = _h264_clip(tmp_path / "clip.mp4")
+    clip = h264_clip(tmp_path / "clip.mp4")
     common = ["--backend", "ort", "--threads", "1", "--scale", "2", "--codec", "ffv1"]
     rc, err = _ray(tmp_path, [str(clip), str(tmp_path / "ray.mkv"), "--ray", "--ray-actors", "2", "--summary",
                               str(tmp_path / "ray.json"), *common])
     assert rc == 0, err[-3000:]
     assert main(["sr", str(clip), str(tmp_path / "local.mkv"), "--quiet", "--summary", str(tmp_path / "local.json"),
                  *common]) == 0
-    _assert_same_frames(tmp_path / "ray.mkv", tmp_path / "local.mkv", exact=True)
-    assert _stream_facts(tmp_path / "ray.mkv") == _stream_facts(tmp_path / "local.mkv")
+    assert_same_frames(tmp_path / "ray.mkv", tmp_path / "local.mkv", exact=True)
+    assert stream_facts(tmp_path / "ray.mkv") == stream_facts(tmp_path / "local.mkv")
     assert np.array_equal(audio_of(tmp_path / "ray.mkv"), audio_of(tmp_path / "local.mkv"))
     ray, local = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("ray", "local"))
     assert set(ray) == set(local) and set(ray["images"][0]) == set(local["images"][0])
@@ -185,8 +151,8 @@ def test_ray_clip_equals_the_local_run(tmp_path):
 def test_ray_folder_of_images_and_clips_has_one_summary(tmp_path):
     src = tmp_path / "in"
     (src / "sub").mkdir(parents=True)
-    _vfr_clip(src / "vfr.mkv")
-    _open_gop_clip(src / "sub" / "open_gop.mkv")
+    vfr_clip(src / "vfr.mkv")
+    open_gop_clip(src / "sub" / "open_gop.mkv")
     cv2.imwrite(str(src / "a.png"), np.random.default_rng(0).integers(0, 256, (30, 40, 3), dtype=np.uint8))
     (src / "broken.mkv").write_bytes(b"not a video")
     common = ["--backend", "ort", "--threads", "1", "--scale", "2"]
@@ -197,7 +163,7 @@ def test_ray_folder_of_images_and_clips_has_one_summary(tmp_path):
     assert main(["sr", str(src), str(tmp_path / "local"), "--quiet", "--summary", str(tmp_path / "local.json"),
                  *common]) == 1
     for rel in ("vfr.mkv", "sub/open_gop.mkv"):
-        _assert_same_frames(tmp_path / "ray" / rel, tmp_path / "local" / rel, exact=True)  # mkv: FFV1 by default
+        assert_same_frames(tmp_path / "ray" / rel, tmp_path / "local" / rel, exact=True)  # mkv: FFV1 by default
     assert cv2.imread(str(tmp_path / "ray" / "a.png")).shape == (60, 80, 3)
     ray, local = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("ray", "local"))
     assert ray["counts"] == local["counts"] == {"ok": 3, "failed": 1, "skipped": 0, "ignored": 0}

@@ -95,6 +95,28 @@ def make_clip(path: Path, codec: str, w: int, h: int, frames: int, rate: Fractio
     return path
 
 
+OPEN_GOP = {"x264-params": "open-gop=1:keyint=20:min-keyint=20:scenecut=0:bframes=3"}
+
+
+def h264_clip(path: Path, seconds: int = 10) -> Path:
+    """H.264 with B-frames (so MP4 gets an edit list for their delay), AAC audio and a rotation tag, 30 fps."""
+    return make_clip(path, "libx264", 48, 32, 30 * seconds, 30, audio="aac", rotation=90,
+                     codec_options={"g": "60", "bf": "2"})
+
+
+def vfr_clip(path: Path) -> Path:
+    pts, t = [], 0
+    for i in range(150):
+        pts.append(t)
+        t += (1 + i % 3) * 10  # 1/90 .. 1/30 s apart
+    return make_clip(path, "libx264", 40, 24, 150, 30, pts=pts, time_base=Fraction(1, 900),
+                     codec_options={"g": "30"})
+
+
+def open_gop_clip(path: Path) -> Path:
+    return make_clip(path, "libx264", 40, 24, 150, 30, codec_options=OPEN_GOP)
+
+
 def frames_of(path: Path) -> list[av.VideoFrame]:
     with av.open(str(path)) as c:
         return list(c.decode(c.streams.video[0]))
@@ -103,6 +125,25 @@ def frames_of(path: Path) -> list[av.VideoFrame]:
 def audio_of(path: Path) -> np.ndarray:
     with av.open(str(path)) as c:
         return np.concatenate([f.to_ndarray() for f in c.decode(c.streams.audio[0])], axis=1)
+
+
+def stream_facts(path: Path) -> dict:
+    with av.open(str(path)) as c:
+        v = c.streams.video[0]
+        frame = next(c.decode(v))
+        return {"layout": [s.type for s in c.streams], "rate": v.average_rate, "rotation": frame.rotation,
+                "duration": c.duration}
+
+
+def assert_same_frames(a: Path, b: Path, exact: bool) -> None:
+    fa, fb = frames_of(a), frames_of(b)
+    assert len(fa) == len(fb) and [f.pts for f in fa] == [f.pts for f in fb]
+    for x, y in zip(fa, fb, strict=True):
+        px, py = x.to_ndarray(format="rgb24").astype(int), y.to_ndarray(format="rgb24").astype(int)
+        if exact:
+            assert np.array_equal(px, py)
+        else:  # each its own encode of the same pixels: within the codec's loss
+            assert 10 * np.log10(255**2 / max(np.mean((px - py) ** 2), 1e-9)) > 30
 
 
 def subtitle_packets(path: Path) -> list[tuple[bytes, float]]:
