@@ -4,6 +4,7 @@ frame for frame. The same on a real local Ray cluster (2 actors, in a private ne
 runs it), with images and clips in one folder."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -169,3 +170,121 @@ def test_ray_folder_of_images_and_clips_has_one_summary(tmp_path):
     assert ray["counts"] == local["counts"] == {"ok": 3, "failed": 1, "skipped": 0, "ignored": 0}
     assert {s["input"]: s["segments"] > 1 for s in ray["executor"]["segments"]} == {"vfr.mkv": True,
                                                                                     "sub/open_gop.mkv": True}
+
+
+# A user's net (`package.module:factory`) that counts the 40-pixel-wide frames it upscales (the driver's probes are
+# 48x48) and, at frame KILL_AT, SIGKILLs either its own process (an actor) or the driver (pid in DRIVER_PID_FILE):
+# once per test, whoever creates the marker file first.
+KILLING_NET = """
+import os, signal, time, torch
+
+class KillingNet(torch.nn.Module):
+    scale = 2
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(3, 12, 3, padding=1)
+
+    def forward(self, x):
+        if x.shape[-1] == 40:
+            with open(os.environ["FRAME_COUNTER"], "ab") as f:
+                f.write(b".")
+            if os.path.getsize(os.environ["FRAME_COUNTER"]) >= int(os.environ["KILL_AT"]):
+                try:
+                    os.close(os.open(os.environ["KILL_MARKER"], os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                except FileExistsError:
+                    pass
+                else:
+                    who = os.environ["KILL"]
+                    pid = os.getpid() if who == "actor" else int(open(os.environ["DRIVER_PID_FILE"]).read())
+                    os.kill(pid, signal.SIGKILL)
+                    time.sleep(5)  # the driver's death reaches its actors meanwhile
+        return torch.nn.functional.pixel_shuffle(self.conv(x), 2)
+
+def factory():
+    return KillingNet().eval()
+"""
+
+
+def _killing_run(tmp_path: Path, who: str, kill_at: int):
+    """(the clip, the args of a --ray run of it with the killing net, its environment)."""
+    (tmp_path / "killing_net.py").write_text(KILLING_NET)
+    clip = make_clip(tmp_path / "clip.mkv", "libx264", 40, 24, 240, 30, audio="aac",
+                     codec_options={"g": "30", "x264-params": "scenecut=0"})  # 8 segments of 30 frames
+    args = [str(clip), str(tmp_path / "out" / "ray.mkv"), "--ray", "--ray-actors", "2", "--segment-seconds", "1",
+            "--model", "killing_net:factory", "--backend", "torch", "--scale", "2", "--threads", "1", "--quiet"]
+    env = {"PYTHONPATH": f"{Path(__file__).resolve().parents[1]}{os.pathsep}{tmp_path}", "KILL": who,
+           "KILL_AT": str(kill_at), "KILL_MARKER": str(tmp_path / "killed"), "FRAME_COUNTER": str(tmp_path / "n"),
+           "DRIVER_PID_FILE": str(tmp_path / "driver.pid")}
+    return clip, args, env
+
+
+def _local_killing_net(tmp_path: Path, clip: Path, env: dict, monkeypatch) -> Path:
+    """The same net run locally (its marker exists by now: it kills nothing)."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    local = tmp_path / "local.mkv"
+    assert main(["sr", str(clip), str(local), "--model", "killing_net:factory", "--backend", "torch", "--scale", "2",
+                 "--threads", "1", "--quiet"]) == 0
+    return local
+
+
+@in_namespace
+def test_a_killed_actors_segment_is_redone(tmp_path, monkeypatch):
+    pytest.importorskip("ray.data", reason="Ray with Ray Data is not installed (pip install -e '.[cluster]')")
+    from tests.test_ray import _finish, _start
+
+    clip, args, env = _killing_run(tmp_path, "actor", 45)  # mid-way through the second segment an actor took
+    rc, err = _finish(_start([*args, "--summary", str(tmp_path / "run.json")], Path(os.environ["SRDEPLOY_CACHE"]),
+                             env))
+    assert (tmp_path / "killed").exists(), f"no actor was killed mid-run (rc {rc}): {err[-2000:]}"
+    assert rc == 0, err[-2000:]
+    assert json.loads((tmp_path / "run.json").read_text())["counts"]["ok"] == 1
+    assert_same_frames(tmp_path / "out" / "ray.mkv", _local_killing_net(tmp_path, clip, env, monkeypatch), exact=True)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["ray.mkv"]  # no segment or temp file left
+
+
+def _settled(counter: Path) -> None:
+    """Until the frame counter stops growing: no actor of the killed run upscales any more."""
+    import time
+
+    for _ in range(60):
+        size = os.path.getsize(counter)
+        time.sleep(1)
+        if os.path.getsize(counter) == size:
+            return
+    pytest.fail("the killed run's actors went on upscaling for a minute")
+
+
+@in_namespace
+def test_a_killed_driver_resumes_with_skip_existing_without_redoing_done_segments(tmp_path, monkeypatch):
+    pytest.importorskip("ray.data", reason="Ray with Ray Data is not installed (pip install -e '.[cluster]')")
+    import signal
+
+    from tests.test_ray import _finish, _start
+
+    clip, args, env = _killing_run(tmp_path, "driver", 150)  # past 2 actors x 30-frame segments: some are done
+    cache = Path(os.environ["SRDEPLOY_CACHE"])
+    proc = _start(args, cache, env)
+    (tmp_path / "driver.pid").write_text(str(proc.pid))
+    rc, err = _finish(proc)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # the local cluster the dead driver started
+    assert rc == -signal.SIGKILL and (tmp_path / "killed").exists(), err[-2000:]
+    _settled(tmp_path / "n")
+    out = tmp_path / "out"
+    done = sorted(p.name for p in out.iterdir() if p.name.endswith(".nut.json"))
+    assert done and not (out / "ray.mkv").exists()
+    made = {p.name: p.stat().st_mtime_ns for p in out.iterdir() if p.name.endswith(".nut")
+            and p.name + ".json" in done}
+    n_before = os.path.getsize(tmp_path / "n")
+    rc, err = _finish(_start([*args, "--skip-existing", "--summary", str(tmp_path / "again.json")], cache, env))
+    assert rc == 0, err[-2000:]
+    [facts] = json.loads((tmp_path / "again.json").read_text())["executor"]["segments"]
+    assert facts["reused"] == len(made) >= 1
+    # the done segments were not upscaled again: the rerun upscaled only the other segments' frames
+    assert os.path.getsize(tmp_path / "n") - n_before == 240 - 30 * len(made)
+    assert_same_frames(out / "ray.mkv", _local_killing_net(tmp_path, clip, env, monkeypatch), exact=True)
+    assert sorted(p.name for p in out.iterdir()) == ["ray.mkv"]
