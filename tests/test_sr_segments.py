@@ -288,3 +288,24 @@ def test_a_killed_driver_resumes_with_skip_existing_without_redoing_done_segment
     assert os.path.getsize(tmp_path / "n") - n_before == 240 - 30 * len(made)
     assert_same_frames(out / "ray.mkv", _local_killing_net(tmp_path, clip, env, monkeypatch), exact=True)
     assert sorted(p.name for p in out.iterdir()) == ["ray.mkv"]
+
+
+@in_namespace
+def test_ray_precision_auto_runs_the_drivers_pick_on_every_actor(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    for i in range(4):
+        cv2.imwrite(str(src / f"{i}.png"), np.random.default_rng(i).integers(0, 256, (24, 32, 3), dtype=np.uint8))
+    make_clip(src / "clip.mkv", "libx264", 32, 24, 60, 30, codec_options={"g": "15"})
+    rc, err = _ray(tmp_path, [str(src), str(tmp_path / "out"), "--ray", "--ray-actors", "2", "--backend", "torch",
+                              "--precision", "auto", "--scale", "2", "--threads", "1", "--segment-seconds", "0.5",
+                              "--summary", str(tmp_path / "run.json")])
+    assert rc == 0, err[-3000:]
+    lines = err.splitlines()
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("sr: "))
+    assert "precision auto picked torch fp32 on the driver" in lines[first]  # bf16: not on this CPU, or switched off
+    assert lines[first + 1].startswith("precision auto: torch fp32 is the fastest within budget here")
+    s = json.loads((tmp_path / "run.json").read_text())
+    assert s["counts"]["ok"] == 5 and len(s["executor"]["actor_processes"]) == 2  # both actors ran work
+    # one backend described by every actor (the summary joins the distinct ones with ';'): the pick
+    assert ";" not in s["backend"] and s["backend"].startswith("torch (cpu, fp32"), s["backend"]
