@@ -111,8 +111,6 @@ class RayExecutor:
             self.unusable = [r for r in clips if r.status == "failed"]  # no usable video: said, not run
             plan.todo[:] = [r for r in plan.todo if r.status != "failed"]
         self._facts = {"address": cluster.address, "actors": actors, "artifacts": shared.describe()}
-        if self.clips:
-            self._facts["segments"] = [c.fact() for c in self.clips]
         return Started(m.name, m.scale, f"Ray {cluster.address}",
                        f"{cluster.cpus:g} CPU, {cluster.gpus:g} GPU, {actors} actor(s), backend {backend}: {choice}",
                        backend, choice, tile=o.tile, batch=o.batch if isinstance(o.batch, int) else 1, workers=actors)
@@ -207,6 +205,8 @@ class RayExecutor:
                     raise PipelineError(f"the Ray run failed: {_cause(e)}") from None
         finally:
             bar.close()
+        if self.clips:
+            self._facts["segments"] = [c.fact() for c in self.clips]
         self._facts.update(backend="; ".join(sorted(set(seen.values()))), actor_processes=sorted(seen),
                            actor_start_s=round(max(0.0, ready - t0), 3) if rows else 0.0)
         # processing: from the first actor ready to the last record, as the local run's process_s

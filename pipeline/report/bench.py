@@ -53,6 +53,24 @@ def ray_markdown(result: dict) -> list[str]:
         lines.append(f"| Ray, {k} actor(s) | {r['wall_s']:.1f} | {r['process_s']:.1f} | "
                      f"{r['wall_ratio_vs_local']:.2f}x | {proc_ratio} | {r['fixed_s']:.1f} | "
                      f"{r['overhead_ms_per_image']:.1f} |")
+    return lines + ray_video_markdown(result.get("video"))
+
+
+def ray_video_markdown(video: dict | None) -> list[str]:
+    """One clip split into segments over the actors (pipeline.bench.ray_bench.ray_video_bench)."""
+    if not video:
+        return []
+    lines = ["", f"One clip of {video['frames']} frames into FFV1, medians of {video['repeats']} run(s); frames/s of "
+             "the processing phase; seek: the segments' opening and seeking, share of the actors' time; join: the "
+             "driver's stream copy, share of the wall time.", "",
+             "| run | frames/s | vs 1 actor | segments | seek share | join share | wall s |",
+             "|---|---|---|---|---|---|---|",
+             f"| local | {video['local']['fps']:.1f} | - | - | - | - | {video['local']['wall_s']:.1f} |"]
+    for k, r in video["ray"].items():
+        vs = f"{r['vs_first']:.2f}x" if r["vs_first"] else "-"
+        seek = f"{r['seek_share']:.1%}" if r["seek_share"] is not None else "-"
+        lines.append(f"| Ray, {k} actor(s) | {r['fps']:.1f} | {vs} | {r['segments']} | {seek} | "
+                     f"{r['join_share']:.1%} | {r['wall_s']:.1f} |")
     return lines
 
 

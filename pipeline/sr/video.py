@@ -376,7 +376,8 @@ class VideoRunner:
         if not self._attempt(rec, path, lambda tmp: got.extend(self._encode(rec, vp, tmp, window, segment=True))):
             return {"record": rec.as_dict()}
         end, _, timing = got
-        return {"record": rec.as_dict(), "timing": timing, "errors": end.errors, "end_s": end.end_s}
+        return {"record": rec.as_dict(), "timing": timing, "errors": end.errors, "end_s": end.end_s,
+                "seek_s": round(end.lead_s, 4)}
 
 
 def finish(rec: Record, vp: VideoPlan, frames: int, end: ReadEnd, wall: float) -> None:

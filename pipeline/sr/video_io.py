@@ -12,6 +12,7 @@ import functools
 import io
 import os
 import stat
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -237,6 +238,7 @@ class ReadEnd:
     errors: list[str]
     end_s: float | None = None  # where the last decoded frame ends, seconds (truncation is judged by time)
     refused: str | None = None  # a frame the clip cannot take (over the pixel limit, another size): it fails whole
+    lead_s: float = 0.0         # from opening the file to its first frame: a segment's seek and its dropped frames
 
 
 def _decode_reason(e: av.FFmpegError) -> str:
@@ -286,7 +288,7 @@ def read(path: Path, info: VideoInfo, window: Window = WHOLE,
     errors: list[str] = []
     end_s = None
     frame_s = 1 / float(info.rate) if info.rate else 0.0
-    n = 0
+    n, lead, t_open = 0, 0.0, time.perf_counter()
     try:
         container = open_input(path)
     except VideoError as e:
@@ -315,16 +317,17 @@ def read(path: Path, info: VideoInfo, window: Window = WHOLE,
                 if window.before(f.pts):
                     continue
                 if window.past(f.pts):
-                    yield ReadEnd(errors, end_s)
+                    yield ReadEnd(errors, end_s, lead_s=lead)
                     return
                 n += 1
+                lead = lead or time.perf_counter() - t_open
                 if refused := frame_problem(f.width, f.height, info, n):
                     yield ReadEnd(errors, end_s, refused)
                     return
                 if f.pts is not None and f.time_base:
                     end_s = float(f.pts * f.time_base) + (float(f.duration * f.time_base) if f.duration else frame_s)
                 yield Frame(frame_pixels(f, info), f.pts, f.duration or None)
-    yield ReadEnd(errors, end_s)
+    yield ReadEnd(errors, end_s, lead_s=lead)
 
 
 def output_pix_fmt(codec: str, info: VideoInfo) -> tuple[str, list[str]]:
