@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from pipeline import sr
 from pipeline.analysis import quality
+from pipeline.artifacts.atomic import remove_stale_parts
 from pipeline.backends import pick_auto
 from pipeline.cluster import artifacts, connect, unit
 from pipeline.cluster.actor import SrActor
@@ -67,6 +68,7 @@ class RayExecutor:
         self.auto_line = ""
         self.clips: list = []
         self.unusable: list[Record] = []
+        self.stale = 0
 
     def model(self, opts: RunOptions) -> ModelChoice:
         return resolve_model(opts)
@@ -109,6 +111,8 @@ class RayExecutor:
                         "crf": o.crf, "audio": o.audio, **{k: options[k] for k in ("tile", "tile_overlap", "batch")}}
             self.clips = sr.plan_work(clips, m.scale, settings, self.seconds, actors, o.skip_existing)
             self.unusable = [r for r in clips if r.status == "failed"]  # no usable video: said, not run
+            # temp files a killed earlier driver (its join) or actor (a segment) left; not the finished segments
+            self.stale = remove_stale_parts([f for c in self.clips for f in (c.rec.job.dst, *c.files)])
             plan.todo[:] = [r for r in plan.todo if r.status != "failed"]
         self._facts = {"address": cluster.address, "actors": actors, "artifacts": shared.describe()}
         return Started(m.name, m.scale, f"Ray {cluster.address}",
@@ -120,6 +124,10 @@ class RayExecutor:
             console.always(self.auto_line)
         for rec in self.unusable:
             console.failed(rec)
+        for c in self.clips:
+            console.info(f"{c.rec.job.rel}: {c.plan.describe(self.scale)}; {len(c.segments)} segment(s)")
+        if self.stale:
+            console.info(f"removed {self.stale} temp file(s) a killed earlier run left beside its outputs")
         reused = sum(c.reused for c in self.clips)
         if reused:
             console.info(f"taking {reused} segment(s) a killed earlier run finished (--skip-existing)")

@@ -68,9 +68,9 @@ def ray_video_markdown(video: dict | None) -> list[str]:
              f"| local | {video['local']['fps']:.1f} | - | - | - | - | {video['local']['wall_s']:.1f} |"]
     for k, r in video["ray"].items():
         vs = f"{r['vs_first']:.2f}x" if r["vs_first"] else "-"
-        seek = f"{r['seek_share']:.1%}" if r["seek_share"] is not None else "-"
+        seek = f"{r['seek_share']:.2%}" if r["seek_share"] is not None else "-"
         lines.append(f"| Ray, {k} actor(s) | {r['fps']:.1f} | {vs} | {r['segments']} | {seek} | "
-                     f"{r['join_share']:.1%} | {r['wall_s']:.1f} |")
+                     f"{r['join_share']:.2%} | {r['wall_s']:.1f} |")
     return lines
 
 

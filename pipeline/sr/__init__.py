@@ -12,6 +12,7 @@
     png        the PNG writer (Up filter + ISA-L deflate)
     bicubic    plain bicubic (alpha, baseline)               reference  --reference scores
     console    what is printed (--quiet hides, --verbose adds)   preflight  writable outputs, overwrite count
+    video      one clip through the worker (threads)         segments   a clip cut at keyframes, joined by stream copy
 
 Code outside this package imports only the names below (an import-linter contract in pyproject.toml).
 """
