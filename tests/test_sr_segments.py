@@ -309,3 +309,19 @@ def test_ray_precision_auto_runs_the_drivers_pick_on_every_actor(tmp_path):
     assert s["counts"]["ok"] == 5 and len(s["executor"]["actor_processes"]) == 2  # both actors ran work
     # one backend described by every actor (the summary joins the distinct ones with ';'): the pick
     assert ";" not in s["backend"] and s["backend"].startswith("torch (cpu, fp32"), s["backend"]
+
+
+def test_a_clip_the_output_cannot_hold_is_refused_before_ray_starts(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("ray.data", reason="Ray with Ray Data is not installed (pip install -e '.[cluster]')")
+    import pipeline.cluster.connect as connect
+
+    clip = make_clip(tmp_path / "clip.mkv", "libx264", 32, 24, 10, 10, audio="aac")
+
+    def no_cluster(*a, **k):  # a guard, not a stand-in: the run must end before it would start a cluster
+        raise AssertionError("Ray was started")
+
+    monkeypatch.setattr(connect, "connect", no_cluster)
+    assert main(["sr", str(clip), str(tmp_path / "out.webm"), "--ray", "--backend", "ort", "--scale", "2"]) == 2
+    assert capsys.readouterr().err == ("error: clip.mkv: audio aac cannot be copied into .webm (write .mkv, which "
+                                       "holds it; --audio drop leaves the audio out)\n")
+    assert not (tmp_path / "out.webm").exists()

@@ -69,6 +69,7 @@ class RayExecutor:
         self.clips: list = []
         self.unusable: list[Record] = []
         self.stale = 0
+        self.clip_plans: dict = {}
 
     def model(self, opts: RunOptions) -> ModelChoice:
         return resolve_model(opts)
@@ -89,9 +90,27 @@ class RayExecutor:
         pick = pick_auto(model, o.precision, weights=o.weights)
         return pick.name, o.precision, f"auto: {pick.reason}"
 
+    def _plan_clips(self, plan: Plan, settings: dict, actors: int) -> list[str]:
+        """Every clip's segments (and the ones a killed run finished, with --skip-existing); the first line's notes
+        for a single clip."""
+        clips = [r for r in plan.todo if r.job.video]
+        self.clips = sr.plan_work(clips, plan.model.scale, settings, self.seconds, actors, self.opts.skip_existing,
+                                  self.clip_plans)
+        self.unusable = [r for r in clips if r.status == "failed"]  # no usable video: said, not run
+        plan.todo[:] = [r for r in plan.todo if r.status != "failed"]
+        # temp files a killed earlier driver (its join) or actor (a segment) left; not the finished segments
+        self.stale = remove_stale_parts([f for c in self.clips for f in (c.rec.job.dst, *c.files)])
+        if len(plan.found.jobs) == 1 and self.clips:  # one clip: its size notes in the first line, as a local run's
+            self.clips[0].plan.notes_said = True
+            return self.clips[0].plan.notes
+        return []
+
     def start(self, plan: Plan, console: Console) -> Started:
         self.opts = plan.opts  # the checked options: the --onnx file opened once
         o, m = self.opts, plan.model
+        clips = [r for r in plan.todo if r.job.video]
+        if clips:  # PyAV loads only for runs with videos; every clip probed and checked before Ray starts
+            self.clip_plans = sr.plan_clips(clips, m.scale, o.codec, o.crf, o.audio)
         ray = connect.import_ray()
         self.cluster = cluster = connect.connect(self.address)
         backend, precision, choice = self._backend(m.name, console)
@@ -105,19 +124,16 @@ class RayExecutor:
                          options=options)
         self.ray, self.n_actors, self.scale = ray, actors, m.scale
         self.jobs = {r.job.rel: r.job for r in plan.todo if not r.job.video}
-        clips = [r for r in plan.todo if r.job.video]
-        if clips:  # PyAV loads only for runs with videos; every clip planned (and probed) here, before any work
+        what = []
+        if clips:  # what makes a segment, so that none of another run's is taken
             settings = {"model": m.name, "backend": backend, "precision": precision, "codec": o.codec,
                         "crf": o.crf, "audio": o.audio, **{k: options[k] for k in ("tile", "tile_overlap", "batch")}}
-            self.clips = sr.plan_work(clips, m.scale, settings, self.seconds, actors, o.skip_existing)
-            self.unusable = [r for r in clips if r.status == "failed"]  # no usable video: said, not run
-            # temp files a killed earlier driver (its join) or actor (a segment) left; not the finished segments
-            self.stale = remove_stale_parts([f for c in self.clips for f in (c.rec.job.dst, *c.files)])
-            plan.todo[:] = [r for r in plan.todo if r.status != "failed"]
+            what = self._plan_clips(plan, settings, actors)
         self._facts = {"address": cluster.address, "actors": actors, "artifacts": shared.describe()}
         return Started(m.name, m.scale, f"Ray {cluster.address}",
                        f"{cluster.cpus:g} CPU, {cluster.gpus:g} GPU, {actors} actor(s), backend {backend}: {choice}",
-                       backend, choice, tile=o.tile, batch=o.batch if isinstance(o.batch, int) else 1, workers=actors)
+                       backend, choice, what=what, tile=o.tile, batch=o.batch if isinstance(o.batch, int) else 1,
+                       workers=actors)
 
     def announce(self, console: Console) -> None:
         if self.auto_line:
@@ -126,6 +142,8 @@ class RayExecutor:
             console.failed(rec)
         for c in self.clips:
             console.info(f"{c.rec.job.rel}: {c.plan.describe(self.scale)}; {len(c.segments)} segment(s)")
+            for n in [] if c.plan.notes_said else c.plan.notes:
+                console.info(f"{c.rec.job.rel}: {n}")
         if self.stale:
             console.info(f"removed {self.stale} temp file(s) a killed earlier run left beside its outputs")
         reused = sum(c.reused for c in self.clips)

@@ -258,13 +258,15 @@ class ClipWork:
 
 
 def plan_work(records: list[Record], scale: float, settings: dict, seconds: float | None, actors: int,
-              resume: bool) -> list[ClipWork]:
-    """Each clip's plan and segments (a file that is no usable video fails its record here, as in a local run);
-    with `resume` (--skip-existing) the segments a killed run finished are taken as they are. `settings`: what
-    else makes a segment (model, backend, precision, codec, crf, audio, tiles), so none of another run is taken."""
+              resume: bool, plans: dict[str, VideoPlan] | None = None) -> list[ClipWork]:
+    """Each clip's plan (`plans`: made already by video.plan_clips; a file that is no usable video fails its record
+    there, as in a local run) and segments; with `resume` (--skip-existing) the segments a killed run finished are
+    taken as they are. `settings`: what else makes a segment (model, backend, precision, codec, crf, audio, tiles),
+    so none of another run is taken."""
     from pipeline.sr.video import plan_clips
 
-    plans = plan_clips(records, scale, settings.get("codec"), settings.get("crf"), settings.get("audio", "copy"))
+    if plans is None:
+        plans = plan_clips(records, scale, settings.get("codec"), settings.get("crf"), settings.get("audio", "copy"))
     work = []
     for rec in records:
         if rec.status == "failed":
