@@ -101,7 +101,7 @@ def _segmented(src: Path, dst: Path, fmt: str, codec: str, seconds: float) -> Re
     return rec
 
 
-@pytest.mark.parametrize("out_name, codec", [("out.mkv", "ffv1"), ("out.mp4", "h264")])
+@pytest.mark.parametrize("out_name, codec", [("out.mkv", "ffv1"), ("out.mp4", "h264"), ("out.mov", "h265")])
 def test_segments_joined_equal_the_local_run(tmp_path, out_name, codec):
     clip = h264_clip(tmp_path / "in.mp4", seconds=4)
     local = tmp_path / "local" / out_name
@@ -114,6 +114,7 @@ def test_segments_joined_equal_the_local_run(tmp_path, out_name, codec):
     assert_same_frames(joined, local, exact=codec == "ffv1")
     assert stream_facts(joined) == stream_facts(local)  # streams, frame rate, rotation, duration
     assert stream_facts(joined)["layout"] == ["video", "audio"] and stream_facts(joined)["rotation"] == 90
+    assert stream_facts(joined)["colour"] == ((0, 2) if codec == "ffv1" else (1, 1)) + (1, 1)  # RGB, or BT.709 kept
     assert np.array_equal(audio_of(joined), audio_of(local))  # the audio once, as it was
 
 

@@ -99,8 +99,9 @@ OPEN_GOP = {"x264-params": "open-gop=1:keyint=20:min-keyint=20:scenecut=0:bframe
 
 
 def h264_clip(path: Path, seconds: int = 10) -> Path:
-    """H.264 with B-frames (so MP4 gets an edit list for their delay), AAC audio and a rotation tag, 30 fps."""
-    return make_clip(path, "libx264", 48, 32, 30 * seconds, 30, audio="aac", rotation=90,
+    """H.264 with B-frames (so MP4 gets an edit list for their delay), AAC audio, a rotation tag and BT.709 colour
+    tags, 30 fps."""
+    return make_clip(path, "libx264", 48, 32, 30 * seconds, 30, audio="aac", rotation=90, colour=(1, 1, 1, 1),
                      codec_options={"g": "60", "bf": "2"})
 
 
@@ -128,11 +129,15 @@ def audio_of(path: Path) -> np.ndarray:
 
 
 def stream_facts(path: Path) -> dict:
+    """What a player sees of a clip beyond its frames: streams, codec and tag, frame rate, rotation, colour tags,
+    duration."""
     with av.open(str(path)) as c:
         v = c.streams.video[0]
         frame = next(c.decode(v))
-        return {"layout": [s.type for s in c.streams], "rate": v.average_rate, "rotation": frame.rotation,
-                "duration": c.duration}
+        ctx = v.codec_context
+        return {"layout": [s.type for s in c.streams], "codec": (ctx.name, ctx.codec_tag), "rate": v.average_rate,
+                "rotation": frame.rotation, "duration": c.duration,
+                "colour": (frame.colorspace, frame.color_range, frame.color_primaries, frame.color_trc)}
 
 
 def assert_same_frames(a: Path, b: Path, exact: bool) -> None:

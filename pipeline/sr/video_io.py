@@ -418,19 +418,21 @@ class Writer:
         ctx = v.codec_context
         ctx.time_base = self.time_base
         ctx.thread_type = "AUTO"
-        self._tag(v)
-        rgb = av.VideoFormat(self.pix_fmt).is_rgb
-        c = info.colour
-        ctx.colorspace = 0 if rgb else c.matrix          # RGB storage: the matrix tag says so
-        ctx.color_range = 2 if rgb else c.range
-        ctx.color_primaries, ctx.color_trc = c.primaries, c.trc
-        if info.rotation:
-            v.set_display_rotation(info.rotation)
+        self._tags(v)
         return v
 
-    def _tag(self, v) -> None:
-        if v.codec_context.name in ("hevc", "libx265") and self.out.format.name in ("mp4", "mov"):
-            v.codec_context.codec_tag = "hvc1"  # FFmpeg's default hev1 does not play in Apple's players
+    def _tags(self, v) -> None:
+        """The stream's tags a player reads: codec tag, colour (the input's; RGB storage says so) and rotation."""
+        ctx = v.codec_context
+        if ctx.name in ("hevc", "libx265") and self.out.format.name in ("mp4", "mov"):
+            ctx.codec_tag = "hvc1"  # FFmpeg's default hev1 does not play in Apple's players
+        rgb = av.VideoFormat(self.pix_fmt).is_rgb
+        c = self.info.colour
+        ctx.colorspace = 0 if rgb else c.matrix
+        ctx.color_range = 2 if rgb else c.range
+        ctx.color_primaries, ctx.color_trc = c.primaries, c.trc
+        if self.info.rotation:
+            v.set_display_rotation(self.info.rotation)
 
     def frame(self, pixels: np.ndarray, pts: int | None, duration: int | None) -> None:
         """Encode one upscaled BGR frame (uint8 or uint16) with the input frame's timing."""
@@ -491,9 +493,7 @@ class Joiner(Writer):
         v.time_base = self.time_base
         if self.info.rate:
             v.codec_context.framerate = self.info.rate
-        self._tag(v)
-        if self.info.rotation:
-            v.set_display_rotation(self.info.rotation)
+        self._tags(v)  # a segment file (NUT) keeps no colour tags: they are the plan's, as the local run writes them
         return v
 
     def video_packet(self, packet: av.Packet) -> None:
