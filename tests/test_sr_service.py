@@ -190,13 +190,16 @@ def test_serve_needs_a_server(tmp_path, capsys, monkeypatch):
     assert "tritonserver not found" in capsys.readouterr().err
 
 
-def test_triton_run_refuses_videos_up_front(tmp_path, capsys):
+def test_triton_run_checks_video_options_up_front(tmp_path, capsys):
+    """Clips are decoded and encoded by the client: a --codec their container cannot hold is refused by name before
+    any request (no server at that address: it is never asked)."""
     (tmp_path / "in").mkdir()
     cv2.imwrite(str(tmp_path / "in" / "a.png"), _bgr(8, 8))
     (tmp_path / "in" / "clip.mp4").write_bytes(b"not decoded: refused by name before any request")
-    assert main(["sr", str(tmp_path / "in"), str(tmp_path / "out"), "--triton", "grpc://127.0.0.1:9"]) == 2
+    assert main(["sr", str(tmp_path / "in"), str(tmp_path / "out"), "--triton", "grpc://127.0.0.1:9", "--codec",
+                 "ffv1"]) == 2
     err = capsys.readouterr().err
-    assert "clip.mp4 is a video" in err and err.count("\n") == 1
+    assert err == "error: --codec ffv1 cannot be written into .mp4 (it takes: h264, h265, vp9, av1)\n"
     assert not (tmp_path / "out").exists()
 
 

@@ -320,10 +320,11 @@ def test_bench_video_rows_and_report(weights):
     assert "## Video" in md and "tiny 48x32" in md and "vs-mlrt" in md
 
 
-def test_ray_refuses_videos_before_starting_anything(clips, weights, tmp_path, capsys):
-    pytest.importorskip("ray")
-    code, err = _sr(capsys, weights, clips, tmp_path / "out", "--ray")
-    assert code == 2 and "is a video (run videos without --ray)" in err
+def test_segment_seconds_is_checked_before_ray_starts(clips, weights, tmp_path, capsys):
+    code, err = _sr(capsys, weights, clips, tmp_path / "out", "--ray", "--segment-seconds", "0")
+    assert code == 2 and err.strip() == "error: --segment-seconds must be more than 0, got 0"
+    code, err = _sr(capsys, weights, clips, tmp_path / "out", "--segment-seconds", "5")
+    assert code == 2 and "--ray-actors and --segment-seconds apply to --ray runs" in err
     assert not (tmp_path / "out").exists()
 
 

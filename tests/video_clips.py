@@ -19,8 +19,8 @@ def pattern(i: int, w: int, h: int) -> np.ndarray:
     return img.astype(np.uint8)
 
 
-def _video_stream(out, codec, w, h, rate, pix_fmt, time_base, rotation, colour):
-    v = out.add_stream(codec, rate=rate)
+def _video_stream(out, codec, w, h, rate, pix_fmt, time_base, rotation, colour, codec_options=None):
+    v = out.add_stream(codec, rate=rate, options=codec_options or {})
     v.width, v.height, v.pix_fmt = w, h, pix_fmt
     if time_base is not None:
         v.time_base = time_base
@@ -62,14 +62,14 @@ def _write_audio(out, a, seconds: float) -> None:
 def make_clip(path: Path, codec: str, w: int, h: int, frames: int, rate: Fraction | int, *, pix_fmt: str = "yuv420p",
               audio: str | None = None, pts: list[int] | None = None, time_base: Fraction | None = None,
               rotation: int = 0, colour: tuple[int, int, int, int] | None = None, video: bool = True,
-              subtitles: Path | None = None, options: dict | None = None) -> Path:
+              subtitles: Path | None = None, options: dict | None = None, codec_options: dict | None = None) -> Path:
     """Write a clip. pts (in time_base) makes it variable-frame-rate; colour = (matrix, range, primaries, trc) tags;
     video=False writes the audio alone; subtitles: an .srt file whose cues become a subtitle stream; options: the
-    muxer's (e.g. movflags=faststart: the MP4 index first)."""
+    muxer's (e.g. movflags=faststart: the MP4 index first); codec_options: the encoder's (e.g. x264-params)."""
     out = av.open(str(path), "w", options=options or {})
     srt = av.open(str(subtitles)) if subtitles else None
     sub = out.add_stream_from_template(srt.streams[0]) if srt else None
-    v = _video_stream(out, codec, w, h, rate, pix_fmt, time_base, rotation, colour) if video else None
+    v = _video_stream(out, codec, w, h, rate, pix_fmt, time_base, rotation, colour, codec_options) if video else None
     a = None
     if audio:
         a = out.add_stream(audio, rate=AUDIO_RATE)
@@ -95,6 +95,29 @@ def make_clip(path: Path, codec: str, w: int, h: int, frames: int, rate: Fractio
     return path
 
 
+OPEN_GOP = {"x264-params": "open-gop=1:keyint=20:min-keyint=20:scenecut=0:bframes=3"}
+
+
+def h264_clip(path: Path, seconds: int = 10) -> Path:
+    """H.264 with B-frames (so MP4 gets an edit list for their delay), AAC audio, a rotation tag and BT.709 colour
+    tags, 30 fps."""
+    return make_clip(path, "libx264", 48, 32, 30 * seconds, 30, audio="aac", rotation=90, colour=(1, 1, 1, 1),
+                     codec_options={"g": "60", "bf": "2"})
+
+
+def vfr_clip(path: Path) -> Path:
+    pts, t = [], 0
+    for i in range(150):
+        pts.append(t)
+        t += (1 + i % 3) * 10  # 1/90 .. 1/30 s apart
+    return make_clip(path, "libx264", 40, 24, 150, 30, pts=pts, time_base=Fraction(1, 900),
+                     codec_options={"g": "30"})
+
+
+def open_gop_clip(path: Path) -> Path:
+    return make_clip(path, "libx264", 40, 24, 150, 30, codec_options=OPEN_GOP)
+
+
 def frames_of(path: Path) -> list[av.VideoFrame]:
     with av.open(str(path)) as c:
         return list(c.decode(c.streams.video[0]))
@@ -103,6 +126,29 @@ def frames_of(path: Path) -> list[av.VideoFrame]:
 def audio_of(path: Path) -> np.ndarray:
     with av.open(str(path)) as c:
         return np.concatenate([f.to_ndarray() for f in c.decode(c.streams.audio[0])], axis=1)
+
+
+def stream_facts(path: Path) -> dict:
+    """What a player sees of a clip beyond its frames: streams, codec and tag, frame rate, rotation, colour tags,
+    duration."""
+    with av.open(str(path)) as c:
+        v = c.streams.video[0]
+        frame = next(c.decode(v))
+        ctx = v.codec_context
+        return {"layout": [s.type for s in c.streams], "codec": (ctx.name, ctx.codec_tag), "rate": v.average_rate,
+                "rotation": frame.rotation, "duration": c.duration,
+                "colour": (frame.colorspace, frame.color_range, frame.color_primaries, frame.color_trc)}
+
+
+def assert_same_frames(a: Path, b: Path, exact: bool) -> None:
+    fa, fb = frames_of(a), frames_of(b)
+    assert len(fa) == len(fb) and [f.pts for f in fa] == [f.pts for f in fb]
+    for x, y in zip(fa, fb, strict=True):
+        px, py = x.to_ndarray(format="rgb24").astype(int), y.to_ndarray(format="rgb24").astype(int)
+        if exact:
+            assert np.array_equal(px, py)
+        else:  # each its own encode of the same pixels: within the codec's loss
+            assert 10 * np.log10(255**2 / max(np.mean((px - py) ** 2), 1e-9)) > 30
 
 
 def subtitle_packets(path: Path) -> list[tuple[bytes, float]]:

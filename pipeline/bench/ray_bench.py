@@ -76,6 +76,43 @@ def summarize(runs: dict[str, list[dict]], actors: tuple[int, ...]) -> dict:
     return result
 
 
+def ray_video_bench(clip: str | Path, *, model: str = DEFAULT_MODEL, scale: float = 3.0, backend: str = "ort",
+                    actors: tuple[int, ...] = (1, 2), isolate: bool = True, repeats: int = 1, log=print) -> dict:
+    """One clip upscaled into FFV1 locally and with --ray --ray-actors N (segments joined by stream copy): frames/s
+    of the processing phase, the ratio to 1 actor, and what splitting costs as a share of the run: the segments'
+    seeks (summed over actors, against the actors' processing time) and the driver's join (against the wall)."""
+    clip = Path(clip)
+    common = ["--model", model, "--scale", f"{scale:g}", "--backend", backend, "--codec", "ffv1", "--quiet"]
+    runs: dict[str, list[dict]] = {}
+    with tempfile.TemporaryDirectory(prefix="ray-video-bench-") as tmp:
+        configs = [("local", [], False)] + [(f"ray-{n}", ["--ray", "--ray-actors", str(n)], isolate) for n in actors]
+        for _ in range(repeats):
+            for name, extra, iso in configs:
+                out, summary = Path(tmp) / f"{name}.mkv", Path(tmp) / f"{name}.json"
+                out.unlink(missing_ok=True)
+                log(f"ray video bench: {name} ...")
+                cmd = _command([str(clip), str(out), *common, "--summary", str(summary), *extra], iso)
+                run = timed_sr(cmd, summary, f"sr {clip} {out}")
+                seg = run["executor"].get("segments", [{}])[0]
+                run.update(fps=run["frames"] / run["process_s"], segments=seg.get("segments", 1),
+                           seek_s=seg.get("seek_s", 0.0), join_s=seg.get("join_s", 0.0))
+                runs.setdefault(name, []).append(run)
+    local = runs["local"]
+    result = {"frames": local[0]["frames"], "repeats": repeats, "backend": local[0]["backend"],
+              "local": {"fps": median(local, "fps"), "wall_s": median(local, "wall_s")}, "ray": {}}
+    for k in actors:
+        rs = runs[f"ray-{k}"]
+        proc = median(rs, "process_s")
+        result["ray"][k] = {"fps": median(rs, "fps"), "wall_s": median(rs, "wall_s"), "process_s": proc,
+                            "segments": rs[0]["segments"],
+                            "seek_share": median(rs, "seek_s") / (proc * k) if proc > 0 else None,
+                            "join_share": median(rs, "join_s") / median(rs, "wall_s")}
+    one = result["ray"].get(actors[0], {}).get("fps")
+    for r in result["ray"].values():
+        r["vs_first"] = r["fps"] / one if one else None
+    return result
+
+
 if __name__ == "__main__":  # python -m pipeline.bench.ray_bench FOLDER [REPEATS]
     res = ray_bench(sys.argv[1], repeats=int(sys.argv[2]) if len(sys.argv) > 2 else 1,
                     log=lambda m: print(m, file=sys.stderr))

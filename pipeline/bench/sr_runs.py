@@ -26,7 +26,8 @@ def timed_sr(cmd: list[str], summary: Path, what: str) -> dict:
     doc = json.loads(summary.read_text())
     ok = [r for r in doc["images"] if r["status"] == "ok"]
     return {"wall_s": wall, "process_s": doc["process_s"], "images": len(ok),
-            "work_s": sum(r.get("time_s", 0.0) for r in ok), "backend": doc["backend"]}
+            "work_s": sum(r.get("time_s", 0.0) for r in ok), "backend": doc["backend"],
+            "frames": sum(r.get("video", {}).get("frames", 0) for r in ok), "executor": doc["executor"]}
 
 
 def median(runs: list[dict], key: str) -> float:

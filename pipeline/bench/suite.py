@@ -25,7 +25,7 @@ from pipeline.analysis import quality
 from pipeline.artifacts.identity import resolve
 from pipeline.bench.folder import folder_throughput, gpu_folder_rows, stage_cost, write_folder
 from pipeline.bench.kernels import kernel_section
-from pipeline.bench.ray_bench import ray_bench
+from pipeline.bench.ray_bench import ray_bench, ray_video_bench
 from pipeline.bench.results import VIDEO_FLOOR, apply_peak, auto_row, flops_entry, method, precision_auto_row
 from pipeline.bench.roofline import PEAK_PRECISIONS, flops_per_output_pixel, measure_peak_gflops
 from pipeline.bench.startup import time_to_first_image
@@ -184,11 +184,21 @@ def _ray_section(model: str, cfg: dict, log, note) -> dict | None:
     with tempfile.TemporaryDirectory(prefix="bench-ray-") as tmp:
         folder = Path(tmp) / "in"
         write_folder(folder, cfg["ray_images"], cfg["ray_size"])
+        scale = resolve(model).default_scale
         try:
-            return ray_bench(folder, model=model, scale=resolve(model).default_scale, backend="auto", log=log)
+            result = ray_bench(folder, model=model, scale=scale, backend="auto", log=log)
         except PipelineError as e:
             note(f"Ray comparison: {e}")
             return None
+        from pipeline.bench.video import RATE, write_clip  # PyAV: only for the runs that make clips
+
+        w, h = cfg.get("ray_video_size", (320, 180))
+        clip = write_clip(Path(tmp) / "clip.mp4", w, h, cfg.get("ray_video_frames", 240), gop=RATE)
+        try:  # one clip cut into segments over the actors, joined by stream copy
+            result["video"] = ray_video_bench(clip, model=model, scale=scale, backend="auto", log=log)
+        except PipelineError as e:
+            note(f"Ray video comparison: {e}")
+        return result
 
 
 def _stage_cost_row(cfg: dict, log, note) -> dict | None:

@@ -26,14 +26,15 @@ SIZES = {"480p": (854, 480), "720p": (1280, 720)}
 RATE = 24
 
 
-def write_clip(path: Path, width: int, height: int, frames: int) -> Path:
-    """An H.264 clip panning 4 px per frame across a held-out photo scaled to cover width x height."""
+def write_clip(path: Path, width: int, height: int, frames: int, gop: int | None = None) -> Path:
+    """An H.264 clip panning 4 px per frame across a held-out photo scaled to cover width x height; `gop`: frames
+    between keyframes (x264's default otherwise)."""
     photo = load_rgb(HELD_OUT[0])
     cover = max((width + 4 * frames) / photo.shape[1], height / photo.shape[0])
     photo = cv2.resize(photo, (int(np.ceil(photo.shape[1] * cover)), int(np.ceil(photo.shape[0] * cover))),
                        interpolation=cv2.INTER_CUBIC)
     with av.open(str(path), "w") as out:
-        stream = out.add_stream("libx264", rate=RATE, options={"crf": "18"})
+        stream = out.add_stream("libx264", rate=RATE, options={"crf": "18", **({"g": str(gop)} if gop else {})})
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         for i in range(frames):
             frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(photo[:height, 4 * i:4 * i + width]),

@@ -66,6 +66,8 @@ def add_arguments(p) -> None:
                         "ray://HOST:PORT joins one (OUTPUT must be a path every node sees)")
     p.add_argument("--ray-actors", type=int, metavar="N", help="with --ray: actors upscaling in parallel, one GPU "
                    "each on GPU clusters, one CPU otherwise (default: one per GPU, else per CPU)")
+    p.add_argument("--segment-seconds", type=float, metavar="S", help="with --ray: a clip is cut at keyframes into "
+                   "segments about S seconds long, spread over the actors (default: several per actor)")
     p.add_argument("--triton", metavar="URL", help="upscale on a running Triton server's sr model (`python -m "
                    "pipeline serve`): http://HOST:PORT or grpc://HOST:PORT; same outputs as a local run")
     p.add_argument("--triton-model", default="sr", metavar="NAME", help="with --triton: the served model (default: sr)")
@@ -73,13 +75,13 @@ def add_arguments(p) -> None:
 
 
 # Options a Triton run refuses: the served model decides them (its executor takes URL, model name, concurrency).
-LOCAL_ONLY = ("onnx", "engine", "weights", "threads", "tile", "tile_overlap", "reference", "ray", "ray_actors", "codec",
-              "crf")
+LOCAL_ONLY = ("onnx", "engine", "weights", "threads", "tile", "tile_overlap", "reference", "ray", "ray_actors",
+              "segment_seconds")
 
 
 def _check_applies(args) -> None:
-    if args.ray is None and args.ray_actors is not None:
-        raise PipelineError("--ray-actors applies to --ray runs")
+    if args.ray is None and (args.ray_actors is not None or args.segment_seconds is not None):
+        raise PipelineError("--ray-actors and --segment-seconds apply to --ray runs")
     if args.triton is None and (args.concurrency is not None or args.triton_model != "sr"):
         raise PipelineError("--concurrency and --triton-model apply to --triton runs")
     if args.triton is not None:
@@ -88,8 +90,6 @@ def _check_applies(args) -> None:
             given += ["--backend/--precision/--batch"]
         if given:
             raise PipelineError(f"{', '.join(given)} apply to local runs; with --triton the served model decides")
-    if args.ray is not None and args.precision == "auto":
-        raise PipelineError("--precision auto applies to local runs; on --ray give the precision every actor loads")
 
 
 def options_from_args(args) -> RunOptions:
@@ -115,5 +115,5 @@ def run(args) -> int:
         from pipeline.cluster.runner import RayExecutor
         from pipeline.sr import run as run_sr
 
-        return run_sr(opts, RayExecutor(opts, args.ray, args.ray_actors)).exit_code
+        return run_sr(opts, RayExecutor(opts, args.ray, args.ray_actors, args.segment_seconds)).exit_code
     return run_local(opts).exit_code

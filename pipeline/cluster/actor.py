@@ -16,7 +16,7 @@ import numpy as np
 
 from pipeline.cluster import artifacts, unit
 
-COLUMNS = ("src", "dst", "rel", "fmt")
+COLUMNS = ("src", "dst", "rel", "fmt", "segment")  # segment: a clip's segment task as JSON ("" for an image)
 
 
 def remove_stale_temps(dst: Path) -> None:
@@ -41,11 +41,17 @@ class SrActor:
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         records = []
-        for src, dst, rel, fmt in zip(*(batch[c] for c in COLUMNS), strict=True):
+        for src, dst, rel, fmt, segment in zip(*(batch[c] for c in COLUMNS), strict=True):
             job = unit.job_from_row(str(src), str(dst), str(rel), str(fmt))
-            rec = unit.process(self.worker, job)
-            if rec["status"] == "ok":
-                remove_stale_temps(job.dst)
+            if segment:
+                task = json.loads(str(segment))
+                rec = unit.segment(self.worker, job, task)
+                done, written = "timing" in rec, Path(task["file"])
+            else:
+                rec = unit.process(self.worker, job)
+                done, written = rec["status"] == "ok", job.dst
+            if done:
+                remove_stale_temps(written)
             records.append(json.dumps(rec))
         n = len(records)
         return {"record": np.array(records, dtype=object), "actor": np.array([self.name] * n, dtype=object),

@@ -4,7 +4,12 @@ The run plans exactly as a local one (same checks, jobs, output tree, --skip-exi
 executor makes the model files once on the driver, then streams the job rows through Ray Data into a pool of
 SrActor (one backend each, one GPU each when the cluster has GPUs); the actors write the results into OUTPUT,
 which must be a path every node sees. Records stream back into the run's RecordLog (the driver keeps counts, not
-records). Ray retries the batches of an actor that dies on a restarted actor."""
+records). Ray retries the batches of an actor that dies on a restarted actor.
+
+A clip is cut into segments at keyframes (pipeline.sr's segment plan); each segment is one task on the same actors,
+written as a segment file beside its output; once a clip's segments are all in, the driver joins them by stream
+copy into the clip's output (with the source's audio and subtitles) and removes them. With --skip-existing the
+segments a killed run finished are taken as they are."""
 from __future__ import annotations
 
 import json
@@ -13,6 +18,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from pipeline import sr
+from pipeline.analysis import quality
+from pipeline.artifacts.atomic import remove_stale_parts
 from pipeline.backends import pick_auto
 from pipeline.cluster import artifacts, connect, unit
 from pipeline.cluster.actor import SrActor
@@ -26,8 +34,9 @@ TASKS_PER_ACTOR = 4   # batches queued per actor: enough to keep it busy, few to
 MAX_BATCH = 32        # images per Ray task: amortises Ray's per-task cost on small images
 
 
-def _pool(ray, n_rows: int, actors: int, cluster: connect.Cluster, ctor: dict):
-    batch = max(1, min(MAX_BATCH, math.ceil(n_rows / (actors * TASKS_PER_ACTOR))))
+def _pool(ray, n_rows: int, actors: int, cluster: connect.Cluster, ctor: dict, segments: bool):
+    # a segment is a long task of its own: one row per batch, so a free actor takes the next one
+    batch = 1 if segments else max(1, min(MAX_BATCH, math.ceil(n_rows / (actors * TASKS_PER_ACTOR))))
     per_actor = {"num_gpus": 1} if cluster.gpus > 0 else {"num_cpus": 1}
     return dict(fn_constructor_kwargs=ctor, compute=ray.data.ActorPoolStrategy(size=actors), batch_size=batch,
                 batch_format="numpy", **per_actor)
@@ -44,81 +53,177 @@ def _cause(e: BaseException) -> str:
 
 class RayExecutor:
     name = "ray"
-    takes_videos = False  # a clip is one sequential stream of frames, not a unit to spread over actors
+    takes_videos = True   # each clip cut into segments at keyframes, joined by stream copy on the driver
     streams = True
     uses_cache = False    # the driver's artifacts.prepare checks the cache when it makes files
 
-    def __init__(self, opts: RunOptions, address: str, actors: int | None):
+    def __init__(self, opts: RunOptions, address: str, actors: int | None, segment_seconds: float | None = None):
         if actors is not None and actors < 1:
             raise PipelineError("--ray-actors must be at least 1")
-        self.opts, self.address, self.actors = opts, address, actors
+        if segment_seconds is not None and not segment_seconds > 0:
+            raise PipelineError(f"--segment-seconds must be more than 0, got {segment_seconds:g}")
+        self.opts, self.address, self.actors, self.seconds = opts, address, actors, segment_seconds
         self.cluster: connect.Cluster | None = None
         self._facts: dict = {}
+        self.auto_line = ""
+        self.clips: list = []
+        self.unusable: list[Record] = []
+        self.stale = 0
+        self.clip_plans: dict = {}
 
     def model(self, opts: RunOptions) -> ModelChoice:
         return resolve_model(opts)
 
-    def _backend(self, model: str) -> tuple[str, str]:
-        """'auto' on a CPU cluster is picked here (the actors then load that one); on GPU nodes each actor picks."""
+    def _backend(self, model: str, console: Console) -> tuple[str, str, str]:
+        """(backend, precision, why). `--precision auto` is picked once here, and every actor loads that pick; so is
+        'auto' on a CPU cluster; on GPU nodes each actor picks its backend."""
         o = self.opts
+        if o.precision == "auto":
+            given = {k: v for k, v in (("onnx", o.onnx), ("weights", o.weights)) if v is not None}
+            loaded, self.auto_line = quality.pick_precision(o.backend, model, log=console.always, **given)
+            name, precision = loaded.name, loaded.precision
+            del loaded  # the driver only picks: the actors load it
+            return name, precision, f"precision auto picked {name} {precision} on the driver"
         if o.backend != "auto" or self.cluster.gpus > 0 or o.onnx or o.engine:
-            return o.backend, "requested" if o.backend != "auto" else "auto: picked by each actor on its node"
+            return o.backend, o.precision, "requested" if o.backend != "auto" else \
+                "auto: picked by each actor on its node"
         pick = pick_auto(model, o.precision, weights=o.weights)
-        return pick.name, f"auto: {pick.reason}"
+        return pick.name, o.precision, f"auto: {pick.reason}"
+
+    def _plan_clips(self, plan: Plan, settings: dict, actors: int) -> list[str]:
+        """Every clip's segments (and the ones a killed run finished, with --skip-existing); the first line's notes
+        for a single clip."""
+        clips = [r for r in plan.todo if r.job.video]
+        self.clips = sr.plan_work(clips, plan.model.scale, settings, self.seconds, actors, self.opts.skip_existing,
+                                  self.clip_plans)
+        self.unusable = [r for r in clips if r.status == "failed"]  # no usable video: said, not run
+        plan.todo[:] = [r for r in plan.todo if r.status != "failed"]
+        # temp files a killed earlier driver (its join) or actor (a segment) left; not the finished segments
+        self.stale = remove_stale_parts([f for c in self.clips for f in (c.rec.job.dst, *c.files)])
+        if len(plan.found.jobs) == 1 and self.clips:  # one clip: its size notes in the first line, as a local run's
+            self.clips[0].plan.notes_said = True
+            return self.clips[0].plan.notes
+        return []
 
     def start(self, plan: Plan, console: Console) -> Started:
         self.opts = plan.opts  # the checked options: the --onnx file opened once
         o, m = self.opts, plan.model
+        clips = [r for r in plan.todo if r.job.video]
+        if clips:  # PyAV loads only for runs with videos; every clip probed and checked before Ray starts
+            self.clip_plans = sr.plan_clips(clips, m.scale, o.codec, o.crf, o.audio)
         ray = connect.import_ray()
         self.cluster = cluster = connect.connect(self.address)
-        backend, choice = self._backend(m.name)
-        shared = artifacts.prepare(ray, backend, m.name, o.precision, weights=o.weights, onnx=o.onnx,
+        backend, precision, choice = self._backend(m.name, console)
+        shared = artifacts.prepare(ray, backend, m.name, precision, weights=o.weights, onnx=o.onnx,
                                    engine=o.engine, log=console.info)
         actors = self.actors or max(1, int(cluster.gpus or cluster.cpus))
         options = unit.worker_options(o)
         if cluster.gpus == 0 and options["threads"] is None:
             options["threads"] = 1  # one CPU per actor: more threads would fight the other actors
-        self.ctor = dict(shared=shared, backend=backend, model=m.name, precision=o.precision, scale=m.scale,
+        self.ctor = dict(shared=shared, backend=backend, model=m.name, precision=precision, scale=m.scale,
                          options=options)
         self.ray, self.n_actors, self.scale = ray, actors, m.scale
-        self.jobs = {r.job.rel: r.job for r in plan.todo}
+        self.jobs = {r.job.rel: r.job for r in plan.todo if not r.job.video}
+        what = []
+        if clips:  # what makes a segment, so that none of another run's is taken
+            settings = {"model": m.name, "backend": backend, "precision": precision, "codec": o.codec,
+                        "crf": o.crf, "audio": o.audio, **{k: options[k] for k in ("tile", "tile_overlap", "batch")}}
+            what = self._plan_clips(plan, settings, actors)
         self._facts = {"address": cluster.address, "actors": actors, "artifacts": shared.describe()}
         return Started(m.name, m.scale, f"Ray {cluster.address}",
                        f"{cluster.cpus:g} CPU, {cluster.gpus:g} GPU, {actors} actor(s), backend {backend}: {choice}",
-                       backend, choice, tile=o.tile, batch=o.batch if isinstance(o.batch, int) else 1, workers=actors)
+                       backend, choice, what=what, tile=o.tile, batch=o.batch if isinstance(o.batch, int) else 1,
+                       workers=actors)
 
     def announce(self, console: Console) -> None:
-        pass
+        if self.auto_line:
+            console.always(self.auto_line)
+        for rec in self.unusable:
+            console.failed(rec)
+        for c in self.clips:
+            console.info(f"{c.rec.job.rel}: {c.plan.describe(self.scale)}; {len(c.segments)} segment(s)")
+            for n in [] if c.plan.notes_said else c.plan.notes:
+                console.info(f"{c.rec.job.rel}: {n}")
+        if self.stale:
+            console.info(f"removed {self.stale} temp file(s) a killed earlier run left beside its outputs")
+        reused = sum(c.reused for c in self.clips)
+        if reused:
+            console.info(f"taking {reused} segment(s) a killed earlier run finished (--skip-existing)")
+
+    def _rows(self, todo: list[Record]) -> list[dict]:
+        """One row per image and per clip segment still to do (absolute paths: actors do not run in the driver's
+        working folder)."""
+        o = self.opts
+        rows = [{"src": str(r.job.src.absolute()), "dst": str(r.job.dst.absolute()), "rel": r.job.rel,
+                 "fmt": r.job.fmt, "segment": ""} for r in todo if not r.job.video]
+        for c in self.clips:
+            job = c.rec.job
+            for seg, f in c.todo():
+                task = {"segment": seg.to_json(), "file": str(f.absolute()), "codec": o.codec, "crf": o.crf,
+                        "audio": o.audio}
+                rows.append({"src": str(job.src.absolute()), "dst": str(job.dst.absolute()), "rel": job.rel,
+                             "fmt": job.fmt, "segment": json.dumps(task)})
+        return rows
+
+    def _clip_done(self, clip, console: Console, finished: Callable[[Record], None]) -> None:
+        """A clip whose segments are all in: joined into its output, its record into the run."""
+        since = self.ready if math.isfinite(self.ready) else self.t_start  # as a local clip: from the backend ready
+        clip.finish(time.time() - since)
+        finished(clip.rec)
+        if clip.rec.status == "failed":
+            console.failed(clip.rec)
+        else:
+            console.info(f"{clip.rec.job.rel}: {clip.rec.video['frames']} frames in {len(clip.segments)} "
+                         f"segment(s) joined into {clip.rec.job.dst}")
+
+    def _take(self, d: dict, console: Console, finished: Callable[[Record], None], bar) -> float:
+        """One actor's answer into the run: an image's record, or a segment's result (its clip joined when it is
+        the last); returns the output megapixels it adds."""
+        if "index" not in d:
+            rec = Record.from_dict(d, self.jobs.pop(d["input"]))
+            finished(rec)
+            if rec.status == "failed":
+                console.failed(rec)
+            elif rec.in_size:
+                console.written(rec, self.scale)
+            bar.update(1)
+            return rec.out_mpix
+        clip = self.by_rel[d["record"]["input"]]
+        clip.results[d["index"]] = d
+        frames = len(d.get("timing", []))
+        bar.update(frames)
+        if clip.done:
+            self._clip_done(clip, console, finished)
+        w, h = clip.plan.width, clip.plan.height
+        return w * h * frames / 1e6
 
     def _stream(self, ds, console: Console, finished: Callable[[Record], None], bar, seen: dict) -> float:
         """Records into the run and the bar as they come; returns when the first actor was ready (wall clock)."""
         ready, started, mpix = math.inf, time.perf_counter(), 0.0
         for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
-            ready = min(ready, float(batch["ready_at"].min()))
+            ready = self.ready = min(ready, float(batch["ready_at"].min()))
             for rec_json, actor, backend in zip(batch["record"], batch["actor"], batch["backend"], strict=True):
-                d = json.loads(rec_json)
-                rec = Record.from_dict(d, self.jobs.pop(d["input"]))
-                finished(rec)
                 seen.setdefault(str(actor), str(backend))
-                if rec.status == "failed":
-                    console.failed(rec)
-                elif rec.in_size:
-                    console.written(rec, self.scale)
-                mpix += rec.out_mpix
-                bar.update(1)
+                mpix += self._take(json.loads(rec_json), console, finished, bar)
             bar.set_postfix_str(f"{mpix / max(time.perf_counter() - started, 1e-9):.2f} MPix/s", refresh=False)
         return ready
 
     def execute(self, todo: list[Record], console: Console, finished: Callable[[Record], None]) -> float:
         seen: dict[str, str] = {}
-        t0 = ready = time.time()
-        bar = console.bar(len(todo))  # the local run's: a tqdm bar on a terminal, plain lines in a log
+        t0 = ready = self.t_start = time.time()
+        self.ready = math.inf
+        rows = self._rows(todo)
+        self.by_rel = {c.rec.job.rel: c for c in self.clips}
+        # the local run's: a tqdm bar on a terminal, plain lines in a log; a clip counts its frames
+        frames = sum(c.plan.info.frames or 0 for c in self.clips)
+        bar = console.bar(len(self.jobs) + frames, unit="picture" if self.clips else "img")
         try:
-            if todo:
-                # absolute: actors do not run in the driver's working folder
-                rows = self.ray.data.from_items([{"src": str(r.job.src.absolute()), "dst": str(r.job.dst.absolute()),
-                                                  "rel": r.job.rel, "fmt": r.job.fmt} for r in todo])
-                ds = rows.map_batches(SrActor, **_pool(self.ray, len(todo), self.n_actors, self.cluster, self.ctor))
+            for clip in [c for c in self.clips if c.done]:  # every segment made by a killed earlier run
+                self._clip_done(clip, console, finished)
+            if rows:
+                segments = any(r["segment"] for r in rows)
+                ds = self.ray.data.from_items(rows).map_batches(
+                    SrActor, **_pool(self.ray, len(rows), self.n_actors, self.cluster, self.ctor, segments))
                 try:
                     ready = self._stream(ds, console, finished, bar, seen)
                     ready = ready if math.isfinite(ready) else t0
@@ -126,10 +231,12 @@ class RayExecutor:
                     raise PipelineError(f"the Ray run failed: {_cause(e)}") from None
         finally:
             bar.close()
+        if self.clips:
+            self._facts["segments"] = [c.fact() for c in self.clips]
         self._facts.update(backend="; ".join(sorted(set(seen.values()))), actor_processes=sorted(seen),
-                           actor_start_s=round(max(0.0, ready - t0), 3) if todo else 0.0)
+                           actor_start_s=round(max(0.0, ready - t0), 3) if rows else 0.0)
         # processing: from the first actor ready to the last record, as the local run's process_s
-        return max(0.0, time.time() - (ready if todo else t0))
+        return max(0.0, time.time() - (ready if rows else t0))
 
     def facts(self) -> dict:
         return dict(self._facts)

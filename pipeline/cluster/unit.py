@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pipeline.sr as sr
 from pipeline.sr import ImageWorker, Job, RunOptions
 from pipeline.sr import load_backend as _load_backend
 
@@ -28,6 +29,12 @@ def job_from_row(src: str, dst: str, rel: str, fmt: str) -> Job:
 def process(worker: ImageWorker, job: Job) -> dict:
     """One image start to end on this thread; failures are the record's status and reason, never raised."""
     return worker.process(job).as_dict()
+
+
+def segment(worker: ImageWorker, job: Job, task: dict) -> dict:
+    """One segment of a clip into its file beside the output (pipeline.sr's segment unit); never raises for the
+    clip's own problems."""
+    return sr.run_segment(worker, job, task)
 
 
 def worker_options(opts: RunOptions) -> dict:

@@ -52,7 +52,22 @@ def ray_section(result: dict) -> list:
     return [para(f"Folder of {result['images']} images, {runs_phrase(result['repeats'])}; local backend: "
                  f"{result['backend']}."),
             table(["run", "wall s", "processing s", "vs local (wall)", "vs local (processing)", "Ray fixed s",
-                   "Ray overhead ms/image"], rows)]
+                   "Ray overhead ms/image"], rows), *ray_video_section(result.get("video"))]
+
+
+def ray_video_section(video: dict | None) -> list:
+    """One clip split into segments over the actors (pipeline.bench.ray_bench.ray_video_bench)."""
+    if not video:
+        return []
+    rows = [["local", f"{video['local']['fps']:.1f}", "-", "-", "-", "-", f"{video['local']['wall_s']:.1f}"]]
+    for k, r in video["ray"].items():
+        rows.append([f"Ray, {k} actor(s)", f"{r['fps']:.1f}", f"{r['vs_first']:.2f}x" if r["vs_first"] else "-",
+                     str(r["segments"]), f"{r['seek_share']:.2%}" if r["seek_share"] is not None else "-",
+                     f"{r['join_share']:.2%}", f"{r['wall_s']:.1f}"])
+    return [para(f"One clip of {video['frames']} frames into FFV1, {runs_phrase(video['repeats'])}; frames/s of the "
+                 "processing phase; seek: the segments' opening and seeking, share of the actors' time; join: the "
+                 "driver's stream copy, share of the wall time."),
+            table(["run", "frames/s", "vs 1 actor", "segments", "seek share", "join share", "wall s"], rows)]
 
 
 def triton_section(result: dict) -> list:

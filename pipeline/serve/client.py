@@ -7,6 +7,9 @@ writes (pipeline.sr.write_output), so the files are byte-identical to a local ru
 goes to the server as it is (the server decodes, tiles and infers it) and comes back as pixels that are encoded
 here. `--concurrency N` requests are in flight at once, each on its own connection.
 
+A video is decoded and encoded here exactly as a local run does (pipeline.sr's VideoRunner): its frames go to the
+server as pixel arrays, `--concurrency` at a time, and are written in order as the answers come.
+
 A file the server cannot read is that file's failure; the run goes on. A server that stops answering ends the run
 with one line and exit 1; outputs are only ever renamed into place, so a rerun with --skip-existing finishes."""
 from __future__ import annotations
@@ -23,6 +26,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from pipeline import sr
 from pipeline.errors import PipelineError, first_line
 from pipeline.serve import protocol
 from pipeline.serve import tensors as T
@@ -108,10 +112,21 @@ class Client:
     def upscale(self, data: bytes, scale: float) -> tuple[np.ndarray, dict]:
         """(pixels as the local run's output buffer, the server's info); raises ServerLost or another exception
         whose message is this image's failure."""
+        image = self.tc.InferInput(T.IMAGE_BYTES, [1, 1], "BYTES")
+        image.set_data_from_numpy(np.array([[data]], dtype=np.object_))
+        return self._ask(image, scale)
+
+    def upscale_pixels(self, pixels: np.ndarray, scale: float) -> tuple[np.ndarray, dict]:
+        """upscale() for decoded pixels (a video frame: BGR(A) as the local run holds it) sent as an array."""
+        a = T.array_from_output(pixels)[None]
+        name = "pixels_u16" if a.dtype == np.uint16 else "pixels_u8"
+        image = self.tc.InferInput(name, list(a.shape), "UINT16" if a.dtype == np.uint16 else "UINT8")
+        image.set_data_from_numpy(a)
+        return self._ask(image, scale)
+
+    def _ask(self, image, scale: float) -> tuple[np.ndarray, dict]:
         tc = self.tc
-        inputs = [tc.InferInput(T.IMAGE_BYTES, [1, 1], "BYTES"), tc.InferInput(T.SCALE, [1, 1], "FP64"),
-                  tc.InferInput(T.FORMAT, [1, 1], "BYTES")]
-        inputs[0].set_data_from_numpy(np.array([[data]], dtype=np.object_))
+        inputs = [image, tc.InferInput(T.SCALE, [1, 1], "FP64"), tc.InferInput(T.FORMAT, [1, 1], "BYTES")]
         inputs[1].set_data_from_numpy(np.array([[scale]], dtype=np.float64))
         inputs[2].set_data_from_numpy(np.array([[T.ARRAY.encode()]], dtype=np.object_))
         outputs = [tc.InferRequestedOutput(n) for n in (T.OUTPUT_U8, T.OUTPUT_U16, T.INFO)]
@@ -138,7 +153,7 @@ class TritonExecutor:
     tiles and infers, this process encodes and writes (pipeline.sr.flow's Executor)."""
 
     name = "triton"
-    takes_videos = False  # the sr model takes images; a clip is one sequential stream (run videos locally)
+    takes_videos = True   # decoded and encoded here, frames served
     streams = False
     uses_cache = False
 
@@ -169,10 +184,18 @@ class TritonExecutor:
             raise PipelineError(f"the served model '{self.endpoint.model}' runs {model}, not {self.opts.model}")
         self.scale = served.check_scale(self.opts.scale)
         self.served = served.backend
+        self.clips = [r for r in plan.todo if r.job.video]
+        self.plans, what = {}, []
+        if self.clips:  # PyAV loads only for runs with videos
+            o = self.opts
+            self.plans = sr.plan_clips(self.clips, self.scale, o.codec, o.crf, o.audio)
+            if len(plan.found.jobs) == 1 and self.plans:  # one clip: its notes in the first line, once
+                only = next(iter(self.plans.values()))
+                what, only.notes_said = only.notes, True
         return Started(model, self.scale, f"Triton {self.endpoint.url}",
                        f"model '{self.endpoint.model}', backend {self.served}, {self.concurrency} request(s) at a "
                        f"time", f"triton {self.endpoint.url} {self.endpoint.model}: {self.served}", "--triton",
-                       workers=self.concurrency)
+                       what=what, workers=self.concurrency)
 
     def announce(self, console: Console) -> None:
         pass
@@ -218,9 +241,33 @@ class TritonExecutor:
         elif rec.status == "ok":
             console.written(rec, self.scale)
 
+    def _frame(self, pixels: np.ndarray) -> tuple[np.ndarray, dict]:
+        out, info = self._client().upscale_pixels(pixels, self.scale)
+        self.backend = self.backend or info.get("backend", "")
+        return out, info
+
+    def _videos(self, console: Console) -> None:
+        """The clips one after another, decoded and encoded here, frames served `concurrency` at a time."""
+        runner = sr.VideoRunner(None, console, scale=self.scale, remote=self._frame, inflight=self.concurrency,
+                                fatal=(ServerLost,))
+        try:
+            runner.run_all(self.clips, self.plans)
+        except ServerLost as e:
+            self.lost = self.lost or str(e)
+
     def execute(self, todo: list[Record], console: Console, finished) -> float:
         """Every record, in place; returns the processing seconds. ExecutorLost when the server went away."""
         t0 = time.perf_counter()
+        self._images([r for r in todo if not r.job.video], console)
+        if self.clips and self.lost is None:
+            self._videos(console)
+        if self.lost is not None:
+            raise ExecutorLost(f"the Triton server at {self.endpoint.url} stopped answering ({self.lost})")
+        return time.perf_counter() - t0
+
+    def _images(self, todo: list[Record], console: Console) -> None:
+        if not todo and self.clips:
+            return
         bar = console.bar(len(todo))
         queue = list(reversed(todo))
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="sr-triton") as pool:
@@ -236,9 +283,6 @@ class TritonExecutor:
                     self._reap(fut, running.pop(fut), console)
                     bar.update(1)
         bar.close()
-        if self.lost is not None:
-            raise ExecutorLost(f"the Triton server at {self.endpoint.url} stopped answering ({self.lost})")
-        return time.perf_counter() - t0
 
     def facts(self) -> dict:
         return {"url": self.endpoint.url, "model": self.endpoint.model, "concurrency": self.concurrency,

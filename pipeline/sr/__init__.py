@@ -12,6 +12,7 @@
     png        the PNG writer (Up filter + ISA-L deflate)
     bicubic    plain bicubic (alpha, baseline)               reference  --reference scores
     console    what is printed (--quiet hides, --verbose adds)   preflight  writable outputs, overwrite count
+    video      one clip through the worker (threads)         segments   a clip cut at keyframes, joined by stream copy
 
 Code outside this package imports only the names below (an import-linter contract in pyproject.toml).
 """
@@ -41,3 +42,15 @@ __all__ = [
     # what the CLI offers for videos; the cores this process may use
     "AUDIO_MODES", "CRF", "ENCODERS", "usable_cores",
 ]
+
+# Videos on other executors (a clip split into segments on Ray actors; frames served by Triton): these load PyAV,
+# so they are imported on first use, for runs with videos only.
+_VIDEO_NAMES = {"VideoRunner": "video", "plan_clips": "video", "plan_work": "segments", "run_segment": "segments"}
+
+
+def __getattr__(name: str):
+    if name in _VIDEO_NAMES:
+        import importlib
+
+        return getattr(importlib.import_module(f"pipeline.sr.{_VIDEO_NAMES[name]}"), name)
+    raise AttributeError(f"module 'pipeline.sr' has no attribute '{name}'")

@@ -11,9 +11,13 @@ import contextlib
 import queue
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from fractions import Fraction
+
+import numpy as np
 
 from pipeline.artifacts.atomic import atomic_path
 from pipeline.errors import PipelineError
@@ -22,7 +26,7 @@ from pipeline.sr.console import Console
 from pipeline.sr.imageio import Image
 from pipeline.sr.jobs import Job
 from pipeline.sr.records import Record
-from pipeline.sr.video_io import Frame, Packet, ReadEnd, VideoError, VideoInfo
+from pipeline.sr.video_io import WHOLE, Frame, Packet, ReadEnd, VideoError, VideoInfo, Window
 from pipeline.sr.videofmt import codec_for, crf_for, size_problem
 from pipeline.sr.worker import ImageWorker, Planned, infer_reason
 
@@ -122,12 +126,21 @@ class _Stop(Exception):
     """The consumer of a queue is gone; its producer stops."""
 
 
-class VideoRunner:
-    """Runs clips one after another through one ImageWorker."""
+# A frame upscaled elsewhere (a served model): BGR(A) pixels in -> (the output buffer, the server's info)
+Remote = Callable[[np.ndarray], tuple[np.ndarray, dict]]
 
-    def __init__(self, worker: ImageWorker, console: Console):
+
+class VideoRunner:
+    """Runs clips one after another through one ImageWorker, or through `remote` with `inflight` frames at a time
+    (answers taken in order); exceptions of the `fatal` types end the run instead of failing one clip."""
+
+    def __init__(self, worker: ImageWorker | None, console: Console, *, scale: float | None = None,
+                 remote: Remote | None = None, inflight: int = 1, fatal: tuple[type[BaseException], ...] = ()):
         self.worker = worker
         self.console = console
+        self.scale = worker.scale if worker is not None else scale
+        self.depth = worker.batch if worker is not None else inflight  # frames one step takes
+        self.remote, self.inflight, self.fatal = remote, inflight, fatal
 
     # -- the reader and writer threads ------------------------------------------------------------------------
 
@@ -141,8 +154,7 @@ class VideoRunner:
                 continue
         raise _Stop
 
-    def _reader(self, rec: Record, info: VideoInfo, q: queue.Queue, stop: threading.Event) -> None:
-        items = video_io.read(rec.job.src, info)
+    def _reader(self, rec: Record, items, q: queue.Queue, stop: threading.Event) -> None:
         try:
             t = time.perf_counter()
             for item in items:
@@ -161,8 +173,10 @@ class VideoRunner:
             self._put(q, item, stop)
 
     @staticmethod
-    def _writer(rec: Record, writer: video_io.Writer, q: queue.Queue, failed: list[BaseException]) -> None:
-        """Encode until the None sentinel; after a failure keep taking items so the producer never blocks."""
+    def _writer(rec: Record, writer: video_io.Writer, q: queue.Queue, failed: list[BaseException],
+                timing: list[tuple[int | None, int | None]]) -> None:
+        """Encode until the None sentinel; after a failure keep taking items so the producer never blocks.
+        `timing` gets each frame's (pts, duration) as it is written."""
         while (item := q.get()) is not None:
             if failed:
                 continue
@@ -172,6 +186,7 @@ class VideoRunner:
                     writer.packet(item)
                 else:
                     writer.frame(*item)
+                    timing.append(item[1:])
             except OSError as e:  # the disk: this clip fails
                 failed.append(e)
             except Exception as e:  # the encoder or the muxer: this clip fails
@@ -230,23 +245,74 @@ class VideoRunner:
             if not self.worker.batchable(planned) or len(pending) >= self.worker.batch:
                 flush()
 
+    def _remote_frames(self, rec: Record, inq: queue.Queue, outq: queue.Queue, failed: list,
+                       bar) -> tuple[ReadEnd, int]:
+        """_frames with the frames upscaled by `remote`, `inflight` at a time; answers go on in the frames' order."""
+        pending: deque = deque()
+        done = 0
+
+        def ask(pixels):
+            t = time.perf_counter()
+            out, info = self.remote(pixels)
+            return out, info, time.perf_counter() - t
+
+        def drain(keep: int) -> None:
+            nonlocal done
+            while len(pending) > keep:
+                fut, f = pending.popleft()
+                out, info, seconds = fut.result()
+                rec.infer_s += seconds
+                if not rec.in_size:  # every frame has the first frame's size and plan
+                    rec.in_size, rec.mode, rec.tiles = tuple(info["in_size"]), info["mode"], info["tiles"]
+                    rec.notes.extend(info.get("notes", []))
+                outq.put((out, f.pts, f.duration))
+                done += 1
+                bar.update(1)
+
+        with ThreadPoolExecutor(self.inflight, thread_name_prefix="sr-video-remote") as pool:
+            try:
+                while True:
+                    item = inq.get()
+                    if isinstance(item, ReadEnd):
+                        if item.refused:
+                            raise VideoError(item.refused)
+                        drain(0)
+                        return item, done
+                    if failed:
+                        return ReadEnd([]), done
+                    if isinstance(item, Packet):
+                        outq.put(item)
+                        continue
+                    pending.append((pool.submit(ask, item.pixels), item))
+                    drain(self.inflight - 1)
+            finally:
+                for fut, _ in pending:
+                    fut.cancel()
+
     # -- one clip ---------------------------------------------------------------------------------------------------
 
-    def _encode(self, rec: Record, vp: VideoPlan, tmp) -> tuple[ReadEnd, int]:
+    def _encode(self, rec: Record, vp: VideoPlan, tmp, window: Window = WHOLE,
+                segment: bool = False) -> tuple[ReadEnd, int, list]:
+        """The clip (or its `window`, into a segment file) read, upscaled and written: (the reader's end, the
+        frames written, their (pts, duration))."""
         writer = video_io.Writer(tmp, rec.job.fmt, vp.codec, vp.crf, vp.info, vp.width, vp.height, vp.pix_fmt,
-                                 rec.job.src, vp.drop)
+                                 rec.job.src, vp.drop, segment=segment)
         stop = threading.Event()
-        inq: queue.Queue = queue.Queue(maxsize=self.worker.batch + QUEUE_FRAMES)
-        outq: queue.Queue = queue.Queue(maxsize=self.worker.batch + QUEUE_FRAMES)
+        inq: queue.Queue = queue.Queue(maxsize=self.depth + QUEUE_FRAMES)
+        outq: queue.Queue = queue.Queue(maxsize=self.depth + QUEUE_FRAMES)
         failed: list[BaseException] = []
-        reader = threading.Thread(target=self._reader, args=(rec, vp.info, inq, stop), name="sr-video-read")
-        encoder = threading.Thread(target=self._writer, args=(rec, writer, outq, failed), name="sr-video-encode")
+        timing: list = []
+        items = video_io.read(rec.job.src, vp.info, window, copy=not segment)
+        reader = threading.Thread(target=self._reader, args=(rec, items, inq, stop), name="sr-video-read")
+        encoder = threading.Thread(target=self._writer, args=(rec, writer, outq, failed, timing),
+                                   name="sr-video-encode")
         bar = self.console.bar(vp.info.frames, unit="frame", desc=rec.job.rel)
         reader.start()
         encoder.start()
+        frames = self._remote_frames if self.remote is not None else self._frames
         try:
             try:
-                result = self._frames(rec, inq, outq, failed, bar)
+                result = frames(rec, inq, outq, failed, bar)
             finally:
                 stop.set()
                 outq.put(None)
@@ -259,7 +325,7 @@ class VideoRunner:
             writer.abort()
             raise
         writer.close()
-        return result
+        return (*result, timing)
 
     def run_all(self, records: list[Record], plans: dict[str, VideoPlan]) -> float:
         """Every clip in turn (those that failed planning are only reported); returns the seconds taken."""
@@ -271,39 +337,63 @@ class VideoRunner:
                 self.console.failed(rec)
         return time.perf_counter() - t0
 
-    def run(self, rec: Record, vp: VideoPlan) -> None:
-        """Upscale one planned clip into rec.job.dst; the outcome is rec's status and reason."""
-        t0 = time.perf_counter()
-        info = vp.info
-        rec.out_size, rec.bit_depth = (vp.width, vp.height), info.depth
-        self.console.info(f"{rec.job.rel}: {vp.describe(self.worker.scale)}")
+    def _say(self, rec: Record, vp: VideoPlan) -> None:
+        rec.out_size, rec.bit_depth = (vp.width, vp.height), vp.info.depth
+        self.console.info(f"{rec.job.rel}: {vp.describe(self.scale)}")
         for n in [] if vp.notes_said else vp.notes:
             self.console.info(f"{rec.job.rel}: {n}")
         rec.notes.extend(vp.notes)
+
+    def _attempt(self, rec: Record, dst, work: Callable) -> bool:
+        """work(tmp) into `dst` atomically; False (and rec failed with one line) when it failed."""
         try:
-            with atomic_path(rec.job.dst) as tmp:
-                end, frames = self._encode(rec, vp, tmp)
+            with atomic_path(dst) as tmp:
+                work(tmp)
+        except self.fatal:
+            raise
         except VideoError as e:
             rec.fail(str(e))
-            return
         except OSError as e:
-            rec.fail(f"cannot write {rec.job.dst}: {e.strerror or e}")
-            return
+            rec.fail(f"cannot write {dst}: {e.strerror or e}")
         except Exception as e:  # inference failure: this clip fails, the run goes on
             rec.fail(infer_reason(e))
-            return
-        wall = time.perf_counter() - t0
-        rec.video = {"frames": frames, "frames_expected": info.frames, "duration_s": info.duration_s,
-                     "frame_rate_in": _rate(info.rate), "frame_rate_out": _rate(info.rate),
-                     "fps": round(frames / wall, 3) if wall > 0 else None,
-                     "time_per_frame_s": round(wall / frames, 5) if frames else None,
-                     "codec": vp.codec, "crf": vp.crf, "pix_fmt_in": info.pix_fmt, "pix_fmt_out": vp.pix_fmt,
-                     "copied": info.copied}
-        if end.errors or _short(info, frames, end):
-            of = f" of {'' if info.frames_exact else '~'}{info.frames}" if info.frames else ""
-            why = f": {end.errors[0]}" if end.errors else ""
-            more = f" (+{len(end.errors) - 1} more)" if len(end.errors) > 1 else ""
-            rec.fail(f"damaged or truncated video: upscaled the {frames}{of} frames that decoded into "
-                     f"{rec.job.dst}{why}{more}")
-            return
-        rec.status = "ok"
+        return rec.status != "failed"
+
+    def run(self, rec: Record, vp: VideoPlan) -> None:
+        """Upscale one planned clip into rec.job.dst; the outcome is rec's status and reason."""
+        t0 = time.perf_counter()
+        self._say(rec, vp)
+        got: list = []
+        if self._attempt(rec, rec.job.dst, lambda tmp: got.extend(self._encode(rec, vp, tmp))):
+            end, frames, _ = got
+            finish(rec, vp, frames, end, time.perf_counter() - t0)
+
+    def segment(self, rec: Record, vp: VideoPlan, window: Window, path) -> dict:
+        """One segment of a planned clip into the segment file `path` (pipeline.sr.segments); returns what the
+        join needs: the frames' (pts, duration), the reader's errors and end, the record's fields."""
+        rec.out_size, rec.bit_depth = (vp.width, vp.height), vp.info.depth
+        got: list = []
+        if not self._attempt(rec, path, lambda tmp: got.extend(self._encode(rec, vp, tmp, window, segment=True))):
+            return {"record": rec.as_dict()}
+        end, _, timing = got
+        return {"record": rec.as_dict(), "timing": timing, "errors": end.errors, "end_s": end.end_s,
+                "seek_s": round(end.lead_s, 4)}
+
+
+def finish(rec: Record, vp: VideoPlan, frames: int, end: ReadEnd, wall: float) -> None:
+    """A written clip's record: its video facts, and ok or failed (damaged or truncated: what was lost)."""
+    info = vp.info
+    rec.video = {"frames": frames, "frames_expected": info.frames, "duration_s": info.duration_s,
+                 "frame_rate_in": _rate(info.rate), "frame_rate_out": _rate(info.rate),
+                 "fps": round(frames / wall, 3) if wall > 0 else None,
+                 "time_per_frame_s": round(wall / frames, 5) if frames else None,
+                 "codec": vp.codec, "crf": vp.crf, "pix_fmt_in": info.pix_fmt, "pix_fmt_out": vp.pix_fmt,
+                 "copied": info.copied}
+    if end.errors or _short(info, frames, end):
+        of = f" of {'' if info.frames_exact else '~'}{info.frames}" if info.frames else ""
+        why = f": {end.errors[0]}" if end.errors else ""
+        more = f" (+{len(end.errors) - 1} more)" if len(end.errors) > 1 else ""
+        rec.fail(f"damaged or truncated video: upscaled the {frames}{of} frames that decoded into "
+                 f"{rec.job.dst}{why}{more}")
+        return
+    rec.status = "ok"

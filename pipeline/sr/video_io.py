@@ -12,6 +12,7 @@ import functools
 import io
 import os
 import stat
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -25,6 +26,7 @@ from pipeline.sr.image_header import MAX_PIXELS_ENV, HeaderError, max_pixels, ov
 from pipeline.sr.videofmt import DEMUXER_NAMES, DEMUXERS, ENCODER_OPTIONS, ENCODERS, MUXERS, video_format
 
 COPIED = ("audio", "subtitle")  # stream types copied packet by packet
+SEGMENT_MUXER = "nut"  # a segment file's container: holds every --codec and keeps the clip's time base exactly
 # AVColorSpace (frame/stream tags) -> swscale's matrix names. RGB (0) and unknown values use the size rule below.
 MATRIX = {1: "ITU709", 4: "FCC", 5: "ITU601", 6: "SMPTE170M", 7: "SMPTE240M", 9: "BT2020", 10: "BT2020"}
 UNSPECIFIED = 2
@@ -236,6 +238,7 @@ class ReadEnd:
     errors: list[str]
     end_s: float | None = None  # where the last decoded frame ends, seconds (truncation is judged by time)
     refused: str | None = None  # a frame the clip cannot take (over the pixel limit, another size): it fails whole
+    lead_s: float = 0.0         # from opening the file to its first frame: a segment's seek and its dropped frames
 
 
 def _decode_reason(e: av.FFmpegError) -> str:
@@ -246,24 +249,53 @@ def _decode_reason(e: av.FFmpegError) -> str:
             f"{MAX_PIXELS_ENV} raises it)")
 
 
-def read(path: Path, info: VideoInfo) -> Iterator[Packet | Frame | ReadEnd]:
+@dataclass(frozen=True)
+class Window:
+    """A part of the clip's frames by presentation time, in the video stream's time base: decoding starts at the
+    keyframe at or before `start` (None: the clip's start) and frames before `start` are dropped; it stops at the
+    first frame at or past `end` (None: the clip's end). Decoders put frames out in presentation order, so the
+    frames a later window starts with (an open GOP's leading frames included) all come out before it stops."""
+
+    start: int | None = None
+    end: int | None = None
+
+    def before(self, pts: int | None) -> bool:
+        return self.start is not None and pts is not None and pts < self.start
+
+    def past(self, pts: int | None) -> bool:
+        return self.end is not None and pts is not None and pts >= self.end
+
+
+WHOLE = Window()
+
+
+def _demux(container, info: VideoInfo, window: Window, copy: bool):
+    """The video stream and the packets wanted, from the window's keyframe (copied streams only with `copy`)."""
+    video = container.streams.video[0]
+    video.thread_type = "AUTO"  # frame + slice threads in the decoder
+    if window.start is not None:  # the keyframe at or before it (the index's, or the demuxer's search)
+        container.seek(window.start, stream=video, backward=True, any_frame=False)
+    wanted = [video, *(s for s in container.streams if s.type in COPIED)] if copy else [video]
+    return video, container.demux(wanted)
+
+
+def read(path: Path, info: VideoInfo, window: Window = WHOLE,
+         copy: bool = True) -> Iterator[Packet | Frame | ReadEnd]:
     """The clip's frames (as pixels) and copied packets in file order, then a ReadEnd. A damaged packet is
     skipped and counted (the frames after it still come); a container that ends early ends the frames. A frame
-    over the pixel limit or of another size than the first ends them too, before it is converted (ReadEnd.refused)."""
+    over the pixel limit or of another size than the first ends them too, before it is converted (ReadEnd.refused).
+    `window`: only the frames of that part of the clip (a segment); `copy=False`: the video's frames only."""
     errors: list[str] = []
     end_s = None
     frame_s = 1 / float(info.rate) if info.rate else 0.0
-    n = 0
+    n, lead, t_open = 0, 0.0, time.perf_counter()
     try:
         container = open_input(path)
     except VideoError as e:
         yield ReadEnd([f"cannot reopen: {e}"])
         return
     with container:
-        video = container.streams.video[0]
-        video.thread_type = "AUTO"  # frame + slice threads in the decoder
-        wanted = [video, *(s for s in container.streams if s.type in COPIED)]
-        packets = container.demux(wanted)
+        video, packets = _demux(container, info, window, copy)
         while True:
             try:
                 packet = next(packets)
@@ -282,14 +314,20 @@ def read(path: Path, info: VideoInfo) -> Iterator[Packet | Frame | ReadEnd]:
                 errors.append(_decode_reason(e))
                 continue
             for f in frames:
+                if window.before(f.pts):
+                    continue
+                if window.past(f.pts):
+                    yield ReadEnd(errors, end_s, lead_s=lead)
+                    return
                 n += 1
+                lead = lead or time.perf_counter() - t_open
                 if refused := frame_problem(f.width, f.height, info, n):
                     yield ReadEnd(errors, end_s, refused)
                     return
                 if f.pts is not None and f.time_base:
                     end_s = float(f.pts * f.time_base) + (float(f.duration * f.time_base) if f.duration else frame_s)
                 yield Frame(frame_pixels(f, info), f.pts, f.duration or None)
-    yield ReadEnd(errors, end_s)
+    yield ReadEnd(errors, end_s, lead_s=lead)
 
 
 def output_pix_fmt(codec: str, info: VideoInfo) -> tuple[str, list[str]]:
@@ -328,16 +366,20 @@ class Writer:
     """An output clip: the upscaled video stream plus the copied streams; `close` finishes the file."""
 
     def __init__(self, path: Path, container: str, codec: str, crf: int | None, info: VideoInfo, width: int,
-                 height: int, pix_fmt: str, source: Path, drop: tuple[str, ...] = ()):
+                 height: int, pix_fmt: str, source: Path, drop: tuple[str, ...] = (), *, segment: bool = False):
         self.info = info
-        self.drop = drop  # stream types left out (--audio drop)
+        # a segment (pipeline.sr.segments) holds the video alone, in NUT (any codec, the time base kept exactly),
+        # without B-frames: each segment's encoder starts its decode times afresh, so reordered ones would overlap
+        # the previous segment's when the segments are joined
+        self.segment = segment
+        self.drop = COPIED if segment else drop  # stream types left out (--audio drop)
         self.pix_fmt = pix_fmt
         self.alpha = len(av.VideoFormat(pix_fmt).components) == 4  # the output holds the frames' alpha
         self.width, self.height = width, height
         # AVI counts frames, not time: its video ticks once a frame (1/rate), so the input's timestamps are rescaled
         # to that (the input's own time base there reads as 600 "frames" a second).
         self.time_base = 1 / info.rate if container == "avi" and info.rate else info.time_base
-        self.out = av.open(str(path), "w", format=MUXERS[container])
+        self.out = av.open(str(path), "w", format=SEGMENT_MUXER if segment else MUXERS[container])
         try:
             self._streams(codec, crf, source)
         except BaseException:
@@ -368,24 +410,29 @@ class Writer:
             os.environ.setdefault("SVT_LOG", "1")
         if crf is not None:
             options["crf"] = str(crf)
-        if self.time_base != info.time_base:  # AVI stores no presentation times: B-frames would decode out of order
-            options["bf"] = "0"
+        if self.time_base != info.time_base or self.segment:  # AVI stores no presentation times: B-frames would
+            options["bf"] = "0"                                # decode out of order
         v = self.out.add_stream(ENCODERS[codec], rate=info.rate, options=options)
         v.width, v.height, v.pix_fmt = self.width, self.height, self.pix_fmt
         v.time_base = self.time_base
         ctx = v.codec_context
         ctx.time_base = self.time_base
         ctx.thread_type = "AUTO"
-        if codec == "h265" and self.out.format.name in ("mp4", "mov"):
+        self._tags(v)
+        return v
+
+    def _tags(self, v) -> None:
+        """The stream's tags a player reads: codec tag, colour (the input's; RGB storage says so) and rotation."""
+        ctx = v.codec_context
+        if ctx.name in ("hevc", "libx265") and self.out.format.name in ("mp4", "mov"):
             ctx.codec_tag = "hvc1"  # FFmpeg's default hev1 does not play in Apple's players
         rgb = av.VideoFormat(self.pix_fmt).is_rgb
-        c = info.colour
-        ctx.colorspace = 0 if rgb else c.matrix          # RGB storage: the matrix tag says so
+        c = self.info.colour
+        ctx.colorspace = 0 if rgb else c.matrix
         ctx.color_range = 2 if rgb else c.range
         ctx.color_primaries, ctx.color_trc = c.primaries, c.trc
-        if info.rotation:
-            v.set_display_rotation(info.rotation)
-        return v
+        if self.info.rotation:
+            v.set_display_rotation(self.info.rotation)
 
     def frame(self, pixels: np.ndarray, pts: int | None, duration: int | None) -> None:
         """Encode one upscaled BGR frame (uint8 or uint16) with the input frame's timing."""
@@ -428,4 +475,30 @@ class Writer:
             self.out.close()
 
     def abort(self) -> None:
+        self.out.close()
+
+
+class Joiner(Writer):
+    """An output clip made of segment files by stream copy (no second encode) in the source's stream layout: the
+    segments' video where the first video was, the source's audio and subtitle packets copied once."""
+
+    def __init__(self, path: Path, container: str, info: VideoInfo, source: Path, drop: tuple[str, ...],
+                 template: av.video.stream.VideoStream):
+        self.template = template
+        ctx = template.codec_context
+        super().__init__(path, container, ctx.name, None, info, ctx.width, ctx.height, ctx.pix_fmt, source, drop)
+
+    def _video_stream(self, codec: str, crf: int | None):
+        v = self.out.add_stream_from_template(self.template)
+        v.time_base = self.time_base
+        if self.info.rate:
+            v.codec_context.framerate = self.info.rate
+        self._tags(v)  # a segment file (NUT) keeps no colour tags: they are the plan's, as the local run writes them
+        return v
+
+    def video_packet(self, packet: av.Packet) -> None:
+        packet.stream = self.video
+        self.out.mux(packet)
+
+    def close(self) -> None:
         self.out.close()
