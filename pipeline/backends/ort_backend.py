@@ -214,8 +214,8 @@ class OrtBackend(Backend):
         problem = provider_problem(provider) or onnx_source_problem(spec, precision, onnx, weights)
         if problem:
             return cls.no(problem)
-        extra = f"; no GPU provider ({provider_problem('cuda')})" if (
-            cls.PROVIDER == "auto" and provider == "cpu") else ""
+        extra = f"; no GPU provider ({provider_problem('cuda')})" if (  # without a GPU: said once, not here
+            cls.PROVIDER == "auto" and provider == "cpu" and gpu_visible()[0]) else ""
         return cls.ok(f"ONNX Runtime {ort.__version__}, {wanted}{extra}")
 
     # -- loading ---------------------------------------------------------------------------------------
@@ -395,8 +395,10 @@ class OrtCpuBackend(OrtBackend):
 class OrtCudaBackend(OrtBackend):
     name = "ort-cuda"
     PROVIDER = "cuda"
+    GPU_ONLY = True
 
 
 class OrtTrtBackend(OrtBackend):
     name = "ort-trt"
     PROVIDER = "tensorrt"
+    GPU_ONLY = True

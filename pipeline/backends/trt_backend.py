@@ -55,6 +55,7 @@ from pipeline.native.libraries import trt_plugin_library
 
 class TrtBackend(Backend):
     name = "trt"
+    GPU_ONLY = True
     GRAPH_AFTER = 2  # a bound shape is captured at this run in a row (alternating tile shapes never are)
     OPTIONS = frozenset({"engine", "onnx", "profile", "weights", "cuda_graph", "device", "log"})
     PRECISIONS = ENGINE_PRECISIONS  # bf16 and int8: strongly typed engines from the fp32 file (pipeline.engine)

@@ -1,0 +1,121 @@
+"""Issue 42's rough edges (fourth pass), each as a new user hit it: the faster backend for a precision, messages
+that name the real cause, and lines that say what a run does."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from pipeline import backends
+from pipeline.backends import BackendStatus, auto, no_gpu_line, pick_auto
+from pipeline.backends.availability import NEEDS_GPU
+from pipeline.cli import main
+from pipeline.errors import PipelineError
+from pipeline.native.cuda_driver import gpu_visible
+
+ROOT = Path(__file__).resolve().parent.parent
+CPU_ONLY = not gpu_visible()[0]
+
+
+def _run(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _image(path: Path, side: int = 24) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    assert cv2.imwrite(str(path), np.random.default_rng(0).integers(0, 255, (side, side, 3), dtype=np.uint8))
+    return path
+
+
+def _st(**ok) -> list[BackendStatus]:
+    return [BackendStatus(n, ok.get(n.replace("-", "_"), False), "r") for n in backends.NAMES]
+
+
+@pytest.fixture()
+def measurement(session_cache):
+    """Write a `backends --measure` record for srcnn at a precision; removed afterwards."""
+    made = []
+
+    def write(precision: str, ms: dict[str, float]) -> None:
+        path = auto._measure_file("srcnn", precision)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"size": 256, "ms": ms, "when": "2026-11-25 22:00:00"}))
+        made.append(path)
+
+    yield write
+    for path in made:
+        path.unlink(missing_ok=True)
+
+
+# -- item 2: the expected order of each precision includes openvino ---------------------------------------------
+
+def test_expected_order_of_each_precision_includes_openvino():
+    for gpu in (False, True):
+        assert auto.expected_order("bf16", gpu)[-2:] == ("openvino", "torch")
+        assert auto.expected_order("int8", gpu)[-1] == "openvino"
+    assert auto.expected_order("fp32", False) == ("ort-folded", "ort", "ort-sr-kernels", "torch")
+    assert auto.expected_order("fp32", True)[:4] == ("trt", "ort-trt", "ort-cuda", "torch")
+
+
+@pytest.mark.skipif(not CPU_ONLY, reason="the CPU order applies on a machine without a CUDA GPU")
+def test_auto_at_bf16_picks_openvino_before_torch_and_falls_back_with_the_reason():
+    p = pick_auto("srcnn", "bf16", statuses=_st(torch=True, openvino=True))
+    assert p.name == "openvino" and "expected fastest bf16 backend" in p.reason
+    p = pick_auto("srcnn", "bf16", statuses=_st(torch=True))  # a CPU where OpenVINO cannot run bf16
+    assert p.name == "torch" and "faster-ranked but unavailable: openvino" in p.reason
+    assert pick_auto("srcnn", "int8", statuses=_st(openvino=True)).reason.startswith("openvino is the expected")
+
+
+@pytest.mark.skipif(not CPU_ONLY, reason="no CUDA GPU: the GPU-only reasons are said once")
+def test_no_backend_for_bf16_says_each_reason_once():
+    why = "this CPU has no bf16 arithmetic (amx_bf16 or avx512_bf16)"
+    statuses = [BackendStatus(n, False, why if n in ("torch", "openvino") else
+                              NEEDS_GPU if n == "trt" else "runs fp32, fp16, not bf16") for n in backends.NAMES]
+    with pytest.raises(PipelineError) as e:
+        pick_auto("srcnn", "bf16", statuses=statuses)
+    assert str(e.value) == f"no backend can run srcnn (bf16): torch, openvino: {why}; trt: {NEEDS_GPU}"
+
+
+# -- item 18: a measurement within noise keeps the expected order, and says so -----------------------------------
+
+@pytest.mark.skipif(not CPU_ONLY, reason="the CPU order applies on a machine without a CUDA GPU")
+def test_a_measured_lead_within_noise_keeps_the_expected_pick(measurement):
+    measurement("fp32", {"openvino": 66.0, "ort-folded": 69.0, "torch": 300.0})
+    p = pick_auto("srcnn", "fp32", statuses=_st(openvino=True, ort_folded=True, torch=True))
+    assert p.name == "ort-folded" and "within noise" in p.reason
+    assert "openvino 66 ms, ort-folded 69 ms" in p.reason and "measured 2026-11-25 22:00:00" in p.reason
+    measurement("fp32", {"openvino": 50.0, "ort-folded": 69.0})  # the latest measurement is what counts
+    p = pick_auto("srcnn", "fp32", statuses=_st(openvino=True, ort_folded=True))
+    assert p.name == "openvino" and p.reason.startswith("openvino is fastest measured on this machine")
+
+
+# -- item 3: a known precision the backend does not run --------------------------------------------------------
+
+@pytest.mark.parametrize(("backend", "precision"), [("ort", "int8"), ("ort-folded", "int8"), ("ort-folded", "bf16"),
+                                                    ("ort", "bf16")])
+def test_a_precision_the_backend_does_not_run_names_those_that_do(tmp_path, capsys, backend, precision):
+    img = _image(tmp_path / "a.png")
+    code, _, err = _run(capsys, "sr", img, tmp_path / "o.png", "--precision", precision, "--backend", backend)
+    assert code == 2 and err.count("\n") == 1 and "unknown precision" not in err
+    assert err.startswith(f"error: --backend {backend} does not run {precision} (it runs fp32")
+    assert f"{precision} runs on " in err and "openvino" in err.split(f"{precision} runs on ")[1]
+    assert not (tmp_path / "o.png").exists()
+
+
+# -- item 13: no CUDA GPU, said once --------------------------------------------------------------------------
+
+@pytest.mark.skipif(not CPU_ONLY, reason="a machine without a CUDA GPU")
+def test_no_gpu_is_said_once_and_each_backend_gets_a_short_reason(capsys):
+    code, out, _ = _run(capsys, "backends")
+    assert code == 0
+    line = no_gpu_line()
+    assert line.startswith("no CUDA GPU visible") and out.count("no CUDA GPU") == 1 and line in out
+    rows = {ln.split()[0]: ln for ln in out.splitlines()[3:] if ln.split() and ln.split()[0] in backends.NAMES}
+    for name in ("trt", "ort-cuda", "ort-trt"):
+        assert rows[name].endswith(f"no   {NEEDS_GPU}")
+    assert all(len(r) < 160 for n, r in rows.items() if n != "ort-sr-kernels")  # that one names a path
