@@ -119,3 +119,59 @@ def test_no_gpu_is_said_once_and_each_backend_gets_a_short_reason(capsys):
     for name in ("trt", "ort-cuda", "ort-trt"):
         assert rows[name].endswith(f"no   {NEEDS_GPU}")
     assert all(len(r) < 160 for n, r in rows.items() if n != "ort-sr-kernels")  # that one names a path
+
+
+# -- item 4: a folder that takes no files is "not writable" ---------------------------------------------------
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc")
+def test_proc_is_named_not_writable_for_output_summary_and_cache(tmp_path, capsys, monkeypatch):
+    img = _image(tmp_path / "a.png")
+    why = "(/proc is not writable: a virtual file system that takes no new files)"
+    code, _, err = _run(capsys, "sr", img, "/proc/out")
+    assert code == 2 and err == f"error: OUTPUT /proc/out cannot be written {why}; nothing was done\n"
+    code, _, err = _run(capsys, "sr", img, tmp_path / "o.png", "--summary", "/proc/s.json")
+    assert code == 2 and why in err and "No such file" not in err
+    monkeypatch.setenv("SRDEPLOY_CACHE", "/proc/c")
+    code, _, err = _run(capsys, "sr", img, tmp_path / "o.png")
+    assert code == 2 and err == f"error: SRDEPLOY_CACHE=/proc/c: /proc/c cannot be written {why}\n"
+    assert not (tmp_path / "o.png").exists()
+
+
+# -- items 5, 9, 10: options that do not go together -----------------------------------------------------------
+
+def test_local_only_options_with_triton_read_as_english(tmp_path, capsys):
+    img = _image(tmp_path / "a.png")
+    code, _, err = _run(capsys, "sr", img, tmp_path / "o.png", "--triton", "http://127.0.0.1:1", "--tile", "64")
+    assert code == 2 and err.startswith("error: --tile applies only to local runs; with --triton")
+    code, _, err = _run(capsys, "sr", img, tmp_path / "o.png", "--triton", "http://127.0.0.1:1", "--tile", "64",
+                        "--threads", "1")
+    assert code == 2 and err.startswith("error: --threads, --tile apply only to local runs;")
+
+
+def test_ray_before_the_positionals_says_why_output_went_missing(tmp_path, capsys):
+    img = _image(tmp_path / "a.png")
+    code, _, err = _run(capsys, "sr", "--ray", img, tmp_path / "o.png")
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith("error: the following arguments are required: output; --ray takes an optional ADDRESS")
+    assert "put --ray after OUTPUT or write --ray=local" in err
+
+
+def test_onnx_and_engine_together_are_a_conflict(tmp_path, capsys):
+    img = _image(tmp_path / "a.png")
+    code, _, err = _run(capsys, "sr", img, tmp_path / "o.png", "--onnx", tmp_path / "none.onnx", "--engine",
+                        tmp_path / "none.engine")
+    assert code == 2 and err == "error: --onnx and --engine both name the model file to run: give one of them\n"
+
+
+# -- item 6: the first frame over the pixel limit says so -------------------------------------------------------
+
+def test_a_first_frame_over_the_pixel_limit_names_the_limit(tmp_path, monkeypatch):
+    from pipeline.sr import video_io
+    from tests.video_clips import make_png_mov
+
+    clip = make_png_mov(tmp_path / "big.mov", [(200, 200)] * 2)
+    monkeypatch.setenv("SRDEPLOY_MAX_PIXELS", "10000")
+    with pytest.raises(video_io.VideoError) as e:
+        video_io.probe(clip)
+    assert str(e.value) == ("cannot decode the first frame: Invalid argument (the decoder refuses a frame over the "
+                            "pixel limit of 10,000 this way; SRDEPLOY_MAX_PIXELS raises it)")

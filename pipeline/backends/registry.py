@@ -1,7 +1,7 @@
 """Backend names -> classes; constructing one named backend with the options it takes."""
 from __future__ import annotations
 
-from pipeline.backends.base import Backend
+from pipeline.backends.base import Backend, check_run_precision
 from pipeline.backends.openvino_backend import OpenVinoBackend
 from pipeline.backends.ort_backend import OrtBackend, OrtCpuBackend, OrtCudaBackend, OrtTrtBackend
 from pipeline.backends.ort_folded_backend import OrtFoldedBackend
@@ -36,6 +36,7 @@ def create_named(backend: str, model: str | None, precision: str = "fp32", **opt
     set, and dropped when None (callers pass their whole option set)."""
     cls = backend_class(backend)
     if precision not in cls.PRECISIONS:
+        check_run_precision(precision)  # a precision no backend runs: "unknown precision"
         raise PipelineError(precision_refusal(backend, precision))
     for key, value in opts.items():
         if key not in cls.OPTIONS and key not in HOOKS and value is not None:
