@@ -175,3 +175,26 @@ def test_a_first_frame_over_the_pixel_limit_names_the_limit(tmp_path, monkeypatc
         video_io.probe(clip)
     assert str(e.value) == ("cannot decode the first frame: Invalid argument (the decoder refuses a frame over the "
                             "pixel limit of 10,000 this way; SRDEPLOY_MAX_PIXELS raises it)")
+
+
+# -- item 11: `models --model` takes our own names, and our weights as a checkpoint get the right advice -------
+
+def test_models_describes_our_own_model_by_name(capsys):
+    code, out, _ = _run(capsys, "models", "--model", "srcnn")
+    assert code == 0 and out.startswith("srcnn: our model, SRCNN") and "--model srcnn --weights FILE" in out
+    code, out, _ = _run(capsys, "models", "--model", "deform-srcnn", "--json")
+    info = json.loads(out)
+    assert code == 0 and info["registered"] and info["scales"] == "(1, 8]" and info["default_scale"] == 3.0
+
+
+def test_our_weights_given_as_a_checkpoint_suggest_model_and_weights(tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    from models.spec import MODELS
+
+    path = tmp_path / "mine.pt"
+    torch.save(MODELS["srcnn"].build().state_dict(), path)
+    code, out, err = _run(capsys, "models", "--model", path)
+    assert code == 2 and not out and err.count("\n") == 1
+    assert err == (f"error: {path} holds weights of our model srcnn / srcnn-x3, not a checkpoint of another "
+                   f"architecture: use --model srcnn --weights {path}\n")
+    assert "ESRGAN" not in err
