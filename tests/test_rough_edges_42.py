@@ -198,3 +198,18 @@ def test_our_weights_given_as_a_checkpoint_suggest_model_and_weights(tmp_path, c
     assert err == (f"error: {path} holds weights of our model srcnn / srcnn-x3, not a checkpoint of another "
                    f"architecture: use --model srcnn --weights {path}\n")
     assert "ESRGAN" not in err
+
+
+# -- item 12: no reference matches: where the reasons are ----------------------------------------------------------
+
+def test_reference_without_matches_points_at_summary_only_when_there_is_one(tmp_path, capsys):
+    img = _image(tmp_path / "in" / "a.png")
+    (tmp_path / "hr").mkdir()
+    code, _, err = _run(capsys, "sr", img.parent, tmp_path / "out", "--reference", tmp_path / "hr", "--backend",
+                        "ort", "--quiet")
+    assert code == 0
+    assert "reference: no image in" in err and "no scores (--summary FILE lists each image's reason)" in err
+    code, _, err = _run(capsys, "sr", img.parent, tmp_path / "out2", "--reference", tmp_path / "hr", "--backend",
+                        "ort", "--quiet", "--summary", tmp_path / "s.json")
+    assert code == 0 and "no scores (per-image reasons are in the summary)" in err
+    assert json.loads((tmp_path / "s.json").read_text())["images"][0]["reference"] == "missing"
