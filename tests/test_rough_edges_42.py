@@ -213,3 +213,32 @@ def test_reference_without_matches_points_at_summary_only_when_there_is_one(tmp_
                         "ort", "--quiet", "--summary", tmp_path / "s.json")
     assert code == 0 and "no scores (per-image reasons are in the summary)" in err
     assert json.loads((tmp_path / "s.json").read_text())["images"][0]["reference"] == "missing"
+
+
+# -- item 15: compare's plot holds each row against its own precision's tolerance --------------------------------
+
+def test_compare_plot_bars_pass_under_their_own_precisions_line(tmp_path):
+    from pipeline import report
+    from pipeline.analysis.compare import error_stats, tolerance_ratio, verdict
+    from pipeline.report.compare import error_bars
+
+    ref = np.zeros((1, 3, 8, 8), np.float32) + 0.5
+    rows = []
+    for backend, prec, err, loss in (("ort", "fp32", 1e-6, None), ("bad", "fp32", 1e-2, None),
+                                     ("ort", "fp16", 1e-3, None), ("openvino", "int8", 1e-2,
+                                                                   {"psnr_loss_db": 0.05, "budget_db": 0.1})):
+        s = error_stats(ref + err, ref)
+        ratio, crit = tolerance_ratio(s, prec, loss=loss)
+        assert verdict(s, prec, loss=loss) == (ratio <= 1.0, crit)
+        rows.append({"backend": backend, "precision": prec, "scale": 3.0, "status": "pass" if ratio <= 1 else "fail",
+                     "criterion": crit, "tolerance_ratio": ratio, **s})
+    doc = {"kind": "compare", "environment": report.environment(),
+           "models": [{"model": "m", "input_size": 8, "images": ["a"], "scales": [3.0], "reference": "torch",
+                       "tolerances": {"fp32_max_abs": 1e-4, "fp16_psnr_db": 50.0, "rel_floor": 1e-3}, "rows": rows}]}
+    bars = error_bars(doc)
+    assert [s for _, _, s, _ in bars] == ["pass", "fail", "pass", "pass"]
+    assert all((v <= 1.0) == (s == "pass") for _, v, s, _ in bars)
+    assert rows[2]["max_abs"] > 1e-4  # the fp16 row passes although it sits above the fp32 line the old plot drew
+    assert bars[3][1] == pytest.approx(0.5)
+    paths = report.write_compare(doc, tmp_path)
+    assert paths["error_png"].stat().st_size > 1000
