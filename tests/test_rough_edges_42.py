@@ -242,3 +242,15 @@ def test_compare_plot_bars_pass_under_their_own_precisions_line(tmp_path):
     assert bars[3][1] == pytest.approx(0.5)
     paths = report.write_compare(doc, tmp_path)
     assert paths["error_png"].stat().st_size > 1000
+
+
+# -- item 17: the first line says a precision other than fp32 -------------------------------------------------------
+
+def test_first_line_names_a_precision_other_than_fp32(tmp_path, capsys):
+    img = _image(tmp_path / "a.png")
+    code, _, err = _run(capsys, "sr", img, tmp_path / "o.png", "--backend", "ort", "--precision", "fp16", "--quiet")
+    first = [ln for ln in err.splitlines() if ln.startswith("sr: ")]  # after an export line on first use
+    assert code == 0 and first[0].startswith("sr: srcnn x3 on ort fp16 (requested); 1 image -> ")
+    code, _, err = _run(capsys, "sr", img, tmp_path / "p.png", "--backend", "ort", "--quiet")
+    first = [ln for ln in err.splitlines() if ln.startswith("sr: ")]
+    assert code == 0 and first[0].startswith("sr: srcnn x3 on ort (requested); 1 image -> ")

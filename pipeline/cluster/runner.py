@@ -84,7 +84,8 @@ class RayExecutor:
         self.jobs = {r.job.rel: r.job for r in plan.todo}
         self._facts = {"address": cluster.address, "actors": actors, "artifacts": shared.describe()}
         return Started(m.name, m.scale, f"Ray {cluster.address}",
-                       f"{cluster.cpus:g} CPU, {cluster.gpus:g} GPU, {actors} actor(s), backend {backend}: {choice}",
+                       f"{cluster.cpus:g} CPU, {cluster.gpus:g} GPU, {actors} actor(s), backend {backend}"
+                       + (f" {o.precision}" if o.precision != "fp32" else "") + f": {choice}",
                        backend, choice, tile=o.tile, batch=o.batch if isinstance(o.batch, int) else 1, workers=actors)
 
     def announce(self, console: Console) -> None:
