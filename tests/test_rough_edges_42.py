@@ -254,3 +254,24 @@ def test_first_line_names_a_precision_other_than_fp32(tmp_path, capsys):
     code, _, err = _run(capsys, "sr", img, tmp_path / "p.png", "--backend", "ort", "--quiet")
     first = [ln for ln in err.splitlines() if ln.startswith("sr: ")]
     assert code == 0 and first[0].startswith("sr: srcnn x3 on ort (requested); 1 image -> ")
+
+
+def test_the_precision_hint_quotes_a_later_measurement(measurement):
+    from pipeline.analysis import quality
+
+    loaded = backends.create("ort", "srcnn")
+    store = quality._pick_store("srcnn", "ort")
+    store.parent.mkdir(parents=True, exist_ok=True)
+    store.write_text(json.dumps({"model": "srcnn", "request": "ort", "backend": "openvino", "precision": "int8",
+                                 "ms": 23.0, "fp32_ms": 89.0, "when": "2026-11-20 10:00:00"}))
+    try:
+        assert quality.faster_line("srcnn", "ort", loaded).startswith(
+            "hint: --precision auto runs openvino int8 here, 3.9x fp32's speed (23 against 89 ms at 256x256, "
+            "measured 2026-11-20 10:00:00)")
+        measurement("fp32", {"ort": 66.0})  # `backends --measure` since: its number, and the pick's age
+        assert quality.faster_line("srcnn", "ort", loaded) == (
+            "hint: --precision auto ran openvino int8 here in 23 ms at 256x256 (2026-11-20 10:00:00), within its "
+            "quality budget; `backends --measure` timed ort fp32 since: 66 ms (2026-11-25 22:00:00); --precision "
+            "auto re-weighs them")
+    finally:
+        store.unlink()
