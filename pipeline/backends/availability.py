@@ -6,6 +6,7 @@ from pathlib import Path
 from pipeline.artifacts.identity import check_weights, resolve
 from pipeline.backends.base import BackendStatus
 from pipeline.backends.registry import CLASSES
+from pipeline.errors import install_command
 from pipeline.native.cuda_driver import gpu_visible
 
 __all__ = ["BackendStatus", "available", "no_gpu_line"]
@@ -32,4 +33,5 @@ def no_gpu_line() -> str | None:
     if gpu:
         return None
     names = [name for name, cls in CLASSES.items() if cls.GPU_ONLY]
-    return f"{why}: {', '.join(names[:-1])} and {names[-1]} {NEEDS_GPU.replace('needs', 'need')}"
+    return (f"{why}: {', '.join(names[:-1])} and {names[-1]} {NEEDS_GPU.replace('needs', 'need')} (on a machine with "
+            f"one: `{install_command('gpu')}`)")

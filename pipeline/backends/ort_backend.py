@@ -67,9 +67,9 @@ def pick_provider(problem=None) -> str:
 
 
 PROVIDER_HINT = {"cuda": "install the gpu extra on a machine with an NVIDIA GPU (onnxruntime-gpu in place of "
-                         "onnxruntime: `make setup ORT=gpu`)",
+                         f"onnxruntime: `{install_command('gpu')}`)",
                  "tensorrt": "install the gpu extra (onnxruntime-gpu in place of onnxruntime, and TensorRT) on a "
-                             "machine with an NVIDIA GPU: `make setup ORT=gpu`"}
+                             f"machine with an NVIDIA GPU: `{install_command('gpu')}`"}
 
 
 # ORT's shared library for each GPU provider; listed by get_available_providers whether or not it loads.
