@@ -275,3 +275,25 @@ def test_the_precision_hint_quotes_a_later_measurement(measurement):
             "auto re-weighs them")
     finally:
         store.unlink()
+
+
+# -- item 20: lines in order, advice only where it applies, errors before the slow imports -------------------------
+
+def test_eval_with_no_scale_in_range_fails_before_pytorch_loads():
+    import subprocess
+    import sys
+
+    code = ("import sys; from pipeline.cli import main; rc = main(['eval', '--scales', '10']); "
+            "print(rc, 'torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                       env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert r.stdout.split() == ["2", "False"], r
+    assert r.stderr == "error: scale 10 is out of range for model 'srcnn' (allowed: (1, 8])\n"
+
+
+def test_an_over_budget_precision_auto_left_out_gets_no_advice():
+    from pipeline.analysis import quality
+
+    record = {"precision": "int8", "psnr_loss_db": 0.18, "ssim_loss": 0.001, "images": 4}
+    assert quality.loss_line(record).endswith("OVER its 0.1 dB budget: use fp32 for exact output")
+    assert quality.loss_line(record, advice=False).endswith("held-out images, OVER its 0.1 dB budget")
