@@ -226,7 +226,8 @@ def test_compare_plot_bars_pass_under_their_own_precisions_line(tmp_path):
     rows = []
     for backend, prec, err, loss in (("ort", "fp32", 1e-6, None), ("bad", "fp32", 1e-2, None),
                                      ("ort", "fp16", 1e-3, None), ("openvino", "int8", 1e-2,
-                                                                   {"psnr_loss_db": 0.05, "budget_db": 0.1})):
+                                                                   {"psnr_loss_db": 0.05, "budget_db": 0.1,
+                                                                    "within_budget": True})):
         s = error_stats(ref + err, ref)
         ratio, crit = tolerance_ratio(s, prec, loss=loss)
         assert verdict(s, prec, loss=loss) == (ratio <= 1.0, crit)
