@@ -58,7 +58,7 @@ def test_expected_order_of_each_precision_includes_openvino():
     for gpu in (False, True):
         assert auto.expected_order("bf16", gpu)[-2:] == ("openvino", "torch")
         assert auto.expected_order("int8", gpu)[-1] == "openvino"
-    assert auto.expected_order("fp32", False) == ("ort-folded", "ort", "ort-sr-kernels", "torch")
+    assert auto.expected_order("fp32", False) == ("ort-folded", "openvino", "ort", "ort-sr-kernels", "torch")
     assert auto.expected_order("fp32", True)[:4] == ("trt", "ort-trt", "ort-cuda", "torch")
 
 

@@ -25,12 +25,10 @@ from pipeline.native.cuda_driver import gpu_visible
 
 # Expected order, fastest first, per precision, when nothing was measured on this machine: the GPU backends (where
 # one can run) before the CPU ones. CPU fp32 (2-core Ice Lake Xeon, SRCNN x3, 256x256 -> 768x768, one run, medians
-# of 7): ort-folded 219 ms, openvino 299 ms, ort 518 ms, torch 740 ms. openvino is left out of fp32's order all the
-# same: ONNX Runtime is byte-identical everywhere (README "OpenVINO, bf16 and int8"), so auto takes openvino at fp32
-# only from a measurement. bf16 (2-core AMX Xeon, same bench): openvino 13.1 ms, torch 19.9 ms. int8: openvino alone
-# on the CPU.
+# of 7): ort-folded 219 ms, openvino 299 ms, ort 518 ms, torch 740 ms; deform-srcnn on the 2-core AMX Xeon: openvino
+# 670 ms, ort 1452 ms. bf16 (2-core AMX Xeon, one bench): openvino 13.1 ms, torch 19.9 ms. int8: openvino alone.
 GPU_ORDER = ("trt", "ort-trt", "ort-cuda", "torch")
-CPU_ORDER = {"fp32": ("ort-folded", "ort", "ort-sr-kernels", "torch"), "fp16": ("ort", "ort-sr-kernels"),
+CPU_ORDER = {"fp32": ("ort-folded", "openvino", "ort", "ort-sr-kernels", "torch"), "fp16": ("ort", "ort-sr-kernels"),
              "bf16": ("openvino", "torch"), "int8": ("openvino",)}
 # A measured lead under this share of the slower time is noise on a shared machine: auto keeps the expected order.
 NOISE = 0.10
