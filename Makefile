@@ -17,16 +17,23 @@ TRT_HEADERS_DIR ?= build/trt-headers
 
 .PHONY: setup lint format demo test gpu-check onnx plugins build-plugins trt-headers triton-env engine sr eval compare bench train clean
 
+# The stamp holds the ONNX Runtime build installed (an empty one: cpu); another ORT= reinstalls, swapping the builds.
 setup: $(STAMP)
+	@have=$$(cat $(STAMP) 2>/dev/null); if [ "$${have:-cpu}" != "$(ORT)" ]; then \
+	  $(MAKE) --no-print-directory -B $(STAMP) ORT=$(ORT); fi
 
 # Everything: the runtime, the `export` extra (PyTorch, for export/training) and the test tools, with ONNX Runtime's
 # CPU build (ORT=gpu: its CUDA/TensorRT build and TensorRT instead; the two builds never share a venv). A deploy-only
 # install is `pip install '.[cpu]'` (no PyTorch): it runs exported ONNX files and engines.
 ORT ?= cpu
+OTHER_ORT := $(if $(filter gpu,$(ORT)),onnxruntime,onnxruntime-gpu)
 $(STAMP): pyproject.toml
+	@echo "setup: installing .[test,$(ORT)] into $(VENV) with pip (the first time ~6 GB: minutes, quiet until done)"
 	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip uninstall -y -q $(OTHER_ORT) 2>/dev/null || true
 	$(PY) -m pip install -q -e '.[test,$(ORT)]'
-	touch $(STAMP)
+	echo $(ORT) > $(STAMP)
+	@echo "setup: done ($(VENV), ONNX Runtime's $(ORT) build)"
 
 plugins: setup
 	$(MAKE) --no-print-directory build-plugins PY=$(PY)
@@ -98,7 +105,16 @@ onnx: setup
 $(ONNX_DIR)/.exported: | $(STAMP)
 	$(MAKE) --no-print-directory onnx
 
-# TensorRT is checked first: without it the ONNX exports (12 files, ~20 s) would be made for nothing.
+# TensorRT is checked first: without it the ONNX exports (12 files, ~20 s) would be made for nothing. With the venv
+# there, before make starts anything (one line, no make "Error" after it); the recipe's check covers a fresh clone.
+ifneq ($(filter engine,$(MAKECMDGOALS)),)
+ifneq ($(wildcard $(PY)),)
+TRT_PROBLEM := $(shell PYTHONPATH=. $(PY) -c 'from pipeline.engine import tensorrt_problem as p; print(p() or "")' 2>/dev/null)
+ifneq ($(TRT_PROBLEM),)
+$(error error: $(TRT_PROBLEM))
+endif
+endif
+endif
 engine: setup
 	$(PY) -c 'import sys; from pipeline.engine import tensorrt_problem as p; sys.exit(p() and f"error: {p()}")'
 	$(MAKE) --no-print-directory plugins $(ONNX_DIR)/.exported

@@ -202,8 +202,10 @@ def test_create_errors():
         create("torch", "resnet")
     with pytest.raises(PipelineError, match="option 'engine' does not apply to backend 'torch'"):
         create("torch", "srcnn", engine="x.engine")
-    with pytest.raises(PipelineError, match="unknown precision"):
-        create("torch", "srcnn", "int8")
+    with pytest.raises(PipelineError, match="unknown precision 'fp8'"):
+        create("torch", "srcnn", "fp8")
+    with pytest.raises(PipelineError, match="--backend torch does not run int8 .* int8 runs on trt, openvino"):
+        create("torch", "srcnn", "int8")  # issue 42: int8 is known, torch does not run it
 
 
 def test_missing_weights_named(tmp_path):

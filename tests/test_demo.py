@@ -46,6 +46,8 @@ def test_demo_writes_images_and_report(tmp_path, weights_dir, capsys, monkeypatc
     assert all(r["status"] == "pass" for m in cmp["models"] for r in m["rows"] if r["status"] in ("pass", "fail"))
     printed = capsys.readouterr().out
     assert str(demo / "report.md") in printed and str(demo / "sr") in printed
+    steps = [ln.split(" ")[0] for ln in printed.splitlines() if ln.startswith(("[", "sr: "))]
+    assert steps[:3] == ["[1/4]", "sr:", "[2/4]"], printed  # the sr stage's first line with the steps, in order
 
 
 def test_demo_rejects_training_images(tmp_path):

@@ -157,4 +157,5 @@ def test_engine_checks_call_compare_as_it_is():
         pytest.skip("TensorRT is importable here: the engine checks can pass, so they need not name it")
     checks = runs.engines(None, ["srcnn-x3"], log=lambda _m: None)
     assert checks and all(c.status == "fail" for c in checks)
-    assert all("TensorRT" in c.detail for c in checks)
+    # why: TensorRT's problem, or on a machine without a CUDA GPU just that (said once by `backends`, issue 42)
+    assert all("TensorRT" in c.detail or c.detail == "needs a CUDA GPU" for c in checks)

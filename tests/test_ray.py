@@ -265,7 +265,7 @@ def test_bad_arguments_fail_before_ray_starts(tmp_path, cache, args, msg):
 
 def test_ray_actors_without_ray_is_refused(tmp_path, capsys):
     assert main(["sr", str(tmp_path), str(tmp_path / "out"), "--ray-actors", "2"]) == 2
-    assert "--ray-actors and --segment-seconds apply to --ray runs" in capsys.readouterr().err
+    assert "--ray-actors applies only to --ray runs" in capsys.readouterr().err
 
 
 class _Store:

@@ -86,3 +86,47 @@ def test_a_child_listening_itself_is_recognised(other_server, wrapped):
     finally:
         os.killpg(child.pid, signal.SIGKILL)
         child.wait()
+
+
+FAKE_SERVER = """#!{python}
+import http.server, sys, threading
+args = sys.argv[1:]
+port = int(args[args.index("--http-port") + 1])
+for i in range(57):
+    print(f"I1125 noise line {{i}}", flush=True)
+print("E1125 CudaDriverHelper has not been initialized", flush=True)
+if {fail}:
+    print("E1125 model sr failed to load", flush=True)
+    sys.exit(3)
+class Ready(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), Ready).serve_forever()
+"""
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_the_server_log_goes_to_a_file_and_prints_only_on_failure(tmp_path, capsys, fail):
+    """Issue 42: serve printed tritonserver's 57-line log (an E line about CUDA included, on a CPU machine) before
+    its own summary. The log goes to a file; its last lines print only when the server fails."""
+    fake = tmp_path / "tritonserver"
+    fake.write_text(FAKE_SERVER.format(python=sys.executable, fail=fail))
+    fake.chmod(0o755)
+    log = tmp_path / "logs" / "triton.log"
+    http_port = _free_port()
+    rc = main(["serve", str(_repo(tmp_path)), "--tritonserver", str(fake), "--http-port", str(http_port),
+               "--grpc-port", str(_free_port()), "--metrics-port", str(_free_port()), "--stop-after", "0.5",
+               "--log", str(log)])
+    cap = capsys.readouterr()
+    lines = log.read_text().splitlines()
+    assert lines[0] == "I1125 noise line 0" and "E1125 CudaDriverHelper has not been initialized" in lines
+    if fail:
+        assert rc == 2 and cap.err.endswith("error: tritonserver exited (code 3) before it was ready: E1125 model sr "
+                                            "failed to load\n")
+        assert f"tritonserver's last 20 log lines (all of it: {log}):" in cap.err and "noise line 56" in cap.err
+    else:
+        assert rc == 0 and "noise" not in cap.out + cap.err and "E1125" not in cap.out + cap.err
+        assert f"log      {log}" in cap.out and cap.out.startswith("serving sr (python)")

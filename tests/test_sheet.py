@@ -73,7 +73,7 @@ def test_compare_sheet_shows_each_passing_backend(tmp_path):
     path = sheet.compare_sheet(tmp_path, "srcnn-x3", rows, 3.0)
     got = cv2.imread(str(path), cv2.IMREAD_COLOR)
     layout = sheet.Layout(2, 5, 64 * 2)  # LR, bicubic, torch, ort, ground truth; two 64 px crops zoomed x2
-    assert path.name == "sheet-srcnn-x3-x3.png" and got.shape == (layout.height, layout.width, 3)
+    assert path.name == "sheet-srcnn-x3-at-x3.png" and got.shape == (layout.height, layout.width, 3)
     torch_cell, ort_cell = (got[layout.origin(0, c)[0]:layout.origin(0, c)[0] + layout.cell,
                                 layout.origin(0, c)[1]:layout.origin(0, c)[1] + layout.cell] for c in (2, 3))
     assert np.abs(torch_cell.astype(int) - ort_cell.astype(int)).max() <= 1  # backends agree to a level

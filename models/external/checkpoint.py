@@ -14,7 +14,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from models.checkpoint_io import read_checkpoint
-from models.spec import WeightsError
+from models.spec import MODELS, WeightsError
 
 from .spec import SUFFIXES
 
@@ -43,6 +43,16 @@ def read_state_dict(path: Path) -> dict:
     return read_checkpoint(path)  # the same reading, and the same one-line messages, as --weights
 
 
+def registered_twins(state: dict) -> list[str]:
+    """The registered models whose layers have exactly these names and shapes (srcnn and srcnn-x3 share theirs)."""
+    twins = []
+    for spec in MODELS.values():
+        own = spec.build().state_dict()
+        if own.keys() == state.keys() and all(tuple(own[k].shape) == tuple(state[k].shape) for k in own):
+            twins.append(spec.name)
+    return twins
+
+
 def load_descriptor(path: Path) -> spandrel.ImageModelDescriptor:
     """The spandrel descriptor (architecture, scale, channels, size needs, net with weights) of a checkpoint."""
     state = read_state_dict(path)
@@ -51,6 +61,10 @@ def load_descriptor(path: Path) -> spandrel.ImageModelDescriptor:
             warnings.simplefilter("ignore", UserWarning)
             desc = spandrel.MAIN_REGISTRY.load(spandrel.canonicalize_state_dict(state))
     except spandrel.UnsupportedModelError:
+        twins = registered_twins(state)
+        if twins:  # our own model's weights given as a checkpoint
+            raise WeightsError(f"{path} holds weights of our model {' / '.join(twins)}, not a checkpoint of another "
+                               f"architecture: use --model {twins[0]} --weights {path}") from None
         raise WeightsError(f"checkpoint {path}: spandrel does not recognise its architecture "
                            f"(these load: {', '.join(architectures())})") from None
     except Exception as e:  # noqa: BLE001 - a recognised family whose keys/shapes do not fit together

@@ -23,7 +23,7 @@ from pipeline.artifacts.atomic import atomic_write
 from pipeline.artifacts.cache import cache_dir
 from pipeline.artifacts.confine import file_token
 from pipeline.backends import Backend, backend_class, create, create_named, time_backend
-from pipeline.backends.auto import machine_fingerprint
+from pipeline.backends.auto import machine_fingerprint, measured
 from pipeline.errors import PipelineError
 
 # The most Y-PSNR a precision may lose against fp32 on the held-out set (dB).
@@ -118,11 +118,12 @@ def summary(record: dict | None) -> dict | None:
             "within_budget": within_budget(record), "images": record["images"]}
 
 
-def loss_line(record: dict) -> str:
-    """'bf16 loses 0.007 dB Y-PSNR (SSIM 0.0001) against fp32 on the 4 held-out images, within its 0.02 dB budget'."""
+def loss_line(record: dict, advice: bool = True) -> str:
+    """'bf16 loses 0.007 dB Y-PSNR (SSIM 0.0001) against fp32 on the 4 held-out images, within its 0.02 dB budget'.
+    `advice`: an over-budget line tells a run of that precision to use fp32 (not where it was already left out)."""
     p = record["precision"]
     verdict = (f"within its {budget(record):g} dB budget" if within_budget(record)
-               else f"OVER its {budget(record):g} dB budget: use fp32 for exact output")
+               else f"OVER its {budget(record):g} dB budget" + (": use fp32 for exact output" if advice else ""))
     return (f"{p} loses {record['psnr_loss_db']:.3f} dB Y-PSNR (SSIM {record['ssim_loss']:.4f}) against fp32 on the "
             f"{record['images']} held-out images, {verdict}")
 
@@ -151,7 +152,7 @@ def pick_precision(backend: str, model: str | None, log=None, **opts) -> tuple[B
             continue
         record = precision_loss(b, log=log)
         if record is not None and not within_budget(record):
-            notes.append(f"{precision} not used: {loss_line(record)}")
+            notes.append(f"{precision} not used: {loss_line(record, advice=False)}")
             continue
         timed.append((time_backend(b, 256, repeats=5, warmup=2), b))
     if not timed:
@@ -165,13 +166,16 @@ def pick_precision(backend: str, model: str | None, log=None, **opts) -> tuple[B
     if fp32_ms:
         atomic_write(_pick_store(best.model_name, backend), json.dumps(
             {"model": best.model_name, "request": backend, "backend": best.name, "precision": best.precision,
-             "ms": round(ms, 2), "fp32_ms": round(fp32_ms, 2), "when": time.strftime("%Y-%m-%d")}) + "\n")
+             "ms": round(ms, 2), "fp32_ms": round(fp32_ms, 2), "when": time.strftime(WHEN)}) + "\n")
     return best.selected(why, f"precision auto: {best.precision}, fastest within budget"), why
 
 
 def _pick_store(model: str, backend: str):
     key = hashlib.sha256(f"{model} {backend} {machine_fingerprint()}".encode()).hexdigest()[:16]
     return cache_dir() / "quality" / f"auto-{file_token(model)}-{file_token(backend)}-{key}.json"
+
+
+WHEN = "%Y-%m-%d %H:%M:%S"  # a measurement's time, as pipeline.backends.auto.measure writes it: they sort as text
 
 
 def faster_line(model: str, backend: str, loaded: Backend) -> str | None:
@@ -185,6 +189,11 @@ def faster_line(model: str, backend: str, loaded: Backend) -> str | None:
         return None
     if pick.get("precision") == "fp32" or not pick.get("ms") or not pick.get("fp32_ms"):
         return None
+    later = measured(model, "fp32")  # `backends --measure` since the pick: quote that, and say the pick is older
+    if later and later.get("when", "") > pick["when"] and loaded.name in later.get("ms", {}):
+        return (f"hint: --precision auto ran {pick['backend']} {pick['precision']} here in {pick['ms']:.0f} ms at "
+                f"256x256 ({pick['when']}), within its quality budget; `backends --measure` timed {loaded.name} "
+                f"fp32 since: {later['ms'][loaded.name]:.0f} ms ({later['when']}); --precision auto re-weighs them")
     speedup = pick["fp32_ms"] / pick["ms"]
     return (f"hint: --precision auto runs {pick['backend']} {pick['precision']} here, {speedup:.1f}x fp32's speed"
             f" ({pick['ms']:.0f} against {pick['fp32_ms']:.0f} ms at 256x256, measured {pick['when']}), "

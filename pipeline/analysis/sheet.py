@@ -175,7 +175,8 @@ def compare_sheet(out_dir: Path, model: str, rows: list[dict], scale: float, *, 
     for name, precision in dict.fromkeys(ran):
         y = B.create(name, model, precision, weights=weights).infer(x, scale)[0].transpose(1, 2, 0)
         outputs[f"{name} {precision}"] = y[: hr.shape[0], : hr.shape[1]]
-    return write(Path(out_dir) / f"sheet-{_safe_name(model)}-x{scale:g}.png", lr, outputs, hr, scale=scale)
+    # "-at-": srcnn at x3 and srcnn-x3 at x3 read apart (sheet-srcnn-x3.png vs sheet-srcnn-x3-x3.png did not)
+    return write(Path(out_dir) / f"sheet-{_safe_name(model)}-at-x{scale:g}.png", lr, outputs, hr, scale=scale)
 
 
 def compare_sheets(out_dir: Path, results: list[dict], weights_for=lambda model: None) -> list[Sheet]:

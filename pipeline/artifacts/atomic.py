@@ -1,6 +1,7 @@
 """Atomic file writes: write next to the target, then rename, so readers and crashes never see half a file."""
 from __future__ import annotations
 
+import errno
 import os
 import re
 import tempfile
@@ -77,5 +78,10 @@ def folder_problem(folder: str | Path) -> str | None:
         with tempfile.TemporaryFile(dir=base):
             pass
     except OSError as e:
-        return f"cannot be written ({base}: {e.strerror or e})"
+        return f"cannot be written ({base} is not writable: {_REFUSALS.get(e.errno, e.strerror or str(e))})"
     return None
+
+
+# How a folder refuses a new file, in words: /proc answers ENOENT for a folder that exists.
+_REFUSALS = {errno.EROFS: "a read-only file system", errno.EACCES: "permission denied",
+             errno.EPERM: "permission denied", errno.ENOENT: "a virtual file system that takes no new files"}

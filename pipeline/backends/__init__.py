@@ -25,9 +25,9 @@ from pipeline.backends.auto import (
     pick_auto,
     time_backend,
 )
-from pipeline.backends.availability import available
+from pipeline.backends.availability import available, no_gpu_line
 from pipeline.backends.base import Backend, BackendStatus
 from pipeline.backends.registry import NAMES, backend_class, create_named
 
 __all__ = ["NAMES", "AutoPick", "Backend", "BackendStatus", "available", "backend_class", "create", "create_named",
-           "measure", "measured", "pick_auto", "time_backend"]
+           "measure", "measured", "no_gpu_line", "pick_auto", "time_backend"]

@@ -6,8 +6,11 @@ from pathlib import Path
 from pipeline.artifacts.identity import check_weights, resolve
 from pipeline.backends.base import BackendStatus
 from pipeline.backends.registry import CLASSES
+from pipeline.errors import install_command
+from pipeline.native.cuda_driver import gpu_visible
 
-__all__ = ["BackendStatus", "available"]
+__all__ = ["BackendStatus", "available", "no_gpu_line"]
+NEEDS_GPU = "needs a CUDA GPU"  # a GPU-only backend's whole reason on a machine without one (no_gpu_line says why)
 
 
 def available(model: str | None, precision: str = "fp32", weights=None, *, onnx: str | Path | None = None,
@@ -18,5 +21,17 @@ def available(model: str | None, precision: str = "fp32", weights=None, *, onnx:
     spec = resolve(model, onnx, engine)
     if onnx is None and engine is None:
         check_weights(spec, weights)
-    return [cls.status(spec, precision, onnx=onnx, engine=engine, weights=weights) if precision in cls.PRECISIONS
+    gpu = gpu_visible()[0]
+    return [cls.no(NEEDS_GPU) if cls.GPU_ONLY and not gpu
+            else cls.status(spec, precision, onnx=onnx, engine=engine, weights=weights) if precision in cls.PRECISIONS
             else cls.no(f"runs {', '.join(cls.PRECISIONS)}, not {precision}") for cls in CLASSES.values()]
+
+
+def no_gpu_line() -> str | None:
+    """On a machine without a CUDA GPU, the one line saying so and which backends it rules out; None with one."""
+    gpu, why = gpu_visible()
+    if gpu:
+        return None
+    names = [name for name, cls in CLASSES.items() if cls.GPU_ONLY]
+    return (f"{why}: {', '.join(names[:-1])} and {names[-1]} {NEEDS_GPU.replace('needs', 'need')} (on a machine with "
+            f"one: `{install_command('gpu')}`)")

@@ -65,6 +65,8 @@ class Backend(ABC):
     name: ClassVar[str]  # e.g. "torch", "ort", "ort-sr-kernels", "trt"
     OPTIONS: ClassVar[frozenset[str]] = frozenset()
     PRECISIONS: ClassVar[tuple[str, ...]] = PRECISIONS  # the precisions this backend runs
+    # Runs on a CUDA GPU only: on a machine without one its reason is said once for all (availability.no_gpu_line)
+    GPU_ONLY: ClassVar[bool] = False
     device: str = "cpu"  # e.g. "cpu", "cuda:0"
     precision: str       # "fp32" or "fp16"
     model_name: str

@@ -70,9 +70,9 @@ def pick_provider(problem=None) -> str:
 
 
 PROVIDER_HINT = {"cuda": "install the gpu extra on a machine with an NVIDIA GPU (onnxruntime-gpu in place of "
-                         "onnxruntime: `make setup ORT=gpu`)",
+                         f"onnxruntime: `{install_command('gpu')}`)",
                  "tensorrt": "install the gpu extra (onnxruntime-gpu in place of onnxruntime, and TensorRT) on a "
-                             "machine with an NVIDIA GPU: `make setup ORT=gpu`"}
+                             f"machine with an NVIDIA GPU: `{install_command('gpu')}`"}
 
 
 # ORT's shared library for each GPU provider; listed by get_available_providers whether or not it loads.
@@ -266,7 +266,7 @@ class OrtBackend(Backend):
         if problem:
             return cls.no(problem)
         extra = ""
-        if cls.PROVIDER == "auto" and provider == "cpu":
+        if cls.PROVIDER == "auto" and provider == "cpu" and gpu_visible()[0]:  # without a GPU: said once, not here
             extra = f"; no GPU provider ({provider_problem('cuda')})"
         elif cls.PROVIDER == "auto" and provider == "cuda" and PROVIDERS["tensorrt"] in available_providers():
             extra = f"; not TensorRT: {provider_problem('tensorrt')}"  # in this build, but it cannot run here
@@ -449,8 +449,10 @@ class OrtCpuBackend(OrtBackend):
 class OrtCudaBackend(OrtBackend):
     name = "ort-cuda"
     PROVIDER = "cuda"
+    GPU_ONLY = True
 
 
 class OrtTrtBackend(OrtBackend):
     name = "ort-trt"
     PROVIDER = "tensorrt"
+    GPU_ONLY = True

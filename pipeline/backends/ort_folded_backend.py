@@ -48,6 +48,7 @@ def _folded_problem(spec: ModelSpec, onnx: Path | None, weights=None) -> str | N
 
 class OrtFoldedBackend(Backend):
     name = "ort-folded"
+    PRECISIONS = ("fp32",)  # the folded graphs are made from the fp32 export
     OPTIONS = frozenset({"onnx", "weights", "threads", "exporter", "log"})
 
     def __init__(self, model: str | None, precision: str = "fp32", *, onnx: str | Path | None = None, weights=None,

@@ -83,11 +83,11 @@ class TorchBackend(Backend):
         gpu = gpu_visible()
         if gpu[0]:
             return cls.ok(f"PyTorch {version} on cuda ({gpu[1]})")
-        if precision == "fp16":
-            return cls.no("fp16 needs a CUDA GPU; " + gpu[1])
+        if precision == "fp16":  # why there is no GPU: availability.no_gpu_line, once for every backend
+            return cls.no("fp16 needs a CUDA GPU")
         if precision == "bf16" and (why := bf16_problem()):
-            return cls.no(f"bf16 on the CPU: {why}")
-        return cls.ok(f"PyTorch {version} on cpu ({gpu[1]})")
+            return cls.no(why)
+        return cls.ok(f"PyTorch {version} on cpu")
 
     def load(self) -> TorchBackend:
         import torch

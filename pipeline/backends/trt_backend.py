@@ -57,6 +57,7 @@ from pipeline.native.libraries import trt_plugin_library
 
 class TrtBackend(Backend):
     name = "trt"
+    GPU_ONLY = True
     GRAPH_AFTER = 2  # a bound shape is captured once seen this often: one-off edge crops run directly
     GRAPHS = 4  # captured shapes kept
     OPTIONS = frozenset({"engine", "onnx", "profile", "weights", "cuda_graph", "device", "log"})

@@ -9,7 +9,28 @@ import time
 
 from pipeline.artifacts.identity import resolve
 
-PEAK_PRECISIONS = ("fp32", "bf16", "int8")  # the peaks measured; a row is held to its precision's
+PEAK_PRECISIONS = ("fp32", "bf16", "int8")  # the peaks measured, each a fallback for the ones after it
+
+
+def peak_precision(precision: str | None) -> str:
+    """The measured peak a row of `precision` is held to: its own, fp32's for any other (fp16 on a GPU)."""
+    return precision if precision in PEAK_PRECISIONS else "fp32"
+
+
+def held_peaks(gemm: dict[str, float]) -> dict[str, float]:
+    """Each precision's ceiling: the best GEMM of it and of the precisions before it. A bf16 or int8 row may run
+    (partly) at fp32 -- OpenVINO does on a CPU without bf16 arithmetic, where torch's bf16 GEMM is emulated and
+    far slower -- so a lower precision's ceiling is never under fp32's."""
+    out, best = {}, 0.0
+    for p in PEAK_PRECISIONS:
+        best = max(best, gemm.get(p, 0.0))
+        out[p] = best
+    return out
+
+
+def achieved_gflops(row: dict) -> float:
+    """What a result row reached: its model FLOPs over its median latency, GFLOP/s."""
+    return row["gflop"] / (row["latency_ms"]["median"] / 1e3)
 
 
 def _peak_kernel(precision: str, n: int):

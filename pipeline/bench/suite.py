@@ -27,7 +27,7 @@ from pipeline.bench.folder import folder_throughput, gpu_folder_rows, stage_cost
 from pipeline.bench.kernels import kernel_section
 from pipeline.bench.ray_bench import ray_bench, ray_video_bench
 from pipeline.bench.results import VIDEO_FLOOR, apply_peak, auto_row, flops_entry, method, precision_auto_row
-from pipeline.bench.roofline import PEAK_PRECISIONS, flops_per_output_pixel, measure_peak_gflops
+from pipeline.bench.roofline import PEAK_PRECISIONS, flops_per_output_pixel, held_peaks, measure_peak_gflops
 from pipeline.bench.startup import time_to_first_image
 from pipeline.bench.sweeps import ModelBench
 from pipeline.bench.timing import cuda_torch
@@ -85,8 +85,8 @@ def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
         spec = resolve(model)
         flops_px = flops_per_output_pixel(model)
         doc["flops"][model] = flops_entry(flops_px, spec.default_scale)
-        results = ModelBench(model, cfg, {p: pk["gflops"] for p, pk in peaks.items()}, flops_px, weights=weights,
-                             log=log, note=doc["skipped"].append).run()
+        gemm = held_peaks({p: max(pk["samples"]) for p, pk in peaks.items()})
+        results = ModelBench(model, cfg, gemm, flops_px, weights=weights, log=log, note=doc["skipped"].append).run()
         doc["results"] += results
         with contextlib.suppress(PipelineError):  # nothing can run `auto` here: no auto row
             pick = B.pick_auto(model, "fp32", weights=weights)

@@ -10,6 +10,7 @@ from models.spec import output_size
 from pipeline.analysis.quality import LOWER
 from pipeline.artifacts.identity import resolve
 from pipeline.bench.results import result_row
+from pipeline.bench.roofline import peak_precision
 from pipeline.bench.timing import available_bytes, time_interleaved
 from pipeline.bench.variants import (
     BASELINE,
@@ -122,7 +123,7 @@ class ModelBench:
         for v in ok:
             r = result_row(model=self.model, sweep=sweep, variant=v, size=size, scale=scale, batch=batch,
                            threads=threads, timing=timings[v.name], out_hw=out_hw, flops_px=self.flops_px,
-                           peak=self.peaks.get(v.precision, self.peaks["fp32"]), baseline_ms=base_ms,
+                           peak=self.peaks[peak_precision(v.precision)], baseline_ms=base_ms,
                            err=errs[v.name])
             self.results.append(r)
             self.log(f"  {where} {v.name:<17} {r['latency_ms']['median']:9.1f} ms  x{r['speedup_vs_baseline']:.2f} "

@@ -43,8 +43,14 @@ class UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
+    # `usage_hint(message, argv) -> str`, set by a stage's add_arguments: more to say about an argparse error on
+    # that command line, e.g. an optional-value flag that swallowed a positional.
+    usage_hint = None
+    argv: list[str] = []
+
     def error(self, message):  # argparse would print the usage block and exit
-        raise UsageError(f"{message} (see: {self.prog} --help)")
+        hint = self.usage_hint(message, self.argv) if self.usage_hint else ""
+        raise UsageError(f"{message}{hint} (see: {self.prog} --help)")
 
 
 def _prog() -> str:
@@ -66,6 +72,7 @@ def _run_stage(stage: str, rest: list[str]) -> int:
     module_name, help_ = STAGES[stage]
     module = importlib.import_module(module_name)
     stage_parser = _Parser(prog=f"{_prog()} {stage}", description=help_)
+    stage_parser.argv = rest
     module.add_arguments(stage_parser)
     return int(module.run(stage_parser.parse_args(rest)) or 0)
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pipeline.analysis import quality
-from pipeline.backends import available, create_named, measure, pick_auto
+from pipeline.backends import available, create_named, measure, no_gpu_line, pick_auto
 from pipeline.cli import options
 from pipeline.errors import PipelineError
 
@@ -45,6 +45,8 @@ def run(args) -> int:
     onnx = options.onnx_from_args(args)
     statuses = available(model, args.precision, weights, onnx=onnx)
     print(f"backends for {model} ({args.precision}{f', {onnx}' if onnx else ''}):")
+    if (line := no_gpu_line()) is not None:
+        print(line)
     print(format_table(statuses))
     if args.measure:
         print(f"measuring ({args.size}x{args.size}, median of {args.repeats}):")

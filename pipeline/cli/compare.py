@@ -5,6 +5,7 @@ from pipeline import report
 from pipeline.analysis import sheet
 from pipeline.analysis.compare import DEFAULT_PSNR_FP16, DEFAULT_TOL_FP32, compare_model, compare_onnx
 from pipeline.artifacts.identity import resolve
+from pipeline.backends import no_gpu_line
 from pipeline.cli import options
 from pipeline.errors import PipelineError
 
@@ -52,6 +53,8 @@ def run(args) -> int:
     weights = options.weights_from_args(args)
     backends = options.backends_from_args(args)
     options.check_runnable(models, args.precisions, backends, weights)
+    if (line := no_gpu_line()) is not None:
+        print(line)
     results = []
     for model in models:
         print(f"compare {model}")

@@ -76,7 +76,7 @@ def run(args) -> int:
     sr_dir = root / "sr"
     summary = upscale(lr_dir, sr_dir, model=model, scale=DEMO_SCALE, backend=args.backend,
                       weights=weights(model), reference=hr_dir, summary=root / "sr_summary.json",
-                      progress=False)
+                      progress=False, log=lambda line: print(line, flush=True))  # with the steps, in order
     if summary.failed:
         raise PipelineError(f"the sr stage failed on {len(summary.failed)} image(s): "
                             f"{summary.failed[0].job.rel}: {summary.failed[0].reason}")

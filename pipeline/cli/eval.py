@@ -10,6 +10,7 @@ from models.spec import WeightsError
 from pipeline.analysis import quality
 from pipeline.analysis.evaluate import DEFAULT_SCALES, evaluate, format_table  # PyTorch loads inside evaluate()
 from pipeline.artifacts.atomic import atomic_write
+from pipeline.artifacts.identity import resolve
 from pipeline.backends import create_named
 from pipeline.cli import options
 from pipeline.data import sample_images
@@ -36,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     weights = options.weights_from_args(args)
     if args.json is not None:
         options.check_output_file(args.json, "--json")
+    _check_some_scale_runs(model, args.scales)
     try:
         images = {n: sample_images.load_rgb(n) for n in args.images} if args.images else None
         result = evaluate(model, args.scales, weights, images=images,
@@ -52,6 +54,19 @@ def run(args: argparse.Namespace) -> int:
         atomic_write(Path(args.json), json.dumps(result, indent=2, allow_nan=True) + "\n")
         print(f"wrote {args.json}")
     return 0
+
+
+def _check_some_scale_runs(model: str, scales) -> None:
+    """Before PyTorch loads: an error when no scale is in the model's range (one out of several is skipped, with
+    its reason, as the default 2 3 4 on srcnn-x3)."""
+    problems = []
+    for scale in scales:
+        try:
+            resolve(model).check_scale(scale)
+        except ValueError as e:
+            problems.append(str(e))
+    if len(problems) == len(scales):
+        raise PipelineError(problems[0])
 
 
 def _precision_loss(model: str, precision: str, weights) -> dict | None:

@@ -5,7 +5,7 @@ import argparse
 import json
 
 from models import external  # torch-free: spandrel and PyTorch load only to list or describe
-from models.spec import MODELS
+from models.spec import MODELS, file_sha256
 from pipeline.artifacts.identity import resolve
 from pipeline.errors import PipelineError
 
@@ -37,9 +37,11 @@ def listing() -> str:
 
 
 def describe(value: str) -> dict:
+    if value in MODELS:
+        return registered(MODELS[value])
     if not external.is_external(value):
-        raise PipelineError(f"'{value}' is neither a checkpoint ({', '.join(external.SUFFIXES)}) nor "
-                            "package.module:factory")
+        raise PipelineError(f"'{value}' is neither one of our models ({', '.join(MODELS)}), a checkpoint "
+                            f"({', '.join(external.SUFFIXES)}) nor package.module:factory")
     return resolve(value).external.describe()  # a file that does not load: one PipelineError line
 
 
@@ -56,8 +58,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def registered(spec) -> dict:
+    """One of our models as `models --model NAME` describes it: scales, receptive field and shipped weights."""
+    path = spec.weights_path
+    return {"name": spec.name, "registered": True, "description": spec.description, "scales": spec.scales_text,
+            "default_scale": spec.default_scale, "receptive_radius": spec.receptive_radius, "weights": str(path),
+            "sha256": file_sha256(path) if path.is_file() else None}
+
+
 def summary(info: dict) -> str:
     """One line: what the model is and what tiling and precision can do with it."""
+    if info.get("registered"):
+        sha = f"sha256 {info['sha256'][:16]}..." if info["sha256"] else "missing: `make train` makes them"
+        return (f"{info['name']}: our model, {info['description']}; scale {info['scales']} (default "
+                f"x{info['default_scale']:g}), receptive radius {info['receptive_radius']} px; shipped weights "
+                f"{info['weights']} ({sha}); your own: --model {info['name']} --weights FILE")
     rf = info["receptive_field"]
     sizes = "any size" if info["any_size"] else f">= {info['min_size']} px"
     if info["align"] > 1:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from pipeline.artifacts.atomic import folder_problem
+from pipeline.artifacts.cache import cache_dir
 from pipeline.errors import PipelineError
 from pipeline.serve.server import plan_server, serve
 
@@ -20,7 +22,11 @@ def add_arguments(p) -> None:
     p.add_argument("--model", action="append", dest="models", metavar="NAME",
                    help="load only this model (repeatable; default: every model this server has a backend for)")
     p.add_argument("--stop-after", type=float, metavar="SECONDS", help="stop by itself after this long")
-    p.add_argument("--quiet", action="store_true", help="hide tritonserver's own log (errors still surface)")
+    p.add_argument("--log", type=Path, metavar="FILE", help="tritonserver's own log (default: "
+                   "serve/tritonserver-HTTP_PORT.log in the artifact cache); its last lines print on a failure")
+    p.add_argument("--verbose", action="store_true", help="also print tritonserver's log as it runs")
+    p.add_argument("--quiet", action="store_true", help="not even the log's last lines on a failure (the error "
+                   "line still prints)")
 
 
 def run(args) -> int:
@@ -28,4 +34,9 @@ def run(args) -> int:
         raise PipelineError("--stop-after must be positive")
     plan = plan_server(args.repo, binary=args.tritonserver, host=args.host, http_port=args.http_port,
                        grpc_port=args.grpc_port, metrics_port=args.metrics_port, models=args.models)
-    return serve(plan, stop_after=args.stop_after, echo=None if args.quiet else sys.stderr)
+    log = args.log if args.log is not None else cache_dir() / "serve" / f"tritonserver-{args.http_port}.log"
+    problem = folder_problem(log.parent)
+    if problem:
+        raise PipelineError(f"--log {log}: its folder {problem}")
+    return serve(plan, stop_after=args.stop_after, echo=sys.stderr if args.verbose else None, log=log,
+                 tail=not args.quiet)

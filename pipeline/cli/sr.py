@@ -25,6 +25,7 @@ def _batch(value: str) -> int | str:
 
 
 def add_arguments(p) -> None:
+    p.usage_hint = usage_hint
     p.add_argument("input", help="image or video file, or a folder of them (searched recursively)")
     p.add_argument("output", help="output folder (mirrors INPUT's tree) or, for a single image or video, a file name")
     add_model_args(p)  # None unless given: sr.settings.resolve_model takes the --onnx/--engine file's
@@ -79,17 +80,33 @@ LOCAL_ONLY = ("onnx", "engine", "weights", "threads", "tile", "tile_overlap", "r
               "segment_seconds")
 
 
+def _applies(given: list[str], where: str) -> str:
+    """'--tile applies only to local runs' / '--onnx, --tile apply only to local runs'."""
+    return f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to {where}"
+
+
+def usage_hint(message: str, argv: list[str]) -> str:
+    """A missing INPUT/OUTPUT after a bare `--ray` (its optional ADDRESS took one of them): say so."""
+    if "required" in message and "--ray" in argv:
+        return ("; --ray takes an optional ADDRESS, so the path after it was read as one: put --ray after OUTPUT "
+                "or write --ray=local")
+    return ""
+
+
 def _check_applies(args) -> None:
-    if args.ray is None and (args.ray_actors is not None or args.segment_seconds is not None):
-        raise PipelineError("--ray-actors and --segment-seconds apply to --ray runs")
+    if args.onnx is not None and args.engine is not None:
+        raise PipelineError("--onnx and --engine both name the model file to run: give one of them")
+    ray_only = [f"--{k.replace('_', '-')}" for k in ("ray_actors", "segment_seconds") if getattr(args, k) is not None]
+    if args.ray is None and ray_only:
+        raise PipelineError(_applies(ray_only, "--ray runs"))
     if args.triton is None and (args.concurrency is not None or args.triton_model != "sr"):
-        raise PipelineError("--concurrency and --triton-model apply to --triton runs")
+        raise PipelineError(_applies(["--concurrency", "--triton-model"], "--triton runs"))
     if args.triton is not None:
         given = [f"--{k.replace('_', '-')}" for k in LOCAL_ONLY if getattr(args, k) is not None]
         if args.backend != "auto" or args.precision != "fp32" or args.batch != 1:
             given += ["--backend/--precision/--batch"]
         if given:
-            raise PipelineError(f"{', '.join(given)} apply to local runs; with --triton the served model decides")
+            raise PipelineError(_applies(given, "local runs") + "; with --triton the served model decides")
 
 
 def options_from_args(args) -> RunOptions:

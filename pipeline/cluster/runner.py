@@ -131,7 +131,8 @@ class RayExecutor:
             what = self._plan_clips(plan, settings, actors)
         self._facts = {"address": cluster.address, "actors": actors, "artifacts": shared.describe()}
         return Started(m.name, m.scale, f"Ray {cluster.address}",
-                       f"{cluster.cpus:g} CPU, {cluster.gpus:g} GPU, {actors} actor(s), backend {backend}: {choice}",
+                       f"{cluster.cpus:g} CPU, {cluster.gpus:g} GPU, {actors} actor(s), backend {backend}"
+                       + (f" {precision}" if precision != "fp32" else "") + f": {choice}",
                        backend, choice, what=what, tile=o.tile, batch=o.batch if isinstance(o.batch, int) else 1,
                        workers=actors)
 

@@ -161,6 +161,12 @@ def precision_section(doc: dict) -> list:
     return blocks
 
 
+def _set_by(pk: dict) -> str:
+    """Where a peak came from when a row beat the GEMM (pipeline.bench.results.apply_peak)."""
+    by = pk.get("set_by")
+    return f"; raised to {by}'s rate, which beat the GEMM" if by and by != "GEMM" else ""
+
+
 def _method_items(doc: dict) -> Items:
     m = doc["method"]
     heavy = m.get("config", {}).get("heavy_call_s")
@@ -175,7 +181,8 @@ def _method_items(doc: dict) -> Items:
         "latency; MPix/s = output pixels x batch / median latency.",
         f"Baseline: {m['baseline']}. Speed-up = baseline median / backend median, same run, same configuration.",
         "Roofline: model FLOPs (per call) / measured machine peak = the shortest possible latency; "
-        "roofline column = that time / median latency (1.0 = at peak).",
+        "roofline column = that time / median latency (1.0 = at peak). A precision's peak is never under the one "
+        "before it (fp32, bf16, int8), nor under what any of its rows reached, so no share passes 1.0.",
         f"Peak RSS: highest resident set size of this process sampled every 5 ms during the timed calls"
         f"{'; device memory: torch.cuda.max_memory_allocated' if doc['environment'].get('gpu') else ''}.")
 
@@ -185,8 +192,9 @@ def _bench_method(doc: dict) -> list:
     env = env_items(doc["environment"])
     peaks = items(
         f"Machine peak (measured): {fmt(doc['peak']['gflops'])} GFLOP/s fp32 ({doc['peak']['method']}; "
-        f"highest of {len(doc['peak'].get('samples', [1]))} measurements: run start and after each model)",
-        *[f"{p} peak (measured): {fmt(pk['gflops'])} GFLOP/s ({pk['method']})"
+        f"highest of {len(doc['peak'].get('samples', [1]))} measurements: run start and after each model)"
+        + _set_by(doc["peak"]),
+        *[f"{p} peak (measured): {fmt(pk['gflops'])} GFLOP/s ({pk['method']})" + _set_by(pk)
           for p, pk in doc.get("peaks", {}).items() if p != "fp32"])
     return [Heading("Benchmark", 1), Heading("Environment"), Items(env.items + peaks.items), Heading("Method"),
             _method_items(doc), Heading("Models"),

@@ -59,25 +59,32 @@ def compare_markdown(doc: dict) -> str:
     return to_markdown(compare_blocks(doc))
 
 
+def error_bars(doc: dict) -> list[tuple[str, float, str, str]]:
+    """(label, error / its precision's tolerance, status, criterion) of every row that ran: 1.0 is each row's own
+    tolerance line (pipeline.analysis.compare.tolerance_ratio), so a pass is at or under it."""
+    return [(f"{printable(m['model'])}\n{r['backend']} {r['precision']}",
+             r.get("tolerance_ratio", r["max_abs"] / m["tolerances"]["fp32_max_abs"]), r["status"],
+             r.get("criterion", ""))
+            for m in doc["models"] for r in m["rows"] if r["status"] in ("pass", "fail")]
+
+
 def plot_compare(doc: dict, path: Path) -> None:
     plt = plt_()
-    rows = [(f"{printable(m['model'])}\n{r['backend']} {r['precision']}", r["max_abs"], r["status"])
-            for m in doc["models"] for r in m["rows"] if r["status"] in ("pass", "fail")]
+    rows = error_bars(doc)
     fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows) + 2), 4))
     if rows:
-        vals = [max(v, 1e-12) if math.isfinite(v) else 1.0 for _, v, _ in rows]
-        ax.bar(range(len(rows)), vals, color=["tab:green" if s == "pass" else "tab:red" for *_, s in rows])
+        vals = [max(v, 1e-9) if math.isfinite(v) else 1e3 for _, v, _, _ in rows]
+        ax.bar(range(len(rows)), vals, color=["tab:green" if s == "pass" else "tab:red" for _, _, s, _ in rows])
         ax.set_xticks(range(len(rows)), [r[0] for r in rows], rotation=60, ha="right", fontsize=7)
         ax.set_yscale("log")
-        for i, (_, v, _) in enumerate(rows):
+        for i, (_, v, _, _) in enumerate(rows):
             if v == 0:
-                ax.text(i, 1e-12, "exact", ha="center", va="bottom", fontsize=7)
-        tol = doc["models"][0]["tolerances"]["fp32_max_abs"] if doc["models"] else None
-        if tol:
-            ax.axhline(tol, color="gray", ls="--", lw=0.8, label=f"FP32 tolerance {tol:g}")
-            ax.legend(fontsize=7)
-    ax.set_ylabel("max abs error vs PyTorch FP32")
-    ax.set_title("Error by backend (green: pass, red: fail)")
+                ax.text(i, 1e-9, "exact", ha="center", va="bottom", fontsize=7)
+        criteria = "; ".join(dict.fromkeys(c for *_, c in rows if c))
+        ax.axhline(1.0, color="gray", ls="--", lw=0.8, label=f"each precision's tolerance ({criteria})")
+        ax.legend(fontsize=7)
+    ax.set_ylabel("error / its precision's tolerance")
+    ax.set_title("Error by backend vs PyTorch FP32 (green: pass, red: fail)")
     save_fig(fig, path)
     plt.close(fig)
 

@@ -170,22 +170,40 @@ def _die_with_parent() -> None:
 
 
 class Server:
-    """A started tritonserver; its output goes to `echo` (a file) and its last lines are kept for errors."""
+    """A started tritonserver; its output goes to the `log` file and `echo` (a stream; None: nowhere else), and its
+    last lines are kept for errors."""
 
-    def __init__(self, plan: ServerPlan, echo=sys.stderr):
-        self.plan = plan
+    def __init__(self, plan: ServerPlan, echo=None, log: Path | None = None):
+        self.plan, self.log = plan, log
         self.tail: collections.deque[str] = collections.deque(maxlen=40)
+        sink = None
+        if log is not None:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            sink = open(log, "w", encoding="utf-8")  # noqa: SIM115 - the reader thread closes it
         self.proc = subprocess.Popen(plan.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      errors="replace", start_new_session=True, preexec_fn=_die_with_parent)
-        self._reader = threading.Thread(target=self._pump, args=(echo,), daemon=True)
+        self._reader = threading.Thread(target=self._pump, args=(echo, sink), daemon=True)
         self._reader.start()
 
-    def _pump(self, echo) -> None:
-        for line in self.proc.stdout:
-            self.tail.append(line.rstrip())
-            if echo is not None:
-                echo.write(line)
-                echo.flush()
+    def _pump(self, echo, sink) -> None:
+        try:
+            for line in self.proc.stdout:
+                self.tail.append(line.rstrip())
+                for stream in (s for s in (echo, sink) if s is not None):
+                    stream.write(line)
+                    stream.flush()
+        finally:
+            if sink is not None:
+                sink.close()
+
+    def show_tail(self, lines: int = 20) -> None:
+        """On a failure: the server's last lines, and where its whole log is."""
+        if self.proc.poll() is not None:  # exited: every line it wrote is read
+            self._reader.join(timeout=5)
+        where = f" (all of it: {self.log})" if self.log is not None else ""
+        kept = list(self.tail)[-lines:]
+        print(f"tritonserver's last {len(kept)} log lines{where}:", *(f"  {ln}" for ln in kept), sep="\n",
+              file=sys.stderr)
 
     def last_error(self) -> str:
         errors = [ln for ln in self.tail if ln.startswith("E") or "error" in ln.lower()]
@@ -234,31 +252,41 @@ class Server:
         return self.proc.returncode
 
 
-def serve(plan: ServerPlan, *, stop_after: float | None = None, echo=sys.stderr, out=sys.stdout) -> int:
+def serve(plan: ServerPlan, *, stop_after: float | None = None, echo=None, out=None, log: Path | None = None,
+          tail: bool = True) -> int:
     """Start, wait for readiness, print the URLs, run until SIGINT/SIGTERM (or `stop_after` seconds), stop.
+    The server's log goes to `log` (and `echo`); on a failure its last lines are printed (`tail`).
     Returns 0 after a requested stop, 1 when the server died by itself."""
+    out = sys.stdout if out is None else out  # looked up now: a caller may have redirected it
     stopping = threading.Event()
 
     def on_signal(signum, frame):
         stopping.set()
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    server = Server(plan, echo)
+    server = Server(plan, echo, log)
     try:
-        seconds = server.wait_ready()
+        try:
+            seconds = server.wait_ready()
+        except PipelineError:
+            if tail:
+                server.show_tail()
+            raise
         names = ", ".join(f"{e.name} ({e.backend})" for e in plan.load)
         print(f"serving {names} from {plan.command[2]} (ready in {seconds:.1f} s)", file=out)
         for e in plan.skipped:
             print(f"not loaded: {e.name} (this server has no {e.backend} backend; an official Triton container has)",
                   file=out)
         print(f"HTTP     {plan.url('http')}\ngRPC     {plan.url('grpc')}\nmetrics  {plan.url('metrics')}\n"
-              "Ctrl-C or SIGTERM stops it", file=out, flush=True)
+              + (f"log      {log}\n" if log is not None else "") + "Ctrl-C or SIGTERM stops it", file=out, flush=True)
         deadline = None if stop_after is None else time.monotonic() + stop_after
         while not stopping.is_set() and server.proc.poll() is None:
             if deadline is not None and time.monotonic() >= deadline:
                 break
             stopping.wait(0.5)
         if server.proc.poll() is not None:
+            if tail:
+                server.show_tail()
             print(f"error: tritonserver exited by itself (code {server.proc.returncode}): {server.last_error()}",
                   file=sys.stderr)
             return 1

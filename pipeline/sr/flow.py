@@ -191,8 +191,9 @@ def _say_ignored(found: JobList, executor: Executor, console: Console) -> None:
         console.info(f"ignored {len(found.ignored)} file(s) without {kinds} extension (e.g. {found.ignored[0]})")
 
 
-def say_done(summary: Summary, console: Console) -> None:
-    """The closing lines of every run: reference scores, the done line with its rates, and what failed."""
+def say_done(summary: Summary, console: Console, summary_path=None) -> None:
+    """The closing lines of every run: reference scores, the done line with its rates, and what failed.
+    `summary_path`: the --summary file, if one was asked for (where the per-image reasons are)."""
     log, ref = summary.log, summary.reference
     if ref:
         console.info(f"reference ({ref['images']} image(s)): PSNR-Y {ref['psnr']:.2f} dB "
@@ -201,7 +202,8 @@ def say_done(summary: Summary, console: Console) -> None:
     elif summary.reference_dir is not None and log.counts["ok"]:
         console.always(f"reference: no image in {summary.reference_dir} matches an output ({log.unmatched} with no "
                        f"file of the same name, {log.counts['ok'] - log.unmatched} of another size or unreadable); "
-                       f"no scores (per-image reasons are in the summary)")
+                       "no scores (" + ("per-image reasons are in the summary" if summary_path else
+                                        "--summary FILE lists each image's reason") + ")")
     console.info(done_line(summary.counts, summary.wall_s, images=log.pictures - log.frames, frames=log.frames,
                            out_mpix=log.out_mpix, process_s=summary.process_s, setup_s=summary.setup_s))
     if log.failures:
@@ -300,7 +302,7 @@ def run(opts: RunOptions, executor: Executor, after: Callable[[Summary, Console]
     if stop is not None:
         _say_stop(summary, stop, opts.summary, console)
         return summary
-    say_done(summary, console)
+    say_done(summary, console, opts.summary)
     if after is not None:
         after(summary, console)
     return summary

@@ -75,7 +75,8 @@ class LocalExecutor:
                                   jpeg_quality=o.jpeg_quality, reference=o.reference)
         self.workers = settings.io_workers(o.workers, loaded.on_gpu)
         self.console, self.loaded, self.auto_line = console, loaded, auto_line
-        return Started(m.name, m.scale, loaded.name, loaded.selection_brief or choice, loaded.describe(), choice,
+        on = loaded.name if loaded.precision == "fp32" else f"{loaded.name} {loaded.precision}"  # first line says it
+        return Started(m.name, m.scale, on, loaded.selection_brief or choice, loaded.describe(), choice,
                        note=scale_note(m.metadata, m.scale), what=what, tile=self.worker.tile,
                        margin=self.worker.margin, batch=self.worker.batch, workers=self.workers)
 

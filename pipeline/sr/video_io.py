@@ -175,7 +175,7 @@ def probe(path: Path) -> VideoInfo:
         try:
             frame = next(container.decode(stream), None)
         except av.FFmpegError as e:
-            raise VideoError(f"cannot decode the first frame ({reason(e)})") from None
+            raise VideoError(f"cannot decode the first frame: {_decode_reason(e)}") from None
         if frame is None:
             raise VideoError("the video stream has no decodable frame")
         if big := over_limit(frame.width, frame.height, "video"):
