@@ -104,6 +104,11 @@ class OrtFoldedBackend(Backend):
             self.sessions[scale] = (sess, min_lr)
         return self.sessions[scale]
 
+    def run_file(self, scale: float) -> Path | None:
+        """The folded graph at an integer scale that has one, else the plain graph's file."""
+        k = int(round(float(scale)))
+        return self.variants[k] if k == float(scale) and k in self.variants else self.onnx_file
+
     def infer(self, batch: np.ndarray, scale: float) -> np.ndarray:
         s = check_batch(batch, self.spec, scale, self.name)
         k = int(round(float(scale)))
