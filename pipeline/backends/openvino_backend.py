@@ -16,7 +16,13 @@ import numpy as np
 
 from models.spec import ModelSpec
 from pipeline.artifacts.identity import check_weights, resolve
-from pipeline.artifacts.onnx_file import check_onnx_precision, folded_variants, onnx_metadata, path_or_file
+from pipeline.artifacts.onnx_file import (
+    check_onnx_precision,
+    folded_problem,
+    folded_variants,
+    onnx_metadata,
+    path_or_file,
+)
 from pipeline.backends.base import Backend, BackendStatus, installed
 from pipeline.backends.checks import check_batch
 from pipeline.backends.ort_backend import onnx_source_problem
@@ -39,11 +45,18 @@ def inference_hint(precision: str) -> str:
 
 
 _WHERE = re.compile(r"(Exception from|Check '.*' failed at) \S+:\d+:?")  # OpenVINO's source locations
+# a conversion extension's refusal (ours: pipeline.native.openvino_ops) inside OpenVINO's conversion report
+_REFUSED = (re.compile(r"PipelineError: (?P<why>[^\n]+)"),
+            re.compile(r"While validating ONNX node '[^'\n]*': (?P<why>[^\n]+)"))
 
 
 def openvino_cause(e: BaseException) -> str:
     """OpenVINO's message without the source locations it opens with (`core.cpp:84:`): its first line that says
-    something, with the next one when it only introduces it (`FrontEnd API failed with GeneralFailure:`)."""
+    something, with the next one when it only introduces it (`FrontEnd API failed with GeneralFailure:`); an sr
+    op's refusal from its conversion report."""
+    for refused in _REFUSED:
+        if m := refused.search(str(e)):
+            return m["why"].strip()
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip() and not _WHERE.fullmatch(ln.strip())]
     if not lines:
         return first_line(e)
@@ -106,6 +119,8 @@ class OpenVinoBackend(Backend):
         self.onnx_file = self.resolve_onnx()
         # the folded graphs only speed integer scales up: a file copied without its siblings runs its own graph
         self.variants = {k: p for k, p in folded_variants(self.onnx_file).items() if p.is_file()}
+        if problem := folded_problem(self.onnx_file, self.variants):
+            raise PipelineError(f"openvino cannot run {self.onnx_file.name}: {problem}; export it again")
         # the graph the default scale runs, now: a file OpenVINO cannot read fails here, before any image (int8: the
         # model's own graph, which an integer scale with a folded graph never runs, is quantized when first needed)
         k = int(self.spec.default_scale) if float(self.spec.default_scale).is_integer() else 0

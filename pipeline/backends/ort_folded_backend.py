@@ -17,7 +17,7 @@ import onnxruntime as ort
 from models.spec import ModelSpec
 from pipeline.artifacts.cache import cached_onnx
 from pipeline.artifacts.identity import resolve
-from pipeline.artifacts.onnx_file import folded_variants
+from pipeline.artifacts.onnx_file import folded_problem, folded_variants
 from pipeline.backends.base import Backend, BackendStatus
 from pipeline.backends.checks import check_batch
 from pipeline.backends.ort_backend import OrtCpuBackend, onnx_source_problem
@@ -83,9 +83,10 @@ class OrtFoldedBackend(Backend):
         # the same check `backends` reports: a file copied without its folded-x*.onnx siblings is refused here,
         # before any image, not per image when a missing sibling fails to load
         problem = _folded_problem(self.spec, self.onnx_file)
+        self.variants = folded_variants(self.onnx_file)
+        problem = problem or folded_problem(self.onnx_file, self.variants)
         if problem:
             raise PipelineError(f"ort-folded cannot run: {problem}")
-        self.variants = folded_variants(self.onnx_file)
         if not self.spec.dynamic_scale:  # static model: its one scale is loaded now
             self._session(int(self.spec.default_scale))
         return self

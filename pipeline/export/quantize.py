@@ -1,11 +1,22 @@
 """int8 Q/DQ ONNX files, made from an fp32 file by ONNX Runtime's quantization tools (quantize_static).
 
-    int8_file(fp32_path, scale, log=None) -> Path   the cached Q/DQ file (made on a miss)
+    int8_file(fp32_path, scale, log=None) -> Path   the cached Q/DQ file (checked; made on a miss, once)
+
+The cached file is stamped (pipeline.artifacts.stamp: recipe_id(), the fp32 file's SHA-256, its own) and checked
+before each use; a truncated, foreign, linked or unstamped one is made again. One process makes it under a file
+lock; another asking meanwhile waits and reuses it.
+
+Calibration streams (activation_stats): the feeds run one at a time through ONNX Runtime, and each activation keeps
+only its min, max, channel means and the few largest values its percentile needs; the ranges reach quantize_static
+as its calibration cache, so ONNX Runtime's calibrator, which holds every activation of every feed at once (~10 GB
+on srcnn's HR-grid graph), never runs (it still does, in chunks of CALIB_CHUNK feeds, for the methods computed
+only by it: Entropy, Distribution).
 
 The recipe (RECIPE, part of the file's name), all from ONNX Runtime's quantize_static: QDQ format, so one file
 serves OpenVINO, ONNX Runtime and TensorRT's explicit quantization; symmetric int8 activations and per-channel
-symmetric int8 weights; ranges from the 99.999th percentile of the activations (CalibrationMethod.Percentile) on 5
-LR crops of each *training* image we ship (never the held-out ones), degraded at the graph's scale as in training.
+symmetric int8 weights; ranges from the 99.999th percentile of |activation| (CalibrationMethod.Percentile's rule,
+computed exactly here rather than off its 2048-bin histogram) on 5 LR crops of each *training* image we ship (never
+the held-out ones), degraded at the graph's scale as in training.
 Mixed precision (nodes_to_exclude): the first layer's convolutions (no activation upstream) and the last layer's (no
 activation downstream: the reconstruction conv) stay in float, with two exceptions that run int8 on a *shifted*
 input (shift_inputs: the conv reads x - c, its bias carries c, zero point still 0):
