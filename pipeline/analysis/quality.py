@@ -218,7 +218,7 @@ def pick_precision(backend: str, model: str | None, log=None, scale: float | Non
                    chatter=None, **opts) -> tuple[Backend, str]:
     """`--precision auto`: every candidate is loaded and timed on one 256x256 image at `scale` (median of 5, this
     machine), a lower precision counts only if its measured held-out loss at that scale is within its budget
-    (measured once and stored); the fastest wins. The pick and its timings are stored (_pick_key: model, --backend,
+    (measured once and stored); the fastest wins. The pick and its timings are stored (_pick_store: model, --backend,
     scale, the given file and machine) and reused while the file the pick runs is the same and its loss still
     within budget. Returns the loaded backend and a line saying why."""
     scale = float(resolve(model, opts.get("onnx")).default_scale if scale is None else scale)
@@ -291,9 +291,9 @@ def _reuse(path: Path, model: str | None, scale: float, hooks: dict, opts: dict)
         return None
     try:
         b = create(pick["backend"], model, pick["precision"], **hooks, **opts)
-    except PipelineError:
-        return None
-    if file_sha256(b.run_file(scale)) != pick["run_sha256"]:
+        if file_sha256(b.run_file(scale)) != pick["run_sha256"]:
+            return None
+    except (PipelineError, OSError):
         return None
     if _applies(b) and ((record := stored(b, scale)) is None or not within_budget(record)):
         return None
