@@ -12,7 +12,7 @@ import onnx
 import pytest
 
 from pipeline.analysis import quality
-from pipeline.artifacts.onnx_file import FOLDED_SHA_KEY, folded_variants
+from pipeline.artifacts.onnx_file import FOLDED_SHA_KEY, folded_problem, folded_variants
 from pipeline.artifacts.stamp import file_sha256, stamp_path
 from pipeline.backends import create_named
 from pipeline.errors import PipelineError
@@ -63,18 +63,17 @@ def test_a_damaged_record_is_measured_again_once_and_a_damaged_pick_never_breaks
     assert json.loads(path.read_text()) == first and first["scale"] == 3.0
     assert first["file_sha256"] == file_sha256(b.run_file(3.0))  # the folded graph's Q/DQ file: what runs at x3
     assert b.run_file(3.0) != b.model_file() and b.run_file(3.0).name.startswith(b.variants[3].stem)
-    for damaged in ("[]", json.dumps({**first, "psnr_loss_db": "0.01"})):
-        path.write_text(damaged)
-        assert quality.stored(b) is None
-        said: list[str] = []
-        again = quality.precision_loss(b, log=said.append)
-        assert again["psnr_loss_db"] == first["psnr_loss_db"] and json.loads(path.read_text()) == again
-        assert len(said) == 1 and "the stored record is not used" in said[0]
+    path.write_text(json.dumps({**first, "psnr_loss_db": "0.01"}))  # other shapes: the test above
+    assert quality.stored(b) is None
+    said: list[str] = []
+    again = quality.precision_loss(b, log=said.append)
+    assert again["psnr_loss_db"] == first["psnr_loss_db"] and json.loads(path.read_text()) == again
+    assert len(said) == 1 and "the stored record is not used: its losses are not numbers" in said[0]
     # a pick store of the wrong shape: plain fp32 runs and `--precision auto` (which times again) both exit 0
     src, out = _image(tmp_path / "in"), tmp_path / "out"
     (gate_cache / "quality").mkdir(exist_ok=True)
     pick = quality._pick_store("srcnn-x3", "auto", 3.0, {})
-    for damaged in ("[]", "{}", '{"precision": "int8", "ms": "x"}', "\x00"):
+    for damaged in ("[]", '{"precision": "int8", "ms": "x"}'):
         pick.write_text(damaged)
         assert main(["sr", str(src), str(out / "a.png"), "--model", "srcnn-x3", "--threads", "1"]) == 0
     assert "hint:" not in capsys.readouterr().err
@@ -221,3 +220,21 @@ def test_openvino_refuses_the_deform_attributes_our_ort_op_refuses(tmp_path, cpu
     with pytest.raises(Exception) as e:
         core.compile_model(core.read_model(str(tmp_path / "m.onnx")), "CPU")
     assert openvino_cause(e.value).startswith(refusal)
+
+
+def test_a_cached_export_with_a_damaged_folded_sibling_or_linked_is_exported_again(tmp_path):
+    cache = tmp_path / "onnx"
+    path = onnx_for("srcnn-x3", cache=cache)
+    sibling = folded_variants(path)[3]
+    good = sibling.read_bytes()
+    sibling.write_bytes(good[:len(good) // 2])
+    said: list[str] = []
+    assert onnx_for("srcnn-x3", cache=cache, log=said.append) == path
+    assert len(said) == 1 and f"the folded variant {sibling.name} is not the file exported with" in said[0]
+    assert folded_problem(path, folded_variants(path)) is None  # a whole sibling, the one its metadata names
+    elsewhere = tmp_path / "elsewhere.onnx"
+    path.rename(elsewhere)
+    path.symlink_to(elsewhere)
+    said.clear()
+    assert onnx_for("srcnn-x3", cache=cache, log=said.append) == path
+    assert len(said) == 1 and "is a link" in said[0] and not path.is_symlink() and elsewhere.is_file()

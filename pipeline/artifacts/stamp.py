@@ -77,10 +77,15 @@ def stamp_problem(path: Path, recipe: str, source: Path) -> str | None:
 def made_once(path: Path) -> Iterator[None]:
     """Hold an exclusive lock (`.<name>.lock` beside `path`) while making it: a second process making the same file
     waits here, then finds it made. The lock goes with the process (flock), so a killed maker leaves none held."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path.parent / f".{path.name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path.parent / f".{path.name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError:  # a folder that cannot be written: the maker's own write says so, in its words
+        fd = None
+    try:
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        os.close(fd)  # releases the lock
+        if fd is not None:
+            os.close(fd)  # releases the lock
