@@ -35,6 +35,26 @@ def gate_cache(tmp_path_factory, session_cache):
         yield cache
 
 
+class Bars:
+    """A progress-bar factory (Console.bar's signature) that keeps what each bar was told."""
+
+    def __init__(self):
+        self.made: list[dict] = []
+
+    def __call__(self, total, unit="img", desc=None):
+        bar = {"total": total, "unit": unit, "desc": desc, "n": 0, "closed": False}
+        self.made.append(bar)
+
+        class Bar:
+            def update(self, n=1):
+                bar["n"] += n
+
+            def close(self):
+                bar["closed"] = True
+
+        return Bar()
+
+
 def _image(folder):
     import cv2
 
@@ -66,8 +86,10 @@ def test_a_damaged_record_is_measured_again_once_and_a_damaged_pick_never_breaks
     path.write_text(json.dumps({**first, "psnr_loss_db": "0.01"}))  # other shapes: the test above
     assert quality.stored(b) is None
     said: list[str] = []
-    again = quality.precision_loss(b, log=said.append)
+    bars = Bars()
+    again = quality.precision_loss(b, log=said.append, progress=bars)
     assert again["psnr_loss_db"] == first["psnr_loss_db"] and json.loads(path.read_text()) == again
+    assert [(m["desc"], m["n"], m["total"], m["closed"]) for m in bars.made] == [("measuring int8's loss", 8, 8, True)]
     assert len(said) == 1 and "the stored record is not used: its losses are not numbers" in said[0]
     # a pick store of the wrong shape: plain fp32 runs and `--precision auto` (which times again) both exit 0
     src, out = _image(tmp_path / "in"), tmp_path / "out"
@@ -146,9 +168,12 @@ def test_a_truncated_foreign_or_linked_int8_file_is_made_again(gate_cache, tmp_p
     for what, spoil in damage.items():
         spoil()
         said: list[str] = []
-        assert quantize.int8_file(fp32, 3, log=said.append) == path
+        bars = Bars()
+        assert quantize.int8_file(fp32, 3, log=said.append, progress=bars) == path
         assert len(said) == 1 and "the cached one is not used" in said[0], what
         assert not path.is_symlink() and path.read_bytes() == good, what  # same recipe, same file
+        (bar,) = bars.made  # one calibration pass, one tick per crop
+        assert bar["desc"] == "int8 calibration" and bar["n"] == bar["total"] > 0 and bar["closed"]
     assert outside.read_bytes() == fp32.read_bytes()  # a link is replaced, never written through
 
 
@@ -170,9 +195,12 @@ def test_two_processes_asking_for_one_int8_file_make_it_once(gate_cache, tmp_pat
     fp32 = folded_variants(onnx_for("srcnn-x3"))[3]
     env = {**os.environ, "SRDEPLOY_CACHE": str(tmp_path / "cache"), "PYTHONPATH": os.getcwd()}
     procs = [subprocess.Popen([sys.executable, "-c", MAKE_INT8, str(fp32)], env=env, stdout=subprocess.PIPE,
-                              text=True) for _ in range(2)]
-    results = [json.loads(p.communicate(timeout=600)[0]) for p in procs]
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    talk = [p.communicate(timeout=600) for p in procs]
+    results = [json.loads(out) for out, _ in talk]
     assert [p.returncode for p in procs] == [0, 0]
+    for _, err in talk:  # ONNX Runtime's quantizer says nothing on the terminal (issue 42: its talk is --verbose's)
+        assert "Please consider" not in err and "Removing initializer" not in err and "WARNING" not in err, err
     assert results[0][0] == results[1][0]
     assert sum(len(said) for _, said in results) == 1  # made once
     onnx.checker.check_model(results[0][0])
@@ -238,3 +266,21 @@ def test_a_cached_export_with_a_damaged_folded_sibling_or_linked_is_exported_aga
     said.clear()
     assert onnx_for("srcnn-x3", cache=cache, log=said.append) == path
     assert len(said) == 1 and "is a link" in said[0] and not path.is_symlink() and elsewhere.is_file()
+
+
+def test_the_quantizers_talk_goes_to_chatter_only(capsys):
+    import logging
+    import warnings
+
+    lines: list[str] = []
+    with quantize.quiet_libraries(lines.append):
+        logging.getLogger().warning("Please consider to run pre-processing before quantization.")
+        print("Collecting tensor data and making histogram ...")
+        warnings.warn("a library warning", UserWarning, stacklevel=1)
+    out, err = capsys.readouterr()
+    assert out == "" and err == ""
+    assert any("Please consider" in ln for ln in lines) and any("Collecting" in ln for ln in lines)
+    assert any("a library warning" in ln for ln in lines)
+    with quantize.quiet_libraries(None):  # without --verbose: nowhere
+        print("Collecting tensor data and making histogram ...")
+    assert capsys.readouterr() == ("", "")
