@@ -284,3 +284,17 @@ def test_the_quantizers_talk_goes_to_chatter_only(capsys):
     with quantize.quiet_libraries(None):  # without --verbose: nowhere
         print("Collecting tensor data and making histogram ...")
     assert capsys.readouterr() == ("", "")
+
+
+def test_external_data_is_read_beside_the_model_whatever_the_working_folder(gate_cache, tmp_path, monkeypatch):
+    folded = onnx.load(str(folded_variants(onnx_for("srcnn-x3"))[3]))
+    (tmp_path / "model").mkdir()
+    path = tmp_path / "model" / "ext.onnx"
+    onnx.save(folded, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="ext.bin",
+              size_threshold=0)
+    assert (tmp_path / "model" / "ext.bin").is_file()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    q = onnx.load(str(quantize.int8_file(path, 3)))
+    assert "DequantizeLinear" in {n.op_type for n in q.graph.node} and not any(
+        t.data_location == onnx.TensorProto.EXTERNAL for t in q.graph.initializer)
