@@ -38,7 +38,7 @@ def main(argv: list[str]) -> None:
         if len(parts) > 3:
             opts["percentile"] = float(parts[3])
 
-        def made(fp32, scale, log=None, _opts=opts, _n=n):
+        def made(fp32, scale, log=None, _opts=opts, _n=n, **_hooks):
             dst = Path(os.environ["SRDEPLOY_CACHE"]) / f"r{_n}-{Path(fp32).stem}.onnx"
             if not dst.is_file():
                 q.quantize(Path(fp32), dst, scale, **_opts)

@@ -27,23 +27,26 @@ from pipeline.native import cpu
 
 
 @pytest.fixture(scope="module")
-def folded_x3(tmp_path_factory):
+def folded_x3():
     from pipeline.artifacts.onnx_file import folded_variants
 
-    return folded_variants(onnx_for("srcnn-x3", cache=tmp_path_factory.mktemp("q-cache")))[3]
+    return folded_variants(onnx_for("srcnn-x3"))[3]
 
 
 @pytest.fixture(scope="module")
-def auto_cache(tmp_path_factory):
+def auto_cache(tmp_path_factory, session_cache):
     """One artifact cache for the tests that make int8 files or run `--precision auto`: the int8 files and quality
-    records (calibration takes GBs on the HR-grid graph) are made once for the module."""
-    return tmp_path_factory.mktemp("auto-cache")
+    records are made once for the module (calibration is the slow part), the ONNX exports are the session's."""
+    cache = tmp_path_factory.mktemp("auto-cache")
+    (session_cache / "onnx").mkdir(exist_ok=True)
+    (cache / "onnx").symlink_to(session_cache / "onnx", target_is_directory=True)
+    return cache
 
 
 def test_int8_file_is_qdq_with_the_image_conv_exact_the_rest_of_the_first_and_last_layers_in_float_and_runs(
-        folded_x3, tmp_path, monkeypatch):
+        folded_x3, auto_cache, monkeypatch):
     """The last layer's convs stay float unless their input is shifted (fold3: unpadded, ReLU-fed)."""
-    monkeypatch.setenv("SRDEPLOY_CACHE", str(tmp_path))
+    monkeypatch.setenv("SRDEPLOY_CACHE", str(auto_cache))  # the tests below reuse its int8 file
     said: list[str] = []
     path = int8_file(folded_x3, 3, log=said.append)
     assert said and "quantizing" in said[0] and int8_file(folded_x3, 3) == path  # made once, then cached
@@ -103,7 +106,7 @@ def _run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
     return session.run(None, {"input": x})[0]
 
 
-def test_relu_fed_convs_are_shifted_into_all_of_int8_and_their_biases_corrected(folded_x3, tmp_path, monkeypatch):
+def test_relu_fed_convs_are_shifted_into_all_of_int8_and_their_biases_corrected(folded_x3, auto_cache, monkeypatch):
     """The hidden layers' convs read a ReLU (never negative): shifted by 128 steps, their input uses the int8 sign
     bit too (zero point still 0); the shift is the same function in fp32, and the int8 file's biases are corrected
     with the int8 weights it holds, so its output has no constant error per channel."""
@@ -116,7 +119,7 @@ def test_relu_fed_convs_are_shifted_into_all_of_int8_and_their_biases_corrected(
     overrides, corrections = shift_inputs(shifted, {name: (0.5, 0.004) for name in relu})
     assert len(overrides) == len(corrections) == len(relu)
     assert np.abs(_run(shifted, x) - _run(model, x)).max() < 1e-5
-    monkeypatch.setenv("SRDEPLOY_CACHE", str(tmp_path))
+    monkeypatch.setenv("SRDEPLOY_CACHE", str(auto_cache))
     q = onnx.load(str(int8_file(folded_x3, 3)))
     producer = {o: n for n in q.graph.node for o in n.output}
     inits = {i.name: numpy_helper.to_array(i) for i in q.graph.initializer}

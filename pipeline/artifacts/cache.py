@@ -31,7 +31,8 @@ SIZE_INPUTS = ("size", "scale")  # how a run-time-factor graph takes its output 
 # are not reused. 2: the model spec in the metadata, reference outputs and folded variants beside the file.
 # 3: sr::DynamicResize's body and the folded border strips are tile-exact (tiled output equals whole, bit for bit).
 # 5: the folded graphs' last conv is unpadded where the border strips recompute its ring (int8 shifts its input).
-ONNX_LAYOUT = 5
+# 6: the folded variants' SHA-256 in the metadata (checked before one runs).
+ONNX_LAYOUT = 6
 
 
 CACHE_ENV = "SRDEPLOY_CACHE"

@@ -15,6 +15,7 @@ from pipeline.errors import PipelineError, first_line
 
 # Metadata keys naming sibling files: folded variants ("2:F.folded-x2.onnx,3:...") and the reference outputs.
 FOLDED_KEY = "folded_variants"
+FOLDED_SHA_KEY = "folded_sha256"  # "2:HEX,3:HEX": each folded variant's SHA-256, checked before it runs
 REFERENCE_KEY = "reference"
 REFERENCE_SHA_KEY = "reference_sha256"
 
@@ -129,6 +130,17 @@ def folded_variants(path: Path, meta: dict[str, str] | None = None) -> dict[int,
                                 "scale >= 2; export the file again")
         out[k] = sibling(Path(path), name, "folded variant", missing_ok=True)
     return out
+
+
+def folded_problem(path: Path, variants: dict[int, Path], meta: dict[str, str] | None = None) -> str | None:
+    """Why a folded variant present beside `path` is not the file exported with it (its SHA-256 differs from the
+    one the main file's metadata names: truncated, replaced), or None. Files from before the SHA was kept pass."""
+    meta = onnx_metadata(path) if meta is None else meta
+    shas = dict(item.partition(":")[::2] for item in filter(None, meta.get(FOLDED_SHA_KEY, "").split(",")))
+    for k, p in sorted(variants.items()):
+        if str(k) in shas and p.is_file() and file_sha256(p) != shas[str(k)]:
+            return f"the folded variant {p.name} is not the file exported with {Path(path).name} (its SHA-256 differs)"
+    return None
 
 
 def reference_file(path: Path, meta: dict[str, str] | None = None) -> Path | None:

@@ -79,6 +79,11 @@ class Backend(ABC):
         file, or None."""
         return self.onnx_file
 
+    def run_file(self, scale: float) -> Path | None:
+        """The file whose numbers run at `scale` (what a quality record and `--precision auto`'s pick are kept
+        for): model_file(), unless the backend runs another graph at some scales (a folded sibling)."""
+        return self.model_file()
+
     def model_options(self) -> dict:
         """The create() options that load the same model file again (at another precision, say)."""
         return {"onnx": self.onnx_file}

@@ -8,6 +8,7 @@ ort-folded does; other scales and small images run the model's own graph. `last_
 from __future__ import annotations
 
 import importlib.metadata
+import re
 import threading
 from pathlib import Path
 
@@ -15,7 +16,13 @@ import numpy as np
 
 from models.spec import ModelSpec
 from pipeline.artifacts.identity import check_weights, resolve
-from pipeline.artifacts.onnx_file import check_onnx_precision, folded_variants, onnx_metadata, path_or_file
+from pipeline.artifacts.onnx_file import (
+    check_onnx_precision,
+    folded_problem,
+    folded_variants,
+    onnx_metadata,
+    path_or_file,
+)
 from pipeline.backends.base import Backend, BackendStatus, installed
 from pipeline.backends.checks import check_batch
 from pipeline.backends.ort_backend import onnx_source_problem
@@ -37,7 +44,26 @@ def inference_hint(precision: str) -> str:
     return "f32" if hint == "bf16" and bf16_problem() else hint
 
 
-def _version() -> str:
+_WHERE = re.compile(r"(Exception from|Check '.*' failed at) \S+:\d+:?")  # OpenVINO's source locations
+# a conversion extension's refusal (ours: pipeline.native.openvino_ops) inside OpenVINO's conversion report
+_REFUSED = (re.compile(r"PipelineError: (?P<why>[^\n]+)"),
+            re.compile(r"While validating ONNX node '[^'\n]*': (?P<why>[^\n]+)"))
+
+
+def openvino_cause(e: BaseException) -> str:
+    """OpenVINO's message without the source locations it opens with (`core.cpp:84:`): its first line that says
+    something, with the next one when it only introduces it (`FrontEnd API failed with GeneralFailure:`); an sr
+    op's refusal from its conversion report."""
+    for refused in _REFUSED:
+        if m := refused.search(str(e)):
+            return m["why"].strip()
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip() and not _WHERE.fullmatch(ln.strip())]
+    if not lines:
+        return first_line(e)
+    return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
+
+
+def version() -> str:
     try:
         return importlib.metadata.version("openvino")
     except importlib.metadata.PackageNotFoundError:
@@ -47,15 +73,16 @@ def _version() -> str:
 class OpenVinoBackend(Backend):
     name = "openvino"
     PRECISIONS = tuple(OV_PRECISION)
-    OPTIONS = frozenset({"onnx", "weights", "threads", "exporter", "log"})
+    OPTIONS = frozenset({"onnx", "weights", "threads", "exporter", "log", "progress", "chatter"})
 
     def __init__(self, model: str | None, precision: str = "fp32", *, onnx: str | Path | None = None, weights=None,
-                 threads: int | None = None, exporter: str = "dynamo", log=None):
+                 threads: int | None = None, exporter: str = "dynamo", log=None, progress=None, chatter=None):
         self.precision = check_choice("precision", precision, self.PRECISIONS)
         self.spec = resolve(model, onnx)
         self.model_name = self.spec.name
         self.onnx_path = path_or_file(onnx)  # an opened file keeps its parsed metadata
         self.weights, self.threads, self.exporter, self.log = weights, threads, exporter, log
+        self.progress, self.chatter = progress, chatter  # an int8 file's calibration: its bar, the quantizer's talk
         self.device = "cpu"
         self.compiled: dict[int, tuple] = {}  # 0: the model's graph; k: the folded xk graph -> (request, min_lr)
         self.variants: dict[int, Path] = {}
@@ -75,7 +102,7 @@ class OpenVinoBackend(Backend):
         problem = onnx_source_problem(spec, "fp32", onnx, weights)
         if problem:
             return cls.no(problem)
-        return cls.ok(f"OpenVINO {_version()} CPU, {precision}; sr ops through its ONNX frontend's conversion "
+        return cls.ok(f"OpenVINO {version()} CPU, {precision}; sr ops through its ONNX frontend's conversion "
                       "extensions (folded SRCNN at integer scales)")
 
     def resolve_onnx(self) -> Path:
@@ -92,7 +119,12 @@ class OpenVinoBackend(Backend):
         self.onnx_file = self.resolve_onnx()
         # the folded graphs only speed integer scales up: a file copied without its siblings runs its own graph
         self.variants = {k: p for k, p in folded_variants(self.onnx_file).items() if p.is_file()}
-        self._graph(0)  # the model's own graph now: a file OpenVINO cannot read fails here, before any image
+        if problem := folded_problem(self.onnx_file, self.variants):
+            raise PipelineError(f"openvino cannot run {self.onnx_file.name}: {problem}; export it again")
+        # the graph the default scale runs, now: a file OpenVINO cannot read fails here, before any image (int8: the
+        # model's own graph, which an integer scale with a folded graph never runs, is quantized when first needed)
+        k = int(self.spec.default_scale) if float(self.spec.default_scale).is_integer() else 0
+        self._graph(k if self.precision == "int8" and k in self.variants else 0)
         return self
 
     def _compile(self, path: Path):
@@ -109,16 +141,22 @@ class OpenVinoBackend(Backend):
         try:
             return core.compile_model(core.read_model(str(path)), "CPU", config)
         except Exception as e:  # OpenVINO raises RuntimeError subclasses of its own
-            raise PipelineError(f"OpenVINO cannot load {path.name}: {first_line(e)}") from None
+            raise PipelineError(f"OpenVINO cannot load {path.name}: {openvino_cause(e)}") from None
+
+    def _file(self, scale: int) -> Path | None:
+        """The file the model's graph (0) or the folded xk graph runs: int8, its Q/DQ file (made on a miss)."""
+        path = self.onnx_file if scale == 0 else self.variants.get(scale)
+        if path is None or self.precision != "int8":
+            return path
+        return int8_file(path, scale or self.spec.default_scale, log=self.log, progress=self.progress,
+                         chatter=self.chatter)
 
     def _graph(self, scale: int) -> tuple | None:
         """(infer request, input names, smallest LR side) of the model's graph (0) or the folded xk graph."""
         if scale not in self.compiled:
-            path = self.onnx_file if scale == 0 else self.variants.get(scale)
+            path = self._file(scale)
             if path is None:
                 return None
-            if self.precision == "int8":
-                path = int8_file(path, scale or self.spec.default_scale, log=self.log)
             compiled = self._compile(path)
             min_lr = int(onnx_metadata(path).get("min_lr", 0)) if scale else 0
             names = {n for port in compiled.inputs for n in port.get_names()}
@@ -126,9 +164,14 @@ class OpenVinoBackend(Backend):
         return self.compiled[scale]
 
     def model_file(self) -> Path | None:
-        """int8: the model graph's Q/DQ file, made at load (a new recipe is a new file, so its loss is measured
-        anew); else the fp32 file."""
+        """int8: the model graph's Q/DQ file (a new recipe is a new file); else the fp32 file."""
         return int8_path(self.onnx_file) if self.precision == "int8" else self.onnx_file
+
+    def run_file(self, scale: float) -> Path | None:
+        """The file that runs at `scale`: the folded graph's at an integer scale that has one (int8: its Q/DQ
+        file, made now on a miss), else the model graph's."""
+        k = int(round(float(scale)))
+        return self._file(k if k == float(scale) and k in self.variants else 0)
 
     def infer(self, batch: np.ndarray, scale: float) -> np.ndarray:
         s = check_batch(batch, self.spec, scale, self.name)
@@ -139,7 +182,7 @@ class OpenVinoBackend(Backend):
         if "size" in names:
             feeds["size"] = np.array([s.out_h, s.out_w], dtype=np.int64)
         with self._lock:
-            self.last_path = f"folded x{k}" if request is not self.compiled[0][0] else "model graph"
+            self.last_path = f"folded x{k}" if folded is not None and request is folded[0] else "model graph"
             request.infer(feeds)
             y = np.array(request.get_output_tensor(0).data, dtype=np.float32)  # a copy: the request reuses it
         if y.shape != (s.n, 3, s.out_h, s.out_w):
@@ -149,4 +192,4 @@ class OpenVinoBackend(Backend):
     def describe(self) -> str:
         ran = f", last: {self.last_path}" if self.last_path else ""
         floats = f", float parts {inference_hint('int8')}" if self.precision == "int8" else ""
-        return f"openvino {_version()} (cpu, {self.precision}{floats}{ran})"
+        return f"openvino {version()} (cpu, {self.precision}{floats}{ran})"

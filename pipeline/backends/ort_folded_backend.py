@@ -17,7 +17,7 @@ import onnxruntime as ort
 from models.spec import ModelSpec
 from pipeline.artifacts.cache import cached_onnx
 from pipeline.artifacts.identity import resolve
-from pipeline.artifacts.onnx_file import folded_variants
+from pipeline.artifacts.onnx_file import folded_problem, folded_variants
 from pipeline.backends.base import Backend, BackendStatus
 from pipeline.backends.checks import check_batch
 from pipeline.backends.ort_backend import OrtCpuBackend, onnx_source_problem
@@ -84,9 +84,10 @@ class OrtFoldedBackend(Backend):
         # the same check `backends` reports: a file copied without its folded-x*.onnx siblings is refused here,
         # before any image, not per image when a missing sibling fails to load
         problem = _folded_problem(self.spec, self.onnx_file)
+        self.variants = folded_variants(self.onnx_file)
+        problem = problem or folded_problem(self.onnx_file, self.variants)
         if problem:
             raise PipelineError(f"ort-folded cannot run: {problem}")
-        self.variants = folded_variants(self.onnx_file)
         if not self.spec.dynamic_scale:  # static model: its one scale is loaded now
             self._session(int(self.spec.default_scale))
         return self
@@ -104,6 +105,11 @@ class OrtFoldedBackend(Backend):
             min_lr = int(sess.get_modelmeta().custom_metadata_map.get("min_lr", 0))
             self.sessions[scale] = (sess, min_lr)
         return self.sessions[scale]
+
+    def run_file(self, scale: float) -> Path | None:
+        """The folded graph at an integer scale that has one, else the plain graph's file."""
+        k = int(round(float(scale)))
+        return self.variants[k] if k == float(scale) and k in self.variants else self.onnx_file
 
     def infer(self, batch: np.ndarray, scale: float) -> np.ndarray:
         s = check_batch(batch, self.spec, scale, self.name)

@@ -14,9 +14,9 @@ CLASSES: dict[str, type[Backend]] = {cls.name: cls for cls in (
     TorchBackend, OrtBackend, OrtCpuBackend, OrtCudaBackend, OrtTrtBackend, OrtSrKernelsBackend, OrtFoldedBackend,
     TrtBackend, OpenVinoBackend)}
 NAMES = tuple(CLASSES)
-# Options that choose nothing (where progress lines go): given to the backends that take them, dropped for the others,
-# so a caller can pass them whichever backend `auto` picks.
-HOOKS = frozenset({"log"})
+# Options that choose nothing (where progress lines, bars and libraries' talk go): given to the backends that take
+# them, dropped for the others, so a caller can pass them whichever backend `auto` picks.
+HOOKS = frozenset({"log", "progress", "chatter"})
 
 
 def backend_class(name: str) -> type[Backend]:

@@ -10,7 +10,22 @@ import tempfile
 from pathlib import Path
 
 from pipeline.artifacts.cache import cached_onnx, check_cache_writable, weights_path
+from pipeline.artifacts.onnx_file import folded_problem, folded_variants, onnx_metadata
 from pipeline.errors import PipelineError, install_command
+
+
+def cached_problem(path: Path) -> str | None:
+    """Why a cached export may not be used (a link, unreadable, a folded variant not the one exported with it), or
+    None: it is exported again then."""
+    if path.is_symlink():
+        return "is a link"
+    if not path.is_file() or path.stat().st_size == 0:
+        return "is not a file" if not path.is_file() else "is empty"
+    try:
+        meta = onnx_metadata(path)
+        return folded_problem(path, folded_variants(path, meta), meta)
+    except PipelineError as e:
+        return f"cannot be used ({e})"
 
 
 def onnx_for(model: str, precision: str = "fp32", ops: str = "custom", *, exporter: str = "dynamo",
@@ -19,8 +34,13 @@ def onnx_for(model: str, precision: str = "fp32", ops: str = "custom", *, export
     """Path of the cached ONNX file for this key; exported (atomically) when missing."""
     path = cached_onnx(model, precision, ops, exporter=exporter, io_dtype=io_dtype, weights=weights, cache=cache)
     folder = path.parent
-    if path.is_file() and path.stat().st_size > 0:
-        return path
+    again = ""
+    if path.exists() or path.is_symlink():
+        problem = cached_problem(path)
+        if problem is None:
+            return path
+        again = f" again (the cached {path.name} {problem})"
+        path.unlink()  # a link goes, never what it points at
     try:  # PyTorch is needed only here, to make a missing file (export.core imports it)
         from pipeline.export.core import export_model
     except ImportError as e:
@@ -30,7 +50,8 @@ def onnx_for(model: str, precision: str = "fp32", ops: str = "custom", *, export
         check_cache_writable(folder)
     folder.mkdir(parents=True, exist_ok=True)
     if log is not None:
-        log(f"exporting {model} ({precision}, {ops} ops, {exporter}) to the ONNX cache, once (a few seconds): {path}")
+        log(f"exporting {model} ({precision}, {ops} ops, {exporter}) to the ONNX cache, once (a few seconds){again}: "
+            f"{path}")
     # Export into a private temp folder next to the target, then rename: atomic even if two runs race. The
     # siblings the export writes (folded variants, reference outputs) move first, the file naming them last.
     with tempfile.TemporaryDirectory(prefix=".export-", dir=folder) as tmp:

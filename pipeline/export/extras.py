@@ -10,7 +10,7 @@ import torch
 from models.registry import run
 from models.spec import ModelSpec, file_sha256
 from pipeline.artifacts.atomic import atomic_path
-from pipeline.artifacts.onnx_file import FOLDED_KEY, REFERENCE_KEY, REFERENCE_SHA_KEY
+from pipeline.artifacts.onnx_file import FOLDED_KEY, FOLDED_SHA_KEY, REFERENCE_KEY, REFERENCE_SHA_KEY
 from pipeline.artifacts.reference import write_reference
 from pipeline.data.sample_images import held_out_crops
 from pipeline.export import fold
@@ -27,10 +27,11 @@ def folded_scales(spec: ModelSpec) -> tuple[int, ...]:
 
 
 def write_folded_variants(module: torch.nn.Module, spec: ModelSpec, output: Path) -> dict[str, str]:
-    """One folded ONNX per integer scale beside `output` (`<stem>.folded-x3.onnx`); metadata naming them."""
+    """One folded ONNX per integer scale beside `output` (`<stem>.folded-x3.onnx`); metadata naming them and their
+    SHA-256 (checked before one runs)."""
     if not spec.foldable:
         return {}
-    names = []
+    names, shas = [], []
     for s in folded_scales(spec):
         folded = fold.fold_srcnn(module, s)
         path = output.parent / f"{output.stem}.folded-x{s}.onnx"
@@ -38,7 +39,8 @@ def write_folded_variants(module: torch.nn.Module, spec: ModelSpec, output: Path
             warnings.simplefilter("ignore")  # TracerWarnings of the small-input fallback branch
             fold.export_folded_onnx(folded, tmp)
         names.append(f"{s}:{path.name}")
-    return {FOLDED_KEY: ",".join(names)}
+        shas.append(f"{s}:{file_sha256(path)}")
+    return {FOLDED_KEY: ",".join(names), FOLDED_SHA_KEY: ",".join(shas)}
 
 
 def write_reference_outputs(module: torch.nn.Module, spec: ModelSpec, output: Path) -> dict[str, str]:

@@ -1,11 +1,22 @@
 """int8 Q/DQ ONNX files, made from an fp32 file by ONNX Runtime's quantization tools (quantize_static).
 
-    int8_file(fp32_path, scale, log=None) -> Path   the cached Q/DQ file (made on a miss)
+    int8_file(fp32_path, scale, log=None) -> Path   the cached Q/DQ file (checked; made on a miss, once)
+
+The cached file is stamped (pipeline.artifacts.stamp: recipe_id(), the fp32 file's SHA-256, its own) and checked
+before each use; a truncated, foreign, linked or unstamped one is made again. One process makes it under a file
+lock; another asking meanwhile waits and reuses it.
+
+Calibration streams (activation_stats): the feeds run one at a time through ONNX Runtime, and each activation keeps
+only its min, max, channel means and the few largest values its percentile needs; the ranges reach quantize_static
+as its calibration cache, so ONNX Runtime's calibrator, which holds every activation of every feed at once (~10 GB
+on srcnn's HR-grid graph), never runs (it still does, in chunks of CALIB_CHUNK feeds, for the methods computed
+only by it: Entropy, Distribution).
 
 The recipe (RECIPE, part of the file's name), all from ONNX Runtime's quantize_static: QDQ format, so one file
 serves OpenVINO, ONNX Runtime and TensorRT's explicit quantization; symmetric int8 activations and per-channel
-symmetric int8 weights; ranges from the 99.999th percentile of the activations (CalibrationMethod.Percentile) on 5
-LR crops of each *training* image we ship (never the held-out ones), degraded at the graph's scale as in training.
+symmetric int8 weights; ranges from the 99.999th percentile of |activation| (CalibrationMethod.Percentile's rule,
+computed exactly here rather than off its 2048-bin histogram) on 5 LR crops of each *training* image we ship (never
+the held-out ones), degraded at the graph's scale as in training.
 Mixed precision (nodes_to_exclude): the first layer's convolutions (no activation upstream) and the last layer's (no
 activation downstream: the reconstruction conv) stay in float, with two exceptions that run int8 on a *shifted*
 input (shift_inputs: the conv reads x - c, its bias carries c, zero point still 0):
@@ -43,6 +54,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import logging
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +63,7 @@ import onnx
 
 from pipeline.artifacts.atomic import atomic_path
 from pipeline.artifacts.cache import cache_dir
+from pipeline.artifacts.stamp import made_once, stamp, stamp_problem
 from pipeline.errors import PipelineError, first_line
 
 RECIPE = 6  # bumped when the recipe changes, so older int8 files are not reused
@@ -59,6 +73,14 @@ METHOD = "Percentile"  # onnxruntime.quantization.CalibrationMethod's name
 KEEP_FLOAT = ("first", "last")  # the convolutions left in float, see excluded()
 CROPS = 5  # calibration crops per training image
 SHIFT_RELU = True  # ReLU-fed convs read their input shifted into all of int8 (relu_convs, shift_inputs)
+# Calibration feeds per pass of ONNX Runtime's calibrator (CalibStridedMinMax): it keeps every activation of a pass,
+# so the whole set at once held ~10 GB on srcnn's HR-grid graph; a few at a time merge into the same histograms.
+CALIB_CHUNK = 2
+
+
+def recipe_id() -> str:
+    """What an int8 file's stamp says it was made by: the recipe and its calibration settings."""
+    return f"q{RECIPE}/{METHOD}/{PERCENTILE}/{CROPS}x{CROP}/{'+'.join(KEEP_FLOAT)}/shift_relu={SHIFT_RELU}"
 
 
 def _sha(path: Path) -> str:
@@ -202,37 +224,103 @@ def relu_convs(model: onnx.ModelProto, skip: set[str]) -> list[str]:
             and getattr(producer.get(n.input[0]), "op_type", "") == "Relu" and _unpadded(n)]
 
 
-def input_stats(model: onnx.ModelProto, convs: list[str], feeds: list[dict],
-                percentile: float) -> dict[str, tuple[np.ndarray, float]]:
-    """Each named conv's data input over the calibration feeds (ONNX Runtime, fp32): its mean per channel, and its
-    top after cutting the fraction (100 - percentile) / 200 of the values above it, as ONNX Runtime's Percentile
-    calibration does (exactly here, from each feed's largest values; its calibrator reads a histogram)."""
+def ranged_tensors(model: onnx.ModelProto, skip: list[str], float_outputs: bool = True) -> list[str]:
+    """The activations the quantizer needs a calibrated range of: the data input of every Conv it quantizes (not in
+    `skip`), and with quantized outputs every Conv's output too (initializers excluded)."""
+    weights = {t.name for t in model.graph.initializer}
+    names = [t for n in model.graph.node if n.op_type == "Conv"
+             for t in ((n.input[0],) if n.name not in skip else ()) + (() if float_outputs else tuple(n.output))
+             if t not in weights]
+    return list(dict.fromkeys(names))
+
+
+def _top_k(top: np.ndarray, new: np.ndarray, k: int) -> np.ndarray:
+    """The k largest of `top` (at most k values) and `new`; once `top` is full only values above its least are
+    looked at, so a feed costs one comparison pass."""
+    if top.size >= k:
+        new = new[new > top.min()]
+    both = np.concatenate([top, new]) if top.size else new
+    return np.partition(both, both.size - k)[both.size - k:] if both.size > k else both.copy()
+
+
+class _Tally:
+    """One activation over the calibration feeds in bounded memory: its count, min and max, its mean per channel
+    (`means`), and only as many of its largest values (of x, or of |x| with `absolute`) as the top fraction `cut`
+    of the whole set can need."""
+
+    def __init__(self, feeds: int, cut: float, absolute: bool, means: bool):
+        self.feeds, self.cut, self.absolute, self.means = feeds, cut, absolute, means
+        self.count, self.lo, self.hi, self.sums = 0, np.inf, -np.inf, 0.0
+        self.top: np.ndarray = np.empty(0, np.float32)
+
+    def add(self, y: np.ndarray) -> None:
+        flat = y.ravel()
+        self.count += flat.size
+        self.lo, self.hi = min(self.lo, float(flat.min())), max(self.hi, float(flat.max()))
+        if self.means:
+            self.sums = self.sums + y.mean(axis=(0, 2, 3), dtype=np.float64)
+        k = min(flat.size, int(np.ceil(self.cut * flat.size * self.feeds)) + 1)
+        self.top = _top_k(self.top, np.abs(flat) if self.absolute else flat, k)
+
+    def top_value(self) -> float:
+        """The value with the fraction `cut` of the whole set above it (the top after cutting it)."""
+        desc = np.sort(self.top)[::-1]
+        return float(desc[min(len(desc) - 1, int(self.cut * self.count))])
+
+    def mean(self) -> np.ndarray:
+        return self.sums / self.feeds
+
+
+def activation_stats(model: onnx.ModelProto, shifted: list[str], ranged: list[str], feeds: list[dict],
+                     percentile: float, tick=None) -> tuple[dict[str, tuple], dict[str, _Tally]]:
+    """One pass of ONNX Runtime (fp32) over the calibration feeds, one feed at a time (the memory is one feed's
+    activations, whatever their number): input_stats of the `shifted` convs' data inputs, and a _Tally of |x| for
+    each `ranged` activation (percentile_range)."""
     import onnxruntime as ort
 
-    if not convs:
-        return {}
-    inputs = {n.name: n.input[0] for n in model.graph.node if n.name in convs}
-    names = list(dict.fromkeys(inputs.values()))
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    known = {o.name for o in probe.graph.output}
-    probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(t) for t in names if t not in known)
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    sums, tops, count = dict.fromkeys(names, 0.0), {t: [] for t in names}, dict.fromkeys(names, 0)
-    cut = (100 - percentile) / 200
+    inputs = {n.name: n.input[0] for n in model.graph.node if n.name in shifted}
+    wanted = {t: _Tally(len(feeds), (100 - percentile) / 200, False, True) for t in inputs.values()}
+    ranges = {t: _Tally(len(feeds), (100 - percentile) / 100, True, False) for t in ranged}
+    names = list(dict.fromkeys([*wanted, *ranges]))
+    if names:
+        probe = onnx.ModelProto()
+        probe.CopyFrom(model)
+        known = {o.name for o in probe.graph.output}
+        probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(t) for t in names if t not in known)
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
     for feed in feeds:
-        for t, y in zip(names, session.run(names, feed), strict=True):
-            sums[t] = sums[t] + y.astype(np.float64).mean(axis=(0, 2, 3))
-            count[t] += y.size
-            keep = min(y.size, int(np.ceil(cut * y.size * len(feeds))) + 1)  # enough for the whole set's top
-            tops[t].append(np.partition(y.ravel(), y.size - keep)[y.size - keep:])
-    stats = {}
-    for name, t in inputs.items():
-        top = np.sort(np.concatenate(tops[t]))[::-1]
-        stats[name] = (sums[t] / len(feeds), float(top[min(len(top) - 1, int(cut * count[t]))]))
-    return stats
+        for t, y in zip(names, session.run(names, feed) if names else (), strict=True):
+            for tally in (wanted.get(t), ranges.get(t)):
+                if tally is not None:
+                    tally.add(y)
+        if tick is not None:
+            tick(1)
+    stats = {name: (wanted[t].mean(), wanted[t].top_value()) for name, t in inputs.items()}
+    return stats, ranges
+
+
+def percentile_range(tally: _Tally) -> tuple[float, float]:
+    """ONNX Runtime's symmetric Percentile range: |x|'s percentile T, as (-T, T) clipped to [min, max] (exact here;
+    its calibrator reads the same off a 2048-bin histogram of every activation held in memory at once)."""
+    t = tally.top_value()
+    return max(-t, tally.lo), min(t, tally.hi)
+
+
+def _ranges(tallies: dict[str, _Tally], overrides: dict[str, list[dict]], method: str):
+    """ONNX Runtime's TensorsData for quantize_static: each activation's Percentile (or MinMax) range; a shifted
+    input (overrides) its int8 steps."""
+    from onnxruntime.quantization.calibrate import CalibrationMethod, TensorData, TensorsData
+
+    data = {}
+    for name, t in tallies.items():
+        lo, hi = percentile_range(t) if method == "Percentile" else (t.lo, t.hi)
+        data[name] = TensorData(lowest=np.array(lo, np.float32), highest=np.array(hi, np.float32))
+    for name, (override,) in overrides.items():
+        step = float(override["scale"])
+        data[name] = TensorData(lowest=np.array(-128 * step, np.float32), highest=np.array(127 * step, np.float32))
+    return TensorsData(getattr(CalibrationMethod, method), data)
 
 
 def settle_biases(path: Path, corrections: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
@@ -315,67 +403,144 @@ def excluded(model: onnx.ModelProto, keep: tuple[str, ...] = KEEP_FLOAT, exact_i
                               if name not in exact and not (k == "last" and name in shifted)))
 
 
+class _Feeds:
+    """The calibration feeds as ONNX Runtime's calibrator reads them, a chunk (set_range) per pass: each feed read
+    ticks `tick` (a progress bar's update)."""
+
+    def __init__(self, feeds: list[dict], tick=None):
+        self.feeds, self.tick, self._it = feeds, tick, iter(())
+
+    def __len__(self) -> int:  # whole chunks (quantize_static asks for a multiple); the last one may be short
+        return -(-len(self.feeds) // CALIB_CHUNK) * CALIB_CHUNK
+
+    def set_range(self, start_index: int, end_index: int) -> None:
+        self._it = iter(self.feeds[start_index:min(end_index, len(self.feeds))])
+
+    def get_next(self):
+        feed = next(self._it, None)
+        if feed is not None and self.tick is not None:
+            self.tick(1)
+        return feed
+
+
+@contextlib.contextmanager
+def quiet_libraries(chatter=None):
+    """ONNX Runtime's quantizer talks: Python warnings and logging (`Please consider to run pre-processing`),
+    prints (histogram settings), its C++ log (`Removing initializer`). Kept from the terminal; the Python part goes
+    to `chatter` (a line sink, --verbose) when given."""
+    import onnxruntime as ort
+
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            lines.append(f"{record.levelname.lower()}: {record.getMessage()}")
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    root.handlers = [Keep()]
+    ort.set_default_logger_severity(3)  # errors only from sessions that set no level of their own
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        ort.set_default_logger_severity(2)  # ONNX Runtime's default (warnings)
+        lines += [f"warning: {w.message}" for w in caught] + out.getvalue().splitlines()
+        for line in lines if chatter is not None else ():
+            chatter(f"onnxruntime.quantization: {line}")
+
+
+def _load_fp32(fp32: Path) -> onnx.ModelProto:
+    """The fp32 model with its external data (if any) read beside the file, whatever the working directory."""
+    return onnx.load(str(fp32.resolve()), load_external_data=True)
+
+
 def quantize(fp32: Path, dst: Path, scale: float, *, method: str = METHOD, keep: tuple[str, ...] = KEEP_FLOAT,
              crops: int = CROPS, percentile: float = PERCENTILE, exact_image: bool = True,
-             float_outputs: bool = True, shift_relu: bool = SHIFT_RELU) -> None:
+             float_outputs: bool = True, shift_relu: bool = SHIFT_RELU, progress=None) -> None:
     """Write the Q/DQ file of `fp32` (calibrated at `scale`) to `dst`. The keywords are the recipe (the defaults
-    are the shipped one); scripts/int8_recipes.py tries others."""
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        CalibrationMethod,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
-
-    model = onnx.load(str(fp32), load_external_data=False)
+    are the shipped one); scripts/int8_recipes.py tries others. `progress(total, unit, desc)` makes a bar."""
+    model = _load_fp32(Path(fp32))
     feeds = _calibration(scale, {i.name for i in model.graph.input}, crops)
     if not feeds:
         raise PipelineError("no training image is large enough to calibrate int8")
     skip = excluded(model, keep, exact_image, shift_relu)
     image = image_convs(model) if exact_image else []
-    stats = input_stats(model, image + (relu_convs(model, set(skip)) if shift_relu else []), feeds, percentile)
-    # an image conv's input: 8-bit pixels at 1/255; a ReLU's: [0, its percentile] over 255 steps
-    steps = {name: IMAGE_STEP if name in image else max(top, 1e-8) / 255 for name, (_, top) in stats.items()}
-    shifts = {name: (IMAGE_SHIFT if name in image else 128 * step, step) for name, step in steps.items()}
-    overrides, corrections = shift_inputs(model, shifts, {name: mean for name, (mean, _) in stats.items()})
-    if not [n for n in model.graph.node if n.op_type == "Conv" and n.name not in skip]:
-        raise PipelineError(f"{fp32.name}: the int8 recipe leaves every convolution in float: nothing to quantize")
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self._it = iter(feeds)
-
-        def get_next(self):
-            return next(self._it, None)
-
-    with contextlib.redirect_stdout(io.StringIO()):  # its calibrator prints histogram settings
-        quantize_static(model, str(dst), Reader(), quant_format=QuantFormat.QDQ, op_types_to_quantize=["Conv"],
-                        per_channel=True, activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                        calibrate_method=getattr(CalibrationMethod, method), nodes_to_exclude=skip,
-                        extra_options={"ActivationSymmetric": True, "WeightSymmetric": True,
-                                       "CalibPercentile": percentile, "QuantizeBias": False,
-                                       "TensorQuantOverrides": overrides,
-                                       "OpTypesToExcludeOutputQuantization": ["Conv"] if float_outputs else []})
+    shifted = image + (relu_convs(model, set(skip)) if shift_relu else [])
+    own = method in ("Percentile", "MinMax")  # ranges streamed here; others: ONNX Runtime's calibrator, in chunks
+    bar = progress(len(feeds) * (1 if own else 2), "crop", "int8 calibration") if progress else None
+    tick = bar.update if bar is not None else None
+    try:
+        ranged = ranged_tensors(model, skip + shifted, float_outputs) if own else []
+        stats, tallies = activation_stats(model, shifted, ranged, feeds, percentile, tick)
+        # an image conv's input: 8-bit pixels at 1/255; a ReLU's: [0, its percentile] over 255 steps
+        steps = {name: IMAGE_STEP if name in image else max(top, 1e-8) / 255 for name, (_, top) in stats.items()}
+        shifts = {name: (IMAGE_SHIFT if name in image else 128 * step, step) for name, step in steps.items()}
+        overrides, corrections = shift_inputs(model, shifts, {name: mean for name, (mean, _) in stats.items()})
+        if not [n for n in model.graph.node if n.op_type == "Conv" and n.name not in skip]:
+            raise PipelineError(f"{fp32.name}: the int8 recipe leaves every convolution in float: nothing to "
+                                "quantize")
+        ranges = _ranges(tallies, overrides, method) if own else None
+        reader = None if own else _Feeds(feeds, tick)
+        _quantize_static(model, dst, reader, ranges, method, skip, percentile, overrides, float_outputs)
+    finally:
+        if bar is not None:
+            bar.close()
     settle_biases(dst, corrections)
 
 
-def int8_file(fp32: Path, scale: float, log=None) -> Path:
-    """The int8 Q/DQ file of `fp32`, from the cache or made now (a few seconds; needs the export extra for the
-    training images' degradation)."""
-    path = int8_path(Path(fp32))
-    if path.is_file():
+def _quantize_static(model, dst: Path, reader, ranges, method: str, skip: list[str], percentile: float,
+                     overrides: dict, float_outputs: bool) -> None:
+    """ONNX Runtime's quantize_static with the recipe's options, from the ranges computed here (given as its
+    calibration cache, so its calibrator, which holds every activation at once, never runs) or from `reader`."""
+    import tempfile
+
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.calibrate import save_tensors_data
+
+    with tempfile.TemporaryDirectory(prefix=".calibration-", dir=dst.parent) as tmp:
+        cache = None
+        if ranges is not None:
+            cache = Path(tmp) / "ranges.json"
+            save_tensors_data(ranges, cache)
+        quantize_static(model, str(dst), reader, quant_format=QuantFormat.QDQ, op_types_to_quantize=["Conv"],
+                        per_channel=True, activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                        calibrate_method=getattr(CalibrationMethod, method), nodes_to_exclude=skip,
+                        calibration_cache_path=cache,
+                        extra_options={"ActivationSymmetric": True, "WeightSymmetric": True,
+                                       "CalibPercentile": percentile, "QuantizeBias": False,
+                                       "TensorQuantOverrides": overrides, "CalibStridedMinMax": CALIB_CHUNK,
+                                       "OpTypesToExcludeOutputQuantization": ["Conv"] if float_outputs else []})
+
+
+def int8_file(fp32: Path, scale: float, log=None, progress=None, chatter=None) -> Path:
+    """The int8 Q/DQ file of `fp32`, from the cache when its stamp says it is this recipe's file of this fp32 file
+    and its bytes are intact, else made now (a few seconds to a minute; needs the export extra for the training
+    images' degradation). One process makes it; another asking meanwhile waits and reuses it."""
+    fp32 = Path(fp32)
+    path = int8_path(fp32)
+    if stamp_problem(path, recipe_id(), fp32) is None:
         return path
-    if log is not None:
-        log(f"quantizing {Path(fp32).name} to int8 (calibrated on the training images), once: {path}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with atomic_path(path) as tmp:
-            quantize(Path(fp32), Path(tmp), scale)
-    except ImportError as e:
-        raise PipelineError(f"making the int8 file needs {e.name} (pip install 'srdeploy[export]')") from None
-    except PipelineError:
-        raise
-    except Exception as e:  # ONNX Runtime's quantizer raises its own types
-        raise PipelineError(f"cannot quantize {Path(fp32).name} to int8: {first_line(e)}") from None
+    with made_once(path):
+        problem = stamp_problem(path, recipe_id(), fp32)  # another process may have made it while we waited
+        if problem is None:
+            return path
+        if log is not None:
+            why = "" if problem == "it is missing" else f" (the cached one is not used: {problem})"
+            log(f"quantizing {fp32.name} to int8 (calibrated on the training images), once{why}: {path}")
+        path.unlink(missing_ok=True)  # a link goes, never what it points at
+        try:
+            with atomic_path(path) as tmp, quiet_libraries(chatter):
+                quantize(fp32, Path(tmp), scale, crops=CROPS, progress=progress)
+        except ImportError as e:
+            raise PipelineError(f"making the int8 file needs {e.name} (pip install 'srdeploy[export]')") from None
+        except PipelineError:
+            raise
+        except Exception as e:  # ONNX Runtime's quantizer raises its own types
+            raise PipelineError(f"cannot quantize {fp32.name} to int8: {first_line(e)}") from None
+        stamp(path, recipe_id(), fp32)
     return path

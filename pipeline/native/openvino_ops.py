@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.contract import DEFORM_CONV, DOMAIN, DYNAMIC_RESIZE, RESIZE_ATTRS
+from pipeline.errors import PipelineError
 
 
 def _ops():
@@ -51,6 +52,8 @@ def _cubic_taps(ops, in_size, out_size):
 
 
 def convert_dynamic_resize(node) -> list:
+    if node.get_input_size() != 2:  # the ORT op's refusal (pipeline.native.ort_ops.adapt_for_ort)
+        raise PipelineError(f"DynamicResize node has {node.get_input_size()} inputs, expected 2")
     ops = _ops()
     x, size = node.get_input(0), node.get_input(1)
     shape = ops.shape_of(x, output_type="i64")
@@ -84,18 +87,43 @@ def _int(node, name: str, default: int) -> int:
         return default
 
 
+def deform_attrs(node) -> dict:
+    """The node's DeformConv attributes, refused as our ONNX Runtime op and CPU kernels refuse them (the same
+    lines: pipeline.native.ort_ops, kernels_cpu.deform_conv2d): 3 to 5 inputs, a kernel_shape that is the weight's,
+    positive strides and dilations, non-negative pads (2 or 4), positive groups."""
+    count = node.get_input_size()
+    if not 3 <= count <= 5:
+        raise PipelineError(f"DeformConv2d node has {count} inputs, expected 3 to 5")
+    pads = _ints(node, "pads", [0, 0, 0, 0])
+    if len(pads) == 2:
+        pads = pads * 2
+    if len(pads) != 4:
+        raise PipelineError(f"padding must be an int, a pair or 4 ONNX pads, got {pads!r}")
+    strides, dilations = _ints(node, "strides", [1, 1]), _ints(node, "dilations", [1, 1])
+    strides, dilations = [strides * 2 if len(strides) == 1 else strides, dilations * 2 if len(dilations) == 1
+                          else dilations]
+    if len(strides) != 2 or len(dilations) != 2 or min(strides + dilations) <= 0 or min(pads) < 0:
+        raise PipelineError("stride/dilation must be positive and padding non-negative")
+    weight = node.get_input(1).get_partial_shape()
+    kernel = _ints(node, "kernel_shape", [])
+    if kernel and weight.is_static and list(kernel) != [int(d) for d in weight.to_shape()][2:]:
+        raise PipelineError(f"DeformConv2d kernel_shape {kernel} does not match weight shape {weight.to_shape()}")
+    group, offset_group = _int(node, "group", 1), _int(node, "offset_group", 1)
+    if group <= 0 or offset_group <= 0:
+        raise PipelineError(f"groups={group} and offset_groups={offset_group} must be positive")
+    return {"strides": strides, "pads_begin": pads[:2], "pads_end": pads[2:], "dilations": dilations,
+            "group": group, "deformable_group": offset_group}
+
+
 def convert_deform_conv(node) -> list:
     """sr::DeformConv2d(X, W, offset[, B[, mask]]) with ONNX DeformConv's attributes (torchvision semantics)."""
+    attrs = deform_attrs(node)
     ops = _ops()
     x, weight, offset = node.get_input(0), node.get_input(1), node.get_input(2)
     count = node.get_input_size()
     bias = node.get_input(3) if count > 3 else None
     mask = node.get_input(4) if count > 4 else None
-    pads = _ints(node, "pads", [0, 0, 0, 0])
-    y = ops.deformable_convolution(x, offset, weight, strides=_ints(node, "strides", [1, 1]),
-                                   pads_begin=pads[:2], pads_end=pads[2:], dilations=_ints(node, "dilations", [1, 1]),
-                                   mask=mask, group=_int(node, "group", 1),
-                                   deformable_group=_int(node, "offset_group", 1), bilinear_interpolation_pad=True)
+    y = ops.deformable_convolution(x, offset, weight, mask=mask, bilinear_interpolation_pad=True, **attrs)
     if bias is not None:
         bias = ops.unsqueeze(bias, ops.constant(np.array([1, 2], dtype=np.int64)))  # [C] -> [C, 1, 1]
         y = ops.add(y, bias)

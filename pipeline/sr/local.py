@@ -18,13 +18,13 @@ from pipeline.sr.worker import ImageWorker
 
 
 def load_backend(backend, model: str, precision: str, *, onnx=None, engine=None, weights=None,
-                 threads=None, log=None) -> tuple[backends.Backend, str]:
+                 threads=None, log=None, progress=None, chatter=None) -> tuple[backends.Backend, str]:
     """A loaded backend and why it was chosen; `backend` is a name ('auto', 'ort', ...) or a loaded one.
     `log` gets the slow steps of loading (an export into the cache on first use, an engine build)."""
     if not isinstance(backend, str):
         return backend, backend.selection_reason or "given"
     opts = {k: v for k, v in (("onnx", onnx), ("engine", engine), ("weights", weights), ("threads", threads),
-                              ("log", log)) if v is not None}
+                              ("log", log), ("progress", progress), ("chatter", chatter)) if v is not None}
     loaded = backends.create(backend, model, precision, **opts)
     return loaded, loaded.selection_reason or backend
 
@@ -45,22 +45,25 @@ class LocalExecutor:
     def model(self, opts: RunOptions) -> ModelChoice:
         return resolve_model(opts)
 
-    def _load(self, model: str, console: Console) -> tuple[backends.Backend, str, str | None]:
-        """The backend, why it was chosen and, with `--precision auto`, the line that says which precision ran."""
+    def _load(self, model: str, scale: float, console: Console) -> tuple[backends.Backend, str, str | None]:
+        """The backend, why it was chosen and, with `--precision auto`, the line that says which precision ran
+        (its calibration and measurement on first use with a progress bar; the quantizer's talk under --verbose)."""
         o = self.opts
         if o.precision == "auto" and o.backend_name is not None:
             given = {k: v for k, v in (("onnx", o.onnx), ("weights", o.weights), ("threads", o.threads))
                      if v is not None}
-            loaded, why = quality.pick_precision(o.backend, model, log=console.always, **given)
+            loaded, why = quality.pick_precision(o.backend, model, log=console.always, scale=scale,
+                                                 progress=console.bar, chatter=console.detail, **given)
             return loaded, loaded.selection_reason or o.backend, why
         loaded, choice = load_backend(o.backend, model, o.precision, onnx=o.onnx, engine=o.engine,
-                                      weights=o.weights, threads=o.threads, log=console.always)
+                                      weights=o.weights, threads=o.threads, log=console.always,
+                                      progress=console.bar, chatter=console.detail)
         return loaded, choice, None
 
     def start(self, plan: Plan, console: Console) -> Started:
         self.opts = plan.opts  # the checked options: the --onnx file opened once
         o, m = self.opts, plan.model
-        loaded, choice, auto_line = self._load(m.name, console)
+        loaded, choice, auto_line = self._load(m.name, m.scale, console)
         self.stale = remove_stale_parts([r.job.dst for r in plan.todo])
         self.clips = [r for r in plan.todo if r.job.video]
         what = []
@@ -86,10 +89,12 @@ class LocalExecutor:
         console.detail(f"backend: {self.loaded.describe()}; why: {self.loaded.selection_reason or self.opts.backend}")
         if self.auto_line:
             console.always(self.auto_line)
-        if (record := quality.precision_loss(self.loaded, log=console.always)) is not None:
+        o, scale = self.opts, self.worker.scale
+        if (record := quality.precision_loss(self.loaded, log=console.always, scale=scale,
+                                             progress=console.bar)) is not None:
             console.always(f"precision: {quality.loss_line(record)}")
-        elif self.opts.backend_name is not None and (hint := quality.faster_line(
-                self.loaded.model_name, self.opts.backend_name, self.loaded)):
+        elif o.backend_name is not None and (hint := quality.faster_line(
+                self.loaded.model_name, o.backend_name, self.loaded, scale, onnx=o.onnx, weights=o.weights)):
             console.info(hint)
         if self.stale:
             console.info(f"removed {self.stale} temp file(s) a killed earlier run left beside its outputs")
