@@ -261,10 +261,13 @@ def test_the_precision_hint_quotes_a_later_measurement(measurement):
     from pipeline.analysis import quality
 
     loaded = backends.create("ort", "srcnn")
-    store = quality._pick_store("srcnn", "ort")
+    store = quality._pick_store("srcnn", "ort", 3.0, {"onnx": None, "weights": None})
     store.parent.mkdir(parents=True, exist_ok=True)
-    store.write_text(json.dumps({"model": "srcnn", "request": "ort", "backend": "openvino", "precision": "int8",
-                                 "ms": 23.0, "fp32_ms": 89.0, "when": "2026-11-20 10:00:00"}))
+    fp32_sha = quality.file_sha256(loaded.run_file(3.0))  # the pick timed the fp32 file that runs now
+    store.write_text(json.dumps({"model": "srcnn", "request": "ort", "scale": 3.0, "machine": quality.machine(),
+                                 "backend": "openvino", "precision": "int8", "ms": 23.0, "run_sha256": "0" * 64,
+                                 "times": "openvino int8 23 ms, ort fp32 89 ms", "notes": [], "fp32_ms": 89.0,
+                                 "fp32_sha256": fp32_sha, "when": "2026-11-20 10:00:00"}))
     try:
         assert quality.faster_line("srcnn", "ort", loaded).startswith(
             "hint: --precision auto runs openvino int8 here, 3.9x fp32's speed (23 against 89 ms at 256x256, "
