@@ -413,12 +413,14 @@ def test_trt_engine_losses_are_kept_per_engine_file(tmp_path, weights):
     assert be.model_file() is None and be.model_options()["weights"] == weights["srcnn"]
     be.engine_file = tmp_path / "srcnn.int8.engine"  # what load() sets
     be.engine_file.write_bytes(b"engine one")
-    first = quality._store(be)
+    first = quality._store(quality.identity(be, 3.0))
     be.engine_file.write_bytes(b"engine two")  # rebuilt
-    assert quality._store(be) != first and quality.stored(be) is None
-    record = {"precision": "int8", "psnr_loss_db": 0.4, "ssim_loss": 0.01, "images": 4}
-    quality._store(be).parent.mkdir(parents=True, exist_ok=True)
-    quality._store(be).write_text(json.dumps(record))
+    store = quality._store(quality.identity(be, 3.0))
+    assert store != first and quality.stored(be) is None
+    record = {**quality.identity(be, 3.0), "psnr_loss_db": 0.4, "ssim_loss": 0.01, "psnr": 30.0, "psnr_fp32": 30.4,
+              "images": 4}
+    store.parent.mkdir(parents=True, exist_ok=True)
+    store.write_text(json.dumps(record))
     assert quality.precision_loss(be) == record and not quality.within_budget(record)
 
 
