@@ -324,7 +324,7 @@ def test_segment_seconds_is_checked_before_ray_starts(clips, weights, tmp_path, 
     code, err = _sr(capsys, weights, clips, tmp_path / "out", "--ray", "--segment-seconds", "0")
     assert code == 2 and err.strip() == "error: --segment-seconds must be more than 0, got 0"
     code, err = _sr(capsys, weights, clips, tmp_path / "out", "--segment-seconds", "5")
-    assert code == 2 and "--ray-actors and --segment-seconds apply to --ray runs" in err
+    assert code == 2 and "--segment-seconds applies only to --ray runs" in err
     assert not (tmp_path / "out").exists()
 
 
