@@ -9,7 +9,9 @@ from __future__ import annotations
 import hashlib
 import importlib
 import math
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -150,9 +152,14 @@ def output_size(height: int, width: int, scale: float) -> tuple[int, int]:
     return max(1, math.floor(height * scale + 0.5)), max(1, math.floor(width * scale + 0.5))
 
 
-def file_sha256(path: Path) -> str:
+def file_sha256(path: str | Path, *, follow_links: bool = True) -> str:
+    """SHA-256 of a file's bytes. follow_links=False (cache files): a link, or anything but a regular file, is an
+    OSError instead of the bytes it leads to."""
+    fd = os.open(path, os.O_RDONLY | (0 if follow_links else os.O_NOFOLLOW))
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with os.fdopen(fd, "rb") as f:
+        if not follow_links and not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise OSError(f"{path} is not a regular file")
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()

@@ -12,14 +12,13 @@ is made again.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
-import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from models.spec import file_sha256 as models_file_sha256
 from pipeline.artifacts.atomic import atomic_write
 
 STAMP_SUFFIX = ".stamp.json"
@@ -27,14 +26,7 @@ STAMP_SUFFIX = ".stamp.json"
 
 def file_sha256(path: str | Path) -> str:
     """SHA-256 of a regular file's bytes, opened without following a link (OSError otherwise)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    h = hashlib.sha256()
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise OSError(f"{path} is not a regular file")
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    return models_file_sha256(path, follow_links=False)
 
 
 def stamp_path(path: Path) -> Path:
