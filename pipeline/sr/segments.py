@@ -28,8 +28,10 @@ import av
 
 from pipeline.artifacts.atomic import atomic_path, atomic_write
 from pipeline.sr import video_io
+from pipeline.sr.console import Console
 from pipeline.sr.records import Record
-from pipeline.sr.video import VideoPlan, finish
+from pipeline.sr.video import VideoPlan, VideoRunner, finish, plan_clips
+from pipeline.sr.video import plan as plan_clip
 from pipeline.sr.video_io import COPIED, ReadEnd, VideoError, Window
 
 SEGMENTS_PER_ACTOR = 4   # the default length gives every actor several segments: a slow or killed one costs little
@@ -263,8 +265,6 @@ def plan_work(records: list[Record], scale: float, settings: dict, seconds: floa
     there, as in a local run) and segments; with `resume` (--skip-existing) the segments a killed run finished are
     taken as they are. `settings`: what else makes a segment (model, backend, precision, codec, crf, audio, tiles),
     so none of another run is taken."""
-    from pipeline.sr.video import plan_clips
-
     if plans is None:
         plans = plan_clips(records, scale, settings.get("codec"), settings.get("crf"), settings.get("audio", "copy"))
     work = []
@@ -283,10 +283,6 @@ def plan_work(records: list[Record], scale: float, settings: dict, seconds: floa
 def run_segment(worker, job, task: dict) -> dict:
     """An executor's unit for one segment (a Ray actor's): the clip planned as the driver planned it, the
     segment upscaled into its file and its result saved beside it; failures are the result's record."""
-    from pipeline.sr.console import Console
-    from pipeline.sr.video import VideoRunner
-    from pipeline.sr.video import plan as plan_clip
-
     seg, path, rec = Segment.from_json(task["segment"]), Path(task["file"]), Record(job)
     try:
         vp = plan_clip(job, worker.scale, task.get("codec"), task.get("crf"), task.get("audio", "copy"))
