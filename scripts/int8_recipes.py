@@ -1,5 +1,5 @@
 """Try int8 quantization recipes on a model and print each one's held-out Y-PSNR loss through OpenVINO (the
-project's quality store protocol, pipeline.analysis.quality.measure) and its 256x256 time.
+project's quality store protocol, pipeline.quality.measure) and its 256x256 time.
 
     python scripts/int8_recipes.py srcnn-x3 "first" "first,last" "first,last:Entropy" ...
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 def main(argv: list[str]) -> None:
     os.environ.setdefault("SRDEPLOY_CACHE", tempfile.mkdtemp(prefix="int8-recipes-"))
-    from pipeline.analysis import quality
+    from pipeline import quality
     from pipeline.backends import create_named, openvino_backend, time_backend
     from pipeline.errors import PipelineError
     from pipeline.export import quantize as q
@@ -47,7 +47,7 @@ def main(argv: list[str]) -> None:
         openvino_backend.int8_file = made
         try:
             b = create_named("openvino", model, "int8", threads=2)
-            rec = quality.measure(b, threads=2)
+            rec = quality.measure(b)
         except PipelineError as e:
             print(f"{model} {recipe:28s} {e}", flush=True)
             continue

@@ -1,6 +1,6 @@
 """The README's precision table, measured in one run on this machine: model x backend x precision, 256x256 ->
 768x768 (x3), 2 threads, medians of interleaved rounds; speed-up against the eager PyTorch loop (torch fp32); the
-held-out Y-PSNR loss from the quality store (pipeline.analysis.quality, measured on a miss); then what
+held-out Y-PSNR loss from the quality store (pipeline.quality, measured on a miss); then what
 `--precision auto` picks.
 
     python scripts/precision_table.py [MODEL ...] [--rounds 7]
@@ -15,7 +15,7 @@ import numpy as np
 
 
 def main() -> None:
-    from pipeline.analysis import quality
+    from pipeline import quality
     from pipeline.backends import create, create_named
     from pipeline.errors import PipelineError
     from pipeline.native.cpu import cpu_name
@@ -61,8 +61,8 @@ def main() -> None:
                 loss = f"{record['psnr_loss_db']:.3f} dB ({verdict} {quality.budget(record):g})"
             ratio = f"{eager / ms:.1f}×" if eager else "—"
             print(f"| {model} | {label} | {ms:.1f} | {ratio} | {loss} |", flush=True)
-        best, why = quality.pick_precision("auto", model, threads=args.threads)
-        print(f"\n{model}: {why}\n", flush=True)
+        best = create("auto", model, "auto", threads=args.threads)
+        print(f"\n{model}: {best.selection_reason}\n", flush=True)
 
 
 if __name__ == "__main__":

@@ -406,16 +406,17 @@ def test_trt_engine_losses_are_kept_per_engine_file(tmp_path, weights):
     """`--precision auto --backend trt`: a bf16/int8 engine's held-out loss is looked up and kept per engine file
     (TrtBackend.model_file), never skipped as 'runs no ONNX file'; a rebuilt engine has its own record, and a
     stored loss over budget keeps the engine out of auto. (Loading needs a GPU: the loaded state is set here.)"""
-    from pipeline.analysis import quality
+    from pipeline import quality
     from pipeline.backends.trt_backend import TrtBackend
+    from pipeline.quality import loss
 
     be = TrtBackend("srcnn", "int8", weights=weights["srcnn"])
     assert be.model_file() is None and be.model_options()["weights"] == weights["srcnn"]
     be.engine_file = tmp_path / "srcnn.int8.engine"  # what load() sets
     be.engine_file.write_bytes(b"engine one")
-    first = quality._store(quality.identity(be, 3.0))
+    first = loss._store(quality.identity(be, 3.0))
     be.engine_file.write_bytes(b"engine two")  # rebuilt
-    store = quality._store(quality.identity(be, 3.0))
+    store = loss._store(quality.identity(be, 3.0))
     assert store != first and quality.stored(be) is None
     record = {**quality.identity(be, 3.0), "psnr_loss_db": 0.4, "ssim_loss": 0.01, "psnr": 30.0, "psnr_fp32": 30.4,
               "images": 4}

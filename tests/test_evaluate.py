@@ -4,9 +4,10 @@ import math
 
 import pytest
 
-from pipeline.analysis.evaluate import crop_border_for, evaluate, format_table
+from pipeline.analysis.evaluate import evaluate, format_table
 from pipeline.cli import main
 from pipeline.data import sample_images
+from pipeline.quality.metrics import crop_border_for
 
 
 @pytest.fixture(scope="module")

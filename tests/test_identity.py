@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from pipeline.artifacts.identity import resolve
 from pipeline.backends import registry
 from pipeline.backends.base import Backend, BackendStatus
 from pipeline.backends.checks import check_batch
+from pipeline.backends.descriptor import Descriptor, Runs
 from pipeline.cli import main
 from pipeline.errors import PipelineError
 from pipeline.sr import upscale
@@ -138,11 +140,17 @@ def test_engine_plans_from_the_file_alone_without_pytorch(tmp_path):
 
 
 # -- the declared Backend seam ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NearestOptions:
+    onnx: object = None
+    weights: object = None
+
+
 class NearestBackend(Backend):
     """A backend written only against the base class: nearest-neighbour upscaling in numpy."""
 
-    name = "nearest"
-    OPTIONS = frozenset({"onnx", "weights"})
+    DESCRIPTOR = Descriptor("nearest", "cpu", runs=(Runs("fp32", "weights"),), options=NearestOptions,
+                            summary="nearest-neighbour upscaling in numpy")
 
     def __init__(self, model, precision="fp32", *, onnx=None, weights=None):
         self.spec = resolve(model, onnx)

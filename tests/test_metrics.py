@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
-from pipeline.analysis.metrics import psnr_y, rgb_to_y, ssim_y
+from pipeline.quality.metrics import psnr_y, rgb_to_y, ssim_y
 
 
 def _pair(h=40, w=50, noise=6, seed=0):

@@ -1,4 +1,4 @@
-"""The quality gate holds for what runs (pipeline.analysis.quality): records keyed by the file the backend runs at
+"""The quality gate holds for what runs (pipeline.quality): records keyed by the file the backend runs at
 the run's scale and by the machine, checked on read and measured again when damaged; `--precision auto`'s stored
 pick; int8 files verified before use and made by one process at a time (pipeline.export.quantize). Calibration uses
 one crop per training image here (quantize.CROPS): these tests check the gate, not the recipe's quality."""
@@ -11,13 +11,14 @@ import numpy as np
 import onnx
 import pytest
 
-from pipeline.analysis import quality
+from pipeline import quality
 from pipeline.artifacts.onnx_file import FOLDED_SHA_KEY, folded_problem, folded_variants
 from pipeline.artifacts.stamp import file_sha256, stamp_path
-from pipeline.backends import create_named
+from pipeline.backends import create_named, select
 from pipeline.errors import PipelineError
 from pipeline.export import quantize
 from pipeline.export.cached import onnx_for
+from pipeline.quality import loss
 
 ov = pytest.importorskip("openvino", reason="OpenVINO is not installed")
 
@@ -79,7 +80,7 @@ def test_a_damaged_record_is_measured_again_once_and_a_damaged_pick_never_breaks
 
     b = create_named("openvino", "srcnn-x3", "int8", threads=1)
     first = quality.precision_loss(b)
-    path = quality._store(quality.identity(b, 3.0))
+    path = loss._store(quality.identity(b, 3.0))
     assert json.loads(path.read_text()) == first and first["scale"] == 3.0
     assert first["file_sha256"] == file_sha256(b.run_file(3.0))  # the folded graph's Q/DQ file: what runs at x3
     assert b.run_file(3.0) != b.model_file() and b.run_file(3.0).name.startswith(b.variants[3].stem)
@@ -94,7 +95,7 @@ def test_a_damaged_record_is_measured_again_once_and_a_damaged_pick_never_breaks
     # a pick store of the wrong shape: plain fp32 runs and `--precision auto` (which times again) both exit 0
     src, out = _image(tmp_path / "in"), tmp_path / "out"
     (gate_cache / "quality").mkdir(exist_ok=True)
-    pick = quality._pick_store("srcnn-x3", "auto", 3.0, {})
+    pick = select._pick_store("srcnn-x3", "auto", 3.0, {})
     for damaged in ("[]", '{"precision": "int8", "ms": "x"}'):
         pick.write_text(damaged)
         assert main(["sr", str(src), str(out / "a.png"), "--model", "srcnn-x3", "--threads", "1"]) == 0
@@ -151,7 +152,7 @@ def test_deform_srcnn_at_x4_is_measured_at_x4_and_auto_holds_it_to_its_budget(ga
     assert x4["scale"] == 4.0 and quality.stored(b, 4.0) == x4
     assert quality.stored(b) is None  # the default scale (x3) was never measured: x4's record is not its
     monkeypatch.setitem(quality.BUDGET_DB, "int8", x4["psnr_loss_db"] - 1e-4)
-    best, why = quality.pick_precision("openvino", "deform-srcnn", scale=4.0, threads=1)
+    best, why = select.pick_precision("openvino", "deform-srcnn", scale=4.0, threads=1)
     assert best.precision != "int8" and f"int8 not used: {quality.loss_line(x4, advice=False)}" in why
 
 

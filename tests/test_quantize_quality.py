@@ -1,5 +1,5 @@
 """int8 Q/DQ files (ONNX Runtime's quantizer, real calibration on the training images) and the measured quality
-of lower precisions (pipeline.analysis.quality) as `sr` reports them."""
+of lower precisions (pipeline.quality) as `sr` reports them."""
 from __future__ import annotations
 
 import json
@@ -10,8 +10,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, numpy_helper
 
-from pipeline.analysis import quality
-from pipeline.backends import create_named
+from pipeline import quality
+from pipeline.backends import create_named, select
 from pipeline.export.cached import onnx_for
 from pipeline.export.quantize import (
     IMAGE_SHIFT,
@@ -238,7 +238,7 @@ def test_precision_auto_never_picks_a_precision_over_its_budget(tmp_path, monkey
     monkeypatch.setenv("SRDEPLOY_CACHE", str(auto_cache))
     monkeypatch.setenv(cpu.BF16_ENV, "0")
     monkeypatch.setitem(quality.BUDGET_DB, "int8", 0.0)
-    best, why = quality.pick_precision("auto", "srcnn-x3", threads=1)
+    best, why = select.pick_precision("auto", "srcnn-x3", threads=1)
     assert best.precision == "fp32" and best.name == "ort-folded"
     assert "int8 not used: int8 loses" in why and "OVER its 0 dB budget" in why and "bf16 is switched off" in why
     cv2.imwrite(str(tmp_path / "a.png"), (np.random.default_rng(0).random((40, 50, 3)) * 255).astype(np.uint8))
@@ -300,7 +300,7 @@ def test_an_fp32_run_says_when_auto_measured_a_faster_precision(tmp_path, monkey
     args = ["sr", str(tmp_path / "a.png"), str(tmp_path / "b.png"), "--model", "srcnn-x3", "--threads", "1"]
     assert main(args) == 0
     assert "hint: --precision auto" not in capsys.readouterr().err
-    best, _ = quality.pick_precision("auto", "srcnn-x3", threads=1)
+    best, _ = select.pick_precision("auto", "srcnn-x3", threads=1)
     assert main(args) == 0
     lines = capsys.readouterr().err.splitlines()
     first = next(i for i, ln in enumerate(lines) if ln.startswith("sr: "))

@@ -121,8 +121,8 @@ def test_cpu_name_is_read_once_for_reports_and_the_auto_key(monkeypatch):
     and /proc/cpuinfo is read once per process, not by each."""
     import builtins
 
-    from pipeline.backends.auto import machine_fingerprint
     from pipeline.native.cpu import cpu_name
+    from pipeline.native.machine import fingerprint as machine_fingerprint
 
     opened = []
     real_open = builtins.open

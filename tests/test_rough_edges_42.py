@@ -55,8 +55,9 @@ def measurement(session_cache):
 # -- item 2: the expected order of each precision includes openvino ---------------------------------------------
 
 def test_expected_order_of_each_precision_includes_openvino():
+    assert auto.expected_order("bf16", False) == ("openvino", "torch")
+    assert auto.expected_order("bf16", True) == ("trt", "torch", "openvino")  # torch on the GPU, before the CPU
     for gpu in (False, True):
-        assert auto.expected_order("bf16", gpu)[-2:] == ("openvino", "torch")
         assert auto.expected_order("int8", gpu)[-1] == "openvino"
     assert auto.expected_order("fp32", False) == ("ort-folded", "openvino", "ort", "ort-sr-kernels", "torch")
     assert auto.expected_order("fp32", True)[:4] == ("trt", "ort-trt", "ort-cuda", "torch")
@@ -258,22 +259,23 @@ def test_first_line_names_a_precision_other_than_fp32(tmp_path, capsys):
 
 
 def test_the_precision_hint_quotes_a_later_measurement(measurement):
-    from pipeline.analysis import quality
+    from pipeline import quality
+    from pipeline.backends import select
 
     loaded = backends.create("ort", "srcnn")
-    store = quality._pick_store("srcnn", "ort", 3.0, {"onnx": None, "weights": None})
+    store = select._pick_store("srcnn", "ort", 3.0, {"onnx": None, "weights": None})
     store.parent.mkdir(parents=True, exist_ok=True)
-    fp32_sha = quality.file_sha256(loaded.run_file(3.0))  # the pick timed the fp32 file that runs now
+    fp32_sha = select.file_sha256(loaded.run_file(3.0))  # the pick timed the fp32 file that runs now
     store.write_text(json.dumps({"model": "srcnn", "request": "ort", "scale": 3.0, "machine": quality.machine(),
                                  "backend": "openvino", "precision": "int8", "ms": 23.0, "run_sha256": "0" * 64,
                                  "times": "openvino int8 23 ms, ort fp32 89 ms", "notes": [], "fp32_ms": 89.0,
                                  "fp32_sha256": fp32_sha, "when": "2026-11-20 10:00:00"}))
     try:
-        assert quality.faster_line("srcnn", "ort", loaded).startswith(
+        assert select.faster_line("srcnn", "ort", loaded).startswith(
             "hint: --precision auto runs openvino int8 here, 3.9x fp32's speed (23 against 89 ms at 256x256, "
             "measured 2026-11-20 10:00:00)")
         measurement("fp32", {"ort": 66.0})  # `backends --measure` since: its number, and the pick's age
-        assert quality.faster_line("srcnn", "ort", loaded) == (
+        assert select.faster_line("srcnn", "ort", loaded) == (
             "hint: --precision auto ran openvino int8 here in 23 ms at 256x256 (2026-11-20 10:00:00), within its "
             "quality budget; `backends --measure` timed ort fp32 since: 66 ms (2026-11-25 22:00:00); --precision "
             "auto re-weighs them")
@@ -296,7 +298,7 @@ def test_eval_with_no_scale_in_range_fails_before_pytorch_loads():
 
 
 def test_an_over_budget_precision_auto_left_out_gets_no_advice():
-    from pipeline.analysis import quality
+    from pipeline import quality
 
     record = {"precision": "int8", "psnr_loss_db": 0.18, "ssim_loss": 0.001, "images": 4}
     assert quality.loss_line(record).endswith("OVER its 0.1 dB budget: use fp32 for exact output")

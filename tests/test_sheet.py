@@ -1,5 +1,5 @@
 """The PNG crop sheet: read back, every cell is the same crop of its image at 1:1 (nearest zoom), columns in order
-LR, bicubic, outputs, ground truth, headed by labels; metrics are those of pipeline.analysis.metrics."""
+LR, bicubic, outputs, ground truth, headed by labels; metrics are those of pipeline.quality.metrics."""
 from __future__ import annotations
 
 import cv2
@@ -10,8 +10,8 @@ from skimage import data
 
 from models.registry import load_model, size_tensor
 from pipeline.analysis import sheet
-from pipeline.analysis.metrics import psnr_y
 from pipeline.data.degradation import downscale, to_tensor, to_uint8, upscale_bicubic
+from pipeline.quality.metrics import psnr_y
 
 
 @pytest.fixture(scope="module")

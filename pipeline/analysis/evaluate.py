@@ -2,7 +2,7 @@
 
 Each held-out image is degraded as in training (pipeline.data.degradation.make_pair), upscaled by bicubic
 and by the model, both rounded to uint8, and scored against the HR image with the border cropped by
-the scale (pipeline.analysis.metrics). `evaluate()` is reused by scripts/train.py for the model card.
+the scale (pipeline.quality.metrics). `evaluate()` is reused by scripts/train.py for the model card.
 """
 from __future__ import annotations
 
@@ -16,11 +16,6 @@ from pipeline.artifacts.identity import resolve
 from pipeline.errors import PipelineError
 
 DEFAULT_SCALES = (2.0, 3.0, 4.0)
-
-
-def crop_border_for(scale: float) -> int:
-    """Pixels cropped from each side before scoring: the scale, rounded up (SR-paper convention)."""
-    return int(math.ceil(scale))
 
 
 def _mean(values: list[float]) -> float:
@@ -40,9 +35,9 @@ def evaluate(model_name: str, scales=DEFAULT_SCALES, weights: str | Path | None 
 
     from models.registry import file_sha256, load_model
     from models.registry import run as run_model
-    from pipeline.analysis.metrics import psnr_y, ssim_y
     from pipeline.data import sample_images
     from pipeline.data.degradation import make_pair, to_tensor, to_uint8, upscale_bicubic
+    from pipeline.quality.metrics import crop_border_for, psnr_y, ssim_y
 
     spec = resolve(model_name)
     if model is None:

@@ -1,7 +1,7 @@
 """A PNG sheet of the same crops side by side: LR (nearest), bicubic, each model or backend, ground truth.
 
 Users would rather look than read: one row per crop, one column per image, each column headed by its name and,
-when there is a ground truth, its Y-channel PSNR/SSIM over the whole image (pipeline.analysis.metrics, border
+when there is a ground truth, its Y-channel PSNR/SSIM over the whole image (pipeline.quality.metrics, border
 cropped by the scale). Crops are shown at 1:1 HR pixels, enlarged by an integer nearest-neighbour `zoom` so
 small crops stay visible; pixels are never interpolated, so what you see is what the model wrote.
 """
@@ -94,7 +94,7 @@ def columns(lr: np.ndarray, outputs: dict[str, np.ndarray], reference: np.ndarra
             ("bicubic", _as_uint8(bicubic(lr, tuple(hr_shape))))]
     cols += [(name, _as_uint8(img)) for name, img in outputs.items()]
     # scikit-image's metrics cost ~0.8 s to import and are not in every install: only when there is a reference
-    from pipeline.analysis.metrics import psnr_y, ssim_y
+    from pipeline.quality.metrics import psnr_y, ssim_y
 
     border = math.ceil(scale)
     result = []

@@ -17,22 +17,13 @@ from pipeline.artifacts.atomic import folder_problem
 from pipeline.artifacts.confine import file_token
 from pipeline.artifacts.identity import check_weights, resolve
 from pipeline.errors import PipelineError, check_choice
+from pipeline.precisions import GRAPH, version
 
-# The choices every artifact key is made of (export, backends and the CLI read them here).
-PRECISIONS = ("fp32", "fp16")
+# The choices every artifact key is made of besides the precision (pipeline.precisions: GRAPH, the ONNX files'
+# precisions and I/O types); export, backends and the CLI read them here.
 OPS = ("custom", "standard")
 EXPORTERS = ("dynamo", "torchscript")
-IO_DTYPES = PRECISIONS  # float32 or float16 graph inputs/outputs
-# What a run may ask for: the graph precisions; bf16, an inference precision over the fp32 file (OpenVINO on a CPU
-# with bf16 arithmetic); int8, the fp32 file's Q/DQ version (pipeline.export.quantize). Both: openvino_backend.
-RUN_PRECISIONS = (*PRECISIONS, "bf16", "int8")
 SIZE_INPUTS = ("size", "scale")  # how a run-time-factor graph takes its output size
-# Part of every ONNX cache key: bumped when exports gain something the runtime relies on, so older cached files
-# are not reused. 2: the model spec in the metadata, reference outputs and folded variants beside the file.
-# 3: sr::DynamicResize's body and the folded border strips are tile-exact (tiled output equals whole, bit for bit).
-# 5: the folded graphs' last conv is unpadded where the border strips recompute its ring (int8 shifts its input).
-# 6: the folded variants' SHA-256 in the metadata (checked before one runs).
-ONNX_LAYOUT = 6
 
 
 CACHE_ENV = "SRDEPLOY_CACHE"
@@ -71,12 +62,12 @@ def _weights_sha256(spec: ModelSpec, weights: str | Path | None) -> str:
 def onnx_name(model: str, weights_sha: str, precision: str = "fp32", ops: str = "custom",
               exporter: str = "dynamo", io_dtype: str = "fp32") -> str:
     """Cache file name = the key. 16 hex digits of the weights hash are plenty to tell weight files apart."""
-    check_choice("precision", precision, PRECISIONS)
-    check_choice("io dtype", io_dtype, PRECISIONS)
+    check_choice("precision", precision, GRAPH)
+    check_choice("io dtype", io_dtype, GRAPH)
     check_choice("ops", ops, OPS)
     check_choice("exporter", exporter, EXPORTERS)
     io = "" if io_dtype == "fp32" else f"-io{io_dtype}"
-    return f"{file_token(model)}-{precision}{io}-{ops}-{exporter}-w{weights_sha[:16]}-v{ONNX_LAYOUT}.onnx"
+    return f"{file_token(model)}-{precision}{io}-{ops}-{exporter}-w{weights_sha[:16]}-v{version('graph')}.onnx"
 
 
 def profile_key(profile: dict) -> str:

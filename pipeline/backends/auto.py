@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
-import os
 import statistics
 import time
 from pathlib import Path
@@ -18,25 +16,26 @@ from pipeline.artifacts.confine import file_token
 from pipeline.artifacts.identity import resolve
 from pipeline.backends.availability import BackendStatus, available
 from pipeline.backends.base import Backend
-from pipeline.backends.registry import CLASSES, create_named
+from pipeline.backends.registry import CLASSES, create_named, descriptors
 from pipeline.errors import PipelineError
-from pipeline.native.cpu import cpu_name
 from pipeline.native.cuda_driver import gpu_visible
+from pipeline.native.machine import fingerprint
 
-# Expected order, fastest first, per precision, when nothing was measured on this machine: the GPU backends (where
-# one can run) before the CPU ones. CPU fp32 (2-core Ice Lake Xeon, SRCNN x3, 256x256 -> 768x768, one run, medians
-# of 7): ort-folded 219 ms, openvino 299 ms, ort 518 ms, torch 740 ms; deform-srcnn on the 2-core AMX Xeon: openvino
-# 670 ms, ort 1452 ms. bf16 (2-core AMX Xeon, one bench): openvino 13.1 ms, torch 19.9 ms. int8: openvino alone.
-GPU_ORDER = ("trt", "ort-trt", "ort-cuda", "torch")
-CPU_ORDER = {"fp32": ("ort-folded", "openvino", "ort", "ort-sr-kernels", "torch"), "fp16": ("ort", "ort-sr-kernels"),
-             "bf16": ("openvino", "torch"), "int8": ("openvino",)}
+# The expected order, when nothing was measured on this machine, is the descriptors' ranks (cpu_rank, gpu_rank): the
+# GPU backends (where one can run) before the CPU ones, each list of the backends that run the precision. What the
+# CPU ranks rest on: fp32 (2-core Ice Lake Xeon, SRCNN x3, 256x256 -> 768x768, one run, medians of 7): ort-folded 219
+# ms, openvino 299 ms, ort 518 ms, torch 740 ms; deform-srcnn on the 2-core AMX Xeon: openvino 670 ms, ort 1452 ms.
+# bf16 (2-core AMX Xeon, one bench): openvino 13.1 ms, torch 19.9 ms. int8: openvino alone on a CPU.
 # A measured lead under this share of the slower time is noise on a shared machine: auto keeps the expected order.
 NOISE = 0.10
 
 
 def expected_order(precision: str, gpu: bool) -> tuple[str, ...]:
-    """The backends `auto` ranks at `precision` when nothing was measured here, fastest first."""
-    return (GPU_ORDER if gpu else ()) + CPU_ORDER.get(precision, CPU_ORDER["fp32"])
+    """The backends `auto` ranks at `precision` when nothing was measured here, fastest first (each once)."""
+    runs = [d for d in descriptors() if precision in d.precisions]
+    gpu_ranked = sorted((d for d in runs if d.gpu_rank is not None), key=lambda d: d.gpu_rank) if gpu else []
+    cpu_ranked = sorted((d for d in runs if d.cpu_rank is not None), key=lambda d: d.cpu_rank)
+    return tuple(dict.fromkeys(d.name for d in [*gpu_ranked, *cpu_ranked]))
 
 
 class AutoPick(NamedTuple):
@@ -45,9 +44,9 @@ class AutoPick(NamedTuple):
     brief: str = ""  # the reason in a few words
 
 
-def create(backend: str, model: str | None, precision: str = "fp32", **opts) -> Backend:
-    """A loaded backend. 'auto' picks the fastest available one and records why in `selection_reason`.
-    `model` may be None when `onnx`/`engine` names a file: the model then comes from the file."""
+def create_fixed(backend: str, model: str | None, precision: str = "fp32", **opts) -> Backend:
+    """A loaded backend at one precision: 'auto' picks the fastest available one and records why in
+    `selection_reason`. `model` may be None when `onnx`/`engine` names a file: the model then comes from it."""
     if backend == "auto":
         if opts.get("engine") is not None:  # an engine file only runs on TensorRT
             pick = AutoPick("trt", "an engine file was given", "engine file given")
@@ -58,21 +57,8 @@ def create(backend: str, model: str | None, precision: str = "fp32", **opts) -> 
     return create_named(backend, model, precision, **opts)
 
 
-def machine_fingerprint() -> str:
-    gpu = gpu_visible()
-    return json.dumps({"cpu": cpu_name(), "cores": os.cpu_count(), "gpu": gpu[1] if gpu[0] else None,
-                       "torch": _version("torch"), "ort": _version("onnxruntime")}, sort_keys=True)
-
-
-def _version(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def _measure_file(model: str, precision: str) -> Path:
-    key = hashlib.sha256(machine_fingerprint().encode()).hexdigest()[:12]
+    key = hashlib.sha256(fingerprint().encode()).hexdigest()[:12]
     # a model name may come from a file's metadata: never a path, only a file-name-safe token of it
     return cache_dir() / "auto" / f"{file_token(model)}-{precision}-{key}.json"
 
@@ -107,7 +93,7 @@ def measure(model: str, precision: str = "fp32", names: list[str] | None = None,
         ms[name] = time_backend(b, size, repeats=repeats)
         log(f"  {name}: {ms[name]:.1f} ms median ({size}x{size}, scale {b.spec.default_scale:g}, {repeats} runs)")
     record = {"model": model, "precision": precision, "size": size, "repeats": repeats, "ms": ms,
-              "machine": json.loads(machine_fingerprint()), "when": time.strftime("%Y-%m-%d %H:%M:%S")}
+              "machine": json.loads(fingerprint()), "when": time.strftime("%Y-%m-%d %H:%M:%S")}
     atomic_write(_measure_file(model, precision), json.dumps(record, indent=2).encode())
     return ms
 
@@ -170,7 +156,7 @@ def _measured_pick(timed: dict[str, float], record: dict, expected: AutoPick | N
 def unavailable_reasons(statuses: list[BackendStatus], precision: str) -> str:
     """Why nothing runs `precision`: the reasons of the backends that run it (each distinct reason once, with the
     backends it applies to), or, when none runs it at all, that."""
-    runs = [s for s in statuses if s.name not in CLASSES or precision in CLASSES[s.name].PRECISIONS]
+    runs = [s for s in statuses if s.name not in CLASSES or precision in CLASSES[s.name].DESCRIPTOR.precisions]
     if not runs:
         return f"no backend runs {precision}"
     by_reason: dict[str, list[str]] = {}

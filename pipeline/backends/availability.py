@@ -22,9 +22,16 @@ def available(model: str | None, precision: str = "fp32", weights=None, *, onnx:
     if onnx is None and engine is None:
         check_weights(spec, weights)
     gpu = gpu_visible()[0]
-    return [cls.no(NEEDS_GPU) if cls.GPU_ONLY and not gpu
-            else cls.status(spec, precision, onnx=onnx, engine=engine, weights=weights) if precision in cls.PRECISIONS
-            else cls.no(f"runs {', '.join(cls.PRECISIONS)}, not {precision}") for cls in CLASSES.values()]
+    return [_status(cls, spec, precision, gpu, onnx, engine, weights) for cls in CLASSES.values()]
+
+
+def _status(cls, spec, precision: str, gpu: bool, onnx, engine, weights) -> BackendStatus:
+    runs = cls.DESCRIPTOR.precisions
+    if cls.DESCRIPTOR.gpu_only and not gpu:
+        return cls.no(NEEDS_GPU)
+    if precision not in runs:
+        return cls.no(f"runs {', '.join(runs)}, not {precision}")
+    return cls.status(spec, precision, onnx=onnx, engine=engine, weights=weights)
 
 
 def no_gpu_line() -> str | None:
@@ -32,6 +39,6 @@ def no_gpu_line() -> str | None:
     gpu, why = gpu_visible()
     if gpu:
         return None
-    names = [name for name, cls in CLASSES.items() if cls.GPU_ONLY]
+    names = [name for name, cls in CLASSES.items() if cls.DESCRIPTOR.gpu_only]
     return (f"{why}: {', '.join(names[:-1])} and {names[-1]} {NEEDS_GPU.replace('needs', 'need')} (on a machine with "
             f"one: `{install_command('gpu')}`)")

@@ -9,9 +9,10 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 
 from models.spec import ModelSpec
-from pipeline.artifacts.cache import PRECISIONS, RUN_PRECISIONS
 from pipeline.backends import pixels as px
+from pipeline.backends.descriptor import Descriptor
 from pipeline.errors import check_choice
+from pipeline.precisions import AUTO, DEFAULT, GRAPH, NAMES
 
 
 class BackendStatus(NamedTuple):
@@ -28,13 +29,13 @@ def installed(package: str) -> bool:
         return False
 
 
-def check_precision(precision: str, allowed: tuple[str, ...] = PRECISIONS) -> str:
+def check_precision(precision: str, allowed: tuple[str, ...] = GRAPH) -> str:
     return check_choice("precision", precision, allowed)
 
 
 def check_run_precision(precision: str, auto: bool = False) -> str:
     """A precision some backend runs (the sr stage checks it before choosing one); `auto`: 'auto' too."""
-    return check_precision(precision, RUN_PRECISIONS + (("auto",) if auto else ()))
+    return check_precision(precision, NAMES + ((AUTO,) if auto else ()))
 
 
 # Device memory per output pixel of an engine whose activations were allocated with it (TensorRT, ORT's TensorRT
@@ -57,16 +58,14 @@ class Backend(ABC):
     of size round(H*scale) x round(W*scale) (models.spec.output_size). Outputs are not clipped:
     clipping and rounding to the image's bit depth happen once, where images are written.
 
-    Each class owns whether it can run here (`status`, one line of why not) and the keyword options its
-    constructor takes (`OPTIONS`, which `create` checks against). Everything a caller reads is declared here,
-    with a default where one makes sense, so a backend written to this class works everywhere.
+    Each class declares what it is as data (`DESCRIPTOR`: name, device, expected-order ranks, the precisions it
+    runs from which artifact, its typed options, which `create` checks against) and owns whether it can run here
+    (`status`, one line of why not). Everything a caller reads is declared here, with a default where one makes
+    sense, so a backend written to this class works everywhere.
     """
 
-    name: ClassVar[str]  # e.g. "torch", "ort", "ort-sr-kernels", "trt"
-    OPTIONS: ClassVar[frozenset[str]] = frozenset()
-    PRECISIONS: ClassVar[tuple[str, ...]] = PRECISIONS  # the precisions this backend runs
-    # Runs on a CUDA GPU only: on a machine without one its reason is said once for all (availability.no_gpu_line)
-    GPU_ONLY: ClassVar[bool] = False
+    DESCRIPTOR: ClassVar[Descriptor]
+    name: ClassVar[str]  # DESCRIPTOR.name, e.g. "torch", "ort", "ort-sr-kernels", "trt" (set below, never by hand)
     device: str = "cpu"  # e.g. "cpu", "cuda:0"
     precision: str       # "fp32" or "fp16"
     model_name: str
@@ -87,11 +86,21 @@ class Backend(ABC):
     def model_options(self) -> dict:
         """The create() options that load the same model file again (at another precision, say)."""
         return {"onnx": self.onnx_file}
+
+    def fp32_twin(self) -> Backend:
+        """This backend on the same model file at fp32, loaded: what a lower precision's loss is measured against
+        (pipeline.quality)."""
+        return type(self)(self.model_name, DEFAULT, **self.model_options()).load()
     # TensorRT optimisation profiles the loaded engine admits (engine.Profile); None: any shape and batch.
     profiles: list | None = None
     # Why this backend runs: "requested: NAME" or "auto: ..." (set through `selected`), and in a few words.
     selection_reason: str = ""
     selection_brief: str = ""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "DESCRIPTOR" in cls.__dict__:  # the name is the descriptor's: one fact, one place
+            cls.name = cls.DESCRIPTOR.name
 
     @classmethod
     @abstractmethod

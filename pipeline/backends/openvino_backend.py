@@ -7,7 +7,6 @@ ort-folded does; other scales and small images run the model's own graph. `last_
 """
 from __future__ import annotations
 
-import importlib.metadata
 import re
 import threading
 from pathlib import Path
@@ -25,23 +24,23 @@ from pipeline.artifacts.onnx_file import (
 )
 from pipeline.backends.base import Backend, BackendStatus, installed
 from pipeline.backends.checks import check_batch
+from pipeline.backends.descriptor import Descriptor, OpenVinoOptions, Runs
 from pipeline.backends.ort_backend import onnx_source_problem
 from pipeline.errors import PipelineError, check_choice, first_line
 from pipeline.export.cached import onnx_for
 from pipeline.export.quantize import int8_file, int8_path
 from pipeline.native.cpu import bf16_problem
-
-# --precision -> OpenVINO's inference precision hint. The file is the fp32 export, or for int8 its Q/DQ version,
-# whose float parts (the layers the int8 recipe leaves out) run bf16 where the CPU has it: recipe 5's int8 layers
-# take the time, the float ones are accurate enough in bf16 (measured with the file: pipeline.analysis.quality).
-OV_PRECISION = {"fp32": "f32", "bf16": "bf16", "int8": "bf16"}
+from pipeline.native.machine import package_version
+from pipeline.precisions import DEFAULT
 
 
 def inference_hint(precision: str) -> str:
-    """OpenVINO's inference precision for `precision` on this CPU: bf16 needs bf16 arithmetic (bf16 itself is
-    refused without it, see status; int8's float parts fall back to f32, and its loss is measured per machine)."""
-    hint = OV_PRECISION[precision]
-    return "f32" if hint == "bf16" and bf16_problem() else hint
+    """OpenVINO's inference precision for `precision` on this CPU: f32 for fp32, else bf16 where the CPU has bf16
+    arithmetic. The file is the fp32 export, or for int8 its Q/DQ version, whose float parts (the layers the int8
+    recipe leaves out) run bf16: its int8 layers take the time, the float ones are accurate enough in bf16 (measured
+    with the file: pipeline.quality). bf16 itself is refused without bf16 arithmetic (see status); int8's float
+    parts fall back to f32, and its loss is measured per machine."""
+    return "f32" if precision == DEFAULT or bf16_problem() else "bf16"
 
 
 _WHERE = re.compile(r"(Exception from|Check '.*' failed at) \S+:\d+:?")  # OpenVINO's source locations
@@ -64,20 +63,20 @@ def openvino_cause(e: BaseException) -> str:
 
 
 def version() -> str:
-    try:
-        return importlib.metadata.version("openvino")
-    except importlib.metadata.PackageNotFoundError:
-        return "?"
+    return package_version("openvino") or "?"
 
 
 class OpenVinoBackend(Backend):
-    name = "openvino"
-    PRECISIONS = tuple(OV_PRECISION)
-    OPTIONS = frozenset({"onnx", "weights", "threads", "exporter", "log", "progress", "chatter"})
+    DESCRIPTOR = Descriptor(
+        "openvino", "cpu", options=OpenVinoOptions, cpu_rank=1,
+        summary="OpenVINO on the CPU: the exported file, SRCNN's folded siblings at integer scales",
+        runs=(Runs("fp32", "graph", "inference precision f32"),
+              Runs("bf16", "graph", "inference precision bf16 (CPUs with bf16 arithmetic)"),
+              Runs("int8", "qdq", "float parts bf16 where the CPU has it, else f32")))
 
     def __init__(self, model: str | None, precision: str = "fp32", *, onnx: str | Path | None = None, weights=None,
                  threads: int | None = None, exporter: str = "dynamo", log=None, progress=None, chatter=None):
-        self.precision = check_choice("precision", precision, self.PRECISIONS)
+        self.precision = check_choice("precision", precision, self.DESCRIPTOR.precisions)
         self.spec = resolve(model, onnx)
         self.model_name = self.spec.name
         self.onnx_path = path_or_file(onnx)  # an opened file keeps its parsed metadata
@@ -93,8 +92,9 @@ class OpenVinoBackend(Backend):
     def status(cls, spec: ModelSpec, precision: str, *, onnx=None, engine=None, weights=None) -> BackendStatus:
         if engine is not None:
             return cls.no("an engine file runs on TensorRT only")
-        if precision not in cls.PRECISIONS:
-            return cls.no(f"runs {' and '.join(cls.PRECISIONS)} (the fp32 file, at OpenVINO's inference precision)")
+        if precision not in cls.DESCRIPTOR.precisions:
+            runs = " and ".join(cls.DESCRIPTOR.precisions)
+            return cls.no(f"runs {runs} (the fp32 file, at OpenVINO's inference precision)")
         if not installed("openvino"):
             return cls.no("OpenVINO is not installed (pip install 'openvino==2026.4.*')")
         if precision == "bf16" and (why := bf16_problem()):

@@ -35,6 +35,7 @@ from pipeline.backends.base import (
     installed,
 )
 from pipeline.backends.checks import check_batch, check_scale
+from pipeline.backends.descriptor import Descriptor, OrtOptions, Runs
 from pipeline.contract import DOMAIN
 from pipeline.engine import Profile, default_profile, validate_profile
 from pipeline.errors import PipelineError, check_choice, first_line, install_command
@@ -221,11 +222,13 @@ def rewrite_for_trt_ep(model):
     return stripped
 
 
+GRAPHS = (Runs("fp32", "graph"), Runs("fp16", "graph"))  # what every ONNX Runtime provider runs
+
+
 class OrtBackend(Backend):
-    name = "ort"
+    DESCRIPTOR = Descriptor("ort", "cpu or cuda", options=OrtOptions, cpu_rank=2, runs=GRAPHS,
+                            summary="ONNX Runtime with its best provider here (TensorRT, CUDA, else CPU)")
     PROVIDER = "auto"  # the provider this class runs on; "auto" = the best one present
-    OPTIONS = frozenset({"onnx", "weights", "threads", "exporter", "ops", "io_dtype", "log", "profile", "tf32",
-                         "shrink_arena"})
 
     def __init__(self, model: str | None, precision: str = "fp32", *, onnx: str | Path | None = None,
                  weights=None, threads: int | None = None, exporter: str = "dynamo", ops: str = "custom",
@@ -442,17 +445,18 @@ class OrtBackend(Backend):
 
 
 class OrtCpuBackend(OrtBackend):
-    name = "ort-cpu"
+    # not ranked: `ort` runs on the CPU where no GPU provider can
+    DESCRIPTOR = Descriptor("ort-cpu", "cpu", options=OrtOptions, runs=GRAPHS, summary="ONNX Runtime's CPU provider")
     PROVIDER = "cpu"
 
 
 class OrtCudaBackend(OrtBackend):
-    name = "ort-cuda"
+    DESCRIPTOR = Descriptor("ort-cuda", "cuda", options=OrtOptions, gpu_rank=2, runs=GRAPHS,
+                            summary="ONNX Runtime's CUDA provider")
     PROVIDER = "cuda"
-    GPU_ONLY = True
 
 
 class OrtTrtBackend(OrtBackend):
-    name = "ort-trt"
+    DESCRIPTOR = Descriptor("ort-trt", "cuda", options=OrtOptions, gpu_rank=1, runs=GRAPHS,
+                            summary="ONNX Runtime's TensorRT provider, with our plugins")
     PROVIDER = "tensorrt"
-    GPU_ONLY = True

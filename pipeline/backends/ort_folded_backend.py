@@ -20,6 +20,7 @@ from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import folded_problem, folded_variants
 from pipeline.backends.base import Backend, BackendStatus
 from pipeline.backends.checks import check_batch
+from pipeline.backends.descriptor import Descriptor, FileOptions, Runs
 from pipeline.backends.ort_backend import OrtCpuBackend, onnx_source_problem
 from pipeline.errors import PipelineError, first_line
 from pipeline.native.ort_session import cpu_session_options
@@ -47,9 +48,10 @@ def _folded_problem(spec: ModelSpec, onnx: Path | None, weights=None) -> str | N
 
 
 class OrtFoldedBackend(Backend):
-    name = "ort-folded"
-    PRECISIONS = ("fp32",)  # the folded graphs are made from the fp32 export
-    OPTIONS = frozenset({"onnx", "weights", "threads", "exporter", "log"})
+    DESCRIPTOR = Descriptor(
+        "ort-folded", "cpu", options=FileOptions, cpu_rank=0,
+        summary="ONNX Runtime CPU on SRCNN with bicubic folded into conv1 (exact; integer scales)",
+        runs=(Runs("fp32", "folded", "the fp32 export's folded siblings"),))
 
     def __init__(self, model: str | None, precision: str = "fp32", *, onnx: str | Path | None = None, weights=None,
                  threads: int | None = None, exporter: str = "dynamo", log=None):
@@ -59,7 +61,7 @@ class OrtFoldedBackend(Backend):
         self.model_name = self.spec.name
         self.precision = precision
         self.device = "cpu"
-        self.threads = threads
+        self.threads, self.log = threads, log
         self.plain = OrtCpuBackend(self.model_name, "fp32", onnx=onnx, weights=weights, threads=threads,
                                    exporter=exporter, log=log)
         self.sessions: dict[int, tuple[ort.InferenceSession, int]] = {}
@@ -80,7 +82,8 @@ class OrtFoldedBackend(Backend):
 
     def load(self) -> OrtFoldedBackend:
         self.onnx_file = self.plain.resolve_onnx()  # checked against the model; exported into the cache if missing
-        self.plain.onnx_path = self.onnx_file  # its session is made on first use: integer scales never need it
+        # the plain graph of that very file; its session is made on first use: integer scales never need it
+        self.plain = OrtCpuBackend(self.model_name, "fp32", onnx=self.onnx_file, threads=self.threads, log=self.log)
         # the same check `backends` reports: a file copied without its folded-x*.onnx siblings is refused here,
         # before any image, not per image when a missing sibling fails to load
         problem = _folded_problem(self.spec, self.onnx_file)

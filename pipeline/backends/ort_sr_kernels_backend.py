@@ -11,6 +11,7 @@ import onnx
 
 from models.spec import ModelSpec
 from pipeline.backends.base import BackendStatus, installed
+from pipeline.backends.descriptor import Descriptor, Runs, SrKernelsOptions
 from pipeline.backends.ort_backend import OrtBackend, onnx_source_problem
 from pipeline.contract import DOMAIN
 from pipeline.errors import PipelineError, first_line, install_command
@@ -26,9 +27,11 @@ def sr_node_count(model) -> int:
 
 
 class OrtSrKernelsBackend(OrtBackend):
-    name = "ort-sr-kernels"
+    DESCRIPTOR = Descriptor(
+        "ort-sr-kernels", "cpu", options=SrKernelsOptions, cpu_rank=3,
+        summary="ONNX Runtime CPU with our C++ kernels for the sr ops",
+        runs=(Runs("fp32", "graph"), Runs("fp16", "graph")))
     PROVIDER = "cpu"
-    OPTIONS = frozenset({"onnx", "weights", "threads", "exporter", "io_dtype", "log"})
 
     def __init__(self, model: str | None, precision: str = "fp32", *, onnx: str | Path | None = None, weights=None,
                  threads: int | None = None, exporter: str = "dynamo", io_dtype: str = "fp32", log=None):

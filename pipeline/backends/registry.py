@@ -1,7 +1,9 @@
-"""Backend names -> classes; constructing one named backend with the options it takes."""
+"""Backend names -> classes (each declaring its descriptor); constructing one named backend with the options it
+takes, checked against its descriptor's typed options."""
 from __future__ import annotations
 
 from pipeline.backends.base import Backend, check_run_precision
+from pipeline.backends.descriptor import HOOKS, Descriptor
 from pipeline.backends.openvino_backend import OpenVinoBackend
 from pipeline.backends.ort_backend import OrtBackend, OrtCpuBackend, OrtCudaBackend, OrtTrtBackend
 from pipeline.backends.ort_folded_backend import OrtFoldedBackend
@@ -14,32 +16,39 @@ CLASSES: dict[str, type[Backend]] = {cls.name: cls for cls in (
     TorchBackend, OrtBackend, OrtCpuBackend, OrtCudaBackend, OrtTrtBackend, OrtSrKernelsBackend, OrtFoldedBackend,
     TrtBackend, OpenVinoBackend)}
 NAMES = tuple(CLASSES)
-# Options that choose nothing (where progress lines, bars and libraries' talk go): given to the backends that take
-# them, dropped for the others, so a caller can pass them whichever backend `auto` picks.
-HOOKS = frozenset({"log", "progress", "chatter"})
 
 
 def backend_class(name: str) -> type[Backend]:
     return CLASSES[check_choice("backend", name, CLASSES)]
 
 
+def descriptors() -> list[Descriptor]:
+    """Every registered backend's descriptor, in registry order."""
+    return [cls.DESCRIPTOR for cls in CLASSES.values()]
+
+
 def precision_refusal(backend: str, precision: str) -> str:
     """`--backend NAME --precision P` where NAME does not run P (a precision some backend runs): say so, and name
     the backends that do."""
-    others = [n for n, c in CLASSES.items() if precision in c.PRECISIONS]
-    return (f"--backend {backend} does not run {precision} (it runs {', '.join(CLASSES[backend].PRECISIONS)}); "
-            f"{precision} runs on {', '.join(others)} (--backend auto picks the fastest available)")
+    others = [d.name for d in descriptors() if precision in d.precisions]
+    return (f"--backend {backend} does not run {precision} (it runs "
+            f"{', '.join(CLASSES[backend].DESCRIPTOR.precisions)}); {precision} runs on {', '.join(others)} "
+            "(--backend auto picks the fastest available)")
 
 
 def create_named(backend: str, model: str | None, precision: str = "fp32", **opts) -> Backend:
-    """A loaded backend of this exact name (no 'auto'). An option the backend does not take is an error when
-    set, and dropped when None (callers pass their whole option set)."""
+    """A loaded backend of this exact name (no 'auto'). Its options are its descriptor's typed options: one it does
+    not take is an error when set and dropped when None (callers pass their whole option set); a hook (log,
+    progress, chatter) goes to the backends that take it."""
     cls = backend_class(backend)
-    if precision not in cls.PRECISIONS:
+    desc = cls.DESCRIPTOR
+    if precision not in desc.precisions:
         check_run_precision(precision)  # a precision no backend runs: "unknown precision"
         raise PipelineError(precision_refusal(backend, precision))
+    takes = desc.option_names()
     for key, value in opts.items():
-        if key not in cls.OPTIONS and key not in HOOKS and value is not None:
+        if key not in takes and key not in HOOKS and value is not None:
             raise PipelineError(f"option '{key}' does not apply to backend '{backend}'")
-    b = cls(model, precision, **{k: v for k, v in opts.items() if k in cls.OPTIONS}).load()
+    given = {k: v for k, v in opts.items() if k in takes}
+    b = cls(model, precision, **given).load()
     return b.selected(f"requested: {backend}", "requested")

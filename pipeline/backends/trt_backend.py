@@ -31,10 +31,10 @@ from pipeline.backends.base import (
     installed,
 )
 from pipeline.backends.checks import check_batch, check_scale
+from pipeline.backends.descriptor import Descriptor, Runs, TrtOptions
 from pipeline.backends.ort_backend import onnx_source_problem
 from pipeline.engine import (
     DERIVED,
-    ENGINE_PRECISIONS,
     INSTALL_HINT,
     Profile,
     check_engine,
@@ -56,17 +56,19 @@ from pipeline.native.libraries import trt_plugin_library
 
 
 class TrtBackend(Backend):
-    name = "trt"
-    GPU_ONLY = True
+    # bf16 and int8: strongly typed engines made from the fp32 file (pipeline.engine.precision)
+    DESCRIPTOR = Descriptor(
+        "trt", "cuda", options=TrtOptions, gpu_rank=0,
+        summary="TensorRT 11 engines with our IPluginV3 plugins (built on first use, cached)",
+        runs=(Runs("fp32", "engine", "from the fp32 graph"), Runs("fp16", "engine", "from the fp16 graph"),
+              Runs("bf16", "engine", "from the fp32 graph in BF16"), Runs("int8", "engine", "from the Q/DQ file")))
     GRAPH_AFTER = 2  # a bound shape is captured once seen this often: one-off edge crops run directly
     GRAPHS = 4  # captured shapes kept
-    OPTIONS = frozenset({"engine", "onnx", "profile", "weights", "cuda_graph", "device", "log"})
-    PRECISIONS = ENGINE_PRECISIONS  # bf16 and int8: strongly typed engines from the fp32 file (pipeline.engine)
 
     def __init__(self, model: str | None, precision: str = "fp32", *, engine: str | Path | None = None,
                  onnx: str | Path | None = None, profile: dict | None = None, weights=None,
                  cuda_graph: bool = False, device: int = 0, log=None):
-        self.precision = check_precision(precision, self.PRECISIONS)
+        self.precision = check_precision(precision, self.DESCRIPTOR.precisions)
         self.spec = resolve(model, onnx, engine)
         self.model_name = self.spec.name
         self.engine_path = Path(engine) if engine is not None else None

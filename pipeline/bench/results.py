@@ -2,7 +2,7 @@
 FLOPs sections, and the roofline numbers recomputed from the machine's peak."""
 from __future__ import annotations
 
-from pipeline.analysis import quality
+from pipeline import quality
 from pipeline.bench.roofline import PEAK_PRECISIONS, achieved_gflops, peak_precision
 from pipeline.bench.timing import latency_stats
 from pipeline.bench.variants import BASELINE, Variant, variant_label

@@ -8,8 +8,7 @@ from __future__ import annotations
 import time
 
 from pipeline.artifacts.identity import resolve
-
-PEAK_PRECISIONS = ("fp32", "bf16", "int8")  # the peaks measured, each a fallback for the ones after it
+from pipeline.precisions import PEAKS as PEAK_PRECISIONS  # the peaks measured, each a fallback for the ones after it
 
 
 def peak_precision(precision: str | None) -> str:

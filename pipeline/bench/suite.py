@@ -21,7 +21,6 @@ from pathlib import Path
 
 from pipeline import backends as B
 from pipeline import report
-from pipeline.analysis import quality
 from pipeline.artifacts.identity import resolve
 from pipeline.bench.folder import folder_throughput, gpu_folder_rows, stage_cost, write_folder
 from pipeline.bench.kernels import kernel_section
@@ -34,6 +33,7 @@ from pipeline.bench.timing import cuda_torch
 from pipeline.bench.triton_bench import triton_bench
 from pipeline.errors import PipelineError, install_command
 from pipeline.export.cached import onnx_for
+from pipeline.precisions import AUTO
 
 FULL = dict(main_size=256, sizes=(128, 256, 512, 1024), scales=(2.0, 3.0, 4.0, 2.5), batches=(1, 2, 4),
             batch_size=128, threads=(1, 2), iters=20, time_budget=3.0, min_iters=2, warmup=1, folder_images=16,
@@ -129,7 +129,8 @@ def _precision_auto(model: str, cfg: dict, results: list[dict], weights, log, do
         doc["skipped"].append(f"{model} --precision auto: not weighed (--backends limits the bench)")
         return None
     try:
-        pick, why = quality.pick_precision("auto", model, weights=weights)
+        pick = B.create("auto", model, AUTO, weights=weights)
+        why = pick.selection_reason
     except PipelineError as e:
         doc["skipped"].append(f"{model} --precision auto: {e}")
         return None

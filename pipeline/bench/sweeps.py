@@ -7,7 +7,6 @@ import math
 import numpy as np
 
 from models.spec import output_size
-from pipeline.analysis.quality import LOWER
 from pipeline.artifacts.identity import resolve
 from pipeline.bench.results import result_row
 from pipeline.bench.roofline import peak_precision
@@ -21,6 +20,7 @@ from pipeline.bench.variants import (
     torch_threads,
 )
 from pipeline.errors import PipelineError
+from pipeline.precisions import LOWER
 
 
 class ModelBench:

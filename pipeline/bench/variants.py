@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline import backends as B
-from pipeline.analysis import quality
+from pipeline import quality
 from pipeline.analysis.candidates import candidate_statuses
 from pipeline.analysis.reference import load_net
 from pipeline.artifacts.identity import resolve
@@ -25,7 +25,7 @@ class Variant:
     infer: Callable | None
     describe: str = ""
     precision: str = "fp32"
-    quality: dict | None = None  # bf16/int8: the measured held-out loss (pipeline.analysis.quality)
+    quality: dict | None = None  # bf16/int8: the measured held-out loss (pipeline.quality)
 
 
 def variant_label(backend: str, precision: str) -> str:

@@ -1,10 +1,11 @@
 """`python -m pipeline backends [--model NAME] [--measure]`: which backends run here, and why others cannot."""
 from __future__ import annotations
 
-from pipeline.analysis import quality
-from pipeline.backends import available, create_named, measure, no_gpu_line, pick_auto
+from pipeline import quality
+from pipeline.backends import available, create_named, descriptors, measure, no_gpu_line, pick_auto
 from pipeline.cli import options
 from pipeline.errors import PipelineError
+from pipeline.precisions import BUDGET_DB
 
 
 def add_arguments(parser) -> None:
@@ -27,6 +28,17 @@ def format_table(statuses) -> str:
     return "\n".join(lines)
 
 
+def format_descriptors() -> str:
+    """What each backend runs, from its descriptor: device, expected-order ranks, each precision and its artifact."""
+    width = max(len(d.name) for d in descriptors())
+    lines = [f"{'backend'.ljust(width)}  {'device'.ljust(11)}  rank cpu/gpu  runs (from which artifact, its version)"]
+    for d in descriptors():
+        rank = f"{'-' if d.cpu_rank is None else d.cpu_rank + 1}/{'-' if d.gpu_rank is None else d.gpu_rank + 1}"
+        runs = ", ".join(f"{p} ({d.artifact(p).name} v{d.artifact(p).version})" for p in d.precisions)
+        lines.append(f"{d.name.ljust(width)}  {d.device.ljust(11)}  {rank.ljust(12)}  {runs}")
+    return "\n".join(lines)
+
+
 def _say_quality(name: str, model, args, weights, onnx) -> None:
     """The measured quality loss of a lower precision (measured with --measure, else the stored record)."""
     backend = create_named(name, model, args.precision, weights=weights, onnx=onnx)
@@ -44,6 +56,8 @@ def run(args) -> int:
     weights = options.weights_from_args(args)
     onnx = options.onnx_from_args(args)
     statuses = available(model, args.precision, weights, onnx=onnx)
+    print("what each backend runs (rank: its place in --backend auto's expected order when nothing was measured):\n"
+          f"{format_descriptors()}\n")
     print(f"backends for {model} ({args.precision}{f', {onnx}' if onnx else ''}):")
     if (line := no_gpu_line()) is not None:
         print(line)
@@ -51,7 +65,7 @@ def run(args) -> int:
     if args.measure:
         print(f"measuring ({args.size}x{args.size}, median of {args.repeats}):")
         measure(model, args.precision, size=args.size, repeats=args.repeats, weights=weights, onnx=onnx)
-    if args.precision in quality.BUDGET_DB:
+    if args.precision in BUDGET_DB:
         for s in (s for s in statuses if s.available):
             _say_quality(s.name, model, args, weights, onnx)
     if not any(s.available for s in statuses):

@@ -7,14 +7,15 @@ import sys
 from pathlib import Path
 
 from models.spec import WeightsError
-from pipeline.analysis import quality
+from pipeline import quality
 from pipeline.analysis.evaluate import DEFAULT_SCALES, evaluate, format_table  # PyTorch loads inside evaluate()
 from pipeline.artifacts.atomic import atomic_write
 from pipeline.artifacts.identity import resolve
-from pipeline.backends import create_named
+from pipeline.backends import create
 from pipeline.cli import options
 from pipeline.data import sample_images
 from pipeline.errors import PipelineError
+from pipeline.precisions import LOWER
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also write all numbers (per image too) to this JSON file")
     parser.add_argument("--images", nargs="+", choices=sample_images.HELD_OUT, metavar="NAME",
                         help=f"subset of the held-out images (default: all of {', '.join(sample_images.HELD_OUT)})")
-    parser.add_argument("--precisions", nargs="+", default=[], choices=quality.LOWER, metavar="P",
+    parser.add_argument("--precisions", nargs="+", default=[], choices=LOWER, metavar="P",
                         help="also say what bf16 / int8 cost on the held-out images: the Y-PSNR and SSIM loss of "
                              "the openvino backend at P against its fp32, measured once per model file and machine "
                              "(the record `sr --precision` and `auto` use)")
@@ -70,12 +71,16 @@ def _check_some_scale_runs(model: str, scales) -> None:
 
 
 def _precision_loss(model: str, precision: str, weights) -> dict | None:
-    """The measured held-out loss of `precision` on openvino (printed, one line), or None when it cannot run here."""
+    """The measured held-out loss of `precision` on the backend `auto` runs it with here (printed, one line), or
+    None when nothing runs it here."""
     try:
-        record = quality.precision_loss(create_named("openvino", model, precision, weights=weights),
-                                        log=lambda line: print(line, file=sys.stderr, flush=True))
+        backend = create("auto", model, precision, weights=weights)
+        record = quality.precision_loss(backend, log=lambda line: print(line, file=sys.stderr, flush=True))
     except PipelineError as e:
-        print(f"openvino {precision}: not measured ({e})")
+        print(f"{precision}: not measured ({e})")
         return None
-    print(f"openvino {precision}: {quality.loss_line(record)}")
+    if record is None:  # a backend that runs no file (torch): nothing is measured for it
+        print(f"{backend.name} {precision}: not measured (it runs no model file)")
+        return None
+    print(f"{backend.name} {precision}: {quality.loss_line(record)}")
     return record

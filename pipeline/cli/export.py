@@ -6,9 +6,10 @@ import time
 from pathlib import Path
 
 from models.spec import MODELS  # torch-free: `export --help` must not import PyTorch
-from pipeline.artifacts.cache import EXPORTERS, IO_DTYPES, OPS, PRECISIONS, SIZE_INPUTS
+from pipeline.artifacts.cache import EXPORTERS, OPS, SIZE_INPUTS
 from pipeline.cli import options
 from pipeline.errors import PipelineError
+from pipeline.precisions import GRAPH
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="custom: sr::DynamicResize / sr::DeformConv2d with standard-ONNX function bodies "
                              "(default); standard: plain Resize / DeformConv")
     options.add_precision_args(parser)
-    parser.add_argument("--io-dtype", choices=IO_DTYPES, default="fp32",
+    parser.add_argument("--io-dtype", choices=GRAPH, default="fp32",
                         help="dtype of input/output in an fp16 graph (default fp32: Casts at the boundary)")
     parser.add_argument("--size-input", choices=SIZE_INPUTS, default="size",
                         help="run-time factor models: int64 'size' (H_out, W_out) input (default), or float 'scale' "
@@ -83,11 +84,11 @@ def _run_all(args: argparse.Namespace, verify: bool) -> int:
         try:
             g = build_graph(model, exporter=exporter, ops=ops, opset=args.opset)  # once for both precisions
         except PipelineError as e:
-            total += len(PRECISIONS)
-            failures += [f"{model} {exporter} ops={ops}: {e}"] * len(PRECISIONS)
+            total += len(GRAPH)
+            failures += [f"{model} {exporter} ops={ops}: {e}"] * len(GRAPH)
             print(f"error: {model} {exporter} ops={ops}: {e}", flush=True)
             continue
-        for precision in PRECISIONS:
+        for precision in GRAPH:
             total += 1
             io_dtype = args.io_dtype if precision == "fp16" else "fp32"
             name = onnx_filename(model, exporter=exporter, ops=ops, precision=precision, io_dtype=io_dtype)

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from models.spec import DEFAULT_MODEL, MODELS
 from pipeline import backends as B
+from pipeline import precisions as P
 from pipeline.analysis.candidates import candidate_statuses
 from pipeline.artifacts.atomic import folder_problem
-from pipeline.artifacts.cache import PRECISIONS, RUN_PRECISIONS
 from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import check_onnx_file
 from pipeline.errors import PipelineError, check_choice
@@ -100,22 +100,28 @@ def weights_from_args(args) -> Path | None:
 def add_precision_args(parser, multiple: bool = False, run: bool = False, auto: bool = False) -> None:
     """`--precision P` (default fp32), or with `multiple` `--precisions P...` (default: all of them). `run`: a
     command that runs a backend, which may also ask for bf16 and int8; `auto`: and for the fastest precision within
-    its quality budget (pipeline.analysis.quality.pick_precision)."""
+    its quality budget (pipeline.backends.select)."""
     if run:
-        choices = RUN_PRECISIONS + (("auto",) if auto else ())
-        parser.add_argument("--precision", default=PRECISIONS[0], choices=choices,
-                            help=f"precision (default: {PRECISIONS[0]}; bf16 and int8: the openvino backend, bf16 "
-                                 "on a CPU with bf16 arithmetic, int8 from the file's Q/DQ version; torch at bf16; "
-                                 "trt engines built at either"
+        choices = P.NAMES + ((P.AUTO,) if auto else ())
+        parser.add_argument("--precision", default=P.DEFAULT, choices=choices,
+                            help=f"precision (default: {P.DEFAULT}; {_who_runs(P.DERIVED)}; bf16 and int8 are "
+                                 "made from the fp32 file"
                                  + ("; auto: the fastest precision whose measured quality loss is within its budget"
                                     if auto else "") + ")")
     elif multiple:
-        parser.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=RUN_PRECISIONS,
-                            help=f"precisions to run (default: {' '.join(PRECISIONS)}; bf16 and int8: the CPU "
-                                 "backends that run them, judged by their measured held-out loss and its budget)")
+        parser.add_argument("--precisions", nargs="+", default=list(P.GRAPH), choices=P.NAMES,
+                            help=f"precisions to run (default: {' '.join(P.GRAPH)}; {_who_runs(P.DERIVED)}: judged "
+                                 "by their measured held-out loss and its budget)")
     else:
-        parser.add_argument("--precision", default=PRECISIONS[0], choices=PRECISIONS,
-                            help=f"graph precision (default: {PRECISIONS[0]})")
+        parser.add_argument("--precision", default=P.DEFAULT, choices=P.GRAPH,
+                            help=f"graph precision (default: {P.DEFAULT})")
+
+
+def _who_runs(precisions) -> str:
+    """'bf16 runs on torch, trt, openvino; int8 on trt, openvino', from the backends' descriptors."""
+    parts = [f"{p} {'runs on ' if i == 0 else 'on '}{', '.join(d.name for d in B.descriptors() if p in d.precisions)}"
+             for i, p in enumerate(precisions)]
+    return "; ".join(parts)
 
 
 # -- backends ------------------------------------------------------------------------------------------
@@ -123,7 +129,7 @@ def add_backend_args(parser) -> None:
     """`--backend NAME` for commands that run one backend (default: auto, the fastest available here)."""
     parser.add_argument("--backend", default="auto", metavar="NAME",
                         help=f"auto (default: the fastest available here), or one of {', '.join(B.NAMES)} "
-                             "(`python -m pipeline backends` says which run here)")
+                             "(`python -m pipeline backends` says which run here, and what each runs)")
 
 
 def backend_from_args(args) -> str:

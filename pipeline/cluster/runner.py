@@ -18,13 +18,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pipeline import sr
-from pipeline.analysis import quality
+from pipeline import backends, sr
 from pipeline.artifacts.atomic import remove_stale_parts
 from pipeline.backends import pick_auto
 from pipeline.cluster import artifacts, connect, unit
 from pipeline.cluster.actor import SrActor
 from pipeline.errors import PipelineError, first_line
+from pipeline.precisions import AUTO
 from pipeline.sr import ModelChoice, Plan, Record, RunOptions, Started, resolve_model
 
 if TYPE_CHECKING:
@@ -78,10 +78,10 @@ class RayExecutor:
         """(backend, precision, why). `--precision auto` is picked once here, and every actor loads that pick; so is
         'auto' on a CPU cluster; on GPU nodes each actor picks its backend."""
         o = self.opts
-        if o.precision == "auto":
+        if o.precision == AUTO:
             given = {k: v for k, v in (("onnx", o.onnx), ("weights", o.weights)) if v is not None}
-            loaded, self.auto_line = quality.pick_precision(o.backend, model, log=console.always, **given)
-            name, precision = loaded.name, loaded.precision
+            loaded = backends.create(o.backend, model, AUTO, log=console.always, **given)
+            name, precision, self.auto_line = loaded.name, loaded.precision, loaded.selection_reason
             del loaded  # the driver only picks: the actors load it
             return name, precision, f"precision auto picked {name} {precision} on the driver"
         if o.backend != "auto" or self.cluster.gpus > 0 or o.onnx or o.engine:

@@ -30,18 +30,17 @@ from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import folded_variants, load_onnx, onnx_metadata
 from pipeline.errors import PipelineError
 from pipeline.export.fp16 import convert_to_bf16
-from pipeline.export.quantize import RECIPE, int8_file
+from pipeline.export.quantize import int8_file
+from pipeline.precisions import BY_NAME, DERIVED, NAMES, version
 
-ENGINE_PRECISIONS = ("fp32", "fp16", "bf16", "int8")
-DERIVED = ("bf16", "int8")  # made from the fp32 file when the engine is built
+ENGINE_PRECISIONS = NAMES  # every precision: bf16 and int8 (DERIVED) made from the fp32 file when it is built
 FOLDED_GRAPHS = 1  # bumped when the choice of graph changes, so engines made by the older choice are rebuilt
-BF16_GRAPH = 2  # bumped when convert_to_bf16's output changes, so older bf16 engines are rebuilt
 BF16_MIN_CAPABILITY = (8, 0)  # Ampere: the first GPUs with BF16 tensor cores
 
 
 def source_precision(precision: str) -> str:
     """The precision of the ONNX file an engine of `precision` is built from: fp32 for bf16 and int8, else its own."""
-    return "fp32" if precision in DERIVED else precision
+    return BY_NAME[precision].source
 
 
 def engine_precision(meta: dict, requested: str | None) -> str:
@@ -63,8 +62,8 @@ def engine_precision(meta: dict, requested: str | None) -> str:
 def derivation(precision: str | None) -> str | None:
     """What a derived engine's graph was made by (kept in its sidecar: a change rebuilds it), None for a file's own."""
     folded = f", folded graph rule v{FOLDED_GRAPHS}"
-    return {"bf16": f"bf16 graph v{BF16_GRAPH}, sr ops and Resize fp32{folded}",
-            "int8": f"int8 Q/DQ recipe {RECIPE}{folded}"}.get(precision)
+    return {"bf16": f"bf16 graph v{version('bf16-graph')}, sr ops and Resize fp32{folded}",
+            "int8": f"int8 Q/DQ recipe {version('qdq')}{folded}"}.get(precision)
 
 
 def bf16_problem(compute_capability: str) -> str | None:

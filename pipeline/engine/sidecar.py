@@ -9,8 +9,9 @@ from pipeline.artifacts.engine_file import load_sidecar, read_sidecar, sidecar_o
 from pipeline.engine.precision import derivation
 from pipeline.engine.profiles import Profile
 from pipeline.errors import PipelineError
+from pipeline.precisions import version
 
-SIDECAR_VERSION = 1
+SIDECAR_VERSION = version("engine")  # the sidecar format (pipeline.precisions.ARTIFACTS)
 
 __all__ = ["ENV_KEYS", "SIDECAR_VERSION", "check_engine", "load_sidecar", "make_sidecar", "plan_engine", "read_sidecar",
            "sidecar_onnx", "sidecar_path", "sidecar_problem", "sidecar_problems", "sidecar_profiles", "sidecar_tf32"]

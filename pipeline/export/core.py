@@ -16,11 +16,12 @@ from models.registry import (
     size_tensor,
 )
 from pipeline.artifacts.atomic import atomic_path
-from pipeline.artifacts.cache import EXPORTERS, IO_DTYPES, OPS, PRECISIONS, SIZE_INPUTS
+from pipeline.artifacts.cache import EXPORTERS, OPS, SIZE_INPUTS
 from pipeline.artifacts.identity import resolve
 from pipeline.errors import PipelineError, check_choice, first_line
 from pipeline.export import dynamo, extras, fp16, graph, sr_ops, torchscript
 from pipeline.export import verify as verification
+from pipeline.precisions import GRAPH
 
 DEFAULT_OPSET = {"dynamo": 20, "torchscript": 20}
 MIN_OPSET = sr_ops.DEFORM_CONV_MIN_OPSET  # DeformConv (standard op and sr::DeformConv2d body) exists from 19
@@ -147,8 +148,8 @@ def write_variant(g: _Graph, output: Path, *, precision: str = "fp32", io_dtype:
     """Write `g` at one precision atomically (temp file, verify, rename); nothing is left behind on failure.
     `siblings`: also write what a torch-free runtime needs beside it (folded variants, reference outputs)."""
     started = time.perf_counter() if started is None else started
-    check_choice("precision", precision, PRECISIONS)
-    check_choice("I/O dtype", io_dtype, IO_DTYPES)
+    check_choice("precision", precision, GRAPH)
+    check_choice("I/O dtype", io_dtype, GRAPH)
     if precision == "fp32" and io_dtype == "fp16":
         raise PipelineError("--io-dtype fp16 needs --precision fp16")
     output = check_output_path(output)
@@ -194,8 +195,8 @@ def export_model(model: str, output: Path, *, exporter: str = "dynamo", ops: str
     """
     started = time.perf_counter()
     check_output_path(output)  # before the slow part
-    check_choice("precision", precision, PRECISIONS)
-    check_choice("I/O dtype", io_dtype, IO_DTYPES)
+    check_choice("precision", precision, GRAPH)
+    check_choice("I/O dtype", io_dtype, GRAPH)
     if scale is not None:
         try:
             resolve(model).check_scale(scale)

@@ -35,7 +35,7 @@ sr::DeformConv2d) are never quantized: only Conv nodes are. Biases stay float (Q
 DequantizeLinear takes int8, not the int32 bias ONNX Runtime would make, and OpenVINO and TensorRT fuse a float
 bias into the int8 convolution.
 
-Held-out Y-PSNR loss through OpenVINO (pipeline.analysis.quality; int8 layers, float parts in bf16 where the CPU
+Held-out Y-PSNR loss through OpenVINO (pipeline.quality; int8 layers, float parts in bf16 where the CPU
 has it: openvino_backend.OV_PRECISION), recipe 5 (image convs shifted, the rest of the first layer and the last in
 float) -> recipe 6, on a 2-core AMX Xeon (scripts/int8_recipes.py):
 
@@ -65,8 +65,9 @@ from pipeline.artifacts.atomic import atomic_path
 from pipeline.artifacts.cache import cache_dir
 from pipeline.artifacts.stamp import made_once, stamp, stamp_problem
 from pipeline.errors import PipelineError, first_line
+from pipeline.precisions import version
 
-RECIPE = 6  # bumped when the recipe changes, so older int8 files are not reused
+RECIPE = version("qdq")  # part of the file's name: bumped in pipeline.precisions when the recipe changes
 CROP = 120  # LR calibration crop side: above every folded graph's smallest input
 PERCENTILE = 99.999
 METHOD = "Percentile"  # onnxruntime.quantization.CalibrationMethod's name

@@ -139,7 +139,7 @@ def precision_section(doc: dict) -> list:
     if not any(r.get("precision", "fp32") != "fp32" for r in main) and not doc.get("precision_auto"):
         return []
     blocks = [Heading("Precisions: speed and measured quality (main point)"),
-              para("Loss = held-out Y-PSNR (dB) and SSIM against the same backend at fp32 (pipeline.analysis.quality: "
+              para("Loss = held-out Y-PSNR (dB) and SSIM against the same backend at fp32 (pipeline.quality: "
                    f"the 4 held-out photos at the model's scale, measured once per model file and machine); budgets "
                    f"{budgets(main)}; roofline against the measured peak of the row's precision. ", Code("-"),
                    ": fp32, the reference itself."),

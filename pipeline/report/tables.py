@@ -53,7 +53,7 @@ def runs_phrase(n: int, kind: str = "") -> str:
 
 def budgets(rows) -> str:
     """The quality budgets the rows were held to, from their measured-loss summaries (each row's `precision` and
-    `quality`, set by pipeline.analysis.quality): 'bf16 0.02 dB, int8 0.1 dB', or 'none measured'."""
+    `quality`, set by pipeline.quality): 'bf16 0.02 dB, int8 0.1 dB', or 'none measured'."""
     held = {r.get("precision"): r["quality"]["budget_db"] for r in rows if r.get("quality")}
     return ", ".join(f"{p} {b:g} dB" for p, b in sorted(held.items())) or "none measured"
 

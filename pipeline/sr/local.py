@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from pipeline import backends
-from pipeline.analysis import quality
+from pipeline import backends, quality
 from pipeline.artifacts.atomic import remove_stale_parts
+from pipeline.precisions import AUTO
 from pipeline.sr import settings
 from pipeline.sr.console import Console, scale_note
 from pipeline.sr.flow import ModelChoice, Plan, Started, resolve_model
@@ -17,15 +17,16 @@ from pipeline.sr.scheduler import Scheduler
 from pipeline.sr.worker import ImageWorker
 
 
-def load_backend(backend, model: str, precision: str, *, onnx=None, engine=None, weights=None,
+def load_backend(backend, model: str, precision: str, *, scale=None, onnx=None, engine=None, weights=None,
                  threads=None, log=None, progress=None, chatter=None) -> tuple[backends.Backend, str]:
-    """A loaded backend and why it was chosen; `backend` is a name ('auto', 'ort', ...) or a loaded one.
-    `log` gets the slow steps of loading (an export into the cache on first use, an engine build)."""
+    """A loaded backend and why it was chosen; `backend` is a name ('auto', 'ort', ...) or a loaded one, `precision`
+    one or 'auto' (then timed and measured at `scale`). `log` gets the slow steps of loading (an export into the
+    cache on first use, an engine build, a precision's measured loss)."""
     if not isinstance(backend, str):
         return backend, backend.selection_reason or "given"
     opts = {k: v for k, v in (("onnx", onnx), ("engine", engine), ("weights", weights), ("threads", threads),
                               ("log", log), ("progress", progress), ("chatter", chatter)) if v is not None}
-    loaded = backends.create(backend, model, precision, **opts)
+    loaded = backends.create(backend, model, precision, scale=scale, **opts)
     return loaded, loaded.selection_reason or backend
 
 
@@ -49,16 +50,11 @@ class LocalExecutor:
         """The backend, why it was chosen and, with `--precision auto`, the line that says which precision ran
         (its calibration and measurement on first use with a progress bar; the quantizer's talk under --verbose)."""
         o = self.opts
-        if o.precision == "auto" and o.backend_name is not None:
-            given = {k: v for k, v in (("onnx", o.onnx), ("weights", o.weights), ("threads", o.threads))
-                     if v is not None}
-            loaded, why = quality.pick_precision(o.backend, model, log=console.always, scale=scale,
-                                                 progress=console.bar, chatter=console.detail, **given)
-            return loaded, loaded.selection_reason or o.backend, why
-        loaded, choice = load_backend(o.backend, model, o.precision, onnx=o.onnx, engine=o.engine,
+        loaded, choice = load_backend(o.backend, model, o.precision, scale=scale, onnx=o.onnx, engine=o.engine,
                                       weights=o.weights, threads=o.threads, log=console.always,
                                       progress=console.bar, chatter=console.detail)
-        return loaded, choice, None
+        picked = o.precision == AUTO and o.backend_name is not None  # its reason is the line saying which ran
+        return loaded, choice, choice if picked else None
 
     def start(self, plan: Plan, console: Console) -> Started:
         self.opts = plan.opts  # the checked options: the --onnx file opened once
@@ -93,7 +89,7 @@ class LocalExecutor:
         if (record := quality.precision_loss(self.loaded, log=console.always, scale=scale,
                                              progress=console.bar)) is not None:
             console.always(f"precision: {quality.loss_line(record)}")
-        elif o.backend_name is not None and (hint := quality.faster_line(
+        elif o.backend_name is not None and (hint := backends.faster_line(
                 self.loaded.model_name, o.backend_name, self.loaded, scale, onnx=o.onnx, weights=o.weights)):
             console.info(hint)
         if self.stale:

@@ -1,6 +1,7 @@
 """Image-quality metrics as SR papers report them: PSNR and SSIM on the Y channel (ITU-R BT.601,
 MATLAB `rgb2ycbcr` convention, Y in [16, 235]/255), after cropping `crop_border` pixels (the scale)
-from every side. The metrics themselves are scikit-image's.
+from every side (crop_border_for: the scale, rounded up). The metrics themselves are scikit-image's, imported on
+first use: the backends import this package (through quality's loss records) and most runs never score an image.
 
 Images are HxWx3 RGB, either uint8 or float in [0, 1].
 """
@@ -9,13 +10,16 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from skimage.color import rgb2ycbcr
-from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
 # Gaussian-window SSIM of Wang et al. 2004 (11 taps, sigma 1.5) needs this many pixels per side;
 # smaller crops fall back to the largest odd uniform window that fits.
 _GAUSSIAN_WINDOW = 11
 _MIN_SSIM_SIDE = 3
+
+
+def crop_border_for(scale: float) -> int:
+    """Pixels cropped from each side before scoring: the scale, rounded up (SR-paper convention)."""
+    return int(math.ceil(scale))
 
 
 def _as_float_rgb(img: np.ndarray, what: str) -> np.ndarray:
@@ -31,6 +35,8 @@ def _as_float_rgb(img: np.ndarray, what: str) -> np.ndarray:
 
 def rgb_to_y(img: np.ndarray) -> np.ndarray:
     """BT.601 luma of an RGB image (uint8 or float in [0,1]) as float64 HxW in [16/255, 235/255]."""
+    from skimage.color import rgb2ycbcr
+
     return rgb2ycbcr(_as_float_rgb(img, "image"))[..., 0] / 255.0
 
 
@@ -53,6 +59,8 @@ def _y_pair(sr: np.ndarray, hr: np.ndarray, crop_border: int) -> tuple[np.ndarra
 def psnr_y(sr: np.ndarray, hr: np.ndarray, crop_border: int) -> float:
     """Y-channel PSNR (dB) of `sr` against reference `hr`; inf when they are identical."""
     y_sr, y_hr = _y_pair(sr, hr, crop_border)
+    from skimage.metrics import peak_signal_noise_ratio
+
     if np.array_equal(y_sr, y_hr):
         return math.inf  # skimage would divide by zero (with a warning) to get the same answer
     return float(peak_signal_noise_ratio(y_hr, y_sr, data_range=1.0))
@@ -60,6 +68,8 @@ def psnr_y(sr: np.ndarray, hr: np.ndarray, crop_border: int) -> float:
 
 def ssim_y(sr: np.ndarray, hr: np.ndarray, crop_border: int) -> float:
     """Y-channel SSIM of `sr` against `hr` (Gaussian 11x11, sigma 1.5, as Wang et al. 2004)."""
+    from skimage.metrics import structural_similarity
+
     y_sr, y_hr = _y_pair(sr, hr, crop_border)
     side = min(y_hr.shape)
     if side >= _GAUSSIAN_WINDOW:

@@ -1,0 +1,124 @@
+"""What a backend is, as data: its name, where it runs, its rank in the expected order, each precision it runs and the
+artifact that precision runs from, and the typed options its constructor takes. Every backend class declares one
+(`DESCRIPTOR`); the registry, the expected orders, `--precision auto`'s candidates, the CLI's choices and help and
+`backends`' table all read them, never a list of their own.
+
+The precisions themselves (their types, budgets and what they are made from) are pipeline.precisions' table, which
+export, the engine builder and the artifact cache below this package read too.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from pipeline.precisions import ARTIFACTS, Artifact
+
+PathLike = str | Path
+
+
+@dataclass(frozen=True)
+class Runs:
+    """One precision a backend runs, from which artifact (a pipeline.precisions.ARTIFACTS key), and how."""
+
+    precision: str
+    artifact: str
+    how: str = ""
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    name: str
+    device: str                  # "cpu", "cuda", or "cpu or cuda" (the GPU where there is one)
+    runs: tuple[Runs, ...]
+    options: type                # its constructor's keyword options: a frozen dataclass (below)
+    summary: str
+    cpu_rank: int | None = None  # its place in the expected order on a machine without a CUDA GPU, fastest first
+    gpu_rank: int | None = None  # with one: every GPU-ranked backend comes before the CPU-ranked ones
+
+    def __post_init__(self):
+        unknown = [r.artifact for r in self.runs if r.artifact not in ARTIFACTS]
+        if unknown:
+            raise ValueError(f"{self.name}: unknown artifact {unknown[0]!r}")
+
+    @property
+    def precisions(self) -> tuple[str, ...]:
+        return tuple(r.precision for r in self.runs)
+
+    @property
+    def gpu_only(self) -> bool:
+        return self.device == "cuda"
+
+    def artifact(self, precision: str) -> Artifact:
+        """The artifact `precision` runs from here (KeyError: a precision it does not run)."""
+        return ARTIFACTS[{r.precision: r.artifact for r in self.runs}[precision]]
+
+    def option_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(self.options))
+
+
+# -- the typed options (each backend's constructor takes exactly its dataclass's fields, with the same defaults:
+# tests/test_backend_descriptors.py holds them to it) -------------------------------------------------------------
+@dataclass(frozen=True)
+class Hooks:
+    """Where progress lines, bars and libraries' talk go: they choose nothing, so `create` hands each to the backends
+    whose options name it and drops it for the others (a caller passes them whichever backend `auto` picks)."""
+
+    log: Callable[[str], object] | None = None
+    progress: Callable | None = None   # progress(total, unit, desc) -> a bar (update, close)
+    chatter: Callable[[str], object] | None = None
+
+
+HOOKS = tuple(f.name for f in fields(Hooks))
+
+
+@dataclass(frozen=True)
+class TorchOptions:
+    device: str | None = None          # "cpu", "cuda", "cuda:N"; None: the GPU where there is one
+    weights: PathLike | None = None
+    channels_last: bool | None = None  # None: the model's choice for the device
+    threads: int | None = None
+    cuda_graph: bool = False
+    tf32: bool = False
+
+
+@dataclass(frozen=True)
+class FileOptions:
+    """A backend that runs an exported ONNX file: the given one, or the cached export of `weights`."""
+
+    onnx: PathLike | None = None
+    weights: PathLike | None = None
+    threads: int | None = None
+    exporter: str = "dynamo"
+    log: Callable[[str], object] | None = None
+
+
+@dataclass(frozen=True)
+class OrtOptions(FileOptions):
+    ops: str = "custom"
+    io_dtype: str = "fp32"
+    profile: dict | None = None        # the TensorRT provider's shapes
+    tf32: bool = False
+    shrink_arena: bool = False         # a server's: the CPU arena gives back what a run grew it by
+
+
+@dataclass(frozen=True)
+class SrKernelsOptions(FileOptions):
+    io_dtype: str = "fp32"
+
+
+@dataclass(frozen=True)
+class OpenVinoOptions(FileOptions):
+    progress: Callable | None = None
+    chatter: Callable[[str], object] | None = None
+
+
+@dataclass(frozen=True)
+class TrtOptions:
+    engine: PathLike | None = None
+    onnx: PathLike | None = None
+    profile: object | None = None      # an engine.Profile for the build; None: the model's default
+    weights: PathLike | None = None
+    cuda_graph: bool = False
+    device: int | None = None
+    log: Callable[[str], object] | None = None

@@ -1,0 +1,204 @@
+"""The one place a backend and a precision are chosen: `create(backend, model, precision)` with either or both
+'auto'. `--backend auto` ranks by the descriptors' expected order or this machine's measurement (auto); `--precision
+auto` (here) loads and times each candidate, a lower precision counting only within its measured quality budget
+(pipeline.quality), and keeps its pick.
+
+    create(backend, model, precision="fp32", scale=None, **opts) -> loaded Backend (why: its selection_reason)
+    pick_precision(backend, model, **opts) -> (Backend, why)    `--precision auto`: the fastest within budget
+    faster_line(model, backend, loaded) -> str | None          an fp32 run's hint that auto measured faster here
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from pipeline.artifacts.atomic import atomic_write
+from pipeline.artifacts.cache import cache_dir
+from pipeline.artifacts.confine import file_token
+from pipeline.artifacts.identity import resolve
+from pipeline.artifacts.stamp import file_sha256
+from pipeline.backends.auto import create_fixed, measured, time_backend
+from pipeline.backends.base import Backend
+from pipeline.backends.registry import backend_class, descriptors
+from pipeline.errors import PipelineError
+from pipeline.precisions import AUTO, DEFAULT, LOWER
+from pipeline.quality import (
+    WHEN,
+    applies,
+    finite_number,
+    loss_line,
+    machine,
+    precision_loss,
+    record_key,
+    stored,
+    within_budget,
+)
+
+
+def create(backend: str, model: str | None, precision: str = DEFAULT, *, scale: float | None = None,
+           **opts) -> Backend:
+    """A loaded backend, the one door to every choice: `backend` a name or 'auto' (the fastest available, by
+    auto.pick_auto), `precision` one or 'auto' (the fastest within its quality budget, pick_precision, timed and
+    measured at `scale`: the run's, default the model's). Why it was chosen is its `selection_reason`. `model` may
+    be None when `onnx`/`engine` names a file: the model then comes from it."""
+    if precision == AUTO:
+        if opts.get("engine") is not None:
+            raise PipelineError("--precision auto weighs the precisions of a model file; an engine has one: give "
+                                "--onnx or --model instead, or the engine's own precision")
+        return pick_precision(backend, model, scale=scale, **opts)[0]
+    return create_fixed(backend, model, precision, **opts)
+
+
+def candidates(backend: str) -> list[tuple[str, str]]:
+    """(backend, precision) pairs `--precision auto` weighs: the backend at fp32 and at each lower precision it runs
+    (pipeline.precisions.LOWER); 'auto' at each lower precision some backend runs (the expected fastest of those
+    that run it here, as for fp32)."""
+    runs = [p for d in descriptors() for p in d.precisions] if backend == AUTO \
+        else backend_class(backend).DESCRIPTOR.precisions
+    return [(backend, DEFAULT)] + [(backend, p) for p in LOWER if p in runs]
+
+
+def pick_precision(backend: str, model: str | None, log=None, scale: float | None = None, progress=None,
+                   chatter=None, **opts) -> tuple[Backend, str]:
+    """`--precision auto`: every candidate is loaded and timed on one 256x256 image at `scale` (median of 5, this
+    machine), a lower precision counts only if its measured held-out loss at that scale is within its budget
+    (measured once and stored); the fastest wins. The pick and its timings are stored (_pick_store: model, --backend,
+    scale, the given file and machine) and reused while the file the pick runs is the same and its loss still
+    within budget. Returns the loaded backend and a line saying why."""
+    scale = float(resolve(model, opts.get("onnx")).default_scale if scale is None else scale)
+    hooks = {"log": log, "progress": progress, "chatter": chatter}
+    path = _pick_store(model, backend, scale, opts)
+    reused = _reuse(path, model, scale, hooks, opts)
+    if reused is not None:
+        return reused
+    timed, notes = _time_candidates(backend, model, scale, hooks, opts)
+    if not timed:
+        raise PipelineError("--precision auto: nothing can run: " + "; ".join(notes))
+    ms, best = min(timed, key=lambda t: t[0])
+    fp32 = next(((t, b) for t, b in timed if b.precision == "fp32"), None)
+    times = ", ".join(f"{b.name} {b.precision} {t:.0f} ms" for t, b in sorted(timed, key=lambda t: t[0]))
+    pick = {"model": best.model_name, "request": backend, "scale": scale, "machine": machine(),
+            "backend": best.name, "precision": best.precision, "ms": round(ms, 2),
+            "run_sha256": file_sha256(best.run_file(scale)), "times": times, "notes": notes,
+            "fp32_ms": round(fp32[0], 2) if fp32 else None,
+            "fp32_sha256": file_sha256(fp32[1].run_file(scale)) if fp32 else None, "when": time.strftime(WHEN)}
+    atomic_write(path, json.dumps(pick, indent=2) + "\n")
+    why = _why(pick, "")
+    return best.selected(why, f"precision auto: {best.precision}, fastest within budget"), why
+
+
+def _time_candidates(backend: str, model: str | None, scale: float, hooks: dict, opts: dict):
+    """[(ms, loaded backend)] of the candidates within budget, and why the others are not."""
+    timed: list[tuple[float, Backend]] = []
+    notes = []
+    for name, precision in candidates(backend):
+        try:
+            b = create_fixed(name, model, precision, **hooks, **opts)
+        except PipelineError as e:
+            what = f"{name} {precision}"
+            notes.append(str(e) if str(e).startswith(what) else f"{what}: {e}")
+            continue
+        record = precision_loss(b, log=hooks["log"], scale=scale, progress=hooks["progress"])
+        if record is not None and not within_budget(record):
+            notes.append(f"{precision} not used: {loss_line(record, advice=False)}")
+            continue
+        timed.append((time_backend(b, 256, scale=scale, repeats=5, warmup=2), b))
+    return timed, notes
+
+
+def _why(pick: dict, reused: str) -> str:
+    ratio = (f", {pick['fp32_ms'] / pick['ms']:.1f}x fp32's {pick['fp32_ms']:.0f} ms"
+             if pick["fp32_ms"] and pick["precision"] != "fp32" else "")
+    return (f"precision auto: {pick['backend']} {pick['precision']} is the fastest within budget here "
+            f"({pick['ms']:.0f} ms at 256x256{ratio}; timed: {pick['times']})"
+            + "".join(f"; {n}" for n in pick["notes"]) + reused)
+
+
+def _pick_problem(pick) -> str | None:
+    """Why a stored pick is not one (its shape), or None."""
+    if not isinstance(pick, dict):
+        return "not a record"
+    if not all(isinstance(pick.get(k), str) for k in ("backend", "precision", "run_sha256", "times", "when")):
+        return "fields missing"
+    if not finite_number(pick.get("ms")) or not pick["ms"] > 0 or not isinstance(pick.get("notes"), list):
+        return "fields damaged"
+    if pick.get("fp32_ms") is not None and not (finite_number(pick["fp32_ms"]) and pick["fp32_ms"] > 0):
+        return "fields damaged"
+    return None
+
+
+def _reuse(path: Path, model: str | None, scale: float, hooks: dict, opts: dict) -> tuple[Backend, str] | None:
+    """The stored pick, loaded, when it still holds: same machine (its key), the picked backend runs the same
+    file at `scale`, and a lower precision's loss there is stored and within budget. None: time them again."""
+    pick = _load_pick(path)
+    if pick is None or pick["machine"] != machine() or pick.get("scale") != scale:
+        return None
+    try:
+        b = create_fixed(pick["backend"], model, pick["precision"], **hooks, **opts)
+        if file_sha256(b.run_file(scale)) != pick["run_sha256"]:
+            return None
+    except (PipelineError, OSError):
+        return None
+    if applies(b) and ((record := stored(b, scale)) is None or not within_budget(record)):
+        return None
+    why = _why(pick, f"; the pick of {pick['when']}, reused: same file, scale and machine (delete {path} to time "
+                     "them again)")
+    return b.selected(why, f"precision auto: {b.precision}, fastest within budget (stored pick)"), why
+
+
+def _load_pick(path: Path) -> dict | None:
+    """A stored pick of the right shape, or None (missing, unreadable, damaged: a damaged one is timed again)."""
+    try:
+        pick = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+    return pick if _pick_problem(pick) is None and isinstance(pick.get("machine"), dict) else None
+
+
+def _source(opts: dict) -> str:
+    """The given file a pick is for: an --onnx file's SHA-256, a --weights file's, or the model's own."""
+    for key in ("onnx", "weights"):
+        if opts.get(key) is not None:
+            try:
+                return f"{key}:{file_sha256(os.fspath(opts[key]))}"
+            except OSError:
+                return f"{key}:{os.fspath(opts[key])}"
+    return "model"
+
+
+def _pick_store(model: str | None, backend: str, scale: float, opts: dict) -> Path:
+    key = record_key({"model": model, "request": backend, "scale": scale, "source": _source(opts),
+                      "machine": machine()})
+    name = file_token(model or "onnx")
+    return cache_dir() / "quality" / f"auto-{name}-{file_token(backend)}-x{scale:g}-{key}.json"
+
+
+def faster_line(model: str, backend: str, loaded: Backend, scale: float | None = None, onnx=None,
+                weights=None) -> str | None:
+    """For an fp32 run: the line saying `--precision auto` measured a faster precision within budget on this
+    machine (its last pick for this model, --backend, file and scale, while the fp32 file it timed is the one that
+    runs now), or None when none was measured, fp32 won, or the stored pick does not hold."""
+    if loaded.precision != "fp32":
+        return None
+    scale = float(loaded.spec.default_scale if scale is None else scale)
+    opts = {"onnx": onnx, "weights": weights}
+    pick = _load_pick(_pick_store(model, backend, scale, opts))
+    if pick is None or pick["precision"] == "fp32" or not pick.get("fp32_ms") or pick["machine"] != machine():
+        return None
+    try:
+        same = file_sha256(loaded.run_file(scale)) == pick.get("fp32_sha256")
+    except (OSError, TypeError):
+        return None
+    if not same:
+        return None
+    later = measured(model, "fp32")  # `backends --measure` since the pick: quote that, and say the pick is older
+    if later and later.get("when", "") > pick["when"] and loaded.name in later.get("ms", {}):
+        return (f"hint: --precision auto ran {pick['backend']} {pick['precision']} here in {pick['ms']:.0f} ms at "
+                f"256x256 ({pick['when']}), within its quality budget; `backends --measure` timed {loaded.name} "
+                f"fp32 since: {later['ms'][loaded.name]:.0f} ms ({later['when']}); --precision auto re-weighs them")
+    speedup = pick["fp32_ms"] / pick["ms"]
+    return (f"hint: --precision auto runs {pick['backend']} {pick['precision']} here, {speedup:.1f}x fp32's speed"
+            f" ({pick['ms']:.0f} against {pick['fp32_ms']:.0f} ms at 256x256, measured {pick['when']}), "
+            "within its quality budget")

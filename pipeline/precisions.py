@@ -1,0 +1,74 @@
+"""The precisions and the artifacts they run from: one table each, read by export, the engine builder, the artifact
+cache, the backends (whose descriptors say which precision each runs from which artifact), quality and the CLI.
+
+    fp32   the reference: every other precision's loss is measured against it
+    fp16   a graph precision: exported as an FP16 file; judged by `compare`'s PSNR bar
+    bf16   made from the fp32 graph (OpenVINO's inference precision, torch autocast, a BF16 engine graph); may lose
+           at most its budget of Y-PSNR on the held-out images, so `--precision auto` may trade for it
+    int8   made from the fp32 graph's Q/DQ version (pipeline.export.quantize); the same, with a larger budget
+
+An artifact's version is part of the name or stamp of every cached file of its kind: bump it here when its maker's
+output changes, so older files are made again instead of reused.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Precision:
+    name: str
+    onnx_type: int          # its tensors' onnx.TensorProto data type (FLOAT 1, INT8 3, FLOAT16 10, BFLOAT16 16)
+    numpy: str              # its numpy dtype's name (bfloat16: ml_dtypes')
+    graph: bool             # exported as a graph of its own type; False: made from the fp32 graph
+    budget_db: float | None  # the most Y-PSNR it may lose against fp32 on the held-out set; None: not measured
+    peak: bool              # the roofline measures a GEMM peak of its own (else it is held to fp32's)
+
+    @property
+    def source(self) -> str:
+        """The precision of the file it is made from: its own for a graph precision, else fp32."""
+        return self.name if self.graph else DEFAULT
+
+
+DEFAULT = "fp32"
+AUTO = "auto"  # not a precision: the fastest one within its budget (pipeline.backends.select)
+TABLE = (
+    Precision("fp32", 1, "float32", graph=True, budget_db=None, peak=True),
+    Precision("fp16", 10, "float16", graph=True, budget_db=None, peak=False),
+    Precision("bf16", 16, "bfloat16", graph=False, budget_db=0.02, peak=True),
+    Precision("int8", 3, "int8", graph=False, budget_db=0.10, peak=True),
+)
+BY_NAME = {p.name: p for p in TABLE}
+NAMES = tuple(BY_NAME)                                        # what a run may ask for
+GRAPH = tuple(p.name for p in TABLE if p.graph)               # ONNX files and their I/O types
+DERIVED = tuple(p.name for p in TABLE if not p.graph)         # made from the fp32 graph
+LOWER = tuple(p.name for p in TABLE if p.budget_db is not None)  # what `auto` may trade quality for speed with
+BUDGET_DB = {p.name: p.budget_db for p in TABLE if p.budget_db is not None}
+PEAKS = tuple(p.name for p in TABLE if p.peak)                # each a fallback for the ones after it
+
+
+@dataclass(frozen=True)
+class Artifact:
+    name: str
+    version: int
+    what: str
+
+
+# The ONNX export's layout (part of every cached export's name), its folded siblings' too: they are exported with it.
+# 2: the model spec in the metadata, reference outputs and folded variants beside the file. 3: sr::DynamicResize's
+# body and the folded border strips are tile-exact. 5: the folded graphs' last conv is unpadded where the border
+# strips recompute its ring. 6: the folded variants' SHA-256 in the metadata (checked before one runs).
+_LAYOUT = 6
+ARTIFACTS = {a.name: a for a in (
+    Artifact("weights", 1, "the model's PyTorch weights, run as they are"),
+    Artifact("graph", _LAYOUT, "the exported ONNX file"),
+    Artifact("folded", _LAYOUT, "the exported file's folded siblings (bicubic folded into conv1, integer scales)"),
+    Artifact("qdq", 6, "the fp32 graph's int8 Q/DQ version (pipeline.export.quantize's recipe)"),
+    Artifact("bf16-graph", 2, "the fp32 graph in BF16, sr ops and Resize in FP32 (pipeline.export.fp16)"),
+    # 1: the sidecar's format. Which graph a bf16/int8 engine is made from is pipeline.engine.precision's rule
+    Artifact("engine", 1, "a TensorRT engine built from one of the graphs above, with its sidecar"),
+)}
+
+
+def version(artifact: str) -> int:
+    return ARTIFACTS[artifact].version

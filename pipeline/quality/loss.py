@@ -1,0 +1,200 @@
+"""What a lower precision costs, measured and judged: the Y-PSNR and SSIM change against fp32 on the held-out images,
+and whether it is within the precision's budget (pipeline.precisions). Choosing a precision from these records is
+`--precision auto`'s job (pipeline.backends.select), not this module's.
+
+    precision_loss(backend, scale) -> dict   from the store, or measured now (a few seconds) and stored
+    loss_line(record) -> str          one line: the loss, its budget, and whether it is within it
+    summary(record) -> dict           the loss as a report row carries it (bench, compare)
+
+The same backend runs the held-out images (degraded as in training, at the run's scale) at fp32 and at its
+precision; both outputs are rounded to 8 bits and scored against the originals, border cropped
+(pipeline.quality.metrics' protocol). A record holds for exactly what ran (identity()): the SHA-256 of the file
+the backend runs at that scale (Backend.run_file: openvino's folded sibling at an integer scale, its Q/DQ file for
+int8), the backend, precision and scale, and the machine (pipeline.native.machine.numerics: CPU, cores, library
+versions, OpenVINO's version, whether bf16 arithmetic is used). It is kept under the artifact cache's quality/
+folder, checked field by field on read, and measured again (once, under a lock) when anything differs or it is not a
+well-formed record. The fp32 side is the backend's own fp32 twin (Backend.fp32_twin): this module runs backends it
+is given, and never picks or loads one by name.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from pipeline.artifacts.atomic import atomic_write
+from pipeline.artifacts.cache import cache_dir
+from pipeline.artifacts.confine import file_token
+from pipeline.artifacts.stamp import file_sha256, made_once
+from pipeline.native.machine import numerics as machine
+from pipeline.precisions import BUDGET_DB
+from pipeline.quality.metrics import crop_border_for
+
+if TYPE_CHECKING:  # the interface it runs; this package sits below pipeline.backends and never loads one
+    from pipeline.backends.base import Backend
+
+WHEN = "%Y-%m-%d %H:%M:%S"  # a measurement's time, as pipeline.backends.auto.measure writes it: they sort as text
+
+
+def identity(backend: Backend, scale: float) -> dict:
+    """What a quality record holds for: the file that runs at `scale` (its SHA-256), backend, precision, scale
+    and machine."""
+    return {"model": backend.model_name, "backend": backend.name, "precision": backend.precision,
+            "scale": float(scale), "file_sha256": file_sha256(backend.run_file(scale)), "machine": machine()}
+
+
+def record_key(fields: dict) -> str:
+    """A short stable hash of a record's identifying fields (its store file's name ends with it)."""
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _store(ident: dict) -> Path:
+    name = (f"{file_token(ident['model'])}-{ident['backend']}-{ident['precision']}-x{ident['scale']:g}-"
+            f"{record_key(ident)}.json")
+    return cache_dir() / "quality" / name
+
+
+def finite_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def record_problem(record, ident: dict) -> str | None:
+    """Why a stored record does not describe `ident` or is not a well-formed record, or None."""
+    if not isinstance(record, dict):
+        return "it is not a record"
+    for k, v in ident.items():
+        if record.get(k) != v:
+            return f"its {k.replace('_', ' ')} differs"
+    if not all(finite_number(record.get(k)) for k in ("psnr_loss_db", "ssim_loss", "psnr", "psnr_fp32")):
+        return "its losses are not numbers"
+    images = record.get("images")
+    if not isinstance(images, int) or isinstance(images, bool) or images < 1:
+        return "its image count is not a positive number"
+    return None
+
+
+def _scores(backend: Backend, pairs, scale: float, bar=None) -> tuple[float, float]:
+    from pipeline.quality.metrics import psnr_y, ssim_y
+
+    psnr, ssim = [], []
+    for lr, hr in pairs:
+        x = np.ascontiguousarray((lr.astype(np.float32) / 255).transpose(2, 0, 1)[None])
+        y = backend.infer(x, scale)[0].transpose(1, 2, 0)
+        out = np.clip(np.round(y * 255), 0, 255).astype(np.uint8)
+        psnr.append(psnr_y(out, hr, crop_border_for(scale)))
+        ssim.append(ssim_y(out, hr, crop_border_for(scale)))
+        if bar is not None:
+            bar.update(1)
+    return float(np.mean(psnr)), float(np.mean(ssim))
+
+
+def applies(backend: Backend) -> bool:
+    """Whether a loss is measured for this loaded backend: bf16 and int8 (fp16 is a graph precision, checked by
+    `compare`) on a backend that runs a file."""
+    return backend.precision in BUDGET_DB and backend.model_file() is not None
+
+
+def _scale(backend: Backend, scale: float | None) -> float:
+    return float(backend.spec.default_scale if scale is None else scale)
+
+
+def measure(backend: Backend, scale: float | None = None, progress=None) -> dict:
+    """Score `backend` and its fp32 twin on the held-out set at `scale` (default: the model's); the record of the
+    difference, with identity()'s fields. `progress(total, unit, desc)` makes a bar."""
+    from pipeline.data import sample_images
+    from pipeline.data.degradation import make_pair
+
+    scale = _scale(backend, scale)
+    ident = identity(backend, scale)
+    pairs = [make_pair(hr, scale) for hr in sample_images.held_out().values()]
+    reference = backend.fp32_twin()
+    bar = progress(2 * len(pairs), "image", f"measuring {backend.precision}'s loss") if progress else None
+    try:
+        psnr32, ssim32 = _scores(reference, pairs, scale, bar)
+        psnr, ssim = _scores(backend, pairs, scale, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    return {**ident, "images": len(pairs), "psnr_fp32": round(psnr32, 4), "psnr": round(psnr, 4),
+            "psnr_loss_db": round(psnr32 - psnr, 4), "ssim_fp32": round(ssim32, 5), "ssim": round(ssim, 5),
+            "ssim_loss": round(ssim32 - ssim, 5), "budget_db": BUDGET_DB.get(backend.precision),
+            "file": str(backend.run_file(scale)), "when": time.strftime(WHEN)}
+
+
+def precision_loss(backend: Backend, log=None, scale: float | None = None, progress=None) -> dict | None:
+    """The stored record for a loaded backend running a lower precision at `scale` (default: the model's), measured
+    now when none holds for the file that runs, the scale and this machine (once: a second process waits for it);
+    None for fp32 and fp16 or a backend that runs no file."""
+    if not applies(backend):
+        return None
+    scale = _scale(backend, scale)
+    ident = identity(backend, scale)
+    path = _store(ident)
+    record, problem = _read(path, ident)
+    if record is not None:
+        return record
+    with made_once(path):
+        record, problem = _read(path, ident)  # measured by another process while this one waited
+        if record is not None:
+            return record
+        if log is not None:
+            again = "" if problem is None else f" (the stored record is not used: {problem})"
+            log(f"measuring what {backend.precision} costs on the held-out images at x{scale:g}, once for this "
+                f"file, scale and machine{again}")
+        record = measure(backend, scale=scale, progress=progress)
+        atomic_write(path, json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def _read(path: Path, ident: dict) -> tuple[dict | None, str | None]:
+    """(the record at `path` when it holds for `ident`, else None; why not, None when there is none)."""
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError, RecursionError):
+        return None, "it is not readable JSON"
+    problem = record_problem(record, ident)
+    return (record, None) if problem is None else (None, problem)
+
+
+def stored(backend: Backend, scale: float | None = None) -> dict | None:
+    """The record measured earlier for the file this backend runs at `scale`, its precision and this machine, or
+    None (nothing stored, or a record that does not hold)."""
+    if not applies(backend):
+        return None
+    ident = identity(backend, _scale(backend, scale))
+    return _read(_store(ident), ident)[0]
+
+
+def budget(record: dict) -> float:
+    """The budget a record is held to: today's for its precision (a stored record keeps its measured loss; the
+    budget is policy, read now)."""
+    return BUDGET_DB[record["precision"]]
+
+
+def within_budget(record: dict) -> bool:
+    return record["psnr_loss_db"] <= budget(record)
+
+
+def summary(record: dict | None) -> dict | None:
+    """The measured loss as a report row carries it (bench, compare), or None (fp32, or nothing measured)."""
+    if record is None:
+        return None
+    return {"psnr_loss_db": record["psnr_loss_db"], "ssim_loss": record["ssim_loss"], "budget_db": budget(record),
+            "within_budget": within_budget(record), "images": record["images"]}
+
+
+def loss_line(record: dict, advice: bool = True) -> str:
+    """'bf16 loses 0.007 dB Y-PSNR (SSIM 0.0001) against fp32 on the 4 held-out images, within its 0.02 dB budget'.
+    `advice`: an over-budget line tells a run of that precision to use fp32 (not where it was already left out)."""
+    p = record["precision"]
+    verdict = (f"within its {budget(record):g} dB budget" if within_budget(record)
+               else f"OVER its {budget(record):g} dB budget" + (": use fp32 for exact output" if advice else ""))
+    return (f"{p} loses {record['psnr_loss_db']:.3f} dB Y-PSNR (SSIM {record['ssim_loss']:.4f}) against fp32 on the "
+            f"{record['images']} held-out images, {verdict}")
