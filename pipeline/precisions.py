@@ -19,10 +19,17 @@ from dataclasses import dataclass
 class Precision:
     name: str
     onnx_type: int          # its tensors' onnx.TensorProto data type (FLOAT 1, INT8 3, FLOAT16 10, BFLOAT16 16)
-    numpy: str              # its numpy dtype's name (bfloat16: ml_dtypes')
+    numpy: str              # its numpy dtype's name (bfloat16: ml_dtypes'); torch's dtype of the same name
+    bits: int
     graph: bool             # exported as a graph of its own type; False: made from the fp32 graph
+    export_tol: float | None  # a graph's export check: max |ONNX Runtime - PyTorch| on outputs in [0, 1]
     budget_db: float | None  # the most Y-PSNR it may lose against fp32 on the held-out set; None: not measured
     peak: bool              # the roofline measures a GEMM peak of its own (else it is held to fp32's)
+
+    @property
+    def half(self) -> bool:
+        """A 16-bit float (fp16, bf16): a graph converted to it keeps some tensors fp32 (pipeline.export.fp16)."""
+        return self.bits == 16 and self.numpy != "int16"
 
     @property
     def source(self) -> str:
@@ -33,10 +40,10 @@ class Precision:
 DEFAULT = "fp32"
 AUTO = "auto"  # not a precision: the fastest one within its budget (pipeline.backends.select)
 TABLE = (
-    Precision("fp32", 1, "float32", graph=True, budget_db=None, peak=True),
-    Precision("fp16", 10, "float16", graph=True, budget_db=None, peak=False),
-    Precision("bf16", 16, "bfloat16", graph=False, budget_db=0.02, peak=True),
-    Precision("int8", 3, "int8", graph=False, budget_db=0.10, peak=True),
+    Precision("fp32", 1, "float32", 32, graph=True, export_tol=1e-4, budget_db=None, peak=True),
+    Precision("fp16", 10, "float16", 16, graph=True, export_tol=1e-2, budget_db=None, peak=False),
+    Precision("bf16", 16, "bfloat16", 16, graph=False, export_tol=None, budget_db=0.02, peak=True),
+    Precision("int8", 3, "int8", 8, graph=False, export_tol=None, budget_db=0.10, peak=True),
 )
 BY_NAME = {p.name: p for p in TABLE}
 NAMES = tuple(BY_NAME)                                        # what a run may ask for
@@ -45,6 +52,7 @@ DERIVED = tuple(p.name for p in TABLE if not p.graph)         # made from the fp
 LOWER = tuple(p.name for p in TABLE if p.budget_db is not None)  # what `auto` may trade quality for speed with
 BUDGET_DB = {p.name: p.budget_db for p in TABLE if p.budget_db is not None}
 PEAKS = tuple(p.name for p in TABLE if p.peak)                # each a fallback for the ones after it
+HALF = tuple(p.name for p in TABLE if p.half)                 # the 16-bit floats
 
 
 @dataclass(frozen=True)

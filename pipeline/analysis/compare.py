@@ -23,7 +23,7 @@ from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import onnx_metadata
 from pipeline.artifacts.reference import read_reference
 from pipeline.errors import PipelineError, first_line
-from pipeline.precisions import DEFAULT
+from pipeline.precisions import DEFAULT, GRAPH
 
 DEFAULT_TOL_FP32 = 1e-4
 DEFAULT_PSNR_FP16 = 50.0
@@ -127,7 +127,7 @@ def _tolerances(tol_fp32: float, psnr_fp16: float) -> dict:
     return {"fp32_max_abs": tol_fp32, "fp16_psnr_db": psnr_fp16, "rel_floor": REL_FLOOR}
 
 
-def compare_model(model: str, *, scales: list[float] | None = None, size: int = 96, precisions=("fp32", "fp16"),
+def compare_model(model: str, *, scales: list[float] | None = None, size: int = 96, precisions=GRAPH,
                   backends: list[str] | None = None, tol_fp32: float = DEFAULT_TOL_FP32,
                   psnr_fp16: float = DEFAULT_PSNR_FP16, bisect: bool = False, weights=None, log=print) -> dict:
     """Run the comparison for one model; returns the JSON-able result section."""

@@ -82,7 +82,7 @@ def measure(model: str, precision: str = "fp32", names: list[str] | None = None,
             repeats: int = 5, log=print, weights=None, onnx=None) -> dict[str, float]:
     """Time each available backend on this machine (on `onnx` when given) and remember the result for pick_auto."""
     names = names or [s.name for s in available(model, precision, weights, onnx=onnx)
-                      if s.available and s.name != "ort-cpu"]
+                      if s.available and not _alias(s.name)]
     ms = {}
     for name in names:
         try:
@@ -96,6 +96,10 @@ def measure(model: str, precision: str = "fp32", names: list[str] | None = None,
               "machine": json.loads(fingerprint()), "when": time.strftime("%Y-%m-%d %H:%M:%S")}
     atomic_write(_measure_file(model, precision), json.dumps(record, indent=2).encode())
     return ms
+
+
+def _alias(name: str) -> bool:
+    return name in CLASSES and CLASSES[name].DESCRIPTOR.alias_of is not None
 
 
 def measured(model: str, precision: str = "fp32") -> dict | None:

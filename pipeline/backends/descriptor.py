@@ -35,6 +35,7 @@ class Descriptor:
     summary: str
     cpu_rank: int | None = None  # its place in the expected order on a machine without a CUDA GPU, fastest first
     gpu_rank: int | None = None  # with one: every GPU-ranked backend comes before the CPU-ranked ones
+    alias_of: str | None = None  # another backend's session under a fixed provider: measured and compared once, there
 
     def __post_init__(self):
         unknown = [r.artifact for r in self.runs if r.artifact not in ARTIFACTS]
@@ -120,5 +121,5 @@ class TrtOptions:
     profile: object | None = None      # an engine.Profile for the build; None: the model's default
     weights: PathLike | None = None
     cuda_graph: bool = False
-    device: int | None = None
+    device: int = 0                    # the CUDA device ordinal
     log: Callable[[str], object] | None = None

@@ -446,7 +446,8 @@ class OrtBackend(Backend):
 
 class OrtCpuBackend(OrtBackend):
     # not ranked: `ort` runs on the CPU where no GPU provider can
-    DESCRIPTOR = Descriptor("ort-cpu", "cpu", options=OrtOptions, runs=GRAPHS, summary="ONNX Runtime's CPU provider")
+    DESCRIPTOR = Descriptor("ort-cpu", "cpu", options=OrtOptions, runs=GRAPHS, summary="ONNX Runtime's CPU provider",
+                            alias_of="ort")
     PROVIDER = "cpu"
 
 

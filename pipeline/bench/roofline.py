@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 from pipeline.artifacts.identity import resolve
+from pipeline.precisions import BY_NAME
 from pipeline.precisions import PEAKS as PEAK_PRECISIONS  # the peaks measured, each a fallback for the ones after it
 
 
@@ -40,7 +41,7 @@ def _peak_kernel(precision: str, n: int):
     if precision == "int8":  # int8 x int8 -> int32 sums, as an int8 convolution computes
         a, b = (torch.randint(-128, 128, (n, n), dtype=torch.int8) for _ in range(2))
         return (lambda: torch._int_mm(a, b)), f"torch._int_mm {n}x{n} int8 (int32 sums)"
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
+    dtype = getattr(torch, BY_NAME[precision].numpy)  # float32, bfloat16
     a, b = torch.rand(n, n, dtype=dtype), torch.rand(n, n, dtype=dtype)
     return (lambda: torch.mm(a, b)), f"torch.mm {n}x{n} {precision}"
 

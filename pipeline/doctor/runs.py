@@ -11,6 +11,7 @@ from pipeline.doctor.results import FAIL, PASS, SKIP, Check
 from pipeline.errors import PipelineError, first_line
 from pipeline.native.cuda_runtime import subprocess_env
 from pipeline.native.libraries import trt_plugin_library
+from pipeline.precisions import GRAPH
 
 HARNESS_NAME = "trt_plugin_gpu_harness"
 SELFTEST_NAME = "trt_plugin_selftest"
@@ -124,7 +125,7 @@ def engines(ready: str | None, models: list[str], log=print) -> list[Check]:
     checks = []
     for model in models:
         try:
-            result = compare_model(model, backends=["trt"], precisions=("fp32", "fp16"), log=log)
+            result = compare_model(model, backends=["trt"], precisions=GRAPH, log=log)
         except (PipelineError, RuntimeError, OSError, ValueError) as e:
             checks.append(Check(f"TensorRT engine {model}", FAIL, first_line(e), fix="`python -m pipeline compare "
                                 f"--model {model} --backends trt` shows the details"))

@@ -62,8 +62,11 @@ def engine_precision(meta: dict, requested: str | None) -> str:
 def derivation(precision: str | None) -> str | None:
     """What a derived engine's graph was made by (kept in its sidecar: a change rebuilds it), None for a file's own."""
     folded = f", folded graph rule v{FOLDED_GRAPHS}"
-    return {"bf16": f"bf16 graph v{version('bf16-graph')}, sr ops and Resize fp32{folded}",
-            "int8": f"int8 Q/DQ recipe {version('qdq')}{folded}"}.get(precision)
+    if precision == "bf16":
+        return f"bf16 graph v{version('bf16-graph')}, sr ops and Resize fp32{folded}"
+    if precision == "int8":
+        return f"int8 Q/DQ recipe {version('qdq')}{folded}"
+    return None
 
 
 def bf16_problem(compute_capability: str) -> str | None:

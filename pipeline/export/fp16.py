@@ -19,11 +19,15 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper, version_converter
 
 from pipeline.export.sr_ops import DOMAIN, DYNAMIC_RESIZE, DYNAMIC_RESIZE_SHAPE_INPUTS
+from pipeline.precisions import BY_NAME, GRAPH
+from pipeline.precisions import HALF as HALF_PRECISIONS
 
 # Inputs that must be tensor(float) whatever the data type, per op: op_type -> input indices.
 _FLOAT32_ONLY_INPUTS = {"Resize": (1, 2)}
 IMAGE_INPUT, OUTPUT = "input", "output"
-HALF = {"fp16": (TensorProto.FLOAT16, np.float16), "bf16": (TensorProto.BFLOAT16, ml_dtypes.bfloat16)}
+# each 16-bit float precision: its ONNX type and numpy type (numpy has no bfloat16: ml_dtypes' then)
+HALF = {p.name: (p.onnx_type, getattr(np, p.numpy, None) or getattr(ml_dtypes, p.numpy))
+        for p in map(BY_NAME.get, HALF_PRECISIONS)}
 BF16_OPSET = 22  # the first default-domain opset whose Conv (and Relu, Sigmoid, Slice, ...) admit bfloat16
 
 
@@ -121,7 +125,7 @@ def _cast_io(g: onnx.GraphProto, half: str = "fp16") -> None:
 
 
 def convert_to_fp16(model: onnx.ModelProto, io_dtype: str = "fp32") -> onnx.ModelProto:
-    if io_dtype not in ("fp32", "fp16"):
+    if io_dtype not in GRAPH:
         raise ValueError(f"io_dtype must be fp32 or fp16, got {io_dtype!r}")
     return _convert(model, "fp16", io_dtype)
 

@@ -10,9 +10,10 @@ from skimage import data
 
 from models.registry import ModelSpec, size_tensor
 from pipeline.native.ort_session import cpu_session_options
+from pipeline.precisions import TABLE
 
-# Max |ORT - PyTorch FP32| on outputs in the 0-1 range.
-TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2}
+# Max |ORT - PyTorch FP32| on outputs in the 0-1 range, per graph precision.
+TOLERANCE = {p.name: p.export_tol for p in TABLE if p.graph}
 
 
 def sample_batch() -> torch.Tensor:
