@@ -57,6 +57,21 @@ class Descriptor:
     def option_names(self) -> tuple[str, ...]:
         return tuple(f.name for f in fields(self.options))
 
+    def option_problem(self, key: str, value) -> str | None:
+        """Why `value` is not what option `key` declares (for the plain types: int, bool, str), or None. A bool is
+        not an int here, and a string of digits is not a number."""
+        declared = next((f.type for f in fields(self.options) if f.name == key), None)
+        kinds = _PLAIN.get(declared)
+        if kinds is None or value is None and "None" in declared:
+            return None
+        ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+        return None if ok else f"option '{key}' of backend '{self.name}' takes {declared}, got {value!r}"
+
+
+# The declared types `option_problem` checks (the dataclasses' annotations are strings: `from __future__`)
+_PLAIN = {"int": (int,), "int | None": (int,), "bool": (bool,), "bool | None": (bool,), "str": (str,),
+          "str | None": (str,)}
+
 
 # -- the typed options (each backend's constructor takes exactly its dataclass's fields, with the same defaults:
 # tests/test_backend_descriptors.py holds them to it) -------------------------------------------------------------

@@ -50,5 +50,8 @@ def create_named(backend: str, model: str | None, precision: str = "fp32", **opt
         if key not in takes and key not in HOOKS and value is not None:
             raise PipelineError(f"option '{key}' does not apply to backend '{backend}'")
     given = {k: v for k, v in opts.items() if k in takes}
+    for key, value in given.items():
+        if problem := desc.option_problem(key, value):
+            raise PipelineError(problem)
     b = cls(model, precision, **given).load()
     return b.selected(f"requested: {backend}", "requested")

@@ -97,7 +97,7 @@ class SrService:
         where = {"engine": model_file} if self.is_engine else {"onnx": model_file}
         self.spec = resolve(None, **where)
         opts = {**where, **({"threads": threads} if threads else {})}
-        options = backend_class(backend).OPTIONS
+        options = backend_class(backend).DESCRIPTOR.option_names()
         if device is not None and "device" in options:  # the GPU Triton gave this instance
             opts["device"] = device
         if "shrink_arena" in options:  # a server idles between requests: memory a large one took goes back
