@@ -151,7 +151,7 @@ def test_sr_model_config(tmp_path, capsys):
 @pytest.mark.parametrize("args, msg", [
     (["sr", "IN", "OUT", "--triton", "ftp://x:1"], "--triton takes http://HOST:PORT"),
     (["sr", "IN", "OUT", "--triton", "http://127.0.0.1"], "--triton takes http://HOST:PORT"),
-    (["sr", "IN", "OUT", "--concurrency", "2"], "apply only to --triton runs"),
+    (["sr", "IN", "OUT", "--concurrency", "2"], "--concurrency applies only to --triton runs"),
     (["sr", "IN", "OUT", "--triton", "http://127.0.0.1:9", "--tile", "64"], "--tile applies only to local runs"),
     (["sr", "IN", "OUT", "--triton", "http://127.0.0.1:9", "--concurrency", "0"], "--concurrency must be"),
     (["serve", "NOREPO"], "model repository not found"),

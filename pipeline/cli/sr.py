@@ -1,6 +1,6 @@
 """`python -m pipeline sr INPUT OUTPUT`: super-resolve images and videos (a file or a folder tree), in this
 process, on a Ray cluster (--ray) or on a Triton server (--triton). The arguments become one RunOptions and one
-executor here; which options an executor takes is decided here, once (_check_applies)."""
+executor here; which options an executor takes, each executor declares (pipeline.sr.flow's Executor protocol)."""
 from __future__ import annotations
 
 from pipeline.cli.options import (
@@ -11,7 +11,8 @@ from pipeline.cli.options import (
     backend_from_args,
 )
 from pipeline.errors import PipelineError
-from pipeline.sr import AUDIO_MODES, CRF, ENCODERS, RunOptions, run_local
+from pipeline.sr import AUDIO_MODES, CRF, ENCODERS, RunOptions, applies_only, option_flag, run_local
+from pipeline.sr import run as run_sr
 
 
 def _batch(value: str) -> int | str:
@@ -71,18 +72,8 @@ def add_arguments(p) -> None:
                    "segments about S seconds long, spread over the actors (default: several per actor)")
     p.add_argument("--triton", metavar="URL", help="upscale on a running Triton server's sr model (`python -m "
                    "pipeline serve`): http://HOST:PORT or grpc://HOST:PORT; same outputs as a local run")
-    p.add_argument("--triton-model", default="sr", metavar="NAME", help="with --triton: the served model (default: sr)")
+    p.add_argument("--triton-model", metavar="NAME", help="with --triton: the served model (default: sr)")
     p.add_argument("--concurrency", type=int, metavar="N", help="with --triton: requests in flight (default: 2)")
-
-
-# Options a Triton run refuses: the served model decides them (its executor takes URL, model name, concurrency).
-LOCAL_ONLY = ("onnx", "engine", "weights", "threads", "tile", "tile_overlap", "reference", "ray", "ray_actors",
-              "segment_seconds")
-
-
-def _applies(given: list[str], where: str) -> str:
-    """'--tile applies only to local runs' / '--onnx, --tile apply only to local runs'."""
-    return f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to {where}"
 
 
 def usage_hint(message: str, argv: list[str]) -> str:
@@ -93,20 +84,26 @@ def usage_hint(message: str, argv: list[str]) -> str:
     return ""
 
 
-def _check_applies(args) -> None:
-    if args.onnx is not None and args.engine is not None:
-        raise PipelineError("--onnx and --engine both name the model file to run: give one of them")
-    ray_only = [f"--{k.replace('_', '-')}" for k in ("ray_actors", "segment_seconds") if getattr(args, k) is not None]
-    if args.ray is None and ray_only:
-        raise PipelineError(_applies(ray_only, "--ray runs"))
-    if args.triton is None and (args.concurrency is not None or args.triton_model != "sr"):
-        raise PipelineError(_applies(["--concurrency", "--triton-model"], "--triton runs"))
-    if args.triton is not None:
-        given = [f"--{k.replace('_', '-')}" for k in LOCAL_ONLY if getattr(args, k) is not None]
-        if args.backend != "auto" or args.precision != "fp32" or args.batch != 1:
-            given += ["--backend/--precision/--batch"]
-        if given:
-            raise PipelineError(_applies(given, "local runs") + "; with --triton the served model decides")
+def _executor_classes() -> tuple:
+    from pipeline.cluster.runner import RayExecutor
+    from pipeline.serve.client import TritonExecutor
+
+    return RayExecutor, TritonExecutor
+
+
+def _chosen(args):
+    """The executor class the arguments select (None: local); an executor's own options without it are refused,
+    as each declares them (`flags`: the selecting one first)."""
+    classes = _executor_classes()
+    chosen = [c for c in classes if getattr(args, c.flags[0]) is not None]
+    if len(chosen) > 1:
+        raise PipelineError(f"{' and '.join(option_flag(c.flags[0]) for c in chosen)} both say where the run "
+                            "executes: give one of them")
+    for c in classes:
+        given = [option_flag(d) for d in c.flags[1:] if getattr(args, d) is not None]
+        if given and c not in chosen:
+            raise PipelineError(applies_only(given, f"{option_flag(c.flags[0])} runs"))
+    return chosen[0] if chosen else None
 
 
 def options_from_args(args) -> RunOptions:
@@ -119,18 +116,9 @@ def options_from_args(args) -> RunOptions:
 
 
 def run(args) -> int:
-    _check_applies(args)
+    """The options the chosen executor does not take are refused by the run's plan, as from Python."""
+    chosen = _chosen(args)
     opts = options_from_args(args)
-    if args.triton is not None:
-        from pipeline.serve.client import TritonExecutor
-        from pipeline.sr import run as run_sr
-
-        executor = TritonExecutor(opts, args.triton, args.triton_model,
-                                  2 if args.concurrency is None else args.concurrency)
-        return run_sr(opts, executor).exit_code
-    if args.ray is not None:
-        from pipeline.cluster.runner import RayExecutor
-        from pipeline.sr import run as run_sr
-
-        return run_sr(opts, RayExecutor(opts, args.ray, args.ray_actors, args.segment_seconds)).exit_code
-    return run_local(opts).exit_code
+    if chosen is None:
+        return run_local(opts).exit_code
+    return run_sr(opts, chosen(opts, *(getattr(args, dest) for dest in chosen.flags))).exit_code

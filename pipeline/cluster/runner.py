@@ -25,7 +25,7 @@ from pipeline.cluster import artifacts, connect, unit
 from pipeline.cluster.actor import SrActor
 from pipeline.errors import PipelineError, first_line
 from pipeline.precisions import AUTO
-from pipeline.sr import ModelChoice, Plan, Record, RunOptions, Started, resolve_model
+from pipeline.sr import OPTION_FIELDS, ModelChoice, Plan, Record, RunOptions, Started, resolve_model
 
 if TYPE_CHECKING:
     from pipeline.sr.console import Console
@@ -56,6 +56,9 @@ class RayExecutor:
     takes_videos = True   # each clip cut into segments at keyframes, joined by stream copy on the driver
     streams = True
     uses_cache = False    # the driver's artifacts.prepare checks the cache when it makes files
+    takes = OPTION_FIELDS - {"workers"}  # as a local run's, but an actor decodes and encodes its own images
+    why_not = "with --ray each actor reads and writes one image at a time"
+    flags = ("ray", "ray_actors", "segment_seconds")
 
     def __init__(self, opts: RunOptions, address: str, actors: int | None, segment_seconds: float | None = None):
         if actors is not None and actors < 1:

@@ -156,11 +156,17 @@ class TritonExecutor:
     takes_videos = True   # decoded and encoded here, frames served
     streams = False
     uses_cache = False
+    # what this process still does: the job list, the outputs' encoding and the report; the server the rest
+    takes = frozenset({"input", "output", "model", "scale", "fmt", "jpeg_quality", "skip_existing", "summary",
+                       "progress", "verbose", "codec", "crf", "audio", "log"})
+    why_not = "with --triton the served model decides, and --concurrency the threads here"
+    flags = ("triton", "triton_model", "concurrency")
 
-    def __init__(self, opts: RunOptions, url: str, model: str, concurrency: int):
+    def __init__(self, opts: RunOptions, url: str, model: str | None = None, concurrency: int | None = None):
+        concurrency = 2 if concurrency is None else concurrency
         if concurrency < 1:
             raise PipelineError(f"--concurrency must be at least 1, got {concurrency}")
-        self.endpoint = parse_url(url, model)
+        self.endpoint = parse_url(url, "sr" if model is None else model)
         self.opts, self.concurrency = opts, concurrency
         self.local = threading.local()
         self.clients: list[Client] = []

@@ -17,14 +17,14 @@
 Code outside this package imports only the names below (an import-linter contract in pyproject.toml).
 """
 from pipeline.sr.api import run_local, upscale
-from pipeline.sr.flow import ExecutorLost, ModelChoice, Plan, Started, resolve_model, run
+from pipeline.sr.flow import ExecutorLost, ModelChoice, Plan, Started, applies_only, resolve_model, run
 from pipeline.sr.image_header import HeaderError, over_limit
 from pipeline.sr.imageio import Image, ImageError, convert_for_format, normalize_format, read_image
 from pipeline.sr.imageio import decode as decode_image
 from pipeline.sr.imageio import encode as encode_image
 from pipeline.sr.jobs import Job, discover
 from pipeline.sr.local import load_backend
-from pipeline.sr.options import RunOptions
+from pipeline.sr.options import OPTION_FIELDS, RunOptions, option_flag
 from pipeline.sr.records import Record, Summary
 from pipeline.sr.settings import usable_cores
 from pipeline.sr.videofmt import AUDIO_MODES, CRF, ENCODERS
@@ -34,6 +34,8 @@ __all__ = [
     # a run: the API, the run flow and what executors implement and return
     "ExecutorLost", "ModelChoice", "Plan", "Record", "RunOptions", "Started", "Summary", "discover", "load_backend",
     "resolve_model", "run", "run_local", "upscale", "write_output",
+    # which options an executor takes (each declares them) and how a refusal names them
+    "OPTION_FIELDS", "applies_only", "option_flag",
     # the per-image steps (the Triton model's sr service runs them on requests)
     "ImageWorker", "Job", "Planned", "infer_reason",
     # images in and out, held to the same limits everywhere

@@ -6,14 +6,16 @@
                (pipeline.cluster.runner), a Triton server (pipeline.serve.client)
     report     the same first line, per-image and failure lines, done line and --summary keys for every executor
 
-Adding an executor means writing one class with the Executor protocol below; nothing else changes."""
+Adding an executor means writing one class with the Executor protocol below; nothing else changes. Each executor
+declares the RunOptions fields it takes (`takes`): the plan refuses any other one set away from its default, before
+any work, from Python as from the CLI."""
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import onnx_metadata
@@ -25,7 +27,7 @@ from pipeline.sr import preflight, settings, videofmt
 from pipeline.sr.console import Console, count_text, done_line, failed_line, headline, plural
 from pipeline.sr.imageio import extensions_text
 from pipeline.sr.jobs import JobList, discover, known_extensions
-from pipeline.sr.options import RunOptions
+from pipeline.sr.options import RunOptions, option_flag
 from pipeline.sr.records import Record, RecordLog, Summary
 
 
@@ -77,7 +79,17 @@ class ExecutorLost(Exception):
 
 
 class Executor(Protocol):
+    """What runs the jobs. Which RunOptions fields it takes is declared on the class, so that the plan refuses the
+    others, from Python as from the CLI: `takes` names the fields it honours, `why_not` ends the refusal ('--tile
+    applies only to local runs; WHY_NOT'). Its own settings (a URL, a number of actors) are its constructor's
+    arguments after the RunOptions, None for their defaults; `flags` names their command-line options (argparse
+    dests) in that order, the one that selects the executor first: the CLI builds it from them, and refuses the
+    others without the first ('--ray-actors applies only to --ray runs')."""
+
     name: str                       # 'local' | 'ray' | 'triton': the summary's executor.name
+    takes: ClassVar[frozenset[str]]  # the RunOptions fields it honours (the local executor: every one)
+    why_not: ClassVar[str]          # why it does not take the others
+    flags: ClassVar[tuple[str, ...]]  # its constructor's settings as command-line options; () for the local run
     takes_videos: bool              # False: a video in INPUT is an argument error
     streams: bool                   # True: execute() hands finished records to `finished` (not kept in memory)
     uses_cache: bool                # may write the artifact cache (export or build on first use)
@@ -109,9 +121,24 @@ def resolve_model(opts: RunOptions) -> ModelChoice:
     return ModelChoice(spec, scale, meta)
 
 
+def applies_only(flags: list[str], where: str) -> str:
+    """'--tile applies only to local runs' / '--threads, --tile apply only to local runs'."""
+    return f"{', '.join(flags)} {'applies' if len(flags) == 1 else 'apply'} only to {where}"
+
+
+def check_takes(opts: RunOptions, executor: Executor) -> None:
+    """Every field set away from its default is one the executor takes (it would be ignored otherwise)."""
+    given = [option_flag(f.name) for f in fields(RunOptions) if f.name not in executor.takes
+             and (f.default is MISSING or getattr(opts, f.name) != f.default)]
+    if given:
+        raise PipelineError(f"{applies_only(given, 'local runs')}; {executor.why_not}")
+
+
 def check_options(opts: RunOptions) -> tuple[str | None, RunOptions]:
     """Every option on its own, before anything is read; returns the normalised --format, and the options with
     the --onnx file opened (parsed once for the whole run)."""
+    if opts.onnx is not None and opts.engine is not None:
+        raise PipelineError("--onnx and --engine both name the model file to run: give one of them")
     settings.check_numbers(tile=opts.tile, tile_overlap=opts.tile_overlap, batch=opts.batch, workers=opts.workers,
                            threads=opts.threads, jpeg_quality=opts.jpeg_quality)
     fmt = settings.check_format(opts.fmt)
@@ -161,6 +188,7 @@ def triage(found: JobList, skip_existing: bool) -> tuple[list[Record], list[Reco
 
 def plan(opts: RunOptions, executor: Executor) -> Plan:
     """Everything that can be wrong with the arguments, found before any image is read (PipelineError)."""
+    check_takes(opts, executor)
     fmt, opts = check_options(opts)
     model = executor.model(opts)
     found = discover(opts.input, opts.output, fmt, summary=opts.summary)

@@ -11,7 +11,7 @@ from pipeline.precisions import AUTO
 from pipeline.sr import settings
 from pipeline.sr.console import Console, scale_note
 from pipeline.sr.flow import ModelChoice, Plan, Started, resolve_model
-from pipeline.sr.options import RunOptions
+from pipeline.sr.options import OPTION_FIELDS, RunOptions
 from pipeline.sr.records import Record
 from pipeline.sr.scheduler import Scheduler
 from pipeline.sr.worker import ImageWorker
@@ -32,6 +32,9 @@ def load_backend(backend, model: str, precision: str, *, scale=None, onnx=None, 
 
 class LocalExecutor:
     name = "local"
+    takes = OPTION_FIELDS  # every option: the others' refusals say 'applies only to local runs'
+    why_not = ""
+    flags = ()
     takes_videos = True
     streams = False
 

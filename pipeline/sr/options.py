@@ -1,10 +1,10 @@
 """RunOptions: everything an sr run is asked to do, as one typed value. The CLI builds it from its arguments
-(pipeline.cli.sr, which also decides which options an executor takes) and the Python API from its keywords; nothing
-below pipeline.cli sees argparse."""
+(pipeline.cli.sr) and the Python API from its keywords; nothing below pipeline.cli sees argparse. Which fields an
+executor takes, each executor declares (pipeline.sr.flow's Executor protocol)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -43,3 +43,12 @@ class RunOptions:
     def backend_name(self) -> str | None:
         """The requested backend's name, or None when an already-loaded backend was given."""
         return self.backend if isinstance(self.backend, str) else None
+
+
+OPTION_FIELDS = frozenset(f.name for f in fields(RunOptions))  # what an executor that takes every option declares
+_FLAGS = {"fmt": "--format", "progress": "--quiet"}    # the fields whose command-line option has another name
+
+
+def option_flag(name: str) -> str:
+    """The command-line option of a RunOptions field ('tile_overlap' -> '--tile-overlap'): what a refusal names."""
+    return _FLAGS.get(name, "--" + name.replace("_", "-"))
