@@ -36,7 +36,7 @@ def format_descriptors() -> str:
         rank = f"{'-' if d.cpu_rank is None else d.cpu_rank + 1}/{'-' if d.gpu_rank is None else d.gpu_rank + 1}"
         runs = ", ".join(f"{p} ({d.artifact(p).name} v{d.artifact(p).version})" for p in d.precisions)
         lines.append(f"{d.name.ljust(width)}  {d.device.ljust(11)}  {rank.ljust(12)}  {runs}")
-    return "\n".join(lines)
+    return "\n".join(f"  {ln}" for ln in lines)  # indented: the availability table's rows start with the names
 
 
 def _say_quality(name: str, model, args, weights, onnx) -> None:

@@ -36,7 +36,7 @@ DequantizeLinear takes int8, not the int32 bias ONNX Runtime would make, and Ope
 bias into the int8 convolution.
 
 Held-out Y-PSNR loss through OpenVINO (pipeline.quality; int8 layers, float parts in bf16 where the CPU
-has it: openvino_backend.OV_PRECISION), recipe 5 (image convs shifted, the rest of the first layer and the last in
+has it: openvino_backend.inference_hint), recipe 5 (image convs shifted, the rest of the first layer and the last in
 float) -> recipe 6, on a 2-core AMX Xeon (scripts/int8_recipes.py):
 
     srcnn-x3      0.063 -> 0.052 dB   within the 0.10 dB budget; 33 -> 25 ms at 256x256 (bf16 alone: 34 ms): with
