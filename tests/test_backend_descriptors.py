@@ -86,6 +86,21 @@ def test_a_descriptor_refuses_an_unknown_artifact():
         Descriptor("x", "cpu", runs=(Runs("fp32", "plan"),), options=object, summary="")
 
 
+def test_typed_options_are_checked_and_may_be_given_as_one_value():
+    from pipeline.backends.descriptor import OrtOptions, TorchOptions
+
+    with pytest.raises(PipelineError, match="option 'threads' of backend 'ort' takes int | None, got '2'"):
+        backends.create_named("ort", "srcnn", threads="2")
+    with pytest.raises(PipelineError, match="option 'tf32' of backend 'ort' takes bool, got 1"):
+        backends.create_named("ort", "srcnn", tf32=1)
+    b = backends.create("ort", "srcnn", options=OrtOptions(threads=1))
+    assert b.threads == 1 and b.name == "ort"
+    with pytest.raises(PipelineError, match="backend 'ort' takes OrtOptions, not TorchOptions"):
+        backends.create("ort", "srcnn", options=TorchOptions())
+    with pytest.raises(PipelineError, match="with backend 'auto' give keywords"):
+        backends.create("auto", "srcnn", options=OrtOptions())
+
+
 def test_create_refuses_an_option_the_backend_does_not_declare_and_passes_hooks_on():
     with pytest.raises(PipelineError, match="option 'cuda_graph' does not apply to backend 'ort'"):
         backends.create_named("ort", "srcnn", cuda_graph=True)

@@ -2,6 +2,8 @@
 takes, checked against its descriptor's typed options."""
 from __future__ import annotations
 
+from dataclasses import fields
+
 from pipeline.backends.base import Backend, check_run_precision
 from pipeline.backends.descriptor import HOOKS, Descriptor
 from pipeline.backends.openvino_backend import OpenVinoBackend
@@ -36,12 +38,17 @@ def precision_refusal(backend: str, precision: str) -> str:
             "(--backend auto picks the fastest available)")
 
 
-def create_named(backend: str, model: str | None, precision: str = "fp32", **opts) -> Backend:
-    """A loaded backend of this exact name (no 'auto'). Its options are its descriptor's typed options: one it does
-    not take is an error when set and dropped when None (callers pass their whole option set); a hook (log,
-    progress, chatter) goes to the backends that take it."""
+def create_named(backend: str, model: str | None, precision: str = "fp32", *, options=None, **opts) -> Backend:
+    """A loaded backend of this exact name (no 'auto'). Its options are its descriptor's typed options, given as
+    one (`options=OrtOptions(threads=2)`) or as keywords (which win over it): one it does not take is an error when
+    set and dropped when None (callers pass their whole option set); a hook (log, progress, chatter) goes to the
+    backends that take it."""
     cls = backend_class(backend)
     desc = cls.DESCRIPTOR
+    if options is not None:
+        if type(options) is not desc.options:
+            raise PipelineError(f"backend '{backend}' takes {desc.options.__name__}, not {type(options).__name__}")
+        opts = {**{f.name: getattr(options, f.name) for f in fields(options)}, **opts}
     if precision not in desc.precisions:
         check_run_precision(precision)  # a precision no backend runs: "unknown precision"
         raise PipelineError(precision_refusal(backend, precision))

@@ -43,6 +43,8 @@ def create(backend: str, model: str | None, precision: str = DEFAULT, *, scale: 
     auto.pick_auto), `precision` one or 'auto' (the fastest within its quality budget, pick_precision, timed and
     measured at `scale`: the run's, default the model's). Why it was chosen is its `selection_reason`. `model` may
     be None when `onnx`/`engine` names a file: the model then comes from it."""
+    if backend == AUTO and opts.get("options") is not None:
+        raise PipelineError("options= is one backend's typed options; with backend 'auto' give keywords")
     if precision == AUTO:
         if opts.get("engine") is not None:
             raise PipelineError("--precision auto weighs the precisions of a model file; an engine has one: give "
