@@ -8,7 +8,8 @@ cache, the backends (whose descriptors say which precision each runs from which 
     int8   made from the fp32 graph's Q/DQ version (pipeline.export.quantize); the same, with a larger budget
 
 An artifact's version is part of the name or stamp of every cached file of its kind: bump it here when its maker's
-output changes, so older files are made again instead of reused.
+output changes, so older files are made again instead of reused (tests/test_backend_descriptors.py pins each maker's
+code to its version: a code change fails it until that decision is made).
 """
 from __future__ import annotations
 
