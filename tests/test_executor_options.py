@@ -81,6 +81,16 @@ def test_ray_refuses_workers_before_the_cluster_starts(src, tmp_path):
     assert executor.cluster is None and not (tmp_path / "out").exists()
 
 
+def test_ray_refuses_a_loaded_backend_before_the_cluster_starts(src, tmp_path):
+    from pipeline import backends
+
+    opts = RunOptions(src, tmp_path / "out", backend=backends.create("ort", "srcnn", threads=1))
+    executor = RayExecutor(opts, "local", None)
+    with pytest.raises(PipelineError, match="cannot be sent to them; give its name"):
+        run(opts, executor)
+    assert executor.cluster is None and not (tmp_path / "out").exists()
+
+
 def test_ray_takes_the_local_options(src, tmp_path):
     (tmp_path / "hr").mkdir()
     opts = RunOptions(src, tmp_path / "out", model="srcnn", threads=1, tile=8, tile_overlap=2, batch=2,

@@ -75,6 +75,9 @@ class RayExecutor:
         self.clip_plans: dict = {}
 
     def model(self, opts: RunOptions) -> ModelChoice:
+        if opts.backend_name is None:  # asked in the plan: before the cluster starts
+            raise PipelineError("a Ray run's actors each load their backend by name ('auto', 'ort', ...): a backend "
+                                "loaded in this process cannot be sent to them; give its name")
         return resolve_model(opts)
 
     def _backend(self, model: str, console: Console) -> tuple[str, str, str]:
