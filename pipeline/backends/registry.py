@@ -38,6 +38,16 @@ def precision_refusal(backend: str, precision: str) -> str:
             "(--backend auto picks the fastest available)")
 
 
+def option_values(backend: str, options) -> dict:
+    """A backend's typed options value as keywords ({} for None); a value of another backend's type is an error."""
+    if options is None:
+        return {}
+    want = backend_class(backend).DESCRIPTOR.options
+    if type(options) is not want:
+        raise PipelineError(f"backend '{backend}' takes {want.__name__}, not {type(options).__name__}")
+    return {f.name: getattr(options, f.name) for f in fields(options)}
+
+
 def create_named(backend: str, model: str | None, precision: str = "fp32", *, options=None, **opts) -> Backend:
     """A loaded backend of this exact name (no 'auto'). Its options are its descriptor's typed options, given as
     one (`options=OrtOptions(threads=2)`) or as keywords (which win over it): one it does not take is an error when
@@ -45,10 +55,7 @@ def create_named(backend: str, model: str | None, precision: str = "fp32", *, op
     backends that take it."""
     cls = backend_class(backend)
     desc = cls.DESCRIPTOR
-    if options is not None:
-        if type(options) is not desc.options:
-            raise PipelineError(f"backend '{backend}' takes {desc.options.__name__}, not {type(options).__name__}")
-        opts = {**{f.name: getattr(options, f.name) for f in fields(options)}, **opts}
+    opts = {**option_values(backend, options), **opts}
     if precision not in desc.precisions:
         check_run_precision(precision)  # a precision no backend runs: "unknown precision"
         raise PipelineError(precision_refusal(backend, precision))

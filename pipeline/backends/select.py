@@ -21,7 +21,7 @@ from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.stamp import file_sha256
 from pipeline.backends.auto import create_fixed, measured, time_backend
 from pipeline.backends.base import Backend
-from pipeline.backends.registry import backend_class, descriptors
+from pipeline.backends.registry import backend_class, descriptors, option_values
 from pipeline.errors import PipelineError
 from pipeline.precisions import AUTO, DEFAULT, LOWER
 from pipeline.quality import (
@@ -32,6 +32,7 @@ from pipeline.quality import (
     machine,
     precision_loss,
     record_key,
+    run_scale,
     stored,
     within_budget,
 )
@@ -45,6 +46,8 @@ def create(backend: str, model: str | None, precision: str = DEFAULT, *, scale: 
     be None when `onnx`/`engine` names a file: the model then comes from it."""
     if backend == AUTO and opts.get("options") is not None:
         raise PipelineError("options= is one backend's typed options; with backend 'auto' give keywords")
+    # as keywords from here on: the pick's store is keyed by the --onnx/--weights file, wherever it was given
+    opts = {**option_values(backend, opts.pop("options", None)), **opts}
     if precision == AUTO:
         if opts.get("engine") is not None:
             raise PipelineError("--precision auto weighs the precisions of a model file; an engine has one: give "
@@ -184,7 +187,7 @@ def faster_line(model: str, backend: str, loaded: Backend, scale: float | None =
     runs now), or None when none was measured, fp32 won, or the stored pick does not hold."""
     if loaded.precision != "fp32":
         return None
-    scale = float(loaded.spec.default_scale if scale is None else scale)
+    scale = run_scale(loaded, scale)
     opts = {"onnx": onnx, "weights": weights}
     pick = _load_pick(_pick_store(model, backend, scale, opts))
     if pick is None or pick["precision"] == "fp32" or not pick.get("fp32_ms") or pick["machine"] != machine():

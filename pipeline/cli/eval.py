@@ -79,7 +79,7 @@ def _precision_loss(model: str, precision: str, weights) -> dict | None:
     except PipelineError as e:
         print(f"{precision}: not measured ({e})")
         return None
-    if record is None:  # a backend that runs no file (torch): nothing is measured for it
+    if record is None:  # a backend that runs no model file: nothing is measured for it
         print(f"{backend.name} {precision}: not measured (it runs no model file)")
         return None
     print(f"{backend.name} {precision}: {quality.loss_line(record)}")

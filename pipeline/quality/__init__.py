@@ -17,10 +17,11 @@ from pipeline.quality.loss import (
     precision_loss,
     record_key,
     record_problem,
+    run_scale,
     stored,
     summary,
     within_budget,
 )
 
 __all__ = ["BUDGET_DB", "WHEN", "applies", "budget", "finite_number", "identity", "loss_line", "machine", "measure",
-           "precision_loss", "record_key", "record_problem", "stored", "summary", "within_budget"]
+           "precision_loss", "record_key", "record_problem", "run_scale", "stored", "summary", "within_budget"]

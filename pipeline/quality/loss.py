@@ -99,7 +99,8 @@ def applies(backend: Backend) -> bool:
     return backend.precision in BUDGET_DB and backend.model_file() is not None
 
 
-def _scale(backend: Backend, scale: float | None) -> float:
+def run_scale(backend: Backend, scale: float | None) -> float:
+    """The scale a measurement or a pick is for: the given one, else the model's."""
     return float(backend.spec.default_scale if scale is None else scale)
 
 
@@ -109,7 +110,7 @@ def measure(backend: Backend, scale: float | None = None, progress=None) -> dict
     from pipeline.data import sample_images
     from pipeline.data.degradation import make_pair
 
-    scale = _scale(backend, scale)
+    scale = run_scale(backend, scale)
     ident = identity(backend, scale)
     pairs = [make_pair(hr, scale) for hr in sample_images.held_out().values()]
     reference = backend.fp32_twin()
@@ -132,7 +133,7 @@ def precision_loss(backend: Backend, log=None, scale: float | None = None, progr
     None for fp32 and fp16 or a backend that runs no file."""
     if not applies(backend):
         return None
-    scale = _scale(backend, scale)
+    scale = run_scale(backend, scale)
     ident = identity(backend, scale)
     path = _store(ident)
     record, problem = _read(path, ident)
@@ -168,7 +169,7 @@ def stored(backend: Backend, scale: float | None = None) -> dict | None:
     None (nothing stored, or a record that does not hold)."""
     if not applies(backend):
         return None
-    ident = identity(backend, _scale(backend, scale))
+    ident = identity(backend, run_scale(backend, scale))
     return _read(_store(ident), ident)[0]
 
 
