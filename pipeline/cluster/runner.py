@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import socket
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -58,14 +60,12 @@ class RayExecutor:
     uses_cache = False    # the driver's artifacts.prepare checks the cache when it makes files
     takes = OPTION_FIELDS - {"workers"}  # as a local run's, but an actor decodes and encodes its own images
     why_not = "with --ray each actor reads and writes one image at a time"
-    flags = ("ray", "ray_actors", "segment_seconds")
+    flags = ("ray", "ray_actors")
 
-    def __init__(self, opts: RunOptions, address: str, actors: int | None, segment_seconds: float | None = None):
+    def __init__(self, opts: RunOptions, address: str, actors: int | None):
         if actors is not None and actors < 1:
             raise PipelineError("--ray-actors must be at least 1")
-        if segment_seconds is not None and not segment_seconds > 0:
-            raise PipelineError(f"--segment-seconds must be more than 0, got {segment_seconds:g}")
-        self.opts, self.address, self.actors, self.seconds = opts, address, actors, segment_seconds
+        self.opts, self.address, self.actors = opts, address, actors
         self.cluster: connect.Cluster | None = None
         self._facts: dict = {}
         self.auto_line = ""
@@ -96,12 +96,12 @@ class RayExecutor:
         pick = pick_auto(model, o.precision, weights=o.weights)
         return pick.name, o.precision, f"auto: {pick.reason}"
 
-    def _plan_clips(self, plan: Plan, settings: dict, actors: int) -> list[str]:
+    def _plan_clips(self, plan: Plan, identity: dict, actors: int) -> list[str]:
         """Every clip's segments (and the ones a killed run finished, with --skip-existing); the first line's notes
         for a single clip."""
         clips = [r for r in plan.todo if r.job.video]
-        self.clips = sr.plan_work(clips, plan.model.scale, settings, self.seconds, actors, self.opts.skip_existing,
-                                  self.clip_plans)
+        self.clips = sr.plan_work(clips, plan.model.scale, identity, self.opts.segment_seconds, actors,
+                                  self.opts.skip_existing, self.clip_plans)
         self.unusable = [r for r in clips if r.status == "failed"]  # no usable video: said, not run
         plan.todo[:] = [r for r in plan.todo if r.status != "failed"]
         # temp files a killed earlier driver (its join) or actor (a segment) left; not the finished segments
@@ -127,14 +127,15 @@ class RayExecutor:
         if cluster.gpus == 0 and options["threads"] is None:
             options["threads"] = 1  # one CPU per actor: more threads would fight the other actors
         self.ctor = dict(shared=shared, backend=backend, model=m.name, precision=precision, scale=m.scale,
-                         options=options)
+                         options=options, driver=(socket.gethostname(), os.getpid()))
         self.ray, self.n_actors, self.scale = ray, actors, m.scale
         self.jobs = {r.job.rel: r.job for r in plan.todo if not r.job.video}
         what = []
         if clips:  # what makes a segment, so that none of another run's is taken
-            settings = {"model": m.name, "backend": backend, "precision": precision, "codec": o.codec,
-                        "crf": o.crf, "audio": o.audio, **{k: options[k] for k in ("tile", "tile_overlap", "batch")}}
-            what = self._plan_clips(plan, settings, actors)
+            identity = sr.segment_identity(m.spec, o.weights, backend, precision, {**options, "codec": o.codec,
+                                           "crf": o.crf, "audio": o.audio},
+                                           hashes=[f["sha256"] for f in shared.describe()])
+            what = self._plan_clips(plan, identity, actors)
         self._facts = {"address": cluster.address, "actors": actors, "artifacts": shared.describe()}
         return Started(m.name, m.scale, f"Ray {cluster.address}",
                        f"{cluster.cpus:g} CPU, {cluster.gpus:g} GPU, {actors} actor(s), backend {backend}"
@@ -153,9 +154,8 @@ class RayExecutor:
                 console.info(f"{c.rec.job.rel}: {n}")
         if self.stale:
             console.info(f"removed {self.stale} temp file(s) a killed earlier run left beside its outputs")
-        reused = sum(c.reused for c in self.clips)
-        if reused:
-            console.info(f"taking {reused} segment(s) a killed earlier run finished (--skip-existing)")
+        for line in sr.resume_lines(self.clips):
+            console.info(line)
 
     def _rows(self, todo: list[Record]) -> list[dict]:
         """One row per image and per clip segment still to do (absolute paths: actors do not run in the driver's
@@ -167,7 +167,7 @@ class RayExecutor:
             job = c.rec.job
             for seg, f in c.todo():
                 task = {"segment": seg.to_json(), "file": str(f.absolute()), "codec": o.codec, "crf": o.crf,
-                        "audio": o.audio}
+                        "audio": o.audio, "key": c.key}
                 rows.append({"src": str(job.src.absolute()), "dst": str(job.dst.absolute()), "rel": job.rel,
                              "fmt": job.fmt, "segment": json.dumps(task)})
         return rows
@@ -249,6 +249,8 @@ class RayExecutor:
         return dict(self._facts)
 
     def close(self) -> None:
+        for c in self.clips:  # the outputs' locks of clips not joined (an error, Ctrl-C)
+            c.release()
         if self.cluster is not None:
             connect.disconnect()
             self.cluster = None
