@@ -16,7 +16,8 @@ import pytest
 from pipeline.cli import main
 from pipeline.sr import Record, load_backend, run_segment
 from pipeline.sr.jobs import Job
-from pipeline.sr.segments import ClipWork, plan, segment_path
+from pipeline.sr.segment_files import segment_path
+from pipeline.sr.segments import ClipWork, plan
 from pipeline.sr.video import plan as plan_clip
 from pipeline.sr.video_io import Window, open_input
 from pipeline.sr.worker import ImageWorker
@@ -93,7 +94,8 @@ def _segmented(src: Path, dst: Path, fmt: str, codec: str, seconds: float) -> Re
     files = [segment_path(dst, "test", s.index) for s in segs]
     results = {}
     for s, f in zip(segs, files, strict=True):
-        results[s.index] = run_segment(worker, job, {"segment": s.to_json(), "file": str(f), "codec": codec})
+        results[s.index] = run_segment(worker, job, {"segment": s.to_json(), "file": str(f), "codec": codec,
+                                                     "key": "test"})
         assert "timing" in results[s.index], results[s.index]
     work = ClipWork(rec, plan_clip(job, 2.0, codec, None), segs, files, results)
     work.finish(1.0)
