@@ -73,6 +73,7 @@ class RayExecutor:
         self.unusable: list[Record] = []
         self.stale = 0
         self.clip_plans: dict = {}
+        self.locks: dict = {}  # each clip's output lock, by name (pipeline.artifacts.lock)
 
     def model(self, opts: RunOptions) -> ModelChoice:
         if opts.backend_name is None:  # asked in the plan: before the cluster starts
@@ -101,7 +102,7 @@ class RayExecutor:
         for a single clip."""
         clips = [r for r in plan.todo if r.job.video]
         self.clips = sr.plan_work(clips, plan.model.scale, identity, self.opts.segment_seconds, actors,
-                                  self.opts.skip_existing, self.clip_plans)
+                                  self.opts.skip_existing, self.clip_plans, self.locks)
         self.unusable = [r for r in clips if r.status == "failed"]  # no usable video: said, not run
         plan.todo[:] = [r for r in plan.todo if r.status != "failed"]
         # temp files a killed earlier driver (its join) or actor (a segment) left; not the finished segments
@@ -115,8 +116,9 @@ class RayExecutor:
         self.opts = plan.opts  # the checked options: the --onnx file opened once
         o, m = self.opts, plan.model
         clips = [r for r in plan.todo if r.job.video]
-        if clips:  # PyAV loads only for runs with videos; every clip probed and checked before Ray starts
+        if clips:  # PyAV loads only for runs with videos; every clip probed, checked and locked before Ray starts
             self.clip_plans = sr.plan_clips(clips, m.scale, o.codec, o.crf, o.audio)
+            self.locks = sr.lock_outputs(clips)
         ray = connect.import_ray()
         self.cluster = cluster = connect.connect(self.address)
         backend, precision, choice = self._backend(m.name, console)
@@ -249,8 +251,8 @@ class RayExecutor:
         return dict(self._facts)
 
     def close(self) -> None:
-        for c in self.clips:  # the outputs' locks of clips not joined (an error, Ctrl-C)
-            c.release()
+        for lock in self.locks.values():  # the outputs' locks of clips not joined (an error, Ctrl-C)
+            lock.release()
         if self.cluster is not None:
             connect.disconnect()
             self.cluster = None

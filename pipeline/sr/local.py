@@ -46,6 +46,7 @@ class LocalExecutor:
         self.plans: dict = {}
         self.clips: list[Record] = []
         self.works: list = []  # each clip's segments (pipeline.sr.segments.ClipWork)
+        self.locks: dict = {}  # each clip's output lock, by name (pipeline.artifacts.lock)
 
     def model(self, opts: RunOptions) -> ModelChoice:
         return resolve_model(opts)
@@ -81,16 +82,18 @@ class LocalExecutor:
     def _plan_clips(self, plan: Plan, loaded: backends.Backend) -> list[str]:
         """Each clip's plan and segments (its output locked for this run; with --skip-existing the segments a
         killed run finished, verified); the first line's notes for a single clip."""
-        from pipeline.sr.segments import plan_work, segment_identity
+        from pipeline.sr.segments import lock_outputs, plan_work, segment_identity
         from pipeline.sr.video import plan_clips
 
         o, m = self.opts, plan.model
         self.plans = plan_clips(self.clips, m.scale, o.codec, o.crf, o.audio)
+        self.locks = locks = lock_outputs(self.clips)
         identity = segment_identity(m.spec, o.weights, loaded.name, loaded.precision,
                                     {"codec": o.codec, "crf": o.crf, "audio": o.audio, "tile": o.tile,
                                      "tile_overlap": o.tile_overlap, "batch": o.batch},
                                     files=[loaded.model_file(), o.onnx, o.engine])
-        self.works = plan_work(self.clips, m.scale, identity, o.segment_seconds, 1, o.skip_existing, self.plans)
+        self.works = plan_work(self.clips, m.scale, identity, o.segment_seconds, 1, o.skip_existing, self.plans,
+                               locks)
         if len(plan.found.jobs) == 1 and self.plans:  # one clip: its size/crop notes go in the first line, once
             only = next(iter(self.plans.values()))
             only.notes_said = True
@@ -152,5 +155,5 @@ class LocalExecutor:
         return {"segments": segmented} if segmented else {}
 
     def close(self) -> None:
-        for w in self.works:  # the outputs' locks of clips not run to the end (an error, Ctrl-C)
-            w.release()
+        for lock in self.locks.values():  # the outputs' locks of clips not run to the end (an error, Ctrl-C)
+            lock.release()

@@ -171,23 +171,31 @@ def _finished(files: list[Path], segs: list[Segment], key: str) -> tuple[dict[in
     return done, redone
 
 
-def plan_work(records: list[Record], scale: float, identity: dict, seconds: float | None, actors: int,
-              resume: bool, plans: dict[str, VideoPlan]) -> list[ClipWork]:
-    """Each clip's segments (`plans`: made already by video.plan_clips; a file that is no usable video failed its
-    record there, as in a local run), its output locked for this run (another run's: the clip fails, one line);
-    with `resume` (--skip-existing) the segments a killed run finished are taken once verified. `identity`: what
-    else makes a segment's bytes (segment_identity), so none of another run is taken."""
-    work = []
+def lock_outputs(records: list[Record]) -> dict[str, OutputLock]:
+    """Each clip's output locked for this run, by name, before any work; a clip whose output another run holds
+    fails here with one line (that run's files are left alone)."""
+    locks = {}
     for rec in records:
         if rec.status == "failed":
             continue
         try:
-            lock = OutputLock(rec.job.dst).acquire()
+            locks[rec.job.rel] = OutputLock(rec.job.dst).acquire()
         except Busy as e:
             rec.fail(str(e))
-            continue
         except OSError as e:
             rec.fail(f"cannot lock {rec.job.dst}: {e.strerror or e}")
+    return locks
+
+
+def plan_work(records: list[Record], scale: float, identity: dict, seconds: float | None, actors: int,
+              resume: bool, plans: dict[str, VideoPlan], locks: dict[str, OutputLock]) -> list[ClipWork]:
+    """Each locked clip's segments (`plans`: made already by video.plan_clips; a file that is no usable video
+    failed its record there, as in a local run); with `resume` (--skip-existing) the segments a killed run
+    finished are taken once verified. `identity`: what else makes a segment's bytes (segment_identity), so none
+    of another run is taken."""
+    work = []
+    for rec in records:
+        if rec.status == "failed" or (lock := locks.get(rec.job.rel)) is None:
             continue
         vp = plans[rec.job.rel]
         segs = plan(rec.job.src, seconds or default_seconds(vp.info.duration_s, actors))
