@@ -29,6 +29,7 @@ from tests.video_clips import (
     h264_clip,
     make_clip,
     open_gop_clip,
+    repeated_pts_clip,
     stream_facts,
     vfr_clip,
 )
@@ -157,6 +158,7 @@ def test_ray_folder_of_images_and_clips_has_one_summary(tmp_path):
     (src / "sub").mkdir(parents=True)
     vfr_clip(src / "vfr.mkv")
     open_gop_clip(src / "sub" / "open_gop.mkv")
+    repeated_pts_clip(src / "repeated.mkv")  # every 7th pts repeated: the same frames as the local run's
     cv2.imwrite(str(src / "a.png"), np.random.default_rng(0).integers(0, 256, (30, 40, 3), dtype=np.uint8))
     (src / "broken.mkv").write_bytes(b"not a video")
     common = ["--backend", "ort", "--threads", "1", "--scale", "2"]
@@ -166,13 +168,13 @@ def test_ray_folder_of_images_and_clips_has_one_summary(tmp_path):
     assert "failed broken.mkv: " in err
     assert main(["sr", str(src), str(tmp_path / "local"), "--quiet", "--summary", str(tmp_path / "local.json"),
                  *common]) == 1
-    for rel in ("vfr.mkv", "sub/open_gop.mkv"):
+    for rel in ("vfr.mkv", "sub/open_gop.mkv", "repeated.mkv"):
         assert_same_frames(tmp_path / "ray" / rel, tmp_path / "local" / rel, exact=True)  # mkv: FFV1 by default
     assert cv2.imread(str(tmp_path / "ray" / "a.png")).shape == (60, 80, 3)
     ray, local = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("ray", "local"))
-    assert ray["counts"] == local["counts"] == {"ok": 3, "failed": 1, "skipped": 0, "ignored": 0}
-    assert {s["input"]: s["segments"] > 1 for s in ray["executor"]["segments"]} == {"vfr.mkv": True,
-                                                                                    "sub/open_gop.mkv": True}
+    assert ray["counts"] == local["counts"] == {"ok": 4, "failed": 1, "skipped": 0, "ignored": 0}
+    assert {s["input"]: s["segments"] > 1 for s in ray["executor"]["segments"]} == {
+        "vfr.mkv": True, "sub/open_gop.mkv": True, "repeated.mkv": True}
 
 
 # A user's net (`package.module:factory`) that counts the 40-pixel-wide frames it upscales (the driver's probes are
