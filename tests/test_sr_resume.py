@@ -44,9 +44,10 @@ def _net_env(tmp_path: Path, kill_at: int, slow_s: float = 0.0) -> dict:
 
 
 def _clip(tmp_path: Path) -> Path:
-    """8 s, 40x24 H.264 with B-frames, a keyframe each second, AAC: 8 segments of 30 frames at --segment-seconds 1."""
-    return make_clip(tmp_path / "clip.mp4", "libx264", 40, 24, 240, 30, audio="aac",
-                     codec_options={"g": "30", "bf": "2", "x264-params": "scenecut=0"})
+    """4 s, 40x24 H.264 with B-frames, a keyframe each half second, AAC: 8 segments of 15 frames at
+    --segment-seconds 0.5."""
+    return make_clip(tmp_path / "clip.mp4", "libx264", 40, 24, 120, 30, audio="aac",
+                     codec_options={"g": "15", "bf": "2", "x264-params": "scenecut=0"})
 
 
 NET = ["--model", "killing_net:factory", "--backend", "torch", "--scale", "2", "--threads", "1"]
@@ -64,8 +65,8 @@ def _local_whole(tmp_path: Path, clip: Path, env: dict, monkeypatch) -> Path:
 
 def test_a_killed_local_run_resumes_from_its_verified_segments(tmp_path, monkeypatch):
     clip, out = _clip(tmp_path), tmp_path / "out" / "c.mkv"
-    env = _net_env(tmp_path, 135)  # mid-way through the fifth segment
-    args = [clip, out, *NET, "--segment-seconds", "1"]
+    env = _net_env(tmp_path, 68)  # mid-way through the fifth segment
+    args = [clip, out, *NET, "--segment-seconds", "0.5"]
     rc, err = _run(args, env)
     assert rc == -signal.SIGKILL and (tmp_path / "killed").exists(), err[-2000:]
     made = sorted(p for p in out.parent.iterdir() if p.name.endswith(".nut") and Path(f"{p}.json").exists())
@@ -79,7 +80,7 @@ def test_a_killed_local_run_resumes_from_its_verified_segments(tmp_path, monkeyp
     assert len(why) == 3 and why[0].startswith("its file is ") and "bytes, the record says" in why[0], err
     assert why[1:] == ["its file's SHA-256 differs from the record's (damaged)",
                        "its file is not a regular file (a link or other kind)"]
-    assert os.path.getsize(tmp_path / "n") - n_before == 240 - 30  # only the first segment was not upscaled again
+    assert os.path.getsize(tmp_path / "n") - n_before == 120 - 15  # only the first segment was not upscaled again
     [facts] = json.loads((tmp_path / "again.json").read_text())["executor"]["segments"]
     assert (facts["segments"], facts["reused"], facts["redone"]) == (8, 1, 3)
     assert_same_frames(out, _local_whole(tmp_path, clip, env, monkeypatch), exact=True)
@@ -90,7 +91,7 @@ def test_a_killed_local_run_resumes_from_its_verified_segments(tmp_path, monkeyp
 def test_a_second_run_on_the_same_output_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
     clip, out = _clip(tmp_path), tmp_path / "out" / "c.mkv"
     env = _net_env(tmp_path, 10**6, slow_s=0.02)
-    first = _run([clip, out, *NET, "--segment-seconds", "1", "--quiet"], env, wait=False)
+    first = _run([clip, out, *NET, "--segment-seconds", "0.5", "--quiet"], env, wait=False)
     lock = out.parent / ".c.mkv.lock"
     for _ in range(600):
         if lock.exists() and lock.read_text():
@@ -102,13 +103,13 @@ def test_a_second_run_on_the_same_output_is_refused_in_one_line(tmp_path, monkey
     monkeypatch.syspath_prepend(str(tmp_path))
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    assert main(["sr", str(clip), str(out), *NET, "--segment-seconds", "1"]) == 1
+    assert main(["sr", str(clip), str(out), *NET, "--segment-seconds", "0.5"]) == 1
     err = capsys.readouterr().err
     assert f"failed clip.mp4: another run (pid {first.pid}) is writing this output; it is left to that run" in err
     assert "Traceback" not in err
     _, first_err = first.communicate(timeout=RUN_LIMIT_S)
     assert first.returncode == 0, first_err[-2000:]
-    assert len(frames_of(out)) == 240
+    assert len(frames_of(out)) == 120
     assert sorted(p.name for p in out.parent.iterdir()) == ["c.mkv"]
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.artifacts.atomic import remove_stale_parts
-from pipeline.cluster import artifacts, unit
+from pipeline.cluster import artifacts, progress, unit
 
 COLUMNS = ("src", "dst", "rel", "fmt", "segment")  # segment: a clip's segment task as JSON ("" for an image)
 WATCH_S = 1.0  # how often an actor checks that its driver lives
@@ -52,10 +52,11 @@ class SrActor:
     """map_batches callable class: constructed once per actor process."""
 
     def __init__(self, shared: artifacts.Shared, backend: str, model: str, precision: str, scale: float,
-                 options: dict, driver: tuple[str, int] | None = None):
+                 options: dict, driver: tuple[str, int] | None = None, board=None):
         import ray
 
         watch_driver(driver)
+        self.board = board  # progress.Board: segments count their frames there
         files = artifacts.materialize(ray, shared)
         opts = {k: options.get(k) for k in ("weights", "threads")} | files
         self.backend, self.choice = unit.load_backend(backend, model, precision, **opts)
@@ -69,7 +70,9 @@ class SrActor:
             job = unit.job_from_row(str(src), str(dst), str(rel), str(fmt))
             if segment:
                 task = json.loads(str(segment))
-                rec = unit.segment(self.worker, job, task)
+                bar = progress.RemoteBar(self.board, progress.segment_key(str(rel), task["segment"]["index"])) \
+                    if self.board is not None else None
+                rec = unit.segment(self.worker, job, task, bar)
                 done, written = "timing" in rec, Path(task["file"])
             else:
                 rec = unit.process(self.worker, job)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from pipeline import backends, sr
 from pipeline.artifacts.atomic import remove_stale_parts
 from pipeline.backends import pick_auto
-from pipeline.cluster import artifacts, connect, unit
+from pipeline.cluster import artifacts, connect, progress, unit
 from pipeline.cluster.actor import SrActor
 from pipeline.errors import PipelineError, first_line
 from pipeline.precisions import AUTO
@@ -200,7 +200,7 @@ class RayExecutor:
         clip = self.by_rel[d["record"]["input"]]
         clip.results[d["index"]] = d
         frames = len(d.get("timing", []))
-        bar.update(frames)
+        bar.update(frames, progress.segment_key(clip.rec.job.rel, d["index"]))
         if clip.done:
             self._clip_done(clip, console, finished)
         w, h = clip.plan.width, clip.plan.height
@@ -225,21 +225,26 @@ class RayExecutor:
         self.by_rel = {c.rec.job.rel: c for c in self.clips}
         # the local run's: a tqdm bar on a terminal, plain lines in a log; a clip counts its frames
         frames = sum(c.plan.info.frames or 0 for c in self.clips)
-        bar = console.bar(len(self.jobs) + frames, unit="picture" if self.clips else "img")
+        shown = console.bar(len(self.jobs) + frames, unit="picture" if self.clips else "img")
+        shown.update(sum(len(r["timing"]) for c in self.clips for r in c.results.values()))  # a killed run's
+        board = self.ray.remote(num_cpus=0)(progress.Board).remote() if self.clips else None
+        bar = progress.DriverBar(self.ray, board, shown)
         try:
             for clip in [c for c in self.clips if c.done]:  # every segment made by a killed earlier run
                 self._clip_done(clip, console, finished)
             if rows:
                 segments = any(r["segment"] for r in rows)
                 ds = self.ray.data.from_items(rows).map_batches(
-                    SrActor, **_pool(self.ray, len(rows), self.n_actors, self.cluster, self.ctor, segments))
+                    SrActor, **_pool(self.ray, len(rows), self.n_actors, self.cluster, {**self.ctor, "board": board},
+                                     segments))
                 try:
                     ready = self._stream(ds, console, finished, bar, seen)
                     ready = ready if math.isfinite(ready) else t0
                 except Exception as e:  # an actor that cannot start (backend missing on a node, ...): one line
                     raise PipelineError(f"the Ray run failed: {_cause(e)}") from None
         finally:
-            bar.close()
+            bar.stop()
+            shown.close()
         if self.clips:
             self._facts["segments"] = [c.fact() for c in self.clips]
         self._facts.update(backend="; ".join(sorted(set(seen.values()))), actor_processes=sorted(seen),

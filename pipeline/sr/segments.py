@@ -125,6 +125,7 @@ class ClipWork:
     redone: list[str] = field(default_factory=list)
     reused: int = 0
     join_s: float = 0.0
+    cut_s: float = 0.0  # the plan's pass over the packets (the cuts) and the reused segments' verification
 
     def todo(self) -> list[tuple[Segment, Path]]:
         return [(s, f) for s, f in zip(self.segments, self.files, strict=True) if s.index not in self.results]
@@ -152,11 +153,13 @@ class ClipWork:
             self.lock.release()
 
     def fact(self) -> dict:
-        """The summary's line for this clip: its segments, those a killed run made, and what the split cost: the
-        segments' seeks (opening the file to the first frame kept, summed over the actors) and the join."""
+        """The summary's line for this clip: its segments, those a killed run made (reused, redone), and what the
+        split cost: the cut (the plan's pass over the packets, and verifying reused segments), the segments' seeks
+        (opening the file to the first frame kept, summed over the actors) and the join."""
         seek = sum(r.get("seek_s", 0.0) for r in self.results.values())
         return {"input": self.rec.job.rel, "segments": len(self.segments), "reused": self.reused,
-                "redone": len(self.redone), "seek_s": round(seek, 3), "join_s": round(self.join_s, 3)}
+                "redone": len(self.redone), "cut_s": round(self.cut_s, 3), "seek_s": round(seek, 3),
+                "join_s": round(self.join_s, 3)}
 
 
 def _finished(files: list[Path], segs: list[Segment], key: str) -> tuple[dict[int, dict], list[str]]:
@@ -197,12 +200,14 @@ def plan_work(records: list[Record], scale: float, identity: dict, seconds: floa
     for rec in records:
         if rec.status == "failed" or (lock := locks.get(rec.job.rel)) is None:
             continue
+        t0 = time.perf_counter()
         vp = plans[rec.job.rel]
         segs = plan(rec.job.src, seconds or default_seconds(vp.info.duration_s, actors))
         key = segment_key(rec.job.src, {**identity, "scale": scale, "segments": [s.to_json() for s in segs]})
         files = [segment_path(rec.job.dst, key, s.index) for s in segs]
         done, redone = _finished(files, segs, key) if resume else ({}, [])
-        work.append(ClipWork(rec, vp, segs, files, done, key, lock, redone, len(done)))
+        work.append(ClipWork(rec, vp, segs, files, done, key, lock, redone, len(done),
+                             cut_s=time.perf_counter() - t0))
     return work
 
 
@@ -228,7 +233,7 @@ def segment_identity(spec, weights, backend: str, precision: str, opts: dict, fi
             **{k: opts.get(k) for k in keys}}
 
 
-def run_segment(worker, job, task: dict) -> dict:
+def run_segment(worker, job, task: dict, bar=None) -> dict:
     """An executor's unit for one segment (a Ray actor's): the clip planned as the driver planned it, the
     segment upscaled into its file and its record saved beside it; failures are the result's record."""
     seg, path, rec = Segment.from_json(task["segment"]), Path(task["file"]), Record(job)
@@ -238,7 +243,7 @@ def run_segment(worker, job, task: dict) -> dict:
         rec.fail(str(e))
         return {"index": seg.index, "record": rec.as_dict()}
     runner = VideoRunner(worker, Console(False, lambda m: None, False))
-    return {"index": seg.index, **encode_segment(runner, rec, vp, seg, path, task["key"])}
+    return {"index": seg.index, **encode_segment(runner, rec, vp, seg, path, task["key"], bar)}
 
 
 def encode_segment(runner: VideoRunner, rec: Record, vp: VideoPlan, seg: Segment, path: Path, key: str,
