@@ -49,8 +49,9 @@ def video_bytes(path: Path) -> int:
 
 
 def segment_bench(model: str, clip_s: float = 180.0, size: tuple[int, int] = (96, 54), backend="auto", weights=None,
-                  log=print) -> dict:
-    """The overhead and size rows (module docstring) for one `clip_s`-second clip of `size`."""
+                  log=print, short_s: float = SHORT_S) -> dict:
+    """The overhead and size rows (module docstring) for one `clip_s`-second clip of `size`; `short_s`: the short
+    segments' length."""
     be = backends.create(backend, model, "fp32", weights=weights) if isinstance(backend, str) else backend
     scale = resolve(model).default_scale
     frames = int(clip_s * RATE)
@@ -68,17 +69,17 @@ def segment_bench(model: str, clip_s: float = 180.0, size: tuple[int, int] = (96
             return {"wall_s": s.wall_s, "process_s": s.process_s, **facts}, out
 
         whole, _ = run("ffv1-whole", "ffv1", WHOLE_S)
-        cut, _ = run("ffv1-10s", "ffv1", SHORT_S)
+        cut, _ = run(f"ffv1-{short_s:g}s", "ffv1", short_s)
         split = cut.get("cut_s", 0.0) + cut.get("seek_s", 0.0) + cut.get("join_s", 0.0)
-        overhead = {"segment_s": SHORT_S, "segments": cut.get("segments", 1), "cut_s": cut.get("cut_s", 0.0),
+        overhead = {"segment_s": short_s, "segments": cut.get("segments", 1), "cut_s": cut.get("cut_s", 0.0),
                     "seek_s": cut.get("seek_s", 0.0), "join_s": cut.get("join_s", 0.0),
                     "share": split / cut["wall_s"] if cut["wall_s"] > 0 else None,
                     "whole_s": whole["wall_s"], "segmented_s": cut["wall_s"]}
         sizes = {}
-        for name, seconds in (("continuous", WHOLE_S), ("default", None), ("10s", SHORT_S)):
+        for name, seconds in (("continuous", WHOLE_S), ("default", None), (f"{short_s:g}s", short_s)):
             facts, out = run(f"h264-{name}", "h264", seconds)
             sizes[name] = {"bytes": video_bytes(out), "segments": facts.get("segments", 1)}
         for r in sizes.values():
             r["vs_continuous"] = r["bytes"] / sizes["continuous"]["bytes"]
-    return {"clip_s": clip_s, "frames": frames, "size": list(size), "backend": be.describe(),
+    return {"clip_s": clip_s, "frames": frames, "size": list(size), "model": model, "backend": be.describe(),
             "overhead": overhead, "h264": sizes}

@@ -80,8 +80,9 @@ def segments_section(result: dict) -> list:
              for name, r in result["h264"].items()]
     w, h = result["size"]
     return [para(f"One {result['clip_s']:g} s clip ({result['frames']} frames, {w}x{h}) upscaled locally on "
-                 f"{result['backend']}. Overhead: the segmented run's cut (the plan's pass over the packets), "
-                 "seeks and join, as a share of its wall time."),
+                 f"{result['backend']} with {result['model']}. Overhead: the segmented run's cut (the plan's pass "
+                 "over the packets), seeks and join, as a share of its wall time (with the near-free model, an "
+                 "upper bound for any real model's run)."),
             table(["run", "wall s", "whole run wall s", "cut s", "seek s", "join s", "overhead share"], rows),
             para("H.264 video bytes of each run against one continuous encode of the same frames at the same "
                  "settings (default: 60 s segments; a clip under two segments runs whole)."),
