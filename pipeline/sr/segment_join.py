@@ -107,13 +107,14 @@ def merge(rec: Record, results: list[dict]) -> tuple[ReadEnd, int]:
     return ReadEnd(errors, results[-1].get("end_s")), frames
 
 
-def join(rec: Record, vp: VideoPlan, files: list[Path], results: list[dict], wall: float) -> None:
-    """The clip's output from its finished segments (in order), written atomically; the outcome is rec's.
-    JoinDiskError when the output could not be written (the caller keeps the segments and says so)."""
+def join(rec: Record, vp: VideoPlan, files: list[Path], results: list[dict], wall: float) -> bool:
+    """The clip's output from its finished segments (in order), written atomically; the outcome is rec's. Returns
+    whether OUTPUT was written (a damaged source's frames that decoded count). JoinDiskError when the output could
+    not be written (the caller keeps the segments and says so)."""
     failed = next((r["record"] for r in results if r["record"]["status"] == "failed"), None)
     if failed is not None:
         rec.fail(failed["reason"])
-        return
+        return False
     end, frames = merge(rec, results)
     try:
         with atomic_path(rec.job.dst) as tmp:
@@ -122,6 +123,7 @@ def join(rec: Record, vp: VideoPlan, files: list[Path], results: list[dict], wal
         raise JoinDiskError(e.errno, f"cannot write {rec.job.dst}: {e.strerror or e}") from None
     except (av.FFmpegError, VideoError) as e:
         rec.fail(f"joining the segments failed: {e if isinstance(e, VideoError) else video_io.reason(e)}")
-        return
+        return False
     rec.notes.extend(n for n in vp.notes if n not in rec.notes)
     finish(rec, vp, frames, end, wall)
+    return True

@@ -135,12 +135,13 @@ class ClipWork:
         return len(self.results) == len(self.segments)
 
     def finish(self, wall: float) -> None:
-        """Join the segments into the clip's output (its record says how that went) and remove their files; a
-        full disk (any write failure) keeps them for a rerun with --skip-existing. The output's lock goes."""
+        """Join the segments into the clip's output (its record says how that went) and remove their files once
+        it is written; a clip not written (a failed segment or join, a full disk) keeps them for a rerun with
+        --skip-existing. The output's lock goes."""
         t0 = time.perf_counter()
         try:
-            join(self.rec, self.plan, self.files, [self.results[s.index] for s in self.segments], wall)
-            remove(self.files)
+            if join(self.rec, self.plan, self.files, [self.results[s.index] for s in self.segments], wall):
+                remove(self.files)
         except JoinDiskError as e:
             self.rec.fail(f"{e.strerror}; its {len(self.files)} finished segment(s) are kept beside it: free space "
                           f"and rerun with --skip-existing to join them without upscaling again")
