@@ -3,8 +3,8 @@ process (the backend loaded once), into FFV1 whole and at 10 s segments, and int
 at the default segment length (60 s) and at 10 s.
 
     overhead   the segmented FFV1 run's cut (the plan's pass over the packets), seeks (each segment's opening and
-               the frames decoded before its first) and join (the stream copy), as a share of its wall time, and
-               its wall time against the whole run's
+               the frames decoded before its first), records (each finished file demuxed and hashed) and join (the
+               stream copy), as a share of its wall time, and its wall time against the whole run's
     size       the H.264 video bytes of each segmented run against the continuous encode's: each segment starts
                with an IDR frame and its own B-frame delay, the price of resuming mid-clip
 """
@@ -70,9 +70,9 @@ def segment_bench(model: str, clip_s: float = 180.0, size: tuple[int, int] = (96
 
         whole, _ = run("ffv1-whole", "ffv1", WHOLE_S)
         cut, _ = run(f"ffv1-{short_s:g}s", "ffv1", short_s)
-        split = cut.get("cut_s", 0.0) + cut.get("seek_s", 0.0) + cut.get("join_s", 0.0)
-        overhead = {"segment_s": short_s, "segments": cut.get("segments", 1), "cut_s": cut.get("cut_s", 0.0),
-                    "seek_s": cut.get("seek_s", 0.0), "join_s": cut.get("join_s", 0.0),
+        parts = ("cut_s", "seek_s", "record_s", "join_s")
+        split = sum(cut.get(k, 0.0) for k in parts)
+        overhead = {"segment_s": short_s, "segments": cut.get("segments", 1), **{k: cut.get(k, 0.0) for k in parts},
                     "share": split / cut["wall_s"] if cut["wall_s"] > 0 else None,
                     "whole_s": whole["wall_s"], "segmented_s": cut["wall_s"]}
         sizes = {}
