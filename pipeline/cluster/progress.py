@@ -46,13 +46,15 @@ class RemoteBar:
 
 
 class DriverBar:
-    """The driver's bar: images and finished segments as their records come, plus the board's in-flight frames,
-    redrawn by a thread until `stop`. It never moves back (a redone segment's lost frames stay counted)."""
+    """The driver's bar: images and finished segments as their records come (`done`: the frames of segments a
+    killed run finished), plus the board's in-flight frames, redrawn by a thread until `stop`. It never moves back
+    (a redone segment's lost frames stay counted)."""
 
-    def __init__(self, ray, board, bar):
+    def __init__(self, ray, board, bar, done: int = 0):
         self.ray, self.board, self.bar = ray, board, bar
         self.lock = threading.Lock()
-        self.done, self.running, self.finished_keys = 0, {}, set()
+        self.done, self.running, self.finished_keys = done, {}, set()
+        self._draw()
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._poll, name="sr-ray-progress", daemon=True)
         if board is not None:  # no clip: the records alone move the bar

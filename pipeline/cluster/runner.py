@@ -226,9 +226,9 @@ class RayExecutor:
         # the local run's: a tqdm bar on a terminal, plain lines in a log; a clip counts its frames
         frames = sum(c.plan.info.frames or 0 for c in self.clips)
         shown = console.bar(len(self.jobs) + frames, unit="picture" if self.clips else "img")
-        shown.update(sum(len(r["timing"]) for c in self.clips for r in c.results.values()))  # a killed run's
         board = self.ray.remote(num_cpus=0)(progress.Board).remote() if self.clips else None
-        bar = progress.DriverBar(self.ray, board, shown)
+        reused = sum(len(r["timing"]) for c in self.clips for r in c.results.values())  # a killed run's frames
+        bar = progress.DriverBar(self.ray, board, shown, reused)
         try:
             for clip in [c for c in self.clips if c.done]:  # every segment made by a killed earlier run
                 self._clip_done(clip, console, finished)
