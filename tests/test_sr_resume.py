@@ -193,3 +193,45 @@ def test_h264_segments_keep_b_frames(tmp_path, weights):
     assert main(["sr", str(clip), str(tmp_path / "seg.mp4"), *common, "--segment-seconds", "1"]) == 0
     assert _reordered(tmp_path / "seg.mp4") > 0 and _reordered(tmp_path / "whole.mp4") > 0
     assert_same_frames(tmp_path / "seg.mp4", tmp_path / "whole.mp4", exact=False)
+
+
+class _InProcess:
+    """A Board called in this process the way Ray calls an actor (`handle.method.remote(...)`)."""
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __getattr__(self, name):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(remote=getattr(self.obj, name))
+
+
+def test_ray_progress_moves_per_frame_and_never_back():
+    """--ray's bar (pipeline.cluster.progress): the frames a segment's encoder counts in an actor show on the driver's
+    bar before the segment ends; a finished segment counts once; a redone one never moves the bar back."""
+    import time
+    from types import SimpleNamespace
+
+    from pipeline.cluster import progress
+    from pipeline.sr.console import PlainProgress
+
+    board = _InProcess(progress.Board())
+    shown = PlainProgress(100, lambda line: None, unit="frame")
+    bar = progress.DriverBar(SimpleNamespace(get=lambda ref, timeout=None: ref), board, shown, done=10)
+    try:
+        assert shown.n == 10  # a killed run's finished segments
+        seg = progress.RemoteBar(board, progress.segment_key("clip.mkv", 1))
+        seg.update(7)  # the first update is pushed at once, later ones at most every PUSH_S
+        deadline = time.monotonic() + 30
+        while shown.n < 17 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert shown.n == 17  # mid-segment
+        bar.update(20, progress.segment_key("clip.mkv", 1))  # its record: 20 frames, counted once
+        assert shown.n == 30
+        redo = progress.RemoteBar(board, progress.segment_key("clip.mkv", 1))
+        redo.update(3)  # a retried segment counting again from zero
+        time.sleep(progress.POLL_S * 3)
+        assert shown.n == 30
+    finally:
+        bar.stop()
