@@ -11,7 +11,17 @@ from pipeline.cli.options import (
     backend_from_args,
 )
 from pipeline.errors import PipelineError
-from pipeline.sr import AUDIO_MODES, CRF, ENCODERS, RunOptions, applies_only, option_flag, run_local
+from pipeline.sr import (
+    AUDIO_MODES,
+    CRF,
+    DEFAULT_PRESET,
+    ENCODERS,
+    PRESETS,
+    RunOptions,
+    applies_only,
+    option_flag,
+    run_local,
+)
 from pipeline.sr import run as run_sr
 
 
@@ -43,6 +53,9 @@ def add_arguments(p) -> None:
                    help="video codec (default: h264, lossless ffv1 for .mkv, vp9 for .webm)")
     p.add_argument("--crf", type=int, default=None, help="video quality, lower is better (default: "
                    + ", ".join(f"{c} {v[0]}" for c, v in CRF.items()) + "; ffv1 is lossless)")
+    p.add_argument("--preset", default=None,
+                   help="h264/h265 encoder speed: " + ", ".join(PRESETS) + " (faster presets make larger files; "
+                   "default: " + ", ".join(f"{c} {v}" for c, v in DEFAULT_PRESET.items()) + ")")
     p.add_argument("--audio", choices=AUDIO_MODES, default="copy",
                    help="a video's audio: copy it as it is (default; a codec the output container cannot hold is "
                         "an error before any work) or drop it")
@@ -114,7 +127,8 @@ def options_from_args(args) -> RunOptions:
                       threads=args.threads, fmt=args.fmt, jpeg_quality=args.jpeg_quality, tile=args.tile,
                       tile_overlap=args.tile_overlap, batch=args.batch, workers=args.workers,
                       skip_existing=args.skip_existing, reference=args.reference, summary=args.summary,
-                      progress=not args.quiet, verbose=args.verbose, codec=args.codec, crf=args.crf, audio=args.audio,
+                      progress=not args.quiet, verbose=args.verbose, codec=args.codec, crf=args.crf, preset=args.preset,
+                      audio=args.audio,
                       segment_seconds=args.segment_seconds)
 
 

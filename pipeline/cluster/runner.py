@@ -117,7 +117,7 @@ class RayExecutor:
         o, m = self.opts, plan.model
         clips = [r for r in plan.todo if r.job.video]
         if clips:  # PyAV loads only for runs with videos; every clip probed, checked and locked before Ray starts
-            self.clip_plans = sr.plan_clips(clips, m.scale, o.codec, o.crf, o.audio)
+            self.clip_plans = sr.plan_clips(clips, m.scale, o.codec, o.crf, o.audio, o.preset)
             self.locks = sr.lock_outputs(clips)
         ray = connect.import_ray()
         self.cluster = cluster = connect.connect(self.address)
@@ -135,7 +135,7 @@ class RayExecutor:
         what = []
         if clips:  # what makes a segment, so that none of another run's is taken
             identity = sr.segment_identity(m.spec, o.weights, backend, precision, {**options, "codec": o.codec,
-                                           "crf": o.crf, "audio": o.audio},
+                                           "crf": o.crf, "preset": o.preset, "audio": o.audio},
                                            hashes=[f["sha256"] for f in shared.describe()])
             what = self._plan_clips(plan, identity, actors)
         self._facts = {"address": cluster.address, "actors": actors, "artifacts": shared.describe()}
@@ -169,7 +169,7 @@ class RayExecutor:
             job = c.rec.job
             for seg, f in c.todo():
                 task = {"segment": seg.to_json(), "file": str(f.absolute()), "codec": o.codec, "crf": o.crf,
-                        "audio": o.audio, "key": c.key}
+                        "preset": o.preset, "audio": o.audio, "key": c.key}
                 rows.append({"src": str(job.src.absolute()), "dst": str(job.dst.absolute()), "rel": job.rel,
                              "fmt": job.fmt, "segment": json.dumps(task)})
         return rows

@@ -158,7 +158,7 @@ class TritonExecutor:
     uses_cache = False
     # what this process still does: the job list, the outputs' encoding and the report; the server the rest
     takes = frozenset({"input", "output", "model", "scale", "fmt", "jpeg_quality", "skip_existing", "summary",
-                       "progress", "verbose", "codec", "crf", "audio", "log"})
+                       "progress", "verbose", "codec", "crf", "preset", "audio", "log"})
     why_not = "with --triton the served model decides, and --concurrency the threads here"
     flags = ("triton", "triton_model", "concurrency")
 
@@ -195,7 +195,7 @@ class TritonExecutor:
         self.plans, what = {}, []
         if self.clips:  # PyAV loads only for runs with videos
             o = self.opts
-            self.plans = sr.plan_clips(self.clips, self.scale, o.codec, o.crf, o.audio)
+            self.plans = sr.plan_clips(self.clips, self.scale, o.codec, o.crf, o.audio, o.preset)
             self.locks = sr.lock_outputs(self.clips)  # one writer per output, as local and Ray runs
             if len(plan.found.jobs) == 1 and self.plans:  # one clip: its notes in the first line, once
                 only = next(iter(self.plans.values()))

@@ -47,8 +47,9 @@ def upscale(input: str | Path, output: str | Path, **options) -> Summary:
     model: registered name; by default the one `backend` (if loaded) or `onnx` was made for, else srcnn.
     backend: a name ('auto' picks the fastest available and says why) or an already-loaded Backend
     (then onnx/engine/weights/threads/precision do not apply: it is used as it is).
-    codec/crf: how videos are encoded (pipeline.sr.videofmt; default: H.264 at a high-quality CRF, lossless FFV1
-    for .mkv, VP9 for .webm); images ignore them. audio: 'copy' (a stream the output container cannot hold is an
+    codec/crf/preset: how videos are encoded (pipeline.sr.videofmt; default: H.264 at a high-quality CRF and a
+    fast preset, lossless FFV1 for .mkv, VP9 for .webm; preset: x264/x265's, h264 and h265 only); images ignore
+    them. audio: 'copy' (a stream the output container cannot hold is an
     error before any work) or 'drop'. segment_seconds: a clip at least twice this long (default 60 s) is cut at
     keyframes into segments kept beside the output until the join, so skip_existing=True resumes a killed run
     from its finished (verified) segments (pipeline.sr.segments).

@@ -143,6 +143,7 @@ def check_options(opts: RunOptions) -> tuple[str | None, RunOptions]:
                            threads=opts.threads, jpeg_quality=opts.jpeg_quality)
     fmt = settings.check_format(opts.fmt)
     videofmt.check_crf(videofmt.check_codec(opts.codec), opts.crf)
+    videofmt.check_preset(opts.codec, opts.preset)
     check_choice("audio", opts.audio, videofmt.AUDIO_MODES)
     if opts.segment_seconds is not None and not opts.segment_seconds > 0:
         raise PipelineError(f"--segment-seconds must be more than 0, got {opts.segment_seconds:g}")
@@ -168,8 +169,9 @@ def _check_inputs(found: JobList, opts: RunOptions, executor: Executor) -> None:
         raise PipelineError(f"--{executor.name} upscales images; {found.videos[0].rel} is a video (run videos "
                             f"without --{executor.name})")
     for job in found.videos:  # a --codec the container cannot hold, or a --crf its codec ignores: before any work
-        videofmt.check_crf(videofmt.codec_for(job.fmt, opts.codec), opts.crf,
-                           default_for=None if opts.codec else job.fmt)
+        codec, default_for = videofmt.codec_for(job.fmt, opts.codec), None if opts.codec else job.fmt
+        videofmt.check_crf(codec, opts.crf, default_for=default_for)
+        videofmt.check_preset(codec, opts.preset, default_for=default_for)
 
 
 def triage(found: JobList, skip_existing: bool) -> tuple[list[Record], list[Record], list[str]]:

@@ -86,11 +86,11 @@ class LocalExecutor:
         from pipeline.sr.video import plan_clips
 
         o, m = self.opts, plan.model
-        self.plans = plan_clips(self.clips, m.scale, o.codec, o.crf, o.audio)
+        self.plans = plan_clips(self.clips, m.scale, o.codec, o.crf, o.audio, o.preset)
         self.locks = locks = lock_outputs(self.clips)
         identity = segment_identity(m.spec, o.weights, loaded.name, loaded.precision,
-                                    {"codec": o.codec, "crf": o.crf, "audio": o.audio, "tile": o.tile,
-                                     "tile_overlap": o.tile_overlap, "batch": o.batch},
+                                    {"codec": o.codec, "crf": o.crf, "preset": o.preset, "audio": o.audio,
+                                     "tile": o.tile, "tile_overlap": o.tile_overlap, "batch": o.batch},
                                     files=[loaded.model_file(), o.onnx, o.engine])
         self.works = plan_work(self.clips, m.scale, identity, o.segment_seconds, 1, o.skip_existing, self.plans,
                                locks)
@@ -138,7 +138,7 @@ class LocalExecutor:
         from pipeline.sr.segments import run_clip
         from pipeline.sr.video import VideoRunner
 
-        runner = VideoRunner(self.worker, console)
+        runner = VideoRunner(self.worker, console, encoder_threads=self.workers)
         works = {w.rec.job.rel: w for w in self.works}
         for rec in self.clips:
             work = works.get(rec.job.rel)

@@ -36,6 +36,7 @@ class RunOptions:
     verbose: bool = False
     codec: str | None = None          # video encoding (pipeline.sr.videofmt)
     crf: int | None = None
+    preset: str | None = None         # x264/x265 preset (None: videofmt.DEFAULT_PRESET)
     audio: str = "copy"               # copy | drop
     segment_seconds: float | None = None  # a clip cut at keyframes into segments this long (pipeline.sr.segments)
     log: Callable[[str], object] | None = None  # where lines go (default: stderr)

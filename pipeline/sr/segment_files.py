@@ -19,7 +19,7 @@ import av
 
 from pipeline.artifacts.atomic import atomic_write
 from pipeline.sr import video_io
-from pipeline.sr.videofmt import ENCODER_OPTIONS
+from pipeline.sr.videofmt import DEFAULT_PRESET, ENCODER_OPTIONS
 
 FORMAT = 2  # the segment files' layout (2: B-frames kept, each packet's timestamps in the record)
 
@@ -27,11 +27,13 @@ FORMAT = 2  # the segment files' layout (2: B-frames kept, each packet's timesta
 def segment_key(src: Path, identity: dict) -> str:
     """The one key of a clip's segments: the source file (path, size, modification time) and everything that
     changes a segment's bytes. `identity` holds the model files' SHA-256 (`model_files`), backend, precision,
-    codec, crf, tiling, scale and the segment plan; the encoder's options (its preset) are added here."""
+    codec, crf, preset, tiling, scale and the segment plan; the encoder's options (and the default presets, which
+    apply when no --preset was given) are added here."""
     st = src.stat()
     codec = identity.get("codec")
     blob = {"format": FORMAT, "src": str(src.absolute()), "size": st.st_size, "mtime": st.st_mtime_ns,
-            "encoder": ENCODER_OPTIONS.get(codec or "", {}), **identity}
+            "encoder": ENCODER_OPTIONS.get(codec or "", {}),
+            "default_presets": DEFAULT_PRESET, **identity}
     return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

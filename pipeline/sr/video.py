@@ -27,7 +27,7 @@ from pipeline.sr.imageio import Image
 from pipeline.sr.jobs import Job
 from pipeline.sr.records import Record
 from pipeline.sr.video_io import WHOLE, Frame, Packet, ReadEnd, VideoError, VideoInfo, Window
-from pipeline.sr.videofmt import codec_for, crf_for, size_problem
+from pipeline.sr.videofmt import codec_for, crf_for, preset_for, size_problem
 from pipeline.sr.worker import ImageWorker, Planned, infer_reason
 
 QUEUE_FRAMES = 2  # frames waiting on each side of inference beyond one batch
@@ -47,17 +47,20 @@ class VideoPlan:
     drop: tuple[str, ...] = ()   # stream types left out (--audio drop)
     unheld: list[str] = field(default_factory=list)  # copied streams the output container cannot hold
     notes_said: bool = False  # already in the run's first line (a single clip): not repeated
+    preset: str | None = None  # x264/x265's (videofmt.preset_for), None for other codecs
 
     def describe(self, scale: float) -> str:
         i = self.info
         rate = f"{float(i.rate):.3f}".rstrip("0").rstrip(".") if i.rate else "?"
         frames = f"{i.frames} frames" if i.frames else "frames unknown"
         quality = "lossless" if self.crf is None else f"crf {self.crf}"
+        quality += f" {self.preset}" if self.preset else ""
         return (f"{i.width}x{i.height} {i.pix_fmt} {rate} fps, {frames} -> {self.width}x{self.height} "
                 f"{self.codec} {self.pix_fmt} {quality} (x{scale:g}; {i.colour.describe()})")
 
 
-def plan(job: Job, scale: float, codec: str | None, crf: int | None, audio: str = "copy") -> VideoPlan:
+def plan(job: Job, scale: float, codec: str | None, crf: int | None, audio: str = "copy",
+         preset: str | None = None) -> VideoPlan:
     """Probe the clip and decide its output; raises VideoError for a file that is no usable video."""
     info = video_io.probe(job.src)
     drop = ("audio",) if audio == "drop" else ()
@@ -75,7 +78,8 @@ def plan(job: Job, scale: float, codec: str | None, crf: int | None, audio: str 
         notes.append(f"not copied: {_tally(info.dropped)}")
     if len(kept) < len(info.copied):
         notes.append(f"audio dropped (--audio drop): {', '.join(c for c in info.copied if c not in kept)}")
-    return VideoPlan(info, chosen, crf_for(chosen, crf), pix_fmt, w, h, notes, drop, unheld)
+    return VideoPlan(info, chosen, crf_for(chosen, crf), pix_fmt, w, h, notes, drop, unheld,
+                     preset=preset_for(chosen, preset))
 
 
 def _tally(streams: list[str], shown: int = 4) -> str:
@@ -87,14 +91,14 @@ def _tally(streams: list[str], shown: int = 4) -> str:
 
 
 def plan_clips(records: list[Record], scale: float, codec: str | None, crf: int | None,
-               audio: str = "copy") -> dict[str, VideoPlan]:
+               audio: str = "copy", preset: str | None = None) -> dict[str, VideoPlan]:
     """Each clip's plan by its name; a file that is no usable video fails here (its record) with one line. An
     output the encoder cannot take (its size limits), or a stream the output container cannot hold, is an argument
     problem: PipelineError before any work (the output name and options are the user's choice)."""
     plans = {}
     for rec in records:
         try:
-            plans[rec.job.rel] = vp = plan(rec.job, scale, codec, crf, audio)
+            plans[rec.job.rel] = vp = plan(rec.job, scale, codec, crf, audio, preset)
         except VideoError as e:
             rec.fail(str(e))
             continue
@@ -132,15 +136,18 @@ Remote = Callable[[np.ndarray], tuple[np.ndarray, dict]]
 
 class VideoRunner:
     """Runs clips one after another through one ImageWorker, or through `remote` with `inflight` frames at a time
-    (answers taken in order); exceptions of the `fatal` types end the run instead of failing one clip."""
+    (answers taken in order); exceptions of the `fatal` types end the run instead of failing one clip.
+    `encoder_threads`: the encoder's threads (0: FFmpeg's choice), the run's share of the cores beside inference."""
 
     def __init__(self, worker: ImageWorker | None, console: Console, *, scale: float | None = None,
-                 remote: Remote | None = None, inflight: int = 1, fatal: tuple[type[BaseException], ...] = ()):
+                 remote: Remote | None = None, inflight: int = 1, fatal: tuple[type[BaseException], ...] = (),
+                 encoder_threads: int = 0):
         self.worker = worker
         self.console = console
         self.scale = worker.scale if worker is not None else scale
         self.depth = worker.batch if worker is not None else inflight  # frames one step takes
         self.remote, self.inflight, self.fatal = remote, inflight, fatal
+        self.encoder_threads = encoder_threads
 
     # -- the reader and writer threads ------------------------------------------------------------------------
 
@@ -297,7 +304,8 @@ class VideoRunner:
         frames written, their (pts, duration), the encoded packets' (pts, dts, duration) in a segment). `bar`: the
         clip's progress bar (a segment's frames move the whole clip's), else one of its own."""
         writer = video_io.Writer(tmp, rec.job.fmt, vp.codec, vp.crf, vp.info, vp.width, vp.height, vp.pix_fmt,
-                                 rec.job.src, vp.drop, segment=segment)
+                                 rec.job.src, vp.drop, segment=segment, preset=vp.preset,
+                                 threads=self.encoder_threads)
         stop = threading.Event()
         inq: queue.Queue = queue.Queue(maxsize=self.depth + QUEUE_FRAMES)
         outq: queue.Queue = queue.Queue(maxsize=self.depth + QUEUE_FRAMES)
@@ -391,8 +399,8 @@ def finish(rec: Record, vp: VideoPlan, frames: int, end: ReadEnd, wall: float) -
                  "frame_rate_in": _rate(info.rate), "frame_rate_out": _rate(info.rate),
                  "fps": round(frames / wall, 3) if wall > 0 else None,
                  "time_per_frame_s": round(wall / frames, 5) if frames else None,
-                 "codec": vp.codec, "crf": vp.crf, "pix_fmt_in": info.pix_fmt, "pix_fmt_out": vp.pix_fmt,
-                 "copied": info.copied}
+                 "codec": vp.codec, "crf": vp.crf, "preset": vp.preset, "pix_fmt_in": info.pix_fmt,
+                 "pix_fmt_out": vp.pix_fmt, "copied": info.copied}
     if end.errors or _short(info, frames, end):
         of = f" of {'' if info.frames_exact else '~'}{info.frames}" if info.frames else ""
         why = f": {end.errors[0]}" if end.errors else ""

@@ -23,7 +23,7 @@ import numpy as np
 
 from pipeline.errors import first_line
 from pipeline.sr.image_header import MAX_PIXELS_ENV, HeaderError, max_pixels, over_limit
-from pipeline.sr.videofmt import DEMUXER_NAMES, DEMUXERS, ENCODER_OPTIONS, ENCODERS, MUXERS, video_format
+from pipeline.sr.videofmt import DEMUXER_NAMES, DEMUXERS, ENCODERS, MUXERS, encoder_options, video_format
 
 COPIED = ("audio", "subtitle")  # stream types copied packet by packet
 SEGMENT_MUXER = "nut"  # a segment file's container: holds every --codec and keeps the clip's time base exactly
@@ -383,8 +383,10 @@ class Writer:
     """An output clip: the upscaled video stream plus the copied streams; `close` finishes the file."""
 
     def __init__(self, path: Path, container: str, codec: str, crf: int | None, info: VideoInfo, width: int,
-                 height: int, pix_fmt: str, source: Path, drop: tuple[str, ...] = (), *, segment: bool = False):
+                 height: int, pix_fmt: str, source: Path, drop: tuple[str, ...] = (), *, segment: bool = False,
+                 preset: str | None = None, threads: int = 0):
         self.info = info
+        self.preset, self.threads = preset, threads  # threads: the encoder's (0: FFmpeg's choice)
         # a segment (pipeline.sr.segments) holds the video alone, in NUT (any codec), B-frames kept: NUT stores no
         # decode times and shifts negative ones, so each packet's timestamps as the encoder made them are kept in
         # `packets` (in self.time_base) for the segment's record, and the join puts them back
@@ -424,11 +426,9 @@ class Writer:
 
     def _video_stream(self, codec: str, crf: int | None):
         info = self.info
-        options = dict(ENCODER_OPTIONS[codec])
+        options = encoder_options(codec, crf, self.preset)
         if codec == "av1":  # SVT-AV1 prints its banner and config to stderr itself unless told (errors still show)
             os.environ.setdefault("SVT_LOG", "1")
-        if crf is not None:
-            options["crf"] = str(crf)
         if self.time_base != info.time_base:  # AVI stores no presentation times: B-frames would decode out of order
             options["bf"] = "0"
         v = self.out.add_stream(ENCODERS[codec], rate=info.rate, options=options)
@@ -437,6 +437,7 @@ class Writer:
         ctx = v.codec_context
         ctx.time_base = self.time_base
         ctx.thread_type = "AUTO"
+        ctx.thread_count = self.threads  # the run's share of the cores: inference and decoding use the rest
         self._tags(v)
         return v
 

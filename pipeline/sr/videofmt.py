@@ -33,9 +33,15 @@ AUDIO_MODES = ("copy", "drop")
 # does not say them: past them x264 fails with "Generic error", SVT-AV1 and x265 with "Invalid argument").
 ENCODER_SIZES = {"h264": ((16384, 16384), 2), "h265": ((None, None), 16), "vp9": ((65536, 65536), 1),
                  "av1": ((16384, 8704), 4), "ffv1": ((None, None), 1)}
+# --preset: x264's and x265's speed/size trade (their names). Each default is the slowest preset that encodes 1080p
+# at >= 3x srcnn-x3 auto's inference rate on 2 cores (~12 frames/s from 360p), so the encoder takes <= 25 % of a
+# run (pipeline.bench.encoders, docs/measurements.md: x264 veryfast 48 frames/s, faster 21; x265 ultrafast 50,
+# superfast 32). x264 medium (FFmpeg's default) made the encoder half of a run.
+PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
+DEFAULT_PRESET = {"h264": "veryfast", "h265": "ultrafast"}
 ENCODER_OPTIONS = {
-    "h264": {"preset": "medium"},
-    "h265": {"preset": "medium", "x265-params": "log-level=error"},
+    "h264": {},
+    "h265": {"x265-params": "log-level=error"},
     "vp9": {"b": "0", "row-mt": "1", "deadline": "good", "cpu-used": "4"},
     "av1": {"preset": "8"},
     "ffv1": {"level": "3", "slicecrc": "1"},
@@ -72,6 +78,32 @@ def check_crf(codec: str | None, crf: int | None, *, default_for: str | None = N
             raise PipelineError(f"--crf for {codec} must be from {lo} to {hi}, got {crf}")
     elif not 0 <= crf <= 51:
         raise PipelineError(f"--crf must be from 0 to 51 (the range every lossy codec takes), got {crf}")
+
+
+def check_preset(codec: str | None, preset: str | None, *, default_for: str | None = None) -> None:
+    """--preset against --codec (or the container's default codec: `default_for` names the container)."""
+    if preset is None:
+        return
+    if preset not in PRESETS:
+        raise PipelineError(f"unknown --preset '{preset}' (choose from: {', '.join(PRESETS)})")
+    if codec is not None and codec not in DEFAULT_PRESET:
+        what = f".{default_for} output, which is {codec} by default" if default_for else f"--codec {codec}"
+        raise PipelineError(f"--preset applies to h264 and h265 only, not to {what}")
+
+
+def encoder_options(codec: str, crf: int | None, preset: str | None) -> dict[str, str]:
+    """The FFmpeg encoder's options for a clip: the codec's own, its CRF and its preset (`preset` or the default)."""
+    options = dict(ENCODER_OPTIONS[codec])
+    if codec in DEFAULT_PRESET:
+        options["preset"] = preset or DEFAULT_PRESET[codec]
+    if crf is not None:
+        options["crf"] = str(crf)
+    return options
+
+
+def preset_for(codec: str, preset: str | None) -> str | None:
+    """The preset a clip in `codec` is encoded with (None: the codec has none)."""
+    return (preset or DEFAULT_PRESET[codec]) if codec in DEFAULT_PRESET else None
 
 
 def codec_for(container: str, codec: str | None) -> str:

@@ -1,0 +1,104 @@
+"""Encoder presets at the sr stage's output sizes (issue 52): frames per second and bytes per frame of x264 and x265
+at each preset, at the codec's default CRF (pipeline.sr.videofmt), on upscaled-looking frames (a photo pan at 360p,
+scaled x3 by bicubic: smooth like an SR output, every frame different).
+
+Frames are converted to yuv420p before timing: only the encoder (open, every frame, flush) is timed. Presets run
+interleaved, round after round, and each row keeps the median, so a loaded machine slows every preset alike.
+
+    python -m pipeline.bench.encoders [--frames 24] [--rounds 3] [--threads 2] [--size 1920x1080]
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import statistics
+import time
+
+import av
+import cv2
+import numpy as np
+
+from pipeline.data.sample_images import HELD_OUT, load_rgb
+from pipeline.sr.videofmt import CRF, ENCODER_OPTIONS, ENCODERS
+
+PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium")
+CODECS = ("h264", "h265")
+
+
+def sr_like_frames(width: int, height: int, frames: int, scale: int = 3) -> list[av.VideoFrame]:
+    """`frames` yuv420p frames of width x height: a 4 px/frame pan over a held-out photo at 1/scale size, upscaled
+    by bicubic (an SR output's smoothness)."""
+    small_w, small_h = width // scale, height // scale
+    photo = load_rgb(HELD_OUT[0])
+    cover = max((small_w + 4 * frames) / photo.shape[1], small_h / photo.shape[0])
+    photo = cv2.resize(photo, (int(np.ceil(photo.shape[1] * cover)), int(np.ceil(photo.shape[0] * cover))),
+                       interpolation=cv2.INTER_AREA)
+    out = []
+    for i in range(frames):
+        crop = np.ascontiguousarray(photo[:small_h, 4 * i:4 * i + small_w])
+        big = cv2.resize(crop, (width, height), interpolation=cv2.INTER_CUBIC)
+        out.append(av.VideoFrame.from_ndarray(big, format="rgb24").reformat(format="yuv420p"))
+    return out
+
+
+def encode_once(codec: str, preset: str, frames: list[av.VideoFrame], threads: int) -> tuple[float, int]:
+    """(seconds, bytes) of one encode of `frames` into an in-memory MP4 with the sr stage's options but `preset`."""
+    buf = io.BytesIO()
+    options = {**ENCODER_OPTIONS[codec], "preset": preset, "crf": str(CRF[codec][0])}
+    t0 = time.perf_counter()
+    with av.open(buf, "w", format="mp4") as out:
+        s = out.add_stream(ENCODERS[codec], rate=24, options=options)
+        s.width, s.height, s.pix_fmt = frames[0].width, frames[0].height, "yuv420p"
+        s.codec_context.thread_count = threads
+        for i, f in enumerate(frames):
+            f.pts = i
+            for p in s.encode(f):
+                out.mux(p)
+        for p in s.encode():
+            out.mux(p)
+    return time.perf_counter() - t0, buf.getbuffer().nbytes
+
+
+def preset_table(width: int = 1920, height: int = 1080, frames: int = 24, rounds: int = 3, threads: int = 2,
+                 codecs=CODECS, presets=PRESETS, log=print) -> list[dict]:
+    """One row per (codec, preset): median fps and bytes per frame over `rounds` interleaved rounds."""
+    clip = sr_like_frames(width, height, frames)
+    secs: dict[tuple[str, str], list[float]] = {(c, p): [] for c in codecs for p in presets}
+    size: dict[tuple[str, str], int] = {}
+    for _ in range(rounds):
+        for key in secs:
+            s, n = encode_once(*key, clip, threads)
+            secs[key].append(s)
+            size[key] = n
+    rows = []
+    for (codec, preset), ss in secs.items():
+        med = statistics.median(ss)
+        rows.append({"codec": codec, "preset": preset, "crf": CRF[codec][0], "size": [width, height],
+                     "threads": threads, "frames": frames, "rounds": rounds, "fps": round(frames / med, 2),
+                     "fps_samples": [round(frames / s, 2) for s in ss],
+                     "kbytes_per_frame": round(size[(codec, preset)] / frames / 1024, 1)})
+        log(f"  {codec} {preset:>9} {width}x{height} crf {CRF[codec][0]}: {rows[-1]['fps']:6.2f} fps, "
+            f"{rows[-1]['kbytes_per_frame']:7.1f} KiB/frame ({threads} threads, median of {rounds})")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m pipeline.bench.encoders", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--frames", type=int, default=24)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--size", default="1920x1080")
+    ap.add_argument("--codec", action="append", choices=CODECS)
+    ap.add_argument("--json", help="write the rows here too")
+    a = ap.parse_args(argv)
+    w, h = (int(v) for v in a.size.split("x"))
+    rows = preset_table(w, h, a.frames, a.rounds, a.threads, tuple(a.codec or CODECS))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
