@@ -1,5 +1,7 @@
 """Video throughput: frames per second of `pipeline sr` on a short H.264 clip at 480p and 720p input (decode, upscale,
-encode with the default codec, audio-free), next to the backend's pure inference on the same frame size.
+encode with the default codec, audio-free), next to the backend's pure inference on the same frame size, and the
+encoder's share: the output's frames encoded alone (the run's preset and threads) against inference alone, as the
+share of a frame's sequential cost (decoding, a few % of a frame, left out).
 
 The clip pans across a held-out photo so every frame differs. Frames are whole (untiled), so a size whose frame would
 not fit in this machine's memory on a CPU backend (the model's measured bytes per output pixel) is not run. The backend
@@ -18,6 +20,7 @@ import numpy as np
 
 from pipeline import backends
 from pipeline.artifacts.identity import resolve
+from pipeline.bench.encoders import encode_once
 from pipeline.bench.timing import available_bytes, warm_up
 from pipeline.data.sample_images import HELD_OUT, load_rgb
 from pipeline.sr import upscale
@@ -87,12 +90,40 @@ def video_fps(model: str, frames: int, backend="auto", weights=None, log=print, 
             if rec.status != "ok":
                 raise RuntimeError(f"video bench {label}: {rec.reason}")
             fps = rec.video["fps"]
+            encode_fps = _encode_fps(Path(tmp) / f"out_{label}.mp4", rec.video["codec"], rec.video["preset"], s.workers)
             row = {"model": model, "backend": be.name, "precision": be.precision,
                    "backend_description": be.describe(), "size": label,
                    "input": [w, h], "output": list(rec.out_size), "scale": scale, "frames": frames,
                    "codec": rec.video["codec"], "fps": fps, "inference_fps": round(frames / infer_s, 3),
-                   "time_per_frame_s": rec.video["time_per_frame_s"]}
+                   "time_per_frame_s": rec.video["time_per_frame_s"], "preset": rec.video["preset"],
+                   "encode_fps": encode_fps}
+            row["of_inference"] = round(fps / row["inference_fps"], 3)
+            row["encoder_share"] = _share(encode_fps, row["inference_fps"])
             log(f"  {model} video {label} ({w}x{h} -> {rec.out_size[0]}x{rec.out_size[1]}, {be.name} {be.precision}): "
-                f"{fps:.2f} fps decode+upscale+encode, {row['inference_fps']:.2f} fps inference alone")
+                f"{fps:.2f} fps decode+upscale+encode ({100 * row['of_inference']:.0f} % of inference alone, "
+                f"{row['inference_fps']:.2f} fps); {rec.video['codec']} {rec.video['preset']} alone {encode_fps} fps: "
+                f"encoder share {_pct(row['encoder_share'])}")
             rows.append(row)
     return rows
+
+
+def _encode_fps(clip: Path, codec: str, preset: str | None, threads: int) -> float | None:
+    """Frames per second of encoding `clip`'s frames again alone (its codec, preset and the run's threads); None
+    for a codec without presets."""
+    if preset is None:
+        return None
+    with av.open(str(clip)) as c:
+        frames = [f.reformat(format="yuv420p") for f in c.decode(video=0)]
+    seconds, _ = encode_once(codec, preset, frames, threads)
+    return round(len(frames) / seconds, 2)
+
+
+def _share(encode_fps: float | None, inference_fps: float) -> float | None:
+    """The encoder's share of a frame's sequential cost (encode + inference)."""
+    if not encode_fps or not inference_fps:
+        return None
+    return round((1 / encode_fps) / (1 / encode_fps + 1 / inference_fps), 3)
+
+
+def _pct(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.0f} %"

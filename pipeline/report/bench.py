@@ -135,17 +135,24 @@ def video_section(rows: list[dict] | None) -> list:
         return []
     return [Heading("Video (pipeline sr on a clip)"),
             para("A short H.264 clip panning over a held-out photo, auto backend at fp32 and at what ",
-                 Code("--precision auto"), " picks, default codec (H.264 CRF 16); fps = frames / (first decode to "
-                 "last encode); inference fps = one frame per call on the same backend; vs fp32 = fps / the fp32 "
+                 Code("--precision auto"), " picks, default codec (H.264 CRF 16, its default preset); fps = "
+                 "frames / (first decode to last encode); inference fps = one frame per call on the same backend; "
+                 "of inference = fps / inference fps; encoder share = the output's frames encoded alone (same "
+                 "preset and threads) as a share of encode + inference time per frame; vs fp32 = fps / the fp32 "
                  "run's at the same size, against the floor this project holds itself to (on a 2-core AMX Xeon)."),
             table(["model", "backend", "precision", "input", "output", "scale", "frames", "fps", "inference fps",
-                   "vs fp32", "floor"],
+                   "of inference", "preset", "encoder share", "vs fp32", "floor"],
                   [[r["model"], r["backend"], r.get("precision", "fp32"),
                     f"{r['size']} {r['input'][0]}x{r['input'][1]}",
                     "x".join(map(str, r["output"])) if r.get("output") else "-", r["scale"], r.get("frames", "-"),
                     r["fps"] if r["fps"] is not None else r["skipped"], r.get("inference_fps", "-"),
+                    _pct(r.get("of_inference")), r.get("preset") or "-", _pct(r.get("encoder_share")),
                     speedup(r.get("vs_fp32")), speedup(r.get("floor"))] for r in rows]),
             para("Published numbers as context (GPUs, not this machine):"), items(*VIDEO_CONTEXT)]
+
+
+def _pct(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.0f} %"
 
 
 def _loss(q: dict | None) -> list:

@@ -47,9 +47,11 @@ def count_text(images: int, videos: int = 0) -> str:
 
 
 def done_line(counts: dict[str, int], wall_s: float, *, images: int, frames: int, out_mpix: float,
-              process_s: float, setup_s: float | None = None) -> str:
+              process_s: float, setup_s: float | None = None, stages: dict[str, float] | None = None) -> str:
     """The closing line of every sr run (local, --ray, --triton): counts, then rates over the whole run and over
-    processing alone; a video's frames count as pictures (images/s, frames/s, or both)."""
+    processing alone; a video's frames count as pictures (images/s, frames/s, or both). `stages`: the clips'
+    busy seconds per stage (decode, inference, encode; waits on the queues between them left out), said as
+    shares of their sum after the rates: where a clip's time went."""
     head = f"done: {counts['ok']} ok, {counts['failed']} failed, {counts['skipped']} skipped in {wall_s:.1f} s"
     pictures = images + frames
     if not pictures or wall_s <= 0:
@@ -57,8 +59,10 @@ def done_line(counts: dict[str, int], wall_s: float, *, images: int, frames: int
     unit = "images" if not frames else "frames" if not images else "images+frames"
     then = f"{pictures / process_s:.3g} {unit}/s" if process_s > 0 else "-"
     setup = f"setup {setup_s:.1f} s, then " if setup_s is not None else "then "
+    busy = sum(stages.values()) if frames and stages else 0.0
+    split = "; " + ", ".join(f"{k} {100 * s / busy:.0f} %" for k, s in stages.items()) if busy > 0 else ""
     return (f"{head}: {pictures / wall_s:.3g} {unit}/s, {out_mpix / wall_s:.3g} MPix/s output over the whole run "
-            f"({setup}{then})")
+            f"({setup}{then}){split}")
 
 
 def image_line(rec, scale: float) -> str:

@@ -237,7 +237,8 @@ def say_done(summary: Summary, console: Console, summary_path=None) -> None:
                        "no scores (" + ("per-image reasons are in the summary" if summary_path else
                                         "--summary FILE lists each image's reason") + ")")
     console.info(done_line(summary.counts, summary.wall_s, images=log.pictures - log.frames, frames=log.frames,
-                           out_mpix=log.out_mpix, process_s=summary.process_s, setup_s=summary.setup_s))
+                           out_mpix=log.out_mpix, process_s=summary.process_s, setup_s=summary.setup_s,
+                           stages=log.video_stage_s))
     if log.failures:
         names = [f["input"] for f in log.failures]
         console.always(failed_line(names, len(names) - log.failed_videos, log.failed_videos))

@@ -96,6 +96,9 @@ def _rate(amount: float, seconds: float) -> float | None:
     return round(amount / seconds, 3) if seconds > 0 else None
 
 
+STAGES = ("decode", "inference", "encode")  # a clip's three threads, in the done line's order
+
+
 class RecordLog:
     """A run's records as they finish, with the totals every summary reports kept as they come. The records
     themselves are kept (the Python API's `Summary.records`) or, for a run that streams them (Ray, any number of
@@ -107,6 +110,7 @@ class RecordLog:
         self.counts = {"ok": 0, "failed": 0, "skipped": 0, "pending": 0}
         self.pictures = self.frames = 0
         self.out_mpix = 0.0
+        self.video_stage_s = dict.fromkeys(STAGES, 0.0)  # the clips' busy seconds per stage (the done line's split)
         self.failures: list[dict] = []          # {"input", "reason"}
         self.failed_videos = 0
         self.unmatched = 0                        # ok outputs with no reference file of the same name
@@ -128,6 +132,9 @@ class RecordLog:
         elif rec.status == "ok":
             self.pictures += rec.pictures
             self.frames += rec.pictures if rec.job.video else 0
+            if rec.job.video:
+                for k, s in zip(STAGES, (rec.decode_s, rec.infer_s, rec.encode_s), strict=True):
+                    self.video_stage_s[k] += s
             self.out_mpix += rec.out_mpix
             if rec.scored:
                 self.scored += 1
@@ -263,6 +270,8 @@ class Summary:
             "images_per_s": self.images_per_s, "mpix_per_s": self.mpix_per_s,
             "overall_images_per_s": self.overall_images_per_s, "overall_mpix_per_s": self.overall_mpix_per_s,
         }
+        if self.log.frames:  # where the clips' time went: each stage's busy seconds (the done line's split)
+            d["video_stage_s"] = {k: round(v, 3) for k, v in self.log.video_stage_s.items()}
         if self.reference:
             d["reference"] = self.reference
         if self.interrupted:
