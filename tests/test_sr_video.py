@@ -2,6 +2,7 @@
 VP9/WebM; odd sizes and frame rates) through the real torch backend, checked by decoding what was written."""
 import json
 import os
+import re
 from fractions import Fraction
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import torch
 
 from pipeline.backends.base import Backend
 from pipeline.cli import main
-from pipeline.sr import tiling
+from pipeline.sr import DEFAULT_PRESET, tiling
 from tests.video_clips import audio_of, frames_of, layout, make_clip, subtitle_packets
 
 SCALE = 2.0
@@ -261,6 +262,9 @@ def test_interrupted_run_resumes_with_skip_existing(weights, tmp_path, capsys):
     (("--crf", "70"), "--crf must be from 0 to 51"),
     (("--codec", "ffv1", "--crf", "10"), "--crf does not apply to --codec ffv1"),
     (("--codec", "vp9", "--crf", "64"), "--crf for vp9 must be from 0 to 63"),
+    (("--preset", "ludicrous"), "unknown --preset 'ludicrous' (choose from: ultrafast, superfast"),
+    (("--preset", "fast"), "--preset applies to h264 and h265 only, not to .webm output, which is vp9 by default"),
+    (("--codec", "av1", "--preset", "fast"), "--preset applies to h264 and h265 only, not to --codec av1"),
 ])
 def test_bad_video_options_fail_before_any_work(clips, weights, tmp_path, capsys, extra, needle):
     code, err = _sr(capsys, weights, clips / "vp9.webm", tmp_path / "o.webm", *extra)
@@ -314,10 +318,56 @@ def test_bench_video_rows_and_report(weights):
     (row,) = rows
     assert row["frames"] == 3 and row["input"] == [48, 32] and row["output"] == [144, 96]
     assert row["fps"] > 0 and row["inference_fps"] > 0 and row["codec"] == "h264"
+    assert row["preset"] == DEFAULT_PRESET["h264"] and row["encode_fps"] > 0 and 0 < row["encoder_share"] < 1
+    assert row["of_inference"] == round(row["fps"] / row["inference_fps"], 3)
     (skipped,) = video_fps("srcnn", 3, backend=be, log=lambda _m: None, sizes={"tiny": (48, 32)}, max_frame_s=0)
     assert skipped["fps"] is None and "would take" in skipped["skipped"] and "limit 0 s" in skipped["skipped"]
     md = "\n".join(report.video_markdown(rows + [skipped]))
     assert "## Video" in md and "tiny 48x32" in md and "vs-mlrt" in md
+    assert "encoder share" in md and f"| {DEFAULT_PRESET['h264']} |" in md
+
+
+def _x264_options(path) -> str:
+    """The options x264 wrote into the stream (its SEI text), e.g. 'cabac=1 ref=1 ...'."""
+    data = Path(path).read_bytes()
+    start = data.index(b"options: ") + len(b"options: ")
+    return data[start:data.index(b"\0", start)].decode()
+
+
+def test_preset_reaches_the_encoder_and_the_done_line_splits_the_time(clips, weights, tmp_path, capsys):
+    """--preset is the encoder's (x264's own record of its options says it), the default is DEFAULT_PRESET, the
+    record keeps it, and a clip's done line ends with the decode / inference / encode split."""
+    opts = {}
+    for preset in ("ultrafast", None, "medium"):
+        out = tmp_path / f"{preset}.mp4"
+        code, err = _sr(capsys, weights, clips / "h264.mp4", out, *(("--preset", preset) if preset else ()),
+                        "--summary", tmp_path / f"{preset}.json")
+        assert code == 0, err
+        chosen = preset or DEFAULT_PRESET["h264"]
+        assert f"crf 16 {chosen} (x2" in err
+        (done,) = [ln for ln in err.splitlines() if ln.startswith("done: ")]
+        m = re.fullmatch(r"done: .* \(setup \d+\.\d s, then \S+ frames/s\); decode (\d+) %, inference (\d+) %, "
+                         r"encode (\d+) %", done)
+        assert m and 98 <= sum(map(int, m.groups())) <= 102, done
+        summary = json.loads((tmp_path / f"{preset}.json").read_text())
+        assert summary["images"][0]["video"]["preset"] == chosen
+        assert set(summary["video_stage_s"]) == {"decode", "inference", "encode"}
+        opts[chosen] = _x264_options(out)
+    # x264's presets differ in these (its documented preset table): ultrafast has no CABAC, medium 3 references
+    assert "cabac=0" in opts["ultrafast"] and "cabac=1" in opts["medium"] and " ref=3 " in opts["medium"]
+    assert len({*opts.values()}) == 3
+
+
+def test_preset_is_in_the_segment_key(tmp_path):
+    from models.lookup import get_spec
+    from pipeline.sr.segment_files import segment_key
+    from pipeline.sr.segments import segment_identity
+
+    src = make_clip(tmp_path / "c.mkv", "ffv1", 16, 12, 2, 10)
+    spec = get_spec("srcnn")
+    keys = {segment_key(src, segment_identity(spec, None, "torch", "fp32", {"codec": "h264", "preset": p}))
+            for p in (None, "veryfast", "medium")}
+    assert len(keys) == 3
 
 
 def test_segment_seconds_is_checked_before_any_work(clips, weights, tmp_path, capsys):
