@@ -5,13 +5,11 @@ scaled x3 by bicubic: smooth like an SR output, every frame different).
 Frames are converted to yuv420p before timing: only the encoder (open, every frame, flush) is timed. Presets run
 interleaved, round after round, and each row keeps the median, so a loaded machine slows every preset alike.
 
-    python -m pipeline.bench.encoders [--frames 24] [--rounds 3] [--threads 2] [--size 1920x1080]
+    python -m pipeline bench --encoders [--quick]     (the table alone, into OUTPUT/encoders.json)
 """
 from __future__ import annotations
 
-import argparse
 import io
-import json
 import statistics
 import time
 
@@ -20,7 +18,7 @@ import cv2
 import numpy as np
 
 from pipeline.data.sample_images import HELD_OUT, load_rgb
-from pipeline.sr.videofmt import CRF, ENCODER_OPTIONS, ENCODERS
+from pipeline.sr import CRF, ENCODERS, encoder_options
 
 PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium")
 CODECS = ("h264", "h265")
@@ -45,7 +43,7 @@ def sr_like_frames(width: int, height: int, frames: int, scale: int = 3) -> list
 def encode_once(codec: str, preset: str, frames: list[av.VideoFrame], threads: int) -> tuple[float, int]:
     """(seconds, bytes) of one encode of `frames` into an in-memory MP4 with the sr stage's options but `preset`."""
     buf = io.BytesIO()
-    options = {**ENCODER_OPTIONS[codec], "preset": preset, "crf": str(CRF[codec][0])}
+    options = encoder_options(codec, CRF[codec][0], preset)
     t0 = time.perf_counter()
     with av.open(buf, "w", format="mp4") as out:
         s = out.add_stream(ENCODERS[codec], rate=24, options=options)
@@ -81,24 +79,3 @@ def preset_table(width: int = 1920, height: int = 1080, frames: int = 24, rounds
         log(f"  {codec} {preset:>9} {width}x{height} crf {CRF[codec][0]}: {rows[-1]['fps']:6.2f} fps, "
             f"{rows[-1]['kbytes_per_frame']:7.1f} KiB/frame ({threads} threads, median of {rounds})")
     return rows
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pipeline.bench.encoders", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--frames", type=int, default=24)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--size", default="1920x1080")
-    ap.add_argument("--codec", action="append", choices=CODECS)
-    ap.add_argument("--json", help="write the rows here too")
-    a = ap.parse_args(argv)
-    w, h = (int(v) for v in a.size.split("x"))
-    rows = preset_table(w, h, a.frames, a.rounds, a.threads, tuple(a.codec or CODECS))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rows, f, indent=1)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

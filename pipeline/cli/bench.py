@@ -1,9 +1,12 @@
 """`python -m pipeline bench`: latency/throughput of every available backend."""
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 from pipeline import report
+from pipeline.artifacts.atomic import atomic_write
 from pipeline.artifacts.identity import resolve
 from pipeline.bench import onnx_file
 from pipeline.bench.results import FLOOR_SPEEDUP
@@ -28,6 +31,8 @@ def add_arguments(p) -> None:
                         "the GPU folder row")
     p.add_argument("--no-video", action="store_true", help="skip the video fps at 480p and 720p input and the "
                    "segment overhead and size rows")
+    p.add_argument("--encoders", action="store_true", help="only the encoder preset table: x264/x265 frames/s and "
+                   "size per preset at 1080p output, interleaved medians (into OUTPUT/encoders.json)")
     options.add_weights_arg(p)
     options.add_onnx_arg(p)
 
@@ -71,7 +76,23 @@ def _run_file(args, cfg: dict, onnx) -> int:
     return 0
 
 
+def _run_encoders(args) -> int:
+    """`--encoders`: the preset table alone (pipeline.bench.encoders); --quick: a small picture, one round."""
+    from pipeline.bench.encoders import preset_table
+
+    out_dir = options.check_output_dir(args.output)
+    size, frames, rounds = ((320, 180), 4, 1) if args.quick else ((1920, 1080), 24, 3)
+    print(f"bench: encoder presets at {size[0]}x{size[1]}, {frames} frames, median of {rounds} interleaved round(s)")
+    rows = preset_table(*size, frames=frames, rounds=rounds)
+    path = Path(out_dir) / "encoders.json"
+    atomic_write(path, json.dumps(rows, indent=1).encode())
+    print(f"table: {path}")
+    return 0
+
+
 def run(args) -> int:
+    if args.encoders:
+        return _run_encoders(args)
     cfg = config_from_args(args)
     onnx = options.onnx_from_args(args)
     if onnx is not None:

@@ -28,7 +28,7 @@ from pipeline.sr.local import load_backend
 from pipeline.sr.options import OPTION_FIELDS, RunOptions, option_flag
 from pipeline.sr.records import Record, Summary
 from pipeline.sr.settings import usable_cores
-from pipeline.sr.videofmt import AUDIO_MODES, CRF, DEFAULT_PRESET, ENCODERS, PRESETS
+from pipeline.sr.videofmt import AUDIO_MODES, CRF, DEFAULT_PRESET, ENCODERS, PRESETS, encoder_options
 from pipeline.sr.worker import ImageWorker, Planned, infer_reason, write_output
 
 __all__ = [
@@ -43,7 +43,7 @@ __all__ = [
     "HeaderError", "Image", "ImageError", "convert_for_format", "decode_image", "encode_image", "normalize_format",
     "over_limit", "read_image",
     # what the CLI offers for videos; the cores this process may use
-    "AUDIO_MODES", "CRF", "DEFAULT_PRESET", "ENCODERS", "PRESETS", "usable_cores",
+    "AUDIO_MODES", "CRF", "DEFAULT_PRESET", "ENCODERS", "PRESETS", "encoder_options", "usable_cores",
 ]
 
 # Videos on other executors (a clip split into segments on Ray actors; frames served by Triton): these load PyAV,

@@ -30,6 +30,7 @@ class Record:
     decode_s: float = 0.0
     infer_s: float = 0.0
     encode_s: float = 0.0
+    cpu_s: dict = field(default_factory=dict)  # a clip's CPU seconds per stage (pipeline.sr.cpu_split)
     metrics: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     video: dict = field(default_factory=dict)  # a clip's frames, duration, frame rates, fps, time per frame
@@ -69,6 +70,8 @@ class Record:
                 d["tile_grid_shift_lr_px"] = round(self.max_shift, 4)
             d.update(time_s=round(self.decode_s + self.infer_s + self.encode_s, 4), decode_s=round(self.decode_s, 4),
                      infer_s=round(self.infer_s, 4), encode_s=round(self.encode_s, 4))
+        if self.cpu_s:
+            d["cpu_s"] = {k: round(v, 3) for k, v in self.cpu_s.items()}
         if self.video:
             d["video"] = self.video
         if self.metrics:
@@ -88,6 +91,7 @@ class Record:
             rec.mode, rec.bit_depth, rec.tiles = d["mode"], d["bit_depth"], d["tiles"]
             rec.max_shift = d.get("tile_grid_shift_lr_px", 0.0)
             rec.decode_s, rec.infer_s, rec.encode_s = d["decode_s"], d["infer_s"], d["encode_s"]
+        rec.cpu_s = dict(d.get("cpu_s", {}))
         rec.metrics = {k: d[k] for k in (*REFERENCE_KEYS, "reference") if k in d}
         return rec
 
@@ -110,7 +114,7 @@ class RecordLog:
         self.counts = {"ok": 0, "failed": 0, "skipped": 0, "pending": 0}
         self.pictures = self.frames = 0
         self.out_mpix = 0.0
-        self.video_stage_s = dict.fromkeys(STAGES, 0.0)  # the clips' busy seconds per stage (the done line's split)
+        self.video_stage_s = dict.fromkeys(STAGES, 0.0)  # the clips' seconds per stage (the done line's split)
         self.failures: list[dict] = []          # {"input", "reason"}
         self.failed_videos = 0
         self.unmatched = 0                        # ok outputs with no reference file of the same name
@@ -132,8 +136,9 @@ class RecordLog:
         elif rec.status == "ok":
             self.pictures += rec.pictures
             self.frames += rec.pictures if rec.job.video else 0
-            if rec.job.video:
-                for k, s in zip(STAGES, (rec.decode_s, rec.infer_s, rec.encode_s), strict=True):
+            if rec.job.video:  # CPU seconds where measured, else each stage's busy wall time
+                busy = (rec.decode_s, rec.infer_s, rec.encode_s)
+                for k, s in zip(STAGES, [rec.cpu_s[k] for k in STAGES] if rec.cpu_s else busy, strict=True):
                     self.video_stage_s[k] += s
             self.out_mpix += rec.out_mpix
             if rec.scored:

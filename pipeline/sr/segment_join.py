@@ -102,6 +102,8 @@ def merge(rec: Record, results: list[dict]) -> tuple[ReadEnd, int]:
         rec.decode_s += d.get("decode_s", 0.0)
         rec.infer_s += d.get("infer_s", 0.0)
         rec.encode_s += d.get("encode_s", 0.0)
+        for k, v in d.get("cpu_s", {}).items():
+            rec.cpu_s[k] = rec.cpu_s.get(k, 0.0) + v
         errors.extend(r.get("errors", []))
         frames += len(r["timing"])
     return ReadEnd(errors, results[-1].get("end_s")), frames

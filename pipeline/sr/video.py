@@ -23,6 +23,7 @@ from pipeline.artifacts.atomic import atomic_path
 from pipeline.errors import PipelineError
 from pipeline.sr import tiling, video_io
 from pipeline.sr.console import Console
+from pipeline.sr.cpu_split import DECODE, ENCODE, CpuMeter, name_thread
 from pipeline.sr.imageio import Image
 from pipeline.sr.jobs import Job
 from pipeline.sr.records import Record
@@ -161,7 +162,8 @@ class VideoRunner:
                 continue
         raise _Stop
 
-    def _reader(self, rec: Record, items, q: queue.Queue, stop: threading.Event) -> None:
+    def _reader(self, rec: Record, items, q: queue.Queue, stop: threading.Event, meter: CpuMeter) -> None:
+        name_thread(DECODE)  # the decoder's threads, started from here, count as decoding
         try:
             t = time.perf_counter()
             for item in items:
@@ -173,6 +175,7 @@ class VideoRunner:
         except Exception as e:  # a reader crash ends the frames like a truncated file
             self._put_quiet(q, ReadEnd([video_io.reason(e)]), stop)
         finally:
+            meter.sample()  # before the decoder's threads end with the file
             items.close()
 
     def _put_quiet(self, q: queue.Queue, item, stop: threading.Event) -> None:
@@ -181,9 +184,10 @@ class VideoRunner:
 
     @staticmethod
     def _writer(rec: Record, writer: video_io.Writer, q: queue.Queue, failed: list[BaseException],
-                timing: list[tuple[int | None, int | None]]) -> None:
-        """Encode until the None sentinel; after a failure keep taking items so the producer never blocks.
-        `timing` gets each frame's (pts, duration) as it is written."""
+                timing: list[tuple[int | None, int | None]], meter: CpuMeter) -> None:
+        """Encode until the None sentinel, then flush the encoder; after a failure keep taking items so the
+        producer never blocks. `timing` gets each frame's (pts, duration) as it is written."""
+        name_thread(ENCODE)  # the encoder's threads start from here (its first frame): they count as encoding
         while (item := q.get()) is not None:
             if failed:
                 continue
@@ -199,6 +203,14 @@ class VideoRunner:
             except Exception as e:  # the encoder or the muxer: this clip fails
                 failed.append(VideoError(f"encoding failed: {video_io.reason(e)}"))
             rec.encode_s += time.perf_counter() - t
+        t = time.perf_counter()
+        try:
+            if not failed:
+                writer.flush()
+        except Exception as e:
+            failed.append(VideoError(f"encoding failed: {video_io.reason(e)}"))
+        rec.encode_s += time.perf_counter() - t
+        meter.sample()  # before the encoder's threads end with the file
 
     # -- inference ------------------------------------------------------------------------------------------------
 
@@ -312,8 +324,9 @@ class VideoRunner:
         failed: list[BaseException] = []
         timing: list = []
         items = video_io.read(rec.job.src, vp.info, window, copy=not segment)
-        reader = threading.Thread(target=self._reader, args=(rec, items, inq, stop), name="sr-video-read")
-        encoder = threading.Thread(target=self._writer, args=(rec, writer, outq, failed, timing),
+        meter = CpuMeter()
+        reader = threading.Thread(target=self._reader, args=(rec, items, inq, stop, meter), name="sr-video-read")
+        encoder = threading.Thread(target=self._writer, args=(rec, writer, outq, failed, timing, meter),
                                    name="sr-video-encode")
         own_bar = bar is None
         bar = self.console.bar(vp.info.frames, unit="frame", desc=rec.job.rel) if own_bar else bar
@@ -336,6 +349,8 @@ class VideoRunner:
             writer.abort()
             raise
         writer.close()
+        for k, v in (meter.stages() or {}).items():
+            rec.cpu_s[k] = rec.cpu_s.get(k, 0.0) + v
         return (*result, timing, writer.packets)
 
     def run_all(self, records: list[Record], plans: dict[str, VideoPlan]) -> float:

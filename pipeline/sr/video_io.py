@@ -387,6 +387,7 @@ class Writer:
                  preset: str | None = None, threads: int = 0):
         self.info = info
         self.preset, self.threads = preset, threads  # threads: the encoder's (0: FFmpeg's choice)
+        self._flushed = False
         # a segment (pipeline.sr.segments) holds the video alone, in NUT (any codec), B-frames kept: NUT stores no
         # decode times and shifts negative ones, so each packet's timestamps as the encoder made them are kept in
         # `packets` (in self.time_base) for the segment's record, and the join puts them back
@@ -495,11 +496,17 @@ class Writer:
             item.packet.stream = stream
             self.out.mux(item.packet)
 
+    def flush(self) -> None:
+        """Encode the frames the encoder still holds (once; `close` does it otherwise)."""
+        if not self._flushed:
+            self._flushed = True
+            for p in self.video.encode():
+                self._mux_video(p)
+
     def close(self) -> None:
         """Flush the encoder and write the trailer."""
         try:
-            for p in self.video.encode():
-                self._mux_video(p)
+            self.flush()
         finally:
             self.out.close()
 
