@@ -56,9 +56,9 @@ QUICK.update(stage_images=2, stage_size=64, stage_repeats=1, gpu_folder_images=0
 FULL.update(video_frames=3, video_frame_s=40.0)
 QUICK.update(video_frames=2, video_frame_s=3.0)
 # What cutting a clip into segments costs a local run (issue 49): a 3-minute clip (so the default 60 s segments
-# cut it), whole and at 10 s segments; a quick bench runs 8 s at 2 s segments (the default then runs it whole).
+# cut it), whole and at 10 s segments; a quick bench runs 4 s at 1 s segments (the default then runs it whole).
 FULL.update(segment_clip_s=180.0, segment_short_s=10.0)
-QUICK.update(segment_clip_s=8.0, segment_short_s=2.0)
+QUICK.update(segment_clip_s=4.0, segment_short_s=1.0)
 # bf16 and int8 at the main point (with their measured quality loss) and `--precision auto`'s pick (issue 28).
 FULL.update(lower_precisions=True)
 QUICK.update(lower_precisions=True)
