@@ -189,3 +189,16 @@ def test_segment_bench_rows_and_report():
     assert h["default"]["bytes"] == h["continuous"]["bytes"] and h["1s"]["bytes"] > 0
     md = "\n".join(to_lines(segments_section(r)))
     assert "| FFV1, 1 s segments (2) |" in md and "| 1s | 2 |" in md and "| continuous | 1 |" in md
+
+
+def test_encoder_preset_table_rows():
+    """bench --encoders' table: one row per codec and preset, interleaved rounds, real encodes scored against the
+    frames they were made from."""
+    from pipeline.bench.encoders import preset_table
+
+    rows = preset_table(64, 48, frames=3, rounds=2, threads=1, codecs=("h264",), presets=("ultrafast", "medium"),
+                        log=lambda _m: None)
+    assert [(r["codec"], r["preset"]) for r in rows] == [("h264", "ultrafast"), ("h264", "medium")]
+    for r in rows:
+        assert r["crf"] == 16 and r["size"] == [64, 48] and len(r["fps_samples"]) == 2 and r["fps"] > 0
+        assert 30 < r["psnr_y_db"] < 99 and r["kbytes_per_frame"] > 0

@@ -114,7 +114,7 @@ def _encode_fps(clip: Path, codec: str, preset: str | None, threads: int) -> flo
         return None
     with av.open(str(clip)) as c:
         frames = [f.reformat(format="yuv420p") for f in c.decode(video=0)]
-    seconds, _ = encode_once(codec, preset, frames, threads)
+    seconds, _, _ = encode_once(codec, preset, frames, threads)
     return round(len(frames) / seconds, 2)
 
 
