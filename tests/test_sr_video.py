@@ -406,3 +406,33 @@ def test_subtitles_are_copied_or_refused_before_work_in_one_line(weights, tmp_pa
     assert err.strip().splitlines()[-1] == "error: in.mkv: subtitle srt cannot be copied into .mp4 (write .mkv, " \
                                            "which holds it)"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cues.srt", "in.mkv", "out.mkv"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="per-thread CPU times come from /proc")
+def test_cpu_split_counts_a_named_threads_children_with_it():
+    """A thread named for a stage, and a thread it starts (as FFmpeg's and x264's pools are), count for that
+    stage even after they end, sampled before; nothing else does."""
+    import threading
+    import time
+
+    from pipeline.sr.cpu_split import ENCODE, CpuMeter, name_thread
+
+    meter = CpuMeter()
+
+    def burn():
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < 0.3:
+            sum(range(1000))
+        meter.sample()  # as the stages do before their threads end
+
+    def stage():
+        name_thread(ENCODE)
+        child = threading.Thread(target=burn)
+        child.start()
+        child.join()
+
+    t = threading.Thread(target=stage)
+    t.start()
+    t.join()
+    split = meter.stages()
+    assert split["encode"] >= 0.25 and split["decode"] == 0.0, split
