@@ -34,9 +34,9 @@ AUDIO_MODES = ("copy", "drop")
 ENCODER_SIZES = {"h264": ((16384, 16384), 2), "h265": ((None, None), 16), "vp9": ((65536, 65536), 1),
                  "av1": ((16384, 8704), 4), "ffv1": ((None, None), 1)}
 # --preset: x264's and x265's speed/size trade (their names). Each default is the slowest preset that encodes 1080p
-# at >= 3x srcnn-x3 auto's inference rate on 2 cores (~12 frames/s from 360p), so the encoder takes <= 25 % of a
-# run (pipeline.bench.encoders, docs/measurements.md: x264 veryfast 48 frames/s, faster 21; x265 ultrafast 50,
-# superfast 32). x264 medium (FFmpeg's default) made the encoder half of a run.
+# at about 3x srcnn-x3 int8's inference rate on 2 cores (~12 frames/s from 360p), so the encoder takes about 25 %
+# of a run (pipeline.bench.encoders, docs/measurements.md: x264 veryfast 33-48 frames/s, faster 19-21; x265
+# ultrafast 34-50, superfast 21-32). x264 medium (FFmpeg's default) made the encoder half of a run (issue 52).
 PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
 DEFAULT_PRESET = {"h264": "veryfast", "h265": "ultrafast"}
 ENCODER_OPTIONS = {
