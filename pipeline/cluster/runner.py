@@ -135,7 +135,8 @@ class RayExecutor:
         what = []
         if clips:  # what makes a segment, so that none of another run's is taken
             identity = sr.segment_identity(m.spec, o.weights, backend, precision, {**options, "codec": o.codec,
-                                           "crf": o.crf, "preset": o.preset, "audio": o.audio},
+                                           "crf": o.crf, "preset": o.preset, "audio": o.audio,
+                                           "encoder_threads": self._encoder_threads()},
                                            hashes=[f["sha256"] for f in shared.describe()])
             what = self._plan_clips(plan, identity, actors)
         self._facts = {"address": cluster.address, "actors": actors, "artifacts": shared.describe()}
@@ -159,6 +160,11 @@ class RayExecutor:
         for line in sr.resume_lines(self.clips):
             console.info(line)
 
+    def _encoder_threads(self) -> int:
+        """An actor's encoder threads: its inference threads where they are set (one CPU per actor on a CPU-only
+        cluster), else FFmpeg's choice (0)."""
+        return self.ctor["options"]["threads"] or 0
+
     def _rows(self, todo: list[Record]) -> list[dict]:
         """One row per image and per clip segment still to do (absolute paths: actors do not run in the driver's
         working folder)."""
@@ -169,7 +175,8 @@ class RayExecutor:
             job = c.rec.job
             for seg, f in c.todo():
                 task = {"segment": seg.to_json(), "file": str(f.absolute()), "codec": o.codec, "crf": o.crf,
-                        "preset": o.preset, "audio": o.audio, "key": c.key}
+                        "preset": o.preset, "audio": o.audio, "key": c.key,
+                        "encoder_threads": self._encoder_threads()}
                 rows.append({"src": str(job.src.absolute()), "dst": str(job.dst.absolute()), "rel": job.rel,
                              "fmt": job.fmt, "segment": json.dumps(task)})
         return rows

@@ -66,13 +66,13 @@ class LocalExecutor:
         o, m = self.opts, plan.model
         loaded, choice, auto_line = self._load(m.name, m.scale, console)
         self.clips = [r for r in plan.todo if r.job.video]
+        self.workers = settings.io_workers(o.workers, loaded.on_gpu)  # also the encoder's threads (a segment's key)
         what = []
         if self.clips:  # PyAV loads only for runs with videos
             what = self._plan_clips(plan, loaded)
         self.stale = remove_stale_parts([r.job.dst for r in plan.todo] + [f for w in self.works for f in w.files])
         self.worker = ImageWorker(loaded, m.spec, m.scale, tile=o.tile, tile_overlap=o.tile_overlap, batch=o.batch,
                                   jpeg_quality=o.jpeg_quality, reference=o.reference)
-        self.workers = settings.io_workers(o.workers, loaded.on_gpu)
         self.console, self.loaded, self.auto_line = console, loaded, auto_line
         on = loaded.name if loaded.precision == "fp32" else f"{loaded.name} {loaded.precision}"  # first line says it
         return Started(m.name, m.scale, on, loaded.selection_brief or choice, loaded.describe(), choice,
@@ -90,7 +90,8 @@ class LocalExecutor:
         self.locks = locks = lock_outputs(self.clips)
         identity = segment_identity(m.spec, o.weights, loaded.name, loaded.precision,
                                     {"codec": o.codec, "crf": o.crf, "preset": o.preset, "audio": o.audio,
-                                     "tile": o.tile, "tile_overlap": o.tile_overlap, "batch": o.batch},
+                                     "tile": o.tile, "tile_overlap": o.tile_overlap, "batch": o.batch,
+                                     "encoder_threads": self.workers},
                                     files=[loaded.model_file(), o.onnx, o.engine])
         self.works = plan_work(self.clips, m.scale, identity, o.segment_seconds, 1, o.skip_existing, self.plans,
                                locks)

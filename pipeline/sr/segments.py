@@ -226,12 +226,12 @@ def segment_identity(spec, weights, backend: str, precision: str, opts: dict, fi
     """What makes a clip's segment bytes besides the source and the plan, decided here once for every executor:
     the model files' SHA-256 (the weights', and the --onnx/--engine or exported files the backend runs: `files`,
     or their `hashes` where the caller has them), the backend and precision, and the run's video and tiling
-    options (`opts`: codec, crf, preset, audio, tile, tile_overlap, batch). segment_files.segment_key adds the
-    encoder's own options and default presets."""
+    options (`opts`: codec, crf, preset, audio, tile, tile_overlap, batch, and the encoder's threads, which change
+    x264's bytes). segment_files.segment_key adds the encoder's own options and default presets."""
     hashes = [*hashes, *(file_sha256(f) for f in files if f is not None and Path(f).is_file())]
     with contextlib.suppress(Exception):  # an engine or ONNX run without the weights file: its files say it
         hashes.append(spec.weights_sha256(weights))
-    keys = ("codec", "crf", "preset", "audio", "tile", "tile_overlap", "batch")
+    keys = ("codec", "crf", "preset", "audio", "tile", "tile_overlap", "batch", "encoder_threads")
     return {"model": spec.name, "model_files": hashes, "backend": backend, "precision": precision,
             **{k: opts.get(k) for k in keys}}
 
@@ -246,7 +246,8 @@ def run_segment(worker, job, task: dict, bar=None) -> dict:
     except VideoError as e:
         rec.fail(str(e))
         return {"index": seg.index, "record": rec.as_dict()}
-    runner = VideoRunner(worker, Console(False, lambda m: None, False))
+    runner = VideoRunner(worker, Console(False, lambda m: None, False),
+                         encoder_threads=task.get("encoder_threads", 0))
     return {"index": seg.index, **encode_segment(runner, rec, vp, seg, path, task["key"], bar)}
 
 
