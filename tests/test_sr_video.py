@@ -358,16 +358,17 @@ def test_preset_reaches_the_encoder_and_the_done_line_splits_the_time(clips, wei
     assert len({*opts.values()}) == 3
 
 
-def test_preset_is_in_the_segment_key(tmp_path):
+def test_preset_and_encoder_threads_are_in_the_segment_key(tmp_path):
     from models.lookup import get_spec
     from pipeline.sr.segment_files import segment_key
     from pipeline.sr.segments import segment_identity
 
     src = make_clip(tmp_path / "c.mkv", "ffv1", 16, 12, 2, 10)
     spec = get_spec("srcnn")
-    keys = {segment_key(src, segment_identity(spec, None, "torch", "fp32", {"codec": "h264", "preset": p}))
-            for p in (None, "veryfast", "medium")}
-    assert len(keys) == 3
+    keys = {segment_key(src, segment_identity(spec, None, "torch", "fp32", {"codec": "h264", "preset": p,
+                                                                             "encoder_threads": t}))
+            for p in (None, "veryfast", "medium") for t in (1, 2)}
+    assert len(keys) == 6  # the preset and the encoder's threads both change x264's bytes
 
 
 def test_segment_seconds_is_checked_before_any_work(clips, weights, tmp_path, capsys):
