@@ -54,7 +54,8 @@ def add_arguments(p) -> None:
     p.add_argument("--crf", type=int, default=None, help="video quality, lower is better (default: "
                    + ", ".join(f"{c} {v[0]}" for c, v in CRF.items()) + "; ffv1 is lossless)")
     p.add_argument("--preset", default=None,
-                   help="h264/h265 encoder speed: " + ", ".join(PRESETS) + " (faster presets make larger files; "
+                   help="h264/h265 encoder speed: " + ", ".join(PRESETS) + " (faster: less CPU, a larger file "
+                   "or lower quality at the same CRF; "
                    "default: " + ", ".join(f"{c} {v}" for c, v in DEFAULT_PRESET.items()) + ")")
     p.add_argument("--audio", choices=AUDIO_MODES, default="copy",
                    help="a video's audio: copy it as it is (default; a codec the output container cannot hold is "
