@@ -115,3 +115,18 @@ def two_convs_factory():
 
 def undeclared_scale_factory():
     return torch.nn.Conv2d(3, 3, 1)
+
+
+class NanNearWhite(torch.nn.Module):
+    """issue 48's user net: x2 nearest, plus sqrt(0.999 - y) * 0 -- NaN wherever the input is near white, exact
+    elsewhere (at every precision)."""
+
+    scale = 2
+
+    def forward(self, x):
+        y = torch.nn.functional.interpolate(x, scale_factor=2, mode="nearest")
+        return y + torch.sqrt(0.999 - y) * 0
+
+
+def nan_near_white_factory():
+    return NanNearWhite().eval()

@@ -428,11 +428,16 @@ class OrtBackend(Backend):
         if "size" in self._inputs:
             binding.bind_cpu_input("size", np.array(out_hw, dtype=np.int64))
         binding.bind_output(px.PIXELS_OUT, "cpu" if self.provider == "cpu" else "cuda")
+        binding.bind_output(px.PIXELS_NONFINITE, "cpu")  # N numbers: the check ran on the device
         sess.run_with_iobinding(binding)
-        y = binding.copy_outputs_to_cpu()[0].astype(pixels.dtype, copy=False)  # int32 -> uint16 for TensorRT
+        y, bad = binding.copy_outputs_to_cpu()
+        y = y.astype(pixels.dtype, copy=False)  # int32 -> uint16 for TensorRT
         if y.shape != (n, *out_hw, 3):
             raise PipelineError(f"{self.name}: output {y.shape} does not match the expected {(n, *out_hw, 3)}")
-        return px.swap_rb(y, y)
+        y = px.swap_rb(y, y)
+        if np.any(bad):
+            raise px.NonFiniteOutput(bad, y)
+        return y
 
     def infer_pixels(self, pixels: np.ndarray, scale: float) -> np.ndarray:
         if self.provider == "cpu":  # the host path: numpy conversions around infer (Backend)
