@@ -275,6 +275,11 @@ class OrtBackend(Backend):
             extra = f"; not TensorRT: {provider_problem('tensorrt')}"  # in this build, but it cannot run here
         return cls.ok(f"ONNX Runtime {ort.__version__}, {wanted}{extra}")
 
+    def model_options(self) -> dict:
+        """The options that load the same model at another precision: the user's file, else the model's own export
+        of that precision (an fp16 run's fp32 twin runs the fp32 export, not the fp16 file)."""
+        return {"onnx": self.onnx_path, "weights": self.weights, "threads": self.threads, "exporter": self.exporter}
+
     # -- loading ---------------------------------------------------------------------------------------
     def resolve_onnx(self) -> Path:
         """The ONNX file to run: the given one (checked against model and precision) or the cached export."""
