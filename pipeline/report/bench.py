@@ -236,6 +236,13 @@ def _bench_folders(doc: dict) -> list:
         blocks += [Heading("GPU folder run vs pure inference, per device backend"),
                    para("As above, on the CUDA device (goal: share >= 85 %)."),
                    table(FOLDER_HEADER, _folder_rows(doc["gpu_folder"], "backend_description"))]
+    if doc.get("output_check"):
+        blocks += [Heading("Every output checked for NaN / inf: the check's cost"),
+                   para("The host path's check of one float output against the inference call that made it, same "
+                        "loaded backend, alternating, medians (goal: <= 2 % of inference)."),
+                   table(["model", "backend", "input", "check ms", "inference ms", "check %"],
+                         [[c["model"], c["backend_description"], f"{c['size']}^2", c["check_ms"], c["inference_ms"],
+                           c["check_pct"]] for c in doc["output_check"]])]
     if doc.get("stage_cost"):
         c = doc["stage_cost"]
         blocks += [Heading("The sr stage's own cost"),
