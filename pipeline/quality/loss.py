@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,8 +30,9 @@ import numpy as np
 
 from pipeline.artifacts.atomic import atomic_write
 from pipeline.artifacts.cache import cache_dir
-from pipeline.artifacts.confine import file_token
-from pipeline.artifacts.stamp import file_sha256, made_once
+from pipeline.artifacts.confine import file_token, open_inside
+from pipeline.artifacts.stamp import content_sha256, made_once
+from pipeline.errors import PipelineError
 from pipeline.native.machine import numerics as machine
 from pipeline.precisions import BUDGET_DB
 from pipeline.quality.metrics import crop_border_for
@@ -45,7 +47,7 @@ def identity(backend: Backend, scale: float) -> dict:
     """What a quality record holds for: the file that runs at `scale` (its SHA-256), backend, precision, scale
     and machine."""
     return {"model": backend.model_name, "backend": backend.name, "precision": backend.precision,
-            "scale": float(scale), "file_sha256": file_sha256(backend.run_file(scale)), "machine": machine()}
+            "scale": float(scale), "file_sha256": content_sha256(backend.run_file(scale)), "machine": machine()}
 
 
 def record_key(fields: dict) -> str:
@@ -75,6 +77,22 @@ def record_problem(record, ident: dict) -> str | None:
     images = record.get("images")
     if not isinstance(images, int) or isinstance(images, bool) or images < 1:
         return "its image count is not a positive number"
+    return consistency_problem(record)
+
+
+# A record's derived figures are rounded from the same measurement: they agree within the rounding, or were edited.
+TOLERANCE = {"psnr_loss_db": 2e-4, "ssim_loss": 2e-5}
+
+
+def consistency_problem(record: dict) -> str | None:
+    """Why a record's own figures disagree (its loss is not the difference of its own PSNR fields; SSIM likewise),
+    or None: an edited record is measured again, never trusted for its loss alone."""
+    for loss, (ref, got) in (("psnr_loss_db", ("psnr_fp32", "psnr")), ("ssim_loss", ("ssim_fp32", "ssim"))):
+        values = [record.get(k) for k in (loss, ref, got)]
+        if not all(finite_number(v) for v in values):
+            return f"its {loss.replace('_', ' ')} figures are not numbers"
+        if abs(values[0] - (values[1] - values[2])) > TOLERANCE[loss]:
+            return f"its {loss.replace('_', ' ')} is not the difference of its own {ref} and {got} (edited?)"
     return None
 
 
@@ -153,11 +171,17 @@ def precision_loss(backend: Backend, log=None, scale: float | None = None, progr
 
 
 def _read(path: Path, ident: dict) -> tuple[dict | None, str | None]:
-    """(the record at `path` when it holds for `ident`, else None; why not, None when there is none)."""
-    try:
-        record = json.loads(path.read_text())
-    except FileNotFoundError:
+    """(the record at `path` when it holds for `ident`, else None; why not, None when there is none). Read only as a
+    regular file inside the cache's quality folder (no link followed: a record elsewhere is measured again)."""
+    if not path.is_symlink() and not path.exists():
         return None, None
+    try:
+        fd = open_inside(path.parent, path.name)
+    except PipelineError:
+        return None, "it is a link or not a regular file inside the cache"
+    try:
+        with os.fdopen(fd, "rb") as f:
+            record = json.loads(f.read().decode())
     except (OSError, ValueError, RecursionError):
         return None, "it is not readable JSON"
     problem = record_problem(record, ident)
