@@ -35,6 +35,7 @@ from pipeline.artifacts.stamp import content_sha256, made_once
 from pipeline.errors import PipelineError
 from pipeline.native.machine import numerics as machine
 from pipeline.precisions import BUDGET_DB
+from pipeline.quality import fidelity
 from pipeline.quality.metrics import crop_border_for
 
 if TYPE_CHECKING:  # the interface it runs; this package sits below pipeline.backends and never loads one
@@ -93,22 +94,23 @@ def consistency_problem(record: dict) -> str | None:
             return f"its {loss.replace('_', ' ')} figures are not numbers"
         if abs(values[0] - (values[1] - values[2])) > TOLERANCE[loss]:
             return f"its {loss.replace('_', ' ')} is not the difference of its own {ref} and {got} (edited?)"
-    return None
+    return fidelity.consistency_problem(record)
 
 
-def _scores(backend: Backend, pairs, scale: float, bar=None) -> tuple[float, float]:
+def _scores(backend: Backend, pairs, scale: float, bar=None) -> tuple[float, float, list[np.ndarray]]:
+    """(mean Y-PSNR, mean SSIM against the HR photos, the 8-bit outputs)."""
     from pipeline.quality.metrics import psnr_y, ssim_y
 
-    psnr, ssim = [], []
+    psnr, ssim, outs = [], [], []
     for lr, hr in pairs:
         x = np.ascontiguousarray((lr.astype(np.float32) / 255).transpose(2, 0, 1)[None])
-        y = backend.infer(x, scale)[0].transpose(1, 2, 0)
-        out = np.clip(np.round(y * 255), 0, 255).astype(np.uint8)
+        out = fidelity.to_image(backend.infer(x, scale)[0])
         psnr.append(psnr_y(out, hr, crop_border_for(scale)))
         ssim.append(ssim_y(out, hr, crop_border_for(scale)))
+        outs.append(out)
         if bar is not None:
             bar.update(1)
-    return float(np.mean(psnr)), float(np.mean(ssim))
+    return float(np.mean(psnr)), float(np.mean(ssim)), outs
 
 
 def applies(backend: Backend) -> bool:
@@ -134,14 +136,16 @@ def measure(backend: Backend, scale: float | None = None, progress=None) -> dict
     reference = backend.fp32_twin()
     bar = progress(2 * len(pairs), "image", f"measuring {backend.precision}'s loss") if progress else None
     try:
-        psnr32, ssim32 = _scores(reference, pairs, scale, bar)
-        psnr, ssim = _scores(backend, pairs, scale, bar)
+        psnr32, ssim32, outs32 = _scores(reference, pairs, scale, bar)
+        psnr, ssim, outs = _scores(backend, pairs, scale, bar)
     finally:
         if bar is not None:
             bar.close()
+    close = [fidelity.fidelity_db(o, r, scale) for o, r in zip(outs, outs32, strict=True)]
     return {**ident, "images": len(pairs), "psnr_fp32": round(psnr32, 4), "psnr": round(psnr, 4),
             "psnr_loss_db": round(psnr32 - psnr, 4), "ssim_fp32": round(ssim32, 5), "ssim": round(ssim, 5),
             "ssim_loss": round(ssim32 - ssim, 5), "budget_db": BUDGET_DB.get(backend.precision),
+            **fidelity.figures(close), "fidelity_floor_db": fidelity.floor(backend.precision),
             "file": str(backend.run_file(scale)), "when": time.strftime(WHEN)}
 
 
@@ -203,23 +207,39 @@ def budget(record: dict) -> float:
     return BUDGET_DB[record["precision"]]
 
 
-def within_budget(record: dict) -> bool:
+def within_loss(record: dict) -> bool:
     return record["psnr_loss_db"] <= budget(record)
 
 
+def within_floor(record: dict) -> bool:
+    return fidelity.within_floor(record["fidelity_worst_db"], record["precision"])
+
+
+def within_budget(record: dict) -> bool:
+    """The gate: both the ground-truth drop within its budget and the worst image's fidelity to fp32 at or above
+    its floor."""
+    return within_loss(record) and within_floor(record)
+
+
 def summary(record: dict | None) -> dict | None:
-    """The measured loss as a report row carries it (bench, compare), or None (fp32, or nothing measured)."""
+    """The measured loss as a report row carries it (bench, compare), `fidelity` included, or None (fp32, or
+    nothing measured)."""
     if record is None:
         return None
     return {"psnr_loss_db": record["psnr_loss_db"], "ssim_loss": record["ssim_loss"], "budget_db": budget(record),
-            "within_budget": within_budget(record), "images": record["images"]}
+            "within_budget": within_budget(record), "images": record["images"],
+            "fidelity": fidelity.summary(record["fidelity_db"], record["precision"], "held-out")}
 
 
 def loss_line(record: dict, advice: bool = True) -> str:
-    """'bf16 loses 0.007 dB Y-PSNR (SSIM 0.0001) against fp32 on the 4 held-out images, within its 0.02 dB budget'.
-    `advice`: an over-budget line tells a run of that precision to use fp32 (not where it was already left out)."""
+    """'bf16 loses 0.007 dB Y-PSNR (SSIM 0.0001) against fp32 on the 4 held-out images, fidelity to fp32 54.8 dB
+    (worst image 53.0, floor 45), within its 0.02 dB budget and fidelity floor'. `advice`: a line over either
+    tells a run of that precision to use fp32 (not where it was already left out)."""
     p = record["precision"]
-    verdict = (f"within its {budget(record):g} dB budget" if within_budget(record)
-               else f"OVER its {budget(record):g} dB budget" + (": use fp32 for exact output" if advice else ""))
+    over = ([f"OVER its {budget(record):g} dB budget"] if not within_loss(record) else []) + \
+        (["BELOW its fidelity floor"] if not within_floor(record) else [])
+    verdict = (f"within its {budget(record):g} dB budget and fidelity floor" if not over
+               else " and ".join(over) + (": use fp32 for exact output" if advice else ""))
     return (f"{p} loses {record['psnr_loss_db']:.3f} dB Y-PSNR (SSIM {record['ssim_loss']:.4f}) against fp32 on the "
-            f"{record['images']} held-out images, {verdict}")
+            f"{record['images']} held-out images, "
+            f"{fidelity.line(record['fidelity_mean_db'], record['fidelity_worst_db'], p)}, {verdict}")

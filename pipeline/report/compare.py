@@ -10,10 +10,10 @@ from pipeline.errors import printable
 from pipeline.htmlreport import Heading, Paragraph, Strong, items, para, plot_figure, to_markdown, write_report
 from pipeline.report.machine import env_items
 from pipeline.report.plots import plt_, save_fig
-from pipeline.report.tables import budgets, fmt, json_default, sanitize, table
+from pipeline.report.tables import budgets, fidelity_cell, fmt, json_default, sanitize, table
 
 COMPARE_HEADER = ["model", "scale", "backend", "precision", "status", "max abs", "median abs", "p99 abs",
-                  "max rel", "PSNR dB", "held-out loss dB", "criterion"]
+                  "max rel", "PSNR dB", "held-out loss dB", "fidelity dB (worst)", "criterion"]
 
 
 def _model_note(m: dict) -> Paragraph:
@@ -37,7 +37,8 @@ def compare_blocks(doc: dict, *, plot: Path | None = None, sheets=()) -> list:
             if r["status"] in ("pass", "fail"):
                 rows.append([m["model"], r["scale"], r["backend"], r["precision"], r["status"].upper(), r["max_abs"],
                              r["median_abs"], r["p99_abs"], r["max_rel"], r["psnr_db"],
-                             (r.get("quality") or {}).get("psnr_loss_db"), r["criterion"]])
+                             (r.get("quality") or {}).get("psnr_loss_db"), fidelity_cell(r.get("fidelity")),
+                             r["criterion"]])
             else:
                 notes.append(f"{m['model']} x{fmt(r['scale'])} {r['backend']} {r['precision']}: "
                              f"{r['status']} ({r.get('reason', '')})")
