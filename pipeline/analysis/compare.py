@@ -133,6 +133,8 @@ def _compare_backend(st, precision: str, model: str, scale: float, inputs: dict,
                seconds=round(time.perf_counter() - t0, 3), quality=loss,
                fidelity=row_fidelity(outs, [ref[k] for k in inputs], precision, scale, loss), **stats)
     held_out = f", held-out loss {loss['psnr_loss_db']:.3f} dB" if loss else ""
+    if row["fidelity"]:
+        held_out += f", fidelity {row['fidelity']['mean_db']:.1f} dB (worst {row['fidelity']['worst_db']:.1f})"
     log(f"{where}: {row['status'].upper():<4} max {stats['max_abs']:.2e} p99 {stats['p99_abs']:.2e} "
         f"PSNR {stats['psnr_db']:.1f} dB{held_out} ({crit})")
     if not ok and opts["bisect"]:

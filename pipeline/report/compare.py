@@ -22,7 +22,9 @@ def _model_note(m: dict) -> Paragraph:
                 f"centre crop {m['input_size']}x{m['input_size']}; reference: {m['reference']}. "
                 f"Pass: FP32 max abs <= {tol['fp32_max_abs']:g}, FP16 PSNR >= {tol['fp16_psnr_db']:g} dB, "
                 "bf16/int8 a held-out Y-PSNR loss against the backend's own fp32 (measured once per file and "
-                f"machine) within its budget ({budgets(m['rows'])}). "
+                f"machine) within its budget ({budgets(m['rows'])}) and a fidelity to that fp32 output at or above "
+                "its floor. Fidelity dB: Y-PSNR of every lower precision's 8-bit output against fp32's, mean "
+                "(worst image): bf16/int8 on the held-out photos, others on these crops against the reference. "
                 f"Relative error denominators are clamped at {tol['rel_floor']:g}.")
 
 
