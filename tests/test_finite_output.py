@@ -146,3 +146,36 @@ def test_torch_fp16_overflow_on_cuda_reruns_at_fp32(folder, tmp_path):
     for name in ("plain.png", "white.png", "gray.png"):
         assert np.array_equal(cv2.imread(str(outs["fp16"][0] / name), cv2.IMREAD_UNCHANGED),
                               cv2.imread(str(outs["fp32"][0] / name), cv2.IMREAD_UNCHANGED))
+
+
+def _clip(path: Path) -> Path:
+    """3 lossless frames (FFV1 BGR0), the middle one with a white patch."""
+    import av
+
+    with av.open(str(path), "w") as out:
+        v = out.add_stream("ffv1", rate=10)
+        v.width, v.height, v.pix_fmt = 32, 24, "bgr0"
+        rng = np.random.default_rng(0)
+        for i in range(3):
+            a = rng.integers(0, 200, (24, 32, 3)).astype(np.uint8)
+            if i == 1:
+                a[4:10, 4:12] = 255
+            for p in v.encode(av.VideoFrame.from_ndarray(a, format="rgb24")):
+                out.mux(p)
+        for p in v.encode():
+            out.mux(p)
+    return path
+
+
+def test_a_clip_reruns_its_frame_at_fp16_and_fails_whole_at_fp32(tmp_path, capsys):
+    (tmp_path / "in").mkdir()
+    _clip(tmp_path / "in" / "c.mkv")
+    code = cli_main(["sr", str(tmp_path / "in"), str(tmp_path / "o16"), "--model", FP16_MODEL, "--backend", "ort",
+                     "--precision", "fp16", "--summary", str(tmp_path / "s.json")])
+    assert code == 0 and "1 tile of 1 input re-run at fp32: non-finite fp16 output" in capsys.readouterr().err
+    (clip,) = json.loads((tmp_path / "s.json").read_text())["images"]
+    assert clip["rerun_fp32"] == {"tiles": 1, "reason": "non-finite fp16 output"}
+    code = cli_main(["sr", str(tmp_path / "in"), str(tmp_path / "o32"), "--model", NAN_MODEL, "--backend", "ort"])
+    err = capsys.readouterr().err
+    assert code == 1 and "failed c.mkv: ort fp32 output is not finite (NaN or inf)" in err and "Traceback" not in err
+    assert not (tmp_path / "o32" / "c.mkv").exists()

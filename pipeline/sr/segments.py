@@ -197,6 +197,8 @@ def merge(rec: Record, results: list[dict]) -> tuple[ReadEnd, int, dict[int, int
         rec.decode_s += d.get("decode_s", 0.0)
         rec.infer_s += d.get("infer_s", 0.0)
         rec.encode_s += d.get("encode_s", 0.0)
+        if d.get("rerun_fp32"):  # frames' tiles re-run at fp32 (pipeline.sr.finite)
+            rec.rerun, rec.rerun_reason = rec.rerun + d["rerun_fp32"]["tiles"], d["rerun_fp32"]["reason"]
         errors.extend(r.get("errors", []))
         frames += len(r["timing"])
         durations.update({pts: dur for pts, dur in r["timing"] if pts is not None and dur})
