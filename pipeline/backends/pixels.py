@@ -76,7 +76,7 @@ def nonfinite_pixels(y: np.ndarray) -> np.ndarray | None:
     sum per sample (a NaN or inf makes it non-finite) finds the common case fast; the exact count runs only then
     (a sum that overflowed on huge finite values counts 0 there)."""
     flat = y.reshape(y.shape[0], -1)
-    if np.isfinite(np.add.reduce(flat, axis=1, dtype=np.float64)).all():
+    if np.isfinite(np.add.reduce(flat, axis=1)).all():  # in y's float32: a float64 sum costs 15x more
         return None
     counts = (~np.isfinite(y)).any(axis=1).sum(axis=(1, 2))
     return counts if counts.any() else None
@@ -305,14 +305,24 @@ def torch_to_unit(bgr, table):
     return table[bgr.to(torch.int32).flip(-1)].permute(0, 3, 1, 2)  # int32 first: torch's uint16 has few kernels
 
 
+def _torch_nonfinite(y):
+    """Per sample, the pixels of NCHW `y` with a NaN or inf (int64 [N], on y's device). On the CPU, where torch's
+    isfinite costs 100x a sum (48 vs 0.5 ms for 3 x 1152^2), one sum per sample finds the common case first (the
+    host reads it at no cost); on a device the count always runs there (no host sync between submit and collect)."""
+    import torch
+
+    if y.device.type == "cpu" and bool(torch.isfinite(y.sum(dim=(1, 2, 3), dtype=torch.float32)).all()):
+        return torch.zeros(y.shape[0], dtype=torch.int64)
+    return torch.isfinite(y).logical_not_().any(dim=1).sum(dim=(1, 2))
+
+
 def torch_to_samples(y, out):
     """NCHW float RGB model output -> `out`, an NHWC BGR uint8/uint16 tensor on the same device; `y` is consumed.
     Returns, on the device, the pixels of each sample with a non-finite value (int64 [N]): the check runs where
     the output is, and only N numbers travel."""
-    import torch
 
     maxv = 65535.0 if str(out.dtype) == "torch.uint16" else 255.0
-    bad = torch.isfinite(y).logical_not_().any(dim=1).sum(dim=(1, 2))
+    bad = _torch_nonfinite(y)
     # In place: `y` is a scratch output (the net's fresh result, a graph's static output or an engine's bound
     # buffer, each rewritten by the next run); a new 16 MB tensor per 1152^2 image cost more in page faults
     # than the multiplication itself.
