@@ -75,9 +75,9 @@ def nonfinite_pixels(y: np.ndarray) -> np.ndarray | None:
     """Per sample of an NCHW float batch: the pixels with a NaN or infinite value; None when all are finite. One
     sum per sample (a NaN or inf makes it non-finite) finds the common case fast; the exact count runs only then
     (a sum that overflowed on huge finite values counts 0 there)."""
-    flat = y.reshape(y.shape[0], -1)
-    if np.isfinite(np.add.reduce(flat, axis=1)).all():  # in y's float32: a float64 sum costs 15x more
-        return None
+    with np.errstate(over="ignore", invalid="ignore"):  # inf - inf, or a sum past float32: the exact count decides
+        if np.isfinite(np.add.reduce(y.reshape(y.shape[0], -1), axis=1)).all():  # y's float32: float64 costs 15x
+            return None
     counts = (~np.isfinite(y)).any(axis=1).sum(axis=(1, 2))
     return counts if counts.any() else None
 
