@@ -179,3 +179,16 @@ def test_a_clip_reruns_its_frame_at_fp16_and_fails_whole_at_fp32(tmp_path, capsy
     err = capsys.readouterr().err
     assert code == 1 and "failed c.mkv: ort fp32 output is not finite (NaN or inf)" in err and "Traceback" not in err
     assert not (tmp_path / "o32" / "c.mkv").exists()
+
+
+def test_an_fp16_only_file_has_no_fp32_twin_so_that_image_fails_saying_why(folder, tmp_path, capsys):
+    from pipeline.backends.ort_backend import OrtCpuBackend
+
+    fp16_file = OrtCpuBackend(FP16_MODEL, "fp16").load().onnx_file
+    code = cli_main(["sr", str(folder), str(tmp_path / "o"), "--onnx", str(fp16_file), "--backend", "ort",
+                     "--precision", "fp16"])
+    err = capsys.readouterr().err
+    line = next(ln for ln in err.splitlines() if ln.startswith("failed white.png"))
+    assert code == 1 and (tmp_path / "o" / "plain.png").is_file() and not (tmp_path / "o" / "white.png").exists()
+    assert line.startswith("failed white.png: ort fp16 output is not finite (NaN or inf): ")
+    assert "; no fp32 twin to re-run it (" in line and "is a fp16 graph but precision fp32 was requested" in line

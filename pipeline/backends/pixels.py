@@ -56,6 +56,7 @@ class NonFiniteOutput(PipelineError):
     def __init__(self, counts, samples=None, source: str = "", place: str = ""):
         self.counts = np.asarray(counts, dtype=np.int64).reshape(-1)
         self.samples, self.source, self.place = samples, source, place
+        self.note = ""  # what else the reader should know (why it was not re-run at fp32)
         self.repaired: list[int] = []  # samples re-run at fp32 before this was raised (pipeline.sr.finite)
         super().__init__(str(self))
 
@@ -67,7 +68,8 @@ class NonFiniteOutput(PipelineError):
         where = self.place or (f"sample(s) {', '.join(map(str, self.affected))} of {len(self.counts)}"
                                if len(self.counts) > 1 else "the output")
         who = f"{self.source} " if self.source else "model "
-        return (f"{who}output is not finite (NaN or inf): {int(self.counts.sum())} pixel(s) in {where}; "
+        note = f"; {self.note}" if self.note else ""
+        return (f"{who}output is not finite (NaN or inf): {int(self.counts.sum())} pixel(s) in {where}{note}; "
                 "nothing written for it")
 
 

@@ -53,7 +53,7 @@ class OutputCheck:
     def _unrepairable(self, e: px.NonFiniteOutput) -> px.NonFiniteOutput:
         e.source = self.source
         if self.backend.precision != DEFAULT:
-            e.source += f" (no fp32 twin to re-run it: {self._twin_problem})"
+            e.note = f"no fp32 twin to re-run it ({self._twin_problem})"
         return e
 
     def submit(self, batch: np.ndarray, scale: float) -> Callable[[list | None], tuple[np.ndarray, list[int]]]:

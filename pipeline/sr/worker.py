@@ -338,7 +338,9 @@ class ImageWorker:
         for i in reran:
             self._reran(items[i], [i])
         for i in (bad.affected if bad is not None else []):
-            items[i].failure = str(NonFiniteOutput(bad.counts[i:i + 1], source=bad.source, place="the whole image"))
+            one = NonFiniteOutput(bad.counts[i:i + 1], source=bad.source, place="the whole image")
+            one.note = bad.note
+            items[i].failure = str(one)
 
     def encode(self, item: Planned, rec: Record) -> None:
         """Encode and write atomically to rec's output, then score against --reference; raises on failure."""
