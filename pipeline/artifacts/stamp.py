@@ -15,6 +15,7 @@ the stamp's: a truncated, foreign or linked file, or one made from other weights
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -34,27 +35,45 @@ def file_sha256(path: str | Path) -> str:
     return models_file_sha256(path, follow_links=False)
 
 
-def data_files(source: str | Path) -> dict[str, str]:
+def data_files(source) -> dict[str, str]:
     """SHA-256 of each external-data file an ONNX file names (its relative location -> hash); {} for a file with
     none, or one that is not ONNX. OSError when a named file cannot be read as a regular file inside its folder."""
+    path = Path(source)
+    if path.suffix != ".onnx":
+        return {}
+    out = {}
+    for rel in _data_locations(source):
+        problem = inside_problem(Path(rel), path.parent)
+        if problem:
+            raise OSError(f"its external data {rel} {problem}")
+        out[rel] = file_sha256(path.parent / rel)
+    return out
+
+
+def _data_locations(source) -> tuple[str, ...]:
+    """The external-data files an ONNX file names: from an opened file's parsed graph (no second parse), else
+    parsed without its data, once per version of the file (its size, mtime and inode)."""
+    from pipeline.artifacts.onnx_file import OnnxFile, external_data_files
+
+    if isinstance(source, OnnxFile):
+        return external_data_files(source.model)
+    try:
+        st = os.stat(source, follow_symlinks=False)
+    except OSError:
+        return ()
+    return _parsed_locations(str(source), st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed_locations(path: str, size: int, mtime_ns: int, inode: int) -> tuple[str, ...]:
     import onnx
 
     from pipeline.artifacts.onnx_file import external_data_files
 
-    source = Path(source)
-    if source.suffix != ".onnx":
-        return {}
     try:
-        model = onnx.load(str(source), load_external_data=False)
+        return external_data_files(onnx.load(path, load_external_data=False))
     except Exception:  # not a readable ONNX file: its own hash is all there is (its loader says what is wrong)
-        return {}
-    out = {}
-    for rel in external_data_files(model):
-        problem = inside_problem(Path(rel), source.parent)
-        if problem:
-            raise OSError(f"its external data {rel} {problem}")
-        out[rel] = file_sha256(source.parent / rel)
-    return out
+        return ()
 
 
 def content_sha256(path: str | Path) -> str:

@@ -167,7 +167,7 @@ def _source(opts: dict) -> str:
     for key in ("onnx", "weights"):
         if opts.get(key) is not None:
             try:
-                return f"{key}:{content_sha256(os.fspath(opts[key]))}"
+                return f"{key}:{content_sha256(opts[key])}"
             except OSError:
                 return f"{key}:{os.fspath(opts[key])}"
     return "model"
