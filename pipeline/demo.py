@@ -19,7 +19,7 @@ from models.spec import DEFAULT_MODEL
 from pipeline.data.sample_images import HELD_OUT, load_rgb
 from pipeline.errors import PipelineError
 from pipeline.htmlreport import Code, Heading, para, to_markdown
-from pipeline.report import db, env_items, fmt, percent, speedup, table
+from pipeline.report import db, env_items, fmt, roofline_share, speedup, table
 
 DEMO_MODEL = DEFAULT_MODEL
 DEMO_SCALE = 3.0
@@ -91,7 +91,7 @@ def demo_blocks(sr: dict, names: list[str], cmp_doc, bench_doc, seconds: float, 
         out += [Heading("Quick bench (bench/report.md)"),
                 table(["model", "backend", "size", "median ms", "speed-up vs eager loop", "roofline"],
                       [[r["model"], r["backend"], r["size"], r["latency_ms"]["median"],
-                        speedup(r["speedup_vs_baseline"]), percent(r["roofline_fraction"])] for r in main]),
+                        speedup(r["speedup_vs_baseline"]), roofline_share(r["roofline_fraction"])] for r in main]),
                 para("Quick settings (small inputs, few iterations); ", Code("make bench"), " runs the full sweeps.")]
     if sheets:
         out += [Heading("Pictures: before / after"), *sheets]

@@ -86,6 +86,7 @@ def run(args) -> int:
     for a in doc["auto"]:
         if a["speedup"] is not None:
             print(f"auto ({a['backend']}) on {a['model']}: x{a['speedup']:.2f} vs the PyTorch eager loop "
-                  f"(floor x{FLOOR_SPEEDUP:g}: {'met' if a['meets_floor'] else 'NOT met'})")
+                  f"(floor x{FLOOR_SPEEDUP:g}: {'met' if a['meets_floor'] else 'NOT met'}), "
+                  f"{report.roofline_share(a['roofline_fraction'])} of roofline")
     print(f"report: {paths['md']} ({doc['total_seconds']:.0f} s)")
     return 0

@@ -10,7 +10,16 @@ from pipeline.errors import printable
 from pipeline.htmlreport import Code, Heading, Items, items, para, plot_figure, to_lines, to_markdown, write_report
 from pipeline.report.machine import env_items
 from pipeline.report.plots import plt_, save_fig
-from pipeline.report.tables import budgets, fmt, json_default, percent, runs_phrase, sanitize, speedup, table
+from pipeline.report.tables import (
+    budgets,
+    fmt,
+    json_default,
+    roofline_share,
+    runs_phrase,
+    sanitize,
+    speedup,
+    table,
+)
 
 RESULT_HEADER = ["model", "sweep", "backend", "size", "scale", "batch", "threads", "n", "mean ms", "median ms",
                  "p90 ms", "p99 ms", "min ms", "max ms", "images/s", "MPix/s", "speed-up", "roofline",
@@ -21,7 +30,7 @@ def result_row(r: dict) -> list:
     lat = r["latency_ms"]
     return [r["model"], r["sweep"], r["backend"], r["size"], r["scale"], r["batch"], r.get("threads"), lat["n"],
             lat["mean"], lat["median"], lat["p90"], lat["p99"], lat["min"], lat["max"], r["images_per_s"],
-            r["mpix_per_s"], speedup(r.get("speedup_vs_baseline")), percent(r.get("roofline_fraction")),
+            r["mpix_per_s"], speedup(r.get("speedup_vs_baseline")), roofline_share(r.get("roofline_fraction")),
             r.get("peak_rss_mb"), r.get("max_abs_err")]
 
 
@@ -146,7 +155,7 @@ def precision_section(doc: dict) -> list:
               table(["model", "backend", "precision", "median ms", "speed-up", "roofline", "Y-PSNR loss dB",
                      "SSIM loss", "budget dB", "within budget"],
                     [[r["model"], r["backend"], r.get("precision", "fp32"), r["latency_ms"]["median"],
-                      speedup(r.get("speedup_vs_baseline")), percent(r.get("roofline_fraction")),
+                      speedup(r.get("speedup_vs_baseline")), roofline_share(r.get("roofline_fraction")),
                       *_loss(r.get("quality"))] for r in main])]
     if doc.get("precision_auto"):
         blocks += [para(Code("--precision auto"), " (the fastest precision within its budget on the backend ",
@@ -209,7 +218,8 @@ def _bench_auto(doc: dict) -> list:
             table(["model", "auto picks", "size", "scale", "auto median ms", "baseline median ms", "speed-up",
                    "floor", "meets floor", "roofline"],
                   [[a["model"], a["backend"], a["size"], a["scale"], a["median_ms"], a["baseline_ms"],
-                    speedup(a["speedup"]), speedup(a["floor"]), a["meets_floor"], percent(a["roofline_fraction"])]
+                    speedup(a["speedup"]), speedup(a["floor"]), a["meets_floor"],
+                    roofline_share(a["roofline_fraction"])]
                    for a in doc["auto"]]),
             items(*[f"{a['model']}: {a['reason']}" for a in doc["auto"]])]
 

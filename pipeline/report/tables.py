@@ -39,6 +39,14 @@ def percent(fraction) -> str:
     return "-" if fraction is None else f"{100 * fraction:.1f} %"
 
 
+def roofline_share(fraction) -> str:
+    """A roofline share: percent(), except that a row at 100 % says why (its rate beat the GEMM's and became the
+    peak, pipeline.bench.results.apply_peak) instead of a bare 100.0 % that reads like a bug."""
+    if fraction is not None and fraction >= 0.9995:
+        return "100 % (this row set the peak)"
+    return percent(fraction)
+
+
 def speedup(ratio) -> str:
     """A speed-up (baseline time / our time) as the ratio and the change in speed a person reads:
     4.0 -> '4.00x (+300 %)', 0.5 -> '0.50x (-50 %)'."""
