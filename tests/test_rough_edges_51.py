@@ -35,3 +35,17 @@ def test_the_video_bench_cuts_frames_into_the_tiles_sr_would(monkeypatch):
     be = backends.create("ort", "srcnn", "fp32", threads=1)
     (row,) = video_fps("srcnn", 2, backend=be, log=lambda _m: None, sizes={"small": (96, 64)})
     assert row["tiles"] > 1 and row["fps"] > 0 and row["inference_fps"] > 0 and row["output"] == [288, 192]
+
+
+def test_auto_on_a_file_suggests_timing_that_file(tmp_path):
+    """`sr --onnx F` said `backends --model srcnn ... --measure`, which a torch-free install cannot run ("no backend
+    can run this model here"); the file's own command works everywhere."""
+    from pipeline.artifacts.onnx_file import check_onnx_file
+    from pipeline.backends import pick_auto
+    from pipeline.export.cached import onnx_for
+
+    onnx = check_onnx_file(onnx_for("srcnn"))
+    reason = pick_auto(None, "fp32", onnx=onnx).reason
+    assert f"`python -m pipeline backends --onnx {onnx} --measure` times them here" in reason, reason
+    assert "--model" not in reason
+    assert "`python -m pipeline backends --model srcnn --measure`" in pick_auto("srcnn", "fp32").reason
