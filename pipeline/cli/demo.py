@@ -55,6 +55,9 @@ def _bench(weights, root: Path) -> dict:
 
 def run(args) -> int:
     t0 = time.perf_counter()
+    # every step runs PyTorch (the export, compare's reference, the bench's eager loop): without it, the CLI's one
+    # line naming the extra, before anything is printed or made
+    import torch  # noqa: F401
     check_max_side(args.max_side, DEMO_SCALE)
     # --model and --backend are checked before input/ and hr/ are written, like every other command's
     options.models_from_args(args)
