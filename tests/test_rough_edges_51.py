@@ -49,3 +49,39 @@ def test_auto_on_a_file_suggests_timing_that_file(tmp_path):
     assert f"`python -m pipeline backends --onnx {onnx} --measure` times them here" in reason, reason
     assert "--model" not in reason
     assert "`python -m pipeline backends --model srcnn --measure`" in pick_auto("srcnn", "fp32").reason
+
+
+def _cli(capsys, *argv) -> tuple[int, str, str]:
+    from pipeline.cli import main
+
+    code = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_a_file_whose_image_input_has_another_name_is_refused_once(tmp_path, capsys):
+    """`ort` refused it in one line, `openvino` (auto's pick) failed every image with a RuntimeError and `compare`
+    printed `error: RuntimeError: ...`: the one --onnx check refuses it, for every command, before any work."""
+    import cv2
+    import numpy as np
+    import onnx
+
+    from pipeline.export.cached import onnx_for
+
+    model = onnx.load(str(onnx_for("srcnn")))
+    for inp in model.graph.input:
+        if inp.name == "input":
+            inp.name = "image"
+    for node in model.graph.node:
+        node.input[:] = ["image" if n == "input" else n for n in node.input]
+    path = tmp_path / "renamed.onnx"
+    onnx.save(model, str(path))
+    cv2.imwrite(str(tmp_path / "a.png"), np.full((8, 8, 3), 99, np.uint8))
+    for argv in (["sr", tmp_path / "a.png", tmp_path / "b.png", "--backend", "openvino"], ["sr", tmp_path / "a.png",
+                 tmp_path / "b.png"], ["compare", "--output", tmp_path / "cmp"], ["backends"]):
+        code, _out, err = _cli(capsys, *argv, "--onnx", path)
+        err = err.rstrip("\n")
+        assert code == 2 and "\n" not in err, (argv, err)
+        assert err == (f"error: {path}: has no image input named 'input' (its inputs: 'image', 'size'); the pipeline "
+                       "feeds the NCHW float RGB image as 'input', as `python -m pipeline export` names it"), err
+    assert not (tmp_path / "b.png").exists() and not (tmp_path / "cmp").exists()

@@ -211,7 +211,16 @@ def _external_data_problem(path: Path, model) -> str | None:
     return None
 
 
+IMAGE_INPUT = "input"  # every backend feeds the image by this name (the export's contract; README: Export)
+
+
 def _input_problem(model) -> str | None:
+    init = {i.name for i in model.graph.initializer}
+    names = [i.name for i in model.graph.input if i.name not in init]
+    if IMAGE_INPUT not in names:  # refused here, not by each backend in its own way (openvino: per image)
+        return (f"has no image input named '{IMAGE_INPUT}' (its inputs: {', '.join(map(repr, names)) or 'none'}); "
+                f"the pipeline feeds the NCHW float RGB image as '{IMAGE_INPUT}', as `python -m pipeline export` "
+                "names it")
     for inp in model.graph.input:
         dims = inp.type.tensor_type.shape.dim
         for d in dims:
