@@ -85,3 +85,44 @@ def test_a_file_whose_image_input_has_another_name_is_refused_once(tmp_path, cap
         assert err == (f"error: {path}: has no image input named 'input' (its inputs: 'image', 'size'); the pipeline "
                        "feeds the NCHW float RGB image as 'input', as `python -m pipeline export` names it"), err
     assert not (tmp_path / "b.png").exists() and not (tmp_path / "cmp").exists()
+
+
+@pytest.mark.parametrize("opts,said", [
+    ({"onnx": 123}, "option 'onnx' of backend 'ort' takes a file path (str or os.PathLike) or None, got 123"),
+    ({"onnx": b"x.onnx"}, "option 'onnx' of backend 'ort' takes a file path (str or os.PathLike) or None"),
+    ({"onnx": "{fifo}"}, "ONNX file {fifo} is not a regular file (a FIFO, socket or device)"),
+    ({"onnx": "{tmp}"}, "ONNX file {tmp} is a folder"),
+    ({"onnx": "/dev/zero"}, "ONNX file /dev/zero is not a regular file (a FIFO, socket or device)"),
+    ({"threads": -1}, "option 'threads' of backend 'ort' must be from 1 to 4096, got -1"),
+    ({"threads": 99999999999}, "option 'threads' of backend 'ort' must be from 1 to 4096, got 99999999999"),
+    ({"scale": "3"}, "scale must be a number above 0, got '3'"),
+    ({"profile": "x"}, "option 'profile' of backend 'ort' takes a dict or None, got 'x'"),
+    ({"options": "ort-threads-1", "threads": 2},
+     "option 'threads' given twice, as threads=2 and in options= as 1: give it once"),
+])
+def test_create_refuses_what_the_cli_refuses(tmp_path, opts, said):
+    """The Python API took these (or raised a raw TypeError, or called a FIFO "not found")."""
+    from pipeline.backends import create
+    from pipeline.backends.descriptor import OrtOptions
+    from pipeline.errors import PipelineError
+
+    fifo = tmp_path / "f.onnx"
+    os.mkfifo(fifo)
+    opts = {k: (v.format(fifo=fifo, tmp=tmp_path) if isinstance(v, str) and "{" in v else v) for k, v in opts.items()}
+    if opts.get("options") == "ort-threads-1":
+        opts["options"] = OrtOptions(threads=1)
+    with pytest.raises(PipelineError) as e:
+        create("ort", "srcnn", **opts)
+    assert str(e.value).startswith(said.format(fifo=fifo, tmp=tmp_path)), str(e.value)
+
+
+def test_options_and_keywords_that_agree_are_one_option():
+    from pipeline.backends import create
+    from pipeline.backends.descriptor import OrtOptions
+
+    assert create("ort", "srcnn", options=OrtOptions(threads=1), threads=1).describe()
+
+
+def test_threads_beyond_any_machine_name_the_flag(tmp_path, capsys):
+    code, _out, err = _cli(capsys, "sr", tmp_path / "in.png", tmp_path / "out.png", "--threads", "99999999999")
+    assert code == 2 and err.strip() == "error: --threads must be an integer from 1 to 4096, got 99999999999"

@@ -65,8 +65,11 @@ def onnx_metadata(path: Path | OnnxFile) -> dict[str, str]:
     if isinstance(path, OnnxFile):
         return path.meta
     path = Path(path)
-    if not path.is_file():
+    problem = regular_file_problem(path)  # a FIFO, folder or /dev/zero is named for what it is (as --onnx does)
+    if problem == "does not exist":
         raise PipelineError(f"ONNX file not found: {path}")
+    if problem:
+        raise PipelineError(f"ONNX file {path} {problem}")
     return load_onnx(path, external_data=False)[1]
 
 

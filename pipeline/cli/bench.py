@@ -5,6 +5,7 @@ import time
 
 from pipeline import report
 from pipeline.artifacts.identity import resolve
+from pipeline.backends.descriptor import MAX_THREADS
 from pipeline.bench import onnx_file
 from pipeline.bench.results import FLOOR_SPEEDUP
 from pipeline.bench.suite import FULL, QUICK, run_bench
@@ -46,8 +47,9 @@ def config_from_args(args) -> dict:
         if args.time_budget <= 0:
             raise PipelineError("--time-budget must be positive")
         cfg["time_budget"] = args.time_budget
-    if any(s < 8 for s in cfg["sizes"]) or any(b < 1 for b in cfg["batches"]) or any(t < 1 for t in cfg["threads"]):
-        raise PipelineError("sizes must be >= 8 and batches/threads >= 1")
+    if any(s < 8 for s in cfg["sizes"]) or any(b < 1 for b in cfg["batches"]) \
+            or any(not 1 <= t <= MAX_THREADS for t in cfg["threads"]):
+        raise PipelineError(f"sizes must be >= 8, batches >= 1 and threads from 1 to {MAX_THREADS}")
     backends = options.backends_from_args(args)
     if backends:
         cfg["backends"] = tuple(backends)
