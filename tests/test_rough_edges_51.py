@@ -126,3 +126,18 @@ def test_options_and_keywords_that_agree_are_one_option():
 def test_threads_beyond_any_machine_name_the_flag(tmp_path, capsys):
     code, _out, err = _cli(capsys, "sr", tmp_path / "in.png", tmp_path / "out.png", "--threads", "99999999999")
     assert code == 2 and err.strip() == "error: --threads must be an integer from 1 to 4096, got 99999999999"
+
+
+def test_report_pages_escape_control_characters_like_report_md(tmp_path):
+    """report.html carried raw ESC and BEL bytes from metadata and file names; report.md and the terminal escape
+    them."""
+    from pipeline.htmlreport import Code, Heading, Table, items, para, write_report
+
+    evil = "model\x1b[31m\x07name"
+    blocks = [Heading(f"Report on {evil}", 1), para("made from ", Code(evil), " here"), items(evil),
+              Table(("model", "value"), ((evil, "1"),))]
+    md, html = write_report(tmp_path / "report.md", blocks)
+    for path in (md, html):
+        data = Path(path).read_bytes()
+        assert b"\x1b" not in data and b"\x07" not in data, path
+        assert b"model\\x1b[31m\\x07name" in data, path
