@@ -116,9 +116,19 @@ class RayExecutor:
             return self.clips[0].plan.notes
         return []
 
+    def _idle(self, plan: Plan) -> Started:
+        """Nothing left for actors (a rerun with --skip-existing after a finished run): no cluster is started, no
+        file exported or shared."""
+        self.jobs, self.n_actors, self.scale = {}, 0, plan.model.scale
+        self._facts = {"address": None, "actors": 0, "artifacts": []}
+        return Started(plan.model.name, plan.model.scale, "Ray", "not started: nothing left to do", "none",
+                       "nothing left to do", tile=self.opts.tile, workers=0)
+
     def start(self, plan: Plan, console: Console) -> Started:
         self.opts = plan.opts  # the checked options: the --onnx file opened once
         o, m = self.opts, plan.model
+        if not plan.todo:
+            return self._idle(plan)
         clips = [r for r in plan.todo if r.job.video]
         if clips:  # PyAV loads only for runs with videos; every clip probed and checked before Ray starts
             self.clip_plans = sr.plan_clips(clips, m.scale, o.codec, o.crf, o.audio)
