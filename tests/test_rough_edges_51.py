@@ -141,3 +141,23 @@ def test_report_pages_escape_control_characters_like_report_md(tmp_path):
         data = Path(path).read_bytes()
         assert b"\x1b" not in data and b"\x07" not in data, path
         assert b"model\\x1b[31m\\x07name" in data, path
+
+
+def test_pages_show_our_commands_as_code_link_sub_reports_and_wrap_long_cells(tmp_path):
+    from pipeline.htmlreport import Link, Table, items, para, said, write_report
+
+    reason = "ort is expected fastest (`python -m pipeline backends --model srcnn --measure` times them here)"
+    long_fix = "`make plugins` with TensorRT headers available: TENSORRT_ROOT=/a/very/long/path/to/include/NvInfer.h"
+    md, html = write_report(tmp_path / "report.md", [
+        items(("srcnn: ", *said(reason))), para("The whole report: ", Link("compare/report.md", "compare/report.md")),
+        Table(("check", "fix"), (("plugin library", long_fix), ("short", "ok")))])
+    page, text = Path(html).read_text(), Path(md).read_text()
+    assert "<code>python -m pipeline backends --model srcnn --measure</code> times them here" in page
+    assert "`python -m pipeline backends --model srcnn --measure` times them here" in text  # the same for report.md
+    assert '<a href="compare/report.md">compare/report.md</a>' in page
+    assert "[compare/report.md](compare/report.md)" in text
+    assert page.count('<td class="wrap">') == 1  # the long fix wraps in its column; short cells stay on one line
+    assert said("a `b") == ("a `b",)  # no pair of backticks: text as it is
+    for bad in ("../up.md", "/etc/passwd", "http://x/y", "a//b", "a/./b", ""):
+        with pytest.raises(ValueError):
+            Link("x", bad)

@@ -7,7 +7,18 @@ from pathlib import Path
 
 from pipeline.artifacts.atomic import atomic_write
 from pipeline.errors import printable
-from pipeline.htmlreport import Code, Heading, Items, items, para, plot_figure, to_lines, to_markdown, write_report
+from pipeline.htmlreport import (
+    Code,
+    Heading,
+    Items,
+    items,
+    para,
+    plot_figure,
+    said,
+    to_lines,
+    to_markdown,
+    write_report,
+)
 from pipeline.report.machine import env_items
 from pipeline.report.plots import plt_, save_fig
 from pipeline.report.tables import (
@@ -166,7 +177,7 @@ def precision_section(doc: dict) -> list:
                          [[a["model"], a["label"], a["median_ms"], a["baseline_ms"], speedup(a["speedup"]),
                            speedup(a["floor"]), a["meets_floor"], (a.get("quality") or {}).get("psnr_loss_db")]
                           for a in doc["precision_auto"]]),
-                   items(*[f"{a['model']}: {a['reason']}" for a in doc["precision_auto"]])]
+                   items(*[(f"{a['model']}: ", *said(a["reason"])) for a in doc["precision_auto"]])]
     return blocks
 
 
@@ -221,7 +232,7 @@ def _bench_auto(doc: dict) -> list:
                     speedup(a["speedup"]), speedup(a["floor"]), a["meets_floor"],
                     roofline_share(a["roofline_fraction"])]
                    for a in doc["auto"]]),
-            items(*[f"{a['model']}: {a['reason']}" for a in doc["auto"]])]
+            items(*[(f"{a['model']}: ", *said(a["reason"])) for a in doc["auto"]])]
 
 
 FOLDER_HEADER = ["model", "backend", "images", "size", "folder ms/img", "inference ms/img", "share %",
