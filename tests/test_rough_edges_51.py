@@ -161,3 +161,14 @@ def test_pages_show_our_commands_as_code_link_sub_reports_and_wrap_long_cells(tm
     for bad in ("../up.md", "/etc/passwd", "http://x/y", "a//b", "a/./b", ""):
         with pytest.raises(ValueError):
             Link("x", bad)
+
+
+def test_a_table_column_writes_its_numbers_one_way():
+    """`0.0101`, `6.900e-03`, `0.1649` in one column; times `0.2001`, `0.841`, `0.0514` (issue 51)."""
+    from pipeline.report import table
+
+    t = table(["err", "s", "ms", "n"], [[0.0101, 0.2001, 5747.3, 3], [6.9e-3, 0.841, 28.1, 4],
+                                        [0.1649, 0.0514, None, 5], [0.0, float("inf"), 12.0, 6]])
+    assert [r[0] for r in t.rows] == ["1.010e-02", "6.900e-03", "1.649e-01", "0"]
+    assert [r[1] for r in t.rows] == ["0.2001", "0.8410", "0.0514", "inf"]
+    assert [r[2] for r in t.rows] == ["5747.3", "28.1", "-", "12.0"] and [r[3] for r in t.rows] == ["3", "4", "5", "6"]
