@@ -130,18 +130,22 @@ VIDEO_CONTEXT = [
 def video_section(rows: list[dict] | None) -> list:
     if not rows:
         return []
+    skipped = [r for r in rows if r["fps"] is None]
     return [Heading("Video (pipeline sr on a clip)"),
             para("A short H.264 clip panning over a held-out photo, auto backend at fp32 and at what ",
                  Code("--precision auto"), " picks, default codec (H.264 CRF 16); fps = frames / (first decode to "
-                 "last encode); inference fps = one frame per call on the same backend; vs fp32 = fps / the fp32 "
-                 "run's at the same size, against the floor this project holds itself to (on a 2-core AMX Xeon)."),
-            table(["model", "backend", "precision", "input", "output", "scale", "frames", "fps", "inference fps",
-                   "vs fp32", "floor"],
+                 "last encode); inference fps = one frame per call on the same backend, in the tiles ", Code("sr"),
+                 " cuts it into (its tile memory budget); vs fp32 = fps / the fp32 run's at the same size, against "
+                 "the floor this project holds itself to (on a 2-core AMX Xeon)."),
+            table(["model", "backend", "precision", "input", "output", "scale", "frames", "tiles", "fps",
+                   "inference fps", "vs fp32", "floor"],
                   [[r["model"], r["backend"], r.get("precision", "fp32"),
                     f"{r['size']} {r['input'][0]}x{r['input'][1]}",
                     "x".join(map(str, r["output"])) if r.get("output") else "-", r["scale"], r.get("frames", "-"),
-                    r["fps"] if r["fps"] is not None else r["skipped"], r.get("inference_fps", "-"),
-                    speedup(r.get("vs_fp32")), speedup(r.get("floor"))] for r in rows]),
+                    r.get("tiles", "-"), r["fps"] if r["fps"] is not None else "not run",
+                    r.get("inference_fps", "-"), speedup(r.get("vs_fp32")), speedup(r.get("floor"))] for r in rows]),
+            *([items(*[f"{r['model']} {r['size']} ({r.get('precision', 'fp32')}): not run, {r['skipped']}"
+                       for r in skipped])] if skipped else []),
             para("Published numbers as context (GPUs, not this machine):"), items(*VIDEO_CONTEXT)]
 
 
