@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pipeline import report
 from pipeline.analysis import sheet
-from pipeline.analysis.compare import compare_model
+from pipeline.analysis.compare import compare_model, runs_passing
 from pipeline.bench.suite import QUICK, run_bench
 from pipeline.cli import options
 from pipeline.demo import DEMO_MODEL, DEMO_SCALE, _write_inputs, check_max_side, demo_blocks
@@ -36,9 +36,8 @@ def _compare(models: list[str], weights, root: Path) -> dict:
     sheets = sheet.compare_sheets(root / "compare", doc["models"], weights)  # the same crops, to look at
     report.write_compare(doc, root / "compare", sheets)
     doc["sheets"] = sheets
-    rows = [r for m in doc["models"] for r in m["rows"] if r["status"] in ("pass", "fail", "error")]
-    print(f"[3/4] compare: {sum(r['status'] == 'pass' for r in rows)}/{len(rows)} backend runs pass -> "
-          f"{root / 'compare' / 'report.md'}")
+    passed, ran = runs_passing(doc["models"])
+    print(f"[3/4] compare: {passed}/{ran} backend runs pass -> {root / 'compare' / 'report.md'}")
     return doc
 
 
