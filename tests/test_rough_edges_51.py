@@ -172,3 +172,11 @@ def test_a_table_column_writes_its_numbers_one_way():
     assert [r[0] for r in t.rows] == ["1.010e-02", "6.900e-03", "1.649e-01", "0"]
     assert [r[1] for r in t.rows] == ["0.2001", "0.8410", "0.0514", "inf"]
     assert [r[2] for r in t.rows] == ["5747.3", "28.1", "-", "12.0"] and [r[3] for r in t.rows] == ["3", "4", "5", "6"]
+
+
+def test_plain_eval_of_a_fixed_scale_model_says_nothing_about_other_scales(capsys):
+    """`eval --model srcnn-x3` printed "x2 not evaluated ..." lines its help already explains."""
+    code, out, _err = _cli(capsys, "eval", "--model", "srcnn-x3", "--images", "astronaut")
+    assert code == 0 and "not evaluated" not in out and "    x3 " in out, out
+    code, out, _err = _cli(capsys, "eval", "--model", "srcnn-x3", "--images", "astronaut", "--scales", "2", "3")
+    assert code == 0 and "x2  not evaluated" in out  # asked for: said
