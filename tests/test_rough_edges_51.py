@@ -180,3 +180,19 @@ def test_plain_eval_of_a_fixed_scale_model_says_nothing_about_other_scales(capsy
     assert code == 0 and "not evaluated" not in out and "    x3 " in out, out
     code, out, _err = _cli(capsys, "eval", "--model", "srcnn-x3", "--images", "astronaut", "--scales", "2", "3")
     assert code == 0 and "x2  not evaluated" in out  # asked for: said
+
+
+def test_a_mistyped_flag_gets_the_closest_one_and_metavars_agree(tmp_path, capsys):
+    code, _out, err = _cli(capsys, "sr", tmp_path / "in", tmp_path / "out", "--sacle", "3")
+    assert code == 2 and err.strip().startswith("error: unrecognized arguments: --sacle 3 (did you mean --scale?)")
+    code, _out, err = _cli(capsys, "sr", tmp_path / "in", tmp_path / "out", "--zzzz")
+    assert code == 2 and "did you mean" not in err
+    helps = {}
+    for stage in ("demo", "sr", "doctor", "compare", "bench", "engine", "export"):
+        with pytest.raises(SystemExit):
+            _cli(capsys, stage, "--help")
+        helps[stage] = capsys.readouterr().out
+    for stage in ("demo", "doctor", "compare", "bench"):  # a folder is DIR, a file FILE, a backend NAME everywhere
+        assert "--output DIR" in helps[stage], stage
+    assert "--output FILE" in helps["engine"] and "--output FILE" in helps["export"]
+    assert "--backend NAME" in helps["demo"] and "--backend NAME" in helps["sr"]
