@@ -196,3 +196,24 @@ def test_a_mistyped_flag_gets_the_closest_one_and_metavars_agree(tmp_path, capsy
         assert "--output DIR" in helps[stage], stage
     assert "--output FILE" in helps["engine"] and "--output FILE" in helps["export"]
     assert "--backend NAME" in helps["demo"] and "--backend NAME" in helps["sr"]
+
+
+def test_make_configures_cmake_once_per_set_of_arguments(tmp_path):
+    """Every make target re-ran CMake's configure, printing "Unable to find cublas_v2.h" and the TensorRT skip."""
+    import shutil
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    log, bin_dir, build = tmp_path / "calls.log", tmp_path / "bin", tmp_path / "build"
+    bin_dir.mkdir()
+    (bin_dir / "cmake").write_text(f'#!/bin/sh\necho "cmake $*" >> {log}\n'
+                                   'if [ "$1" = -S ]; then mkdir -p "$4" && touch "$4/CMakeCache.txt"; fi\n')
+    (bin_dir / "cmake").chmod(0o755)
+    env = {"PATH": f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin", "HOME": str(tmp_path)}
+    for trt in ("", "", "/elsewhere"):
+        r = subprocess.run(["make", "-s", "--no-print-directory", "build-plugins", f"PY={sys.executable}",
+                            f"BUILD={build}", f"TENSORRT_ROOT={trt}"], cwd=REPO, env=env, capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+    calls = log.read_text().splitlines()
+    assert [c.split()[1] for c in calls] == ["-S", "--build", "--build", "-S", "--build"], calls
