@@ -28,11 +28,15 @@ def add_arguments(p) -> None:
     p.add_argument("--no-compare", action="store_true", help="skip the backend comparison")
 
 
-def _quiet(*_args, **_kwargs) -> None:
-    """The demo prints one line per step; the stages' own logs are dropped."""
+def _quiet(line: str = "", *_args, **_kwargs) -> None:
+    """The demo prints one line per step; of the stages' own logs only what makes a step slow on first use (an
+    export into the cache) comes through, so an empty cache's steps are not silent for a minute."""
+    if isinstance(line, str) and line.startswith("exporting "):
+        print(f"      {line}", flush=True)
 
 
 def _compare(models: list[str], weights, root: Path) -> dict:
+    print(f"[3/4] compare: every backend here against PyTorch fp32 on {', '.join(models)} ...", flush=True)
     doc = {"kind": "compare", "environment": report.environment(),
            "models": [compare_model(m, size=64, weights=weights(m), log=_quiet) for m in models]}
     sheets = sheet.compare_sheets(root / "compare", doc["models"], weights)  # the same crops, to look at
@@ -45,6 +49,8 @@ def _compare(models: list[str], weights, root: Path) -> dict:
 
 def _bench(weights, root: Path) -> dict:
     cfg = dict(QUICK, quick=True, folder_images=2)
+    print(f"[4/4] quick bench (srcnn-x3, {cfg['main_size']}^2): timing every backend and precision, about a minute "
+          "(longer on first use: exports, int8 calibration) ...", flush=True)
     doc = run_bench(["srcnn-x3"], cfg, weights=weights("srcnn-x3"), log=_quiet)
     report.write_bench(doc, root / "bench")
     auto = doc["auto"][0] if doc["auto"] else None
