@@ -217,3 +217,14 @@ def test_make_configures_cmake_once_per_set_of_arguments(tmp_path):
         assert r.returncode == 0, r.stdout + r.stderr
     calls = log.read_text().splitlines()
     assert [c.split()[1] for c in calls] == ["-S", "--build", "--build", "-S", "--build"], calls
+
+
+def test_raylet_lines_the_log_monitor_prefixes_are_kept_off_the_terminal():
+    pytest.importorskip("ray", reason="Ray is not installed")
+    from pipeline.cluster.ray_log import keep
+
+    line = b"(raylet) [2026-11-26 21:58:01,549 E 4021 4021] worker_pool.cc:581: Some workers of the worker process\n"
+    gcs = b"(gcs_server, ip=127.0.0.1) [2026-11-26 21:58:01,549 W 77 77] gcs_actor_manager.cc:1: restarting\n"
+    assert keep(b"sr: srcnn x3 on Ray\n" + line + gcs + b"done: 4 ok\n") == (b"sr: srcnn x3 on Ray\ndone: 4 ok\n", b"")
+    assert keep(line[:20]) == (b"", line[:20])  # held until its line ends
+    assert keep(b"(our own words)\n") == (b"(our own words)\n", b"")
