@@ -170,7 +170,7 @@ def test_compare_judges_bf16_by_its_measured_loss(monkeypatch, auto_cache):
     pytest.importorskip("openvino", reason="OpenVINO is not installed")
     from pipeline.analysis.compare import compare_model
     from pipeline.report.compare import compare_markdown
-    from pipeline.report.tables import fmt
+    from pipeline.report.tables import parse_table
 
     monkeypatch.setenv("SRDEPLOY_CACHE", str(auto_cache))
     result = compare_model("srcnn-x3", size=48, precisions=["bf16"], backends=["openvino"], log=lambda _m: None)
@@ -179,7 +179,8 @@ def test_compare_judges_bf16_by_its_measured_loss(monkeypatch, auto_cache):
     assert 45 <= row["fidelity"]["worst_db"] <= row["fidelity"]["mean_db"] and row["fidelity"]["on"] == "held-out"
     assert 0 < row["quality"]["psnr_loss_db"] <= 0.02 and row["max_abs"] > 1e-4  # really bf16, within budget
     md = compare_markdown({"environment": {}, "models": [result]})
-    assert "| held-out loss dB |" in md and f"| {fmt(row['quality']['psnr_loss_db'])} |" in md
+    (cell,) = [r["held-out loss dB"] for r in parse_table(md, "model", has="held-out loss dB")]
+    assert float(cell) == pytest.approx(row["quality"]["psnr_loss_db"], rel=1e-3)
 
 
 @pytest.mark.skipif(cpu.bf16_problem() is not None, reason=f"no bf16 here: {cpu.bf16_problem()}")

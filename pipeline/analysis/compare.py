@@ -209,3 +209,10 @@ def _bisect_row(model, be, inputs, scale, precision, tol_fp32, weights, log) -> 
         return {"error": f"{type(e).__name__}: {first_line(e)}"}
     log(f"    bisect: {found.get('summary')}")
     return found
+
+
+def runs_passing(models: list[dict]) -> tuple[int, int]:
+    """(backend runs that passed, backend runs made) over compare_model results: what `compare` and the demo both
+    say, as 'N/M backend runs pass' (unavailable and skipped rows ran nothing)."""
+    ran = [r for m in models for r in m["rows"] if r["status"] in ("pass", "fail", "error")]
+    return sum(r["status"] == "pass" for r in ran), len(ran)

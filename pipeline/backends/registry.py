@@ -38,24 +38,31 @@ def precision_refusal(backend: str, precision: str) -> str:
             "(--backend auto picks the fastest available)")
 
 
-def option_values(backend: str, options) -> dict:
-    """A backend's typed options value as keywords ({} for None); a value of another backend's type is an error."""
+def option_values(backend: str, options, keywords: dict | None = None) -> dict:
+    """A backend's typed options value as keywords ({} for None); a value of another backend's type is an error, and
+    so is a keyword in `keywords` that says otherwise than an option the value sets (neither silently wins)."""
     if options is None:
         return {}
     want = backend_class(backend).DESCRIPTOR.options
     if type(options) is not want:
         raise PipelineError(f"backend '{backend}' takes {want.__name__}, not {type(options).__name__}")
-    return {f.name: getattr(options, f.name) for f in fields(options)}
+    values = {f.name: getattr(options, f.name) for f in fields(options)}
+    for f in fields(options):
+        given = (keywords or {}).get(f.name)
+        if given is not None and values[f.name] != f.default and given != values[f.name]:
+            raise PipelineError(f"option '{f.name}' given twice, as {f.name}={given!r} and in options= as "
+                                f"{values[f.name]!r}: give it once")
+    return values
 
 
 def create_named(backend: str, model: str | None, precision: str = "fp32", *, options=None, **opts) -> Backend:
     """A loaded backend of this exact name (no 'auto'). Its options are its descriptor's typed options, given as
-    one (`options=OrtOptions(threads=2)`) or as keywords (which win over it): one it does not take is an error when
-    set and dropped when None (callers pass their whole option set); a hook (log, progress, chatter) goes to the
-    backends that take it."""
+    one (`options=OrtOptions(threads=2)`) or as keywords (not both for one option, unless they agree): one it does
+    not take is an error when set and dropped when None (callers pass their whole option set); a hook (log,
+    progress, chatter) goes to the backends that take it."""
     cls = backend_class(backend)
     desc = cls.DESCRIPTOR
-    opts = {**option_values(backend, options), **opts}
+    opts = {**option_values(backend, options, opts), **opts}
     if precision not in desc.precisions:
         check_run_precision(precision)  # a precision no backend runs: "unknown precision"
         raise PipelineError(precision_refusal(backend, precision))

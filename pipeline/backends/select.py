@@ -47,7 +47,9 @@ def create(backend: str, model: str | None, precision: str = DEFAULT, *, scale: 
     if backend == AUTO and opts.get("options") is not None:
         raise PipelineError("options= is one backend's typed options; with backend 'auto' give keywords")
     # as keywords from here on: the pick's store is keyed by the --onnx/--weights file, wherever it was given
-    opts = {**option_values(backend, opts.pop("options", None)), **opts}
+    opts = {**option_values(backend, opts.pop("options", None), opts), **opts}
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int | float) or not scale > 0):
+        raise PipelineError(f"scale must be a number above 0, got {scale!r}")
     if precision == AUTO:
         if opts.get("engine") is not None:
             raise PipelineError("--precision auto weighs the precisions of a model file; an engine has one: give "

@@ -55,6 +55,8 @@ def backend_variants(model_name: str, precisions=("fp32",), weights=None, only=N
     for precision in precisions:
         for st in candidate_statuses(model_name, precision, only, weights):
             label = variant_label(st.name, precision)
+            if precision not in B.backend_class(st.name).DESCRIPTOR.precisions:
+                continue  # runs nowhere (torch int8): not something this machine missed, so not under "Not run"
             if not st.available:
                 note(f"{model_name} {label}: {st.reason}")
                 continue

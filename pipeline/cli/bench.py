@@ -5,6 +5,7 @@ import time
 
 from pipeline import report
 from pipeline.artifacts.identity import resolve
+from pipeline.backends.descriptor import MAX_THREADS
 from pipeline.bench import onnx_file
 from pipeline.bench.results import FLOOR_SPEEDUP
 from pipeline.bench.suite import FULL, QUICK, run_bench
@@ -47,8 +48,9 @@ def config_from_args(args) -> dict:
         if args.time_budget <= 0:
             raise PipelineError("--time-budget must be positive")
         cfg["time_budget"] = args.time_budget
-    if any(s < 8 for s in cfg["sizes"]) or any(b < 1 for b in cfg["batches"]) or any(t < 1 for t in cfg["threads"]):
-        raise PipelineError("sizes must be >= 8 and batches/threads >= 1")
+    if any(s < 8 for s in cfg["sizes"]) or any(b < 1 for b in cfg["batches"]) \
+            or any(not 1 <= t <= MAX_THREADS for t in cfg["threads"]):
+        raise PipelineError(f"sizes must be >= 8, batches >= 1 and threads from 1 to {MAX_THREADS}")
     backends = options.backends_from_args(args)
     if backends:
         cfg["backends"] = tuple(backends)
@@ -88,6 +90,7 @@ def run(args) -> int:
     for a in doc["auto"]:
         if a["speedup"] is not None:
             print(f"auto ({a['backend']}) on {a['model']}: x{a['speedup']:.2f} vs the PyTorch eager loop "
-                  f"(floor x{FLOOR_SPEEDUP:g}: {'met' if a['meets_floor'] else 'NOT met'})")
+                  f"(floor x{FLOOR_SPEEDUP:g}: {'met' if a['meets_floor'] else 'NOT met'}), "
+                  f"{report.roofline_share(a['roofline_fraction'])} of roofline")
     print(f"report: {paths['md']} ({doc['total_seconds']:.0f} s)")
     return 0

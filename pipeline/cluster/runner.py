@@ -17,6 +17,7 @@ import math
 import os
 import socket
 import time
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -40,7 +41,9 @@ def _pool(ray, n_rows: int, actors: int, cluster: connect.Cluster, ctor: dict, s
     # a segment is a long task of its own: one row per batch, so a free actor takes the next one
     batch = 1 if segments else max(1, min(MAX_BATCH, math.ceil(n_rows / (actors * TASKS_PER_ACTOR))))
     per_actor = {"num_gpus": 1} if cluster.gpus > 0 else {"num_cpus": 1}
-    return dict(fn_constructor_kwargs=ctor, compute=ray.data.ActorPoolStrategy(size=actors), batch_size=batch,
+    # no more actors than tasks: a resumed run with a few images left started idle actors (and Ray warned so)
+    size = max(1, min(actors, math.ceil(n_rows / batch)))
+    return dict(fn_constructor_kwargs=ctor, compute=ray.data.ActorPoolStrategy(size=size), batch_size=batch,
                 batch_format="numpy", **per_actor)
 
 
@@ -69,6 +72,7 @@ class RayExecutor:
         self.cluster: connect.Cluster | None = None
         self._facts: dict = {}
         self.auto_line = ""
+        self.brief = self.choice = ""
         self.clips: list = []
         self.unusable: list[Record] = []
         self.stale = 0
@@ -95,6 +99,7 @@ class RayExecutor:
             return o.backend, o.precision, "requested" if o.backend != "auto" else \
                 "auto: picked by each actor on its node"
         pick = pick_auto(model, o.precision, weights=o.weights)
+        self.brief = f"auto: {pick.brief}"  # the first line's few words, as a local run's; the rest with --verbose
         return pick.name, o.precision, f"auto: {pick.reason}"
 
     def _plan_clips(self, plan: Plan, identity: dict, actors: int) -> list[str]:
@@ -112,9 +117,19 @@ class RayExecutor:
             return self.clips[0].plan.notes
         return []
 
+    def _idle(self, plan: Plan) -> Started:
+        """Nothing left for actors (a rerun with --skip-existing after a finished run): no cluster is started, no
+        file exported or shared."""
+        self.jobs, self.n_actors, self.scale = {}, 0, plan.model.scale
+        self._facts = {"address": None, "actors": 0, "artifacts": []}
+        return Started(plan.model.name, plan.model.scale, "Ray", "not started: nothing left to do", "none",
+                       "nothing left to do", tile=self.opts.tile, workers=0)
+
     def start(self, plan: Plan, console: Console) -> Started:
         self.opts = plan.opts  # the checked options: the --onnx file opened once
         o, m = self.opts, plan.model
+        if not plan.todo:
+            return self._idle(plan)
         clips = [r for r in plan.todo if r.job.video]
         if clips:  # PyAV loads only for runs with videos; every clip probed, checked and locked before Ray starts
             self.clip_plans = sr.plan_clips(clips, m.scale, o.codec, o.crf, o.audio)
@@ -122,6 +137,7 @@ class RayExecutor:
         ray = connect.import_ray()
         self.cluster = cluster = connect.connect(self.address)
         backend, precision, choice = self._backend(m.name, console)
+        self.choice = choice
         shared = artifacts.prepare(ray, backend, m.name, precision, weights=o.weights, onnx=o.onnx,
                                    engine=o.engine, log=console.info)
         actors = self.actors or max(1, int(cluster.gpus or cluster.cpus))
@@ -141,13 +157,15 @@ class RayExecutor:
         self._facts = {"address": cluster.address, "actors": actors, "artifacts": shared.describe()}
         return Started(m.name, m.scale, f"Ray {cluster.address}",
                        f"{cluster.cpus:g} CPU, {cluster.gpus:g} GPU, {actors} actor(s), backend {backend}"
-                       + (f" {precision}" if precision != "fp32" else "") + f": {choice}",
+                       + (f" {precision}" if precision != "fp32" else "") + f": {self.brief or choice}",
                        backend, choice, what=what, tile=o.tile, batch=o.batch if isinstance(o.batch, int) else 1,
                        workers=actors)
 
     def announce(self, console: Console) -> None:
         if self.auto_line:
             console.always(self.auto_line)
+        if self.brief:
+            console.detail(self.choice)
         for rec in self.unusable:
             console.failed(rec)
         for c in self.clips:
@@ -208,6 +226,13 @@ class RayExecutor:
 
     def _stream(self, ds, console: Console, finished: Callable[[Record], None], bar, seen: dict) -> float:
         """Records into the run and the bar as they come; returns when the first actor was ready (wall clock)."""
+        with warnings.catch_warnings():
+            # Ray Data's advice to raise override_num_blocks when a run has fewer input blocks than actors: with the
+            # pool no larger than its tasks (_pool), what remains is how Ray cut the rows into blocks, not the user's
+            warnings.filterwarnings("ignore", message="The minimum number of concurrent actors")
+            return self._stream_batches(ds, console, finished, bar, seen)
+
+    def _stream_batches(self, ds, console: Console, finished: Callable[[Record], None], bar, seen: dict) -> float:
         ready, started, mpix = math.inf, time.perf_counter(), 0.0
         for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
             ready = self.ready = min(ready, float(batch["ready_at"].min()))

@@ -7,7 +7,18 @@ from pathlib import Path
 
 from pipeline.artifacts.atomic import atomic_write
 from pipeline.errors import printable
-from pipeline.htmlreport import Code, Heading, Items, items, para, plot_figure, to_lines, to_markdown, write_report
+from pipeline.htmlreport import (
+    Code,
+    Heading,
+    Items,
+    items,
+    para,
+    plot_figure,
+    said,
+    to_lines,
+    to_markdown,
+    write_report,
+)
 from pipeline.report.machine import env_items
 from pipeline.report.plots import plt_, save_fig
 from pipeline.report.tables import (
@@ -15,7 +26,7 @@ from pipeline.report.tables import (
     fidelity_cell,
     fmt,
     json_default,
-    percent,
+    roofline_share,
     runs_phrase,
     sanitize,
     speedup,
@@ -31,7 +42,7 @@ def result_row(r: dict) -> list:
     lat = r["latency_ms"]
     return [r["model"], r["sweep"], r["backend"], r["size"], r["scale"], r["batch"], r.get("threads"), lat["n"],
             lat["mean"], lat["median"], lat["p90"], lat["p99"], lat["min"], lat["max"], r["images_per_s"],
-            r["mpix_per_s"], speedup(r.get("speedup_vs_baseline")), percent(r.get("roofline_fraction")),
+            r["mpix_per_s"], speedup(r.get("speedup_vs_baseline")), roofline_share(r.get("roofline_fraction")),
             r.get("peak_rss_mb"), r.get("max_abs_err")]
 
 
@@ -143,18 +154,22 @@ VIDEO_CONTEXT = [
 def video_section(rows: list[dict] | None) -> list:
     if not rows:
         return []
+    skipped = [r for r in rows if r["fps"] is None]
     return [Heading("Video (pipeline sr on a clip)"),
             para("A short H.264 clip panning over a held-out photo, auto backend at fp32 and at what ",
                  Code("--precision auto"), " picks, default codec (H.264 CRF 16); fps = frames / (first decode to "
-                 "last encode); inference fps = one frame per call on the same backend; vs fp32 = fps / the fp32 "
-                 "run's at the same size, against the floor this project holds itself to (on a 2-core AMX Xeon)."),
-            table(["model", "backend", "precision", "input", "output", "scale", "frames", "fps", "inference fps",
-                   "vs fp32", "floor"],
+                 "last encode); inference fps = one frame per call on the same backend, in the tiles ", Code("sr"),
+                 " cuts it into (its tile memory budget); vs fp32 = fps / the fp32 run's at the same size, against "
+                 "the floor this project holds itself to (on a 2-core AMX Xeon)."),
+            table(["model", "backend", "precision", "input", "output", "scale", "frames", "tiles", "fps",
+                   "inference fps", "vs fp32", "floor"],
                   [[r["model"], r["backend"], r.get("precision", "fp32"),
                     f"{r['size']} {r['input'][0]}x{r['input'][1]}",
                     "x".join(map(str, r["output"])) if r.get("output") else "-", r["scale"], r.get("frames", "-"),
-                    r["fps"] if r["fps"] is not None else r["skipped"], r.get("inference_fps", "-"),
-                    speedup(r.get("vs_fp32")), speedup(r.get("floor"))] for r in rows]),
+                    r.get("tiles", "-"), r["fps"] if r["fps"] is not None else "not run",
+                    r.get("inference_fps", "-"), speedup(r.get("vs_fp32")), speedup(r.get("floor"))] for r in rows]),
+            *([items(*[f"{r['model']} {r['size']} ({r.get('precision', 'fp32')}): not run, {r['skipped']}"
+                       for r in skipped])] if skipped else []),
             para("Published numbers as context (GPUs, not this machine):"), items(*VIDEO_CONTEXT)]
 
 
@@ -181,7 +196,7 @@ def precision_section(doc: dict) -> list:
               table(["model", "backend", "precision", "median ms", "speed-up", "roofline", "Y-PSNR loss dB",
                      "SSIM loss", "budget dB", "fidelity dB (worst)", "within budget"],
                     [[r["model"], r["backend"], r.get("precision", "fp32"), r["latency_ms"]["median"],
-                      speedup(r.get("speedup_vs_baseline")), percent(r.get("roofline_fraction")),
+                      speedup(r.get("speedup_vs_baseline")), roofline_share(r.get("roofline_fraction")),
                       *_loss(r.get("quality"))] for r in main])]
     if doc.get("precision_auto"):
         blocks += [para(Code("--precision auto"), " (the fastest precision within its budget on the backend ",
@@ -192,7 +207,7 @@ def precision_section(doc: dict) -> list:
                          [[a["model"], a["label"], a["median_ms"], a["baseline_ms"], speedup(a["speedup"]),
                            speedup(a["floor"]), a["meets_floor"], (a.get("quality") or {}).get("psnr_loss_db")]
                           for a in doc["precision_auto"]]),
-                   items(*[f"{a['model']}: {a['reason']}" for a in doc["precision_auto"]])]
+                   items(*[(f"{a['model']}: ", *said(a["reason"])) for a in doc["precision_auto"]])]
     return blocks
 
 
@@ -244,9 +259,10 @@ def _bench_auto(doc: dict) -> list:
             table(["model", "auto picks", "size", "scale", "auto median ms", "baseline median ms", "speed-up",
                    "floor", "meets floor", "roofline"],
                   [[a["model"], a["backend"], a["size"], a["scale"], a["median_ms"], a["baseline_ms"],
-                    speedup(a["speedup"]), speedup(a["floor"]), a["meets_floor"], percent(a["roofline_fraction"])]
+                    speedup(a["speedup"]), speedup(a["floor"]), a["meets_floor"],
+                    roofline_share(a["roofline_fraction"])]
                    for a in doc["auto"]]),
-            items(*[f"{a['model']}: {a['reason']}" for a in doc["auto"]])]
+            items(*[(f"{a['model']}: ", *said(a["reason"])) for a in doc["auto"]])]
 
 
 FOLDER_HEADER = ["model", "backend", "images", "size", "folder ms/img", "inference ms/img", "share %",
