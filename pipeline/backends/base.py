@@ -83,6 +83,11 @@ class Backend(ABC):
         for): model_file(), unless the backend runs another graph at some scales (a folded sibling)."""
         return self.model_file()
 
+    def files(self, scale: float) -> list[Path]:
+        """The files a loaded backend runs at `scale`, made now on a miss (what its Choice names and a Ray actor is
+        sent; the files travelling beside each are added there): its ONNX file, or none."""
+        return [self.onnx_file] if self.onnx_file is not None else []
+
     def model_options(self) -> dict:
         """The create() options that load the same model file again (at another precision, say)."""
         return {"onnx": self.onnx_file}

@@ -173,6 +173,11 @@ class OpenVinoBackend(Backend):
         k = int(round(float(scale)))
         return self._file(k if k == float(scale) and k in self.variants else 0)
 
+    def files(self, scale: float) -> list[Path]:
+        """The fp32 file (its folded siblings travel beside it) and, for int8, the Q/DQ files of the model's graph
+        and of the graph that runs at `scale`: a small image runs the model's graph at any scale."""
+        return list(dict.fromkeys(p for p in (self.onnx_file, self._file(0), self.run_file(scale)) if p is not None))
+
     def infer(self, batch: np.ndarray, scale: float) -> np.ndarray:
         s = check_batch(batch, self.spec, scale, self.name)
         k = int(round(float(scale)))

@@ -73,6 +73,10 @@ class TorchBackend(Backend):
     def model_options(self) -> dict:
         return {"weights": self.weights}
 
+    def files(self, scale: float) -> list[Path]:
+        """None made: the registered model's weights ship with it, a --weights file is the request's."""
+        return []
+
     @classmethod
     def status(cls, spec: ModelSpec, precision: str, *, onnx=None, engine=None, weights=None) -> BackendStatus:
         if onnx is not None or engine is not None:

@@ -28,14 +28,13 @@ def remove_stale_temps(dst: Path) -> None:
 class SrActor:
     """map_batches callable class: constructed once per actor process."""
 
-    def __init__(self, shared: artifacts.Shared, backend: str, model: str, precision: str, scale: float,
-                 options: dict):
+    def __init__(self, shared: artifacts.Shared, options: dict):
         import ray
 
-        files = artifacts.materialize(ray, shared)
-        opts = {k: options.get(k) for k in ("weights", "threads")} | files
-        self.backend, self.choice = unit.load_backend(backend, model, precision, **opts)
-        self.worker = unit.make_worker(self.backend, model, scale, options)
+        choice = artifacts.materialize(ray, shared)  # the driver's Choice, its files in this node's cache
+        self.backend = unit.load(choice)
+        self.choice = choice.why
+        self.worker = unit.make_worker(self.backend, choice.model, choice.scale, options)
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.ready_at = time.time()  # wall clock: the driver compares actors' start with its own
 

@@ -15,16 +15,16 @@ from __future__ import annotations
 import json
 import math
 import time
+from dataclasses import replace
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pipeline import backends, sr
 from pipeline.artifacts.atomic import remove_stale_parts
-from pipeline.backends import pick_auto
 from pipeline.cluster import artifacts, connect, unit
 from pipeline.cluster.actor import SrActor
 from pipeline.errors import PipelineError, first_line
-from pipeline.precisions import AUTO
+from pipeline.precisions import AUTO, DEFAULT
 from pipeline.sr import OPTION_FIELDS, ModelChoice, Plan, Record, RunOptions, Started, resolve_model
 
 if TYPE_CHECKING:
@@ -80,21 +80,17 @@ class RayExecutor:
                                 "loaded in this process cannot be sent to them; give its name")
         return resolve_model(opts)
 
-    def _backend(self, model: str, console: Console) -> tuple[str, str, str]:
-        """(backend, precision, why). `--precision auto` is picked once here, and every actor loads that pick; so is
-        'auto' on a CPU cluster; on GPU nodes each actor picks its backend."""
-        o = self.opts
-        if o.precision == AUTO:
-            given = {k: v for k, v in (("onnx", o.onnx), ("weights", o.weights)) if v is not None}
-            loaded = backends.create(o.backend, model, AUTO, log=console.always, **given)
-            name, precision, self.auto_line = loaded.name, loaded.precision, loaded.selection_reason
-            del loaded  # the driver only picks: the actors load it
-            return name, precision, f"precision auto picked {name} {precision} on the driver"
-        if o.backend != "auto" or self.cluster.gpus > 0 or o.onnx or o.engine:
-            return o.backend, o.precision, "requested" if o.backend != "auto" else \
-                "auto: picked by each actor on its node"
-        pick = pick_auto(model, o.precision, weights=o.weights)
-        return pick.name, o.precision, f"auto: {pick.reason}"
+    def _choose(self, model: str, scale: float, console: Console) -> backends.Choice:
+        """The driver chooses once (`--precision auto` timed and measured here, `--backend auto` picked here) and
+        every actor loads that Choice; on a CPU cluster each actor runs one thread unless --threads says."""
+        request = self.opts.request
+        if self.cluster.gpus == 0 and request.threads is None:
+            request = replace(request, threads=1)  # one CPU per actor: more threads would fight the other actors
+        choice = backends.choose(request, model, scale, log=console.always, progress=console.bar,
+                                 chatter=console.detail)
+        if request.precision == AUTO:
+            self.auto_line = choice.why
+        return choice
 
     def _plan_clips(self, plan: Plan, settings: dict, actors: int) -> list[str]:
         """Every clip's segments (and the ones a killed run finished, with --skip-existing); the first line's notes
@@ -119,27 +115,24 @@ class RayExecutor:
             self.clip_plans = sr.plan_clips(clips, m.scale, o.codec, o.crf, o.audio)
         ray = connect.import_ray()
         self.cluster = cluster = connect.connect(self.address)
-        backend, precision, choice = self._backend(m.name, console)
-        shared = artifacts.prepare(ray, backend, m.name, precision, weights=o.weights, onnx=o.onnx,
-                                   engine=o.engine, log=console.info)
+        choice = self._choose(m.name, m.scale, console)
+        shared = artifacts.prepare(ray, choice)
         actors = self.actors or max(1, int(cluster.gpus or cluster.cpus))
         options = unit.worker_options(o)
-        if cluster.gpus == 0 and options["threads"] is None:
-            options["threads"] = 1  # one CPU per actor: more threads would fight the other actors
-        self.ctor = dict(shared=shared, backend=backend, model=m.name, precision=precision, scale=m.scale,
-                         options=options)
+        self.ctor = dict(shared=shared, options=options)
         self.ray, self.n_actors, self.scale = ray, actors, m.scale
         self.jobs = {r.job.rel: r.job for r in plan.todo if not r.job.video}
         what = []
         if clips:  # what makes a segment, so that none of another run's is taken
-            settings = {"model": m.name, "backend": backend, "precision": precision, "codec": o.codec,
+            settings = {"model": m.name, "backend": choice.backend, "precision": choice.precision, "codec": o.codec,
                         "crf": o.crf, "audio": o.audio, **{k: options[k] for k in ("tile", "tile_overlap", "batch")}}
             what = self._plan_clips(plan, settings, actors)
         self._facts = {"address": cluster.address, "actors": actors, "artifacts": shared.describe()}
+        why = f"precision auto picked {choice.runs} on the driver" if o.precision == AUTO else choice.brief
         return Started(m.name, m.scale, f"Ray {cluster.address}",
-                       f"{cluster.cpus:g} CPU, {cluster.gpus:g} GPU, {actors} actor(s), backend {backend}"
-                       + (f" {precision}" if precision != "fp32" else "") + f": {choice}",
-                       backend, choice, what=what, tile=o.tile, batch=o.batch if isinstance(o.batch, int) else 1,
+                       f"{cluster.cpus:g} CPU, {cluster.gpus:g} GPU, {actors} actor(s), backend {choice.backend}"
+                       + (f" {choice.precision}" if choice.precision != DEFAULT else "") + f": {why}",
+                       choice.backend, choice.why, what=what, tile=o.tile, batch=o.batch if isinstance(o.batch, int) else 1,
                        workers=actors)
 
     def announce(self, console: Console) -> None:

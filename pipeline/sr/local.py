@@ -17,19 +17,6 @@ from pipeline.sr.scheduler import Scheduler
 from pipeline.sr.worker import ImageWorker
 
 
-def load_backend(backend, model: str, precision: str, *, scale=None, onnx=None, engine=None, weights=None,
-                 threads=None, log=None, progress=None, chatter=None) -> tuple[backends.Backend, str]:
-    """A loaded backend and why it was chosen; `backend` is a name ('auto', 'ort', ...) or a loaded one, `precision`
-    one or 'auto' (then timed and measured at `scale`). `log` gets the slow steps of loading (an export into the
-    cache on first use, an engine build, a precision's measured loss)."""
-    if not isinstance(backend, str):
-        return backend, backend.selection_reason or "given"
-    opts = {k: v for k, v in (("onnx", onnx), ("engine", engine), ("weights", weights), ("threads", threads),
-                              ("log", log), ("progress", progress), ("chatter", chatter)) if v is not None}
-    loaded = backends.create(backend, model, precision, scale=scale, **opts)
-    return loaded, loaded.selection_reason or backend
-
-
 class LocalExecutor:
     name = "local"
     takes = OPTION_FIELDS  # every option: the others' refusals say 'applies only to local runs'
@@ -53,9 +40,11 @@ class LocalExecutor:
         """The backend, why it was chosen and, with `--precision auto`, the line that says which precision ran
         (its calibration and measurement on first use with a progress bar; the quantizer's talk under --verbose)."""
         o = self.opts
-        loaded, choice = load_backend(o.backend, model, o.precision, scale=scale, onnx=o.onnx, engine=o.engine,
-                                      weights=o.weights, threads=o.threads, log=console.always,
-                                      progress=console.bar, chatter=console.detail)
+        if o.backend_name is None:  # a loaded backend was given
+            return o.backend, o.backend.selection_reason or "given", None
+        _, loaded = backends.choose_loaded(o.request, model, scale, log=console.always, progress=console.bar,
+                                           chatter=console.detail)
+        choice = loaded.selection_reason or o.backend
         picked = o.precision == AUTO and o.backend_name is not None  # its reason is the line saying which ran
         return loaded, choice, choice if picked else None
 
