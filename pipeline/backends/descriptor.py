@@ -50,6 +50,16 @@ class Descriptor:
     def gpu_only(self) -> bool:
         return self.device == "cuda"
 
+    @property
+    def runs_weights(self) -> bool:
+        """It runs the model's PyTorch weights as they are: no file is made for it (an export, an engine)."""
+        return all(r.artifact == "weights" for r in self.runs)
+
+    @property
+    def pins_threads(self) -> bool:
+        """A CPU session made with a thread count (`threads`): a threads sweep re-creates it with each count."""
+        return not self.gpu_only and not self.runs_weights and "threads" in self.option_names()
+
     def artifact(self, precision: str) -> Artifact:
         """The artifact `precision` runs from here (KeyError: a precision it does not run)."""
         return ARTIFACTS[{r.precision: r.artifact for r in self.runs}[precision]]

@@ -5,7 +5,6 @@ from pathlib import Path
 
 from pipeline.cli import options
 from pipeline.engine import tensorrt_problem
-from pipeline.errors import PipelineError
 from pipeline.serve import triton_env, write_repository
 
 
@@ -65,8 +64,6 @@ def _env_note(args) -> None:
 
 def run(args) -> int:
     args.backend = _backend(args)
-    if args.max_batch is not None and args.backend == "trt":
-        raise PipelineError("--max-batch applies to --backend ort; an engine's batch limit is its profile's")
     # With --onnx/--engine the model is the file's: write_repository resolves it after its option checks.
     model = args.model if args.onnx is not None or args.engine is not None else options.model_from_args(args)
     weights = options.weights_from_args(args)

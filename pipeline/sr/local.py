@@ -28,7 +28,9 @@ class LocalExecutor:
     def __init__(self, opts: RunOptions):
         self.opts = opts
         # the cache is written only to export (or build) what no --onnx/--engine file gives; torch reads weights
-        self.uses_cache = opts.backend_name not in (None, "torch") and opts.onnx is None and opts.engine is None
+        name = opts.backend_name
+        makes = name == AUTO or name in backends.NAMES and not backends.backend_class(name).DESCRIPTOR.runs_weights
+        self.uses_cache = makes and opts.onnx is None and opts.engine is None
         self.worker: ImageWorker | None = None
         self.plans: dict = {}
         self.clips: list[Record] = []
