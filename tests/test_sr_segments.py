@@ -13,6 +13,7 @@ import cv2
 import numpy as np
 import pytest
 
+from pipeline import backends
 from pipeline.cli import main
 from pipeline.sr import Record, run_segment
 from pipeline.sr.jobs import Job

@@ -16,9 +16,9 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from models.spec import file_sha256
 from pipeline.artifacts.cache import cache_dir
 from pipeline.artifacts.onnx_file import folded_variants, onnx_metadata, reference_file
-from models.spec import file_sha256
 from pipeline.artifacts.stamp import stamp_path
 from pipeline.backends.base import Backend
 from pipeline.backends.descriptor import HOOKS

@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import replace
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from pipeline import backends, sr
@@ -132,8 +132,8 @@ class RayExecutor:
         return Started(m.name, m.scale, f"Ray {cluster.address}",
                        f"{cluster.cpus:g} CPU, {cluster.gpus:g} GPU, {actors} actor(s), backend {choice.backend}"
                        + (f" {choice.precision}" if choice.precision != DEFAULT else "") + f": {why}",
-                       choice.backend, choice.why, what=what, tile=o.tile, batch=o.batch if isinstance(o.batch, int) else 1,
-                       workers=actors)
+                       choice.backend, choice.why, what=what, tile=o.tile,
+                       batch=o.batch if isinstance(o.batch, int) else 1, workers=actors)
 
     def announce(self, console: Console) -> None:
         if self.auto_line:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from pipeline.backends.choice import BackendRequest
+from pipeline.backends import BackendRequest
 from pipeline.precisions import AUTO
 
 PathLike = str | Path
