@@ -1,6 +1,9 @@
 """Backends: one inference interface (base.Backend) over PyTorch, ONNX Runtime and TensorRT.
 
-    create(backend, model, precision="fp32", **opts) -> loaded Backend   (either may be "auto": select)
+    choose(BackendRequest(backend, precision, onnx=..., threads=...), model, scale) -> Choice   (frozen: backend,
+        precision, the files it runs with their SHA-256, the quality record it stands on, why; either may be "auto")
+    load(choice) -> loaded Backend        the same here, on a Ray actor (which gets the Choice and its files)
+    create(backend, model, precision="fp32", **opts) -> loaded Backend   the shortcut: load(choose(...))
     available(model, precision="fp32", weights=None, onnx=None, engine=None) -> [BackendStatus(name, available, reason)]
     pick_auto(model, precision="fp32") -> AutoPick(name, reason)
     descriptors() -> [Descriptor]     what each backend is, as data (name, device, ranks, precisions, options)
@@ -15,7 +18,9 @@ answer to which model) and nothing here imports PyTorch.
                   describe, selected/selection_reason, profiles, max_input_size, onnx_file, fp32_twin)
     checks        input validation every backend runs
     pixels        integer pixels <-> model tensors: the one rounding rule, in numpy, torch and ONNX
-    registry      names -> classes, create_named       availability  what can run here, and why not
+    registry      the one table of backends (class, descriptor), names -> classes, create_named
+    availability  what can run here, and why not
+    choice        BackendRequest in, Choice out: choose(request, model, scale), load(choice); what the executors use
     auto          `--backend auto`: the expected order (from the descriptors) and --measure
     select        `create`, and `--precision auto`: the only place a backend or precision is chosen
     *_backend     one module per runtime

@@ -1,7 +1,7 @@
 """What a backend is, as data: its name, where it runs, its rank in the expected order, each precision it runs and the
-artifact that precision runs from, and the typed options its constructor takes. Every backend class declares one
-(`DESCRIPTOR`); the registry, the expected orders, `--precision auto`'s candidates, the CLI's choices and help and
-`backends`' table all read them, never a list of their own.
+artifact that precision runs from, and the typed options its constructor takes. Every backend has one, its row of
+pipeline.backends.registry.TABLE (its class reads it as `DESCRIPTOR`); the registry, the expected orders, `--precision
+auto`'s candidates, the CLI's choices and help and `backends`' table all read them, never a list of their own.
 
 The precisions themselves (their types, budgets and what they are made from) are pipeline.precisions' table, which
 export, the engine builder and the artifact cache below this package read too.

@@ -24,7 +24,6 @@ from pipeline.artifacts.onnx_file import (
 )
 from pipeline.backends.base import Backend, BackendStatus, installed
 from pipeline.backends.checks import check_batch
-from pipeline.backends.descriptor import Descriptor, OpenVinoOptions, Runs
 from pipeline.backends.ort_backend import onnx_source_problem
 from pipeline.errors import PipelineError, check_choice, first_line
 from pipeline.export.cached import onnx_for
@@ -67,12 +66,6 @@ def version() -> str:
 
 
 class OpenVinoBackend(Backend):
-    DESCRIPTOR = Descriptor(
-        "openvino", "cpu", options=OpenVinoOptions, cpu_rank=1,
-        summary="OpenVINO on the CPU: the exported file, SRCNN's folded siblings at integer scales",
-        runs=(Runs("fp32", "graph", "inference precision f32"),
-              Runs("bf16", "graph", "inference precision bf16 (CPUs with bf16 arithmetic)"),
-              Runs("int8", "qdq", "float parts bf16 where the CPU has it, else f32")))
 
     def __init__(self, model: str | None, precision: str = "fp32", *, onnx: str | Path | None = None, weights=None,
                  threads: int | None = None, exporter: str = "dynamo", log=None, progress=None, chatter=None):
