@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from pipeline import backends, sr
+from pipeline import backends, quality, sr
 from pipeline.artifacts.atomic import remove_stale_parts
 from pipeline.cluster import artifacts, connect, unit
 from pipeline.cluster.actor import SrActor
@@ -69,6 +69,7 @@ class RayExecutor:
         self.cluster: connect.Cluster | None = None
         self._facts: dict = {}
         self.auto_line = ""
+        self.choice: backends.Choice | None = None  # the driver's, once started
         self.clips: list = []
         self.unusable: list[Record] = []
         self.stale = 0
@@ -115,7 +116,7 @@ class RayExecutor:
             self.clip_plans = sr.plan_clips(clips, m.scale, o.codec, o.crf, o.audio)
         ray = connect.import_ray()
         self.cluster = cluster = connect.connect(self.address)
-        choice = self._choose(m.name, m.scale, console)
+        self.choice = choice = self._choose(m.name, m.scale, console)
         shared = artifacts.prepare(ray, choice)
         actors = self.actors or max(1, int(cluster.gpus or cluster.cpus))
         options = unit.worker_options(o)
@@ -138,6 +139,8 @@ class RayExecutor:
     def announce(self, console: Console) -> None:
         if self.auto_line:
             console.always(self.auto_line)
+        if self.choice is not None and self.choice.quality is not None:  # the loss it stands on, as a local run says
+            console.always(f"precision: {quality.loss_line(self.choice.quality)}")
         for rec in self.unusable:
             console.failed(rec)
         for c in self.clips:
