@@ -108,7 +108,7 @@ def of_loaded(loaded: Backend, scale: float | None = None, opts: dict | None = N
     given = {k: v for k, v in (opts or {}).items() if k not in HOOKS and v is not None}
     takes = loaded.DESCRIPTOR.option_names()
     kept = tuple(sorted((k, os.fspath(v) if k in FILE_OPTIONS else v) for k, v in given.items() if k in takes))
-    files = _files([*loaded.files(scale), *(Path(v) for k, v in kept if k in FILE_OPTIONS)])
+    files = _files([*loaded.files(scale), *(v for k, v in given.items() if k in FILE_OPTIONS and k in takes)])
     return Choice(loaded.name, loaded.precision, loaded.model_name, scale, kept, files,
                   loaded.selection_reason or f"requested: {loaded.name}", loaded.selection_brief or "requested",
                   quality.stored(loaded, scale))
@@ -134,7 +134,7 @@ def _unloaded(request: BackendRequest, model: str | None, scale: float | None, o
 
     spec = resolve(model, opts.get("onnx"), opts.get("engine"))
     scale = float(spec.default_scale if scale is None else scale)
-    paths = [Path(opts[k]) for k in FILE_OPTIONS if opts.get(k) is not None]
+    paths = [opts[k] for k in FILE_OPTIONS if opts.get(k) is not None]
     if opts.get("onnx") is None and opts.get("engine") is None:
         paths.append(onnx_for(spec.name, BY_NAME[request.precision].source, "custom", weights=opts.get("weights"),
                               log=opts.get("log")))
@@ -148,18 +148,22 @@ def _files(paths) -> tuple[ArtifactFile, ...]:
     """Each file, the files travelling beside it (an ONNX file's folded siblings and reference outputs, a stamp,
     an engine's sidecar), each once, with where a Ray node puts it."""
     out: dict[str, ArtifactFile] = {}
-    for path in paths:
-        for p in _with_companions(Path(path)):
+    for given in paths:
+        if os.fspath(given) in out:
+            continue
+        for p in _with_companions(given):
             key = os.fspath(p)
             if key not in out:
                 out[key] = ArtifactFile(key, _rel(p), file_sha256(p))
     return tuple(out.values())
 
 
-def _with_companions(path: Path) -> list[Path]:
+def _with_companions(given) -> list[Path]:
+    """`given` (a path, or an opened ONNX file: its metadata is not parsed again) and what travels beside it."""
+    path = Path(os.fspath(given))
     beside = [stamp_path(path)]
     if path.suffix == ".onnx":
-        meta = onnx_metadata(path)
+        meta = onnx_metadata(given)
         beside += [*folded_variants(path, meta).values(), reference_file(path, meta)]
     else:
         from pipeline.engine import sidecar_path
