@@ -129,7 +129,8 @@ class RayExecutor:
                         "crf": o.crf, "audio": o.audio, **{k: options[k] for k in ("tile", "tile_overlap", "batch")}}
             what = self._plan_clips(plan, settings, actors)
         self._facts = {"address": cluster.address, "actors": actors, "artifacts": shared.describe()}
-        why = f"precision auto picked {choice.runs} on the driver" if o.precision == AUTO else choice.brief
+        why = (f"precision auto picked {choice.runs} on the driver, the fastest within its quality budget here"
+               if o.precision == AUTO else choice.brief)
         return Started(m.name, m.scale, f"Ray {cluster.address}",
                        f"{cluster.cpus:g} CPU, {cluster.gpus:g} GPU, {actors} actor(s), backend {choice.backend}"
                        + (f" {choice.precision}" if choice.precision != DEFAULT else "") + f": {why}",
