@@ -71,6 +71,12 @@ class Choice:
     brief: str
     quality: dict | None = field(default=None, compare=False)  # the measured loss it stands on (bf16, int8)
 
+    def key(self) -> dict:
+        """What the outputs it makes depend on, as plain values (a video segment's key): backend, precision, model,
+        scale and the SHA-256 of every file it runs."""
+        return {"model": self.model, "backend": self.backend, "precision": self.precision, "scale": self.scale,
+                "files": sorted(f.sha256 for f in self.files)}
+
     @property
     def runs(self) -> str:
         """'openvino int8': what runs, backend and precision together."""

@@ -125,8 +125,8 @@ class RayExecutor:
         self.jobs = {r.job.rel: r.job for r in plan.todo if not r.job.video}
         what = []
         if clips:  # what makes a segment, so that none of another run's is taken
-            settings = {"model": m.name, "backend": choice.backend, "precision": choice.precision, "codec": o.codec,
-                        "crf": o.crf, "audio": o.audio, **{k: options[k] for k in ("tile", "tile_overlap", "batch")}}
+            settings = {**choice.key(), "codec": o.codec, "crf": o.crf, "audio": o.audio,
+                        **{k: options[k] for k in ("tile", "tile_overlap", "batch")}}
             what = self._plan_clips(plan, settings, actors)
         self._facts = {"address": cluster.address, "actors": actors, "artifacts": shared.describe()}
         why = (f"precision auto picked {choice.runs} on the driver, the fastest within its quality budget here"
