@@ -1,10 +1,11 @@
 """`python -m pipeline sr INPUT OUTPUT --ray [ADDRESS]`: the Ray executor of an sr run (pipeline.sr.flow).
 
 The run plans exactly as a local one (same checks, jobs, output tree, --skip-existing and up-front failures); this
-executor makes the model files once on the driver, then streams the job rows through Ray Data into a pool of
-SrActor (one backend each, one GPU each when the cluster has GPUs); the actors write the results into OUTPUT,
-which must be a path every node sees. Records stream back into the run's RecordLog (the driver keeps counts, not
-records). Ray retries the batches of an actor that dies on a restarted actor.
+executor chooses once on the driver (pipeline.backends.choose: the model files made there, `--precision auto` timed
+there) and ships that Choice with exactly its files to every actor, then streams the job rows through Ray Data
+into a pool of SrActor (one backend each, one GPU each when the cluster has GPUs); the actors write the results
+into OUTPUT, which must be a path every node sees. Records stream back into the run's RecordLog (the driver keeps
+counts, not records). Ray retries the batches of an actor that dies on a restarted actor.
 
 A clip is cut into segments at keyframes (pipeline.sr's segment plan); each segment is one task on the same actors,
 written as a segment file beside its output; once a clip's segments are all in, the driver joins them by stream
@@ -55,7 +56,7 @@ class RayExecutor:
     name = "ray"
     takes_videos = True   # each clip cut into segments at keyframes, joined by stream copy on the driver
     streams = True
-    uses_cache = False    # the driver's artifacts.prepare checks the cache when it makes files
+    uses_cache = False    # the driver checks the cache when choose() makes the files
     takes = OPTION_FIELDS - {"workers"}  # as a local run's, but an actor decodes and encodes its own images
     why_not = "with --ray each actor reads and writes one image at a time"
     flags = ("ray", "ray_actors", "segment_seconds")
