@@ -33,7 +33,7 @@ class SrActor:
 
         choice = artifacts.materialize(ray, shared)  # the driver's Choice, its files in this node's cache
         self.backend = unit.load(choice)
-        self.choice = choice.why
+        self.choice = choice.brief  # in a few words: the summary joins the actors' descriptions with ";"
         self.worker = unit.make_worker(self.backend, choice.model, choice.scale, options)
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.ready_at = time.time()  # wall clock: the driver compares actors' start with its own
