@@ -32,6 +32,7 @@ class LocalExecutor:
         makes = name == AUTO or name in backends.NAMES and not backends.backend_class(name).DESCRIPTOR.runs_weights
         self.uses_cache = makes and opts.onnx is None and opts.engine is None
         self.worker: ImageWorker | None = None
+        self.choice: backends.Choice | None = None  # None: a loaded backend was given
         self.plans: dict = {}
         self.clips: list[Record] = []
 
@@ -44,8 +45,9 @@ class LocalExecutor:
         o = self.opts
         if o.backend_name is None:  # a loaded backend was given
             return o.backend, o.backend.selection_reason or "given", None
-        _, loaded = backends.choose_loaded(o.request, model, scale, log=console.always, progress=console.bar,
-                                           chatter=console.detail)
+        # the Choice (what runs, its files, why) is what a segment key or a summary is made from, as on Ray
+        self.choice, loaded = backends.choose_loaded(o.request, model, scale, log=console.always,
+                                                     progress=console.bar, chatter=console.detail)
         choice = loaded.selection_reason or o.backend
         picked = o.precision == AUTO and o.backend_name is not None  # its reason is the line saying which ran
         return loaded, choice, choice if picked else None
