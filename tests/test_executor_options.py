@@ -94,8 +94,8 @@ def test_ray_refuses_a_loaded_backend_before_the_cluster_starts(src, tmp_path):
 def test_ray_takes_the_local_options(src, tmp_path):
     (tmp_path / "hr").mkdir()
     opts = RunOptions(src, tmp_path / "out", model="srcnn", threads=1, tile=8, tile_overlap=2, batch=2,
-                      reference=tmp_path / "hr", jpeg_quality=90, codec="h264", crf=20)
-    p = plan(opts, RayExecutor(opts, "local", 2, 5.0))
+                      reference=tmp_path / "hr", jpeg_quality=90, codec="h264", crf=20, segment_seconds=5.0)
+    p = plan(opts, RayExecutor(opts, "local", 2))
     assert p.model.name == "srcnn" and [r.job.rel for r in p.todo] == ["a.png"]
 
 
@@ -119,8 +119,8 @@ def test_cli_refuses_from_the_same_declarations(src, tmp_path, capsys):
                                  "writes one image at a time\n")
     code, err = _cli(capsys, "sr", src, out, "--triton-model", "sr2")
     assert code == 2 and err == "error: --triton-model applies only to --triton runs\n"
-    code, err = _cli(capsys, "sr", src, out, "--ray-actors", "2", "--segment-seconds", "4")
-    assert code == 2 and err == "error: --ray-actors, --segment-seconds apply only to --ray runs\n"
+    code, err = _cli(capsys, "sr", src, out, "--ray-actors", "2")
+    assert code == 2 and err == "error: --ray-actors applies only to --ray runs\n"
     code, err = _cli(capsys, "sr", src, out, "--triton", NO_SERVER, "--ray-actors", "2")
     assert code == 2 and err == "error: --ray-actors applies only to --ray runs\n"
     code, err = _cli(capsys, "sr", src, out, "--triton", NO_SERVER, "--ray=local")

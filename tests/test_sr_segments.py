@@ -18,7 +18,8 @@ from pipeline.cli import main
 from pipeline.native import cpu
 from pipeline.sr import Record, run_segment
 from pipeline.sr.jobs import Job
-from pipeline.sr.segments import ClipWork, plan, segment_path
+from pipeline.sr.segment_files import segment_path
+from pipeline.sr.segments import ClipWork, plan
 from pipeline.sr.video import plan as plan_clip
 from pipeline.sr.video_io import Window, open_input
 from pipeline.sr.worker import ImageWorker
@@ -30,6 +31,7 @@ from tests.video_clips import (
     h264_clip,
     make_clip,
     open_gop_clip,
+    repeated_pts_clip,
     stream_facts,
     vfr_clip,
 )
@@ -95,7 +97,8 @@ def _segmented(src: Path, dst: Path, fmt: str, codec: str, seconds: float) -> Re
     files = [segment_path(dst, "test", s.index) for s in segs]
     results = {}
     for s, f in zip(segs, files, strict=True):
-        results[s.index] = run_segment(worker, job, {"segment": s.to_json(), "file": str(f), "codec": codec})
+        results[s.index] = run_segment(worker, job, {"segment": s.to_json(), "file": str(f), "codec": codec,
+                                                     "key": "test"})
         assert "timing" in results[s.index], results[s.index]
     work = ClipWork(rec, plan_clip(job, 2.0, codec, None), segs, files, results)
     work.finish(1.0)
@@ -157,6 +160,7 @@ def test_ray_folder_of_images_and_clips_has_one_summary(tmp_path):
     (src / "sub").mkdir(parents=True)
     vfr_clip(src / "vfr.mkv")
     open_gop_clip(src / "sub" / "open_gop.mkv")
+    repeated_pts_clip(src / "repeated.mkv")  # every 7th pts repeated: the same frames as the local run's
     cv2.imwrite(str(src / "a.png"), np.random.default_rng(0).integers(0, 256, (30, 40, 3), dtype=np.uint8))
     (src / "broken.mkv").write_bytes(b"not a video")
     common = ["--backend", "ort", "--threads", "1", "--scale", "2"]
@@ -166,13 +170,13 @@ def test_ray_folder_of_images_and_clips_has_one_summary(tmp_path):
     assert "failed broken.mkv: " in err
     assert main(["sr", str(src), str(tmp_path / "local"), "--quiet", "--summary", str(tmp_path / "local.json"),
                  *common]) == 1
-    for rel in ("vfr.mkv", "sub/open_gop.mkv"):
+    for rel in ("vfr.mkv", "sub/open_gop.mkv", "repeated.mkv"):
         assert_same_frames(tmp_path / "ray" / rel, tmp_path / "local" / rel, exact=True)  # mkv: FFV1 by default
     assert cv2.imread(str(tmp_path / "ray" / "a.png")).shape == (60, 80, 3)
     ray, local = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("ray", "local"))
-    assert ray["counts"] == local["counts"] == {"ok": 3, "failed": 1, "skipped": 0, "ignored": 0}
-    assert {s["input"]: s["segments"] > 1 for s in ray["executor"]["segments"]} == {"vfr.mkv": True,
-                                                                                    "sub/open_gop.mkv": True}
+    assert ray["counts"] == local["counts"] == {"ok": 4, "failed": 1, "skipped": 0, "ignored": 0}
+    assert {s["input"]: s["segments"] > 1 for s in ray["executor"]["segments"]} == {
+        "vfr.mkv": True, "sub/open_gop.mkv": True, "repeated.mkv": True}
 
 
 # A user's net (`package.module:factory`) that counts the 40-pixel-wide frames it upscales (the driver's probes are
@@ -249,20 +253,44 @@ def test_a_killed_actors_segment_is_redone(tmp_path, monkeypatch):
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["ray.mkv"]  # no segment or temp file left
 
 
-def _settled(counter: Path) -> None:
-    """Until the frame counter stops growing: no actor of the killed run upscales any more."""
+def _settled(counter: Path) -> float:
+    """Seconds until the frame counter stops growing: no actor of the killed run upscales any more."""
     import time
 
+    t0 = time.monotonic()
     for _ in range(60):
         size = os.path.getsize(counter)
         time.sleep(1)
         if os.path.getsize(counter) == size:
-            return
+            return time.monotonic() - t0
     pytest.fail("the killed run's actors went on upscaling for a minute")
 
 
+def damage(files: list[Path], elsewhere: Path) -> None:
+    """Each finished segment damaged in one of the ways a disk, a user or a hostile folder does: cut to half its
+    size, 64 bytes flipped, replaced by a link to a copy outside the output folder, its record's frame count
+    changed."""
+    elsewhere.mkdir(exist_ok=True)
+    for i, f in enumerate(files):
+        data = f.read_bytes()
+        if i % 4 == 0:
+            f.write_bytes(data[:len(data) // 2])
+        elif i % 4 == 1:
+            mid = len(data) // 2
+            f.write_bytes(data[:mid] + bytes(b ^ 0xFF for b in data[mid:mid + 64]) + data[mid + 64:])
+        elif i % 4 == 2:
+            (elsewhere / f.name).write_bytes(data)
+            f.unlink()
+            f.symlink_to(elsewhere / f.name)
+        else:
+            record = f.with_name(f.name + ".json")
+            doc = json.loads(record.read_text())
+            doc["file"]["frames"] += 1
+            record.write_text(json.dumps(doc))
+
+
 @in_namespace
-def test_a_killed_driver_resumes_with_skip_existing_without_redoing_done_segments(tmp_path, monkeypatch):
+def test_a_killed_driver_ends_its_actors_and_damaged_leftovers_are_redone(tmp_path, monkeypatch):
     pytest.importorskip("ray.data", reason="Ray with Ray Data is not installed (pip install -e '.[cluster]')")
     import signal
 
@@ -273,22 +301,23 @@ def test_a_killed_driver_resumes_with_skip_existing_without_redoing_done_segment
     proc = _start(args, cache, env)
     (tmp_path / "driver.pid").write_text(str(proc.pid))
     rc, err = _finish(proc)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)  # the local cluster the dead driver started
-    assert rc == -signal.SIGKILL and (tmp_path / "killed").exists(), err[-2000:]
-    _settled(tmp_path / "n")
+    try:
+        assert rc == -signal.SIGKILL and (tmp_path / "killed").exists(), err[-2000:]
+        assert _settled(tmp_path / "n") < 10  # the actors end themselves with their driver, the cluster still up
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the local cluster the dead driver started
     out = tmp_path / "out"
-    done = sorted(p.name for p in out.iterdir() if p.name.endswith(".nut.json"))
-    assert done and not (out / "ray.mkv").exists()
-    made = {p.name: p.stat().st_mtime_ns for p in out.iterdir() if p.name.endswith(".nut")
-            and p.name + ".json" in done}
+    made = sorted(p for p in out.iterdir() if p.name.endswith(".nut") and (out / (p.name + ".json")).exists())
+    assert made and not (out / "ray.mkv").exists()
+    damage(made, tmp_path / "elsewhere")
     n_before = os.path.getsize(tmp_path / "n")
     rc, err = _finish(_start([*args, "--skip-existing", "--summary", str(tmp_path / "again.json")], cache, env))
     assert rc == 0, err[-2000:]
+    assert "Traceback" not in err
     [facts] = json.loads((tmp_path / "again.json").read_text())["executor"]["segments"]
-    assert facts["reused"] == len(made) >= 1
-    # the done segments were not upscaled again: the rerun upscaled only the other segments' frames
-    assert os.path.getsize(tmp_path / "n") - n_before == 240 - 30 * len(made)
+    assert facts["reused"] == 0 and facts["redone"] == len(made)  # each damaged one redone, none joined as it was
+    assert os.path.getsize(tmp_path / "n") - n_before == 240
     assert_same_frames(out / "ray.mkv", _local_killing_net(tmp_path, clip, env, monkeypatch), exact=True)
     assert sorted(p.name for p in out.iterdir()) == ["ray.mkv"]
 

@@ -320,11 +320,13 @@ def test_bench_video_rows_and_report(weights):
     assert "## Video" in md and "tiny 48x32" in md and "vs-mlrt" in md
 
 
-def test_segment_seconds_is_checked_before_ray_starts(clips, weights, tmp_path, capsys):
-    code, err = _sr(capsys, weights, clips, tmp_path / "out", "--ray", "--segment-seconds", "0")
-    assert code == 2 and err.strip() == "error: --segment-seconds must be more than 0, got 0"
-    code, err = _sr(capsys, weights, clips, tmp_path / "out", "--segment-seconds", "5")
-    assert code == 2 and "--segment-seconds applies only to --ray runs" in err
+def test_segment_seconds_is_checked_before_any_work(clips, weights, tmp_path, capsys):
+    for extra in (("--ray",), ()):  # local runs take it too; the check comes before Ray starts
+        code, err = _sr(capsys, weights, clips, tmp_path / "out", *extra, "--segment-seconds", "0")
+        assert code == 2 and err.strip() == "error: --segment-seconds must be more than 0, got 0"
+    code, err = _sr(capsys, weights, clips, tmp_path / "out", "--triton", "http://127.0.0.1:9", "--segment-seconds",
+                    "5")
+    assert code == 2 and "--segment-seconds apply only to local runs; with --triton" in err
     assert not (tmp_path / "out").exists()
 
 

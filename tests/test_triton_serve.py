@@ -27,7 +27,15 @@ from pipeline.errors import PipelineError
 from pipeline.serve import triton_env
 from pipeline.sr import imageio, upscale
 from tests.netns import namespace_problem
-from tests.video_clips import assert_same_frames, audio_of, h264_clip, open_gop_clip, stream_facts, vfr_clip
+from tests.video_clips import (
+    assert_same_frames,
+    audio_of,
+    h264_clip,
+    open_gop_clip,
+    repeated_pts_clip,
+    stream_facts,
+    vfr_clip,
+)
 
 pytest.importorskip("tritonclient.grpc", reason="tritonclient is not installed (pip install -e '.[cluster]')")
 pytest.importorskip("tritonclient.http", reason="tritonclient's HTTP client is not installed (pip install -e "
@@ -220,6 +228,7 @@ def test_served_clips_and_images_equal_the_local_run(repo, server, tmp_path, url
     h264_clip(src / "clip.mkv")  # the clip: 10 s at 30 fps, B-frames, AAC, rotation (.mkv: FFV1 out)
     vfr_clip(src / "sub" / "vfr.mkv")
     open_gop_clip(src / "open_gop.mkv")
+    repeated_pts_clip(src / "repeated.mkv")  # every 7th pts repeated: the same frames as the local run's
     cv2.imwrite(str(src / "a.png"), np.ascontiguousarray(data.astronaut()[::8, ::8, ::-1]))
     out, summary = tmp_path / "out", tmp_path / "summary.json"
     rc, err = server.sr([src, out, "--triton", url, "--concurrency", concurrency, "--summary", summary, "--quiet"])
@@ -227,15 +236,15 @@ def test_served_clips_and_images_equal_the_local_run(repo, server, tmp_path, url
     local = tmp_path / "local" / "out"
     s_local = upscale(src, local, backend="ort", onnx=repo / "srcnn" / "1" / "model.onnx", progress=False,
                       log=lambda m: None, summary=local.parent / "local.json")
-    assert s_local.counts["ok"] == 4
-    for rel in ("clip.mkv", "sub/vfr.mkv", "open_gop.mkv"):
+    assert s_local.counts["ok"] == 5
+    for rel in ("clip.mkv", "sub/vfr.mkv", "open_gop.mkv", "repeated.mkv"):
         assert_same_frames(out / rel, local / rel, exact=True)
         assert stream_facts(out / rel) == stream_facts(local / rel)
     assert stream_facts(out / "clip.mkv")["rotation"] == 90
     assert np.array_equal(audio_of(out / "clip.mkv"), audio_of(local / "clip.mkv"))
     assert (out / "a.png").read_bytes() == (local / "a.png").read_bytes()
     s, ls = json.loads(summary.read_text()), json.loads((local.parent / "local.json").read_text())
-    assert s["counts"] == ls["counts"] == {"ok": 4, "failed": 0, "skipped": 0, "ignored": 0}
+    assert s["counts"] == ls["counts"] == {"ok": 5, "failed": 0, "skipped": 0, "ignored": 0}
     assert set(s) == set(ls) and s["executor"]["name"] == "triton"  # one summary, the same keys for a clip
     by_rel, local_by_rel = {r["input"]: r for r in s["images"]}, {r["input"]: r for r in ls["images"]}
     assert set(by_rel["clip.mkv"]) == set(local_by_rel["clip.mkv"]) and by_rel["clip.mkv"]["video"]["frames"] == 300

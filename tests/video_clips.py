@@ -182,3 +182,15 @@ def make_png_mov(path: Path, sizes: list[tuple[int, int]], pix_fmt: str = "rgb24
             out.mux(p)
     out.close()
     return path
+
+
+def repeated_pts_clip(path: Path, frames: int = 90, every: int = 7) -> Path:
+    """VFR H.264 (no B-frames, 1 s GOPs) whose every `every`-th frame has the same pts as the frame before it, as
+    some cameras and screen recorders write; in Matroska, which takes equal timestamps."""
+    pts, t = [], 0
+    for i in range(frames):
+        if i % every or i == 0:
+            t += 33 if i else 0
+        pts.append(t)
+    return make_clip(path, "libx264", 32, 24, frames, 30, pts=pts, time_base=Fraction(1, 1000),
+                     codec_options={"g": "30", "bf": "0"})

@@ -22,7 +22,7 @@ from pathlib import Path
 from pipeline import backends as B
 from pipeline import report
 from pipeline.artifacts.identity import resolve
-from pipeline.bench.folder import folder_throughput, gpu_folder_rows, stage_cost, write_folder
+from pipeline.bench.folder import NEAR_FREE, folder_throughput, gpu_folder_rows, stage_cost, write_folder
 from pipeline.bench.kernels import kernel_section
 from pipeline.bench.ray_bench import ray_bench, ray_video_bench
 from pipeline.bench.results import VIDEO_FLOOR, apply_peak, auto_row, flops_entry, method, precision_auto_row
@@ -55,6 +55,10 @@ QUICK.update(stage_images=2, stage_size=64, stage_repeats=1, gpu_folder_images=0
 # per 480p frame, so only a full bench runs it, at 480p).
 FULL.update(video_frames=3, video_frame_s=40.0)
 QUICK.update(video_frames=2, video_frame_s=3.0)
+# What cutting a clip into segments costs a local run (issue 49): a 3-minute clip (so the default 60 s segments
+# cut it), whole and at 10 s segments; a quick bench runs 4 s at 1 s segments (the default then runs it whole).
+FULL.update(segment_clip_s=180.0, segment_short_s=10.0)
+QUICK.update(segment_clip_s=4.0, segment_short_s=1.0)
 # bf16 and int8 at the main point (with their measured quality loss) and `--precision auto`'s pick (issue 28).
 FULL.update(lower_precisions=True)
 QUICK.update(lower_precisions=True)
@@ -107,6 +111,8 @@ def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
         doc["triton"] = _triton_section(models[0], cfg, log, doc["skipped"].append)
     if cfg.get("stage_images"):
         doc["stage_cost"] = _stage_cost_row(cfg, log, doc["skipped"].append)
+    if cfg.get("segment_clip_s"):
+        doc["segments"] = _segments_row(cfg, log, doc["skipped"].append)
     if cfg.get("gpu_folder_images"):
         log("GPU folder run vs pure inference")
         doc["gpu_folder"] = gpu_folder_rows(models, cfg["gpu_folder_images"], cfg["gpu_folder_size"],
@@ -200,6 +206,21 @@ def _ray_section(model: str, cfg: dict, log, note) -> dict | None:
         except PipelineError as e:
             note(f"Ray video comparison: {e}")
         return result
+
+
+def _segments_row(cfg: dict, log, note) -> dict | None:
+    """A local run's segment overhead and the H.264 size of segmented runs against one continuous encode."""
+    from pipeline.bench.segments_bench import segment_bench  # PyAV: only for the runs that make clips
+
+    if importlib.util.find_spec("torch") is None:
+        note("segment overhead: the near-free model is a PyTorch factory; PyTorch is not installed (export extra)")
+        return None
+    try:  # inference next to free: the split's share is an upper bound for any real model
+        return segment_bench(NEAR_FREE, cfg["segment_clip_s"], backend="torch", log=log,
+                             short_s=cfg["segment_short_s"])
+    except (PipelineError, RuntimeError) as e:
+        note(f"segment overhead: {e}")
+        return None
 
 
 def _stage_cost_row(cfg: dict, log, note) -> dict | None:

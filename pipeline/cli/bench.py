@@ -28,7 +28,8 @@ def add_arguments(p) -> None:
     p.add_argument("--no-folder", action="store_true",
                    help="skip the whole-folder (pipeline sr) timings: folder vs inference, the stage's own cost, "
                         "the GPU folder row")
-    p.add_argument("--no-video", action="store_true", help="skip the video fps at 480p and 720p input")
+    p.add_argument("--no-video", action="store_true", help="skip the video fps at 480p and 720p input and the "
+                   "segment overhead and size rows")
 
 
 def config_from_args(args) -> dict:
@@ -55,6 +56,7 @@ def config_from_args(args) -> dict:
         cfg["folder_images"] = cfg["stage_images"] = cfg["gpu_folder_images"] = 0
     if args.no_video:
         cfg["video_frames"] = 0
+        cfg["segment_clip_s"] = 0
     return cfg
 
 

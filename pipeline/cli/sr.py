@@ -60,8 +60,10 @@ def add_arguments(p) -> None:
                         "ray://HOST:PORT joins one (OUTPUT must be a path every node sees)")
     p.add_argument("--ray-actors", type=int, metavar="N", help="with --ray: actors upscaling in parallel, one GPU "
                    "each on GPU clusters, one CPU otherwise (default: one per GPU, else per CPU)")
-    p.add_argument("--segment-seconds", type=float, metavar="S", help="with --ray: a clip is cut at keyframes into "
-                   "segments about S seconds long, spread over the actors (default: several per actor)")
+    p.add_argument("--segment-seconds", type=float, metavar="S", help="a clip is cut at keyframes into segments "
+                   "about S seconds long, each kept beside the output until the join, so --skip-existing resumes a "
+                   "killed run from its finished segments (default: 60; a clip under two segments runs whole; with "
+                   "--ray also several per actor)")
     p.add_argument("--triton", metavar="URL", help="upscale on a running Triton server's sr model (`python -m "
                    "pipeline serve`): http://HOST:PORT or grpc://HOST:PORT; same outputs as a local run")
     p.add_argument("--triton-model", metavar="NAME", help="with --triton: the served model (default: sr)")
@@ -105,7 +107,8 @@ def options_from_args(args) -> RunOptions:
                       fmt=args.fmt, jpeg_quality=args.jpeg_quality, tile=args.tile,
                       tile_overlap=args.tile_overlap, batch=args.batch, workers=args.workers,
                       skip_existing=args.skip_existing, reference=args.reference, summary=args.summary,
-                      progress=not args.quiet, verbose=args.verbose, codec=args.codec, crf=args.crf, audio=args.audio)
+                      progress=not args.quiet, verbose=args.verbose, codec=args.codec, crf=args.crf, audio=args.audio,
+                      segment_seconds=args.segment_seconds)
 
 
 def run(args) -> int:

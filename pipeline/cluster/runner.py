@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -22,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from pipeline import backends, quality, sr
 from pipeline.artifacts.atomic import remove_stale_parts
-from pipeline.cluster import artifacts, connect, unit
+from pipeline.cluster import artifacts, connect, progress, unit
 from pipeline.cluster.actor import SrActor
 from pipeline.errors import PipelineError, first_line
 from pipeline.precisions import AUTO, DEFAULT
@@ -59,14 +61,12 @@ class RayExecutor:
     uses_cache = False    # the driver checks the cache when choose() makes the files
     takes = OPTION_FIELDS - {"workers"}  # as a local run's, but an actor decodes and encodes its own images
     why_not = "with --ray each actor reads and writes one image at a time"
-    flags = ("ray", "ray_actors", "segment_seconds")
+    flags = ("ray", "ray_actors")
 
-    def __init__(self, opts: RunOptions, address: str, actors: int | None, segment_seconds: float | None = None):
+    def __init__(self, opts: RunOptions, address: str, actors: int | None):
         if actors is not None and actors < 1:
             raise PipelineError("--ray-actors must be at least 1")
-        if segment_seconds is not None and not segment_seconds > 0:
-            raise PipelineError(f"--segment-seconds must be more than 0, got {segment_seconds:g}")
-        self.opts, self.address, self.actors, self.seconds = opts, address, actors, segment_seconds
+        self.opts, self.address, self.actors = opts, address, actors
         self.cluster: connect.Cluster | None = None
         self._facts: dict = {}
         self.auto_line = ""
@@ -75,6 +75,7 @@ class RayExecutor:
         self.unusable: list[Record] = []
         self.stale = 0
         self.clip_plans: dict = {}
+        self.locks: dict = {}  # each clip's output lock, by name (pipeline.artifacts.lock)
 
     def model(self, opts: RunOptions) -> ModelChoice:
         if opts.backend_name is None:  # asked in the plan: before the cluster starts
@@ -94,12 +95,12 @@ class RayExecutor:
             self.auto_line = choice.why
         return choice
 
-    def _plan_clips(self, plan: Plan, settings: dict, actors: int) -> list[str]:
+    def _plan_clips(self, plan: Plan, identity: dict, actors: int) -> list[str]:
         """Every clip's segments (and the ones a killed run finished, with --skip-existing); the first line's notes
         for a single clip."""
         clips = [r for r in plan.todo if r.job.video]
-        self.clips = sr.plan_work(clips, plan.model.scale, settings, self.seconds, actors, self.opts.skip_existing,
-                                  self.clip_plans)
+        self.clips = sr.plan_work(clips, plan.model.scale, identity, self.opts.segment_seconds, actors,
+                                  self.opts.skip_existing, self.clip_plans, self.locks)
         self.unusable = [r for r in clips if r.status == "failed"]  # no usable video: said, not run
         plan.todo[:] = [r for r in plan.todo if r.status != "failed"]
         # temp files a killed earlier driver (its join) or actor (a segment) left; not the finished segments
@@ -113,22 +114,23 @@ class RayExecutor:
         self.opts = plan.opts  # the checked options: the --onnx file opened once
         o, m = self.opts, plan.model
         clips = [r for r in plan.todo if r.job.video]
-        if clips:  # PyAV loads only for runs with videos; every clip probed and checked before Ray starts
+        if clips:  # PyAV loads only for runs with videos; every clip probed, checked and locked before Ray starts
             self.clip_plans = sr.plan_clips(clips, m.scale, o.codec, o.crf, o.audio)
+            self.locks = sr.lock_outputs(clips)
         ray = connect.import_ray()
         self.cluster = cluster = connect.connect(self.address)
         self.choice = choice = self._choose(m.name, m.scale, console)
         shared = artifacts.prepare(ray, choice)
         actors = self.actors or max(1, int(cluster.gpus or cluster.cpus))
         options = unit.worker_options(o)
-        self.ctor = dict(shared=shared, options=options)
+        self.ctor = dict(shared=shared, options=options, driver=(socket.gethostname(), os.getpid()))
         self.ray, self.n_actors, self.scale = ray, actors, m.scale
         self.jobs = {r.job.rel: r.job for r in plan.todo if not r.job.video}
         what = []
         if clips:  # what makes a segment, so that none of another run's is taken
-            settings = {**choice.key(), "codec": o.codec, "crf": o.crf, "audio": o.audio,
-                        **{k: options[k] for k in ("tile", "tile_overlap", "batch")}}
-            what = self._plan_clips(plan, settings, actors)
+            identity = sr.segment_identity(m.spec, o.weights, choice.key(), {**options, "codec": o.codec,
+                                           "crf": o.crf, "audio": o.audio})
+            what = self._plan_clips(plan, identity, actors)
         self._facts = {"address": cluster.address, "actors": actors, "artifacts": shared.describe()}
         why = (f"precision auto picked {choice.runs} on the driver, the fastest within its quality budget here"
                if o.precision == AUTO else choice.brief)
@@ -151,9 +153,8 @@ class RayExecutor:
                 console.info(f"{c.rec.job.rel}: {n}")
         if self.stale:
             console.info(f"removed {self.stale} temp file(s) a killed earlier run left beside its outputs")
-        reused = sum(c.reused for c in self.clips)
-        if reused:
-            console.info(f"taking {reused} segment(s) a killed earlier run finished (--skip-existing)")
+        for line in sr.resume_lines(self.clips):
+            console.info(line)
 
     def _rows(self, todo: list[Record]) -> list[dict]:
         """One row per image and per clip segment still to do (absolute paths: actors do not run in the driver's
@@ -165,7 +166,7 @@ class RayExecutor:
             job = c.rec.job
             for seg, f in c.todo():
                 task = {"segment": seg.to_json(), "file": str(f.absolute()), "codec": o.codec, "crf": o.crf,
-                        "audio": o.audio}
+                        "audio": o.audio, "key": c.key}
                 rows.append({"src": str(job.src.absolute()), "dst": str(job.dst.absolute()), "rel": job.rel,
                              "fmt": job.fmt, "segment": json.dumps(task)})
         return rows
@@ -196,7 +197,7 @@ class RayExecutor:
         clip = self.by_rel[d["record"]["input"]]
         clip.results[d["index"]] = d
         frames = len(d.get("timing", []))
-        bar.update(frames)
+        bar.update(frames, progress.segment_key(clip.rec.job.rel, d["index"]))
         if clip.done:
             self._clip_done(clip, console, finished)
         w, h = clip.plan.width, clip.plan.height
@@ -221,21 +222,26 @@ class RayExecutor:
         self.by_rel = {c.rec.job.rel: c for c in self.clips}
         # the local run's: a tqdm bar on a terminal, plain lines in a log; a clip counts its frames
         frames = sum(c.plan.info.frames or 0 for c in self.clips)
-        bar = console.bar(len(self.jobs) + frames, unit="picture" if self.clips else "img")
+        shown = console.bar(len(self.jobs) + frames, unit="picture" if self.clips else "img")
+        board = self.ray.remote(num_cpus=0)(progress.Board).remote() if self.clips else None
+        reused = sum(len(r["timing"]) for c in self.clips for r in c.results.values())  # a killed run's frames
+        bar = progress.DriverBar(self.ray, board, shown, reused)
         try:
             for clip in [c for c in self.clips if c.done]:  # every segment made by a killed earlier run
                 self._clip_done(clip, console, finished)
             if rows:
                 segments = any(r["segment"] for r in rows)
                 ds = self.ray.data.from_items(rows).map_batches(
-                    SrActor, **_pool(self.ray, len(rows), self.n_actors, self.cluster, self.ctor, segments))
+                    SrActor, **_pool(self.ray, len(rows), self.n_actors, self.cluster, {**self.ctor, "board": board},
+                                     segments))
                 try:
                     ready = self._stream(ds, console, finished, bar, seen)
                     ready = ready if math.isfinite(ready) else t0
                 except Exception as e:  # an actor that cannot start (backend missing on a node, ...): one line
                     raise PipelineError(f"the Ray run failed: {_cause(e)}") from None
         finally:
-            bar.close()
+            bar.stop()
+            shown.close()
         if self.clips:
             self._facts["segments"] = [c.fact() for c in self.clips]
         self._facts.update(backend="; ".join(sorted(set(seen.values()))), actor_processes=sorted(seen),
@@ -247,6 +253,8 @@ class RayExecutor:
         return dict(self._facts)
 
     def close(self) -> None:
+        for lock in self.locks.values():  # the outputs' locks of clips not joined (an error, Ctrl-C)
+            lock.release()
         if self.cluster is not None:
             connect.disconnect()
             self.cluster = None

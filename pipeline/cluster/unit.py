@@ -30,10 +30,10 @@ def process(worker: ImageWorker, job: Job) -> dict:
     return worker.process(job).as_dict()
 
 
-def segment(worker: ImageWorker, job: Job, task: dict) -> dict:
+def segment(worker: ImageWorker, job: Job, task: dict, bar=None) -> dict:
     """One segment of a clip into its file beside the output (pipeline.sr's segment unit); never raises for the
-    clip's own problems."""
-    return sr.run_segment(worker, job, task)
+    clip's own problems. `bar`: what counts its frames as they are written (progress.RemoteBar)."""
+    return sr.run_segment(worker, job, task, bar)
 
 
 def worker_options(opts: RunOptions) -> dict:

@@ -70,6 +70,29 @@ def ray_video_section(video: dict | None) -> list:
             table(["run", "frames/s", "vs 1 actor", "segments", "seek share", "join share", "wall s"], rows)]
 
 
+def segments_section(result: dict) -> list:
+    """A local run's segment overhead and segmented H.264 sizes (pipeline.bench.segments_bench)."""
+    o = result["overhead"]
+    share = f"{o['share']:.2%}" if o["share"] is not None else "-"
+    rows = [[f"FFV1, {o['segment_s']:g} s segments ({o['segments']})", f"{o['segmented_s']:.1f}",
+             f"{o['whole_s']:.1f}", f"{o['cut_s']:.2f}", f"{o['seek_s']:.2f}", f"{o['record_s']:.2f}",
+             f"{o['join_s']:.2f}", share]]
+    sizes = [[name, str(r["segments"]), f"{r['bytes']:,}", f"{r['vs_continuous']:.2%}"]
+             for name, r in result["h264"].items()]
+    w, h = result["size"]
+    return [para(f"One {result['clip_s']:g} s clip ({result['frames']} frames, {w}x{h}) upscaled locally on "
+                 f"{result['backend']} with {result['model']}. Overhead: the segmented run's cut (the plan's pass "
+                 "over the packets), seeks, records (each finished segment demuxed and hashed) and join, as a share "
+                 "of its wall time (with the near-free model, an upper bound for any real model's run). The wall "
+                 "times' difference also holds what is not split out (each segment's reader, decoder and encoder "
+                 "start afresh) and the machine's noise."),
+            table(["run", "wall s", "whole run wall s", "cut s", "seek s", "record s", "join s", "overhead share"],
+                  rows),
+            para("H.264 video bytes of each run against one continuous encode of the same frames at the same "
+                 "settings (default: 60 s segments; a clip under two segments runs whole)."),
+            table(["H.264 run", "segments", "video bytes", "vs continuous"], sizes)]
+
+
 def triton_section(result: dict) -> list:
     """Served throughput (pipeline.bench.triton_bench) as a table."""
     rows = [["local folder run", f"{result['local']['wall_s']:.1f}", f"{result['local']['process_s']:.2f}",
@@ -255,6 +278,8 @@ def bench_blocks(doc: dict) -> list:
     blocks += video_section(doc.get("video")) + startup_section(doc.get("startup"))
     if doc.get("ray"):
         blocks += [Heading("Folder run through Ray vs locally"), *ray_section(doc["ray"])]
+    if doc.get("segments"):
+        blocks += [Heading("Video segments: overhead and size"), *segments_section(doc["segments"])]
     if doc.get("triton"):
         blocks += [Heading("Folder run through a Triton server vs locally"), *triton_section(doc["triton"])]
     blocks += kernel_section(doc.get("kernels"))

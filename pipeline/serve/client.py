@@ -173,6 +173,7 @@ class TritonExecutor:
         self.lock = threading.Lock()
         self.lost: str | None = None
         self.backend = ""
+        self.locks: dict = {}
 
     def model(self, opts: RunOptions) -> None:
         return None  # the served model says which, at start
@@ -195,6 +196,7 @@ class TritonExecutor:
         if self.clips:  # PyAV loads only for runs with videos
             o = self.opts
             self.plans = sr.plan_clips(self.clips, self.scale, o.codec, o.crf, o.audio)
+            self.locks = sr.lock_outputs(self.clips)  # one writer per output, as local and Ray runs
             if len(plan.found.jobs) == 1 and self.plans:  # one clip: its notes in the first line, once
                 only = next(iter(self.plans.values()))
                 what, only.notes_said = only.notes, True
@@ -297,3 +299,5 @@ class TritonExecutor:
     def close(self) -> None:
         for c in self.clients:
             c.close()
+        for lock in self.locks.values():
+            lock.release()

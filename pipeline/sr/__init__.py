@@ -12,7 +12,8 @@
     png        the PNG writer (Up filter + ISA-L deflate)
     bicubic    plain bicubic (alpha, baseline)               reference  --reference scores
     console    what is printed (--quiet hides, --verbose adds)   preflight  writable outputs, overwrite count
-    video      one clip through the worker (threads)         segments   a clip cut at keyframes, joined by stream copy
+    video      one clip through the worker (threads)         segments   a clip cut at keyframes, run, resumed, joined
+    segment_files  finished segments and their records (verified before reuse)   segment_join  the join by stream copy
 
 Code outside this package imports only the names below (an import-linter contract in pyproject.toml).
 """
@@ -46,7 +47,9 @@ __all__ = [
 
 # Videos on other executors (a clip split into segments on Ray actors; frames served by Triton): these load PyAV,
 # so they are imported on first use, for runs with videos only.
-_VIDEO_NAMES = {"VideoRunner": "video", "plan_clips": "video", "plan_work": "segments", "run_segment": "segments"}
+_VIDEO_NAMES = {"VideoRunner": "video", "plan_clips": "video", "plan_work": "segments", "run_segment": "segments",
+                "segment_identity": "segments", "resume_lines": "segments",
+                "lock_outputs": "segments"}
 
 
 def __getattr__(name: str):

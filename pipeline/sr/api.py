@@ -49,7 +49,9 @@ def upscale(input: str | Path, output: str | Path, **options) -> Summary:
     (then onnx/engine/weights/threads/precision do not apply: it is used as it is).
     codec/crf: how videos are encoded (pipeline.sr.videofmt; default: H.264 at a high-quality CRF, lossless FFV1
     for .mkv, VP9 for .webm); images ignore them. audio: 'copy' (a stream the output container cannot hold is an
-    error before any work) or 'drop'.
+    error before any work) or 'drop'. segment_seconds: a clip at least twice this long (default 60 s) is cut at
+    keyframes into segments kept beside the output until the join, so skip_existing=True resumes a killed run
+    from its finished (verified) segments (pipeline.sr.segments).
     tile: LR tile side, 0 = never tile, None = from free memory (a device backend's own). batch: images or
     tiles of one size per call, or 'auto' (the most that fit on a device, capped; 1 on the host). workers:
     decode/encode threads, None = every usable core with a device backend, else 2. progress=False hides the bar and

@@ -144,6 +144,8 @@ def check_options(opts: RunOptions) -> tuple[str | None, RunOptions]:
     fmt = settings.check_format(opts.fmt)
     videofmt.check_crf(videofmt.check_codec(opts.codec), opts.crf)
     check_choice("audio", opts.audio, videofmt.AUDIO_MODES)
+    if opts.segment_seconds is not None and not opts.segment_seconds > 0:
+        raise PipelineError(f"--segment-seconds must be more than 0, got {opts.segment_seconds:g}")
     if opts.precision == "auto" and opts.engine is not None:
         raise PipelineError("--precision auto chooses among the ONNX backends; an engine's precision is built in")
     onnx = settings.check_paths(summary=opts.summary, reference=opts.reference, onnx=opts.onnx, engine=opts.engine,

@@ -35,6 +35,8 @@ class LocalExecutor:
         self.choice: backends.Choice | None = None  # None: a loaded backend was given
         self.plans: dict = {}
         self.clips: list[Record] = []
+        self.works: list = []  # each clip's segments (pipeline.sr.segments.ClipWork)
+        self.locks: dict = {}  # each clip's output lock, by name (pipeline.artifacts.lock)
 
     def model(self, opts: RunOptions) -> ModelChoice:
         return resolve_model(opts)
@@ -56,16 +58,11 @@ class LocalExecutor:
         self.opts = plan.opts  # the checked options: the --onnx file opened once
         o, m = self.opts, plan.model
         loaded, choice, auto_line = self._load(m.name, m.scale, console)
-        self.stale = remove_stale_parts([r.job.dst for r in plan.todo])
         self.clips = [r for r in plan.todo if r.job.video]
         what = []
         if self.clips:  # PyAV loads only for runs with videos
-            from pipeline.sr.video import plan_clips
-
-            self.plans = plan_clips(self.clips, m.scale, o.codec, o.crf, o.audio)
-            if len(plan.found.jobs) == 1 and self.plans:  # one clip: its size/crop notes go in the first line, once
-                only = next(iter(self.plans.values()))
-                what, only.notes_said = only.notes, True
+            what = self._plan_clips(plan, loaded)
+        self.stale = remove_stale_parts([r.job.dst for r in plan.todo] + [f for w in self.works for f in w.files])
         self.worker = ImageWorker(loaded, m.spec, m.scale, tile=o.tile, tile_overlap=o.tile_overlap, batch=o.batch,
                                   jpeg_quality=o.jpeg_quality, reference=o.reference)
         self.workers = settings.io_workers(o.workers, loaded.on_gpu)
@@ -74,6 +71,27 @@ class LocalExecutor:
         return Started(m.name, m.scale, on, loaded.selection_brief or choice, loaded.describe(), choice,
                        note=scale_note(m.metadata, m.scale), what=what, tile=self.worker.tile,
                        margin=self.worker.margin, batch=self.worker.batch, workers=self.workers)
+
+    def _plan_clips(self, plan: Plan, loaded: backends.Backend) -> list[str]:
+        """Each clip's plan and segments (its output locked for this run; with --skip-existing the segments a
+        killed run finished, verified); the first line's notes for a single clip."""
+        from pipeline.sr.segments import lock_outputs, plan_work, segment_identity
+        from pipeline.sr.video import plan_clips
+
+        o, m = self.opts, plan.model
+        self.plans = plan_clips(self.clips, m.scale, o.codec, o.crf, o.audio)
+        self.locks = locks = lock_outputs(self.clips)
+        choice = self.choice or backends.of_loaded(loaded, m.scale)  # a loaded backend given: its own Choice
+        identity = segment_identity(m.spec, o.weights, choice.key(),
+                                    {"codec": o.codec, "crf": o.crf, "audio": o.audio, "tile": o.tile,
+                                     "tile_overlap": o.tile_overlap, "batch": o.batch})
+        self.works = plan_work(self.clips, m.scale, identity, o.segment_seconds, 1, o.skip_existing, self.plans,
+                               locks)
+        if len(plan.found.jobs) == 1 and self.plans:  # one clip: its size/crop notes go in the first line, once
+            only = next(iter(self.plans.values()))
+            only.notes_said = True
+            return only.notes
+        return []
 
     def announce(self, console: Console) -> None:
         """After the first line: the backend in full, the precision's measured cost, leftovers, tiles."""
@@ -90,6 +108,11 @@ class LocalExecutor:
             console.info(hint)
         if self.stale:
             console.info(f"removed {self.stale} temp file(s) a killed earlier run left beside its outputs")
+        if self.works:
+            from pipeline.sr.segments import resume_lines
+
+            for line in resume_lines(self.works):
+                console.info(line)
         console.detail(f"tiles: {w.tile or 'whole images'} LR px, {w.margin} HR px of context; batch "
                        f"{w.batch}; {self.workers} decode/encode worker(s)")
 
@@ -99,13 +122,31 @@ class LocalExecutor:
         if images or not self.clips:
             Scheduler(self.worker, console, self.workers).run(images)
         if self.clips:
-            from pipeline.sr.video import VideoRunner
-
-            VideoRunner(self.worker, console).run_all(self.clips, self.plans)
+            self._videos(console)
         return time.perf_counter() - t0
 
+    def _videos(self, console: Console) -> None:
+        """Each clip in turn: cut into segments and joined when it is long enough to have several (a killed run
+        resumes from its finished ones), else whole; a clip whose output another run holds failed in the plan."""
+        from pipeline.sr.segments import run_clip
+        from pipeline.sr.video import VideoRunner
+
+        runner = VideoRunner(self.worker, console)
+        works = {w.rec.job.rel: w for w in self.works}
+        for rec in self.clips:
+            work = works.get(rec.job.rel)
+            if work is not None and len(work.segments) > 1:
+                run_clip(runner, work, console)
+            elif work is not None:
+                runner.run(rec, work.plan)
+                work.release()
+            if rec.status == "failed":
+                console.failed(rec)
+
     def facts(self) -> dict:
-        return {}
+        segmented = [w.fact() for w in self.works if len(w.segments) > 1]
+        return {"segments": segmented} if segmented else {}
 
     def close(self) -> None:
-        pass
+        for lock in self.locks.values():  # the outputs' locks of clips not run to the end (an error, Ctrl-C)
+            lock.release()

@@ -40,6 +40,7 @@ class RunOptions:
     codec: str | None = None          # video encoding (pipeline.sr.videofmt)
     crf: int | None = None
     audio: str = "copy"               # copy | drop
+    segment_seconds: float | None = None  # a clip cut at keyframes into segments this long (pipeline.sr.segments)
     log: Callable[[str], object] | None = None  # where lines go (default: stderr)
 
     @property

@@ -1,4 +1,5 @@
-"""One clip cut into segments that executors run apart (Ray actors), then joined into one output by stream copy.
+"""One clip cut into segments that an executor runs apart (Ray actors; the local run one after another), then joined
+into one output by stream copy (pipeline.sr.segment_join).
 
     plan     from the demuxed packets (no decoding): cuts at keyframes about --segment-seconds apart. A segment
              is (clip, first keyframe pts, end pts): its reader seeks to that keyframe, drops frames before it and
@@ -6,35 +7,34 @@
              one segment. A keyframe is a cut only when no packet before it (in decode order) is shown after it, so
              B-frames, open GOPs (the leading frames belong to the segment before: its decoder goes on past the cut
              until they are out) and VFR timing all split cleanly.
-    files    each segment is a NUT file beside the output, named by what makes it (the source file, the model
-             and the run's settings), with a JSON of its frames' timing written after it: a rerun with
-             --skip-existing takes the segments a killed run finished.
-    join     the driver copies the segments' packets into OUTPUT (no second encode) with the source's audio and
-             subtitle packets, in time order, the local run's layout and tags; then removes the segment files.
+    files    each segment is a NUT file beside the output, named by the plan and its key, with a record written
+             after it (pipeline.sr.segment_files): a rerun with --skip-existing takes the segments a killed run
+             finished once each is verified, and redoes the others.
+    lock     a run holds its clips' outputs locked (pipeline.artifacts.lock) from the plan to the join: a second run
+             on the same output fails that clip at once with one line, and touches none of the first run's files.
 """
 from __future__ import annotations
 
-import hashlib
-import heapq
-import json
-import math
+import contextlib
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
 import av
 
-from pipeline.artifacts.atomic import atomic_path, atomic_write
+from pipeline.artifacts.lock import Busy, OutputLock
 from pipeline.sr import video_io
 from pipeline.sr.console import Console
 from pipeline.sr.records import Record
-from pipeline.sr.video import VideoPlan, VideoRunner, finish, plan_clips
+from pipeline.sr.segment_files import load, remove, save, segment_key, segment_path
+from pipeline.sr.segment_join import JoinDiskError, join
+from pipeline.sr.video import VideoPlan, VideoRunner
 from pipeline.sr.video import plan as plan_clip
-from pipeline.sr.video_io import COPIED, ReadEnd, VideoError, Window
+from pipeline.sr.video_io import VideoError, Window
 
-SEGMENTS_PER_ACTOR = 4   # the default length gives every actor several segments: a slow or killed one costs little
+SEGMENT_S = 60.0         # the default length: a killed run loses about a minute of work; a clip under two stays whole
+SEGMENTS_PER_ACTOR = 4   # with several actors, each gets several segments: a slow or killed one costs little
 MIN_SEGMENT_S = 1.0      # shorter segments: the seek and the join cost more than they spread
 
 
@@ -57,17 +57,21 @@ class Segment:
 
 
 def default_seconds(duration_s: float | None, actors: int) -> float:
-    """--segment-seconds when not given: several segments per actor, none shorter than MIN_SEGMENT_S."""
-    if not duration_s:
-        return math.inf
-    return max(MIN_SEGMENT_S, duration_s / (max(1, actors) * SEGMENTS_PER_ACTOR))
+    """--segment-seconds when not given: about a minute, and several segments per actor when there are several
+    (none shorter than MIN_SEGMENT_S)."""
+    if not duration_s or actors <= 1:
+        return SEGMENT_S
+    return max(MIN_SEGMENT_S, min(SEGMENT_S, duration_s / (actors * SEGMENTS_PER_ACTOR)))
 
 
 def _cuts(path: Path) -> tuple[list[int], Fraction, int | None]:
     """The keyframes where the clip may be cut (pts, in decode order), the stream's time base and its last pts;
-    no cut at all when a video packet has no pts (nothing to split by)."""
+    no cut at all when a video packet has no pts (nothing to split by). A repeated pts is shifted by the reader
+    (video_io._Shown) up to one tick per repeat: a keyframe is a cut only past where such shifts can reach."""
     cuts: list[int] = []
     shown = None  # the latest pts of any packet so far, in decode order
+    seen: set[int] = set()  # the pts since the last cut, to count the repeats among them
+    repeats = 0
     with video_io.open_input(path) as container:
         video = container.streams.video[0]
         tb = Fraction(video.time_base)
@@ -76,8 +80,12 @@ def _cuts(path: Path) -> tuple[list[int], Fraction, int | None]:
                 continue
             if packet.pts is None:
                 return [], tb, None
-            if packet.is_keyframe and (shown is None or packet.pts > shown):
+            if packet.is_keyframe and (shown is None or packet.pts > shown + repeats):
                 cuts.append(packet.pts)
+                seen.clear()
+                repeats = 0
+            repeats += packet.pts in seen
+            seen.add(packet.pts)
             shown = packet.pts if shown is None else max(shown, packet.pts)
     return cuts, tb, shown
 
@@ -99,143 +107,24 @@ def plan(path: Path, seconds: float) -> list[Segment]:
     return [Segment(i, bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
 
 
-# -- the segment files ----------------------------------------------------------------------------------------------
-
-def clip_key(src: Path, settings: dict) -> str:
-    """What a clip's segments are made of: the source file (size, modification time) and the run's settings."""
-    st = src.stat()
-    blob = json.dumps({"src": str(src.absolute()), "size": st.st_size, "mtime": st.st_mtime_ns, **settings},
-                      sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:12]
-
-
-def segment_path(dst: Path, key: str, index: int) -> Path:
-    return dst.parent / f".{dst.name}.{key}.seg{index:04d}.{video_io.SEGMENT_MUXER}"
-
-
-def result_path(segment_file: Path) -> Path:
-    return segment_file.with_name(segment_file.name + ".json")
-
-
-def save_result(segment_file: Path, result: dict) -> None:
-    """Written after the segment file: both there means the segment is done (--skip-existing takes it)."""
-    atomic_write(result_path(segment_file), json.dumps(result))
-
-
-def load_result(segment_file: Path) -> dict | None:
-    """A finished segment's result, or None (not made, or made by a run killed before its result was written)."""
-    try:
-        result = json.loads(result_path(segment_file).read_text())
-    except (OSError, ValueError):
-        return None
-    return result if segment_file.is_file() and "timing" in result else None
-
-
-def remove(segment_files: list[Path]) -> None:
-    for f in segment_files:
-        f.unlink(missing_ok=True)
-        result_path(f).unlink(missing_ok=True)
-
-
-# -- the join -------------------------------------------------------------------------------------------------------
-
-def _when(packet: av.Packet) -> float:
-    t = packet.dts if packet.dts is not None else packet.pts
-    return float(t * packet.time_base) if t is not None and packet.time_base else 0.0
-
-
-def _video_packets(files: list[Path], durations: dict[int, int]) -> Iterator[tuple[float, int, av.Packet]]:
-    """Every segment's packets in order; a packet the segment container kept no duration for gets its frame's."""
-    for f in files:
-        with av.open(str(f), format=video_io.SEGMENT_MUXER) as c:
-            for p in c.demux(c.streams.video[0]):
-                if p.size:
-                    if not p.duration and p.pts in durations:
-                        p.duration = durations[p.pts]
-                    yield _when(p), 0, p
-
-
-def _copied_packets(src: Path, drop: tuple[str, ...]) -> Iterator[tuple[float, int, video_io.Packet]]:
-    with video_io.open_input(src) as c:
-        wanted = [s for s in c.streams if s.type in COPIED and s.type not in drop]
-        if wanted:
-            for p in c.demux(wanted):
-                if p.size:
-                    yield _when(p), 1, video_io.Packet(p, p.stream.index)
-
-
-def _join(tmp: Path, job, vp: VideoPlan, files: list[Path], durations: dict[int, int]) -> None:
-    with av.open(str(files[0]), format=video_io.SEGMENT_MUXER) as first:
-        joiner = video_io.Joiner(tmp, job.fmt, vp.info, job.src, vp.drop, first.streams.video[0])
-    try:
-        merged = heapq.merge(_video_packets(files, durations), _copied_packets(job.src, vp.drop),
-                             key=lambda t: (t[0], t[1]))
-        for _, kind, p in merged:
-            if kind == 0:
-                joiner.video_packet(p)
-            else:
-                joiner.packet(p)
-    except BaseException:
-        joiner.abort()
-        raise
-    joiner.close()
-
-
-def merge(rec: Record, results: list[dict]) -> tuple[ReadEnd, int, dict[int, int]]:
-    """The segments' records folded into the clip's (sizes, times, notes once); the clip's reader end, frames and
-    each frame's duration by pts."""
-    errors: list[str] = []
-    durations: dict[int, int] = {}
-    frames = 0
-    for r in results:
-        d = r["record"]
-        if d.get("in_size") and not rec.in_size:
-            rec.in_size, rec.out_size = tuple(d["in_size"]), tuple(d["out_size"])
-            rec.mode, rec.bit_depth, rec.tiles = d["mode"], d["bit_depth"], d["tiles"]
-            rec.max_shift = d.get("tile_grid_shift_lr_px", 0.0)
-            rec.notes.extend(n for n in d.get("notes", []) if n not in rec.notes)
-        rec.decode_s += d.get("decode_s", 0.0)
-        rec.infer_s += d.get("infer_s", 0.0)
-        rec.encode_s += d.get("encode_s", 0.0)
-        errors.extend(r.get("errors", []))
-        frames += len(r["timing"])
-        durations.update({pts: dur for pts, dur in r["timing"] if pts is not None and dur})
-    return ReadEnd(errors, results[-1].get("end_s")), frames, durations
-
-
-def join(rec: Record, vp: VideoPlan, files: list[Path], results: list[dict], wall: float) -> None:
-    """The clip's output from its finished segments (in order), written atomically; the outcome is rec's."""
-    failed = next((r["record"] for r in results if r["record"]["status"] == "failed"), None)
-    if failed is not None:
-        rec.fail(failed["reason"])
-        return
-    end, frames, durations = merge(rec, results)
-    try:
-        with atomic_path(rec.job.dst) as tmp:
-            _join(tmp, rec.job, vp, files, durations)
-    except OSError as e:
-        rec.fail(f"cannot write {rec.job.dst}: {e.strerror or e}")
-        return
-    except (av.FFmpegError, VideoError) as e:
-        rec.fail(f"joining the segments failed: {video_io.reason(e)}")
-        return
-    rec.notes.extend(n for n in vp.notes if n not in rec.notes)
-    finish(rec, vp, frames, end, wall)
-
-
 # -- what executors use ---------------------------------------------------------------------------------------------
 
 @dataclass
 class ClipWork:
-    """One clip of a segmented run: its record and plan, its segments and their files, the results in so far."""
+    """One clip of a segmented run: its record and plan, its segments and their files, the results in so far, the
+    lock that makes this run its output's one writer, and why segments a killed run left are redone."""
 
     rec: Record
     plan: VideoPlan
     segments: list[Segment]
     files: list[Path]
     results: dict[int, dict]
+    key: str = ""
+    lock: OutputLock | None = None
+    redone: list[str] = field(default_factory=list)
     reused: int = 0
     join_s: float = 0.0
+    cut_s: float = 0.0  # the plan's pass over the packets (the cuts) and the reused segments' verification
 
     def todo(self) -> list[tuple[Segment, Path]]:
         return [(s, f) for s, f in zip(self.segments, self.files, strict=True) if s.index not in self.results]
@@ -245,44 +134,109 @@ class ClipWork:
         return len(self.results) == len(self.segments)
 
     def finish(self, wall: float) -> None:
-        """Join the segments into the clip's output (its record says how that went) and remove their files."""
+        """Join the segments into the clip's output (its record says how that went) and remove their files once
+        it is written; a clip not written (a failed segment or join, a full disk) keeps them for a rerun with
+        --skip-existing. The output's lock goes."""
         t0 = time.perf_counter()
-        join(self.rec, self.plan, self.files, [self.results[s.index] for s in self.segments], wall)
-        remove(self.files)
+        try:
+            if join(self.rec, self.plan, self.files, [self.results[s.index] for s in self.segments], wall):
+                remove(self.files)
+        except JoinDiskError as e:
+            self.rec.fail(f"{e.strerror}; its {len(self.files)} finished segment(s) are kept beside it: free space "
+                          f"and rerun with --skip-existing to join them without upscaling again")
+        finally:
+            self.release()
         self.join_s = time.perf_counter() - t0
 
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+
     def fact(self) -> dict:
-        """The summary's line for this clip: its segments, those a killed run made, and what the split cost: the
-        segments' seeks (opening the file to the first frame kept, summed over the actors) and the join."""
+        """The summary's line for this clip: its segments, those a killed run made (reused, redone), and what the
+        split cost: the cut (the plan's pass over the packets, and verifying reused segments), the segments' seeks
+        (opening the file to the first frame kept) and records (each file demuxed and hashed), both summed over
+        the actors, and the join."""
         seek = sum(r.get("seek_s", 0.0) for r in self.results.values())
+        record = sum(r.get("record_s", 0.0) for r in self.results.values())
         return {"input": self.rec.job.rel, "segments": len(self.segments), "reused": self.reused,
-                "seek_s": round(seek, 3), "join_s": round(self.join_s, 3)}
+                "redone": len(self.redone), "cut_s": round(self.cut_s, 3), "seek_s": round(seek, 3),
+                "record_s": round(record, 3), "join_s": round(self.join_s, 3)}
 
 
-def plan_work(records: list[Record], scale: float, settings: dict, seconds: float | None, actors: int,
-              resume: bool, plans: dict[str, VideoPlan] | None = None) -> list[ClipWork]:
-    """Each clip's plan (`plans`: made already by video.plan_clips; a file that is no usable video fails its record
-    there, as in a local run) and segments; with `resume` (--skip-existing) the segments a killed run finished are
-    taken as they are. `settings`: what else makes a segment (model, backend, precision, codec, crf, audio, tiles),
-    so none of another run is taken."""
-    if plans is None:
-        plans = plan_clips(records, scale, settings.get("codec"), settings.get("crf"), settings.get("audio", "copy"))
-    work = []
+def _finished(files: list[Path], segs: list[Segment], key: str) -> tuple[dict[int, dict], list[str]]:
+    """The segments a killed run finished that pass every check, and a line for each one that does not."""
+    done, redone = {}, []
+    for s, f in zip(segs, files, strict=True):
+        result, why = load(f, key)
+        if result is not None:
+            done[s.index] = result
+        elif why is not None:
+            redone.append(f"segment {s.index} ({f.name}) is redone: {why}")
+    return done, redone
+
+
+def lock_outputs(records: list[Record]) -> dict[str, OutputLock]:
+    """Each clip's output locked for this run, by name, before any work; a clip whose output another run holds
+    fails here with one line (that run's files are left alone)."""
+    locks = {}
     for rec in records:
         if rec.status == "failed":
             continue
+        try:
+            locks[rec.job.rel] = OutputLock(rec.job.dst).acquire()
+        except Busy as e:
+            rec.fail(str(e))
+        except OSError as e:
+            rec.fail(f"cannot lock {rec.job.dst}: {e.strerror or e}")
+    return locks
+
+
+def plan_work(records: list[Record], scale: float, identity: dict, seconds: float | None, actors: int,
+              resume: bool, plans: dict[str, VideoPlan], locks: dict[str, OutputLock]) -> list[ClipWork]:
+    """Each locked clip's segments (`plans`: made already by video.plan_clips; a file that is no usable video
+    failed its record there, as in a local run); with `resume` (--skip-existing) the segments a killed run
+    finished are taken once verified. `identity`: what else makes a segment's bytes (segment_identity), so none
+    of another run is taken."""
+    work = []
+    for rec in records:
+        if rec.status == "failed" or (lock := locks.get(rec.job.rel)) is None:
+            continue
+        t0 = time.perf_counter()
         vp = plans[rec.job.rel]
         segs = plan(rec.job.src, seconds or default_seconds(vp.info.duration_s, actors))
-        key = clip_key(rec.job.src, {**settings, "scale": scale, "segments": [s.to_json() for s in segs]})
+        key = segment_key(rec.job.src, {**identity, "scale": scale, "segments": [s.to_json() for s in segs]})
         files = [segment_path(rec.job.dst, key, s.index) for s in segs]
-        done = {s.index: r for s, f in zip(segs, files, strict=True) if resume and (r := load_result(f))}
-        work.append(ClipWork(rec, vp, segs, files, done, len(done)))
+        done, redone = _finished(files, segs, key) if resume else ({}, [])
+        work.append(ClipWork(rec, vp, segs, files, done, key, lock, redone, len(done),
+                             cut_s=time.perf_counter() - t0))
     return work
 
 
-def run_segment(worker, job, task: dict) -> dict:
+def resume_lines(works: list[ClipWork]) -> list[str]:
+    """What a --skip-existing run says of the segments a killed run left: how many it takes, which it redoes."""
+    reused = sum(w.reused for w in works)
+    lines = [f"taking {reused} segment(s) a killed earlier run finished, each verified (--skip-existing)"] \
+        if reused else []
+    return lines + [f"{w.rec.job.rel}: {line}" for w in works for line in w.redone]
+
+
+def segment_identity(spec, weights, choice: dict, opts: dict) -> dict:
+    """What makes a clip's segment bytes besides the source and the plan, decided here once for every executor:
+    the backend Choice's key (`choice`: backend, precision, model, scale and the SHA-256 of every file it runs), the
+    registered weights' SHA-256 (a torch run's files are its weights) and the run's video and tiling options
+    (`opts`: codec, crf, audio, tile, tile_overlap, batch). segment_files.segment_key adds the encoder's options
+    (its preset)."""
+    hashes = []
+    with contextlib.suppress(Exception):  # an engine or ONNX run without the weights file: its files say it
+        hashes.append(spec.weights_sha256(weights))
+    keys = ("codec", "crf", "audio", "tile", "tile_overlap", "batch")
+    return {**choice, "weights": hashes, **{k: opts.get(k) for k in keys}}
+
+
+def run_segment(worker, job, task: dict, bar=None) -> dict:
     """An executor's unit for one segment (a Ray actor's): the clip planned as the driver planned it, the
-    segment upscaled into its file and its result saved beside it; failures are the result's record."""
+    segment upscaled into its file and its record saved beside it; failures are the result's record."""
     seg, path, rec = Segment.from_json(task["segment"]), Path(task["file"]), Record(job)
     try:
         vp = plan_clip(job, worker.scale, task.get("codec"), task.get("crf"), task.get("audio", "copy"))
@@ -290,7 +244,41 @@ def run_segment(worker, job, task: dict) -> dict:
         rec.fail(str(e))
         return {"index": seg.index, "record": rec.as_dict()}
     runner = VideoRunner(worker, Console(False, lambda m: None, False))
-    result = runner.segment(rec, vp, seg.window, path)
+    return {"index": seg.index, **encode_segment(runner, rec, vp, seg, path, task["key"], bar)}
+
+
+def encode_segment(runner: VideoRunner, rec: Record, vp: VideoPlan, seg: Segment, path: Path, key: str,
+                   bar=None) -> dict:
+    """One segment into its file, its record saved beside it; a failure is the result's record (no record)."""
+    result = runner.segment(rec, vp, seg.window, path, bar=bar)
     if "timing" in result:
-        save_result(path, result)
-    return {"index": seg.index, **result}
+        t0 = time.perf_counter()
+        try:
+            save(path, key, {**result, "record_s": 0.0})
+        except (OSError, VideoError) as e:
+            rec.fail(str(e) if isinstance(e, VideoError) else f"cannot write {path}: {e.strerror or e}")
+            return {"record": rec.as_dict()}
+        result["record_s"] = round(time.perf_counter() - t0, 4)  # its proof: the file demuxed and hashed
+    return result
+
+
+def run_clip(runner: VideoRunner, work: ClipWork, console: Console) -> None:
+    """A clip's segments in this process, one after another (those a killed run finished are taken), then joined;
+    the bar moves per frame over the whole clip. A failed segment fails the clip (the ones done stay)."""
+    t0 = time.perf_counter()
+    rec, vp = work.rec, work.plan
+    runner.say(rec, vp)
+    done = sum(len(r["timing"]) for r in work.results.values())
+    bar = console.bar(vp.info.frames, unit="frame", desc=rec.job.rel)
+    bar.update(done)
+    try:
+        for seg, f in work.todo():
+            result = encode_segment(runner, Record(rec.job), vp, seg, f, work.key, bar=bar)
+            if "timing" not in result:
+                rec.fail(result["record"]["reason"])
+                work.release()
+                return
+            work.results[seg.index] = result
+    finally:
+        bar.close()
+    work.finish(time.perf_counter() - t0)

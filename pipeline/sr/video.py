@@ -291,10 +291,11 @@ class VideoRunner:
 
     # -- one clip ---------------------------------------------------------------------------------------------------
 
-    def _encode(self, rec: Record, vp: VideoPlan, tmp, window: Window = WHOLE,
-                segment: bool = False) -> tuple[ReadEnd, int, list]:
+    def _encode(self, rec: Record, vp: VideoPlan, tmp, window: Window = WHOLE, segment: bool = False,
+                bar=None) -> tuple[ReadEnd, int, list, list]:
         """The clip (or its `window`, into a segment file) read, upscaled and written: (the reader's end, the
-        frames written, their (pts, duration))."""
+        frames written, their (pts, duration), the encoded packets' (pts, dts, duration) in a segment). `bar`: the
+        clip's progress bar (a segment's frames move the whole clip's), else one of its own."""
         writer = video_io.Writer(tmp, rec.job.fmt, vp.codec, vp.crf, vp.info, vp.width, vp.height, vp.pix_fmt,
                                  rec.job.src, vp.drop, segment=segment)
         stop = threading.Event()
@@ -306,7 +307,8 @@ class VideoRunner:
         reader = threading.Thread(target=self._reader, args=(rec, items, inq, stop), name="sr-video-read")
         encoder = threading.Thread(target=self._writer, args=(rec, writer, outq, failed, timing),
                                    name="sr-video-encode")
-        bar = self.console.bar(vp.info.frames, unit="frame", desc=rec.job.rel)
+        own_bar = bar is None
+        bar = self.console.bar(vp.info.frames, unit="frame", desc=rec.job.rel) if own_bar else bar
         reader.start()
         encoder.start()
         frames = self._remote_frames if self.remote is not None else self._frames
@@ -318,14 +320,15 @@ class VideoRunner:
                 outq.put(None)
                 encoder.join()
                 reader.join()
-                bar.close()
+                if own_bar:
+                    bar.close()
             if failed:
                 raise failed[0]
         except BaseException:
             writer.abort()
             raise
         writer.close()
-        return (*result, timing)
+        return (*result, timing, writer.packets)
 
     def run_all(self, records: list[Record], plans: dict[str, VideoPlan]) -> float:
         """Every clip in turn (those that failed planning are only reported); returns the seconds taken."""
@@ -337,7 +340,7 @@ class VideoRunner:
                 self.console.failed(rec)
         return time.perf_counter() - t0
 
-    def _say(self, rec: Record, vp: VideoPlan) -> None:
+    def say(self, rec: Record, vp: VideoPlan) -> None:
         rec.out_size, rec.bit_depth = (vp.width, vp.height), vp.info.depth
         self.console.info(f"{rec.job.rel}: {vp.describe(self.scale)}")
         for n in [] if vp.notes_said else vp.notes:
@@ -362,22 +365,23 @@ class VideoRunner:
     def run(self, rec: Record, vp: VideoPlan) -> None:
         """Upscale one planned clip into rec.job.dst; the outcome is rec's status and reason."""
         t0 = time.perf_counter()
-        self._say(rec, vp)
+        self.say(rec, vp)
         got: list = []
         if self._attempt(rec, rec.job.dst, lambda tmp: got.extend(self._encode(rec, vp, tmp))):
-            end, frames, _ = got
+            end, frames, _, _ = got
             finish(rec, vp, frames, end, time.perf_counter() - t0)
 
-    def segment(self, rec: Record, vp: VideoPlan, window: Window, path) -> dict:
+    def segment(self, rec: Record, vp: VideoPlan, window: Window, path, bar=None) -> dict:
         """One segment of a planned clip into the segment file `path` (pipeline.sr.segments); returns what the
-        join needs: the frames' (pts, duration), the reader's errors and end, the record's fields."""
+        join needs: the frames' (pts, duration), the packets' (pts, dts, duration), the reader's errors and end,
+        the record's fields."""
         rec.out_size, rec.bit_depth = (vp.width, vp.height), vp.info.depth
         got: list = []
-        if not self._attempt(rec, path, lambda tmp: got.extend(self._encode(rec, vp, tmp, window, segment=True))):
+        if not self._attempt(rec, path, lambda tmp: got.extend(self._encode(rec, vp, tmp, window, True, bar))):
             return {"record": rec.as_dict()}
-        end, _, timing = got
-        return {"record": rec.as_dict(), "timing": timing, "errors": end.errors, "end_s": end.end_s,
-                "seek_s": round(end.lead_s, 4)}
+        end, _, timing, packets = got
+        return {"record": rec.as_dict(), "timing": timing, "packets": packets, "errors": end.errors,
+                "end_s": end.end_s, "seek_s": round(end.lead_s, 4)}
 
 
 def finish(rec: Record, vp: VideoPlan, frames: int, end: ReadEnd, wall: float) -> None:

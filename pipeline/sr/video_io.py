@@ -279,6 +279,22 @@ def _demux(container, info: VideoInfo, window: Window, copy: bool):
     return video, container.demux(wanted)
 
 
+class _Shown:
+    """Frames' presentation times made strictly increasing: a repeated (or earlier) pts becomes one tick after the
+    frame before it. Every executor reads through here, so a clip with repeated timestamps gives the same frames
+    on each, and every muxer (the segments' NUT too, which refuses equal times) takes them. The segment plan cuts
+    only where no such shift can reach the cut (pipeline.sr.segments), so segments read it as the whole clip does."""
+
+    def __init__(self):
+        self.last: int | None = None
+
+    def pts(self, pts: int | None) -> int | None:
+        if pts is not None and self.last is not None and pts <= self.last:
+            pts = self.last + 1
+        self.last = pts if pts is not None else self.last
+        return pts
+
+
 def read(path: Path, info: VideoInfo, window: Window = WHOLE,
          copy: bool = True) -> Iterator[Packet | Frame | ReadEnd]:
     """The clip's frames (as pixels) and copied packets in file order, then a ReadEnd. A damaged packet is
@@ -289,6 +305,7 @@ def read(path: Path, info: VideoInfo, window: Window = WHOLE,
     end_s = None
     frame_s = 1 / float(info.rate) if info.rate else 0.0
     n, lead, t_open = 0, 0.0, time.perf_counter()
+    shown = _Shown()
     try:
         container = open_input(path)
     except VideoError as e:
@@ -326,7 +343,7 @@ def read(path: Path, info: VideoInfo, window: Window = WHOLE,
                     return
                 if f.pts is not None and f.time_base:
                     end_s = float(f.pts * f.time_base) + (float(f.duration * f.time_base) if f.duration else frame_s)
-                yield Frame(frame_pixels(f, info), f.pts, f.duration or None)
+                yield Frame(frame_pixels(f, info), shown.pts(f.pts), f.duration or None)
     yield ReadEnd(errors, end_s, lead_s=lead)
 
 
@@ -368,10 +385,12 @@ class Writer:
     def __init__(self, path: Path, container: str, codec: str, crf: int | None, info: VideoInfo, width: int,
                  height: int, pix_fmt: str, source: Path, drop: tuple[str, ...] = (), *, segment: bool = False):
         self.info = info
-        # a segment (pipeline.sr.segments) holds the video alone, in NUT (any codec, the time base kept exactly),
-        # without B-frames: each segment's encoder starts its decode times afresh, so reordered ones would overlap
-        # the previous segment's when the segments are joined
+        # a segment (pipeline.sr.segments) holds the video alone, in NUT (any codec), B-frames kept: NUT stores no
+        # decode times and shifts negative ones, so each packet's timestamps as the encoder made them are kept in
+        # `packets` (in self.time_base) for the segment's record, and the join puts them back
         self.segment = segment
+        self.packets: list[tuple[int | None, int | None, int | None]] = []
+        self._durations: dict[int, int] = {}  # a segment's frames' durations by pts: the encoder's may be unset
         self.drop = COPIED if segment else drop  # stream types left out (--audio drop)
         self.pix_fmt = pix_fmt
         self.alpha = len(av.VideoFormat(pix_fmt).components) == 4  # the output holds the frames' alpha
@@ -410,8 +429,8 @@ class Writer:
             os.environ.setdefault("SVT_LOG", "1")
         if crf is not None:
             options["crf"] = str(crf)
-        if self.time_base != info.time_base or self.segment:  # AVI stores no presentation times: B-frames would
-            options["bf"] = "0"                                # decode out of order
+        if self.time_base != info.time_base:  # AVI stores no presentation times: B-frames would decode out of order
+            options["bf"] = "0"
         v = self.out.add_stream(ENCODERS[codec], rate=info.rate, options=options)
         v.width, v.height, v.pix_fmt = self.width, self.height, self.pix_fmt
         v.time_base = self.time_base
@@ -451,8 +470,17 @@ class Writer:
         f.pts, f.time_base = self._ticks(pts), self.time_base
         if duration:
             f.duration = self._ticks(duration)
+            if self.segment and f.pts is not None:
+                self._durations[f.pts] = f.duration
         for p in self.video.encode(f):
-            self.out.mux(p)
+            self._mux_video(p)
+
+    def _mux_video(self, p: av.Packet) -> None:
+        if self.segment:
+            tb = Fraction(p.time_base) if p.time_base else self.time_base
+            pts, dts = (None if t is None else round(t * tb / self.time_base) for t in (p.pts, p.dts))
+            self.packets.append((pts, dts, self._durations.pop(pts, None)))
+        self.out.mux(p)
 
     def _ticks(self, t: int | None) -> int | None:
         """An input timestamp in the output's time base."""
@@ -470,7 +498,7 @@ class Writer:
         """Flush the encoder and write the trailer."""
         try:
             for p in self.video.encode():
-                self.out.mux(p)
+                self._mux_video(p)
         finally:
             self.out.close()
 
