@@ -113,6 +113,9 @@ def test_tiny_bench_run_writes_consistent_report(tmp_path, random_weights):
     assert doc["auto"] and doc["auto"][0]["backend"] in names
     assert doc["folder"] and doc["folder"][0]["folder_s"] > 0
     assert doc["stage_cost"]["stage_cpu_ms_per_mpix"] is not None and "## The sr stage's own cost" in md
+    (check,) = doc["output_check"]  # every output's NaN/inf check, timed against the inference it checks
+    assert check["check_ms"] > 0 and check["inference_ms"] > 0 and check["goal_pct"] == 2.0
+    assert "## Every output checked for NaN / inf: the check's cost" in md
     (startup,) = doc["startup"]  # a fresh `python -m pipeline sr ... --onnx F` process, timed
     assert startup["model"] == "srcnn-x3" and 0 < startup["min_s"] <= startup["median_s"] <= startup["max_s"]
     assert "## Startup: time to first image" in md

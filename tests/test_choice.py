@@ -50,6 +50,25 @@ def test_a_given_file_is_named_and_moved_to_where_a_node_has_it(tmp_path, sessio
     assert dict(moved.options)["onnx"] == "/node/cache/" + mine.rel and moved.files == choice.files
 
 
+def test_an_onnx_files_external_data_travels_with_it_and_keys_the_choice(tmp_path, session_cache):
+    """A node gets the weights an --onnx file keeps beside it (w.bin), where the file names them; swapping them
+    changes the Choice's key (what video segments are keyed by)."""
+    import onnx
+
+    model = onnx.load(backends.choose(BackendRequest("ort"), "srcnn").files[0].path)
+    keep = [p for p in model.metadata_props if not p.key.startswith("folded")]  # no siblings: the file runs
+    del model.metadata_props[:]
+    model.metadata_props.extend(keep)
+    onnx.save(model, str(tmp_path / "m.onnx"), save_as_external_data=True, location="w.bin", size_threshold=0)
+    choice = backends.choose(BackendRequest("ort", onnx=tmp_path / "m.onnx"), None)
+    rels = {Path(f.path).name: f.rel for f in choice.files}
+    assert Path(rels["w.bin"]).parent == Path(rels["m.onnx"]).parent  # beside it on the node too
+    data = bytearray((tmp_path / "w.bin").read_bytes())
+    data[-4:] = bytes(4)
+    (tmp_path / "w.bin").write_bytes(bytes(data))
+    assert backends.choose(BackendRequest("ort", onnx=tmp_path / "m.onnx"), None).key() != choice.key()
+
+
 @pytest.mark.skipif(gpu_visible()[0], reason="a machine with a CUDA GPU loads a GPU backend to choose it")
 def test_a_gpu_backend_is_chosen_by_name_on_a_machine_without_a_gpu():
     choice = backends.choose(BackendRequest("ort-cuda"), "srcnn")

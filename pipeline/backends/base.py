@@ -168,13 +168,20 @@ class Backend(ABC):
         conversions; device backends override it to copy integers and convert, clamp, round and cast there."""
         px.check_pixels(pixels, self.name)
         depth = 16 if pixels.dtype == np.uint16 else 8
-        return px.to_samples(self.infer(px.to_unit(pixels), scale), depth)
+        y = self.infer(px.to_unit(pixels), scale)
+        samples = px.to_samples(y, depth)
+        px.check_finite(y, samples)  # raises NonFiniteOutput (with the samples) when a value is NaN or inf
+        return samples
 
     def submit_pixels(self, pixels: np.ndarray, scale: float) -> px.Pending:
         """`infer_pixels`, collected later: the sr stage reads and submits the next batch before it collects this
-        one (`result(out)` copies straight into the output). Here: computed now; device backends enqueue the
-        copies and the run on their stream and return at once."""
-        return px.Ready(self.infer_pixels(pixels, scale))
+        one (`result(out)` copies straight into the output, then raises NonFiniteOutput if a sample's output was
+        not finite). Here: computed now; device backends enqueue the copies and the run on their stream and return
+        at once."""
+        try:
+            return px.Ready(self.infer_pixels(pixels, scale))
+        except px.NonFiniteOutput as e:  # raised where it is collected, like a device backend's
+            return px.Ready(e.samples, e.counts)
 
     def device_memory(self) -> DeviceMemory | None:
         """Free device memory and the model's activation cost, for a backend whose activations live on a

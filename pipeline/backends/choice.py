@@ -19,7 +19,7 @@ from pathlib import Path
 from models.spec import file_sha256
 from pipeline.artifacts.cache import cache_dir
 from pipeline.artifacts.onnx_file import folded_variants, onnx_metadata, reference_file
-from pipeline.artifacts.stamp import stamp_path
+from pipeline.artifacts.stamp import data_files, stamp_path
 from pipeline.backends.base import Backend
 from pipeline.backends.descriptor import HOOKS
 from pipeline.backends.registry import backend_class, create_named, option_values
@@ -151,16 +151,17 @@ def _unloaded(request: BackendRequest, model: str | None, scale: float | None, o
 
 
 def _files(paths) -> tuple[ArtifactFile, ...]:
-    """Each file, the files travelling beside it (an ONNX file's folded siblings and reference outputs, a stamp,
-    an engine's sidecar), each once, with where a Ray node puts it."""
+    """Each file, the files travelling beside it (an ONNX file's external data, folded siblings and reference
+    outputs, a stamp, an engine's sidecar), each once, with where a Ray node puts it."""
     out: dict[str, ArtifactFile] = {}
     for given in paths:
         if os.fspath(given) in out:
             continue
+        folder = Path(os.fspath(given)).absolute().parent
         for p in _with_companions(given):
             key = os.fspath(p)
             if key not in out:
-                out[key] = ArtifactFile(key, _rel(p), file_sha256(p))
+                out[key] = ArtifactFile(key, _rel(p, folder), file_sha256(p))
     return tuple(out.values())
 
 
@@ -170,6 +171,7 @@ def _with_companions(given) -> list[Path]:
     beside = [stamp_path(path)]
     if path.suffix == ".onnx":
         meta = onnx_metadata(given)
+        beside += [path.parent / rel for rel in data_files(given)]  # its weights, when kept beside it
         beside += [*folded_variants(path, meta).values(), reference_file(path, meta)]
     else:
         from pipeline.engine import sidecar_path
@@ -178,12 +180,14 @@ def _with_companions(given) -> list[Path]:
     return [path, *(p for p in beside if p is not None and p.is_file())]
 
 
-def _rel(path: Path) -> str:
-    """Under the artifact cache: the same place on every node; any other file: a folder of its own folder's
-    (its siblings stay beside it, keeping the names its metadata refers to)."""
+def _rel(path: Path, folder: Path) -> str:
+    """Under the artifact cache: the same place on every node; any other file: a folder of its own for the given
+    file's folder, the file where it lies under it (its siblings stay beside it, keeping the names its metadata
+    refers to: external data in a sub-folder too)."""
     root = cache_dir().resolve()
-    try:
+    if path.resolve().is_relative_to(root):
         return path.resolve().relative_to(root).as_posix()
-    except ValueError:
-        folder = hashlib.sha256(os.fspath(path.absolute().parent).encode()).hexdigest()[:16]
-        return f"{SHARED}/{folder}/{path.name}"
+    if not path.absolute().is_relative_to(folder):
+        folder = path.absolute().parent
+    tag = hashlib.sha256(os.fspath(folder).encode()).hexdigest()[:16]
+    return f"{SHARED}/{tag}/{path.absolute().relative_to(folder).as_posix()}"

@@ -271,6 +271,11 @@ class OrtBackend(Backend):
             extra = f"; not TensorRT: {provider_problem('tensorrt')}"  # in this build, but it cannot run here
         return cls.ok(f"ONNX Runtime {ort.__version__}, {wanted}{extra}")
 
+    def model_options(self) -> dict:
+        """The options that load the same model at another precision: the user's file, else the model's own export
+        of that precision (an fp16 run's fp32 twin runs the fp32 export, not the fp16 file)."""
+        return {"onnx": self.onnx_path, "weights": self.weights, "threads": self.threads, "exporter": self.exporter}
+
     # -- loading ---------------------------------------------------------------------------------------
     def resolve_onnx(self) -> Path:
         """The ONNX file to run: the given one (checked against model and precision) or the cached export."""
@@ -424,11 +429,16 @@ class OrtBackend(Backend):
         if "size" in self._inputs:
             binding.bind_cpu_input("size", np.array(out_hw, dtype=np.int64))
         binding.bind_output(px.PIXELS_OUT, "cpu" if self.provider == "cpu" else "cuda")
+        binding.bind_output(px.PIXELS_NONFINITE, "cpu")  # N numbers: the check ran on the device
         sess.run_with_iobinding(binding)
-        y = binding.copy_outputs_to_cpu()[0].astype(pixels.dtype, copy=False)  # int32 -> uint16 for TensorRT
+        y, bad = binding.copy_outputs_to_cpu()
+        y = y.astype(pixels.dtype, copy=False)  # int32 -> uint16 for TensorRT
         if y.shape != (n, *out_hw, 3):
             raise PipelineError(f"{self.name}: output {y.shape} does not match the expected {(n, *out_hw, 3)}")
-        return px.swap_rb(y, y)
+        y = px.swap_rb(y, y)
+        if np.any(bad):
+            raise px.NonFiniteOutput(bad, y)
+        return y
 
     def infer_pixels(self, pixels: np.ndarray, scale: float) -> np.ndarray:
         if self.provider == "cpu":  # the host path: numpy conversions around infer (Backend)

@@ -18,7 +18,7 @@ from pipeline.artifacts.atomic import atomic_write
 from pipeline.artifacts.cache import cache_dir
 from pipeline.artifacts.confine import file_token
 from pipeline.artifacts.identity import resolve
-from pipeline.artifacts.stamp import file_sha256
+from pipeline.artifacts.stamp import content_sha256
 from pipeline.backends.auto import create_fixed, measured, pick_auto, time_backend
 from pipeline.backends.base import Backend
 from pipeline.backends.registry import backend_class, descriptors, option_values
@@ -86,9 +86,9 @@ def pick_precision(backend: str, model: str | None, log=None, scale: float | Non
     times = ", ".join(f"{b.name} {b.precision} {t:.0f} ms" for t, b in sorted(timed, key=lambda t: t[0]))
     pick = {"model": best.model_name, "request": backend, "scale": scale, "machine": machine(),
             "backend": best.name, "precision": best.precision, "ms": round(ms, 2),
-            "run_sha256": file_sha256(best.run_file(scale)), "times": times, "notes": notes,
+            "run_sha256": content_sha256(best.run_file(scale)), "times": times, "notes": notes,
             "fp32_ms": round(fp32[0], 2) if fp32 else None,
-            "fp32_sha256": file_sha256(fp32[1].run_file(scale)) if fp32 else None, "when": time.strftime(WHEN)}
+            "fp32_sha256": content_sha256(fp32[1].run_file(scale)) if fp32 else None, "when": time.strftime(WHEN)}
     atomic_write(path, json.dumps(pick, indent=2) + "\n")
     why = _why(pick, "")
     return best.selected(why, f"precision auto: {best.precision}, fastest within budget"), why
@@ -142,7 +142,7 @@ def _reuse(path: Path, model: str | None, scale: float, hooks: dict, opts: dict)
         return None
     try:
         b = create_fixed(pick["backend"], model, pick["precision"], **hooks, **opts)
-        if file_sha256(b.run_file(scale)) != pick["run_sha256"]:
+        if content_sha256(b.run_file(scale)) != pick["run_sha256"]:
             return None
     except (PipelineError, OSError):
         return None
@@ -189,7 +189,7 @@ def _source(opts: dict) -> str:
     for key in ("onnx", "weights"):
         if opts.get(key) is not None:
             try:
-                return f"{key}:{file_sha256(os.fspath(opts[key]))}"
+                return f"{key}:{content_sha256(opts[key])}"
             except OSError:
                 return f"{key}:{os.fspath(opts[key])}"
     return "model"
@@ -215,7 +215,7 @@ def faster_line(model: str, backend: str, loaded: Backend, scale: float | None =
     if pick is None or pick["precision"] == "fp32" or not pick.get("fp32_ms") or pick["machine"] != machine():
         return None
     try:
-        same = file_sha256(loaded.run_file(scale)) == pick.get("fp32_sha256")
+        same = content_sha256(loaded.run_file(scale)) == pick.get("fp32_sha256")
     except (OSError, TypeError):
         return None
     if not same:

@@ -257,8 +257,7 @@ class TorchBackend(Backend):
             slot, d_px = self._slots.upload(pixels)
             y = self._forward(px.torch_to_unit(d_px, self._tables[pixels.dtype]), scale, out_hw)
             samples = torch.empty((n, *out_hw, 3), dtype=d_px.dtype, device=self.device)
-            px.torch_to_samples(y, samples)
-            return self._slots.download(slot, samples)
+            return self._slots.download(slot, samples, px.torch_to_samples(y, samples))
 
     def device_memory(self) -> DeviceMemory | None:
         """On CUDA: free memory now, and the net's peak working memory per output pixel, measured once on a

@@ -280,8 +280,7 @@ class TrtBackend(Backend):
             self.d_in.copy_(px.torch_to_unit(d_px, self._tables[pixels.dtype]))  # NCHW, fp16 for fp16 engines
             self._run_bound()
             samples = torch.empty((n, out_h, out_w, 3), dtype=d_px.dtype, device=self.device)
-            px.torch_to_samples(self.d_out, samples)
-            return self._slots.download(slot, samples)
+            return self._slots.download(slot, samples, px.torch_to_samples(self.d_out, samples))
 
     def device_memory(self) -> DeviceMemory | None:
         """The device's free memory and what a call adds per output pixel: the engine's activations were

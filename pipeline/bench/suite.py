@@ -24,6 +24,7 @@ from pipeline import report
 from pipeline.artifacts.identity import resolve
 from pipeline.bench.folder import NEAR_FREE, folder_throughput, gpu_folder_rows, stage_cost, write_folder
 from pipeline.bench.kernels import kernel_section
+from pipeline.bench.output_check import output_check_cost
 from pipeline.bench.ray_bench import ray_bench, ray_video_bench
 from pipeline.bench.results import VIDEO_FLOOR, apply_peak, auto_row, flops_entry, method, precision_auto_row
 from pipeline.bench.roofline import PEAK_PRECISIONS, flops_per_output_pixel, held_peaks, measure_peak_gflops
@@ -59,6 +60,9 @@ QUICK.update(video_frames=2, video_frame_s=3.0)
 # cut it), whole and at 10 s segments; a quick bench runs 4 s at 1 s segments (the default then runs it whole).
 FULL.update(segment_clip_s=180.0, segment_short_s=10.0)
 QUICK.update(segment_clip_s=4.0, segment_short_s=1.0)
+# What checking every output for NaN / inf costs against the inference it checks (issue 48: goal <= 2 %).
+FULL.update(check_size=512, check_repeats=7)
+QUICK.update(check_size=64, check_repeats=2)
 # bf16 and int8 at the main point (with their measured quality loss) and `--precision auto`'s pick (issue 28).
 FULL.update(lower_precisions=True)
 QUICK.update(lower_precisions=True)
@@ -96,6 +100,9 @@ def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
             pick = B.pick_auto(model, "fp32", weights=weights)
             doc["auto"].append(auto_row(model, results, cfg["main_size"], spec.default_scale, pick))
         chosen = _precision_auto(model, cfg, results, weights, log, doc)
+        if cfg.get("check_repeats"):
+            doc.setdefault("output_check", []).append(
+                output_check_cost(model, cfg["check_size"], cfg["check_repeats"], weights=weights, log=log))
         if cfg.get("folder_images"):
             folder = _folder_row(model, cfg, weights, log, doc["skipped"].append)
             if folder:

@@ -10,7 +10,17 @@ from pipeline.errors import printable
 from pipeline.htmlreport import Code, Heading, Items, items, para, plot_figure, to_lines, to_markdown, write_report
 from pipeline.report.machine import env_items
 from pipeline.report.plots import plt_, save_fig
-from pipeline.report.tables import budgets, fmt, json_default, percent, runs_phrase, sanitize, speedup, table
+from pipeline.report.tables import (
+    budgets,
+    fidelity_cell,
+    fmt,
+    json_default,
+    percent,
+    runs_phrase,
+    sanitize,
+    speedup,
+    table,
+)
 
 RESULT_HEADER = ["model", "sweep", "backend", "size", "scale", "batch", "threads", "n", "mean ms", "median ms",
                  "p90 ms", "p99 ms", "min ms", "max ms", "images/s", "MPix/s", "speed-up", "roofline",
@@ -149,10 +159,10 @@ def video_section(rows: list[dict] | None) -> list:
 
 
 def _loss(q: dict | None) -> list:
-    """A row's measured quality columns: Y-PSNR loss, SSIM loss, budget, within."""
+    """A row's measured quality columns: Y-PSNR loss, SSIM loss, budget, fidelity to fp32, within both."""
     if not q:
-        return ["-", "-", "-", "-"]
-    return [q["psnr_loss_db"], q["ssim_loss"], q["budget_db"], q["within_budget"]]
+        return ["-", "-", "-", "-", "-"]
+    return [q["psnr_loss_db"], q["ssim_loss"], q["budget_db"], fidelity_cell(q.get("fidelity")), q["within_budget"]]
 
 
 def precision_section(doc: dict) -> list:
@@ -164,10 +174,12 @@ def precision_section(doc: dict) -> list:
     blocks = [Heading("Precisions: speed and measured quality (main point)"),
               para("Loss = held-out Y-PSNR (dB) and SSIM against the same backend at fp32 (pipeline.quality: "
                    f"the 4 held-out photos at the model's scale, measured once per model file and machine); budgets "
-                   f"{budgets(main)}; roofline against the measured peak of the row's precision. ", Code("-"),
+                   f"{budgets(main)}; fidelity = Y-PSNR of the output against fp32's own output, mean (worst "
+                   "image), held to a floor per precision: within budget means within both; roofline against the "
+                   "measured peak of the row's precision. ", Code("-"),
                    ": fp32, the reference itself."),
               table(["model", "backend", "precision", "median ms", "speed-up", "roofline", "Y-PSNR loss dB",
-                     "SSIM loss", "budget dB", "within budget"],
+                     "SSIM loss", "budget dB", "fidelity dB (worst)", "within budget"],
                     [[r["model"], r["backend"], r.get("precision", "fp32"), r["latency_ms"]["median"],
                       speedup(r.get("speedup_vs_baseline")), percent(r.get("roofline_fraction")),
                       *_loss(r.get("quality"))] for r in main])]
@@ -259,6 +271,13 @@ def _bench_folders(doc: dict) -> list:
         blocks += [Heading("GPU folder run vs pure inference, per device backend"),
                    para("As above, on the CUDA device (goal: share >= 85 %)."),
                    table(FOLDER_HEADER, _folder_rows(doc["gpu_folder"], "backend_description"))]
+    if doc.get("output_check"):
+        blocks += [Heading("Every output checked for NaN / inf: the check's cost"),
+                   para("The host path's check of one float output against the inference call that made it, same "
+                        "loaded backend, alternating, medians (goal: <= 2 % of inference)."),
+                   table(["model", "backend", "input", "check ms", "inference ms", "check %"],
+                         [[c["model"], c["backend_description"], f"{c['size']}^2", c["check_ms"], c["inference_ms"],
+                           c["check_pct"]] for c in doc["output_check"]])]
     if doc.get("stage_cost"):
         c = doc["stage_cost"]
         blocks += [Heading("The sr stage's own cost"),

@@ -63,6 +63,13 @@ def table(header: list[str], rows: list[list]) -> Table:
     return Table(tuple(header), tuple(tuple(fmt(c) for c in r) for r in rows))
 
 
+def fidelity_cell(f: dict | None) -> str:
+    """A row's `fidelity` (pipeline.quality.fidelity.summary) in one cell: 'mean (worst)', or '-' (fp32)."""
+    if not f:
+        return "-"
+    return f"{f['mean_db']:.1f} ({f['worst_db']:.1f})"
+
+
 def parse_table(md: str, first_header: str, has: str | None = None) -> list[dict[str, str]]:
     """Rows of the first Markdown table whose first header cell is `first_header` (and that has a column
     `has`), as dicts header -> cell text (for tests/tools)."""

@@ -102,6 +102,8 @@ def merge(rec: Record, results: list[dict]) -> tuple[ReadEnd, int]:
         rec.decode_s += d.get("decode_s", 0.0)
         rec.infer_s += d.get("infer_s", 0.0)
         rec.encode_s += d.get("encode_s", 0.0)
+        if d.get("rerun_fp32"):  # frames' tiles re-run at fp32 (pipeline.sr.finite)
+            rec.rerun, rec.rerun_reason = rec.rerun + d["rerun_fp32"]["tiles"], d["rerun_fp32"]["reason"]
         errors.extend(r.get("errors", []))
         frames += len(r["timing"])
     return ReadEnd(errors, results[-1].get("end_s")), frames

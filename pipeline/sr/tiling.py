@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.backends.pixels import NonFiniteOutput
+
 # Approximate bytes of working memory per output pixel of one tile (float activations: 3 + 64 + 32 + 3
 # channels, plus runtime scratch) -- used to derive a tile size from free memory.
 BYTES_PER_OUTPUT_PIXEL = 1024
@@ -257,14 +259,26 @@ def run_tiles(tile_plan: TilePlan, read: Callable[[int, int, int, int], np.ndarr
             chunk = tiles[i:i + step]
             submitted = (chunk, infer(np.stack([read(t.y.crop0, t.y.crop1, t.x.crop0, t.x.crop1) for t in chunk])))
             if pending is not None:
-                _collect(*pending, write)
+                _collect(*pending, write, tile_plan)
             pending = submitted
     if pending is not None:
-        _collect(*pending, write)
+        _collect(*pending, write, tile_plan)
 
 
-def _collect(chunk: list[Tile], y, write: Callable[[Tile, np.ndarray], None]) -> None:
-    y = y() if callable(y) else y
+def tile_place(t: Tile, tile_plan: TilePlan) -> str:
+    """Where a tile is, in words ('tile 2 of 6 (output rows 0-95, columns 96-191)'; the whole image's one tile)."""
+    if tile_plan.whole:
+        return "the whole image"
+    return (f"tile {tile_plan.tiles.index(t) + 1} of {tile_plan.count} (output rows {t.y.keep0}-{t.y.keep1 - 1}, "
+            f"columns {t.x.keep0}-{t.x.keep1 - 1})")
+
+
+def _collect(chunk: list[Tile], y, write: Callable[[Tile, np.ndarray], None], tile_plan: TilePlan) -> None:
+    try:
+        y = y() if callable(y) else y
+    except NonFiniteOutput as e:  # name the tiles whose output was not finite
+        e.place = "; ".join(tile_place(chunk[i], tile_plan) for i in e.affected)
+        raise
     for t, out in zip(chunk, y, strict=True):
         if tuple(out.shape[-2:]) != t.out_shape:
             raise RuntimeError(f"backend returned {tuple(out.shape[-2:])} for a crop of "
