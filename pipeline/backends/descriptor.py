@@ -1,7 +1,7 @@
 """What a backend is, as data: its name, where it runs, its rank in the expected order, each precision it runs and the
-artifact that precision runs from, and the typed options its constructor takes. Every backend class declares one
-(`DESCRIPTOR`); the registry, the expected orders, `--precision auto`'s candidates, the CLI's choices and help and
-`backends`' table all read them, never a list of their own.
+artifact that precision runs from, and the typed options its constructor takes. Every backend has one, its row of
+pipeline.backends.registry.TABLE (its class reads it as `DESCRIPTOR`); the registry, the expected orders, `--precision
+auto`'s candidates, the CLI's choices and help and `backends`' table all read them, never a list of their own.
 
 The precisions themselves (their types, budgets and what they are made from) are pipeline.precisions' table, which
 export, the engine builder and the artifact cache below this package read too.
@@ -50,6 +50,16 @@ class Descriptor:
     @property
     def gpu_only(self) -> bool:
         return self.device == "cuda"
+
+    @property
+    def runs_weights(self) -> bool:
+        """It runs the model's PyTorch weights as they are: no file is made for it (an export, an engine)."""
+        return all(r.artifact == "weights" for r in self.runs)
+
+    @property
+    def pins_threads(self) -> bool:
+        """A CPU session made with a thread count (`threads`): a threads sweep re-creates it with each count."""
+        return not self.gpu_only and not self.runs_weights and "threads" in self.option_names()
 
     def artifact(self, precision: str) -> Artifact:
         """The artifact `precision` runs from here (KeyError: a precision it does not run)."""

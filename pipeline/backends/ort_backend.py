@@ -35,7 +35,6 @@ from pipeline.backends.base import (
     installed,
 )
 from pipeline.backends.checks import check_batch, check_scale
-from pipeline.backends.descriptor import Descriptor, OrtOptions, Runs
 from pipeline.contract import DOMAIN
 from pipeline.engine import Profile, default_profile, validate_profile
 from pipeline.errors import PipelineError, check_choice, first_line, install_command
@@ -222,12 +221,9 @@ def rewrite_for_trt_ep(model):
     return stripped
 
 
-GRAPHS = (Runs("fp32", "graph"), Runs("fp16", "graph"))  # what every ONNX Runtime provider runs
 
 
 class OrtBackend(Backend):
-    DESCRIPTOR = Descriptor("ort", "cpu or cuda", options=OrtOptions, cpu_rank=2, runs=GRAPHS,
-                            summary="ONNX Runtime with its best provider here (TensorRT, CUDA, else CPU)")
     PROVIDER = "auto"  # the provider this class runs on; "auto" = the best one present
 
     def __init__(self, model: str | None, precision: str = "fp32", *, onnx: str | Path | None = None,
@@ -456,18 +452,12 @@ class OrtBackend(Backend):
 
 class OrtCpuBackend(OrtBackend):
     # not ranked: `ort` runs on the CPU where no GPU provider can
-    DESCRIPTOR = Descriptor("ort-cpu", "cpu", options=OrtOptions, runs=GRAPHS, summary="ONNX Runtime's CPU provider",
-                            alias_of="ort")
     PROVIDER = "cpu"
 
 
 class OrtCudaBackend(OrtBackend):
-    DESCRIPTOR = Descriptor("ort-cuda", "cuda", options=OrtOptions, gpu_rank=2, runs=GRAPHS,
-                            summary="ONNX Runtime's CUDA provider")
     PROVIDER = "cuda"
 
 
 class OrtTrtBackend(OrtBackend):
-    DESCRIPTOR = Descriptor("ort-trt", "cuda", options=OrtOptions, gpu_rank=1, runs=GRAPHS,
-                            summary="ONNX Runtime's TensorRT provider, with our plugins")
     PROVIDER = "tensorrt"

@@ -19,7 +19,7 @@ from pipeline.artifacts.cache import cache_dir
 from pipeline.artifacts.confine import file_token
 from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.stamp import content_sha256
-from pipeline.backends.auto import create_fixed, measured, time_backend
+from pipeline.backends.auto import create_fixed, measured, pick_auto, time_backend
 from pipeline.backends.base import Backend
 from pipeline.backends.registry import backend_class, descriptors, option_values
 from pipeline.errors import PipelineError
@@ -153,6 +153,28 @@ def _reuse(path: Path, model: str | None, scale: float, hooks: dict, opts: dict)
     why = _why(pick, f"; the pick of {pick['when']}, reused: same file, scale and machine (delete {path} to time "
                      "them again)")
     return b.selected(why, f"precision auto: {b.precision}, fastest within budget (stored pick)"), why
+
+
+def auto_line(backend: str, model: str | None, scale: float | None = None, **opts) -> str:
+    """What `--precision auto` runs here, in one line naming backend and precision together and why: the stored
+    pick while it holds (its file loaded and checked, nothing timed), else what it would time and measure."""
+    scale = float(resolve(model, opts.get("onnx")).default_scale if scale is None else scale)
+    path = _pick_store(model, backend, scale, opts)
+    reused = _reuse(path, model, scale, {}, opts)
+    if reused is not None:
+        b, why = reused
+        return f"auto: {b.name} {b.precision} (stored pick of {_load_pick(path)['when']}): {why}"
+    weighs = []
+    for name, precision in candidates(backend):
+        try:
+            name = pick_auto(model, precision, weights=opts.get("weights"), onnx=opts.get("onnx")).name \
+                if name == AUTO else name
+        except PipelineError:
+            continue  # nothing runs that precision here
+        weighs.append(f"{name} {precision}")
+    return (f"auto: not chosen on this machine yet for {resolve(model, opts.get('onnx')).name} at x{scale:g}: the "
+            f"first run times {', '.join(weighs)} on one 256x256 image, measures each lower precision's loss on the "
+            "held-out images once, and runs the fastest within its budget")
 
 
 def _load_pick(path: Path) -> dict | None:

@@ -42,8 +42,8 @@ class ModelBench:
         # bf16 and int8 (each with its measured quality loss) at the main point only: the sweeps are about shapes
         self.lower = backend_variants(model, LOWER, weights=weights, only=cfg.get("backends"), note=note) \
             if cfg.get("lower_precisions") else []
-        # The torch backend is about the baseline loop at batch 1: the size and scale sweeps leave it out.
-        self.sweep_variants = [v for v in self.variants if v.name != "torch"]
+        # The weights-run backend (torch) is about the baseline loop at batch 1: the size and scale sweeps leave it out.
+        self.sweep_variants = [v for v in self.variants if not v.descriptor.runs_weights]
         self.base_ms_per_px: float | None = None  # baseline cost per output pixel (main point): sizes the big sweeps
 
     def run(self) -> list[dict]:

@@ -12,6 +12,8 @@ from pipeline.bench.suite import FULL, QUICK, run_bench
 from pipeline.cli import options
 from pipeline.errors import PipelineError
 
+BACKEND = options.BackendArgs("many", files=("onnx", "weights"))
+
 
 def add_arguments(p) -> None:
     options.add_model_args(p, allow_all=True)
@@ -23,14 +25,12 @@ def add_arguments(p) -> None:
     p.add_argument("--threads", type=int, nargs="+", help="CPU thread counts for the threads sweep")
     p.add_argument("--iters", type=int, help="max timed calls per configuration")
     p.add_argument("--time-budget", type=float, help="seconds of timed calls per configuration")
-    options.add_backends_arg(p, help="only these backends (the baseline loop always runs)")
+    BACKEND.add_parser_arguments(p)  # --backends: the baseline loop always runs too
     p.add_argument("--no-folder", action="store_true",
                    help="skip the whole-folder (pipeline sr) timings: folder vs inference, the stage's own cost, "
                         "the GPU folder row")
     p.add_argument("--no-video", action="store_true", help="skip the video fps at 480p and 720p input and the "
                    "segment overhead and size rows")
-    options.add_weights_arg(p)
-    options.add_onnx_arg(p)
 
 
 def config_from_args(args) -> dict:
@@ -51,7 +51,7 @@ def config_from_args(args) -> dict:
     if any(s < 8 for s in cfg["sizes"]) or any(b < 1 for b in cfg["batches"]) \
             or any(not 1 <= t <= MAX_THREADS for t in cfg["threads"]):
         raise PipelineError(f"sizes must be >= 8, batches >= 1 and threads from 1 to {MAX_THREADS}")
-    backends = options.backends_from_args(args)
+    backends = BACKEND.backends(args)
     if backends:
         cfg["backends"] = tuple(backends)
     if args.no_folder:
@@ -75,13 +75,14 @@ def _run_file(args, cfg: dict, onnx) -> int:
 
 def run(args) -> int:
     cfg = config_from_args(args)
-    onnx = options.onnx_from_args(args)
+    request = BACKEND.parse(args)
+    onnx = request.onnx
     if onnx is not None:
         return _run_file(args, cfg, onnx)
     models = options.models_from_args(args, allow_all=True)
     options.check_scales([resolve(m) for m in models], args.scales, sweep=True)
     out_dir = options.check_output_dir(args.output)
-    weights = options.weights_from_args(args)
+    weights = request.weights
     options.check_runnable(models, ("fp32",), cfg.get("backends"), weights)
     t0 = time.perf_counter()
     doc = run_bench(models, cfg, weights=weights)

@@ -17,13 +17,15 @@ from pipeline.data import sample_images
 from pipeline.errors import PipelineError
 from pipeline.precisions import LOWER
 
+BACKEND = options.BackendArgs(files=("weights",))  # the model's PyTorch weights (evaluate runs them)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add_model_args(parser, files=False)
     parser.add_argument("--scales", type=float, nargs="+", default=None,
                         help="upscale factors to evaluate (default: those of 2 3 4 the model runs; the static "
                              "srcnn-x3 only does 3)")
-    options.add_weights_arg(parser)
+    BACKEND.add_parser_arguments(parser)
     parser.add_argument("--json", type=Path, metavar="FILE",
                         help="also write all numbers (per image too) to this JSON file")
     parser.add_argument("--images", nargs="+", choices=sample_images.HELD_OUT, metavar="NAME",
@@ -36,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     model = options.model_from_args(args)
-    weights = options.weights_from_args(args)
+    weights = BACKEND.parse(args).weights
     if args.json is not None:
         options.check_output_file(args.json, "--json")
     scales = args.scales or _default_scales(model)
