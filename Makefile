@@ -39,8 +39,14 @@ plugins: setup
 	$(MAKE) --no-print-directory build-plugins PY=$(PY)
 
 # The build alone, with whatever Python PY names (no venv, nothing installed): `make gpu-check` uses it too.
+# CMake configures once per set of arguments (what it found, or why it skips the TensorRT plugins, is said then);
+# later targets only build, and `cmake --build` configures again by itself when a CMakeLists.txt changes.
+CMAKE_ARGS = -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=$(abspath $(shell command -v $(PY))) -DTENSORRT_ROOT=$(TENSORRT_ROOT)
 build-plugins:
-	cmake -S plugins_trt -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=$(abspath $(shell command -v $(PY))) -DTENSORRT_ROOT=$(TENSORRT_ROOT)
+	@if [ ! -f $(BUILD)/CMakeCache.txt ] || [ "$$(cat $(BUILD)/.configure-args 2>/dev/null)" != "$(CMAKE_ARGS)" ]; then \
+	  echo "cmake -S plugins_trt -B $(BUILD) $(CMAKE_ARGS)"; \
+	  cmake -S plugins_trt -B $(BUILD) $(CMAKE_ARGS) && echo "$(CMAKE_ARGS)" > $(BUILD)/.configure-args; \
+	fi
 	cmake --build $(BUILD) -j 2
 
 CXX_SOURCES = $(shell git ls-files 'plugins_trt/*.cpp' 'plugins_trt/*.h' 'plugins_trt/*.cu' 'plugins_trt/*.cuh')

@@ -18,8 +18,8 @@ import cv2
 from models.spec import DEFAULT_MODEL
 from pipeline.data.sample_images import HELD_OUT, load_rgb
 from pipeline.errors import PipelineError
-from pipeline.htmlreport import Code, Heading, para, to_markdown
-from pipeline.report import db, env_items, fmt, percent, speedup, table
+from pipeline.htmlreport import Code, Heading, Link, para, said, to_markdown
+from pipeline.report import db, env_items, fmt, roofline_share, speedup, table
 
 DEMO_MODEL = DEFAULT_MODEL
 DEMO_SCALE = 3.0
@@ -73,25 +73,31 @@ def _sr_blocks(sr: dict) -> list:
     return out
 
 
+def _whole(step: str):
+    """Where the step's own report is, as links beside this one (its folder is the step's name)."""
+    return para("The whole report: ", Link(f"{step}/report.md", f"{step}/report.md"), " (in a browser: ",
+                Link(f"{step}/report.html", f"{step}/report.html"), ").")
+
+
 def demo_blocks(sr: dict, names: list[str], cmp_doc, bench_doc, seconds: float, environment: dict | None = None,
                 sheets=()) -> list:
     """The demo's report as blocks (report.md and report.html); `environment` (pipeline.report.environment) puts the
     machine facts at the top; `sheets` (pipeline.htmlreport.Sheet) end it as before/after sliders."""
     out = [Heading("Demo", 1), *([env_items(environment)] if environment else []),
            para("Model ", Code(sr["model"]), f" x{fmt(sr['scale'])} on {len(names)} held-out skimage images "
-                f"({', '.join(names)}), backend {sr['backend']} ({sr.get('backend_choice', '')}). "
-                f"Total {seconds:.0f} s."), *_sr_blocks(sr)]
+                f"({', '.join(names)}), backend {sr['backend']} (", *said(sr.get("backend_choice", "")),
+                f"). Total {seconds:.0f} s."), *_sr_blocks(sr)]
     if cmp_doc:
-        out += [Heading("Backends vs PyTorch FP32 (compare/report.md)"),
+        out += [Heading("Backends vs PyTorch FP32 (compare/report.md)"), _whole("compare"),
                 table(["model", "backend", "precision", "status", "max abs", "PSNR dB"],
                       [[m["model"], r["backend"], r["precision"], r["status"].upper(), r["max_abs"], db(r["psnr_db"])]
                        for m in cmp_doc["models"] for r in m["rows"] if r["status"] in ("pass", "fail")])]
     if bench_doc:
         main = [r for r in bench_doc["results"] if r["sweep"] == "main"]
-        out += [Heading("Quick bench (bench/report.md)"),
+        out += [Heading("Quick bench (bench/report.md)"), _whole("bench"),
                 table(["model", "backend", "size", "median ms", "speed-up vs eager loop", "roofline"],
                       [[r["model"], r["backend"], r["size"], r["latency_ms"]["median"],
-                        speedup(r["speedup_vs_baseline"]), percent(r["roofline_fraction"])] for r in main]),
+                        speedup(r["speedup_vs_baseline"]), roofline_share(r["roofline_fraction"])] for r in main]),
                 para("Quick settings (small inputs, few iterations); ", Code("make bench"), " runs the full sweeps.")]
     if sheets:
         out += [Heading("Pictures: before / after"), *sheets]

@@ -25,6 +25,9 @@ class Precision:
     graph: bool             # exported as a graph of its own type; False: made from the fp32 graph
     export_tol: float | None  # a graph's export check: max |ONNX Runtime - PyTorch| on outputs in [0, 1]
     budget_db: float | None  # the most Y-PSNR it may lose against fp32 on the held-out set; None: not measured
+    # the least Y-PSNR of its output against fp32's own output (fidelity) on the worst held-out image; None: no floor.
+    # From measurements (README "Precision and quality"): srcnn-x3 bf16 54.8 dB mean / 53.0 worst, int8 44.9 / 42.8
+    fidelity_floor_db: float | None
     peak: bool              # the roofline measures a GEMM peak of its own (else it is held to fp32's)
 
     @property
@@ -41,10 +44,12 @@ class Precision:
 DEFAULT = "fp32"
 AUTO = "auto"  # not a precision: the fastest one within its budget (pipeline.backends.select)
 TABLE = (
-    Precision("fp32", 1, "float32", 32, graph=True, export_tol=1e-4, budget_db=None, peak=True),
-    Precision("fp16", 10, "float16", 16, graph=True, export_tol=1e-2, budget_db=None, peak=False),
-    Precision("bf16", 16, "bfloat16", 16, graph=False, export_tol=None, budget_db=0.02, peak=True),
-    Precision("int8", 3, "int8", 8, graph=False, export_tol=None, budget_db=0.10, peak=True),
+    Precision("fp32", 1, "float32", 32, graph=True, export_tol=1e-4, budget_db=None, fidelity_floor_db=None, peak=True),
+    Precision("fp16", 10, "float16", 16, graph=True, export_tol=1e-2, budget_db=None, fidelity_floor_db=45.0,
+              peak=False),
+    Precision("bf16", 16, "bfloat16", 16, graph=False, export_tol=None, budget_db=0.02, fidelity_floor_db=45.0,
+              peak=True),
+    Precision("int8", 3, "int8", 8, graph=False, export_tol=None, budget_db=0.10, fidelity_floor_db=38.0, peak=True),
 )
 BY_NAME = {p.name: p for p in TABLE}
 NAMES = tuple(BY_NAME)                                        # what a run may ask for
@@ -52,6 +57,7 @@ GRAPH = tuple(p.name for p in TABLE if p.graph)               # ONNX files and t
 DERIVED = tuple(p.name for p in TABLE if not p.graph)         # made from the fp32 graph
 LOWER = tuple(p.name for p in TABLE if p.budget_db is not None)  # what `auto` may trade quality for speed with
 BUDGET_DB = {p.name: p.budget_db for p in TABLE if p.budget_db is not None}
+FIDELITY_FLOOR_DB = {p.name: p.fidelity_floor_db for p in TABLE if p.fidelity_floor_db is not None}
 PEAKS = tuple(p.name for p in TABLE if p.peak)                # each a fallback for the ones after it
 HALF = tuple(p.name for p in TABLE if p.half)                 # the 16-bit floats
 

@@ -115,3 +115,37 @@ def two_convs_factory():
 
 def undeclared_scale_factory():
     return torch.nn.Conv2d(3, 3, 1)
+
+
+class NanNearWhite(torch.nn.Module):
+    """issue 48's user net: x2 nearest, plus sqrt(0.999 - y) * 0 -- NaN wherever the input is near white, exact
+    elsewhere (at every precision)."""
+
+    scale = 2
+
+    def forward(self, x):
+        y = torch.nn.functional.interpolate(x, scale_factor=2, mode="nearest")
+        return y + torch.sqrt(0.999 - y) * 0
+
+
+def nan_near_white_factory():
+    return NanNearWhite().eval()
+
+
+class Fp16OverflowOnWhite(torch.nn.Module):
+    """x2 nearest plus a^5, a = 5000 relu(y - 0.998): about 1e5 on pure white (past fp16's 65504: inf), 0 on every
+    other sample value (254/255 is below 0.998), so the written output is the same white at fp32. ONNX Runtime's CPU
+    provider runs fp16 ops in fp32 behind casts it then merges, so only a tensor the graph itself keeps in fp16 (here
+    the net's output, before sr::DynamicResize and the fp32 I/O cast) overflows for real. The export's own check
+    (two crops with no white sample) lets the fp16 file through."""
+
+    scale = 2
+
+    def forward(self, x):
+        y = torch.nn.functional.interpolate(x, scale_factor=2, mode="nearest")
+        a = torch.relu(y - 0.998) * 5000
+        return y + a * a * a * a * a
+
+
+def fp16_overflow_factory():
+    return Fp16OverflowOnWhite().eval()

@@ -77,7 +77,8 @@ def random_weights(tmp_path):
     return path
 
 
-def test_tiny_bench_run_writes_consistent_report(tmp_path, random_weights):
+def test_tiny_bench_run_writes_consistent_report(tmp_path, random_weights, capsys):
+    from pipeline import report
     from pipeline.cli import bench
 
     threads = [1 if torch.get_num_threads() != 1 else 2]
@@ -86,6 +87,10 @@ def test_tiny_bench_run_writes_consistent_report(tmp_path, random_weights):
                      backends=["torch", "ort", "ort-folded"], weights=str(random_weights))
     assert bench.run(args) == 0
     doc = json.loads((tmp_path / "out" / "report.json").read_text())
+    # the console's one roofline share is the report's (the peaks are final only after every row: issue 51)
+    said = [line for line in capsys.readouterr().out.splitlines() if "of roofline" in line]
+    assert len(said) == 1 and said[0].startswith("auto (")
+    assert f"{report.roofline_share(doc['auto'][0]['roofline_fraction'])} of roofline" in said[0]
     md = (tmp_path / "out" / "report.md").read_text()
     res = doc["results"]
     names = {r["backend"] for r in res if r["sweep"] == "main"}
@@ -112,7 +117,14 @@ def test_tiny_bench_run_writes_consistent_report(tmp_path, random_weights):
     assert {r["sweep"] for r in res if r["backend"] == "ort-folded"} >= {"main", "batch", "threads"}
     assert doc["auto"] and doc["auto"][0]["backend"] in names
     assert doc["folder"] and doc["folder"][0]["folder_s"] > 0
-    assert doc["stage_cost"]["stage_cpu_ms_per_mpix"] is not None and "## The sr stage's own cost" in md
+    # --quick leaves the stage's own cost out (too few, too small images to mean anything): listed as not run
+    assert "stage_cost" not in doc and "## The sr stage's own cost" not in md
+    assert any(s.startswith("the sr stage's own cost: --quick") for s in doc["skipped"])
+    # a backend that runs a precision nowhere (torch int8) is no "Not run" of this machine
+    assert not any("torch-int8" in s or "ort-folded-bf16" in s for s in doc["skipped"]), doc["skipped"]
+    (check,) = doc["output_check"]  # every output's NaN/inf check, timed against the inference it checks
+    assert check["check_ms"] > 0 and check["inference_ms"] > 0 and check["goal_pct"] == 2.0
+    assert "## Every output checked for NaN / inf: the check's cost" in md
     (startup,) = doc["startup"]  # a fresh `python -m pipeline sr ... --onnx F` process, timed
     assert startup["model"] == "srcnn-x3" and 0 < startup["min_s"] <= startup["median_s"] <= startup["max_s"]
     assert "## Startup: time to first image" in md
@@ -161,6 +173,13 @@ def test_no_roofline_share_passes_100_percent():
     # bf16 and int8 are held to fp32's ceiling at least: openvino-bf16 ran at fp32 speed here
     assert doc["peaks"]["bf16"]["gflops"] == doc["peaks"]["int8"]["gflops"] == doc["peaks"]["fp32"]["gflops"]
     assert rows[2]["roofline_fraction"] == pytest.approx(150.0 / 200.0)
+
+
+def test_a_row_at_the_peak_says_it_set_it():
+    from pipeline.report import roofline_share
+
+    assert roofline_share(0.684) == "68.4 %" and roofline_share(None) == "-"
+    assert roofline_share(1.0) == "100 % (this row set the peak)"
 
 
 def test_a_live_row_faster_than_the_peak_shows_100_percent():

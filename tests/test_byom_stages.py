@@ -62,7 +62,7 @@ def test_export_carries_identity_and_runs_in_ort_like_pytorch(name, checkpoints,
 
 
 @pytest.mark.parametrize("name", list(FORMATS))
-def test_compare_passes_fp32(name, checkpoints, exported, tmp_path):
+def test_compare_passes_fp32(name, checkpoints, exported, tmp_path, capsys):
     out = tmp_path / "compare"
     code = cli_main(["compare", "--model", str(checkpoints[name]), "--output", str(out), "--precisions", "fp32",
                      "--backends", "ort", "--size", "32"])
@@ -70,6 +70,8 @@ def test_compare_passes_fp32(name, checkpoints, exported, tmp_path):
     rows = [r for m in json.loads((out / "report.json").read_text())["models"] for r in m["rows"]]
     assert rows and all(r["status"] == "pass" for r in rows if r["status"] in ("pass", "fail"))
     assert any(r["status"] == "pass" for r in rows)
+    ran = sum(r["status"] in ("pass", "fail", "error") for r in rows)  # said as the demo says it (issue 51)
+    assert f"({ran}/{ran} backend runs pass)" in capsys.readouterr().out
 
 
 def _folder(tmp_path, sizes=((64, 64), (45, 59))):

@@ -41,6 +41,10 @@ def test_demo_writes_images_and_report(tmp_path, weights_dir, capsys, monkeypatc
     assert lr.shape == (16, 16, 3) and hr.shape == (48, 48, 3) and sr.shape == hr.shape
     md = (demo / "report.md").read_text()
     assert "# Demo" in md and "astronaut" in md and "PSNR-Y" in md and "Backends vs PyTorch FP32" in md
+    # the compare section links its own report, and the page shows the auto reason's command as code (issue 51)
+    assert "[compare/report.md](compare/report.md)" in md
+    page = (demo / "report.html").read_text()
+    assert '<a href="compare/report.html">compare/report.html</a>' in page and "`" not in page
     cmp = json.loads((demo / "compare" / "report.json").read_text())
     assert {m["model"] for m in cmp["models"]} == {"srcnn", "srcnn-x3"}
     assert all(r["status"] == "pass" for m in cmp["models"] for r in m["rows"] if r["status"] in ("pass", "fail"))
@@ -48,6 +52,7 @@ def test_demo_writes_images_and_report(tmp_path, weights_dir, capsys, monkeypatc
     assert str(demo / "report.md") in printed and str(demo / "sr") in printed
     steps = [ln.split(" ")[0] for ln in printed.splitlines() if ln.startswith(("[", "sr: "))]
     assert steps[:3] == ["[1/4]", "sr:", "[2/4]"], printed  # the sr stage's first line with the steps, in order
+    assert steps[3:] == ["[3/4]", "[3/4]"], printed  # a long step says it started, then what it found
 
 
 def test_demo_rejects_training_images(tmp_path):

@@ -159,3 +159,11 @@ def test_engine_checks_call_compare_as_it_is():
     assert checks and all(c.status == "fail" for c in checks)
     # why: TensorRT's problem, or on a machine without a CUDA GPU just that (said once by `backends`, issue 42)
     assert all("TensorRT" in c.detail or c.detail == "needs a CUDA GPU" for c in checks)
+
+
+def test_a_missing_plugin_library_gives_its_fix_once(monkeypatch, tmp_path):
+    """The detail said `run make plugins ...` and the fix column said it again (issue 51)."""
+    monkeypatch.setenv("SR_TRT_PLUGIN_LIB", str(tmp_path / "missing.so"))
+    [check] = facts.plugin_library("11.4.0", torch_cuda_ok=True)
+    assert "make plugins" in check.fix and "make plugins" not in check.detail, check
+    assert check.detail == f"SR_TRT_PLUGIN_LIB={tmp_path / 'missing.so'} does not exist (sr TensorRT plugin library)"

@@ -86,7 +86,7 @@ def pages(tmp_path_factory):
 def test_the_page_and_the_markdown_say_the_same(pages):
     text, md = pages["report"].read_text(), pages["md"].read_text()
     assert md.startswith("# Bench\n\nMachine: a CPU. `srcnn` **x3**.\n\n| model | median ms | roofline |\n")
-    assert report.parse_table(md, "model") == [{"model": "srcnn", "median ms": "14", "roofline": "9.9 %"},
+    assert report.parse_table(md, "model") == [{"model": "srcnn", "median ms": "14.0", "roofline": "9.9 %"},
                                                {"model": "srcnn-x3", "median ms": "3.5", "roofline": "41.0 %"}]
     assert "- one\n- two" in md and "![latency](latency.png)" in md
     # the plot as a picture (its SVG drawing in a data: URI), nothing linked

@@ -57,6 +57,8 @@ def test_what_needs_pytorch_says_which_extra_to_install(site, tmp_path, args, pa
     assert r.returncode == 2 and len(lines) == 1, r.stderr
     assert lines[0] == (f"error: {args[0]} needs {package}, which is not installed (the export extra: "
                         "pip install 'srdeploy[export]')")
+    if args[0] == "demo":  # said before its first line, and no empty outputs/demo/ left behind (issue 51)
+        assert r.stdout == "" and not (tmp_path / "demo").exists(), r.stdout
 
 
 def test_gpu_advice_names_the_package_not_a_checkout(site, tmp_path):

@@ -170,15 +170,17 @@ def test_compare_judges_bf16_by_its_measured_loss(monkeypatch, auto_cache):
     pytest.importorskip("openvino", reason="OpenVINO is not installed")
     from pipeline.analysis.compare import compare_model
     from pipeline.report.compare import compare_markdown
-    from pipeline.report.tables import fmt
+    from pipeline.report.tables import parse_table
 
     monkeypatch.setenv("SRDEPLOY_CACHE", str(auto_cache))
     result = compare_model("srcnn-x3", size=48, precisions=["bf16"], backends=["openvino"], log=lambda _m: None)
     (row,) = result["rows"]
-    assert row["status"] == "pass" and row["criterion"] == "held-out Y-PSNR loss <= 0.02 dB"
+    assert row["status"] == "pass" and row["criterion"] == "held-out Y-PSNR loss <= 0.02 dB, fidelity >= 45 dB"
+    assert 45 <= row["fidelity"]["worst_db"] <= row["fidelity"]["mean_db"] and row["fidelity"]["on"] == "held-out"
     assert 0 < row["quality"]["psnr_loss_db"] <= 0.02 and row["max_abs"] > 1e-4  # really bf16, within budget
     md = compare_markdown({"environment": {}, "models": [result]})
-    assert "| held-out loss dB |" in md and f"| {fmt(row['quality']['psnr_loss_db'])} |" in md
+    (cell,) = [r["held-out loss dB"] for r in parse_table(md, "model", has="held-out loss dB")]
+    assert float(cell) == pytest.approx(row["quality"]["psnr_loss_db"], rel=1e-3)
 
 
 @pytest.mark.skipif(cpu.bf16_problem() is not None, reason=f"no bf16 here: {cpu.bf16_problem()}")
@@ -197,11 +199,17 @@ def test_eval_says_what_bf16_costs(monkeypatch, auto_cache, tmp_path, capsys):
 
 
 def test_loss_line_says_the_budget():
-    rec = {"precision": "int8", "psnr_loss_db": 0.25, "ssim_loss": 0.004, "images": 4, "budget_db": 0.1}
-    assert quality.loss_line(rec).endswith("OVER its 0.1 dB budget: use fp32 for exact output")
-    rec.update(precision="bf16", psnr_loss_db=0.006, budget_db=0.02)
+    rec = {"precision": "int8", "psnr_loss_db": 0.25, "ssim_loss": 0.004, "images": 4, "budget_db": 0.1,
+           "fidelity_mean_db": 44.91, "fidelity_worst_db": 42.8}
+    assert quality.loss_line(rec).endswith("fidelity to fp32 44.9 dB (worst image 42.8, floor 38), OVER its 0.1 dB "
+                                           "budget: use fp32 for exact output")
+    rec.update(fidelity_worst_db=30.0)
+    assert quality.loss_line(rec).endswith("OVER its 0.1 dB budget and BELOW its fidelity floor: use fp32 for exact "
+                                           "output")
+    rec.update(precision="bf16", psnr_loss_db=0.006, budget_db=0.02, fidelity_mean_db=54.8, fidelity_worst_db=53.0)
     assert quality.loss_line(rec) == ("bf16 loses 0.006 dB Y-PSNR (SSIM 0.0040) against fp32 on the 4 held-out "
-                                      "images, within its 0.02 dB budget")
+                                      "images, fidelity to fp32 54.8 dB (worst image 53.0, floor 45), within its "
+                                      "0.02 dB budget and fidelity floor")
 
 
 @pytest.mark.skipif(cpu.bf16_problem() is not None, reason=f"no bf16 here: {cpu.bf16_problem()}")

@@ -152,10 +152,15 @@ def test_ray_run_equals_local_run_and_resumes(tmp_path):
     assert ray["executor"]["artifacts"][0]["sha256"] == __import__("hashlib").sha256(shared.read_bytes()).hexdigest()
 
     mtimes = {rel: (tmp_path / "ray" / rel).stat().st_mtime_ns for rel in good}
+    # resumed on `auto` (the two bad files fail whichever backend): the first line says why in a few words, as a
+    # local run's, and Ray Data's advice about fewer inputs than actors stays off the terminal (issue 51)
     rc, err = ray_sr([str(src), str(tmp_path / "ray"), "--ray", "--skip-existing", "--quiet", "--summary",
-                      str(tmp_path / "again.json"), *common], cache)
+                      str(tmp_path / "again.json"), *common[2:]], cache)
     again = _summary(tmp_path / "again.json")
     assert rc == 1 and again["counts"] == {"ok": 0, "failed": 2, "skipped": 6, "ignored": 1}
+    first = err.splitlines()[0]
+    assert re.search(r"backend \S+: auto: [\w ,]+\); 8 images -> ", first), first  # not auto's whole reason
+    assert "Warning" not in err and "concurrent actors" not in err, err
     assert {rel: (tmp_path / "ray" / rel).stat().st_mtime_ns for rel in good} == mtimes
 
 
@@ -214,6 +219,7 @@ def test_killed_actor_loses_no_image(tmp_path, cache):
     rc, err = _finish(_start([*args[:-1], str(tmp_path / "again.json"), "--skip-existing"], cache, env))
     assert rc == 0 and _summary(tmp_path / "again.json")["counts"] == {"ok": 0, "failed": 0, "skipped": len(names),
                                                                        "ignored": 0}
+    assert " on Ray (not started: nothing left to do); 24 images -> " in err, err  # no cluster for nothing
 
 
 @in_namespace
@@ -284,33 +290,61 @@ class _Store:
 
 
 def test_files_made_once_on_the_driver_are_cached_on_each_node(tmp_path, monkeypatch):
+    from pipeline import backends
     from pipeline.artifacts.onnx_file import folded_variants
-    from pipeline.cluster import artifacts, unit
+    from pipeline.cluster import artifacts
 
     store, logs = _Store(), []
     monkeypatch.setenv("SRDEPLOY_CACHE", str(tmp_path / "driver"))
-    shared = artifacts.prepare(store, "ort-folded", "srcnn", "fp32", log=logs.append)
+    choice = backends.choose(backends.BackendRequest("ort-folded", threads=1), "srcnn", log=logs.append)
+    shared = artifacts.prepare(store, choice)
     assert sum("exporting srcnn" in m for m in logs) == 1
     onnx_rel = shared.files[0].rel
     assert Path(onnx_rel).name.startswith("srcnn-fp32-custom-dynamo")
     folded = folded_variants(tmp_path / "driver" / onnx_rel)
     assert 3 in folded and {f.name for f in folded.values()} <= {Path(f.rel).name for f in shared.files}
     monkeypatch.setenv("SRDEPLOY_CACHE", str(tmp_path / "node"))  # another node: its own, empty cache
-    assert artifacts.materialize(store, shared) == {}
+    assert artifacts.materialize(store, shared) == choice  # nothing given: the choice needs no other paths
     for f in shared.files:
         assert (tmp_path / "node" / f.rel).read_bytes() == (tmp_path / "driver" / f.rel).read_bytes()
     inodes = {f.rel: (tmp_path / "node" / f.rel).stat().st_ino for f in shared.files}
-    backend, _ = unit.load_backend("ort-folded", "srcnn", "fp32", threads=1)
+    backend = backends.load(choice)
     y = backend.infer(np.zeros((1, 3, 20, 20), np.float32), 3.0)
     assert y.shape == (1, 3, 60, 60) and backend.last_path.startswith("folded")  # the shared folded graph ran
     assert {f.rel: (tmp_path / "node" / f.rel).stat().st_ino for f in shared.files} == inodes  # not re-exported
     assert sorted((tmp_path / "node" / "onnx").iterdir()) == sorted(tmp_path / "node" / f.rel for f in shared.files)
 
     given = tmp_path / "driver" / onnx_rel
-    user = artifacts.prepare(store, "ort-folded", "srcnn", "fp32", onnx=given)
-    opts = artifacts.materialize(store, user)
-    assert Path(opts["onnx"]).read_bytes() == given.read_bytes() and Path(opts["onnx"]).name == given.name
-    assert folded_variants(Path(opts["onnx"]))[3].read_bytes() == folded[3].read_bytes()  # siblings came along
+    user = artifacts.prepare(store, backends.choose(backends.BackendRequest("ort-folded", onnx=given), None))
+    onnx = Path(dict(artifacts.materialize(store, user).options)["onnx"])
+    assert onnx.read_bytes() == given.read_bytes() and onnx.name == given.name and onnx != given
+    assert folded_variants(onnx)[3].read_bytes() == folded[3].read_bytes()  # siblings came along
+
+
+@in_namespace
+def test_ray_runs_a_lower_precision_as_the_local_run(tmp_path, cache):
+    """openvino int8 (any x86 CPU): the driver makes the Q/DQ files once, the actors run exactly those."""
+    src = tmp_path / "in"
+    rng = np.random.default_rng(5)
+    sizes = {"big.png": (40, 48), "small.png": (9, 11), "more.png": (36, 30)}  # small: the model's own graph
+    for rel, (h, w) in sizes.items():
+        _write(src / rel, rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+    common = ["--model", "srcnn-x3", "--backend", "openvino", "--precision", "int8", "--threads", "1"]
+    rc, err = ray_sr([str(src), str(tmp_path / "ray"), "--ray", "--ray-actors", "2", "--summary",
+                      str(tmp_path / "ray.json"), *common], cache)
+    assert rc == 0, err[-3000:]
+    first = next(ln for ln in err.splitlines() if ln.startswith("sr: "))
+    assert "backend openvino int8: requested" in first, first
+    ray = _summary(tmp_path / "ray.json")
+    assert ray["counts"]["ok"] == 3 and "int8" in ray["backend"] and ";" not in ray["backend"], ray["backend"]
+    assert sum(a["file"].startswith("int8/") and a["file"].endswith(".onnx") for a in ray["executor"]["artifacts"]) == 2
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SRDEPLOY_CACHE", str(cache))
+        assert main(["sr", str(src), str(tmp_path / "local"), "--quiet", *common]) == 0
+    for rel, (h, w) in sizes.items():
+        a, b = _read(tmp_path / "ray" / rel), _read(tmp_path / "local" / rel)
+        assert a.shape == b.shape == (3 * h, 3 * w, 3)
+        assert np.abs(a.astype(np.int64) - b.astype(np.int64)).max() <= 1, rel
 
 
 def test_ray_log_lines_are_dropped_and_the_rest_passes_as_it_comes():

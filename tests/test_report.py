@@ -68,7 +68,7 @@ def test_bench_report_consistent(tmp_path):
                          ("MPix/s", r["mpix_per_s"]),
                          ("backend", r["backend"]), ("batch", str(r["batch"]))):
             assert _close(row[col], key), (col, row[col], key)
-        assert row["roofline"] == report.percent(r["roofline_fraction"])  # a percentage a person reads
+        assert row["roofline"] == report.roofline_share(r["roofline_fraction"])  # a percentage a person reads
         assert row["speed-up"] == report.speedup(r["speedup_vs_baseline"])  # the ratio and the change in speed
     assert "## Environment" in md and "CPU:" in md and "torch" in md and "onnxruntime" in md
     assert "m trt: no GPU" in md

@@ -265,7 +265,7 @@ def test_the_precision_hint_quotes_a_later_measurement(measurement):
     loaded = backends.create("ort", "srcnn")
     store = select._pick_store("srcnn", "ort", 3.0, {"onnx": None, "weights": None})
     store.parent.mkdir(parents=True, exist_ok=True)
-    fp32_sha = select.file_sha256(loaded.run_file(3.0))  # the pick timed the fp32 file that runs now
+    fp32_sha = select.content_sha256(loaded.run_file(3.0))  # the pick timed the fp32 file that runs now
     store.write_text(json.dumps({"model": "srcnn", "request": "ort", "scale": 3.0, "machine": quality.machine(),
                                  "backend": "openvino", "precision": "int8", "ms": 23.0, "run_sha256": "0" * 64,
                                  "times": "openvino int8 23 ms, ort fp32 89 ms", "notes": [], "fp32_ms": 89.0,
@@ -300,6 +300,7 @@ def test_eval_with_no_scale_in_range_fails_before_pytorch_loads():
 def test_an_over_budget_precision_auto_left_out_gets_no_advice():
     from pipeline import quality
 
-    record = {"precision": "int8", "psnr_loss_db": 0.18, "ssim_loss": 0.001, "images": 4}
+    record = {"precision": "int8", "psnr_loss_db": 0.18, "ssim_loss": 0.001, "images": 4, "fidelity_mean_db": 45.0,
+              "fidelity_worst_db": 44.0}
     assert quality.loss_line(record).endswith("OVER its 0.1 dB budget: use fp32 for exact output")
-    assert quality.loss_line(record, advice=False).endswith("held-out images, OVER its 0.1 dB budget")
+    assert quality.loss_line(record, advice=False).endswith("(worst image 44.0, floor 38), OVER its 0.1 dB budget")

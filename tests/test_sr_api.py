@@ -136,8 +136,8 @@ def test_reference_without_any_match_says_so(folder, torch_backend, tmp_path):
 
 
 def _onnx_with_model(path: Path, model: str) -> Path:
-    g = onnx.helper.make_graph([onnx.helper.make_node("Identity", ["x"], ["y"])], "g",
-                               [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+    g = onnx.helper.make_graph([onnx.helper.make_node("Identity", ["input"], ["y"])], "g",
+                               [onnx.helper.make_tensor_value_info("input", onnx.TensorProto.FLOAT, [1])],
                                [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])])
     m = onnx.helper.make_model(g)
     onnx.helper.set_model_props(m, {"model": model})

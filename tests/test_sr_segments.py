@@ -13,9 +13,10 @@ import cv2
 import numpy as np
 import pytest
 
+from pipeline import backends
 from pipeline.cli import main
 from pipeline.native import cpu
-from pipeline.sr import Record, load_backend, run_segment
+from pipeline.sr import Record, run_segment
 from pipeline.sr.jobs import Job
 from pipeline.sr.segment_files import segment_path
 from pipeline.sr.segments import ClipWork, plan
@@ -88,7 +89,7 @@ def test_a_short_clip_stays_one_segment(tmp_path):
 
 def _segmented(src: Path, dst: Path, fmt: str, codec: str, seconds: float) -> Record:
     """The clip run as an executor runs it: each segment by run_segment (a Ray actor's unit), then the join."""
-    backend, _ = load_backend("ort", "srcnn", "fp32", threads=1)
+    backend = backends.create("ort", "srcnn", "fp32", threads=1)
     worker = ImageWorker(backend, "srcnn", 2.0)
     job = Job(src, dst, src.name, fmt)
     rec = Record(job)

@@ -5,6 +5,7 @@ import torch
 from skimage import data
 
 from models.registry import ModelSpec, get_spec, output_size, run
+from pipeline.errors import PipelineError
 from pipeline.sr import tiling
 
 
@@ -121,18 +122,36 @@ def test_auto_tile_follows_memory():
     assert tiling.auto_tile(3, 15, batch=4, available_bytes=8 << 30) < big
 
 
-def test_host_tiles_follow_the_models_cost_not_a_fixed_cap():
-    """19 GB available: a 1200x900 image at x3 is one SRCNN tile (the fixed 1 GiB cap cut it into 12); DeformSRCNN,
-    ~7x costlier per pixel, is tiled; a model of unknown cost (a user's) keeps the small capped tiles."""
+def test_host_tiles_follow_the_models_cost_within_the_memory_budget():
+    """19 GB available and a 16 GiB tile budget: a 1200x900 image at x3 is one SRCNN tile; DeformSRCNN, ~7x costlier
+    per pixel, is tiled; a model of unknown cost (a user's) keeps the small capped tiles. The default budget (1 GiB)
+    tiles the SRCNN image too, however much is free: free memory alone ran a 4K frame whole at 9 GB."""
     free = 19 << 30
     for name, whole in (("srcnn", True), ("deform-srcnn", False)):
         spec = get_spec(name)
         margin = tiling.context_margin(spec.receptive_radius, 3)
-        side = tiling.host_tile(3, margin, 1, spec.host_bytes_per_output_pixel, available_bytes=free)
+        side = tiling.host_tile(3, margin, 1, spec.host_bytes_per_output_pixel, available_bytes=free, budget=16 << 30)
         assert (len(tiling.plan(900, 1200, 3, side, margin).tiles) == 1) == whole, name
         assert (side * 3 + 2 * margin) ** 2 * spec.host_bytes_per_output_pixel <= free * tiling.HOST_SHARE
+        side = tiling.host_tile(3, margin, 1, spec.host_bytes_per_output_pixel, available_bytes=free)
+        assert len(tiling.plan(900, 1200, 3, side, margin).tiles) > 1, name
+        assert (side * 3 + 2 * margin) ** 2 * spec.host_bytes_per_output_pixel <= tiling.TILE_MEMORY
     unknown = tiling.host_tile(3, 15, 1, None, available_bytes=free)
     assert unknown == tiling.auto_tile(3, 15, available_bytes=free) and (unknown * 3 + 30) ** 2 * 1024 <= 1 << 30
+
+
+def test_the_tile_memory_budget_is_read_from_the_environment(monkeypatch):
+    spec = get_spec("srcnn")
+    margin = tiling.context_margin(spec.receptive_radius, 3)
+    sides = {}
+    for raw in ("", "256M", "4g", "4 GiB", str(4 << 30)):
+        monkeypatch.setenv(tiling.TILE_MEMORY_ENV, raw)
+        sides[raw] = tiling.host_tile(3, margin, 1, spec.host_bytes_per_output_pixel, available_bytes=64 << 30)
+    assert sides["256M"] < sides[""] < sides["4g"] == sides["4 GiB"] == sides[str(4 << 30)]
+    for bad in ("lots", "-1G", "1K", "0"):
+        monkeypatch.setenv(tiling.TILE_MEMORY_ENV, bad)
+        with pytest.raises(PipelineError, match="SRDEPLOY_TILE_MEMORY="):
+            tiling.tile_memory()
 
 
 @pytest.mark.parametrize("name", ["srcnn", "deform-srcnn"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 
 from models.spec import ModelSpec
@@ -27,11 +28,38 @@ SIZE_INPUTS = ("size", "scale")  # how a run-time-factor graph takes its output 
 
 
 CACHE_ENV = "SRDEPLOY_CACHE"
+_CHECKED: set[Path] = set()  # cache roots made or checked already (once per process)
 
 
 def cache_dir() -> Path:
-    root = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "srdeploy"
-    return Path(root).expanduser()
+    """The artifact cache's root. Its files are run (ONNX graphs, engines, int8 files) and trusted (quality records,
+    picks), so a new cache is made owner-only (0700: nobody else can read, plant or swap a file in it), and an
+    existing one that others may write to is warned about, once."""
+    root = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "srdeploy").expanduser()
+    _secure(root)
+    return root
+
+
+def _secure(root: Path) -> None:
+    if root in _CHECKED:
+        return
+    _CHECKED.add(root)
+    try:
+        os.makedirs(root.parent, exist_ok=True)
+        os.mkdir(root, 0o700)  # new: owner-only (a later mkdir inside needs no mode: no one else can enter)
+        return
+    except FileExistsError:
+        pass
+    except OSError:  # cannot be made here: check_cache_writable says so before any work that writes
+        return
+    try:
+        mode = root.stat().st_mode
+    except OSError:
+        return
+    if mode & 0o022:
+        print(f"srdeploy: warning: the artifact cache {root} is writable by other users (mode {mode & 0o777:o}): "
+              f"a file planted there could be run or trusted; chmod go-w {root} (or set {CACHE_ENV} to a folder "
+              "of your own)", file=sys.stderr)
 
 
 def check_cache_writable(folder: Path | None = None) -> None:

@@ -65,8 +65,11 @@ def onnx_metadata(path: Path | OnnxFile) -> dict[str, str]:
     if isinstance(path, OnnxFile):
         return path.meta
     path = Path(path)
-    if not path.is_file():
+    problem = regular_file_problem(path)  # a FIFO, folder or /dev/zero is named for what it is (as --onnx does)
+    if problem == "does not exist":
         raise PipelineError(f"ONNX file not found: {path}")
+    if problem:
+        raise PipelineError(f"ONNX file {path} {problem}")
     return load_onnx(path, external_data=False)[1]
 
 
@@ -211,7 +214,16 @@ def _external_data_problem(path: Path, model) -> str | None:
     return None
 
 
+IMAGE_INPUT = "input"  # every backend feeds the image by this name (the export's contract; README: Export)
+
+
 def _input_problem(model) -> str | None:
+    init = {i.name for i in model.graph.initializer}
+    names = [i.name for i in model.graph.input if i.name not in init]
+    if IMAGE_INPUT not in names:  # refused here, not by each backend in its own way (openvino: per image)
+        return (f"has no image input named '{IMAGE_INPUT}' (its inputs: {', '.join(map(repr, names)) or 'none'}); "
+                f"the pipeline feeds the NCHW float RGB image as '{IMAGE_INPUT}', as `python -m pipeline export` "
+                "names it")
     for inp in model.graph.input:
         dims = inp.type.tensor_type.shape.dim
         for d in dims:

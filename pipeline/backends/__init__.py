@@ -1,6 +1,9 @@
 """Backends: one inference interface (base.Backend) over PyTorch, ONNX Runtime and TensorRT.
 
-    create(backend, model, precision="fp32", **opts) -> loaded Backend   (either may be "auto": select)
+    choose(BackendRequest(backend, precision, onnx=..., threads=...), model, scale) -> Choice   (frozen: backend,
+        precision, the files it runs with their SHA-256, the quality record it stands on, why; either may be "auto")
+    load(choice) -> loaded Backend        the same here, on a Ray actor (which gets the Choice and its files)
+    create(backend, model, precision="fp32", **opts) -> loaded Backend   the shortcut: load(choose(...))
     available(model, precision="fp32", weights=None, onnx=None, engine=None) -> [BackendStatus(name, available, reason)]
     pick_auto(model, precision="fp32") -> AutoPick(name, reason)
     descriptors() -> [Descriptor]     what each backend is, as data (name, device, ranks, precisions, options)
@@ -15,7 +18,9 @@ answer to which model) and nothing here imports PyTorch.
                   describe, selected/selection_reason, profiles, max_input_size, onnx_file, fp32_twin)
     checks        input validation every backend runs
     pixels        integer pixels <-> model tensors: the one rounding rule, in numpy, torch and ONNX
-    registry      names -> classes, create_named       availability  what can run here, and why not
+    registry      the one table of backends (class, descriptor), names -> classes, create_named
+    availability  what can run here, and why not
+    choice        BackendRequest in, Choice out: choose(request, model, scale), load(choice); what the executors use
     auto          `--backend auto`: the expected order (from the descriptors) and --measure
     select        `create`, and `--precision auto`: the only place a backend or precision is chosen
     *_backend     one module per runtime
@@ -30,10 +35,12 @@ from pipeline.backends.auto import (
 )
 from pipeline.backends.availability import available, no_gpu_line
 from pipeline.backends.base import Backend, BackendStatus
+from pipeline.backends.choice import BackendRequest, Choice, choose, choose_loaded, load, of_loaded
 from pipeline.backends.descriptor import Descriptor
 from pipeline.backends.registry import NAMES, backend_class, create_named, descriptors
-from pipeline.backends.select import candidates, create, faster_line, pick_precision
+from pipeline.backends.select import auto_line, candidates, create, faster_line, pick_precision
 
-__all__ = ["NAMES", "AutoPick", "Backend", "BackendStatus", "Descriptor", "available", "backend_class", "candidates",
+__all__ = ["NAMES", "AutoPick", "Backend", "BackendRequest", "BackendStatus", "Choice", "Descriptor", "choose",
+           "choose_loaded", "load", "of_loaded", "auto_line", "available", "backend_class", "candidates",
            "create", "create_named", "descriptors", "expected_order", "faster_line", "measure", "measured",
            "no_gpu_line", "pick_auto", "pick_precision", "time_backend"]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 import statistics
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ from pipeline.artifacts.identity import resolve
 from pipeline.backends.availability import BackendStatus, available
 from pipeline.backends.base import Backend
 from pipeline.backends.registry import CLASSES, create_named, descriptors
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, printable
 from pipeline.native.cuda_driver import gpu_visible
 from pipeline.native.machine import fingerprint
 
@@ -121,7 +122,7 @@ def pick_auto(model: str | None, precision: str = "fp32", statuses: list[Backend
     if not ok:
         raise PipelineError(f"no backend can run {model} ({precision}): {unavailable_reasons(statuses, precision)}")
     gpu = gpu_visible()[0]
-    expected = _expected_pick(model, precision, ok, gpu)
+    expected = _expected_pick(model, precision, ok, gpu, onnx)
     record = measured(model, precision)
     timed = {n: t for n, t in (record or {}).get("ms", {}).items() if n in ok}
     if timed:
@@ -132,7 +133,14 @@ def pick_auto(model: str | None, precision: str = "fp32", statuses: list[Backend
     return AutoPick(name, f"{name} is the only kind available", "the only one available")
 
 
-def _expected_pick(model: str, precision: str, ok: set[str], gpu: bool) -> AutoPick | None:
+def measure_command(model: str, precision: str, onnx=None) -> str:
+    """The command that times the backends for this run: of the file where one is given (`--model` there would time
+    the registered model, which a torch-free install cannot build)."""
+    target = f"--onnx {shlex.quote(printable(str(onnx)))}" if onnx is not None else f"--model {model}"
+    return f"python -m pipeline backends {target}{'' if precision == 'fp32' else f' --precision {precision}'} --measure"
+
+
+def _expected_pick(model: str, precision: str, ok: set[str], gpu: bool, onnx=None) -> AutoPick | None:
     order = expected_order(precision, gpu)
     name = next((n for n in order if n in ok), None)
     if name is None:
@@ -141,8 +149,8 @@ def _expected_pick(model: str, precision: str, ok: set[str], gpu: bool) -> AutoP
     where = "on this GPU machine" if gpu else "on a CPU-only machine"
     note = f"; faster-ranked but unavailable: {', '.join(skipped)}" if skipped else ""
     return AutoPick(name, f"{name} is the expected fastest {precision} backend available {where}{note} "
-                          f"(`python -m pipeline backends --model {model} --precision {precision} --measure` times "
-                          "them here)", "expected fastest on this GPU" if gpu else "expected fastest without a GPU")
+                          f"(`{measure_command(model, precision, onnx)}` times them here)",
+                   "expected fastest on this GPU" if gpu else "expected fastest without a GPU")
 
 
 def _measured_pick(timed: dict[str, float], record: dict, expected: AutoPick | None) -> AutoPick:

@@ -58,10 +58,10 @@ class Backend(ABC):
     of size round(H*scale) x round(W*scale) (models.spec.output_size). Outputs are not clipped:
     clipping and rounding to the image's bit depth happen once, where images are written.
 
-    Each class declares what it is as data (`DESCRIPTOR`: name, device, expected-order ranks, the precisions it
-    runs from which artifact, its typed options, which `create` checks against) and owns whether it can run here
-    (`status`, one line of why not). Everything a caller reads is declared here, with a default where one makes
-    sense, so a backend written to this class works everywhere.
+    Each class's row in registry.TABLE says what it is as data (`DESCRIPTOR`: name, device, expected-order ranks,
+    the precisions it runs from which artifact, its typed options, which `create` checks against); the class owns
+    whether it can run here (`status`, one line of why not). Everything a caller reads is declared here, with a
+    default where one makes sense, so a backend written to this class works everywhere.
     """
 
     DESCRIPTOR: ClassVar[Descriptor]
@@ -83,6 +83,11 @@ class Backend(ABC):
         for): model_file(), unless the backend runs another graph at some scales (a folded sibling)."""
         return self.model_file()
 
+    def files(self, scale: float) -> list[Path]:
+        """The files a loaded backend runs at `scale`, made now on a miss (what its Choice names and a Ray actor is
+        sent; the files travelling beside each are added there): its ONNX file, or none."""
+        return [self.onnx_file] if self.onnx_file is not None else []
+
     def model_options(self) -> dict:
         """The create() options that load the same model file again (at another precision, say)."""
         return {"onnx": self.onnx_file}
@@ -99,7 +104,7 @@ class Backend(ABC):
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        if "DESCRIPTOR" in cls.__dict__:  # the name is the descriptor's: one fact, one place
+        if "DESCRIPTOR" in cls.__dict__:  # the name is the descriptor's (a class outside the table declares its own)
             cls.name = cls.DESCRIPTOR.name
 
     @classmethod
@@ -163,13 +168,20 @@ class Backend(ABC):
         conversions; device backends override it to copy integers and convert, clamp, round and cast there."""
         px.check_pixels(pixels, self.name)
         depth = 16 if pixels.dtype == np.uint16 else 8
-        return px.to_samples(self.infer(px.to_unit(pixels), scale), depth)
+        y = self.infer(px.to_unit(pixels), scale)
+        samples = px.to_samples(y, depth)
+        px.check_finite(y, samples)  # raises NonFiniteOutput (with the samples) when a value is NaN or inf
+        return samples
 
     def submit_pixels(self, pixels: np.ndarray, scale: float) -> px.Pending:
         """`infer_pixels`, collected later: the sr stage reads and submits the next batch before it collects this
-        one (`result(out)` copies straight into the output). Here: computed now; device backends enqueue the
-        copies and the run on their stream and return at once."""
-        return px.Ready(self.infer_pixels(pixels, scale))
+        one (`result(out)` copies straight into the output, then raises NonFiniteOutput if a sample's output was
+        not finite). Here: computed now; device backends enqueue the copies and the run on their stream and return
+        at once."""
+        try:
+            return px.Ready(self.infer_pixels(pixels, scale))
+        except px.NonFiniteOutput as e:  # raised where it is collected, like a device backend's
+            return px.Ready(e.samples, e.counts)
 
     def device_memory(self) -> DeviceMemory | None:
         """Free device memory and the model's activation cost, for a backend whose activations live on a

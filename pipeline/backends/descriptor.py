@@ -1,13 +1,14 @@
 """What a backend is, as data: its name, where it runs, its rank in the expected order, each precision it runs and the
-artifact that precision runs from, and the typed options its constructor takes. Every backend class declares one
-(`DESCRIPTOR`); the registry, the expected orders, `--precision auto`'s candidates, the CLI's choices and help and
-`backends`' table all read them, never a list of their own.
+artifact that precision runs from, and the typed options its constructor takes. Every backend has one, its row of
+pipeline.backends.registry.TABLE (its class reads it as `DESCRIPTOR`); the registry, the expected orders, `--precision
+auto`'s candidates, the CLI's choices and help and `backends`' table all read them, never a list of their own.
 
 The precisions themselves (their types, budgets and what they are made from) are pipeline.precisions' table, which
 export, the engine builder and the artifact cache below this package read too.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -50,6 +51,16 @@ class Descriptor:
     def gpu_only(self) -> bool:
         return self.device == "cuda"
 
+    @property
+    def runs_weights(self) -> bool:
+        """It runs the model's PyTorch weights as they are: no file is made for it (an export, an engine)."""
+        return all(r.artifact == "weights" for r in self.runs)
+
+    @property
+    def pins_threads(self) -> bool:
+        """A CPU session made with a thread count (`threads`): a threads sweep re-creates it with each count."""
+        return not self.gpu_only and not self.runs_weights and "threads" in self.option_names()
+
     def artifact(self, precision: str) -> Artifact:
         """The artifact `precision` runs from here (KeyError: a precision it does not run)."""
         return ARTIFACTS[{r.precision: r.artifact for r in self.runs}[precision]]
@@ -58,19 +69,28 @@ class Descriptor:
         return tuple(f.name for f in fields(self.options))
 
     def option_problem(self, key: str, value) -> str | None:
-        """Why `value` is not what option `key` declares (for the plain types: int, bool, str), or None. A bool is
-        not an int here, and a string of digits is not a number."""
+        """Why `value` is not what option `key` declares (for the plain types: int, bool, str, a path, a dict), or
+        None. A bool is not an int here, a string of digits is not a number, bytes are not a path, and a count is
+        within its range (_RANGES)."""
         declared = next((f.type for f in fields(self.options) if f.name == key), None)
         kinds = _PLAIN.get(declared)
         if kinds is None or value is None and "None" in declared:
             return None
         ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
-        return None if ok else f"option '{key}' of backend '{self.name}' takes {declared}, got {value!r}"
+        if not ok:
+            return f"option '{key}' of backend '{self.name}' takes {_SAY.get(declared, declared)}, got {value!r}"
+        lo, hi = _RANGES.get(key, (None, None))
+        if lo is not None and isinstance(value, int) and not lo <= value <= hi:
+            return f"option '{key}' of backend '{self.name}' must be from {lo} to {hi}, got {value!r}"
+        return None
 
 
+MAX_THREADS = 4096  # inference threads: ONNX Runtime takes a C int, and no machine here has more cores
 # The declared types `option_problem` checks (the dataclasses' annotations are strings: `from __future__`)
 _PLAIN = {"int": (int,), "int | None": (int,), "bool": (bool,), "bool | None": (bool,), "str": (str,),
-          "str | None": (str,)}
+          "str | None": (str,), "PathLike | None": (str, os.PathLike), "dict | None": (dict,)}
+_RANGES = {"threads": (1, MAX_THREADS), "device": (0, 1 << 16)}
+_SAY = {"PathLike | None": "a file path (str or os.PathLike) or None", "dict | None": "a dict or None"}
 
 
 # -- the typed options (each backend's constructor takes exactly its dataclass's fields, with the same defaults:

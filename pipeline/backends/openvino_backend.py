@@ -24,7 +24,6 @@ from pipeline.artifacts.onnx_file import (
 )
 from pipeline.backends.base import Backend, BackendStatus, installed
 from pipeline.backends.checks import check_batch
-from pipeline.backends.descriptor import Descriptor, OpenVinoOptions, Runs
 from pipeline.backends.ort_backend import onnx_source_problem
 from pipeline.errors import PipelineError, check_choice, first_line
 from pipeline.export.cached import onnx_for
@@ -67,12 +66,6 @@ def version() -> str:
 
 
 class OpenVinoBackend(Backend):
-    DESCRIPTOR = Descriptor(
-        "openvino", "cpu", options=OpenVinoOptions, cpu_rank=1,
-        summary="OpenVINO on the CPU: the exported file, SRCNN's folded siblings at integer scales",
-        runs=(Runs("fp32", "graph", "inference precision f32"),
-              Runs("bf16", "graph", "inference precision bf16 (CPUs with bf16 arithmetic)"),
-              Runs("int8", "qdq", "float parts bf16 where the CPU has it, else f32")))
 
     def __init__(self, model: str | None, precision: str = "fp32", *, onnx: str | Path | None = None, weights=None,
                  threads: int | None = None, exporter: str = "dynamo", log=None, progress=None, chatter=None):
@@ -172,6 +165,11 @@ class OpenVinoBackend(Backend):
         file, made now on a miss), else the model graph's."""
         k = int(round(float(scale)))
         return self._file(k if k == float(scale) and k in self.variants else 0)
+
+    def files(self, scale: float) -> list[Path]:
+        """The fp32 file (its folded siblings travel beside it) and, for int8, the Q/DQ files of the model's graph
+        and of the graph that runs at `scale`: a small image runs the model's graph at any scale."""
+        return list(dict.fromkeys(p for p in (self.onnx_file, self._file(0), self.run_file(scale)) if p is not None))
 
     def infer(self, batch: np.ndarray, scale: float) -> np.ndarray:
         s = check_batch(batch, self.spec, scale, self.name)

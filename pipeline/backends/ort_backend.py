@@ -35,7 +35,6 @@ from pipeline.backends.base import (
     installed,
 )
 from pipeline.backends.checks import check_batch, check_scale
-from pipeline.backends.descriptor import Descriptor, OrtOptions, Runs
 from pipeline.contract import DOMAIN
 from pipeline.engine import Profile, default_profile, validate_profile
 from pipeline.errors import PipelineError, check_choice, first_line, install_command
@@ -222,12 +221,9 @@ def rewrite_for_trt_ep(model):
     return stripped
 
 
-GRAPHS = (Runs("fp32", "graph"), Runs("fp16", "graph"))  # what every ONNX Runtime provider runs
 
 
 class OrtBackend(Backend):
-    DESCRIPTOR = Descriptor("ort", "cpu or cuda", options=OrtOptions, cpu_rank=2, runs=GRAPHS,
-                            summary="ONNX Runtime with its best provider here (TensorRT, CUDA, else CPU)")
     PROVIDER = "auto"  # the provider this class runs on; "auto" = the best one present
 
     def __init__(self, model: str | None, precision: str = "fp32", *, onnx: str | Path | None = None,
@@ -274,6 +270,11 @@ class OrtBackend(Backend):
         elif cls.PROVIDER == "auto" and provider == "cuda" and PROVIDERS["tensorrt"] in available_providers():
             extra = f"; not TensorRT: {provider_problem('tensorrt')}"  # in this build, but it cannot run here
         return cls.ok(f"ONNX Runtime {ort.__version__}, {wanted}{extra}")
+
+    def model_options(self) -> dict:
+        """The options that load the same model at another precision: the user's file, else the model's own export
+        of that precision (an fp16 run's fp32 twin runs the fp32 export, not the fp16 file)."""
+        return {"onnx": self.onnx_path, "weights": self.weights, "threads": self.threads, "exporter": self.exporter}
 
     # -- loading ---------------------------------------------------------------------------------------
     def resolve_onnx(self) -> Path:
@@ -428,11 +429,16 @@ class OrtBackend(Backend):
         if "size" in self._inputs:
             binding.bind_cpu_input("size", np.array(out_hw, dtype=np.int64))
         binding.bind_output(px.PIXELS_OUT, "cpu" if self.provider == "cpu" else "cuda")
+        binding.bind_output(px.PIXELS_NONFINITE, "cpu")  # N numbers: the check ran on the device
         sess.run_with_iobinding(binding)
-        y = binding.copy_outputs_to_cpu()[0].astype(pixels.dtype, copy=False)  # int32 -> uint16 for TensorRT
+        y, bad = binding.copy_outputs_to_cpu()
+        y = y.astype(pixels.dtype, copy=False)  # int32 -> uint16 for TensorRT
         if y.shape != (n, *out_hw, 3):
             raise PipelineError(f"{self.name}: output {y.shape} does not match the expected {(n, *out_hw, 3)}")
-        return px.swap_rb(y, y)
+        y = px.swap_rb(y, y)
+        if np.any(bad):
+            raise px.NonFiniteOutput(bad, y)
+        return y
 
     def infer_pixels(self, pixels: np.ndarray, scale: float) -> np.ndarray:
         if self.provider == "cpu":  # the host path: numpy conversions around infer (Backend)
@@ -446,18 +452,12 @@ class OrtBackend(Backend):
 
 class OrtCpuBackend(OrtBackend):
     # not ranked: `ort` runs on the CPU where no GPU provider can
-    DESCRIPTOR = Descriptor("ort-cpu", "cpu", options=OrtOptions, runs=GRAPHS, summary="ONNX Runtime's CPU provider",
-                            alias_of="ort")
     PROVIDER = "cpu"
 
 
 class OrtCudaBackend(OrtBackend):
-    DESCRIPTOR = Descriptor("ort-cuda", "cuda", options=OrtOptions, gpu_rank=2, runs=GRAPHS,
-                            summary="ONNX Runtime's CUDA provider")
     PROVIDER = "cuda"
 
 
 class OrtTrtBackend(OrtBackend):
-    DESCRIPTOR = Descriptor("ort-trt", "cuda", options=OrtOptions, gpu_rank=1, runs=GRAPHS,
-                            summary="ONNX Runtime's TensorRT provider, with our plugins")
     PROVIDER = "tensorrt"

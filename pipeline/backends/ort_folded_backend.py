@@ -20,7 +20,6 @@ from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import folded_problem, folded_variants
 from pipeline.backends.base import Backend, BackendStatus
 from pipeline.backends.checks import check_batch
-from pipeline.backends.descriptor import Descriptor, FileOptions, Runs
 from pipeline.backends.ort_backend import OrtCpuBackend, onnx_source_problem
 from pipeline.errors import PipelineError, first_line
 from pipeline.native.ort_session import cpu_session_options
@@ -48,10 +47,6 @@ def _folded_problem(spec: ModelSpec, onnx: Path | None, weights=None) -> str | N
 
 
 class OrtFoldedBackend(Backend):
-    DESCRIPTOR = Descriptor(
-        "ort-folded", "cpu", options=FileOptions, cpu_rank=0,
-        summary="ONNX Runtime CPU on SRCNN with bicubic folded into conv1 (exact; integer scales)",
-        runs=(Runs("fp32", "folded", "the fp32 export's folded siblings"),))
 
     def __init__(self, model: str | None, precision: str = "fp32", *, onnx: str | Path | None = None, weights=None,
                  threads: int | None = None, exporter: str = "dynamo", log=None):

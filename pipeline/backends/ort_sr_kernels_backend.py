@@ -11,7 +11,6 @@ import onnx
 
 from models.spec import ModelSpec
 from pipeline.backends.base import BackendStatus, installed
-from pipeline.backends.descriptor import Descriptor, Runs, SrKernelsOptions
 from pipeline.backends.ort_backend import OrtBackend, onnx_source_problem
 from pipeline.contract import DOMAIN
 from pipeline.errors import PipelineError, first_line, install_command
@@ -27,10 +26,6 @@ def sr_node_count(model) -> int:
 
 
 class OrtSrKernelsBackend(OrtBackend):
-    DESCRIPTOR = Descriptor(
-        "ort-sr-kernels", "cpu", options=SrKernelsOptions, cpu_rank=3,
-        summary="ONNX Runtime CPU with our C++ kernels for the sr ops",
-        runs=(Runs("fp32", "graph"), Runs("fp16", "graph")))
     PROVIDER = "cpu"
 
     def __init__(self, model: str | None, precision: str = "fp32", *, onnx: str | Path | None = None, weights=None,

@@ -6,6 +6,9 @@ NCHW float RGB in [0, 1].
 - In: sample / max as a float32 division (`img.astype(float32) / 255`). Torch reads it from a table that numpy
   computed (`unit_table`), so no device's division or reciprocal shortcut can change a bit.
 - Out: float32(y) * max, rounded half to even (np.rint = torch.round), clipped to [0, max], cast.
+- Checked: a NaN would be cast to 0 and an infinity clipped to 0 or max, silently; every conversion out counts, per
+  sample, the pixels with a non-finite value (numpy, torch on the device, inside the ONNX pixel graph), and the
+  result raises NonFiniteOutput when any has one (pipeline.sr.finite decides what happens then).
 """
 from __future__ import annotations
 
@@ -44,6 +47,50 @@ def check_pixels(batch, who: str = "") -> None:
         raise PipelineError(f"{who}pixels must be uint8 or uint16, got {batch.dtype}")
 
 
+class NonFiniteOutput(PipelineError):
+    """A batch whose model output holds NaN or infinite values: `counts[i]` pixels of sample i have one (0: that
+    sample is fine); `samples` is the converted batch (where the caller asked for it: its output views), whose
+    affected samples are not usable. `source` (e.g. 'ort fp16') and `place` (e.g. 'tile 2 of 4 ...') are filled in
+    by whoever knows them."""
+
+    def __init__(self, counts, samples=None, source: str = "", place: str = ""):
+        self.counts = np.asarray(counts, dtype=np.int64).reshape(-1)
+        self.samples, self.source, self.place = samples, source, place
+        self.note = ""  # what else the reader should know (why it was not re-run at fp32)
+        self.repaired: list[int] = []  # samples re-run at fp32 before this was raised (pipeline.sr.finite)
+        super().__init__(str(self))
+
+    @property
+    def affected(self) -> list[int]:
+        return [int(i) for i in np.flatnonzero(self.counts)]
+
+    def __str__(self) -> str:
+        where = self.place or (f"sample(s) {', '.join(map(str, self.affected))} of {len(self.counts)}"
+                               if len(self.counts) > 1 else "the output")
+        who = f"{self.source} " if self.source else "model "
+        note = f"; {self.note}" if self.note else ""
+        return (f"{who}output is not finite (NaN or inf): {int(self.counts.sum())} pixel(s) in {where}{note}; "
+                "nothing written for it")
+
+
+def nonfinite_pixels(y: np.ndarray) -> np.ndarray | None:
+    """Per sample of an NCHW float batch: the pixels with a NaN or infinite value; None when all are finite. One
+    sum per sample (a NaN or inf makes it non-finite) finds the common case fast; the exact count runs only then
+    (a sum that overflowed on huge finite values counts 0 there)."""
+    with np.errstate(over="ignore", invalid="ignore"):  # inf - inf, or a sum past float32: the exact count decides
+        if np.isfinite(np.add.reduce(y.reshape(y.shape[0], -1), axis=1)).all():  # y's float32: float64 costs 15x
+            return None
+    counts = (~np.isfinite(y)).any(axis=1).sum(axis=(1, 2))
+    return counts if counts.any() else None
+
+
+def check_finite(y: np.ndarray, samples=None) -> None:
+    """Raise NonFiniteOutput when the NCHW float batch `y` holds a NaN or infinite value."""
+    counts = nonfinite_pixels(y)
+    if counts is not None:
+        raise NonFiniteOutput(counts, samples)
+
+
 # -- numpy: the CPU path ---------------------------------------------------------------------------------
 
 def to_unit(pixels: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -76,8 +123,9 @@ def to_samples(y: np.ndarray, depth: int, out: np.ndarray | None = None) -> np.n
     if out is None:
         out = np.empty((*lead, h, w, 3), dtype=depth_dtype(depth))
     plane = np.empty((*lead, h, w), dtype=np.float32)  # one scratch plane for the three channels
-    for c in range(3):
-        out[..., 2 - c] = round_clip(y[..., c, :, :], depth, plane)
+    with np.errstate(invalid="ignore"):  # a NaN's cast: counted by nonfinite_pixels, not warned about here
+        for c in range(3):
+            out[..., 2 - c] = round_clip(y[..., c, :, :], depth, plane)
     return out
 
 
@@ -108,13 +156,16 @@ class Pending:
 
 
 class Ready(Pending):
-    """A batch computed already (the host path)."""
+    """A batch computed already (the host path); `counts`: its non-finite pixels per sample (raised on result)."""
 
-    def __init__(self, samples: np.ndarray):
-        self._samples = samples
+    def __init__(self, samples: np.ndarray, counts: np.ndarray | None = None):
+        self._samples, self._counts = samples, counts
 
     def result(self, out=None):
-        return self._samples if out is None else copy_out(self._samples, out)
+        got = self._samples if out is None else copy_out(self._samples, out)
+        if self._counts is not None and np.any(self._counts):
+            raise NonFiniteOutput(self._counts, got)
+        return got
 
 
 def copy_out(samples: np.ndarray, out):
@@ -160,13 +211,21 @@ class SlotPending(Pending):
     def __init__(self, slots: PixelSlots, slot: _Slot, host):
         self._slots, self._slot, self._host = slots, slot, host
         self._copy: np.ndarray | None = None  # taken out of the slot before it was reused
+        self._counts: np.ndarray | None = None  # its non-finite pixels per sample, read with the samples
 
     def result(self, out=None):
+        got = self._take(out)
+        if np.any(self._counts):
+            raise NonFiniteOutput(self._counts, got)
+        return got
+
+    def _take(self, out):
         with self._slots.lock:
             if self._slot.pending is self:
                 if self._slot.downloaded is not None:
                     self._slot.downloaded.synchronize()
                 self._slot.pending = None
+                self._counts = self._slot.buffers.get("bad", (len(self._host),), _count_dtype()).numpy().copy()
                 if out is not None:
                     return copy_out(self._host.numpy(), out)
                 self._copy = self._host.numpy().copy()
@@ -198,7 +257,7 @@ class PixelSlots:
         slot = self._slots[self._next]
         self._next ^= 1
         if slot.pending is not None:  # its result was never collected: take it out before the buffer is reused
-            slot.pending.result()
+            slot.pending._take(None)  # (checked when its owner collects it)
         if slot.uploaded is not None:
             slot.uploaded.synchronize()  # the previous upload from this buffer has left it
         host = slot.buffers.get("in", pixels.shape, torch_dtype(pixels.dtype))
@@ -209,14 +268,22 @@ class PixelSlots:
         slot.uploaded.record()
         return slot, dev
 
-    def download(self, slot: _Slot, samples) -> SlotPending:
-        """Device samples -> the slot's output buffer, asynchronously; collected by the returned Pending."""
+    def download(self, slot: _Slot, samples, nonfinite) -> SlotPending:
+        """Device samples and their non-finite pixel counts (torch_to_samples') -> the slot's output buffers,
+        asynchronously; collected (and checked) by the returned Pending."""
         host = slot.buffers.get("out", tuple(samples.shape), samples.dtype)
         host.copy_(samples, non_blocking=self.cuda)
+        slot.buffers.get("bad", tuple(nonfinite.shape), nonfinite.dtype).copy_(nonfinite, non_blocking=self.cuda)
         if slot.downloaded is not None:
             slot.downloaded.record()
         slot.pending = SlotPending(self, slot, host)
         return slot.pending
+
+
+def _count_dtype():
+    import torch
+
+    return torch.int64
 
 
 def torch_dtype(dtype):
@@ -240,20 +307,56 @@ def torch_to_unit(bgr, table):
     return table[bgr.to(torch.int32).flip(-1)].permute(0, 3, 1, 2)  # int32 first: torch's uint16 has few kernels
 
 
-def torch_to_samples(y, out) -> None:
-    """NCHW float RGB model output -> `out`, an NHWC BGR uint8/uint16 tensor on the same device; `y` is consumed."""
+def _torch_nonfinite(y):
+    """Per sample, the pixels of NCHW `y` with a NaN or inf (int64 [N], on y's device). On the CPU, where torch's
+    isfinite costs 100x a sum (48 vs 0.5 ms for 3 x 1152^2), one sum per sample finds the common case first (the
+    host reads it at no cost); on a device the count always runs there (no host sync between submit and collect)."""
+    import torch
+
+    if y.device.type == "cpu" and bool(torch.isfinite(y.sum(dim=(1, 2, 3), dtype=torch.float32)).all()):
+        return torch.zeros(y.shape[0], dtype=torch.int64)
+    return torch.isfinite(y).logical_not_().any(dim=1).sum(dim=(1, 2))
+
+
+def torch_to_samples(y, out):
+    """NCHW float RGB model output -> `out`, an NHWC BGR uint8/uint16 tensor on the same device; `y` is consumed.
+    Returns, on the device, the pixels of each sample with a non-finite value (int64 [N]): the check runs where
+    the output is, and only N numbers travel."""
+
     maxv = 65535.0 if str(out.dtype) == "torch.uint16" else 255.0
+    bad = _torch_nonfinite(y)
     # In place: `y` is a scratch output (the net's fresh result, a graph's static output or an engine's bound
     # buffer, each rewritten by the next run); a new 16 MB tensor per 1152^2 image cost more in page faults
     # than the multiplication itself.
     z = y.float().mul_(maxv).round_().clamp_(0.0, maxv)
     for c in range(3):  # RGB -> BGR while casting: one strided copy per channel, no float NHWC copy
         out[..., 2 - c].copy_(z[:, c])
+    return bad
 
 
 # -- ONNX: the same rule inside the graph, for ONNX Runtime's device providers ---------------------------------
 
 PIXELS_IN, PIXELS_OUT, PIXEL_MAX = "pixels", "pixels_out", "pixel_max"
+PIXELS_NONFINITE = "pixels_nonfinite"  # float [N]: per sample, the pixels whose output has a NaN or inf
+
+
+def _onnx_opset(model) -> int:
+    return next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+
+
+def _onnx_nonfinite(value: str, opset: int) -> list:
+    """Nodes counting, per sample of NCHW float `value`, the pixels with a NaN or inf into PIXELS_NONFINITE: x - x
+    is 0 exactly where x is finite; built of ops every provider (TensorRT too) runs."""
+    from onnx import TensorProto, helper
+
+    per_pixel = (helper.make_node("ReduceMax", ["px_badf", "px_axis_c"], ["px_badpix"], keepdims=0) if opset >= 18
+                 else helper.make_node("ReduceMax", ["px_badf"], ["px_badpix"], axes=[1], keepdims=0))
+    return [helper.make_node("Sub", [value, value], ["px_diff"]),
+            helper.make_node("Equal", ["px_diff", "px_zero"], ["px_finite"]),
+            helper.make_node("Not", ["px_finite"], ["px_bad"]),
+            helper.make_node("Cast", ["px_bad"], ["px_badf"], to=TensorProto.FLOAT),
+            per_pixel,
+            helper.make_node("ReduceSum", ["px_badpix", "px_axes_hw"], [PIXELS_NONFINITE], keepdims=0)]
 
 
 def onnx_pixel_dtype(dtype, tensorrt: bool = False) -> np.dtype:
@@ -265,7 +368,8 @@ def onnx_pixel_dtype(dtype, tensorrt: bool = False) -> np.dtype:
 
 def onnx_pixel_io(model, dtype, tensorrt: bool = False):
     """A copy of an ONNX model (input 'input' NCHW float, one output) that takes NHWC RGB integer `pixels` and
-    gives NHWC RGB integer `pixels_out` of the same type: Gather from `unit_table` (exact on any provider) in
+    gives NHWC RGB integer `pixels_out` of the same type (and `pixels_nonfinite`, the check's counts): Gather from
+    `unit_table` (exact on any provider) in
     front, Mul / Round (half to even) / Clip / Transpose / Cast behind. The full scale is a run-time input
     (`pixel_max`), not a constant, so no optimiser can fold the Mul into the net's last convolution and round
     differently. Integers appear only at the two I/O casts (TensorRT takes UINT8 there and nowhere else); with
@@ -283,7 +387,9 @@ def onnx_pixel_io(model, dtype, tensorrt: bool = False):
     int_type = helper.np_dtype_to_tensor_dtype(onnx_pixel_dtype(dtype, tensorrt))
     index_type = TensorProto.INT32 if tensorrt else TensorProto.INT64
     g.initializer.extend([numpy_helper.from_array(unit_values(dtype), "px_table"),
-                          numpy_helper.from_array(np.zeros((), np.float32), "px_zero")])
+                          numpy_helper.from_array(np.zeros((), np.float32), "px_zero"),
+                          numpy_helper.from_array(np.array([1], np.int64), "px_axis_c"),
+                          numpy_helper.from_array(np.array([1, 2], np.int64), "px_axes_hw")])
     # TensorRT converts UINT8 only to and from FLOAT and HALF: its samples reach the INT32 indices through FLOAT
     # (exact: 0..255)
     via_float = tensorrt and int_type == TensorProto.UINT8
@@ -295,6 +401,7 @@ def onnx_pixel_io(model, dtype, tensorrt: bool = False):
     if in_type != TensorProto.FLOAT:  # an fp16-I/O graph: the CPU path casts the float32 batch the same way
         front.append(helper.make_node("Cast", ["px_nchw"], ["input"], to=in_type))
     back = [helper.make_node("Cast", [old_out.name], ["px_f32"], to=TensorProto.FLOAT),
+            *_onnx_nonfinite("px_f32", _onnx_opset(m)),
             helper.make_node("Mul", ["px_f32", PIXEL_MAX], ["px_scaled"]),
             helper.make_node("Round", ["px_scaled"], ["px_round"]),
             helper.make_node("Clip", ["px_round", "px_zero", PIXEL_MAX], ["px_clip"]),
@@ -308,5 +415,6 @@ def onnx_pixel_io(model, dtype, tensorrt: bool = False):
     g.input.extend([helper.make_tensor_value_info(PIXELS_IN, int_type, ["n", "h", "w", 3]), *inputs,
                     helper.make_tensor_value_info(PIXEL_MAX, TensorProto.FLOAT, [])])
     del g.output[:]
-    g.output.extend([helper.make_tensor_value_info(PIXELS_OUT, int_type, ["n", "oh", "ow", 3])])
+    g.output.extend([helper.make_tensor_value_info(PIXELS_OUT, int_type, ["n", "oh", "ow", 3]),
+                     helper.make_tensor_value_info(PIXELS_NONFINITE, TensorProto.FLOAT, ["n"])])
     return m

@@ -18,8 +18,8 @@ from pipeline.artifacts.atomic import atomic_write
 from pipeline.artifacts.cache import cache_dir
 from pipeline.artifacts.confine import file_token
 from pipeline.artifacts.identity import resolve
-from pipeline.artifacts.stamp import file_sha256
-from pipeline.backends.auto import create_fixed, measured, time_backend
+from pipeline.artifacts.stamp import content_sha256
+from pipeline.backends.auto import create_fixed, measured, pick_auto, time_backend
 from pipeline.backends.base import Backend
 from pipeline.backends.registry import backend_class, descriptors, option_values
 from pipeline.errors import PipelineError
@@ -47,7 +47,9 @@ def create(backend: str, model: str | None, precision: str = DEFAULT, *, scale: 
     if backend == AUTO and opts.get("options") is not None:
         raise PipelineError("options= is one backend's typed options; with backend 'auto' give keywords")
     # as keywords from here on: the pick's store is keyed by the --onnx/--weights file, wherever it was given
-    opts = {**option_values(backend, opts.pop("options", None)), **opts}
+    opts = {**option_values(backend, opts.pop("options", None), opts), **opts}
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int | float) or not scale > 0):
+        raise PipelineError(f"scale must be a number above 0, got {scale!r}")
     if precision == AUTO:
         if opts.get("engine") is not None:
             raise PipelineError("--precision auto weighs the precisions of a model file; an engine has one: give "
@@ -86,9 +88,9 @@ def pick_precision(backend: str, model: str | None, log=None, scale: float | Non
     times = ", ".join(f"{b.name} {b.precision} {t:.0f} ms" for t, b in sorted(timed, key=lambda t: t[0]))
     pick = {"model": best.model_name, "request": backend, "scale": scale, "machine": machine(),
             "backend": best.name, "precision": best.precision, "ms": round(ms, 2),
-            "run_sha256": file_sha256(best.run_file(scale)), "times": times, "notes": notes,
+            "run_sha256": content_sha256(best.run_file(scale)), "times": times, "notes": notes,
             "fp32_ms": round(fp32[0], 2) if fp32 else None,
-            "fp32_sha256": file_sha256(fp32[1].run_file(scale)) if fp32 else None, "when": time.strftime(WHEN)}
+            "fp32_sha256": content_sha256(fp32[1].run_file(scale)) if fp32 else None, "when": time.strftime(WHEN)}
     atomic_write(path, json.dumps(pick, indent=2) + "\n")
     why = _why(pick, "")
     return best.selected(why, f"precision auto: {best.precision}, fastest within budget"), why
@@ -142,7 +144,7 @@ def _reuse(path: Path, model: str | None, scale: float, hooks: dict, opts: dict)
         return None
     try:
         b = create_fixed(pick["backend"], model, pick["precision"], **hooks, **opts)
-        if file_sha256(b.run_file(scale)) != pick["run_sha256"]:
+        if content_sha256(b.run_file(scale)) != pick["run_sha256"]:
             return None
     except (PipelineError, OSError):
         return None
@@ -151,6 +153,28 @@ def _reuse(path: Path, model: str | None, scale: float, hooks: dict, opts: dict)
     why = _why(pick, f"; the pick of {pick['when']}, reused: same file, scale and machine (delete {path} to time "
                      "them again)")
     return b.selected(why, f"precision auto: {b.precision}, fastest within budget (stored pick)"), why
+
+
+def auto_line(backend: str, model: str | None, scale: float | None = None, **opts) -> str:
+    """What `--precision auto` runs here, in one line naming backend and precision together and why: the stored
+    pick while it holds (its file loaded and checked, nothing timed), else what it would time and measure."""
+    scale = float(resolve(model, opts.get("onnx")).default_scale if scale is None else scale)
+    path = _pick_store(model, backend, scale, opts)
+    reused = _reuse(path, model, scale, {}, opts)
+    if reused is not None:
+        b, why = reused
+        return f"auto: {b.name} {b.precision} (stored pick of {_load_pick(path)['when']}): {why}"
+    weighs = []
+    for name, precision in candidates(backend):
+        try:
+            name = pick_auto(model, precision, weights=opts.get("weights"), onnx=opts.get("onnx")).name \
+                if name == AUTO else name
+        except PipelineError:
+            continue  # nothing runs that precision here
+        weighs.append(f"{name} {precision}")
+    return (f"auto: not chosen on this machine yet for {resolve(model, opts.get('onnx')).name} at x{scale:g}: the "
+            f"first run times {', '.join(weighs)} on one 256x256 image, measures each lower precision's loss on the "
+            "held-out images once, and runs the fastest within its budget")
 
 
 def _load_pick(path: Path) -> dict | None:
@@ -167,7 +191,7 @@ def _source(opts: dict) -> str:
     for key in ("onnx", "weights"):
         if opts.get(key) is not None:
             try:
-                return f"{key}:{file_sha256(os.fspath(opts[key]))}"
+                return f"{key}:{content_sha256(opts[key])}"
             except OSError:
                 return f"{key}:{os.fspath(opts[key])}"
     return "model"
@@ -193,7 +217,7 @@ def faster_line(model: str, backend: str, loaded: Backend, scale: float | None =
     if pick is None or pick["precision"] == "fp32" or not pick.get("fp32_ms") or pick["machine"] != machine():
         return None
     try:
-        same = file_sha256(loaded.run_file(scale)) == pick.get("fp32_sha256")
+        same = content_sha256(loaded.run_file(scale)) == pick.get("fp32_sha256")
     except (OSError, TypeError):
         return None
     if not same:

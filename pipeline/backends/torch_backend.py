@@ -28,19 +28,12 @@ from pipeline.artifacts.identity import check_weights, resolve
 from pipeline.backends import pixels as px
 from pipeline.backends.base import Backend, BackendStatus, DeviceMemory, check_precision, installed
 from pipeline.backends.checks import check_batch, check_scale
-from pipeline.backends.descriptor import Descriptor, Runs, TorchOptions
 from pipeline.errors import PipelineError, first_line, install_command
 from pipeline.native.cpu import bf16_problem
 from pipeline.native.cuda_driver import gpu_visible, torch_gpu_visible
 
 
 class TorchBackend(Backend):
-    DESCRIPTOR = Descriptor(
-        "torch", "cpu or cuda", options=TorchOptions, cpu_rank=4, gpu_rank=3,
-        summary="PyTorch eager on the model's weights (no export needed); the GPU where there is one",
-        runs=(Runs("fp32", "weights"), Runs("fp16", "weights", "the net in half precision"),
-              # oneDNN's AMX/AVX512-BF16 convolutions on the CPU, tensor cores on a GPU
-              Runs("bf16", "weights", "torch.autocast over the net")))
     GRAPHS = 4  # captured shapes kept (their activations share one memory pool)
     GRAPH_AFTER = 2  # a shape is captured once seen this often: one-off edge crops run eagerly
 
@@ -72,6 +65,10 @@ class TorchBackend(Backend):
 
     def model_options(self) -> dict:
         return {"weights": self.weights}
+
+    def files(self, scale: float) -> list[Path]:
+        """None made: the registered model's weights ship with it, a --weights file is the request's."""
+        return []
 
     @classmethod
     def status(cls, spec: ModelSpec, precision: str, *, onnx=None, engine=None, weights=None) -> BackendStatus:
@@ -260,8 +257,7 @@ class TorchBackend(Backend):
             slot, d_px = self._slots.upload(pixels)
             y = self._forward(px.torch_to_unit(d_px, self._tables[pixels.dtype]), scale, out_hw)
             samples = torch.empty((n, *out_hw, 3), dtype=d_px.dtype, device=self.device)
-            px.torch_to_samples(y, samples)
-            return self._slots.download(slot, samples)
+            return self._slots.download(slot, samples, px.torch_to_samples(y, samples))
 
     def device_memory(self) -> DeviceMemory | None:
         """On CUDA: free memory now, and the net's peak working memory per output pixel, measured once on a

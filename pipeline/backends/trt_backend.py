@@ -31,7 +31,6 @@ from pipeline.backends.base import (
     installed,
 )
 from pipeline.backends.checks import check_batch, check_scale
-from pipeline.backends.descriptor import Descriptor, Runs, TrtOptions
 from pipeline.backends.ort_backend import onnx_source_problem
 from pipeline.engine import (
     DERIVED,
@@ -57,11 +56,6 @@ from pipeline.native.libraries import trt_plugin_library
 
 class TrtBackend(Backend):
     # bf16 and int8: strongly typed engines made from the fp32 file (pipeline.engine.precision)
-    DESCRIPTOR = Descriptor(
-        "trt", "cuda", options=TrtOptions, gpu_rank=0,
-        summary="TensorRT 11 engines with our IPluginV3 plugins (built on first use, cached)",
-        runs=(Runs("fp32", "engine", "from the fp32 graph"), Runs("fp16", "engine", "from the fp16 graph"),
-              Runs("bf16", "engine", "from the fp32 graph in BF16"), Runs("int8", "engine", "from the Q/DQ file")))
     GRAPH_AFTER = 2  # a bound shape is captured once seen this often: one-off edge crops run directly
     GRAPHS = 4  # captured shapes kept
 
@@ -286,8 +280,7 @@ class TrtBackend(Backend):
             self.d_in.copy_(px.torch_to_unit(d_px, self._tables[pixels.dtype]))  # NCHW, fp16 for fp16 engines
             self._run_bound()
             samples = torch.empty((n, out_h, out_w, 3), dtype=d_px.dtype, device=self.device)
-            px.torch_to_samples(self.d_out, samples)
-            return self._slots.download(slot, samples)
+            return self._slots.download(slot, samples, px.torch_to_samples(self.d_out, samples))
 
     def device_memory(self) -> DeviceMemory | None:
         """The device's free memory and what a call adds per output pixel: the engine's activations were

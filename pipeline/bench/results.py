@@ -32,7 +32,8 @@ def result_row(*, model: str, sweep: str, variant: Variant, size: int, scale: fl
             "roofline_fraction": min(1.0, flops / (peak * 1e9) / med_s), "peak_rss_mb": timing["peak_rss_mb"],
             "peak_device_mb": timing["peak_device_mb"], "baseline_median_ms": baseline_ms,
             "speedup_vs_baseline": (baseline_ms / lat["median"]) if baseline_ms else None, "max_abs_err": err,
-            "precision": variant.precision, "quality": quality.summary(variant.quality)}
+            "precision": variant.precision, "quality": quality.summary(variant.quality),
+            "fidelity": (quality.summary(variant.quality) or {}).get("fidelity")}
 
 
 def precision_auto_row(model: str, results: list[dict], pick, why: str) -> dict:

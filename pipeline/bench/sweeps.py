@@ -42,8 +42,8 @@ class ModelBench:
         # bf16 and int8 (each with its measured quality loss) at the main point only: the sweeps are about shapes
         self.lower = backend_variants(model, LOWER, weights=weights, only=cfg.get("backends"), note=note) \
             if cfg.get("lower_precisions") else []
-        # The torch backend is about the baseline loop at batch 1: the size and scale sweeps leave it out.
-        self.sweep_variants = [v for v in self.variants if v.name != "torch"]
+        # The weights-run backend (torch) is about the baseline loop at batch 1: the size and scale sweeps leave it out.
+        self.sweep_variants = [v for v in self.variants if not v.descriptor.runs_weights]
         self.base_ms_per_px: float | None = None  # baseline cost per output pixel (main point): sizes the big sweeps
 
     def run(self) -> list[dict]:
@@ -126,5 +126,6 @@ class ModelBench:
                            peak=self.peaks[peak_precision(v.precision)], baseline_ms=base_ms,
                            err=errs[v.name])
             self.results.append(r)
-            self.log(f"  {where} {v.name:<17} {r['latency_ms']['median']:9.1f} ms  x{r['speedup_vs_baseline']:.2f} "
-                     f"vs baseline, {100 * r['roofline_fraction']:.0f}% of roofline")
+            # no roofline share here: the peaks are final only after every row (results.apply_peak)
+            self.log(f"  {where:<{len(self.model) + 24}} {v.name:<17} {r['latency_ms']['median']:9.1f} ms  "
+                     f"x{r['speedup_vs_baseline']:.2f} vs baseline")  # padded: columns stay put across sweeps

@@ -26,6 +26,7 @@ class Variant:
     describe: str = ""
     precision: str = "fp32"
     quality: dict | None = None  # bf16/int8: the measured held-out loss (pipeline.quality)
+    descriptor: B.Descriptor | None = None  # a backend's (None: the baseline loop)
 
 
 def variant_label(backend: str, precision: str) -> str:
@@ -55,6 +56,8 @@ def backend_variants(model_name: str, precisions=("fp32",), weights=None, only=N
     for precision in precisions:
         for st in candidate_statuses(model_name, precision, only, weights):
             label = variant_label(st.name, precision)
+            if precision not in B.backend_class(st.name).DESCRIPTOR.precisions:
+                continue  # runs nowhere (torch int8): not something this machine missed, so not under "Not run"
             if not st.available:
                 note(f"{model_name} {label}: {st.reason}")
                 continue
@@ -64,23 +67,23 @@ def backend_variants(model_name: str, precisions=("fp32",), weights=None, only=N
             except PipelineError as e:
                 note(f"{model_name} {label}: {e}")
                 continue
-            out.append(Variant(label, be.infer, be.describe(), precision, loss))
+            out.append(Variant(label, be.infer, be.describe(), precision, loss, be.DESCRIPTOR))
     return out
 
 
 def thread_variants(variants: list[Variant], model_name: str, threads: int, weights=None, note=print) -> list[Variant]:
-    """The variants a CPU-threads sweep can pin: torch (through torch_threads) and the ORT sessions,
-    re-created with `threads` intra-op threads."""
-    out = [v for v in variants if v.name == "torch"]
+    """The variants a CPU-threads sweep can pin: torch (through torch_threads) and the CPU sessions made with a
+    thread count (their descriptors say), re-created with `threads` intra-op threads."""
+    out = [v for v in variants if v.descriptor is not None and v.descriptor.runs_weights]
     for v in variants:
-        if not v.name.startswith("ort"):
+        if v.descriptor is None or not v.descriptor.pins_threads:
             continue
         try:
             be = B.create(v.name, model_name, "fp32", weights=weights, threads=threads)
         except PipelineError as e:
             note(f"{model_name} threads={threads} {v.name}: {e}")
             continue
-        out.append(Variant(v.name, be.infer, be.describe()))
+        out.append(Variant(v.name, be.infer, be.describe(), descriptor=v.descriptor))
     return out
 
 

@@ -3,8 +3,8 @@ encode with the default codec, audio-free), next to the backend's pure inference
 encoder's share: the output's frames encoded alone (the run's preset and threads) against inference alone, as the
 share of a frame's sequential cost (decoding, a few % of a frame, left out).
 
-The clip pans across a held-out photo so every frame differs. Frames are whole (untiled), so a size whose frame would
-not fit in this machine's memory on a CPU backend (the model's measured bytes per output pixel) is not run. The backend
+The clip pans across a held-out photo so every frame differs. Frames are cut into the tiles `sr` cuts them into (the
+host tile memory budget, pipeline.sr.tiling.tile_memory), for the run and for inference alone alike. The backend
 is loaded once (its loading is start-up, not throughput) and warmed on frames of the size until its calls run warm
 (timing.warm_up) before the timed run.
 """
@@ -21,9 +21,9 @@ import numpy as np
 from pipeline import backends
 from pipeline.artifacts.identity import resolve
 from pipeline.bench.encoders import encode_once
-from pipeline.bench.timing import available_bytes, warm_up
+from pipeline.bench.timing import warm_up
 from pipeline.data.sample_images import HELD_OUT, load_rgb
-from pipeline.sr import upscale
+from pipeline.sr import Image, ImageWorker, upscale
 
 SIZES = {"480p": (854, 480), "720p": (1280, 720)}
 RATE = 24
@@ -49,11 +49,35 @@ def write_clip(path: Path, width: int, height: int, frames: int, gop: int | None
     return path
 
 
+def _too_slow(be, scale: float, w: int, h: int, max_frame_s: float, rng) -> str | None:
+    """Why a w x h frame is not run (it would take longer than max_frame_s, timed on a sixteenth of the frame, so
+    a size far over the limit costs no full frame), or None."""
+    small = rng.random((1, 3, max(8, h // 4), max(8, w // 4)), dtype=np.float32)
+    be.infer(small, scale)
+    t0 = time.perf_counter()
+    be.infer(small, scale)
+    estimate = (time.perf_counter() - t0) * (w * h) / (small.shape[2] * small.shape[3])
+    return f"one {w}x{h} frame would take ~{estimate:.0f} s (limit {max_frame_s:g} s)" if estimate > max_frame_s \
+        else None
+
+
+def _inference_alone(be, scale: float, w: int, h: int, frames: int, rng) -> tuple[float, int]:
+    """Seconds for `frames` frames through the sr stage's own worker, in the tiles `sr` cuts them into (the tile
+    memory budget: a 4K output frame whole took ~9 GB), so it times the work the clip run does; and the tiles."""
+    worker = ImageWorker(be, be.spec, scale)
+    frame = Image(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+    warm_up(lambda: worker.infer_tiled(worker.plan(frame, "png")))  # the first calls plan kernels / allocate
+    t0 = time.perf_counter()
+    for _ in range(frames):
+        item = worker.plan(frame, "png")
+        worker.infer_tiled(item)
+    return time.perf_counter() - t0, item.plan.count
+
+
 def video_fps(model: str, frames: int, backend="auto", weights=None, log=print, max_frame_s: float = 60.0,
               sizes: dict[str, tuple[int, int]] = SIZES) -> list[dict]:
-    """One row per size: fps of the whole clip run and of inference alone (one frame per call). A size whose frame
-    would take longer than max_frame_s (timed on a quarter-side frame, scaled by pixels) is not run; its row says
-    why."""
+    """One row per size: fps of the whole clip run and of inference alone. A size whose frame would take longer
+    than max_frame_s is not run; its row says why."""
     scale = resolve(model).default_scale
     be = backends.create(backend, model, "fp32", weights=weights) if isinstance(backend, str) else backend
     rows = []
@@ -61,30 +85,14 @@ def video_fps(model: str, frames: int, backend="auto", weights=None, log=print, 
         for label, (w, h) in sizes.items():
             clip = write_clip(Path(tmp) / f"{label}.mp4", w, h, frames)
             rng = np.random.default_rng(0)
-            small = rng.random((1, 3, max(8, h // 4), max(8, w // 4)), dtype=np.float32)
-            be.infer(small, scale)
-            t0 = time.perf_counter()
-            be.infer(small, scale)  # a sixteenth of the frame, timed: a size far over the limit costs no full frame
-            estimate = (time.perf_counter() - t0) * (w * h) / (small.shape[2] * small.shape[3])
-            need = (be.spec.host_bytes_per_output_pixel or 0) * round(w * scale) * round(h * scale)
-            why = None
-            if estimate > max_frame_s:
-                why = f"one {w}x{h} frame would take ~{estimate:.0f} s (limit {max_frame_s:g} s)"
-            elif be.device == "cpu" and need > available_bytes():  # whole frames, untiled: the machine's memory
-                why = (f"one whole {w}x{h} frame needs ~{need / 2**30:.0f} GB at x{scale:g}, "
-                       f"{available_bytes() / 2**30:.0f} GB available (`sr` tiles it; this bench times whole frames)")
+            why = _too_slow(be, scale, w, h, max_frame_s, rng)
             if why:
                 rows.append({"model": model, "backend": be.name, "precision": be.precision, "size": label,
                              "input": [w, h], "scale": scale, "fps": None, "skipped": why})
-                log(f"  {model} video {label}: not run, {rows[-1]['skipped']}")
+                log(f"  {model} video {label}: not run, {why}")
                 continue
-            x = rng.random((1, 3, h, w), dtype=np.float32)
-            warm_up(lambda x=x: be.infer(x, scale))  # the first calls of a size plan kernels / allocate
-            t0 = time.perf_counter()
-            for _ in range(frames):
-                be.infer(x, scale)
-            infer_s = time.perf_counter() - t0
-            s = upscale(clip, Path(tmp) / f"out_{label}.mp4", model=model, scale=scale, backend=be, tile=0,
+            infer_s, tiles = _inference_alone(be, scale, w, h, frames, rng)
+            s = upscale(clip, Path(tmp) / f"out_{label}.mp4", model=model, scale=scale, backend=be,
                         progress=False, log=lambda _msg: None)
             rec = s.records[0]
             if rec.status != "ok":
@@ -95,14 +103,15 @@ def video_fps(model: str, frames: int, backend="auto", weights=None, log=print, 
                    "backend_description": be.describe(), "size": label,
                    "input": [w, h], "output": list(rec.out_size), "scale": scale, "frames": frames,
                    "codec": rec.video["codec"], "fps": fps, "inference_fps": round(frames / infer_s, 3),
-                   "time_per_frame_s": rec.video["time_per_frame_s"], "preset": rec.video["preset"],
+                   "tiles": tiles, "time_per_frame_s": rec.video["time_per_frame_s"], "preset": rec.video["preset"],
                    "encode_fps": encode_fps}
             row["of_inference"] = round(fps / row["inference_fps"], 3)
             row["encoder_share"] = _share(encode_fps, row["inference_fps"])
-            log(f"  {model} video {label} ({w}x{h} -> {rec.out_size[0]}x{rec.out_size[1]}, {be.name} {be.precision}): "
-                f"{fps:.2f} fps decode+upscale+encode ({100 * row['of_inference']:.0f} % of inference alone, "
-                f"{row['inference_fps']:.2f} fps); {rec.video['codec']} {rec.video['preset']} alone {encode_fps} fps: "
-                f"encoder share {_pct(row['encoder_share'])}")
+            log(f"  {model} video {label} ({w}x{h} -> {rec.out_size[0]}x{rec.out_size[1]}, {be.name} {be.precision}"
+                f"{f', {tiles} tiles a frame' if tiles > 1 else ''}): {fps:.2f} fps decode+upscale+encode "
+                f"({100 * row['of_inference']:.0f} % of inference alone, {row['inference_fps']:.2f} fps); "
+                f"{rec.video['codec']} {rec.video['preset']} alone {encode_fps} fps: encoder share "
+                f"{_pct(row['encoder_share'])}")
             rows.append(row)
     return rows
 

@@ -10,6 +10,7 @@ prints the traceback too); 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import signal
@@ -50,7 +51,20 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message):  # argparse would print the usage block and exit
         hint = self.usage_hint(message, self.argv) if self.usage_hint else ""
-        raise UsageError(f"{message}{hint} (see: {self.prog} --help)")
+        raise UsageError(f"{message}{hint}{self._did_you_mean(message)} (see: {self.prog} --help)")
+
+    def _did_you_mean(self, message: str) -> str:
+        """For a mistyped flag (`--sacle`), the closest one this command takes (Python 3.14's argparse does the
+        same with suggest_on_error; this runs on 3.10 too)."""
+        if not message.startswith("unrecognized arguments: "):
+            return ""
+        flags = [f for f in self._option_string_actions if f.startswith("--")]
+        for word in message.removeprefix("unrecognized arguments: ").split():
+            flag = word.split("=", 1)[0]
+            close = difflib.get_close_matches(flag, flags, n=1, cutoff=0.75) if flag.startswith("--") else []
+            if close:
+                return f" (did you mean {close[0]}?)"
+        return ""
 
 
 def _prog() -> str:

@@ -2,17 +2,17 @@
 from __future__ import annotations
 
 from pipeline import quality
-from pipeline.backends import available, create_named, descriptors, measure, no_gpu_line, pick_auto
+from pipeline.backends import auto_line, available, create_named, descriptors, measure, no_gpu_line, pick_auto
 from pipeline.cli import options
 from pipeline.errors import PipelineError
-from pipeline.precisions import BUDGET_DB
+from pipeline.precisions import AUTO, BUDGET_DB
+
+BACKEND = options.BackendArgs(precision="auto")  # which backends: all of them, each with its status
 
 
 def add_arguments(parser) -> None:
     options.add_model_args(parser)
-    options.add_precision_args(parser, run=True)
-    options.add_weights_arg(parser)
-    options.add_onnx_arg(parser)
+    BACKEND.add_parser_arguments(parser)
     parser.add_argument("--measure", action="store_true",
                         help="time each available backend on one 256x256 image and remember the fastest for "
                              "--backend auto")
@@ -52,9 +52,12 @@ def _say_quality(name: str, model, args, weights, onnx) -> None:
 def run(args) -> int:
     if args.size < 1 or args.repeats < 1:
         raise PipelineError("--size and --repeats must be >= 1")
-    model = options.model_from_args(args)
-    weights = options.weights_from_args(args)
-    onnx = options.onnx_from_args(args)
+    request = BACKEND.parse(args)
+    weights, onnx = request.weights, request.onnx
+    model = options.model_from_args(args, onnx)
+    if args.precision == AUTO:  # one line: what `--precision auto` runs here, and why
+        print(auto_line(AUTO, model, weights=weights, onnx=onnx))
+        return 0
     statuses = available(model, args.precision, weights, onnx=onnx)
     print("what each backend runs (rank: its place in --backend auto's expected order when nothing was measured):\n"
           f"{format_descriptors()}\n")

@@ -8,11 +8,14 @@ from pathlib import Path
 from pipeline import report
 from pipeline.artifacts.atomic import atomic_write
 from pipeline.artifacts.identity import resolve
+from pipeline.backends.descriptor import MAX_THREADS
 from pipeline.bench import onnx_file
 from pipeline.bench.results import FLOOR_SPEEDUP
 from pipeline.bench.suite import FULL, QUICK, run_bench
 from pipeline.cli import options
 from pipeline.errors import PipelineError
+
+BACKEND = options.BackendArgs("many", files=("onnx", "weights"))
 
 
 def add_arguments(p) -> None:
@@ -25,7 +28,7 @@ def add_arguments(p) -> None:
     p.add_argument("--threads", type=int, nargs="+", help="CPU thread counts for the threads sweep")
     p.add_argument("--iters", type=int, help="max timed calls per configuration")
     p.add_argument("--time-budget", type=float, help="seconds of timed calls per configuration")
-    options.add_backends_arg(p, help="only these backends (the baseline loop always runs)")
+    BACKEND.add_parser_arguments(p)  # --backends: the baseline loop always runs too
     p.add_argument("--no-folder", action="store_true",
                    help="skip the whole-folder (pipeline sr) timings: folder vs inference, the stage's own cost, "
                         "the GPU folder row")
@@ -33,8 +36,6 @@ def add_arguments(p) -> None:
                    "segment overhead and size rows")
     p.add_argument("--encoders", action="store_true", help="only the encoder preset table: x264/x265 frames/s and "
                    "size per preset at 1080p output, interleaved medians (into OUTPUT/encoders.json)")
-    options.add_weights_arg(p)
-    options.add_onnx_arg(p)
 
 
 def config_from_args(args) -> dict:
@@ -52,9 +53,10 @@ def config_from_args(args) -> dict:
         if args.time_budget <= 0:
             raise PipelineError("--time-budget must be positive")
         cfg["time_budget"] = args.time_budget
-    if any(s < 8 for s in cfg["sizes"]) or any(b < 1 for b in cfg["batches"]) or any(t < 1 for t in cfg["threads"]):
-        raise PipelineError("sizes must be >= 8 and batches/threads >= 1")
-    backends = options.backends_from_args(args)
+    if any(s < 8 for s in cfg["sizes"]) or any(b < 1 for b in cfg["batches"]) \
+            or any(not 1 <= t <= MAX_THREADS for t in cfg["threads"]):
+        raise PipelineError(f"sizes must be >= 8, batches >= 1 and threads from 1 to {MAX_THREADS}")
+    backends = BACKEND.backends(args)
     if backends:
         cfg["backends"] = tuple(backends)
     if args.no_folder:
@@ -94,13 +96,14 @@ def run(args) -> int:
     if getattr(args, "encoders", False):  # an args namespace made by hand (tests) may not have it
         return _run_encoders(args)
     cfg = config_from_args(args)
-    onnx = options.onnx_from_args(args)
+    request = BACKEND.parse(args)
+    onnx = request.onnx
     if onnx is not None:
         return _run_file(args, cfg, onnx)
     models = options.models_from_args(args, allow_all=True)
     options.check_scales([resolve(m) for m in models], args.scales, sweep=True)
     out_dir = options.check_output_dir(args.output)
-    weights = options.weights_from_args(args)
+    weights = request.weights
     options.check_runnable(models, ("fp32",), cfg.get("backends"), weights)
     t0 = time.perf_counter()
     doc = run_bench(models, cfg, weights=weights)
@@ -109,6 +112,7 @@ def run(args) -> int:
     for a in doc["auto"]:
         if a["speedup"] is not None:
             print(f"auto ({a['backend']}) on {a['model']}: x{a['speedup']:.2f} vs the PyTorch eager loop "
-                  f"(floor x{FLOOR_SPEEDUP:g}: {'met' if a['meets_floor'] else 'NOT met'})")
+                  f"(floor x{FLOOR_SPEEDUP:g}: {'met' if a['meets_floor'] else 'NOT met'}), "
+                  f"{report.roofline_share(a['roofline_fraction'])} of roofline")
     print(f"report: {paths['md']} ({doc['total_seconds']:.0f} s)")
     return 0

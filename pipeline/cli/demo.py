@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pipeline import report
 from pipeline.analysis import sheet
-from pipeline.analysis.compare import compare_model
+from pipeline.analysis.compare import compare_model, runs_passing
 from pipeline.bench.suite import QUICK, run_bench
 from pipeline.cli import options
 from pipeline.demo import DEMO_MODEL, DEMO_SCALE, _write_inputs, check_max_side, demo_blocks
@@ -16,34 +16,41 @@ from pipeline.sr import upscale
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--output", default="outputs", help="output root; the demo writes OUTPUT/demo/ (default: outputs)")
+    p.add_argument("--output", default="outputs", metavar="DIR",
+                   help="output root; the demo writes DIR/demo/ (default: outputs)")
     p.add_argument("--model", default=None, help=f"model for the SR run (default: {DEMO_MODEL})")
-    p.add_argument("--backend", default="auto", help="backend for the SR run (default: auto)")
+    p.add_argument("--backend", default="auto", metavar="NAME", help="backend for the SR run (default: auto)")
     p.add_argument("--images", nargs="+", help="held-out skimage images to use (default: all held-out ones)")
     p.add_argument("--max-side", type=int, default=384, help="HR images are centre-cropped to at most this side")
-    p.add_argument("--weights-dir", help="folder of <model>.pt files to use instead of the shipped weights")
+    p.add_argument("--weights-dir", metavar="DIR", help="folder of <model>.pt files to use instead of the shipped "
+                                                       "weights")
     p.add_argument("--no-bench", action="store_true", help="skip the quick bench")
     p.add_argument("--no-compare", action="store_true", help="skip the backend comparison")
 
 
-def _quiet(*_args, **_kwargs) -> None:
-    """The demo prints one line per step; the stages' own logs are dropped."""
+def _quiet(line: str = "", *_args, **_kwargs) -> None:
+    """The demo prints one line per step; of the stages' own logs only what makes a step slow on first use (an
+    export into the cache) comes through, so an empty cache's steps are not silent for a minute."""
+    if isinstance(line, str) and line.startswith("exporting "):
+        print(f"      {line}", flush=True)
 
 
 def _compare(models: list[str], weights, root: Path) -> dict:
+    print(f"[3/4] compare: every backend here against PyTorch fp32 on {', '.join(models)} ...", flush=True)
     doc = {"kind": "compare", "environment": report.environment(),
            "models": [compare_model(m, size=64, weights=weights(m), log=_quiet) for m in models]}
     sheets = sheet.compare_sheets(root / "compare", doc["models"], weights)  # the same crops, to look at
     report.write_compare(doc, root / "compare", sheets)
     doc["sheets"] = sheets
-    rows = [r for m in doc["models"] for r in m["rows"] if r["status"] in ("pass", "fail", "error")]
-    print(f"[3/4] compare: {sum(r['status'] == 'pass' for r in rows)}/{len(rows)} backend runs pass -> "
-          f"{root / 'compare' / 'report.md'}")
+    passed, ran = runs_passing(doc["models"])
+    print(f"[3/4] compare: {passed}/{ran} backend runs pass -> {root / 'compare' / 'report.md'}")
     return doc
 
 
 def _bench(weights, root: Path) -> dict:
     cfg = dict(QUICK, quick=True, folder_images=2)
+    print(f"[4/4] quick bench (srcnn-x3, {cfg['main_size']}^2): timing every backend and precision, about a minute "
+          "(longer on first use: exports, int8 calibration) ...", flush=True)
     doc = run_bench(["srcnn-x3"], cfg, weights=weights("srcnn-x3"), log=_quiet)
     report.write_bench(doc, root / "bench")
     auto = doc["auto"][0] if doc["auto"] else None
@@ -55,6 +62,9 @@ def _bench(weights, root: Path) -> dict:
 
 def run(args) -> int:
     t0 = time.perf_counter()
+    # every step runs PyTorch (the export, compare's reference, the bench's eager loop): without it, the CLI's one
+    # line naming the extra, before anything is printed or made
+    import torch  # noqa: F401
     check_max_side(args.max_side, DEMO_SCALE)
     # --model and --backend are checked before input/ and hr/ are written, like every other command's
     options.models_from_args(args)

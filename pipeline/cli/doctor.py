@@ -11,7 +11,7 @@ from pipeline.errors import PipelineError
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--output", type=Path, default=Path("outputs/doctor"),
+    parser.add_argument("--output", type=Path, default=Path("outputs/doctor"), metavar="DIR",
                         help="folder for doctor.md and doctor.json (default: outputs/doctor)")
     parser.add_argument("--model", default=None, help="the model whose TensorRT engines are checked, or 'all' "
                                                       "(default: all)")

@@ -22,8 +22,10 @@ from pipeline.errors import PipelineError
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--onnx", type=Path, help="ONNX file to build (exported by `python -m pipeline export`)")
-    parser.add_argument("--output", type=Path, help="engine file to write (a .json sidecar is written next to it)")
+    parser.add_argument("--onnx", type=Path, metavar="FILE",
+                        help="ONNX file to build (exported by `python -m pipeline export`)")
+    parser.add_argument("--output", type=Path, metavar="FILE",
+                        help="engine file to write (a .json sidecar is written next to it)")
     parser.add_argument("--all", action="store_true", help="build every custom-op ONNX file in --onnx-dir")
     parser.add_argument("--onnx-dir", type=Path, default=Path("outputs/onnx"), metavar="DIR",
                         help="with --all: folder of ONNX files to build, as `export --all` writes them "

@@ -21,6 +21,7 @@ from pipeline.analysis.candidates import candidate_statuses
 from pipeline.artifacts.atomic import folder_problem
 from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import check_onnx_file
+from pipeline.backends import BackendRequest
 from pipeline.errors import PipelineError, check_choice
 
 
@@ -162,6 +163,56 @@ def check_runnable(models: list[str], precisions, backends: list[str] | None, we
     why = "; ".join(f"{'/'.join(dict.fromkeys(names))}: {reason}" for reason, names in reasons.items())
     asked = f"--backends {' '.join(backends)}" if backends else "the backends"
     raise PipelineError(f"none of {asked} can run here ({why or 'none registered'})")
+
+
+# -- the backend fields, one group -----------------------------------------------------------------------
+class BackendArgs:
+    """The backend fields of a command as one argument group (Polygraphy's style: the group owns adding its flags
+    and parsing them): which backend (`backend`: 'one' for --backend NAME or auto, 'many' for --backends), which
+    precision (`precision`: 'graph', 'run', 'auto' or 'many', as add_precision_args), which model files (`files`:
+    onnx, engine, weights) and --threads. `parse` turns them into one frozen BackendRequest; `check_files`: the
+    files are checked here (a command whose run checks them itself, as sr's plan does, passes False); `exclusive`:
+    --onnx and --engine may not be given together."""
+
+    def __init__(self, backend: str | None = None, precision: str | None = None,
+                 files: tuple[str, ...] = ("onnx", "weights"), threads: bool = False, check_files: bool = True,
+                 exclusive: bool = False):
+        self.backend, self.precision, self.files = backend, precision, files
+        self.threads, self.check_files, self.exclusive = threads, check_files, exclusive
+
+    def add_parser_arguments(self, parser) -> None:
+        if self.backend == "one":
+            add_backend_args(parser)
+        elif self.backend == "many":
+            add_backends_arg(parser)
+        if self.precision is not None:
+            add_precision_args(parser, multiple=self.precision == "many", run=self.precision in ("run", "auto"),
+                               auto=self.precision == "auto")
+        where = parser.add_mutually_exclusive_group() if self.exclusive else parser  # --onnx or --engine
+        if "onnx" in self.files:
+            add_onnx_arg(where)
+        if "engine" in self.files:
+            where.add_argument("--engine", type=Path, metavar="FILE",
+                                help="a built TensorRT engine (its .json sidecar beside it) instead of the cached "
+                                     "build")
+        if "weights" in self.files:
+            add_weights_arg(parser)
+        if self.threads:
+            parser.add_argument("--threads", type=int, default=None,
+                                help="inference threads, >= 1 (default: the backend's choice)")
+
+    def parse(self, args) -> BackendRequest:
+        """The request the flags make (a name that is no backend, a missing file: one PipelineError line)."""
+        backend = backend_from_args(args) if self.backend == "one" else P.AUTO
+        onnx = onnx_from_args(args) if self.check_files else getattr(args, "onnx", None)
+        weights = weights_from_args(args) if self.check_files else getattr(args, "weights", None)
+        precision = getattr(args, "precision", P.DEFAULT) if self.precision != "many" else P.DEFAULT
+        return BackendRequest(backend, precision, onnx=onnx, engine=getattr(args, "engine", None), weights=weights,
+                              threads=getattr(args, "threads", None) if self.threads else None)
+
+    def backends(self, args) -> list[str] | None:
+        """--backends (None: every available one)."""
+        return backends_from_args(args)
 
 
 # -- output locations ----------------------------------------------------------------------------------

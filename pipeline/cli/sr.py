@@ -3,13 +3,7 @@ process, on a Ray cluster (--ray) or on a Triton server (--triton). The argument
 executor here; which options an executor takes, each executor declares (pipeline.sr.flow's Executor protocol)."""
 from __future__ import annotations
 
-from pipeline.cli.options import (
-    add_backend_args,
-    add_model_args,
-    add_precision_args,
-    add_weights_arg,
-    backend_from_args,
-)
+from pipeline.cli.options import BackendArgs, add_model_args
 from pipeline.errors import PipelineError
 from pipeline.sr import (
     AUDIO_MODES,
@@ -23,6 +17,9 @@ from pipeline.sr import (
     run_local,
 )
 from pipeline.sr import run as run_sr
+
+# the backend fields: the run's plan checks the files (as from Python), so parsing only names them
+BACKEND = BackendArgs("one", "auto", files=("onnx", "engine", "weights"), threads=True, check_files=False)
 
 
 def _batch(value: str) -> int | str:
@@ -41,12 +38,7 @@ def add_arguments(p) -> None:
     p.add_argument("output", help="output folder (mirrors INPUT's tree) or, for a single image or video, a file name")
     add_model_args(p)  # None unless given: sr.settings.resolve_model takes the --onnx/--engine file's
     p.add_argument("--scale", type=float, default=None, help="upscale factor, integer or not (default: the model's)")
-    add_backend_args(p)
-    add_precision_args(p, run=True, auto=True)
-    p.add_argument("--onnx", metavar="FILE", help="use this ONNX file instead of the cached export")
-    p.add_argument("--engine", metavar="FILE", help="use this TensorRT engine instead of the cached build")
-    add_weights_arg(p)
-    p.add_argument("--threads", type=int, default=None, help="inference threads, >= 1 (default: the backend's choice)")
+    BACKEND.add_parser_arguments(p)
     p.add_argument("--format", dest="fmt", help="output format: png, jpg, bmp, tiff, webp (default: as the input)")
     p.add_argument("--jpeg-quality", type=int, default=95, help="JPEG/WebP quality, 1-100 (default: 95)")
     p.add_argument("--codec", choices=sorted(ENCODERS), default=None,
@@ -123,9 +115,10 @@ def _chosen(args):
 
 
 def options_from_args(args) -> RunOptions:
-    return RunOptions(args.input, args.output, model=args.model, scale=args.scale, backend=backend_from_args(args),
-                      precision=args.precision, onnx=args.onnx, engine=args.engine, weights=args.weights,
-                      threads=args.threads, fmt=args.fmt, jpeg_quality=args.jpeg_quality, tile=args.tile,
+    r = BACKEND.parse(args)
+    return RunOptions(args.input, args.output, model=args.model, scale=args.scale, backend=r.backend,
+                      precision=r.precision, onnx=r.onnx, engine=r.engine, weights=r.weights, threads=r.threads,
+                      fmt=args.fmt, jpeg_quality=args.jpeg_quality, tile=args.tile,
                       tile_overlap=args.tile_overlap, batch=args.batch, workers=args.workers,
                       skip_existing=args.skip_existing, reference=args.reference, summary=args.summary,
                       progress=not args.quiet, verbose=args.verbose, codec=args.codec, crf=args.crf, preset=args.preset,

@@ -5,8 +5,12 @@ from pathlib import Path
 
 from pipeline.cli import options
 from pipeline.engine import tensorrt_problem
-from pipeline.errors import PipelineError
 from pipeline.serve import triton_env, write_repository
+
+# --backend here is the repository's format (trt or ort, pipeline.serve's), not a backend request's; write_repository
+# checks the --onnx/--engine files
+BACKEND = options.BackendArgs(precision="graph", files=("onnx", "engine", "weights"), check_files=False,
+                              exclusive=True)
 
 
 def add_arguments(p) -> None:
@@ -17,13 +21,8 @@ def add_arguments(p) -> None:
                    help="trt: TensorRT plan (needs a GPU and TensorRT to build, or --engine); "
                         "ort: ONNX Runtime on the exported ONNX (default: trt where TensorRT can build the engine "
                         "or --engine gives one, else ort)")
-    options.add_precision_args(p)
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--onnx", type=Path, metavar="FILE", help="exported ONNX file instead of the cached export")
-    src.add_argument("--engine", type=Path, metavar="FILE",
-                     help="built TensorRT engine (its .json sidecar next to it) instead of building one")
+    BACKEND.add_parser_arguments(p)
     p.add_argument("--name", help="model name in the repository (default: the model's)")
-    options.add_weights_arg(p)
     p.add_argument("--plugin-lib", type=Path, metavar="FILE", help="TensorRT plugin library the engine was built "
                    "with (default: build/plugins/libsr_trt_plugins.so)")
     p.add_argument("--instances", type=int, default=1, help="model instances per device (default: 1)")
@@ -65,14 +64,13 @@ def _env_note(args) -> None:
 
 def run(args) -> int:
     args.backend = _backend(args)
-    if args.max_batch is not None and args.backend == "trt":
-        raise PipelineError("--max-batch applies to --backend ort; an engine's batch limit is its profile's")
     # With --onnx/--engine the model is the file's: write_repository resolves it after its option checks.
     model = args.model if args.onnx is not None or args.engine is not None else options.model_from_args(args)
+    request = BACKEND.parse(args)
     weights = options.weights_from_args(args)
     repo = options.check_output_dir(args.output)
-    result = write_repository(model, repo, backend=args.backend, precision=args.precision,
-                              name=args.name, onnx=args.onnx, engine=args.engine, plugin_lib=args.plugin_lib,
+    result = write_repository(model, repo, backend=args.backend, precision=request.precision,
+                              name=args.name, onnx=request.onnx, engine=request.engine, plugin_lib=args.plugin_lib,
                               weights=weights, instances=args.instances, kind=args.kind,
                               max_batch=args.max_batch,
                               sr_name=None if args.sr_name.lower() == "none" else args.sr_name,

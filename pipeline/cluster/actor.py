@@ -51,16 +51,16 @@ def watch_driver(driver: tuple[str, int] | None) -> None:
 class SrActor:
     """map_batches callable class: constructed once per actor process."""
 
-    def __init__(self, shared: artifacts.Shared, backend: str, model: str, precision: str, scale: float,
-                 options: dict, driver: tuple[str, int] | None = None, board=None):
+    def __init__(self, shared: artifacts.Shared, options: dict, driver: tuple[str, int] | None = None,
+                 board=None):
         import ray
 
         watch_driver(driver)
         self.board = board  # progress.Board: segments count their frames there
-        files = artifacts.materialize(ray, shared)
-        opts = {k: options.get(k) for k in ("weights", "threads")} | files
-        self.backend, self.choice = unit.load_backend(backend, model, precision, **opts)
-        self.worker = unit.make_worker(self.backend, model, scale, options)
+        choice = artifacts.materialize(ray, shared)  # the driver's Choice, its files in this node's cache
+        self.backend = unit.load(choice)
+        self.choice = choice.brief  # in a few words: the summary joins the actors' descriptions with ";"
+        self.worker = unit.make_worker(self.backend, choice.model, choice.scale, options)
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.ready_at = time.time()  # wall clock: the driver compares actors' start with its own
 

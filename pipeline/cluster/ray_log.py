@@ -9,15 +9,16 @@ import re
 import sys
 import threading
 
-RAY_LINE = re.compile(rb"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [IWE] \d+ \d+\] \S+:\d+: ")
+RAY_LINE = re.compile(rb"^(\((raylet|gcs_server)[^)]*\) )?"  # a Ray process's own line, as the log monitor prefixes it
+                      rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [IWE] \d+ \d+\] \S+:\d+: ")
 
 
 def keep(data: bytes) -> tuple[bytes, bytes]:
     """(what to pass on, what to hold back until more arrives) for `data` read from fd 2: complete lines that are
-    Ray's dropped; a partial line passed on at once unless it may be the start of one of Ray's (`[`)."""
+    Ray's dropped; a partial line passed on at once unless it may be the start of one of Ray's (`[`, `(raylet) [`)."""
     *lines, rest = data.split(b"\n")
     out = b"".join(line + b"\n" for line in lines if not RAY_LINE.match(line))
-    if rest and not rest.startswith(b"["):
+    if rest and not rest.startswith((b"[", b"(")):
         return out + rest, b""
     return out, rest
 

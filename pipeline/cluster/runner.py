@@ -1,10 +1,11 @@
 """`python -m pipeline sr INPUT OUTPUT --ray [ADDRESS]`: the Ray executor of an sr run (pipeline.sr.flow).
 
 The run plans exactly as a local one (same checks, jobs, output tree, --skip-existing and up-front failures); this
-executor makes the model files once on the driver, then streams the job rows through Ray Data into a pool of
-SrActor (one backend each, one GPU each when the cluster has GPUs); the actors write the results into OUTPUT,
-which must be a path every node sees. Records stream back into the run's RecordLog (the driver keeps counts, not
-records). Ray retries the batches of an actor that dies on a restarted actor.
+executor chooses once on the driver (pipeline.backends.choose: the model files made there, `--precision auto` timed
+there) and ships that Choice with exactly its files to every actor, then streams the job rows through Ray Data
+into a pool of SrActor (one backend each, one GPU each when the cluster has GPUs); the actors write the results
+into OUTPUT, which must be a path every node sees. Records stream back into the run's RecordLog (the driver keeps
+counts, not records). Ray retries the batches of an actor that dies on a restarted actor.
 
 A clip is cut into segments at keyframes (pipeline.sr's segment plan); each segment is one task on the same actors,
 written as a segment file beside its output; once a clip's segments are all in, the driver joins them by stream
@@ -17,16 +18,17 @@ import math
 import os
 import socket
 import time
+import warnings
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from pipeline import backends, sr
+from pipeline import backends, quality, sr
 from pipeline.artifacts.atomic import remove_stale_parts
-from pipeline.backends import pick_auto
 from pipeline.cluster import artifacts, connect, progress, unit
 from pipeline.cluster.actor import SrActor
 from pipeline.errors import PipelineError, first_line
-from pipeline.precisions import AUTO
+from pipeline.precisions import AUTO, DEFAULT
 from pipeline.sr import OPTION_FIELDS, ModelChoice, Plan, Record, RunOptions, Started, resolve_model
 
 if TYPE_CHECKING:
@@ -40,7 +42,9 @@ def _pool(ray, n_rows: int, actors: int, cluster: connect.Cluster, ctor: dict, s
     # a segment is a long task of its own: one row per batch, so a free actor takes the next one
     batch = 1 if segments else max(1, min(MAX_BATCH, math.ceil(n_rows / (actors * TASKS_PER_ACTOR))))
     per_actor = {"num_gpus": 1} if cluster.gpus > 0 else {"num_cpus": 1}
-    return dict(fn_constructor_kwargs=ctor, compute=ray.data.ActorPoolStrategy(size=actors), batch_size=batch,
+    # no more actors than tasks: a resumed run with a few images left started idle actors (and Ray warned so)
+    size = max(1, min(actors, math.ceil(n_rows / batch)))
+    return dict(fn_constructor_kwargs=ctor, compute=ray.data.ActorPoolStrategy(size=size), batch_size=batch,
                 batch_format="numpy", **per_actor)
 
 
@@ -57,7 +61,7 @@ class RayExecutor:
     name = "ray"
     takes_videos = True   # each clip cut into segments at keyframes, joined by stream copy on the driver
     streams = True
-    uses_cache = False    # the driver's artifacts.prepare checks the cache when it makes files
+    uses_cache = False    # the driver checks the cache when choose() makes the files
     takes = OPTION_FIELDS - {"workers"}  # as a local run's, but an actor decodes and encodes its own images
     why_not = "with --ray each actor reads and writes one image at a time"
     flags = ("ray", "ray_actors")
@@ -69,6 +73,7 @@ class RayExecutor:
         self.cluster: connect.Cluster | None = None
         self._facts: dict = {}
         self.auto_line = ""
+        self.choice: backends.Choice | None = None  # the driver's, once started
         self.clips: list = []
         self.unusable: list[Record] = []
         self.stale = 0
@@ -81,21 +86,17 @@ class RayExecutor:
                                 "loaded in this process cannot be sent to them; give its name")
         return resolve_model(opts)
 
-    def _backend(self, model: str, console: Console) -> tuple[str, str, str]:
-        """(backend, precision, why). `--precision auto` is picked once here, and every actor loads that pick; so is
-        'auto' on a CPU cluster; on GPU nodes each actor picks its backend."""
-        o = self.opts
-        if o.precision == AUTO:
-            given = {k: v for k, v in (("onnx", o.onnx), ("weights", o.weights)) if v is not None}
-            loaded = backends.create(o.backend, model, AUTO, log=console.always, **given)
-            name, precision, self.auto_line = loaded.name, loaded.precision, loaded.selection_reason
-            del loaded  # the driver only picks: the actors load it
-            return name, precision, f"precision auto picked {name} {precision} on the driver"
-        if o.backend != "auto" or self.cluster.gpus > 0 or o.onnx or o.engine:
-            return o.backend, o.precision, "requested" if o.backend != "auto" else \
-                "auto: picked by each actor on its node"
-        pick = pick_auto(model, o.precision, weights=o.weights)
-        return pick.name, o.precision, f"auto: {pick.reason}"
+    def _choose(self, model: str, scale: float, console: Console) -> backends.Choice:
+        """The driver chooses once (`--precision auto` timed and measured here, `--backend auto` picked here) and
+        every actor loads that Choice; on a CPU cluster each actor runs one thread unless --threads says."""
+        request = self.opts.request
+        if self.cluster.gpus == 0 and request.threads is None:
+            request = replace(request, threads=1)  # one CPU per actor: more threads would fight the other actors
+        choice = backends.choose(request, model, scale, log=console.always, progress=console.bar,
+                                 chatter=console.detail)
+        if request.precision == AUTO:
+            self.auto_line = choice.why
+        return choice
 
     def _plan_clips(self, plan: Plan, identity: dict, actors: int) -> list[str]:
         """Every clip's segments (and the ones a killed run finished, with --skip-existing); the first line's notes
@@ -112,43 +113,54 @@ class RayExecutor:
             return self.clips[0].plan.notes
         return []
 
+    def _idle(self, plan: Plan) -> Started:
+        """Nothing left for actors (a rerun with --skip-existing after a finished run): no cluster is started, no
+        file exported or shared."""
+        self.jobs, self.n_actors, self.scale = {}, 0, plan.model.scale
+        self._facts = {"address": None, "actors": 0, "artifacts": []}
+        return Started(plan.model.name, plan.model.scale, "Ray", "not started: nothing left to do", "none",
+                       "nothing left to do", tile=self.opts.tile, workers=0)
+
     def start(self, plan: Plan, console: Console) -> Started:
         self.opts = plan.opts  # the checked options: the --onnx file opened once
         o, m = self.opts, plan.model
+        if not plan.todo:
+            return self._idle(plan)
         clips = [r for r in plan.todo if r.job.video]
         if clips:  # PyAV loads only for runs with videos; every clip probed, checked and locked before Ray starts
             self.clip_plans = sr.plan_clips(clips, m.scale, o.codec, o.crf, o.audio, o.preset)
             self.locks = sr.lock_outputs(clips)
         ray = connect.import_ray()
         self.cluster = cluster = connect.connect(self.address)
-        backend, precision, choice = self._backend(m.name, console)
-        shared = artifacts.prepare(ray, backend, m.name, precision, weights=o.weights, onnx=o.onnx,
-                                   engine=o.engine, log=console.info)
+        self.choice = choice = self._choose(m.name, m.scale, console)
+        shared = artifacts.prepare(ray, choice)
         actors = self.actors or max(1, int(cluster.gpus or cluster.cpus))
         options = unit.worker_options(o)
-        if cluster.gpus == 0 and options["threads"] is None:
-            options["threads"] = 1  # one CPU per actor: more threads would fight the other actors
-        self.ctor = dict(shared=shared, backend=backend, model=m.name, precision=precision, scale=m.scale,
-                         options=options, driver=(socket.gethostname(), os.getpid()))
+        self.ctor = dict(shared=shared, options=options, driver=(socket.gethostname(), os.getpid()))
         self.ray, self.n_actors, self.scale = ray, actors, m.scale
         self.jobs = {r.job.rel: r.job for r in plan.todo if not r.job.video}
         what = []
         if clips:  # what makes a segment, so that none of another run's is taken
-            identity = sr.segment_identity(m.spec, o.weights, backend, precision, {**options, "codec": o.codec,
+            identity = sr.segment_identity(m.spec, o.weights, choice.key(), {**options, "codec": o.codec,
                                            "crf": o.crf, "preset": o.preset, "audio": o.audio,
-                                           "encoder_threads": self._encoder_threads()},
-                                           hashes=[f["sha256"] for f in shared.describe()])
+                                           "encoder_threads": self._encoder_threads()})
             what = self._plan_clips(plan, identity, actors)
         self._facts = {"address": cluster.address, "actors": actors, "artifacts": shared.describe()}
+        why = (f"precision auto picked {choice.runs} on the driver, the fastest within its quality budget here"
+               if o.precision == AUTO else choice.brief)
         return Started(m.name, m.scale, f"Ray {cluster.address}",
-                       f"{cluster.cpus:g} CPU, {cluster.gpus:g} GPU, {actors} actor(s), backend {backend}"
-                       + (f" {precision}" if precision != "fp32" else "") + f": {choice}",
-                       backend, choice, what=what, tile=o.tile, batch=o.batch if isinstance(o.batch, int) else 1,
-                       workers=actors)
+                       f"{cluster.cpus:g} CPU, {cluster.gpus:g} GPU, {actors} actor(s), backend {choice.backend}"
+                       + (f" {choice.precision}" if choice.precision != DEFAULT else "") + f": {why}",
+                       choice.backend, choice.why, what=what, tile=o.tile,
+                       batch=o.batch if isinstance(o.batch, int) else 1, workers=actors)
 
     def announce(self, console: Console) -> None:
         if self.auto_line:
             console.always(self.auto_line)
+        elif self.choice is not None and self.choice.why != self.choice.brief:
+            console.detail(self.choice.why)  # the first line said it in a few words
+        if self.choice is not None and self.choice.quality is not None:  # the loss it stands on, as a local run says
+            console.always(f"precision: {quality.loss_line(self.choice.quality)}")
         for rec in self.unusable:
             console.failed(rec)
         for c in self.clips:
@@ -215,6 +227,13 @@ class RayExecutor:
 
     def _stream(self, ds, console: Console, finished: Callable[[Record], None], bar, seen: dict) -> float:
         """Records into the run and the bar as they come; returns when the first actor was ready (wall clock)."""
+        with warnings.catch_warnings():
+            # Ray Data's advice to raise override_num_blocks when a run has fewer input blocks than actors: with the
+            # pool no larger than its tasks (_pool), what remains is how Ray cut the rows into blocks, not the user's
+            warnings.filterwarnings("ignore", message="The minimum number of concurrent actors")
+            return self._stream_batches(ds, console, finished, bar, seen)
+
+    def _stream_batches(self, ds, console: Console, finished: Callable[[Record], None], bar, seen: dict) -> float:
         ready, started, mpix = math.inf, time.perf_counter(), 0.0
         for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
             ready = self.ready = min(ready, float(batch["ready_at"].min()))

@@ -1,19 +1,18 @@
-"""The one place the Ray actors touch the sr stage: backend loading and the per-image unit of work
-(pipeline.sr.ImageWorker: decode -> tiled inference -> atomic write -> Record), used exactly as the local run
-uses them, one image at a time inside an actor."""
+"""The one place the Ray actors touch the backends and the sr stage: loading the driver's Choice and the per-image
+unit of work (pipeline.sr.ImageWorker: decode -> tiled inference -> atomic write -> Record), used exactly as the
+local run uses them, one image at a time inside an actor."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pipeline.sr as sr
+from pipeline import backends
 from pipeline.sr import ImageWorker, Job, RunOptions
-from pipeline.sr import load_backend as _load_backend
 
 
-def load_backend(name: str, model: str, precision: str, **opts):
-    """(loaded backend, why it was chosen) exactly as the local run loads it."""
-    return _load_backend(name, model, precision, onnx=opts.get("onnx"), engine=opts.get("engine"),
-                         weights=opts.get("weights"), threads=opts.get("threads"))
+def load(choice: backends.Choice) -> backends.Backend:
+    """The backend the driver chose, loaded as the local run loads it (pipeline.backends.load)."""
+    return backends.load(choice)
 
 
 def make_worker(backend, model: str, scale: float, options: dict) -> ImageWorker:
@@ -43,5 +42,4 @@ def worker_options(opts: RunOptions) -> dict:
         return str(Path(path).absolute()) if path else None
 
     return {"tile": opts.tile, "tile_overlap": opts.tile_overlap, "batch": opts.batch,
-            "jpeg_quality": opts.jpeg_quality, "reference": absolute(opts.reference),
-            "weights": absolute(opts.weights), "threads": opts.threads}
+            "jpeg_quality": opts.jpeg_quality, "reference": absolute(opts.reference)}

@@ -12,7 +12,7 @@ from pipeline.doctor.results import FAIL, INFO, PASS, SKIP, Check
 from pipeline.errors import PipelineError, first_line, install_command
 from pipeline.native.cuda_driver import driver, torch_gpu_visible
 from pipeline.native.cuda_runtime import find_runtime_libraries, missing_hint, preload
-from pipeline.native.libraries import plugin_build_info, trt_plugin_library
+from pipeline.native.libraries import LibraryMissing, plugin_build_info, trt_plugin_library
 
 TORCH_FIX = "install a CUDA 13 build of PyTorch (the project's default torch wheel on Linux x86-64)"
 TRT_FIX = f"`{install_command('gpu')}` (tensorrt-cu13, TensorRT 11) or `pip install tensorrt-cu13`"
@@ -131,6 +131,8 @@ def plugin_library(trt_version: str | None, torch_cuda_ok: bool, gpu_present: bo
     except PipelineError as e:
         # Where TensorRT and a GPU are here, a missing library is what stops the first run: a failure, not a skip.
         status = FAIL if trt_version and torch_cuda_ok else SKIP
+        if isinstance(e, LibraryMissing):  # its fix once, in the fix column (it was said in the detail too)
+            return [Check("plugin library", status, e.problem, fix=e.fix)]
         return [Check("plugin library", status, str(e), fix=PLUGIN_FIX)]
     info = plugin_build_info(path)
     checks = [Check("plugin library", PASS, f"{path} (TensorRT headers {info.get('tensorrt_headers', '?')}, "

@@ -6,10 +6,10 @@ import sys
 import time
 from pathlib import Path
 
-from models.spec import file_sha256
 from pipeline.artifacts.atomic import atomic_write
 from pipeline.artifacts.cache import cache_dir
 from pipeline.artifacts.onnx_file import load_onnx
+from pipeline.artifacts.stamp import content_sha256
 from pipeline.engine.environment import current_environment, tensorrt_problem
 from pipeline.engine.plugins import load_plugins
 from pipeline.engine.precision import (
@@ -164,7 +164,7 @@ def build_engine(onnx_file: Path, output: Path, profiles: list[Profile], *, prec
     atomic_write(output, serialized)
     atomic_write(timing_cache, timings)
     io = {"inputs": sorted(inputs), "has_size_input": "size" in inputs}
-    sidecar = make_sidecar(env, onnx_file=onnx_file, onnx_sha256=file_sha256(onnx_file),
+    sidecar = make_sidecar(env, onnx_file=onnx_file, onnx_sha256=content_sha256(onnx_file),
                            model=meta.get("model", "?"), precision=precision, ops=ops, profiles=profiles,
                            io=io, build_seconds=round(time.perf_counter() - t0, 2), tf32=tf32,
                            workspace_mb=int(workspace_mb), derivation=derivation(precision))
@@ -182,7 +182,7 @@ def ensure_engine(onnx_file: Path, output: Path, profiles: list[Profile], *, reb
     with rebuild_stale=False refuse a stale one with the reason."""
 
     env = current_environment(build_opts.get("plugin_lib"))
-    onnx_sha = file_sha256(onnx_file)
+    onnx_sha = content_sha256(onnx_file)  # its external data too: other weights, another engine
     action, why = plan_engine(output, env, onnx_sha, profiles, tf32=bool(build_opts.get("tf32", False)),
                               precision=build_opts.get("precision"))
     if action == "use":

@@ -3,10 +3,12 @@ sheets), rendered to report.md (pipeline.htmlreport.markdown) and to report.html
 same objects. Every string here is text: no renderer ever reads markup out of it, so a model name or a file name
 from a user's file stays a name, whatever characters it holds.
 
-A paragraph or list item is a sequence of runs: `str` (plain), `Code` (monospace) or `Strong` (bold).
+A paragraph or list item is a sequence of runs: `str` (plain), `Code` (monospace), `Strong` (bold) or `Link` (to a
+sub-report beside it).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +25,36 @@ class Strong:
     kind = "strong"
 
 
-Run = str | Code | Strong
+@dataclass(frozen=True)
+class Link:
+    """A link to another file the run wrote beside the report (a sub-report): `href` is a relative path of plain
+    names, checked here, so no page ever links out of its folder tree or to another scheme."""
+
+    text: str
+    href: str
+    kind = "link"
+
+    def __post_init__(self):
+        parts = self.href.split("/")
+        if not self.href or self.href.startswith("/") or any(p in ("", ".", "..") or not _PLAIN_NAME.fullmatch(p)
+                                                             for p in parts):
+            raise ValueError(f"a report link is a relative path of plain names, not {self.href!r}")
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def said(text: str) -> tuple:
+    """One of our own messages as runs: what it marks as a command with backticks (`python -m pipeline ...`)
+    becomes Code, the rest stays text (report.md writes the same backticks; the page shows code, not backticks).
+    Only for messages this project writes: a user's string is passed as it is."""
+    parts = text.split("`")
+    if len(parts) % 2 == 0:  # an odd number of backticks: no pairs to trust
+        return (text,)
+    return tuple(Code(p) if i % 2 else p for i, p in enumerate(parts) if p)
+
+
+Run = str | Code | Strong | Link
 
 
 @dataclass(frozen=True)
@@ -84,7 +115,7 @@ def para(*runs: Run) -> Paragraph:
 
 def items(*entries) -> Items:
     """A list from entries that are each a string or a sequence of runs."""
-    return Items(tuple((e,) if isinstance(e, (str, Code, Strong)) else tuple(e) for e in entries))
+    return Items(tuple((e,) if isinstance(e, (str, Code, Strong, Link)) else tuple(e) for e in entries))
 
 
 def plot_figure(caption: str, png: str | Path) -> Figure:

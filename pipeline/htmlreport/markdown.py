@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from pipeline.errors import printable
-from pipeline.htmlreport.document import Code, Figure, Heading, Items, Paragraph, Sheet, Strong, Table
+from pipeline.htmlreport.document import Code, Figure, Heading, Items, Link, Paragraph, Sheet, Strong, Table
 
 _BARE_LINK = re.compile(r"[\w./-]+")
 _SPECIAL = re.compile(r"([\[\]\\`]|<(?=[A-Za-z/!?]))")
@@ -25,6 +25,8 @@ def _run(run) -> str:
         return "`" + printable(run.text).replace("`", "'") + "`"
     if isinstance(run, Strong):
         return f"**{plain(run.text)}**"
+    if isinstance(run, Link):  # its href is plain names (checked when made)
+        return f"[{plain(run.text)}]({run.href})"
     return plain(run)
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from pipeline.errors import printable
 from pipeline.htmlreport.document import Figure, Sheet, title_of
 from pipeline.htmlreport.embed import NotEmbedded, data_uri
 from pipeline.htmlreport.sliders import VISIBLE_LEVELS, SheetGroup, sheet_group
@@ -93,7 +94,10 @@ def render(blocks, folder: Path, *, title: str | None = None) -> str:
         if view is not None:
             views.append(view)
     style, script = _asset("page.css"), _asset("page.js")
-    env = Environment(loader=PackageLoader("pipeline.htmlreport", "."), autoescape=True)
+    # every string shown has its control characters written as escapes, as report.md and the terminal do (raw ESC
+    # and BEL bytes from a file's metadata or name reached the page); line breaks and tabs are plain layout there
+    env = Environment(loader=PackageLoader("pipeline.htmlreport", "."), autoescape=True,
+                      finalize=lambda v: printable(v, keep="\n\t") if type(v) is str else v)
     # Markup only for this package's own page.css and page.js, never a user string
     return env.get_template("page.html.j2").render(
         title=title or title_of(blocks), blocks=views, left_out=budget.left_out, visible=VISIBLE_LEVELS,

@@ -30,19 +30,28 @@ TRT_HEADERS_HINT = (" with nvcc and TensorRT headers available (TENSORRT_ROOT=<d
                     "tensorrt)")
 
 
+class LibraryMissing(PipelineError):
+    """A library that is not where it is looked for: one line, `problem: fix`; the doctor shows the two apart."""
+
+    def __init__(self, problem: str, fix: str):
+        super().__init__(f"{problem}: {fix}")
+        self.problem, self.fix = problem, fix
+
+
 def _locate(env_var: str, filename: str, what: str, hint: str = "") -> Path:
     override = os.environ.get(env_var)
     if override:
         path = Path(override).expanduser()
         if not path.is_file():
-            raise PipelineError(f"{env_var}={override} does not exist ({what})")
+            raise LibraryMissing(f"{env_var}={override} does not exist ({what})",
+                                 f"point {env_var} at a library `make plugins` built{hint}, or unset it")
         return path.resolve()
     path = BUILD_DIR / filename
     if not path.is_file() and not in_checkout():  # a pip install: no build folder, no make
-        raise PipelineError(f"{what} is not part of this install: build it in a source checkout (`make plugins`"
-                            f"{hint}) and point {env_var} at it")
+        raise LibraryMissing(f"{what} is not part of this install",
+                             f"build it in a source checkout (`make plugins`{hint}) and point {env_var} at it")
     if not path.is_file():
-        raise PipelineError(f"{what} not found at {path}: run `make plugins`{hint} (or set {env_var})")
+        raise LibraryMissing(f"{what} not found at {path}", f"run `make plugins`{hint} (or set {env_var})")
     return path
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,10 +30,12 @@ import numpy as np
 
 from pipeline.artifacts.atomic import atomic_write
 from pipeline.artifacts.cache import cache_dir
-from pipeline.artifacts.confine import file_token
-from pipeline.artifacts.stamp import file_sha256, made_once
+from pipeline.artifacts.confine import file_token, open_inside
+from pipeline.artifacts.stamp import content_sha256, made_once
+from pipeline.errors import PipelineError
 from pipeline.native.machine import numerics as machine
 from pipeline.precisions import BUDGET_DB
+from pipeline.quality import fidelity
 from pipeline.quality.metrics import crop_border_for
 
 if TYPE_CHECKING:  # the interface it runs; this package sits below pipeline.backends and never loads one
@@ -45,7 +48,7 @@ def identity(backend: Backend, scale: float) -> dict:
     """What a quality record holds for: the file that runs at `scale` (its SHA-256), backend, precision, scale
     and machine."""
     return {"model": backend.model_name, "backend": backend.name, "precision": backend.precision,
-            "scale": float(scale), "file_sha256": file_sha256(backend.run_file(scale)), "machine": machine()}
+            "scale": float(scale), "file_sha256": content_sha256(backend.run_file(scale)), "machine": machine()}
 
 
 def record_key(fields: dict) -> str:
@@ -75,22 +78,39 @@ def record_problem(record, ident: dict) -> str | None:
     images = record.get("images")
     if not isinstance(images, int) or isinstance(images, bool) or images < 1:
         return "its image count is not a positive number"
-    return None
+    return consistency_problem(record)
 
 
-def _scores(backend: Backend, pairs, scale: float, bar=None) -> tuple[float, float]:
+# A record's derived figures are rounded from the same measurement: they agree within the rounding, or were edited.
+TOLERANCE = {"psnr_loss_db": 2e-4, "ssim_loss": 2e-5}
+
+
+def consistency_problem(record: dict) -> str | None:
+    """Why a record's own figures disagree (its loss is not the difference of its own PSNR fields; SSIM likewise),
+    or None: an edited record is measured again, never trusted for its loss alone."""
+    for loss, (ref, got) in (("psnr_loss_db", ("psnr_fp32", "psnr")), ("ssim_loss", ("ssim_fp32", "ssim"))):
+        values = [record.get(k) for k in (loss, ref, got)]
+        if not all(finite_number(v) for v in values):
+            return f"its {loss.replace('_', ' ')} figures are not numbers"
+        if abs(values[0] - (values[1] - values[2])) > TOLERANCE[loss]:
+            return f"its {loss.replace('_', ' ')} is not the difference of its own {ref} and {got} (edited?)"
+    return fidelity.consistency_problem(record)
+
+
+def _scores(backend: Backend, pairs, scale: float, bar=None) -> tuple[float, float, list[np.ndarray]]:
+    """(mean Y-PSNR, mean SSIM against the HR photos, the 8-bit outputs)."""
     from pipeline.quality.metrics import psnr_y, ssim_y
 
-    psnr, ssim = [], []
+    psnr, ssim, outs = [], [], []
     for lr, hr in pairs:
         x = np.ascontiguousarray((lr.astype(np.float32) / 255).transpose(2, 0, 1)[None])
-        y = backend.infer(x, scale)[0].transpose(1, 2, 0)
-        out = np.clip(np.round(y * 255), 0, 255).astype(np.uint8)
+        out = fidelity.to_image(backend.infer(x, scale)[0])
         psnr.append(psnr_y(out, hr, crop_border_for(scale)))
         ssim.append(ssim_y(out, hr, crop_border_for(scale)))
+        outs.append(out)
         if bar is not None:
             bar.update(1)
-    return float(np.mean(psnr)), float(np.mean(ssim))
+    return float(np.mean(psnr)), float(np.mean(ssim)), outs
 
 
 def applies(backend: Backend) -> bool:
@@ -116,14 +136,16 @@ def measure(backend: Backend, scale: float | None = None, progress=None) -> dict
     reference = backend.fp32_twin()
     bar = progress(2 * len(pairs), "image", f"measuring {backend.precision}'s loss") if progress else None
     try:
-        psnr32, ssim32 = _scores(reference, pairs, scale, bar)
-        psnr, ssim = _scores(backend, pairs, scale, bar)
+        psnr32, ssim32, outs32 = _scores(reference, pairs, scale, bar)
+        psnr, ssim, outs = _scores(backend, pairs, scale, bar)
     finally:
         if bar is not None:
             bar.close()
+    close = [fidelity.fidelity_db(o, r, scale) for o, r in zip(outs, outs32, strict=True)]
     return {**ident, "images": len(pairs), "psnr_fp32": round(psnr32, 4), "psnr": round(psnr, 4),
             "psnr_loss_db": round(psnr32 - psnr, 4), "ssim_fp32": round(ssim32, 5), "ssim": round(ssim, 5),
             "ssim_loss": round(ssim32 - ssim, 5), "budget_db": BUDGET_DB.get(backend.precision),
+            **fidelity.figures(close), "fidelity_floor_db": fidelity.floor(backend.precision),
             "file": str(backend.run_file(scale)), "when": time.strftime(WHEN)}
 
 
@@ -153,11 +175,17 @@ def precision_loss(backend: Backend, log=None, scale: float | None = None, progr
 
 
 def _read(path: Path, ident: dict) -> tuple[dict | None, str | None]:
-    """(the record at `path` when it holds for `ident`, else None; why not, None when there is none)."""
-    try:
-        record = json.loads(path.read_text())
-    except FileNotFoundError:
+    """(the record at `path` when it holds for `ident`, else None; why not, None when there is none). Read only as a
+    regular file inside the cache's quality folder (no link followed: a record elsewhere is measured again)."""
+    if not path.is_symlink() and not path.exists():
         return None, None
+    try:
+        fd = open_inside(path.parent, path.name)
+    except PipelineError:
+        return None, "it is a link or not a regular file inside the cache"
+    try:
+        with os.fdopen(fd, "rb") as f:
+            record = json.loads(f.read().decode())
     except (OSError, ValueError, RecursionError):
         return None, "it is not readable JSON"
     problem = record_problem(record, ident)
@@ -179,23 +207,39 @@ def budget(record: dict) -> float:
     return BUDGET_DB[record["precision"]]
 
 
-def within_budget(record: dict) -> bool:
+def within_loss(record: dict) -> bool:
     return record["psnr_loss_db"] <= budget(record)
 
 
+def within_floor(record: dict) -> bool:
+    return fidelity.within_floor(record["fidelity_worst_db"], record["precision"])
+
+
+def within_budget(record: dict) -> bool:
+    """The gate: both the ground-truth drop within its budget and the worst image's fidelity to fp32 at or above
+    its floor."""
+    return within_loss(record) and within_floor(record)
+
+
 def summary(record: dict | None) -> dict | None:
-    """The measured loss as a report row carries it (bench, compare), or None (fp32, or nothing measured)."""
+    """The measured loss as a report row carries it (bench, compare), `fidelity` included, or None (fp32, or
+    nothing measured)."""
     if record is None:
         return None
     return {"psnr_loss_db": record["psnr_loss_db"], "ssim_loss": record["ssim_loss"], "budget_db": budget(record),
-            "within_budget": within_budget(record), "images": record["images"]}
+            "within_budget": within_budget(record), "images": record["images"],
+            "fidelity": fidelity.summary(record["fidelity_db"], record["precision"], "held-out")}
 
 
 def loss_line(record: dict, advice: bool = True) -> str:
-    """'bf16 loses 0.007 dB Y-PSNR (SSIM 0.0001) against fp32 on the 4 held-out images, within its 0.02 dB budget'.
-    `advice`: an over-budget line tells a run of that precision to use fp32 (not where it was already left out)."""
+    """'bf16 loses 0.007 dB Y-PSNR (SSIM 0.0001) against fp32 on the 4 held-out images, fidelity to fp32 54.8 dB
+    (worst image 53.0, floor 45), within its 0.02 dB budget and fidelity floor'. `advice`: a line over either
+    tells a run of that precision to use fp32 (not where it was already left out)."""
     p = record["precision"]
-    verdict = (f"within its {budget(record):g} dB budget" if within_budget(record)
-               else f"OVER its {budget(record):g} dB budget" + (": use fp32 for exact output" if advice else ""))
+    over = ([f"OVER its {budget(record):g} dB budget"] if not within_loss(record) else []) + \
+        (["BELOW its fidelity floor"] if not within_floor(record) else [])
+    verdict = (f"within its {budget(record):g} dB budget and fidelity floor" if not over
+               else " and ".join(over) + (": use fp32 for exact output" if advice else ""))
     return (f"{p} loses {record['psnr_loss_db']:.3f} dB Y-PSNR (SSIM {record['ssim_loss']:.4f}) against fp32 on the "
-            f"{record['images']} held-out images, {verdict}")
+            f"{record['images']} held-out images, "
+            f"{fidelity.line(record['fidelity_mean_db'], record['fidelity_worst_db'], p)}, {verdict}")

@@ -7,10 +7,31 @@ from pathlib import Path
 
 from pipeline.artifacts.atomic import atomic_write
 from pipeline.errors import printable
-from pipeline.htmlreport import Code, Heading, Items, items, para, plot_figure, to_lines, to_markdown, write_report
+from pipeline.htmlreport import (
+    Code,
+    Heading,
+    Items,
+    items,
+    para,
+    plot_figure,
+    said,
+    to_lines,
+    to_markdown,
+    write_report,
+)
 from pipeline.report.machine import env_items
 from pipeline.report.plots import plt_, save_fig
-from pipeline.report.tables import budgets, fmt, json_default, percent, runs_phrase, sanitize, speedup, table
+from pipeline.report.tables import (
+    budgets,
+    fidelity_cell,
+    fmt,
+    json_default,
+    roofline_share,
+    runs_phrase,
+    sanitize,
+    speedup,
+    table,
+)
 
 RESULT_HEADER = ["model", "sweep", "backend", "size", "scale", "batch", "threads", "n", "mean ms", "median ms",
                  "p90 ms", "p99 ms", "min ms", "max ms", "images/s", "MPix/s", "speed-up", "roofline",
@@ -21,7 +42,7 @@ def result_row(r: dict) -> list:
     lat = r["latency_ms"]
     return [r["model"], r["sweep"], r["backend"], r["size"], r["scale"], r["batch"], r.get("threads"), lat["n"],
             lat["mean"], lat["median"], lat["p90"], lat["p99"], lat["min"], lat["max"], r["images_per_s"],
-            r["mpix_per_s"], speedup(r.get("speedup_vs_baseline")), percent(r.get("roofline_fraction")),
+            r["mpix_per_s"], speedup(r.get("speedup_vs_baseline")), roofline_share(r.get("roofline_fraction")),
             r.get("peak_rss_mb"), r.get("max_abs_err")]
 
 
@@ -133,21 +154,25 @@ VIDEO_CONTEXT = [
 def video_section(rows: list[dict] | None) -> list:
     if not rows:
         return []
+    skipped = [r for r in rows if r["fps"] is None]
     return [Heading("Video (pipeline sr on a clip)"),
             para("A short H.264 clip panning over a held-out photo, auto backend at fp32 and at what ",
                  Code("--precision auto"), " picks, default codec (H.264 CRF 16, its default preset); fps = "
-                 "frames / (first decode to last encode); inference fps = one frame per call on the same backend; "
-                 "of inference = fps / inference fps; encoder share = the output's frames encoded alone (same "
-                 "preset and threads) as a share of encode + inference time per frame; vs fp32 = fps / the fp32 "
-                 "run's at the same size, against the floor this project holds itself to (on a 2-core AMX Xeon)."),
-            table(["model", "backend", "precision", "input", "output", "scale", "frames", "fps", "inference fps",
-                   "of inference", "preset", "encoder share", "vs fp32", "floor"],
+                 "frames / (first decode to last encode); inference fps = one frame per call on the same backend, in "
+                 "the tiles ", Code("sr"), " cuts it into (its tile memory budget); of inference = fps / inference "
+                 "fps; encoder share = the output's frames encoded alone (same preset and threads) as a share of "
+                 "encode + inference time per frame; vs fp32 = fps / the fp32 run's at the same size, against the "
+                 "floor this project holds itself to (on a 2-core AMX Xeon)."),
+            table(["model", "backend", "precision", "input", "output", "scale", "frames", "tiles", "fps",
+                   "inference fps", "of inference", "preset", "encoder share", "vs fp32", "floor"],
                   [[r["model"], r["backend"], r.get("precision", "fp32"),
                     f"{r['size']} {r['input'][0]}x{r['input'][1]}",
                     "x".join(map(str, r["output"])) if r.get("output") else "-", r["scale"], r.get("frames", "-"),
-                    r["fps"] if r["fps"] is not None else r["skipped"], r.get("inference_fps", "-"),
-                    _pct(r.get("of_inference")), r.get("preset") or "-", _pct(r.get("encoder_share")),
-                    speedup(r.get("vs_fp32")), speedup(r.get("floor"))] for r in rows]),
+                    r.get("tiles", "-"), r["fps"] if r["fps"] is not None else "not run",
+                    r.get("inference_fps", "-"), _pct(r.get("of_inference")), r.get("preset") or "-",
+                    _pct(r.get("encoder_share")), speedup(r.get("vs_fp32")), speedup(r.get("floor"))] for r in rows]),
+            *([items(*[f"{r['model']} {r['size']} ({r.get('precision', 'fp32')}): not run, {r['skipped']}"
+                       for r in skipped])] if skipped else []),
             para("Published numbers as context (GPUs, not this machine):"), items(*VIDEO_CONTEXT)]
 
 
@@ -156,10 +181,10 @@ def _pct(share: float | None) -> str:
 
 
 def _loss(q: dict | None) -> list:
-    """A row's measured quality columns: Y-PSNR loss, SSIM loss, budget, within."""
+    """A row's measured quality columns: Y-PSNR loss, SSIM loss, budget, fidelity to fp32, within both."""
     if not q:
-        return ["-", "-", "-", "-"]
-    return [q["psnr_loss_db"], q["ssim_loss"], q["budget_db"], q["within_budget"]]
+        return ["-", "-", "-", "-", "-"]
+    return [q["psnr_loss_db"], q["ssim_loss"], q["budget_db"], fidelity_cell(q.get("fidelity")), q["within_budget"]]
 
 
 def precision_section(doc: dict) -> list:
@@ -171,12 +196,14 @@ def precision_section(doc: dict) -> list:
     blocks = [Heading("Precisions: speed and measured quality (main point)"),
               para("Loss = held-out Y-PSNR (dB) and SSIM against the same backend at fp32 (pipeline.quality: "
                    f"the 4 held-out photos at the model's scale, measured once per model file and machine); budgets "
-                   f"{budgets(main)}; roofline against the measured peak of the row's precision. ", Code("-"),
+                   f"{budgets(main)}; fidelity = Y-PSNR of the output against fp32's own output, mean (worst "
+                   "image), held to a floor per precision: within budget means within both; roofline against the "
+                   "measured peak of the row's precision. ", Code("-"),
                    ": fp32, the reference itself."),
               table(["model", "backend", "precision", "median ms", "speed-up", "roofline", "Y-PSNR loss dB",
-                     "SSIM loss", "budget dB", "within budget"],
+                     "SSIM loss", "budget dB", "fidelity dB (worst)", "within budget"],
                     [[r["model"], r["backend"], r.get("precision", "fp32"), r["latency_ms"]["median"],
-                      speedup(r.get("speedup_vs_baseline")), percent(r.get("roofline_fraction")),
+                      speedup(r.get("speedup_vs_baseline")), roofline_share(r.get("roofline_fraction")),
                       *_loss(r.get("quality"))] for r in main])]
     if doc.get("precision_auto"):
         blocks += [para(Code("--precision auto"), " (the fastest precision within its budget on the backend ",
@@ -187,7 +214,7 @@ def precision_section(doc: dict) -> list:
                          [[a["model"], a["label"], a["median_ms"], a["baseline_ms"], speedup(a["speedup"]),
                            speedup(a["floor"]), a["meets_floor"], (a.get("quality") or {}).get("psnr_loss_db")]
                           for a in doc["precision_auto"]]),
-                   items(*[f"{a['model']}: {a['reason']}" for a in doc["precision_auto"]])]
+                   items(*[(f"{a['model']}: ", *said(a["reason"])) for a in doc["precision_auto"]])]
     return blocks
 
 
@@ -239,9 +266,10 @@ def _bench_auto(doc: dict) -> list:
             table(["model", "auto picks", "size", "scale", "auto median ms", "baseline median ms", "speed-up",
                    "floor", "meets floor", "roofline"],
                   [[a["model"], a["backend"], a["size"], a["scale"], a["median_ms"], a["baseline_ms"],
-                    speedup(a["speedup"]), speedup(a["floor"]), a["meets_floor"], percent(a["roofline_fraction"])]
+                    speedup(a["speedup"]), speedup(a["floor"]), a["meets_floor"],
+                    roofline_share(a["roofline_fraction"])]
                    for a in doc["auto"]]),
-            items(*[f"{a['model']}: {a['reason']}" for a in doc["auto"]])]
+            items(*[(f"{a['model']}: ", *said(a["reason"])) for a in doc["auto"]])]
 
 
 FOLDER_HEADER = ["model", "backend", "images", "size", "folder ms/img", "inference ms/img", "share %",
@@ -266,6 +294,13 @@ def _bench_folders(doc: dict) -> list:
         blocks += [Heading("GPU folder run vs pure inference, per device backend"),
                    para("As above, on the CUDA device (goal: share >= 85 %)."),
                    table(FOLDER_HEADER, _folder_rows(doc["gpu_folder"], "backend_description"))]
+    if doc.get("output_check"):
+        blocks += [Heading("Every output checked for NaN / inf: the check's cost"),
+                   para("The host path's check of one float output against the inference call that made it, same "
+                        "loaded backend, alternating, medians (goal: <= 2 % of inference)."),
+                   table(["model", "backend", "input", "check ms", "inference ms", "check %"],
+                         [[c["model"], c["backend_description"], f"{c['size']}^2", c["check_ms"], c["inference_ms"],
+                           c["check_pct"]] for c in doc["output_check"]])]
     if doc.get("stage_cost"):
         c = doc["stage_cost"]
         blocks += [Heading("The sr stage's own cost"),

@@ -10,10 +10,10 @@ from pipeline.errors import printable
 from pipeline.htmlreport import Heading, Paragraph, Strong, items, para, plot_figure, to_markdown, write_report
 from pipeline.report.machine import env_items
 from pipeline.report.plots import plt_, save_fig
-from pipeline.report.tables import budgets, fmt, json_default, sanitize, table
+from pipeline.report.tables import budgets, fidelity_cell, fmt, json_default, sanitize, table
 
 COMPARE_HEADER = ["model", "scale", "backend", "precision", "status", "max abs", "median abs", "p99 abs",
-                  "max rel", "PSNR dB", "held-out loss dB", "criterion"]
+                  "max rel", "PSNR dB", "held-out loss dB", "fidelity dB (worst)", "criterion"]
 
 
 def _model_note(m: dict) -> Paragraph:
@@ -22,7 +22,9 @@ def _model_note(m: dict) -> Paragraph:
                 f"centre crop {m['input_size']}x{m['input_size']}; reference: {m['reference']}. "
                 f"Pass: FP32 max abs <= {tol['fp32_max_abs']:g}, FP16 PSNR >= {tol['fp16_psnr_db']:g} dB, "
                 "bf16/int8 a held-out Y-PSNR loss against the backend's own fp32 (measured once per file and "
-                f"machine) within its budget ({budgets(m['rows'])}). "
+                f"machine) within its budget ({budgets(m['rows'])}) and a fidelity to that fp32 output at or above "
+                "its floor. Fidelity dB: Y-PSNR of every lower precision's 8-bit output against fp32's, mean "
+                "(worst image): bf16/int8 on the held-out photos, others on these crops against the reference. "
                 f"Relative error denominators are clamped at {tol['rel_floor']:g}.")
 
 
@@ -37,7 +39,8 @@ def compare_blocks(doc: dict, *, plot: Path | None = None, sheets=()) -> list:
             if r["status"] in ("pass", "fail"):
                 rows.append([m["model"], r["scale"], r["backend"], r["precision"], r["status"].upper(), r["max_abs"],
                              r["median_abs"], r["p99_abs"], r["max_rel"], r["psnr_db"],
-                             (r.get("quality") or {}).get("psnr_loss_db"), r["criterion"]])
+                             (r.get("quality") or {}).get("psnr_loss_db"), fidelity_cell(r.get("fidelity")),
+                             r["criterion"]])
             else:
                 notes.append(f"{m['model']} x{fmt(r['scale'])} {r['backend']} {r['precision']}: "
                              f"{r['status']} ({r.get('reason', '')})")

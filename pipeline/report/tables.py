@@ -39,6 +39,14 @@ def percent(fraction) -> str:
     return "-" if fraction is None else f"{100 * fraction:.1f} %"
 
 
+def roofline_share(fraction) -> str:
+    """A roofline share: percent(), except that a row at 100 % says why (its rate beat the GEMM's and became the
+    peak, pipeline.bench.results.apply_peak) instead of a bare 100.0 % that reads like a bug."""
+    if fraction is not None and fraction >= 0.9995:
+        return "100 % (this row set the peak)"
+    return percent(fraction)
+
+
 def speedup(ratio) -> str:
     """A speed-up (baseline time / our time) as the ratio and the change in speed a person reads:
     4.0 -> '4.00x (+300 %)', 0.5 -> '0.50x (-50 %)'."""
@@ -58,9 +66,40 @@ def budgets(rows) -> str:
     return ", ".join(f"{p} {b:g} dB" for p, b in sorted(held.items())) or "none measured"
 
 
+def _column_form(values) -> str | None:
+    """One way to write a column's floats, so a column does not mix 0.0101, 6.900e-03 and 0.1649: exponents for all
+    when one needs it, else the decimals that give its smallest value 4 significant digits (at most 6), less the
+    trailing zeros every value would have."""
+    floats = [abs(v) for v in values if type(v) is float and math.isfinite(v) and v != 0]
+    if not floats:
+        return None
+    if any(v < 1e-2 or v >= 1e6 for v in floats):
+        return ".3e"
+    places = min(6, max(max(0, 3 - math.floor(math.log10(v))) for v in floats))
+    while places and all(format(v, f".{places}f").endswith("0") for v in floats):  # no zeros every cell ends in
+        places -= 1
+    return f".{places}f"
+
+
+def _cell_value(v, form: str | None) -> str:
+    if form is None or type(v) is not float or not math.isfinite(v) or v == 0:
+        return fmt(v)
+    return format(v, form)
+
+
 def table(header: list[str], rows: list[list]) -> Table:
-    """A report table (pipeline.htmlreport.document) with every value written by fmt."""
-    return Table(tuple(header), tuple(tuple(fmt(c) for c in r) for r in rows))
+    """A report table (pipeline.htmlreport.document) with every value written by fmt, each column's floats in one
+    form (_column_form)."""
+    width = max((len(r) for r in rows), default=0)
+    forms = [_column_form([r[j] for r in rows if j < len(r)]) for j in range(width)]
+    return Table(tuple(header), tuple(tuple(_cell_value(c, forms[j]) for j, c in enumerate(r)) for r in rows))
+
+
+def fidelity_cell(f: dict | None) -> str:
+    """A row's `fidelity` (pipeline.quality.fidelity.summary) in one cell: 'mean (worst)', or '-' (fp32)."""
+    if not f:
+        return "-"
+    return f"{f['mean_db']:.1f} ({f['worst_db']:.1f})"
 
 
 def parse_table(md: str, first_header: str, has: str | None = None) -> list[dict[str, str]]:

@@ -235,6 +235,8 @@ class TritonExecutor:
         rec.infer_s = time.perf_counter() - t0  # the request: transfer, the server's decode, tiles and inference
         rec.in_size, rec.out_size = tuple(info["in_size"]), tuple(info["out_size"])
         rec.mode, rec.bit_depth, rec.tiles = info["mode"], info["bit_depth"], info["tiles"]
+        rerun = info.get("rerun_fp32") or {}
+        rec.rerun, rec.rerun_reason = int(rerun.get("tiles", 0)), str(rerun.get("reason", ""))
         self.backend = self.backend or info.get("backend", "")
         write_output(rec, out, self.opts.jpeg_quality)
 

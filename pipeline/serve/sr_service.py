@@ -96,14 +96,16 @@ class SrService:
         self.is_engine = model_file.suffix in (".engine", ".plan")
         where = {"engine": model_file} if self.is_engine else {"onnx": model_file}
         self.spec = resolve(None, **where)
-        opts = {**where, **({"threads": threads} if threads else {})}
-        options = backend_class(backend).DESCRIPTOR.option_names()
-        if device is not None and "device" in options:  # the GPU Triton gave this instance
-            opts["device"] = device
-        if "shrink_arena" in options:  # a server idles between requests: memory a large one took goes back
-            opts["shrink_arena"] = True
-        self.backend = backends.create(backend, None, "fp32" if not self.is_engine else _engine_precision(model_file),
-                                       **opts)
+        desc = backend_class(backend).DESCRIPTOR
+        typed = {}
+        if device is not None and "device" in desc.option_names():  # the GPU Triton gave this instance
+            typed["device"] = device
+        if "shrink_arena" in desc.option_names():  # a server idles between requests: memory a large one took goes back
+            typed["shrink_arena"] = True
+        precision = "fp32" if not self.is_engine else _engine_precision(model_file)
+        request = backends.BackendRequest(backend, precision, threads=threads or None,
+                                          options=desc.options(**typed) if typed else None, **where)
+        self.choice, self.backend = backends.choose_loaded(request, None)  # as the local executor loads it
         self.max_batch = max(1, max_batch)
         self.tile = tile
         self.workers: dict[float, ImageWorker] = {}
@@ -213,6 +215,8 @@ class SrService:
         info = {"in_size": list(p.in_size), "out_size": list(p.out_size), "mode": p.image.mode,
                 "bit_depth": p.image.depth, "tiles": p.plan.count, "scale": it.worker.scale,
                 "backend": self.describe(), "infer_s": round(p.infer_s, 6)}
+        if p.rerun:  # tiles whose output was not finite, re-run at fp32 (pipeline.sr.finite)
+            info["rerun_fp32"] = {"tiles": p.rerun, "reason": p.rerun_reason}
         notes = list(p.notes)
         if it.fmt == ARRAY:
             out = {"output_u16" if p.out.dtype == np.uint16 else "output_u8": array_from_output(p.out)}

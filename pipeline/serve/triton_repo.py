@@ -175,6 +175,8 @@ def write_repository(model: str | None, repo: Path, *, backend: str = "trt", pre
     check_choice("Triton backend", backend, BACKENDS)
     if engine is not None and backend != "trt":
         raise PipelineError("--engine is a TensorRT engine: use it with --backend trt")
+    if max_batch is not None and backend == "trt":
+        raise PipelineError("--max-batch applies to --backend ort; an engine's batch limit is its profile's")
     kind = kind or ("gpu" if backend == "trt" else "cpu")
     if backend == "trt" and kind != "gpu":
         raise PipelineError("TensorRT engines run on the GPU only: use --kind gpu with --backend trt")

@@ -24,7 +24,6 @@ from pipeline.sr.imageio import Image, ImageError, convert_for_format, normalize
 from pipeline.sr.imageio import decode as decode_image
 from pipeline.sr.imageio import encode as encode_image
 from pipeline.sr.jobs import Job, discover
-from pipeline.sr.local import load_backend
 from pipeline.sr.options import OPTION_FIELDS, RunOptions, option_flag
 from pipeline.sr.records import Record, Summary
 from pipeline.sr.settings import usable_cores
@@ -33,7 +32,7 @@ from pipeline.sr.worker import ImageWorker, Planned, infer_reason, write_output
 
 __all__ = [
     # a run: the API, the run flow and what executors implement and return
-    "ExecutorLost", "ModelChoice", "Plan", "Record", "RunOptions", "Started", "Summary", "discover", "load_backend",
+    "ExecutorLost", "ModelChoice", "Plan", "Record", "RunOptions", "Started", "Summary", "discover",
     "resolve_model", "run", "run_local", "upscale", "write_output",
     # which options an executor takes (each declares them) and how a refusal names them
     "OPTION_FIELDS", "applies_only", "option_flag",

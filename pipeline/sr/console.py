@@ -71,8 +71,15 @@ def image_line(rec, scale: float) -> str:
     mode, depth, lost = written_layout(rec.mode, rec.bit_depth, rec.job.fmt)
     layout = f"{rec.mode} {rec.bit_depth}-bit" + (f" -> {mode} {depth}-bit {rec.job.fmt}: " + "; ".join(lost)
                                                   if lost else "")
+    rerun = f"; {plural(rec.rerun, 'tile')} re-run at fp32: {rec.rerun_reason}" if rec.rerun else ""
     return (f"{rec.job.rel}: {rec.in_size[0]}x{rec.in_size[1]} -> {rec.out_size[0]}x{rec.out_size[1]} "
-            f"(x{scale:g}, {layout}, {rec.tiles} tile{'s' if rec.tiles != 1 else ''})")
+            f"(x{scale:g}, {layout}, {rec.tiles} tile{'s' if rec.tiles != 1 else ''}{rerun})")
+
+
+def rerun_line(rerun: dict) -> str:
+    """'3 tiles of 2 inputs re-run at fp32: non-finite fp16 output' (RecordLog.rerun), after the done line."""
+    return (f"{plural(rerun['tiles'], 'tile')} of {plural(rerun['inputs'], 'input')} re-run at fp32: "
+            + "; ".join(rerun["reasons"]))
 
 
 def failed_line(names: list[str], images: int, videos: int = 0) -> str:

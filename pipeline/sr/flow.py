@@ -24,7 +24,7 @@ from pipeline.backends.checks import check_scale
 from pipeline.engine.sidecar import read_sidecar
 from pipeline.errors import PipelineError, ReportedInterrupt, Terminated, check_choice
 from pipeline.sr import preflight, settings, videofmt
-from pipeline.sr.console import Console, count_text, done_line, failed_line, headline, plural
+from pipeline.sr.console import Console, count_text, done_line, failed_line, headline, plural, rerun_line
 from pipeline.sr.imageio import extensions_text
 from pipeline.sr.jobs import JobList, discover, known_extensions
 from pipeline.sr.options import RunOptions, option_flag
@@ -239,6 +239,8 @@ def say_done(summary: Summary, console: Console, summary_path=None) -> None:
     console.info(done_line(summary.counts, summary.wall_s, images=log.pictures - log.frames, frames=log.frames,
                            out_mpix=log.out_mpix, process_s=summary.process_s, setup_s=summary.setup_s,
                            stages=log.video_stage_s))
+    if log.rerun["tiles"]:  # written, but not by the precision asked for: always said
+        console.always(rerun_line(log.rerun))
     if log.failures:
         names = [f["input"] for f in log.failures]
         console.always(failed_line(names, len(names) - log.failed_videos, log.failed_videos))

@@ -17,19 +17,6 @@ from pipeline.sr.scheduler import Scheduler
 from pipeline.sr.worker import ImageWorker
 
 
-def load_backend(backend, model: str, precision: str, *, scale=None, onnx=None, engine=None, weights=None,
-                 threads=None, log=None, progress=None, chatter=None) -> tuple[backends.Backend, str]:
-    """A loaded backend and why it was chosen; `backend` is a name ('auto', 'ort', ...) or a loaded one, `precision`
-    one or 'auto' (then timed and measured at `scale`). `log` gets the slow steps of loading (an export into the
-    cache on first use, an engine build, a precision's measured loss)."""
-    if not isinstance(backend, str):
-        return backend, backend.selection_reason or "given"
-    opts = {k: v for k, v in (("onnx", onnx), ("engine", engine), ("weights", weights), ("threads", threads),
-                              ("log", log), ("progress", progress), ("chatter", chatter)) if v is not None}
-    loaded = backends.create(backend, model, precision, scale=scale, **opts)
-    return loaded, loaded.selection_reason or backend
-
-
 class LocalExecutor:
     name = "local"
     takes = OPTION_FIELDS  # every option: the others' refusals say 'applies only to local runs'
@@ -41,8 +28,11 @@ class LocalExecutor:
     def __init__(self, opts: RunOptions):
         self.opts = opts
         # the cache is written only to export (or build) what no --onnx/--engine file gives; torch reads weights
-        self.uses_cache = opts.backend_name not in (None, "torch") and opts.onnx is None and opts.engine is None
+        name = opts.backend_name
+        makes = name == AUTO or name in backends.NAMES and not backends.backend_class(name).DESCRIPTOR.runs_weights
+        self.uses_cache = makes and opts.onnx is None and opts.engine is None
         self.worker: ImageWorker | None = None
+        self.choice: backends.Choice | None = None  # None: a loaded backend was given
         self.plans: dict = {}
         self.clips: list[Record] = []
         self.works: list = []  # each clip's segments (pipeline.sr.segments.ClipWork)
@@ -55,9 +45,12 @@ class LocalExecutor:
         """The backend, why it was chosen and, with `--precision auto`, the line that says which precision ran
         (its calibration and measurement on first use with a progress bar; the quantizer's talk under --verbose)."""
         o = self.opts
-        loaded, choice = load_backend(o.backend, model, o.precision, scale=scale, onnx=o.onnx, engine=o.engine,
-                                      weights=o.weights, threads=o.threads, log=console.always,
-                                      progress=console.bar, chatter=console.detail)
+        if o.backend_name is None:  # a loaded backend was given
+            return o.backend, o.backend.selection_reason or "given", None
+        # the Choice (what runs, its files, why) is what a segment key or a summary is made from, as on Ray
+        self.choice, loaded = backends.choose_loaded(o.request, model, scale, log=console.always,
+                                                     progress=console.bar, chatter=console.detail)
+        choice = loaded.selection_reason or o.backend
         picked = o.precision == AUTO and o.backend_name is not None  # its reason is the line saying which ran
         return loaded, choice, choice if picked else None
 
@@ -88,11 +81,11 @@ class LocalExecutor:
         o, m = self.opts, plan.model
         self.plans = plan_clips(self.clips, m.scale, o.codec, o.crf, o.audio, o.preset)
         self.locks = locks = lock_outputs(self.clips)
-        identity = segment_identity(m.spec, o.weights, loaded.name, loaded.precision,
+        choice = self.choice or backends.of_loaded(loaded, m.scale)  # a loaded backend given: its own Choice
+        identity = segment_identity(m.spec, o.weights, choice.key(),
                                     {"codec": o.codec, "crf": o.crf, "preset": o.preset, "audio": o.audio,
                                      "tile": o.tile, "tile_overlap": o.tile_overlap, "batch": o.batch,
-                                     "encoder_threads": self.workers},
-                                    files=[loaded.model_file(), o.onnx, o.engine])
+                                     "encoder_threads": self.workers})
         self.works = plan_work(self.clips, m.scale, identity, o.segment_seconds, 1, o.skip_existing, self.plans,
                                locks)
         if len(plan.found.jobs) == 1 and self.plans:  # one clip: its size/crop notes go in the first line, once

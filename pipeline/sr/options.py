@@ -8,6 +8,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from pipeline.backends import BackendRequest
+from pipeline.precisions import AUTO
+
 PathLike = str | Path
 
 
@@ -40,6 +43,12 @@ class RunOptions:
     audio: str = "copy"               # copy | drop
     segment_seconds: float | None = None  # a clip cut at keyframes into segments this long (pipeline.sr.segments)
     log: Callable[[str], object] | None = None  # where lines go (default: stderr)
+
+    @property
+    def request(self) -> BackendRequest:
+        """The backend fields as one value (a loaded backend given: its name is not asked for)."""
+        return BackendRequest(self.backend_name or AUTO, self.precision, self.onnx, self.engine, self.weights,
+                              self.threads)
 
     @property
     def backend_name(self) -> str | None:

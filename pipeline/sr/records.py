@@ -34,6 +34,8 @@ class Record:
     metrics: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     video: dict = field(default_factory=dict)  # a clip's frames, duration, frame rates, fps, time per frame
+    rerun: int = 0          # tiles (whole images, frames) whose output was not finite, re-run at fp32
+    rerun_reason: str = ""  # why ('non-finite fp16 output')
 
     def take(self, planned) -> None:
         """What ImageWorker.plan found (a pipeline.sr.worker.Planned): sizes, layout, tiles, its notes."""
@@ -41,6 +43,13 @@ class Record:
         self.mode, self.bit_depth = planned.image.mode, planned.image.depth
         self.tiles, self.max_shift = planned.plan.count, planned.plan.max_shift
         self.notes.extend(planned.notes)
+
+    def inferred(self, planned) -> None:
+        """What inference did to a planned image or frame (time, tiles re-run at fp32); a clip adds its frames'."""
+        self.infer_s += planned.infer_s
+        if planned.rerun:
+            self.rerun += planned.rerun
+            self.rerun_reason = planned.rerun_reason
 
     def fail(self, reason: str) -> None:
         self.status, self.reason = "failed", reason
@@ -74,6 +83,8 @@ class Record:
             d["cpu_s"] = {k: round(v, 3) for k, v in self.cpu_s.items()}
         if self.video:
             d["video"] = self.video
+        if self.rerun:
+            d["rerun_fp32"] = {"tiles": self.rerun, "reason": self.rerun_reason}
         if self.metrics:
             d.update(self.metrics)
         if self.notes:
@@ -93,6 +104,8 @@ class Record:
             rec.decode_s, rec.infer_s, rec.encode_s = d["decode_s"], d["infer_s"], d["encode_s"]
         rec.cpu_s = dict(d.get("cpu_s", {}))
         rec.metrics = {k: d[k] for k in (*REFERENCE_KEYS, "reference") if k in d}
+        rerun = d.get("rerun_fp32") or {}
+        rec.rerun, rec.rerun_reason = int(rerun.get("tiles", 0)), str(rerun.get("reason", ""))
         return rec
 
 
@@ -120,6 +133,7 @@ class RecordLog:
         self.unmatched = 0                        # ok outputs with no reference file of the same name
         self.scores = dict.fromkeys(REFERENCE_KEYS, 0.0)
         self.scored = 0
+        self.rerun = {"tiles": 0, "inputs": 0, "reasons": []}  # re-run at fp32 (records written ok)
         self._spool = None
         if not keep and spool_beside is not None:
             folder = Path(spool_beside).parent
@@ -134,6 +148,7 @@ class RecordLog:
             self.failures.append({"input": rec.job.rel, "reason": rec.reason})
             self.failed_videos += rec.job.video
         elif rec.status == "ok":
+            self._count_rerun(rec)
             self.pictures += rec.pictures
             self.frames += rec.pictures if rec.job.video else 0
             if rec.job.video:  # CPU seconds where measured, else each stage's busy wall time
@@ -151,6 +166,13 @@ class RecordLog:
             self.records.append(rec)
         elif self._spool is not None:
             self._spool.write(json.dumps(rec.as_dict()) + "\n")
+
+    def _count_rerun(self, rec: Record) -> None:
+        if rec.rerun:
+            self.rerun["tiles"] += rec.rerun
+            self.rerun["inputs"] += 1
+            if rec.rerun_reason not in self.rerun["reasons"]:
+                self.rerun["reasons"].append(rec.rerun_reason)
 
     def image_dicts(self) -> Iterator[dict]:
         if self.keep:
@@ -279,6 +301,8 @@ class Summary:
             d["video_stage_s"] = {k: round(v, 3) for k, v in self.log.video_stage_s.items()}
         if self.reference:
             d["reference"] = self.reference
+        if self.log.rerun["tiles"]:
+            d["rerun_fp32"] = self.log.rerun
         if self.interrupted:
             d["interrupted"] = True
         return d

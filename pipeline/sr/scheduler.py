@@ -80,7 +80,7 @@ class Scheduler:
 
     def _submit_write(self, item: Planned) -> None:
         self._reap(incoming=item.out.nbytes)  # bound the output buffers waiting for the encoder
-        item.rec.infer_s = item.infer_s
+        item.rec.inferred(item)
         self.writing.append((item, self.writers.submit(self.worker.encode, item, item.rec)))
         self.write_bytes += item.out.nbytes
         self.console.info(image_line(item.rec, self.worker.scale))
@@ -111,7 +111,10 @@ class Scheduler:
             self._fail_all(items, e)
             return
         for it in items:
-            self._submit_write(it)
+            if it.failure:  # its output could not be made finite: nothing is written for it
+                self._fail(it.rec, it.failure)
+            else:
+                self._submit_write(it)
 
     def _fail_all(self, items: list[Planned], e: Exception) -> None:
         reason = infer_reason(e)

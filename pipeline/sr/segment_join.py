@@ -104,6 +104,8 @@ def merge(rec: Record, results: list[dict]) -> tuple[ReadEnd, int]:
         rec.encode_s += d.get("encode_s", 0.0)
         for k, v in d.get("cpu_s", {}).items():
             rec.cpu_s[k] = rec.cpu_s.get(k, 0.0) + v
+        if d.get("rerun_fp32"):  # frames' tiles re-run at fp32 (pipeline.sr.finite)
+            rec.rerun, rec.rerun_reason = rec.rerun + d["rerun_fp32"]["tiles"], d["rerun_fp32"]["reason"]
         errors.extend(r.get("errors", []))
         frames += len(r["timing"])
     return ReadEnd(errors, results[-1].get("end_s")), frames

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import av
 
-from models.spec import file_sha256
 from pipeline.artifacts.lock import Busy, OutputLock
 from pipeline.sr import video_io
 from pipeline.sr.console import Console
@@ -222,18 +221,17 @@ def resume_lines(works: list[ClipWork]) -> list[str]:
     return lines + [f"{w.rec.job.rel}: {line}" for w in works for line in w.redone]
 
 
-def segment_identity(spec, weights, backend: str, precision: str, opts: dict, files=(), hashes=()) -> dict:
+def segment_identity(spec, weights, choice: dict, opts: dict) -> dict:
     """What makes a clip's segment bytes besides the source and the plan, decided here once for every executor:
-    the model files' SHA-256 (the weights', and the --onnx/--engine or exported files the backend runs: `files`,
-    or their `hashes` where the caller has them), the backend and precision, and the run's video and tiling
-    options (`opts`: codec, crf, preset, audio, tile, tile_overlap, batch, and the encoder's threads, which change
-    x264's bytes). segment_files.segment_key adds the encoder's own options and default presets."""
-    hashes = [*hashes, *(file_sha256(f) for f in files if f is not None and Path(f).is_file())]
+    the backend Choice's key (`choice`: backend, precision, model, scale and the SHA-256 of every file it runs), the
+    registered weights' SHA-256 (a torch run's files are its weights) and the run's video and tiling options
+    (`opts`: codec, crf, preset, audio, tile, tile_overlap, batch, and the encoder's threads, which change x264's
+    bytes). segment_files.segment_key adds the encoder's own options and default presets."""
+    hashes = []
     with contextlib.suppress(Exception):  # an engine or ONNX run without the weights file: its files say it
         hashes.append(spec.weights_sha256(weights))
     keys = ("codec", "crf", "preset", "audio", "tile", "tile_overlap", "batch", "encoder_threads")
-    return {"model": spec.name, "model_files": hashes, "backend": backend, "precision": precision,
-            **{k: opts.get(k) for k in keys}}
+    return {**choice, "weights": hashes, **{k: opts.get(k) for k in keys}}
 
 
 def run_segment(worker, job, task: dict, bar=None) -> dict:

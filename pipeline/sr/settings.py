@@ -8,8 +8,9 @@ from pathlib import Path
 from models.spec import DEFAULT_MODEL
 from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import check_onnx_file
+from pipeline.backends.descriptor import MAX_THREADS
 from pipeline.errors import PipelineError
-from pipeline.sr import imageio
+from pipeline.sr import imageio, tiling
 
 JPEG_QUALITY = (1, 100)  # OpenCV's JPEG and WebP quality range (WebP takes no 0)
 HOST_WORKERS = 2  # decode/encode threads beside a host backend, which itself uses every core while it infers
@@ -43,6 +44,9 @@ def check_numbers(*, tile, tile_overlap, batch, workers, threads, jpeg_quality) 
         _at_least("--batch", batch, 1, " or 'auto'")
     _at_least("--workers", workers, 1)
     _at_least("--threads", threads, 1)
+    if threads is not None and threads > MAX_THREADS:  # ONNX Runtime failed on it with "incompatible arguments"
+        raise PipelineError(f"--threads must be an integer from 1 to {MAX_THREADS}, got {threads}")
+    tiling.tile_memory()  # SRDEPLOY_TILE_MEMORY, checked before any work like the options
     lo, hi = JPEG_QUALITY
     if isinstance(jpeg_quality, bool) or not isinstance(jpeg_quality, int) or not lo <= jpeg_quality <= hi:
         raise PipelineError(f"--jpeg-quality must be an integer from {lo} to {hi}, got {jpeg_quality!r}")

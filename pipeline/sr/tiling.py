@@ -20,10 +20,15 @@ The planner works per axis; whole-image processing is the one-tile plan.
 from __future__ import annotations
 
 import math
+import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
+
+from pipeline.backends.pixels import NonFiniteOutput
+from pipeline.errors import PipelineError
 
 # Approximate bytes of working memory per output pixel of one tile (float activations: 3 + 64 + 32 + 3
 # channels, plus runtime scratch) -- used to derive a tile size from free memory.
@@ -228,15 +233,37 @@ def auto_tile(scale: float, margin: int, batch: int = 1, available_bytes: int | 
 
 
 HOST_SHARE = 0.5  # of available host memory that a model of known cost may take; the rest: buffers, other programs
+# Host memory the tiles in flight may take, however much is free: free memory alone let a 4K frame run untiled
+# (9 GB peak on a 2-core VM), more than a laptop has. Tiles equal the whole image, so the cap costs only a little
+# recomputed margin. SRDEPLOY_TILE_MEMORY raises or lowers it.
+TILE_MEMORY = 1 << 30
+TILE_MEMORY_ENV = "SRDEPLOY_TILE_MEMORY"
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def tile_memory() -> int:
+    """The host memory budget of the tiles in flight: SRDEPLOY_TILE_MEMORY (bytes, or with K, M, G: 512M, 2G),
+    else TILE_MEMORY; a bad value is one PipelineError line."""
+    raw = os.environ.get(TILE_MEMORY_ENV, "").strip()
+    if not raw:
+        return TILE_MEMORY
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?", raw, re.IGNORECASE)
+    value = int(float(m[1]) * _UNITS[m[2].lower()]) if m else 0
+    if value < 16 << 20:
+        raise PipelineError(f"{TILE_MEMORY_ENV}={raw!r} is not a memory size of at least 16M "
+                            f"(bytes, or with K, M or G: 512M, 2G)")
+    return value
 
 
 def host_tile(scale: float, margin: int, batch: int = 1, bytes_per_pixel: float | None = None,
-              available_bytes: int | None = None) -> int:
-    """LR tile side on the host: half of the available memory at the model's measured cost (whole images whenever
-    they fit); a model of unknown cost (None: a user's) at the generic estimate, a quarter capped at 1 GiB."""
+              available_bytes: int | None = None, budget: int | None = None) -> int:
+    """LR tile side on the host: half of the available memory at the model's measured cost, at most the tile
+    memory budget (`budget`, default tile_memory(); whole images whenever they fit in both); a model of unknown
+    cost (None: a user's) at the generic estimate, a quarter of the available memory, at most 1 GiB."""
+    budget = tile_memory() if budget is None else budget
     if bytes_per_pixel is None:
-        return auto_tile(scale, margin, batch, available_bytes)
-    return auto_tile(scale, margin, batch, available_bytes, cap_bytes=None, bytes_per_pixel=bytes_per_pixel,
+        return auto_tile(scale, margin, batch, available_bytes, cap_bytes=min(1 << 30, budget))
+    return auto_tile(scale, margin, batch, available_bytes, cap_bytes=budget, bytes_per_pixel=bytes_per_pixel,
                      share=HOST_SHARE)
 
 
@@ -257,14 +284,26 @@ def run_tiles(tile_plan: TilePlan, read: Callable[[int, int, int, int], np.ndarr
             chunk = tiles[i:i + step]
             submitted = (chunk, infer(np.stack([read(t.y.crop0, t.y.crop1, t.x.crop0, t.x.crop1) for t in chunk])))
             if pending is not None:
-                _collect(*pending, write)
+                _collect(*pending, write, tile_plan)
             pending = submitted
     if pending is not None:
-        _collect(*pending, write)
+        _collect(*pending, write, tile_plan)
 
 
-def _collect(chunk: list[Tile], y, write: Callable[[Tile, np.ndarray], None]) -> None:
-    y = y() if callable(y) else y
+def tile_place(t: Tile, tile_plan: TilePlan) -> str:
+    """Where a tile is, in words ('tile 2 of 6 (output rows 0-95, columns 96-191)'; the whole image's one tile)."""
+    if tile_plan.whole:
+        return "the whole image"
+    return (f"tile {tile_plan.tiles.index(t) + 1} of {tile_plan.count} (output rows {t.y.keep0}-{t.y.keep1 - 1}, "
+            f"columns {t.x.keep0}-{t.x.keep1 - 1})")
+
+
+def _collect(chunk: list[Tile], y, write: Callable[[Tile, np.ndarray], None], tile_plan: TilePlan) -> None:
+    try:
+        y = y() if callable(y) else y
+    except NonFiniteOutput as e:  # name the tiles whose output was not finite
+        e.place = "; ".join(tile_place(chunk[i], tile_plan) for i in e.affected)
+        raise
     for t, out in zip(chunk, y, strict=True):
         if tuple(out.shape[-2:]) != t.out_shape:
             raise RuntimeError(f"backend returned {tuple(out.shape[-2:])} for a crop of "

@@ -223,6 +223,8 @@ class VideoRunner:
             self.worker.infer_tiled(items[0])
         rec.infer_s += time.perf_counter() - t
         for p, f in frames:
+            if p.rerun:  # frames whose output was not finite, re-run at fp32 (pipeline.sr.finite)
+                rec.rerun, rec.rerun_reason = rec.rerun + p.rerun, p.rerun_reason
             out.put((p.out, f.pts, f.duration))
 
     def _plan_frame(self, rec: Record, pixels) -> Planned:
@@ -281,6 +283,9 @@ class VideoRunner:
                 fut, f = pending.popleft()
                 out, info, seconds = fut.result()
                 rec.infer_s += seconds
+                if info.get("rerun_fp32"):
+                    rec.rerun += info["rerun_fp32"]["tiles"]
+                    rec.rerun_reason = info["rerun_fp32"]["reason"]
                 if not rec.in_size:  # every frame has the first frame's size and plan
                     rec.in_size, rec.mode, rec.tiles = tuple(info["in_size"]), info["mode"], info["tiles"]
                     rec.notes.extend(info.get("notes", []))

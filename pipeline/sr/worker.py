@@ -21,9 +21,11 @@ import numpy as np
 
 from models.spec import ModelSpec
 from pipeline.backends.base import Backend
+from pipeline.backends.pixels import NonFiniteOutput
 from pipeline.errors import PipelineError, first_line
 from pipeline.sr import imageio, tiling
 from pipeline.sr.bicubic import bicubic
+from pipeline.sr.finite import OutputCheck
 from pipeline.sr.imageio import Image, ImageError
 from pipeline.sr.jobs import Job
 from pipeline.sr.records import Record
@@ -55,6 +57,9 @@ class Planned:
     notes: list[str]
     rec: Record | None = None
     infer_s: float = 0.0
+    rerun: int = 0        # tiles (a whole image: 1) whose output was not finite, re-run at fp32 (pipeline.sr.finite)
+    rerun_reason: str = ""
+    failure: str = ""     # a whole image of a batch whose output could not be made finite: why (nothing is written)
 
     @property
     def in_size(self) -> tuple[int, int]:
@@ -63,6 +68,19 @@ class Planned:
     @property
     def out_size(self) -> tuple[int, int]:
         return self.out.shape[1], self.out.shape[0]
+
+
+def _checked(run: Callable[..., tuple], arg) -> tuple:
+    """run(arg) -> (output, samples re-run at fp32): that and None, or (output, those re-run, the NonFiniteOutput
+    of the others)."""
+    try:
+        return (*run(arg), None)
+    except NonFiniteOutput as e:
+        return e.samples, e.repaired, e
+
+
+def _affected(result: tuple, i: int) -> bool:
+    return result[2] is not None and i in result[2].affected
 
 
 def decode(job: Job) -> Decoded:
@@ -186,6 +204,7 @@ class ImageWorker:
         self.max_input = backend.input_limit(scale)  # crops never exceed it (an engine's profiles at this scale)
         self.jpeg_quality = jpeg_quality
         self.reference = Path(reference) if reference else None
+        self.check = OutputCheck(backend)  # every output checked for NaN / inf before it is written
 
     # -- the steps ---------------------------------------------------------------------------------------
 
@@ -207,14 +226,37 @@ class ImageWorker:
         the next before it collects this one; tiled images are pipelined tile batch by tile batch instead."""
         return item.plan.whole
 
-    def _infer(self, batch: np.ndarray) -> np.ndarray:
-        return self.backend.infer(np.ascontiguousarray(batch, dtype=np.float32), self.scale)
+    def _reran(self, item: Planned, samples: list[int]) -> None:
+        if samples:
+            item.rerun += len(samples)
+            item.rerun_reason = self.check.reason
 
-    def _submit_pixels(self, batch: np.ndarray) -> Callable[[], np.ndarray]:
-        """NHWC samples submitted; collected later as NHWC samples seen as NCHW views (what run_tiles checks and
-        hands back)."""
-        pending = self.backend.submit_pixels(batch, self.scale)
-        return lambda: pending.result().transpose(0, 3, 1, 2)
+    def _infer(self, batch: np.ndarray) -> tuple[np.ndarray, list[int]]:
+        return self.check.floats(np.ascontiguousarray(batch, dtype=np.float32), self.scale)
+
+    def _infer_floats(self, item: Planned) -> Callable[[np.ndarray], Callable[[], np.ndarray]]:
+        """run_tiles' infer for the float path: run when collected (the host computes it in either case), so a
+        non-finite output is raised where run_tiles names its tile."""
+        def submit(batch: np.ndarray) -> Callable[[], np.ndarray]:
+            def collect() -> np.ndarray:
+                y, reran = self._infer(batch)
+                self._reran(item, reran)
+                return y
+            return collect
+        return submit
+
+    def _submit_pixels(self, item: Planned) -> Callable[[np.ndarray], Callable[[], np.ndarray]]:
+        """run_tiles' infer for integer pixels: NHWC samples submitted; collected later (checked, re-run at fp32
+        where needed) as NHWC samples seen as NCHW views (what run_tiles checks and hands back)."""
+        def submit(batch: np.ndarray) -> Callable[[], np.ndarray]:
+            collect = self.check.submit(batch, self.scale)
+
+            def result() -> np.ndarray:
+                samples, reran = collect(None)
+                self._reran(item, reran)
+                return samples.transpose(0, 3, 1, 2)
+            return result
+        return submit
 
     def infer_tiled(self, item: Planned, progress: Callable[[int, int], None] | None = None) -> None:
         """One image, tile by tile (or whole: the one-tile plan), into its output buffer; `progress(done, total)`
@@ -244,14 +286,18 @@ class ImageWorker:
 
         t0 = time.perf_counter()
         if image.gray:
-            tiling.run_tiles(item.plan, image.region_rgb, self._infer, write, self.batch)
+            tiling.run_tiles(item.plan, image.region_rgb, self._infer_floats(item), write, self.batch)
         else:
-            tiling.run_tiles(item.plan, image.region_pixels, self._submit_pixels, write, self.batch)
+            tiling.run_tiles(item.plan, image.region_pixels, self._submit_pixels(item), write, self.batch)
         item.infer_s = time.perf_counter() - t0
 
     def infer_batch(self, items: list[Planned]) -> None:
-        """Whole images of one size in one inference call."""
+        """Whole images of one size in one inference call; raises the first image's failure (a video's frames, a
+        request's images: one fails, all do)."""
         self.submit_batch(items)()
+        failure = next((it.failure for it in items if it.failure), "")
+        if failure:
+            raise PipelineError(failure)
 
     def submit_batch(self, items: list[Planned]) -> Callable[[], None]:
         """Whole images of one size submitted in one call; the returned `finish()` collects the results straight
@@ -260,19 +306,21 @@ class ImageWorker:
         t0 = time.perf_counter()
         # gray (luma before rounding) or a mix of 8- and 16-bit images (one sample type per call): the float path
         floats = any(it.image.gray for it in items) or len({it.image.depth for it in items}) > 1
-        pending = None
+        collect, done = None, None
         if floats:
             x = np.stack([it.image.region_rgb(0, it.image.height, 0, it.image.width) for it in items])
-            for it, yi in zip(items, self._infer(x), strict=True):
-                imageio.store_rgb(it.out, 0, 0, yi, it.image.depth)
+            done = _checked(self._infer, x)
+            for i, (it, yi) in enumerate(zip(items, done[0], strict=True)):
+                if not _affected(done, i):
+                    imageio.store_rgb(it.out, 0, 0, yi, it.image.depth)
         else:
             x = np.stack([it.image.region_pixels(0, it.image.height, 0, it.image.width) for it in items])
-            pending = self.backend.submit_pixels(x, self.scale)
+            collect = self.check.submit(x, self.scale)
         del x
 
         def finish() -> None:
-            if pending is not None:
-                pending.result([it.out[..., :3] for it in items])
+            result = done if collect is None else _checked(collect, [it.out[..., :3] for it in items])
+            self._settle(items, result)
             for it in items:
                 if it.image.has_alpha:
                     a = bicubic(it.image.region_alpha(0, it.image.height, 0, it.image.width), it.out.shape[:2])
@@ -282,6 +330,17 @@ class ImageWorker:
                 it.infer_s = share
 
         return finish
+
+    def _settle(self, items: list[Planned], result: tuple) -> None:
+        """A whole-image batch's check: images re-run at fp32 counted, those that could not be made finite marked
+        failed (`failure`: one line each; the others are written)."""
+        _, reran, bad = result
+        for i in reran:
+            self._reran(items[i], [i])
+        for i in (bad.affected if bad is not None else []):
+            one = NonFiniteOutput(bad.counts[i:i + 1], source=bad.source, place="the whole image")
+            one.note = bad.note
+            items[i].failure = str(one)
 
     def encode(self, item: Planned, rec: Record) -> None:
         """Encode and write atomically to rec's output, then score against --reference; raises on failure."""
@@ -315,7 +374,7 @@ class ImageWorker:
         except Exception as e:  # one image's inference failure is its record's, not the caller's
             rec.fail(infer_reason(e))
             return rec
-        rec.infer_s = item.infer_s
+        rec.inferred(item)
         try:
             self.encode(item, rec)
         except Exception as e:  # likewise for its encoder or file system errors

@@ -1,0 +1,193 @@
+"""One backend request in, one frozen choice out, the same on every executor.
+
+    BackendRequest       what a run asks for: backend or 'auto', precision or 'auto', the model files, threads,
+                         one backend's typed options (pipeline.cli.options.BackendArgs builds it from the flags)
+    choose(request, model, scale) -> Choice     which backend runs which precision from which files, and why
+    load(choice) -> Backend                     the loaded backend the choice names (here, or on a Ray actor)
+
+A Choice is a plain value: the Ray driver chooses once and sends it, with exactly the files it names, to every
+actor, which loads it by `load`. Choosing loads the backend here (its files are made then: an export, a Q/DQ
+file), except a GPU backend on a machine without a GPU: its choice names the graph it is built from.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from models.spec import file_sha256
+from pipeline.artifacts.cache import cache_dir
+from pipeline.artifacts.onnx_file import folded_variants, onnx_metadata, reference_file
+from pipeline.artifacts.stamp import data_files, stamp_path
+from pipeline.backends.base import Backend
+from pipeline.backends.descriptor import HOOKS
+from pipeline.backends.registry import backend_class, create_named, option_values
+from pipeline.errors import PipelineError
+from pipeline.precisions import AUTO, BY_NAME, DEFAULT
+
+PathLike = str | Path
+SHARED = "shared"  # where a given file (--onnx, --engine, --weights) lands under a Ray node's artifact cache
+FILE_OPTIONS = ("onnx", "engine", "weights")
+
+
+@dataclass(frozen=True)
+class BackendRequest:
+    """The backend fields of a run. `options`: one backend's typed options (its descriptor's dataclass, e.g.
+    OrtOptions(io_dtype='fp16')); the fields here win over the same ones inside it."""
+
+    backend: str = AUTO
+    precision: str = DEFAULT
+    onnx: PathLike | None = None
+    engine: PathLike | None = None
+    weights: PathLike | None = None
+    threads: int | None = None
+    options: object | None = None
+
+    def keywords(self) -> dict:
+        """The options as create()'s keywords (the typed options' fields, then the fields set here)."""
+        if self.backend == AUTO and self.options is not None:
+            raise PipelineError("options= is one backend's typed options; with backend 'auto' give keywords")
+        own = {k: getattr(self, k) for k in (*FILE_OPTIONS, "threads") if getattr(self, k) is not None}
+        return {**option_values(self.backend, self.options), **own}
+
+
+@dataclass(frozen=True)
+class ArtifactFile:
+    path: str    # where the choosing process has it
+    rel: str     # where a Ray node puts it, under its artifact cache
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Choice:
+    backend: str
+    precision: str
+    model: str
+    scale: float
+    options: tuple[tuple[str, object], ...]   # the constructor's keywords (no hooks), files as paths
+    files: tuple[ArtifactFile, ...]           # every file it runs, with what travels beside them
+    why: str
+    brief: str
+    quality: dict | None = field(default=None, compare=False)  # the measured loss it stands on (bf16, int8)
+
+    def key(self) -> dict:
+        """What the outputs it makes depend on, as plain values (a video segment's key): backend, precision, model,
+        scale and the SHA-256 of every file it runs."""
+        return {"model": self.model, "backend": self.backend, "precision": self.precision, "scale": self.scale,
+                "files": sorted(f.sha256 for f in self.files)}
+
+    @property
+    def runs(self) -> str:
+        """'openvino int8': what runs, backend and precision together."""
+        return f"{self.backend} {self.precision}"
+
+    def moved(self, where: dict[str, str]) -> Choice:
+        """This choice with its given files (--onnx, --engine, --weights) at other paths (a Ray node's copies)."""
+        return replace(self, options=tuple((k, where.get(str(v), v) if k in FILE_OPTIONS else v)
+                                           for k, v in self.options))
+
+
+def choose(request: BackendRequest, model: str | None, scale: float | None = None, **hooks) -> Choice:
+    """Which backend runs which precision for `model` at `scale` (default: the model's) here, its files and why.
+    `hooks` (log, progress, chatter) see the slow steps: an export, a calibration, a measurement."""
+    if request.backend != AUTO and request.precision != AUTO and _elsewhere(request.backend):
+        return _unloaded(request, model, scale, {**request.keywords(), **hooks})
+    return choose_loaded(request, model, scale, **hooks)[0]
+
+
+def choose_loaded(request: BackendRequest, model: str | None, scale: float | None = None,
+                  **hooks) -> tuple[Choice, Backend]:
+    """choose(), and the backend it loaded to choose: what a run in this process goes on with."""
+    from pipeline.backends.select import create
+
+    opts = request.keywords()
+    loaded = create(request.backend, model, request.precision, scale=scale, **opts, **hooks)
+    return of_loaded(loaded, scale, opts), loaded
+
+
+def of_loaded(loaded: Backend, scale: float | None = None, opts: dict | None = None) -> Choice:
+    """The Choice a loaded backend is: its name, precision, files at `scale`, why it was chosen."""
+    from pipeline import quality
+
+    scale = quality.run_scale(loaded, scale)
+    given = {k: v for k, v in (opts or {}).items() if k not in HOOKS and v is not None}
+    takes = loaded.DESCRIPTOR.option_names()
+    kept = tuple(sorted((k, os.fspath(v) if k in FILE_OPTIONS else v) for k, v in given.items() if k in takes))
+    files = _files([*loaded.files(scale), *(v for k, v in given.items() if k in FILE_OPTIONS and k in takes)])
+    return Choice(loaded.name, loaded.precision, loaded.model_name, scale, kept, files,
+                  loaded.selection_reason or f"requested: {loaded.name}", loaded.selection_brief or "requested",
+                  quality.stored(loaded, scale))
+
+
+def load(choice: Choice, **hooks) -> Backend:
+    """The loaded backend `choice` names (its files where the choice says, or in this node's cache)."""
+    loaded = create_named(choice.backend, choice.model, choice.precision, **dict(choice.options), **hooks)
+    return loaded.selected(choice.why, choice.brief)
+
+
+def _elsewhere(backend: str) -> bool:
+    """A GPU-only backend asked for on a machine without a GPU: chosen by name, loaded where it runs."""
+    from pipeline.native.cuda_driver import gpu_visible
+
+    return backend_class(backend).DESCRIPTOR.gpu_only and not gpu_visible()[0]
+
+
+def _unloaded(request: BackendRequest, model: str | None, scale: float | None, opts: dict) -> Choice:
+    """A GPU backend's choice made here: the graph its engine is built from (the precision's source graph)."""
+    from pipeline.artifacts.identity import resolve
+    from pipeline.export.cached import onnx_for
+
+    spec = resolve(model, opts.get("onnx"), opts.get("engine"))
+    scale = float(spec.default_scale if scale is None else scale)
+    paths = [opts[k] for k in FILE_OPTIONS if opts.get(k) is not None]
+    if opts.get("onnx") is None and opts.get("engine") is None:
+        paths.append(onnx_for(spec.name, BY_NAME[request.precision].source, "custom", weights=opts.get("weights"),
+                              log=opts.get("log")))
+    kept = tuple(sorted((k, os.fspath(v) if k in FILE_OPTIONS else v) for k, v in opts.items()
+                        if k not in HOOKS and v is not None))
+    return Choice(request.backend, request.precision, spec.name, scale, kept, _files(paths),
+                  f"requested: {request.backend} (loaded on the nodes with a GPU)", "requested")
+
+
+def _files(paths) -> tuple[ArtifactFile, ...]:
+    """Each file, the files travelling beside it (an ONNX file's external data, folded siblings and reference
+    outputs, a stamp, an engine's sidecar), each once, with where a Ray node puts it."""
+    out: dict[str, ArtifactFile] = {}
+    for given in paths:
+        if os.fspath(given) in out:
+            continue
+        folder = Path(os.fspath(given)).absolute().parent
+        for p in _with_companions(given):
+            key = os.fspath(p)
+            if key not in out:
+                out[key] = ArtifactFile(key, _rel(p, folder), file_sha256(p))
+    return tuple(out.values())
+
+
+def _with_companions(given) -> list[Path]:
+    """`given` (a path, or an opened ONNX file: its metadata is not parsed again) and what travels beside it."""
+    path = Path(os.fspath(given))
+    beside = [stamp_path(path)]
+    if path.suffix == ".onnx":
+        meta = onnx_metadata(given)
+        beside += [path.parent / rel for rel in data_files(given)]  # its weights, when kept beside it
+        beside += [*folded_variants(path, meta).values(), reference_file(path, meta)]
+    else:
+        from pipeline.engine import sidecar_path
+
+        beside.append(sidecar_path(path))
+    return [path, *(p for p in beside if p is not None and p.is_file())]
+
+
+def _rel(path: Path, folder: Path) -> str:
+    """Under the artifact cache: the same place on every node; any other file: a folder of its own for the given
+    file's folder, the file where it lies under it (its siblings stay beside it, keeping the names its metadata
+    refers to: external data in a sub-folder too)."""
+    root = cache_dir().resolve()
+    if path.resolve().is_relative_to(root):
+        return path.resolve().relative_to(root).as_posix()
+    if not path.absolute().is_relative_to(folder):
+        folder = path.absolute().parent
+    tag = hashlib.sha256(os.fspath(folder).encode()).hexdigest()[:16]
+    return f"{SHARED}/{tag}/{path.absolute().relative_to(folder).as_posix()}"
