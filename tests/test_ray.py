@@ -217,8 +217,8 @@ def test_killed_actor_loses_no_image(tmp_path, cache):
         img = _read(out / rel)
         assert img is not None and img.shape == (80, 80, 3), rel  # complete, decodable files
     rc, err = _finish(_start([*args[:-1], str(tmp_path / "again.json"), "--skip-existing"], cache, env))
-    assert rc == 0 and _summary(tmp_path / "again.json")["counts"] == {"ok": 0, "failed": 0, "skipped": len(names),
-                                                                       "ignored": 0}
+    assert rc == 0, err[-2000:]
+    assert _summary(tmp_path / "again.json")["counts"] == {"ok": 0, "failed": 0, "skipped": len(names), "ignored": 0}
     assert " on Ray (not started: nothing left to do); 24 images -> " in err, err  # no cluster for nothing
 
 

@@ -112,7 +112,7 @@ def of_loaded(loaded: Backend, scale: float | None = None, opts: dict | None = N
 
     scale = quality.run_scale(loaded, scale)
     given = {k: v for k, v in (opts or {}).items() if k not in HOOKS and v is not None}
-    takes = loaded.DESCRIPTOR.option_names()
+    takes = loaded.DESCRIPTOR.option_names() if given else ()  # a caller's own Backend class may declare none
     kept = tuple(sorted((k, os.fspath(v) if k in FILE_OPTIONS else v) for k, v in given.items() if k in takes))
     files = _files([*loaded.files(scale), *(v for k, v in given.items() if k in FILE_OPTIONS and k in takes)])
     return Choice(loaded.name, loaded.precision, loaded.model_name, scale, kept, files,

@@ -71,6 +71,7 @@ class RayExecutor:
             raise PipelineError("--ray-actors must be at least 1")
         self.opts, self.address, self.actors = opts, address, actors
         self.cluster: connect.Cluster | None = None
+        self.ray = None  # the ray module, once a cluster is started (a run with nothing left to do starts none)
         self._facts: dict = {}
         self.auto_line = ""
         self.choice: backends.Choice | None = None  # the driver's, once started
