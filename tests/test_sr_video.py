@@ -365,8 +365,8 @@ def test_preset_and_encoder_threads_are_in_the_segment_key(tmp_path):
 
     src = make_clip(tmp_path / "c.mkv", "ffv1", 16, 12, 2, 10)
     spec = get_spec("srcnn")
-    keys = {segment_key(src, segment_identity(spec, None, "torch", "fp32", {"codec": "h264", "preset": p,
-                                                                             "encoder_threads": t}))
+    keys = {segment_key(src, segment_identity(spec, None, {"backend": "torch", "precision": "fp32"},
+                                                    {"codec": "h264", "preset": p, "encoder_threads": t}))
             for p in (None, "veryfast", "medium") for t in (1, 2)}
     assert len(keys) == 6  # the preset and the encoder's threads both change x264's bytes
 
