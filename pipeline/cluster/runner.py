@@ -176,7 +176,7 @@ class RayExecutor:
     def _encoder_threads(self) -> int:
         """An actor's encoder threads: its inference threads where they are set (one CPU per actor on a CPU-only
         cluster), else FFmpeg's choice (0)."""
-        return self.ctor["options"]["threads"] or 0
+        return dict(self.choice.options).get("threads") or 0
 
     def _rows(self, todo: list[Record]) -> list[dict]:
         """One row per image and per clip segment still to do (absolute paths: actors do not run in the driver's
