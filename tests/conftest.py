@@ -7,6 +7,7 @@ import pytest
 
 from pipeline.errors import PipelineError
 from pipeline.native import libraries as native
+from tests.caches import own_cache
 
 _CACHE_ENV = "SRDEPLOY_CACHE"
 _saved_cache_env: list[str | None] = []
@@ -32,6 +33,19 @@ def pytest_unconfigure(config):
 def session_cache() -> Path:
     """The session's artifact cache folder ($SRDEPLOY_CACHE while the tests run)."""
     return Path(os.environ[_CACHE_ENV])
+
+
+@pytest.fixture(scope="module")
+def int8_cache(tmp_path_factory, session_cache):
+    """$SRDEPLOY_CACHE set to a cache of the module's own (own_cache) while its tests run, int8 files calibrated on
+    one crop per image."""
+    from pipeline.export import quantize
+
+    cache = own_cache(tmp_path_factory, session_cache, "int8-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(_CACHE_ENV, str(cache))
+        mp.setattr(quantize, "CROPS", 1)
+        yield cache
 
 
 @pytest.fixture(scope="session")

@@ -16,24 +16,10 @@ from pipeline import quality
 from pipeline.artifacts import cache
 from pipeline.artifacts.stamp import content_sha256, file_sha256
 from pipeline.backends import create_named, select
-from pipeline.export import quantize
 from pipeline.export.cached import onnx_for
 from pipeline.quality import loss
 
 pytest.importorskip("openvino", reason="OpenVINO is not installed")
-
-
-@pytest.fixture(scope="module")
-def keys_cache(tmp_path_factory, session_cache):
-    """A cache of its own for int8 files and records (calibrated on one crop per image), sharing the session's
-    ONNX exports."""
-    root = tmp_path_factory.mktemp("keys-cache")
-    (session_cache / "onnx").mkdir(exist_ok=True)
-    (root / "onnx").symlink_to(session_cache / "onnx", target_is_directory=True)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SRDEPLOY_CACHE", str(root))
-        mp.setattr(quantize, "CROPS", 1)
-        yield root
 
 
 def _external_copy(folder, weights_scale: float = 1.0):
@@ -56,7 +42,7 @@ def _rms(a, b) -> float:
     return float(np.sqrt(np.mean((np.clip(a, 0, 1) * 255 - np.clip(b, 0, 1) * 255) ** 2)))
 
 
-def test_swapping_external_data_rebuilds_the_int8_file_and_follows_the_new_weights(keys_cache, tmp_path):
+def test_swapping_external_data_rebuilds_the_int8_file_and_follows_the_new_weights(int8_cache, tmp_path):
     path = _external_copy(tmp_path / "m")
     x = np.random.default_rng(3).random((1, 3, 24, 24), dtype=np.float32)
     b = create_named("openvino", None, "int8", onnx=path, threads=1)
@@ -81,7 +67,7 @@ def _measured(backend, said):
     return quality.precision_loss(backend, log=said.append)
 
 
-def test_an_edited_or_linked_quality_record_is_measured_again(keys_cache, tmp_path):
+def test_an_edited_or_linked_quality_record_is_measured_again(int8_cache, tmp_path):
     b = create_named("openvino", "srcnn-x3", "int8", threads=1)
     first = quality.precision_loss(b)
     ident = loss.identity(b, 3.0)
@@ -121,7 +107,7 @@ def test_a_new_cache_is_owner_only_and_a_shared_one_is_warned_about_once(tmp_pat
     assert err.count("is writable by other users (mode 777)") == 1 and f"chmod go-w {shared}" in err
 
 
-def test_within_budget_but_below_the_fidelity_floor_is_not_picked(keys_cache, monkeypatch):
+def test_within_budget_but_below_the_fidelity_floor_is_not_picked(int8_cache, monkeypatch):
     """int8's ground-truth drop is within its budget; with the floor above its worst image's fidelity, `auto` does not
     pick it and says why."""
     b = create_named("openvino", "srcnn-x3", "int8", threads=1)
@@ -136,7 +122,7 @@ def test_within_budget_but_below_the_fidelity_floor_is_not_picked(keys_cache, mo
     assert best.precision != "int8" and f"int8 not used: {line}" in why
 
 
-def test_compare_report_carries_fidelity_for_every_lower_precision(keys_cache, tmp_path):
+def test_compare_report_carries_fidelity_for_every_lower_precision(int8_cache, tmp_path):
     from pipeline.analysis.compare import compare_model
     from pipeline.report import environment, write_compare
 

@@ -23,19 +23,6 @@ from pipeline.quality import loss
 ov = pytest.importorskip("openvino", reason="OpenVINO is not installed")
 
 
-@pytest.fixture(scope="module")
-def gate_cache(tmp_path_factory, session_cache):
-    """A cache of its own for int8 files, records and picks (calibrated on one crop per image), sharing the session's
-    ONNX exports."""
-    cache = tmp_path_factory.mktemp("gate-cache")
-    (session_cache / "onnx").mkdir(exist_ok=True)
-    (cache / "onnx").symlink_to(session_cache / "onnx", target_is_directory=True)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SRDEPLOY_CACHE", str(cache))
-        mp.setattr(quantize, "CROPS", 1)
-        yield cache
-
-
 class Bars:
     """A progress-bar factory (Console.bar's signature) that keeps what each bar was told."""
 
@@ -79,7 +66,7 @@ def test_a_record_of_the_wrong_shape_or_for_something_else_is_refused():
         assert quality.record_problem(bad, ident) is not None, bad
 
 
-def test_a_damaged_record_is_measured_again_once_and_a_damaged_pick_never_breaks_sr(gate_cache, tmp_path, capsys):
+def test_a_damaged_record_is_measured_again_once_and_a_damaged_pick_never_breaks_sr(int8_cache, tmp_path, capsys):
     from pipeline.cli import main
 
     b = create_named("openvino", "srcnn-x3", "int8", threads=1)
@@ -98,7 +85,7 @@ def test_a_damaged_record_is_measured_again_once_and_a_damaged_pick_never_breaks
     assert len(said) == 1 and "the stored record is not used: its losses are not numbers" in said[0]
     # a pick store of the wrong shape: plain fp32 runs and `--precision auto` (which times again) both exit 0
     src, out = _image(tmp_path / "in"), tmp_path / "out"
-    (gate_cache / "quality").mkdir(exist_ok=True)
+    (int8_cache / "quality").mkdir(exist_ok=True)
     pick = select._pick_store("srcnn-x3", "auto", 3.0, {})
     for damaged in ("[]", '{"precision": "int8", "ms": "x"}'):
         pick.write_text(damaged)
@@ -132,7 +119,7 @@ def _bundle(folder, fp32, change_sibling: bool, record_sha: bool = True):
     return folder / fp32.name
 
 
-def test_a_changed_folded_sibling_is_measured_again_and_a_foreign_one_refused(gate_cache, tmp_path):
+def test_a_changed_folded_sibling_is_measured_again_and_a_foreign_one_refused(int8_cache, tmp_path):
     fp32 = onnx_for("srcnn-x3")
     records, said = [], []
     for n, changed in enumerate((False, True)):
@@ -148,7 +135,7 @@ def test_a_changed_folded_sibling_is_measured_again_and_a_foreign_one_refused(ga
         create_named("ort-folded", None, "fp32", onnx=foreign, threads=1)
 
 
-def test_deform_srcnn_at_x4_is_measured_at_x4_and_auto_holds_it_to_its_budget(gate_cache, monkeypatch):
+def test_deform_srcnn_at_x4_is_measured_at_x4_and_auto_holds_it_to_its_budget(int8_cache, monkeypatch):
     """The loss at x4 is its own record (the default scale's is not used for it), and `--precision auto` at x4
     weighs int8 by it: with the budget just below x4's loss, int8 is not picked and the line cites x4's loss."""
     b = create_named("openvino", "deform-srcnn", "int8", threads=1)
@@ -165,7 +152,7 @@ def test_deform_srcnn_at_x4_is_measured_at_x4_and_auto_holds_it_to_its_budget(ga
     assert best.precision != "int8" and f"int8 not used: {quality.loss_line(x4, advice=False)}" in why
 
 
-def test_a_truncated_foreign_or_linked_int8_file_is_made_again(gate_cache, tmp_path):
+def test_a_truncated_foreign_or_linked_int8_file_is_made_again(int8_cache, tmp_path):
     fp32 = folded_variants(onnx_for("srcnn-x3"))[3]
     path = quantize.int8_file(fp32, 3)
     good = path.read_bytes()
@@ -197,7 +184,7 @@ print(json.dumps([str(path), said]))
 """
 
 
-def test_two_processes_asking_for_one_int8_file_make_it_once(gate_cache, tmp_path):
+def test_two_processes_asking_for_one_int8_file_make_it_once(int8_cache, tmp_path):
     """The second waits for the first's file lock, then reuses its file."""
     import subprocess
     import sys
@@ -296,7 +283,7 @@ def test_the_quantizers_talk_goes_to_chatter_only(capsys):
     assert capsys.readouterr() == ("", "")
 
 
-def test_external_data_is_read_beside_the_model_whatever_the_working_folder(gate_cache, tmp_path, monkeypatch):
+def test_external_data_is_read_beside_the_model_whatever_the_working_folder(int8_cache, tmp_path, monkeypatch):
     folded = onnx.load(str(folded_variants(onnx_for("srcnn-x3"))[3]))
     (tmp_path / "model").mkdir()
     path = tmp_path / "model" / "ext.onnx"

@@ -24,6 +24,7 @@ from pipeline.export.quantize import (
     shift_inputs,
 )
 from pipeline.native import cpu
+from tests.caches import own_cache
 
 
 @pytest.fixture(scope="module")
@@ -37,10 +38,7 @@ def folded_x3():
 def auto_cache(tmp_path_factory, session_cache):
     """One artifact cache for the tests that make int8 files or run `--precision auto`: the int8 files and quality
     records are made once for the module (calibration is the slow part), the ONNX exports are the session's."""
-    cache = tmp_path_factory.mktemp("auto-cache")
-    (session_cache / "onnx").mkdir(exist_ok=True)
-    (cache / "onnx").symlink_to(session_cache / "onnx", target_is_directory=True)
-    return cache
+    return own_cache(tmp_path_factory, session_cache, "auto-cache")
 
 
 def test_int8_file_is_qdq_with_the_image_conv_exact_the_rest_of_the_first_and_last_layers_in_float_and_runs(
