@@ -194,7 +194,8 @@ def test_a_live_row_faster_than_the_peak_shows_100_percent():
 
 def test_segment_bench_rows_and_report():
     """The segment rows on a tiny clip (near-free model; keyframes 2 s apart): a segmented FFV1 run's overhead,
-    H.264 sizes against one continuous encode (the default length runs a short clip whole: the same bytes)."""
+    H.264 sizes against one continuous encode (the default length runs a short clip whole: one segment, the same
+    size but for x264's threads, whose output varies by up to ~1 % between identical runs)."""
     from pipeline.bench.folder import NEAR_FREE
     from pipeline.bench.segments_bench import segment_bench
     from pipeline.htmlreport import to_lines
@@ -205,7 +206,7 @@ def test_segment_bench_rows_and_report():
     assert r["frames"] == 72 and o["segments"] == 2 and 0 < o["share"] < 1 and o["join_s"] > 0
     h = r["h264"]
     assert h["continuous"]["segments"] == h["default"]["segments"] == 1 and h["1s"]["segments"] == 2
-    assert h["default"]["bytes"] == h["continuous"]["bytes"] and h["1s"]["bytes"] > 0
+    assert h["default"]["bytes"] == pytest.approx(h["continuous"]["bytes"], rel=0.03) and h["1s"]["bytes"] > 0
     md = "\n".join(to_lines(segments_section(r)))
     assert "| FFV1, 1 s segments (2) |" in md and "| 1s | 2 |" in md and "| continuous | 1 |" in md
 

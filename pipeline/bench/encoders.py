@@ -82,8 +82,8 @@ def preset_table(width: int = 1920, height: int = 1080, frames: int = 24, rounds
         for key in secs:
             s, n, data = encode_once(*key, clip, threads)
             secs[key].append(s)
-            size[key] = n
-            psnr.setdefault(key, luma_psnr(data, clip))  # the same bytes every round: scored once
+            if key not in size:  # size and quality of one encode (threaded x264 varies a little between rounds)
+                size[key], psnr[key] = n, luma_psnr(data, clip)
     rows = []
     for (codec, preset), ss in secs.items():
         med = statistics.median(ss)
