@@ -126,7 +126,7 @@ class OpenVinoBackend(Backend):
         from pipeline.native.openvino_ops import extensions
 
         core = ov.Core()
-        for ext in extensions():
+        for ext in extensions(self.threads):
             core.add_extension(ext)
         config = {"INFERENCE_PRECISION_HINT": inference_hint(self.precision), "PERFORMANCE_HINT": "LATENCY"}
         if self.threads:

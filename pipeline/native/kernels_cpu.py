@@ -9,13 +9,14 @@ from __future__ import annotations
 import ctypes
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from pipeline.errors import PipelineError
 from pipeline.native.libraries import cpu_kernels_library, load_library
 
-ABI_VERSION = 2  # 2: sr_deform_conv2d_min_workspace
+ABI_VERSION = 3  # 2: sr_deform_conv2d_min_workspace; 3: sr_deform_conv2d_int8
 _F32P = ctypes.POINTER(ctypes.c_float)
 _INT = ctypes.c_int
 
@@ -37,6 +38,10 @@ def _lib() -> ctypes.CDLL:
     lib.sr_deform_conv2d_chunk.restype = _INT
     lib.sr_deform_conv2d_min_workspace.argtypes = [_INT] * 6 + [ctypes.c_size_t, _INT]
     lib.sr_deform_conv2d_min_workspace.restype = ctypes.c_size_t
+    lib.sr_deform_conv2d_int8.argtypes = ([_F32P, ctypes.c_float, _INT, ctypes.POINTER(ctypes.c_int8)] + [_F32P] * 5
+                                          + [_INT] * 19)
+    lib.sr_deform_conv2d_int8.restype = _INT
+    lib.sr_deform_conv2d_int8_vnni.restype = _INT
     lib.sr_round_to_half.argtypes = [_F32P, ctypes.c_size_t]
     lib.sr_round_to_half.restype = None
     return lib
@@ -118,37 +123,60 @@ def _pads(padding) -> tuple[int, int, int, int]:
     raise PipelineError(f"padding must be an int, a pair or 4 ONNX pads, got {padding!r}")
 
 
-def deform_conv2d(input, weight, offset, bias=None, mask=None, stride: int | Sequence[int] = 1,
-                  padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, groups: int | None = None,
-                  offset_groups: int | None = None, emulate_fp16: bool = False,
-                  column_budget: int = 0) -> np.ndarray:
-    """torchvision.ops.deform_conv2d on our CPU kernels.
+@dataclass(frozen=True)
+class _DeformProblem:
+    """A checked deform_conv2d call: contiguous float32 tensors and the kernels' integer arguments."""
+    x: np.ndarray
+    offset: np.ndarray
+    mask: np.ndarray | None
+    bias: np.ndarray | None
+    out_shape: tuple[int, int, int, int]
+    ints: tuple[int, ...]  # n, c_in, h_in, w_in, c_out, kh, kw, h_out, w_out, strides, begin pads, dilations, g, og
 
-    groups / offset_groups default to what the shapes imply (C / weight.shape[1], offset.shape[1] / (2 kH kW)) and
-    are checked against them when given. column_budget (bytes, 0 = default) sets the im2col chunk size.
-    """
+
+def _deform_problem(input, weight_shape: tuple[int, ...], offset, bias, mask, stride, padding, dilation, groups,
+                    offset_groups) -> _DeformProblem:
+    """Checks a deform_conv2d call's shapes and attributes (torchvision's rules); groups / offset_groups default to
+    what the shapes imply (C / weight.shape[1], offset.shape[1] / (2 kH kW)) and are checked against them when given."""
     x = _as_f32(input, "input", 4)
-    w = _as_f32(weight, "weight", 4)
     off = _as_f32(offset, "offset", 4)
     n, c, h, wd = x.shape
-    c_out, c_per_group, kh, kw = w.shape
+    if len(weight_shape) != 4:
+        raise PipelineError(f"weight must be 4-D, got shape {tuple(weight_shape)}")
+    c_out, c_per_group, kh, kw = weight_shape
     sh, sw = _pair(stride, "stride")
     dh, dw = _pair(dilation, "dilation")
     pt, pl, pb, pr = _pads(padding)
     if min(sh, sw, dh, dw) <= 0 or min(pt, pl, pb, pr) < 0:
         raise PipelineError("stride/dilation must be positive and padding non-negative")
     if c_per_group <= 0 or kh <= 0 or kw <= 0 or c % c_per_group:
-        raise PipelineError(f"weight shape {tuple(w.shape)} does not fit {c} input channels")
+        raise PipelineError(f"weight shape {tuple(weight_shape)} does not fit {c} input channels")
     g = c // c_per_group
     if groups is not None and groups != g:
-        raise PipelineError(f"groups={groups} but weight shape {tuple(w.shape)} implies {g} for {c} input channels")
+        shape = tuple(weight_shape)
+        raise PipelineError(f"groups={groups} but weight shape {shape} implies {g} for {c} input channels")
     if c_out % g:
         raise PipelineError(f"groups={g} must divide output channels {c_out}")
     h_out = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
     w_out = (wd + pl + pr - dw * (kw - 1) - 1) // sw + 1
     if h_out <= 0 or w_out <= 0:
         raise PipelineError(f"output would be empty: input {h}x{wd}, kernel {kh}x{kw}, pads {(pt, pl, pb, pr)}")
-    taps = kh * kw
+    og = _offset_groups(off, n, kh * kw, h_out, w_out, offset_groups, c)
+    m = None
+    if mask is not None:
+        m = _as_f32(mask, "mask", 4)
+        if m.shape != (n, og * kh * kw, h_out, w_out):
+            raise PipelineError(f"mask shape {tuple(m.shape)} must be {(n, og * kh * kw, h_out, w_out)}")
+    b = None
+    if bias is not None:
+        b = _as_f32(bias, "bias").reshape(-1)
+        if b.size != c_out:
+            raise PipelineError(f"bias has {b.size} values, expected {c_out}")
+    return _DeformProblem(x, off, m, b, (n, c_out, h_out, w_out),
+                          (n, c, h, wd, c_out, kh, kw, h_out, w_out, sh, sw, pt, pl, dh, dw, g, og))
+
+
+def _offset_groups(off: np.ndarray, n: int, taps: int, h_out: int, w_out: int, offset_groups, c: int) -> int:
     if off.shape[0] != n or off.shape[1] % (2 * taps) or off.shape[1] == 0 or off.shape[2:] != (h_out, w_out):
         raise PipelineError(f"offset shape {tuple(off.shape)} must be [{n}, 2*offset_groups*{taps}, {h_out}, {w_out}]")
     og = off.shape[1] // (2 * taps)
@@ -156,22 +184,53 @@ def deform_conv2d(input, weight, offset, bias=None, mask=None, stride: int | Seq
         raise PipelineError(f"offset_groups={offset_groups} but offset has {off.shape[1]} channels ({og} groups)")
     if c % og:
         raise PipelineError(f"offset_groups={og} must divide input channels {c}")
-    m = None
-    if mask is not None:
-        m = _as_f32(mask, "mask", 4)
-        if m.shape != (n, og * taps, h_out, w_out):
-            raise PipelineError(f"mask shape {tuple(m.shape)} must be {(n, og * taps, h_out, w_out)}")
-    b = None
-    if bias is not None:
-        b = _as_f32(bias, "bias").reshape(-1)
-        if b.size != c_out:
-            raise PipelineError(f"bias has {b.size} values, expected {c_out}")
-    out = np.empty((n, c_out, h_out, w_out), np.float32)
-    status = _lib().sr_deform_conv2d_f32(
-        _ptr(x), _ptr(w), _ptr(off), _ptr(m), _ptr(b), _ptr(out), n, c, h, wd, c_out, kh, kw, h_out, w_out,
-        sh, sw, pt, pl, dh, dw, g, og, int(emulate_fp16), int(column_budget))
+    return og
+
+
+def deform_conv2d(input, weight, offset, bias=None, mask=None, stride: int | Sequence[int] = 1,
+                  padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, groups: int | None = None,
+                  offset_groups: int | None = None, emulate_fp16: bool = False,
+                  column_budget: int = 0) -> np.ndarray:
+    """torchvision.ops.deform_conv2d on our CPU kernels (shapes and attributes checked by _deform_problem).
+    column_budget (bytes, 0 = default) sets the im2col chunk size."""
+    w = _as_f32(weight, "weight", 4)
+    p = _deform_problem(input, w.shape, offset, bias, mask, stride, padding, dilation, groups, offset_groups)
+    out = np.empty(p.out_shape, np.float32)
+    status = _lib().sr_deform_conv2d_f32(_ptr(p.x), _ptr(w), _ptr(p.offset), _ptr(p.mask), _ptr(p.bias), _ptr(out),
+                                         *p.ints, int(emulate_fp16), int(column_budget))
     _check(status, "deform_conv2d")
     return out
+
+
+def deform_conv2d_int8(input, x_step: float, x_zero: int, weight: np.ndarray, w_step, offset, bias=None, mask=None,
+                       stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
+                       dilation: int | Sequence[int] = 1, groups: int | None = None,
+                       offset_groups: int | None = None, threads: int = 0, portable: bool = False,
+                       out: np.ndarray | None = None) -> np.ndarray:
+    """deform_conv2d with its im2col columns quantized to uint8 (step x_step, zero point x_zero: ONNX
+    QuantizeLinear), int8 `weight` with one step per output channel (w_step), int32 accumulation, FP32 out and bias.
+    threads: the kernel's worker threads (0: one per core); portable: plain-loop GEMM even on AVX512-VNNI; out: a
+    C-contiguous float32 array of the output's shape to write into (else a new one)."""
+    w = np.asarray(weight)
+    if w.dtype != np.int8:
+        raise PipelineError(f"weight must be int8, got {w.dtype}")
+    w = np.ascontiguousarray(w)
+    p = _deform_problem(input, w.shape, offset, bias, mask, stride, padding, dilation, groups, offset_groups)
+    steps = np.ascontiguousarray(np.broadcast_to(np.asarray(w_step, np.float32).reshape(-1), (w.shape[0],)))
+    if out is None:
+        out = np.empty(p.out_shape, np.float32)
+    elif out.shape != p.out_shape or out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise PipelineError(f"out must be a C-contiguous float32 array of shape {p.out_shape}")
+    status = _lib().sr_deform_conv2d_int8(
+        _ptr(p.x), float(x_step), int(x_zero), w.ctypes.data_as(ctypes.POINTER(ctypes.c_int8)), _ptr(steps),
+        _ptr(p.offset), _ptr(p.mask), _ptr(p.bias), _ptr(out), *p.ints, int(threads), int(portable))
+    _check(status, "deform_conv2d_int8")
+    return out
+
+
+def deform_conv2d_int8_vnni() -> bool:
+    """Whether deform_conv2d_int8's GEMM runs on AVX512-VNNI on this CPU (else plain loops: the same integers)."""
+    return bool(_lib().sr_deform_conv2d_int8_vnni())
 
 
 def deform_conv2d_chunk(n: int, c_in: int, kh: int, kw: int, h_out: int, w_out: int, elem_size: int = 4,

@@ -7,7 +7,8 @@
   math, the 4x4 taps gathered and weighted, each row's columns first, then the rows, in float32. So tiles equal
   the whole image here too (the taps depend only on the size ratio and the output index's phase).
 - `sr::DeformConv2d` becomes DeformableConvolution-8 (offsets and mask as torchvision lays them out, bilinear
-  sampling that reads zeros outside the image) plus the bias.
+  sampling that reads zeros outside the image) plus the bias; in an int8 file whose DeformConv2d reads a quantized
+  input and int8 weights, our int8 CPU kernel instead (pipeline.native.openvino_int8).
 OpenVINO is imported only by the backend that runs it; its runtime sends no telemetry.
 """
 from __future__ import annotations
@@ -115,14 +116,20 @@ def deform_attrs(node) -> dict:
             "group": group, "deformable_group": offset_group}
 
 
-def convert_deform_conv(node) -> list:
-    """sr::DeformConv2d(X, W, offset[, B[, mask]]) with ONNX DeformConv's attributes (torchvision semantics)."""
+def convert_deform_conv(node, threads: int | None = None) -> list:
+    """sr::DeformConv2d(X, W, offset[, B[, mask]]) with ONNX DeformConv's attributes (torchvision semantics): our
+    int8 kernel where the file quantizes X and W (pipeline.native.openvino_int8, `threads` workers), else
+    DeformableConvolution-8 in float."""
+    from pipeline.native.openvino_int8 import int8_deform_conv
+
     attrs = deform_attrs(node)
     ops = _ops()
     x, weight, offset = node.get_input(0), node.get_input(1), node.get_input(2)
     count = node.get_input_size()
     bias = node.get_input(3) if count > 3 else None
     mask = node.get_input(4) if count > 4 else None
+    if (int8 := int8_deform_conv(x, weight, offset, bias, mask, attrs, threads)) is not None:
+        return [int8.output(0)]
     y = ops.deformable_convolution(x, offset, weight, mask=mask, bilinear_interpolation_pad=True, **attrs)
     if bias is not None:
         bias = ops.unsqueeze(bias, ops.constant(np.array([1, 2], dtype=np.int64)))  # [C] -> [C, 1, 1]
@@ -130,9 +137,10 @@ def convert_deform_conv(node) -> list:
     return [y.output(0)]
 
 
-def extensions() -> list:
-    """The conversion extensions for Core.add_extension (OpenVINO's ONNX frontend)."""
+def extensions(threads: int | None = None) -> list:
+    """The conversion extensions for Core.add_extension (OpenVINO's ONNX frontend); `threads`: the inference
+    threads, which our int8 DeformConv2d kernel uses too (None: one per core)."""
     from openvino.frontend.onnx import ConversionExtension
 
     return [ConversionExtension(DYNAMIC_RESIZE, DOMAIN, convert_dynamic_resize),
-            ConversionExtension(DEFORM_CONV, DOMAIN, convert_deform_conv)]
+            ConversionExtension(DEFORM_CONV, DOMAIN, lambda node: convert_deform_conv(node, threads))]

@@ -1,6 +1,7 @@
 // CPU build of the sr kernels: the per-element functions of the *Math.h headers in plain loops (FP32),
 // following the CUDA launchers' structure (same im2col layout and chunk rule) so tests exercise that logic too.
 #include "cpu/srKernelsCpu.h"
+#include "cpu/srKernelsCpuErrors.h"
 
 #include "deformConv2d/deformConv2dMath.h"
 #include "dynamicResize/dynamicResizeMath.h"
@@ -10,21 +11,37 @@
 #include <string>
 #include <vector>
 
-namespace
+namespace sr
 {
 
 thread_local std::string gLastError;
 
-int fail(int code, std::string const& msg)
+int cpuFail(int code, std::string const& msg)
 {
     gLastError = msg;
     return code;
 }
 
-int ok()
+int cpuOk()
 {
     gLastError.clear();
     return SR_OK;
+}
+
+} // namespace sr
+
+namespace
+{
+
+using sr::gLastError;
+int fail(int code, std::string const& msg)
+{
+    return sr::cpuFail(code, msg);
+}
+
+int ok()
+{
+    return sr::cpuOk();
 }
 
 // The sizes the column-chunking rules read (the rest of the shape does not change them).

@@ -137,6 +137,14 @@ SR_HD inline float deformIm2colElement(
     return deformModulated(image + static_cast<int64_t>(c) * s.hIn * s.wIn, t);
 }
 
+// One column element of the int8 path (the CPU int8 kernel, sr_deform_conv2d_int8): ONNX QuantizeLinear to uint8 of
+// the modulated sample, round half to even, then saturate to [0, 255] (NaN: 0).
+SR_HD inline uint8_t deformQuantizeU8(float v, float step, int zeroPoint)
+{
+    float const q = rintf(v / step) + static_cast<float>(zeroPoint);
+    return static_cast<uint8_t>(q > 0.0f ? (q < 255.0f ? q : 255.0f) : 0.0f);
+}
+
 // ---- Chunking: keeps the im2col workspace bounded -----------------------------------------------------------
 // Default budget for the columns buffer of one chunk.
 constexpr size_t kDeformConvColumnBudget = size_t(64) << 20; // 64 MiB
