@@ -125,10 +125,11 @@ class OpenVinoBackend(Backend):
 
         from pipeline.native.openvino_ops import extensions
 
+        hint = inference_hint(self.precision)
         core = ov.Core()
-        for ext in extensions(self.threads):
+        for ext in extensions(self.threads, bf16=hint == "bf16"):
             core.add_extension(ext)
-        config = {"INFERENCE_PRECISION_HINT": inference_hint(self.precision), "PERFORMANCE_HINT": "LATENCY"}
+        config = {"INFERENCE_PRECISION_HINT": hint, "PERFORMANCE_HINT": "LATENCY"}
         if self.threads:
             config["INFERENCE_NUM_THREADS"] = int(self.threads)
         try:

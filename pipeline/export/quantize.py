@@ -64,7 +64,6 @@ import onnx
 from pipeline.artifacts.atomic import atomic_path
 from pipeline.artifacts.cache import cache_dir
 from pipeline.artifacts.stamp import made_once, stamp, stamp_problem
-from pipeline.contract import DEFORM_CONV, DOMAIN
 from pipeline.errors import PipelineError, first_line
 from pipeline.precisions import version
 
@@ -348,70 +347,6 @@ def settle_biases(path: Path, corrections: dict[str, tuple[np.ndarray, np.ndarra
     onnx.save(model, str(path))
 
 
-def deform_convs(model: onnx.ModelProto) -> list[onnx.NodeProto]:
-    """Our sr::DeformConv2d nodes with initializer weights: their input and weights run int8 (quantize_deform_convs)."""
-    weights = {t.name for t in model.graph.initializer}
-    return [n for n in model.graph.node if n.domain == DOMAIN and n.op_type == DEFORM_CONV and n.input[1] in weights]
-
-
-def uint8_grid(lo: float, hi: float) -> tuple[float, int]:
-    """(step, zero point) of a uint8 grid over a calibrated range: [0, hi] in 255 steps for a non-negative input (a
-    ReLU's: all 8 bits for its values), else symmetric about zero point 128."""
-    if lo >= 0:
-        return max(hi, 1e-8) / 255, 0
-    return max(-lo, hi, 1e-8) / 127, 128
-
-
-def _float_source(name: str, producer: dict) -> str:
-    """The float tensor behind a DequantizeLinear(QuantizeLinear(x)) pair (the quantizer's, shared with a Conv), or
-    the name itself."""
-    dq = producer.get(name)
-    q = producer.get(dq.input[0]) if dq is not None and dq.op_type == "DequantizeLinear" else None
-    return q.input[0] if q is not None and q.op_type == "QuantizeLinear" else name
-
-
-def _int8_per_channel(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric int8 weights with one step per output channel (|w|'s max over 127; an all-zero channel: step 1)."""
-    top = np.abs(w).reshape(w.shape[0], -1).max(axis=1)
-    step = np.where(top > 0, top / 127, 1.0).astype(np.float32)
-    return np.clip(np.rint(w / step.reshape(-1, *[1] * (w.ndim - 1))), -127, 127).astype(np.int8), step
-
-
-def quantize_deform_convs(path: Path, grids: dict[str, tuple[float, int]]) -> None:
-    """Give each DeformConv2d (deform_convs) a uint8 QuantizeLinear/DequantizeLinear pair of its own on its float
-    input (its grid: uint8_grid of the calibrated range, by input name) and per-channel int8 weights behind a
-    DequantizeLinear: what our int8 kernel computes from (pipeline.native.openvino_int8); any other runtime runs the
-    dequantized values in float."""
-    from onnx import helper, numpy_helper
-
-    model = onnx.load(str(path))
-    producer = {out: n for n in model.graph.node for out in n.output}
-    inits = {t.name: t for t in model.graph.initializer}
-    added: dict[str, list[onnx.NodeProto]] = {}
-    for n in deform_convs(model):
-        source = _float_source(n.input[0], producer)
-        step, zero = grids[source]
-        tag = f"{n.name or n.output[0]}_int8".lstrip("/").replace("/", "_")
-        q, w_step = _int8_per_channel(numpy_helper.to_array(inits[n.input[1]]).astype(np.float32))
-        model.graph.initializer.extend([
-            numpy_helper.from_array(np.array(step, np.float32), f"{tag}_x_step"),
-            numpy_helper.from_array(np.array(zero, np.uint8), f"{tag}_x_zero"),
-            numpy_helper.from_array(q, f"{tag}_w"), numpy_helper.from_array(w_step, f"{tag}_w_step"),
-            numpy_helper.from_array(np.zeros(q.shape[0], np.int8), f"{tag}_w_zero")])
-        added[n.output[0]] = [
-            helper.make_node("QuantizeLinear", [source, f"{tag}_x_step", f"{tag}_x_zero"], [f"{tag}_xq"]),
-            helper.make_node("DequantizeLinear", [f"{tag}_xq", f"{tag}_x_step", f"{tag}_x_zero"], [f"{tag}_x"]),
-            helper.make_node("DequantizeLinear", [f"{tag}_w", f"{tag}_w_step", f"{tag}_w_zero"], [f"{tag}_wd"],
-                             axis=0)]
-        n.input[0], n.input[1] = f"{tag}_x", f"{tag}_wd"
-    if not added:
-        return
-    nodes = [m for n in model.graph.node for m in (*added.get(n.output[0], ()), n)]  # each pair before its node
-    del model.graph.node[:]
-    model.graph.node.extend(nodes)
-    onnx.save(model, str(path))
-
-
 def _per_output(node: onnx.NodeProto, weight: np.ndarray, mean: np.ndarray) -> np.ndarray:
     """The input channel means each output channel's weights meet, (out, in per group): grouped convs read a slice."""
     groups = next((a.i for a in node.attribute if a.name == "group"), 1)
@@ -540,10 +475,8 @@ def quantize(fp32: Path, dst: Path, scale: float, *, method: str = METHOD, keep:
     own = method in ("Percentile", "MinMax")  # ranges streamed here; others: ONNX Runtime's calibrator, in chunks
     bar = progress(len(feeds) * (1 if own else 2), "crop", "int8 calibration") if progress else None
     tick = bar.update if bar is not None else None
-    deform_inputs = [n.input[0] for n in deform_convs(model)]
     try:
-        ranged = list(dict.fromkeys((ranged_tensors(model, skip + shifted, float_outputs) if own else [])
-                                    + deform_inputs))
+        ranged = ranged_tensors(model, skip + shifted, float_outputs) if own else []
         stats, tallies = activation_stats(model, shifted, ranged, feeds, percentile, tick)
         # an image conv's input: 8-bit pixels at 1/255; a ReLU's: [0, its percentile] over 255 steps
         steps = {name: IMAGE_STEP if name in image else max(top, 1e-8) / 255 for name, (_, top) in stats.items()}
@@ -552,8 +485,6 @@ def quantize(fp32: Path, dst: Path, scale: float, *, method: str = METHOD, keep:
         if not [n for n in model.graph.node if n.op_type == "Conv" and n.name not in skip]:
             raise PipelineError(f"{fp32.name}: the int8 recipe leaves every convolution in float: nothing to "
                                 "quantize")
-        grids = {t: uint8_grid(*(percentile_range(tallies[t]) if method == "Percentile" else
-                                 (tallies[t].lo, tallies[t].hi))) for t in deform_inputs}
         ranges = _ranges(tallies, overrides, method) if own else None
         reader = None if own else _Feeds(feeds, tick)
         _quantize_static(model, dst, reader, ranges, method, skip, percentile, overrides, float_outputs)
@@ -561,7 +492,6 @@ def quantize(fp32: Path, dst: Path, scale: float, *, method: str = METHOD, keep:
         if bar is not None:
             bar.close()
     settle_biases(dst, corrections)
-    quantize_deform_convs(dst, grids)
 
 
 def _quantize_static(model, dst: Path, reader, ranges, method: str, skip: list[str], percentile: float,

@@ -16,7 +16,7 @@ import numpy as np
 from pipeline.errors import PipelineError
 from pipeline.native.libraries import cpu_kernels_library, load_library
 
-ABI_VERSION = 3  # 2: sr_deform_conv2d_min_workspace; 3: sr_deform_conv2d_int8
+ABI_VERSION = 3  # 2: sr_deform_conv2d_min_workspace; 3: sr_deform_conv2d_bf16
 _F32P = ctypes.POINTER(ctypes.c_float)
 _INT = ctypes.c_int
 
@@ -38,10 +38,9 @@ def _lib() -> ctypes.CDLL:
     lib.sr_deform_conv2d_chunk.restype = _INT
     lib.sr_deform_conv2d_min_workspace.argtypes = [_INT] * 6 + [ctypes.c_size_t, _INT]
     lib.sr_deform_conv2d_min_workspace.restype = ctypes.c_size_t
-    lib.sr_deform_conv2d_int8.argtypes = ([_F32P, ctypes.c_float, _INT, ctypes.POINTER(ctypes.c_int8)] + [_F32P] * 5
-                                          + [_INT] * 19)
-    lib.sr_deform_conv2d_int8.restype = _INT
-    lib.sr_deform_conv2d_int8_vnni.restype = _INT
+    lib.sr_deform_conv2d_bf16.argtypes = [_F32P] * 6 + [_INT] * 19
+    lib.sr_deform_conv2d_bf16.restype = _INT
+    lib.sr_deform_conv2d_bf16_native.restype = _INT
     lib.sr_round_to_half.argtypes = [_F32P, ctypes.c_size_t]
     lib.sr_round_to_half.restype = None
     return lib
@@ -202,35 +201,29 @@ def deform_conv2d(input, weight, offset, bias=None, mask=None, stride: int | Seq
     return out
 
 
-def deform_conv2d_int8(input, x_step: float, x_zero: int, weight: np.ndarray, w_step, offset, bias=None, mask=None,
-                       stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
-                       dilation: int | Sequence[int] = 1, groups: int | None = None,
+def deform_conv2d_bf16(input, weight, offset, bias=None, mask=None, stride: int | Sequence[int] = 1,
+                       padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, groups: int | None = None,
                        offset_groups: int | None = None, threads: int = 0, portable: bool = False,
                        out: np.ndarray | None = None) -> np.ndarray:
-    """deform_conv2d with its im2col columns quantized to uint8 (step x_step, zero point x_zero: ONNX
-    QuantizeLinear), int8 `weight` with one step per output channel (w_step), int32 accumulation, FP32 out and bias.
-    threads: the kernel's worker threads (0: one per core); portable: plain-loop GEMM even on AVX512-VNNI; out: a
-    C-contiguous float32 array of the output's shape to write into (else a new one)."""
-    w = np.asarray(weight)
-    if w.dtype != np.int8:
-        raise PipelineError(f"weight must be int8, got {w.dtype}")
-    w = np.ascontiguousarray(w)
+    """deform_conv2d with bf16 input, weights and im2col columns, FP32 accumulation and bias (AVX512-BF16 where the
+    CPU has it, else the same arithmetic in plain loops). threads: the kernel's worker threads (0: one per core);
+    portable: the plain loops even on AVX512-BF16; out: a C-contiguous float32 array of the output's shape to write
+    into (else a new one)."""
+    w = _as_f32(weight, "weight", 4)
     p = _deform_problem(input, w.shape, offset, bias, mask, stride, padding, dilation, groups, offset_groups)
-    steps = np.ascontiguousarray(np.broadcast_to(np.asarray(w_step, np.float32).reshape(-1), (w.shape[0],)))
     if out is None:
         out = np.empty(p.out_shape, np.float32)
     elif out.shape != p.out_shape or out.dtype != np.float32 or not out.flags.c_contiguous:
         raise PipelineError(f"out must be a C-contiguous float32 array of shape {p.out_shape}")
-    status = _lib().sr_deform_conv2d_int8(
-        _ptr(p.x), float(x_step), int(x_zero), w.ctypes.data_as(ctypes.POINTER(ctypes.c_int8)), _ptr(steps),
-        _ptr(p.offset), _ptr(p.mask), _ptr(p.bias), _ptr(out), *p.ints, int(threads), int(portable))
-    _check(status, "deform_conv2d_int8")
+    status = _lib().sr_deform_conv2d_bf16(_ptr(p.x), _ptr(w), _ptr(p.offset), _ptr(p.mask), _ptr(p.bias), _ptr(out),
+                                          *p.ints, int(threads), int(portable))
+    _check(status, "deform_conv2d_bf16")
     return out
 
 
-def deform_conv2d_int8_vnni() -> bool:
-    """Whether deform_conv2d_int8's GEMM runs on AVX512-VNNI on this CPU (else plain loops: the same integers)."""
-    return bool(_lib().sr_deform_conv2d_int8_vnni())
+def deform_conv2d_bf16_native() -> bool:
+    """Whether deform_conv2d_bf16 runs on AVX512-BF16 on this CPU (else plain loops: the same bytes, slower)."""
+    return bool(_lib().sr_deform_conv2d_bf16_native())
 
 
 def deform_conv2d_chunk(n: int, c_in: int, kh: int, kw: int, h_out: int, w_out: int, elem_size: int = 4,

@@ -7,8 +7,8 @@
   math, the 4x4 taps gathered and weighted, each row's columns first, then the rows, in float32. So tiles equal
   the whole image here too (the taps depend only on the size ratio and the output index's phase).
 - `sr::DeformConv2d` becomes DeformableConvolution-8 (offsets and mask as torchvision lays them out, bilinear
-  sampling that reads zeros outside the image) plus the bias; in an int8 file whose DeformConv2d reads a quantized
-  input and int8 weights, our int8 CPU kernel instead (pipeline.native.openvino_int8).
+  sampling that reads zeros outside the image) plus the bias; at bf16 inference precision (which OpenVINO's
+  DeformableConvolution does not have) our bf16 CPU kernel instead (pipeline.native.openvino_bf16).
 OpenVINO is imported only by the backend that runs it; its runtime sends no telemetry.
 """
 from __future__ import annotations
@@ -116,11 +116,11 @@ def deform_attrs(node) -> dict:
             "group": group, "deformable_group": offset_group}
 
 
-def convert_deform_conv(node, threads: int | None = None) -> list:
-    """sr::DeformConv2d(X, W, offset[, B[, mask]]) with ONNX DeformConv's attributes (torchvision semantics): our
-    int8 kernel where the file quantizes X and W (pipeline.native.openvino_int8, `threads` workers), else
-    DeformableConvolution-8 in float."""
-    from pipeline.native.openvino_int8 import int8_deform_conv
+def convert_deform_conv(node, threads: int | None = None, bf16: bool = False) -> list:
+    """sr::DeformConv2d(X, W, offset[, B[, mask]]) with ONNX DeformConv's attributes (torchvision semantics): at bf16
+    inference precision our bf16 kernel (pipeline.native.openvino_bf16, `threads` workers), else (or without the
+    kernel library) DeformableConvolution-8, which OpenVINO runs in FP32 whatever the precision."""
+    from pipeline.native.openvino_bf16 import bf16_deform_conv
 
     attrs = deform_attrs(node)
     ops = _ops()
@@ -128,8 +128,8 @@ def convert_deform_conv(node, threads: int | None = None) -> list:
     count = node.get_input_size()
     bias = node.get_input(3) if count > 3 else None
     mask = node.get_input(4) if count > 4 else None
-    if (int8 := int8_deform_conv(x, weight, offset, bias, mask, attrs, threads)) is not None:
-        return [int8.output(0)]
+    if bf16 and (fast := bf16_deform_conv([x, weight, offset, bias, mask], attrs, threads)) is not None:
+        return [fast.output(0)]
     y = ops.deformable_convolution(x, offset, weight, mask=mask, bilinear_interpolation_pad=True, **attrs)
     if bias is not None:
         bias = ops.unsqueeze(bias, ops.constant(np.array([1, 2], dtype=np.int64)))  # [C] -> [C, 1, 1]
@@ -137,10 +137,11 @@ def convert_deform_conv(node, threads: int | None = None) -> list:
     return [y.output(0)]
 
 
-def extensions(threads: int | None = None) -> list:
-    """The conversion extensions for Core.add_extension (OpenVINO's ONNX frontend); `threads`: the inference
-    threads, which our int8 DeformConv2d kernel uses too (None: one per core)."""
+def extensions(threads: int | None = None, bf16: bool = False) -> list:
+    """The conversion extensions for Core.add_extension (OpenVINO's ONNX frontend), for a model compiled with
+    `threads` inference threads (None: one per core) at bf16 inference precision or not: our bf16 DeformConv2d kernel
+    runs with them."""
     from openvino.frontend.onnx import ConversionExtension
 
     return [ConversionExtension(DYNAMIC_RESIZE, DOMAIN, convert_dynamic_resize),
-            ConversionExtension(DEFORM_CONV, DOMAIN, lambda node: convert_deform_conv(node, threads))]
+            ConversionExtension(DEFORM_CONV, DOMAIN, lambda node: convert_deform_conv(node, threads, bf16))]

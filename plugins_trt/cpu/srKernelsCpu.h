@@ -6,7 +6,6 @@
 #define SR_KERNELS_CPU_H
 
 #include <stddef.h>
-#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C"
@@ -42,18 +41,18 @@ extern "C"
         int w_out, int stride_h, int stride_w, int pad_h, int pad_w, int dil_h, int dil_w, int group, int offset_group,
         int emulate_fp16, size_t column_budget);
 
-    /* int8 deform_conv2d: each im2col element (mask * bilinear sample, as sr_deform_conv2d_f32 computes it) is
-     * quantized to uint8 as ONNX QuantizeLinear does (x_step, x_zero); weight is int8 [Cout, C/group, kH, kW] with one
-     * step per output channel (w_step[Cout]); int32 accumulation; out = (acc - x_zero * sum(weight)) * x_step *
-     * w_step[co] + bias[co]. mask / bias may be NULL. threads: worker threads (0 = one per core). portable != 0 runs
-     * the GEMM as plain loops even where AVX512-VNNI is present (the same integers: for tests). */
-    SR_API int sr_deform_conv2d_int8(const float* input, float x_step, int x_zero, const int8_t* weight,
-        const float* w_step, const float* offset, const float* mask, const float* bias, float* output, int n, int c_in,
-        int h_in, int w_in, int c_out, int k_h, int k_w, int h_out, int w_out, int stride_h, int stride_w, int pad_h,
-        int pad_w, int dil_h, int dil_w, int group, int offset_group, int threads, int portable);
+    /* bf16 deform_conv2d: input, weight and each im2col element (mask * bilinear sample of the bf16 input) rounded to
+     * bf16 (round to nearest even, subnormals to zero, as vcvtneps2bf16), products summed in FP32 (as vdpbf16ps:
+     * AVX512-BF16 where the CPU has it, the same arithmetic in plain loops elsewhere), plus the FP32 bias.
+     * mask / bias may be NULL. threads: worker threads (0 = one per core). portable != 0 runs the plain loops even
+     * where AVX512-BF16 is present (the same bytes: for tests). */
+    SR_API int sr_deform_conv2d_bf16(const float* input, const float* weight, const float* offset, const float* mask,
+        const float* bias, float* output, int n, int c_in, int h_in, int w_in, int c_out, int k_h, int k_w, int h_out,
+        int w_out, int stride_h, int stride_w, int pad_h, int pad_w, int dil_h, int dil_w, int group, int offset_group,
+        int threads, int portable);
 
-    /* 1 when sr_deform_conv2d_int8's GEMM runs on AVX512-VNNI on this CPU, else 0 (plain loops). */
-    SR_API int sr_deform_conv2d_int8_vnni(void);
+    /* 1 when sr_deform_conv2d_bf16 runs on AVX512-BF16 on this CPU, else 0 (plain loops). */
+    SR_API int sr_deform_conv2d_bf16_native(void);
 
     /* The chunk rule (deformConv2dChunk) for a shape: images per chunk and output rows per chunk. */
     SR_API int sr_deform_conv2d_chunk(int n, int c_in, int k_h, int k_w, int h_out, int w_out, size_t elem_size,

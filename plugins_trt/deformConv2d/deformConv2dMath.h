@@ -99,6 +99,14 @@ struct DeformTapSample
     float mask;
 };
 
+// Where kernel tap (i, j) of output position (oy, ox) samples, moved by its offset (dy, dx).
+SR_HD inline DeformSample deformTapPoint(DeformConvShape const& s, int i, int j, int oy, int ox, float dy, float dx)
+{
+    float const y = static_cast<float>(oy * s.strideH - s.padH + i * s.dilH) + dy;
+    float const x = static_cast<float>(ox * s.strideW - s.padW + j * s.dilW) + dx;
+    return deformSamplePoint(s.hIn, s.wIn, y, x);
+}
+
 template <typename T>
 SR_HD inline DeformTapSample deformTapSample(
     DeformConvShape const& s, T const* offset, T const* mask, int offGroup, int i, int j, int oy, int ox)
@@ -110,10 +118,8 @@ SR_HD inline DeformTapSample deformTapSample(
     T const* off = offset + static_cast<int64_t>(offGroup) * 2 * taps * plane;
     float const dy = toFloat(off[(2 * tap) * plane + pos]);
     float const dx = toFloat(off[(2 * tap + 1) * plane + pos]);
-    float const y = static_cast<float>(oy * s.strideH - s.padH + i * s.dilH) + dy;
-    float const x = static_cast<float>(ox * s.strideW - s.padW + j * s.dilW) + dx;
     DeformTapSample t;
-    t.at = deformSamplePoint(s.hIn, s.wIn, y, x);
+    t.at = deformTapPoint(s, i, j, oy, ox, dy, dx);
     t.mask = mask != nullptr ? toFloat(mask[(static_cast<int64_t>(offGroup) * taps + tap) * plane + pos]) : 1.0f;
     return t;
 }
@@ -137,12 +143,25 @@ SR_HD inline float deformIm2colElement(
     return deformModulated(image + static_cast<int64_t>(c) * s.hIn * s.wIn, t);
 }
 
-// One column element of the int8 path (the CPU int8 kernel, sr_deform_conv2d_int8): ONNX QuantizeLinear to uint8 of
-// the modulated sample, round half to even, then saturate to [0, 255] (NaN: 0).
-SR_HD inline uint8_t deformQuantizeU8(float v, float step, int zeroPoint)
+// bf16 of a float, round to nearest even, as AVX512-BF16's vcvtneps2bf16 does it: a NaN stays a quiet NaN and a
+// subnormal becomes a signed zero. The bf16 path's inputs, weights and columns (the CPU kernel sr_deform_conv2d_bf16).
+SR_HD inline uint16_t deformToBf16(float v)
 {
-    float const q = rintf(v / step) + static_cast<float>(zeroPoint);
-    return static_cast<uint8_t>(q > 0.0f ? (q < 255.0f ? q : 255.0f) : 0.0f);
+    uint32_t x;
+    std::memcpy(&x, &v, sizeof x);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return static_cast<uint16_t>((x >> 16) | 0x0040u);
+    if ((x & 0x7f800000u) == 0)
+        return static_cast<uint16_t>((x >> 16) & 0x8000u);
+    return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+SR_HD inline float deformFromBf16(uint16_t v)
+{
+    uint32_t const x = static_cast<uint32_t>(v) << 16;
+    float f;
+    std::memcpy(&f, &x, sizeof f);
+    return f;
 }
 
 // ---- Chunking: keeps the im2col workspace bounded -----------------------------------------------------------

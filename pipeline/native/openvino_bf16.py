@@ -1,0 +1,96 @@
+"""sr::DeformConv2d in bf16 for OpenVINO: our CPU kernel (kernels_cpu.deform_conv2d_bf16) as a custom operation.
+
+    bf16_deform_conv(inputs, attrs, threads) -> OpenVINO node | None
+
+OpenVINO's DeformableConvolution has no bf16 CPU kernel: where a model is compiled at bf16 inference precision (the
+bf16 precision, and the float parts of an int8 file: openvino_backend.inference_hint) it ran in FP32 and took most of
+deform-srcnn's time. Our kernel rounds the input, the weights and the sampled columns to bf16 and accumulates in FP32
+(AVX512-BF16), as OpenVINO's bf16 convolutions do. Without the kernel library the conversion returns None and the
+FP32 DeformableConvolution runs as before.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.errors import PipelineError
+
+
+def bf16_deform_conv(inputs: list, attrs: dict, threads: int | None):
+    """DeformConv2dBf16 on sr::DeformConv2d's inputs (X, W, offset, bias or None, mask or None), or None without
+    the kernel library or with pads the kernel does not take (different begin and end pads)."""
+    from pipeline.native import kernels_cpu
+
+    if attrs["pads_begin"] != attrs["pads_end"]:
+        return None
+    try:
+        kernels_cpu.library()
+    except PipelineError:  # no kernel library built: OpenVINO's FP32 DeformableConvolution runs instead
+        return None
+    present = [t for t in inputs if t is not None]
+    config = {"attrs": attrs, "bias": inputs[3] is not None, "mask": inputs[4] is not None,
+              "threads": int(threads or 0)}
+    return _op_class()(present, config)
+
+
+_OP = None
+
+
+def _op_class():
+    """DeformConv2dBf16, an openvino.Op, defined on first use (OpenVINO is imported only by the backend that runs
+    it)."""
+    global _OP
+    if _OP is None:
+        _OP = _define_op()
+    return _OP
+
+
+def _define_op():
+    import openvino as ov
+    from openvino import Op
+
+    class DeformConv2dBf16(Op):
+        """Inputs: X, W, offset[, bias][, mask] (float32); the convolution's attributes are the node's config."""
+
+        def __init__(self, inputs=None, config=None):
+            super().__init__(self)
+            self.config = config or {}
+            if inputs:
+                self.set_arguments(inputs)
+                self.constructor_validate_and_infer_types()
+
+        def validate_and_infer_types(self):
+            x, w, off = (self.get_input_partial_shape(i) for i in range(3))
+            self.set_output_type(0, ov.Type.f32, ov.PartialShape([x[0], w[0], off[2], off[3]]))
+
+        def clone_with_new_inputs(self, new_inputs):
+            return DeformConv2dBf16(new_inputs, self.config)
+
+        def get_type_name(self):
+            return "DeformConv2dBf16"
+
+        def has_evaluate(self):
+            return True
+
+        def visit_attributes(self, visitor):
+            return True
+
+        def evaluate(self, outputs, inputs):
+            x, w, off = (inputs[i].shape for i in range(3))
+            outputs[0].shape = ov.Shape([x[0], w[0], off[2], off[3]])
+            run(self.config, [t.data for t in inputs], outputs[0].data)
+            return True
+
+    return DeformConv2dBf16
+
+
+def run(config: dict, tensors: list[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
+    """The kernel on one call's tensors (X, W, offset[, bias][, mask]) with a node's config, into `out` if given."""
+    from pipeline.native import kernels_cpu
+
+    x, weight, offset, rest = tensors[0], tensors[1], tensors[2], list(tensors[3:])
+    bias = rest.pop(0) if config["bias"] else None
+    mask = rest.pop(0) if config["mask"] else None
+    a = config["attrs"]
+    return kernels_cpu.deform_conv2d_bf16(
+        x, weight, offset, bias, mask, stride=a["strides"], padding=a["pads_begin"], dilation=a["dilations"],
+        groups=a["group"], offset_groups=a["deformable_group"], threads=config["threads"], out=out)
