@@ -52,6 +52,19 @@ def test_the_bf16_kernel_is_the_fp32_kernel_within_bf16_rounding(case):
     assert portable.tobytes() == got.tobytes()  # AVX512-BF16 or plain loops, threads or not: the same bytes
 
 
+def test_bf16_io_is_the_float32_io_of_bf16_values_with_the_output_rounded():
+    p = _problem(5)
+    x, offset, mask = (_to_bf16(p[k]) for k in ("x", "offset", "mask"))
+    bits = [_bits(a) for a in (x, offset, mask)]
+    got = kernels_cpu.deform_conv2d_bf16(bits[0], p["weight"], bits[1], p["bias"], bits[2], bf16_io=True,
+                                         **p["attrs"])
+    assert got.dtype == np.uint16
+    ref = _to_bf16(kernels_cpu.deform_conv2d_bf16(x, p["weight"], offset, p["bias"], mask, **p["attrs"]))
+    assert got.tobytes() == _bits(ref).tobytes()
+    with pytest.raises(PipelineError, match="input must hold bf16 bit patterns"):
+        kernels_cpu.deform_conv2d_bf16(x, p["weight"], bits[1], p["bias"], bits[2], bf16_io=True, **p["attrs"])
+
+
 def test_bf16_values_make_the_bf16_kernel_exact_up_to_fp32_sums():
     """Inputs and weights already bf16, integer offsets and no mask: every column is an input value, so only the FP32
     sums (in another order than the FP32 kernel's) round."""
@@ -63,6 +76,11 @@ def test_bf16_values_make_the_bf16_kernel_exact_up_to_fp32_sums():
     got = kernels_cpu.deform_conv2d_bf16(p["x"], p["weight"], offset, p["bias"], None, **p["attrs"])
     ref = kernels_cpu.deform_conv2d(p["x"], p["weight"], offset, p["bias"], None, **p["attrs"])
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    """The bf16 bit patterns (uint16) of float32 values that are bf16 values."""
+    return (np.ascontiguousarray(a, np.float32).view(np.uint32) >> 16).astype(np.uint16)
 
 
 def _to_bf16(a: np.ndarray) -> np.ndarray:
@@ -116,5 +134,7 @@ def test_openvino_runs_deform_conv_on_the_bf16_kernel_at_bf16_precision_only(tmp
         np.testing.assert_allclose(got, ref, rtol=0, atol=1e-5)
         return
     assert "Reference" in layers and "DeformableConvolution" not in layers
-    ref = kernels_cpu.deform_conv2d_bf16(p["x"], p["weight"], p["offset"], p["bias"], p["mask"], **p["attrs"])
+    # its X, offset and mask reach it in bf16, and its output leaves in bf16
+    ref = _to_bf16(kernels_cpu.deform_conv2d_bf16(_to_bf16(p["x"]), p["weight"], _to_bf16(p["offset"]), p["bias"],
+                                                  _to_bf16(p["mask"]), **p["attrs"]))
     assert got.tobytes() == ref.tobytes()

@@ -38,7 +38,8 @@ def _lib() -> ctypes.CDLL:
     lib.sr_deform_conv2d_chunk.restype = _INT
     lib.sr_deform_conv2d_min_workspace.argtypes = [_INT] * 6 + [ctypes.c_size_t, _INT]
     lib.sr_deform_conv2d_min_workspace.restype = ctypes.c_size_t
-    lib.sr_deform_conv2d_bf16.argtypes = [_F32P] * 6 + [_INT] * 19
+    lib.sr_deform_conv2d_bf16.argtypes = ([ctypes.c_void_p, _F32P, ctypes.c_void_p, ctypes.c_void_p, _F32P,
+                                           ctypes.c_void_p] + [_INT] * 20)
     lib.sr_deform_conv2d_bf16.restype = _INT
     lib.sr_deform_conv2d_bf16_native.restype = _INT
     lib.sr_round_to_half.argtypes = [_F32P, ctypes.c_size_t]
@@ -133,12 +134,24 @@ class _DeformProblem:
     ints: tuple[int, ...]  # n, c_in, h_in, w_in, c_out, kh, kw, h_out, w_out, strides, begin pads, dilations, g, og
 
 
+def _as_bf16_bits(x, name: str, ndim: int | None = None) -> np.ndarray:
+    """Contiguous bf16 bit patterns (uint16) of an array that holds them: uint16, or the float16-typed view of a bf16
+    tensor OpenVINO hands out."""
+    arr = np.asarray(x)
+    if arr.dtype not in (np.uint16, np.float16):
+        raise PipelineError(f"{name} must hold bf16 bit patterns (uint16), got {arr.dtype}")
+    if ndim is not None and arr.ndim != ndim:
+        raise PipelineError(f"{name} must be {ndim}-D, got shape {tuple(arr.shape)}")
+    return np.ascontiguousarray(arr).view(np.uint16)
+
+
 def _deform_problem(input, weight_shape: tuple[int, ...], offset, bias, mask, stride, padding, dilation, groups,
-                    offset_groups) -> _DeformProblem:
+                    offset_groups, load=_as_f32) -> _DeformProblem:
     """Checks a deform_conv2d call's shapes and attributes (torchvision's rules); groups / offset_groups default to
-    what the shapes imply (C / weight.shape[1], offset.shape[1] / (2 kH kW)) and are checked against them when given."""
-    x = _as_f32(input, "input", 4)
-    off = _as_f32(offset, "offset", 4)
+    what the shapes imply (C / weight.shape[1], offset.shape[1] / (2 kH kW)) and are checked against them when given.
+    `load` makes input, offset and mask contiguous arrays of the kernel's element type (float32, or _as_bf16_bits)."""
+    x = load(input, "input", 4)
+    off = load(offset, "offset", 4)
     n, c, h, wd = x.shape
     if len(weight_shape) != 4:
         raise PipelineError(f"weight must be 4-D, got shape {tuple(weight_shape)}")
@@ -163,7 +176,7 @@ def _deform_problem(input, weight_shape: tuple[int, ...], offset, bias, mask, st
     og = _offset_groups(off, n, kh * kw, h_out, w_out, offset_groups, c)
     m = None
     if mask is not None:
-        m = _as_f32(mask, "mask", 4)
+        m = load(mask, "mask", 4)
         if m.shape != (n, og * kh * kw, h_out, w_out):
             raise PipelineError(f"mask shape {tuple(m.shape)} must be {(n, og * kh * kw, h_out, w_out)}")
     b = None
@@ -204,19 +217,22 @@ def deform_conv2d(input, weight, offset, bias=None, mask=None, stride: int | Seq
 def deform_conv2d_bf16(input, weight, offset, bias=None, mask=None, stride: int | Sequence[int] = 1,
                        padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, groups: int | None = None,
                        offset_groups: int | None = None, threads: int = 0, portable: bool = False,
-                       out: np.ndarray | None = None) -> np.ndarray:
+                       out: np.ndarray | None = None, bf16_io: bool = False) -> np.ndarray:
     """deform_conv2d with bf16 input, weights and im2col columns, FP32 accumulation and bias (AVX512-BF16 where the
     CPU has it, else the same arithmetic in plain loops). threads: the kernel's worker threads (0: one per core);
-    portable: the plain loops even on AVX512-BF16; out: a C-contiguous float32 array of the output's shape to write
-    into (else a new one)."""
+    portable: the plain loops even on AVX512-BF16; bf16_io: input, offset, mask and the output are bf16 bit patterns
+    (uint16, or OpenVINO's float16-typed views of bf16 tensors; the output rounded to bf16), else float32; out: a
+    C-contiguous array of the output's shape and type to write into (else a new one)."""
     w = _as_f32(weight, "weight", 4)
-    p = _deform_problem(input, w.shape, offset, bias, mask, stride, padding, dilation, groups, offset_groups)
+    load, kind = (_as_bf16_bits, np.uint16) if bf16_io else (_as_f32, np.float32)
+    p = _deform_problem(input, w.shape, offset, bias, mask, stride, padding, dilation, groups, offset_groups, load)
     if out is None:
-        out = np.empty(p.out_shape, np.float32)
-    elif out.shape != p.out_shape or out.dtype != np.float32 or not out.flags.c_contiguous:
-        raise PipelineError(f"out must be a C-contiguous float32 array of shape {p.out_shape}")
-    status = _lib().sr_deform_conv2d_bf16(_ptr(p.x), _ptr(w), _ptr(p.offset), _ptr(p.mask), _ptr(p.bias), _ptr(out),
-                                          *p.ints, int(threads), int(portable))
+        out = np.empty(p.out_shape, kind)
+    elif out.shape != p.out_shape or out.dtype.itemsize != np.dtype(kind).itemsize or not out.flags.c_contiguous:
+        raise PipelineError(f"out must be a C-contiguous {np.dtype(kind).name} array of shape {p.out_shape}")
+    status = _lib().sr_deform_conv2d_bf16(p.x.ctypes.data, _ptr(w), p.offset.ctypes.data,
+                                          None if p.mask is None else p.mask.ctypes.data, _ptr(p.bias),
+                                          out.ctypes.data, *p.ints, int(threads), int(portable), int(bf16_io))
     _check(status, "deform_conv2d_bf16")
     return out
 

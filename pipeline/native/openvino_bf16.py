@@ -26,10 +26,14 @@ def bf16_deform_conv(inputs: list, attrs: dict, threads: int | None):
         kernels_cpu.library()
     except PipelineError:  # no kernel library built: OpenVINO's FP32 DeformableConvolution runs instead
         return None
-    present = [t for t in inputs if t is not None]
-    config = {"attrs": attrs, "bias": inputs[3] is not None, "mask": inputs[4] is not None,
-              "threads": int(threads or 0)}
-    return _op_class()(present, config)
+    import openvino.opset13 as ops
+
+    # X, offset and mask in bf16 (what OpenVINO's bf16 layers around hold), the output too: no FP32 copies of them
+    x, weight, offset, bias, mask = inputs
+    bf16 = [ops.convert(t, "bf16").output(0) if t is not None else None for t in (x, offset, mask)]
+    present = [t for t in (bf16[0], weight, bf16[1], bias, bf16[2]) if t is not None]
+    config = {"attrs": attrs, "bias": bias is not None, "mask": mask is not None, "threads": int(threads or 0)}
+    return ops.convert(_op_class()(present, config).output(0), "f32")
 
 
 _OP = None
@@ -49,7 +53,8 @@ def _define_op():
     from openvino import Op
 
     class DeformConv2dBf16(Op):
-        """Inputs: X, W, offset[, bias][, mask] (float32); the convolution's attributes are the node's config."""
+        """Inputs: X, W, offset[, bias][, mask] (X, offset, mask and the output bf16, W and bias float32); the
+        convolution's attributes are the node's config."""
 
         def __init__(self, inputs=None, config=None):
             super().__init__(self)
@@ -60,7 +65,7 @@ def _define_op():
 
         def validate_and_infer_types(self):
             x, w, off = (self.get_input_partial_shape(i) for i in range(3))
-            self.set_output_type(0, ov.Type.f32, ov.PartialShape([x[0], w[0], off[2], off[3]]))
+            self.set_output_type(0, ov.Type.bf16, ov.PartialShape([x[0], w[0], off[2], off[3]]))
 
         def clone_with_new_inputs(self, new_inputs):
             return DeformConv2dBf16(new_inputs, self.config)
@@ -77,20 +82,34 @@ def _define_op():
         def evaluate(self, outputs, inputs):
             x, w, off = (inputs[i].shape for i in range(3))
             outputs[0].shape = ov.Shape([x[0], w[0], off[2], off[3]])
-            run(self.config, [t.data for t in inputs], outputs[0].data)
+            run(self.config, [_values(t) for t in inputs], outputs[0].data)
             return True
 
     return DeformConv2dBf16
 
 
+def _values(tensor) -> np.ndarray:
+    """An OpenVINO tensor's values: bf16 ones as their bit patterns (uint16), others as they are."""
+    data = tensor.data
+    return data.view(np.uint16) if tensor.element_type.get_type_name() == "bf16" else data
+
+
 def run(config: dict, tensors: list[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
-    """The kernel on one call's tensors (X, W, offset[, bias][, mask]) with a node's config, into `out` if given."""
+    """The kernel on one call's tensors (X, W, offset[, bias][, mask]; X, offset and mask bf16 bit patterns) with a
+    node's config, into `out` (bf16) if given."""
     from pipeline.native import kernels_cpu
 
-    x, weight, offset, rest = tensors[0], tensors[1], tensors[2], list(tensors[3:])
-    bias = rest.pop(0) if config["bias"] else None
+    x, weight, offset, rest = tensors[0], _float32(tensors[1]), tensors[2], list(tensors[3:])
+    bias = _float32(rest.pop(0)) if config["bias"] else None
     mask = rest.pop(0) if config["mask"] else None
     a = config["attrs"]
     return kernels_cpu.deform_conv2d_bf16(
         x, weight, offset, bias, mask, stride=a["strides"], padding=a["pads_begin"], dilation=a["dilations"],
-        groups=a["group"], offset_groups=a["deformable_group"], threads=config["threads"], out=out)
+        groups=a["group"], offset_groups=a["deformable_group"], threads=config["threads"], out=out, bf16_io=True)
+
+
+def _float32(values: np.ndarray) -> np.ndarray:
+    """Weights or bias as float32, from bf16 bit patterns where OpenVINO handed them over in bf16."""
+    if values.dtype == np.uint16:
+        return (values.astype(np.uint32) << 16).view(np.float32)
+    return values

@@ -73,16 +73,50 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void toBf16(
         dst[i] = sr::deformToBf16(src[i]);
 }
 
-// Rows [y0, y1) of one image's [C, H, W] planes rounded to bf16 as [H, W, C]: each row's planes are rounded
-// contiguously into `rowBuffer` (C * W values), then transposed.
-void toNhwcBf16(float const* src, uint16_t* dst, Bf16Problem const& p, int y0, int y1, uint16_t* rowBuffer)
+// The kernel's I/O element types: float32, or bf16 as its bit pattern (uint16_t; bf16_io).
+inline float loadValue(float v)
+{
+    return v;
+}
+
+inline float loadValue(uint16_t v)
+{
+    return sr::deformFromBf16(v);
+}
+
+inline void storeValue(float* dst, float v)
+{
+    *dst = v;
+}
+
+inline void storeValue(uint16_t* dst, float v)
+{
+    *dst = sr::deformToBf16(v);
+}
+
+// One row of C planes (W values each) as bf16 into `rowBuffer`: rounded from float32, copied from bf16.
+inline void rowToBf16(float const* src, int64_t plane, int c, int w, uint16_t* rowBuffer)
+{
+    for (int ch = 0; ch < c; ++ch)
+        toBf16(src + ch * plane, rowBuffer + static_cast<int64_t>(ch) * w, w);
+}
+
+inline void rowToBf16(uint16_t const* src, int64_t plane, int c, int w, uint16_t* rowBuffer)
+{
+    for (int ch = 0; ch < c; ++ch)
+        std::copy(src + ch * plane, src + ch * plane + w, rowBuffer + static_cast<int64_t>(ch) * w);
+}
+
+// Rows [y0, y1) of one image's [C, H, W] planes as bf16 [H, W, C]: each row's planes go contiguously into
+// `rowBuffer` (C * W values), then are transposed.
+template <typename T>
+void toNhwcBf16(T const* src, uint16_t* dst, Bf16Problem const& p, int y0, int y1, uint16_t* rowBuffer)
 {
     int const c = p.s.cIn, w = p.s.wIn;
     int64_t const plane = static_cast<int64_t>(p.s.hIn) * w;
     for (int y = y0; y < y1; ++y)
     {
-        for (int ch = 0; ch < c; ++ch)
-            toBf16(src + ch * plane + static_cast<int64_t>(y) * w, rowBuffer + static_cast<int64_t>(ch) * w, w);
+        rowToBf16(src + static_cast<int64_t>(y) * w, plane, c, w, rowBuffer);
         uint16_t* d = dst + static_cast<int64_t>(y) * w * c;
         for (int x = 0; x < w; ++x)
             for (int ch = 0; ch < c; ++ch)
@@ -116,7 +150,8 @@ inline TapCorners tapCorners(Bf16Problem const& p, uint16_t const* xb, float con
 
 // Output row oy's offsets and mask as [ox][offset group][tap] (dy, dx, mask: 1 without one), read plane by plane:
 // per pixel, 3 * offsetGroup * taps planes at once are more streams than the prefetchers follow.
-void stageRow(Bf16Problem const& p, float const* offset, float const* mask, int oy, float* staged)
+template <typename T>
+void stageRow(Bf16Problem const& p, T const* offset, T const* mask, int oy, float* staged)
 {
     sr::DeformConvShape const& s = p.s;
     int64_t const plane = static_cast<int64_t>(s.hOut) * s.wOut;
@@ -125,15 +160,15 @@ void stageRow(Bf16Problem const& p, float const* offset, float const* mask, int 
         for (int tap = 0; tap < p.taps; ++tap)
         {
             int64_t const row = static_cast<int64_t>(oy) * s.wOut;
-            float const* dy = offset + (static_cast<int64_t>(og) * 2 * p.taps + 2 * tap) * plane + row;
-            float const* dx = dy + plane;
-            float const* m = mask != nullptr ? mask + (static_cast<int64_t>(og) * p.taps + tap) * plane + row : nullptr;
+            T const* dy = offset + (static_cast<int64_t>(og) * 2 * p.taps + 2 * tap) * plane + row;
+            T const* dx = dy + plane;
+            T const* m = mask != nullptr ? mask + (static_cast<int64_t>(og) * p.taps + tap) * plane + row : nullptr;
             float* dst = staged + (og * p.taps + tap) * 3;
             for (int ox = 0; ox < s.wOut; ++ox)
             {
-                dst[ox * perPixel] = dy[ox];
-                dst[ox * perPixel + 1] = dx[ox];
-                dst[ox * perPixel + 2] = m != nullptr ? m[ox] : 1.0f;
+                dst[ox * perPixel] = loadValue(dy[ox]);
+                dst[ox * perPixel + 1] = loadValue(dx[ox]);
+                dst[ox * perPixel + 2] = m != nullptr ? loadValue(m[ox]) : 1.0f;
             }
         }
 }
@@ -298,7 +333,8 @@ struct Bf16Args
 };
 
 // Output rows [y0, y1) of one image: columns of a row, GEMM per group, bias, into the NCHW output.
-void rowsBf16(Bf16Args const& a, uint16_t const* xb, float const* offset, float const* mask, float* out, int y0, int y1)
+template <typename T>
+void rowsBf16(Bf16Args const& a, uint16_t const* xb, T const* offset, T const* mask, T* out, int y0, int y1)
 {
     Bf16Problem const& p = a.p;
     int64_t const pixelValues = static_cast<int64_t>(p.s.group) * p.kPad;
@@ -326,9 +362,9 @@ void rowsBf16(Bf16Args const& a, uint16_t const* xb, float const* offset, float 
             {
                 int const co = g * p.cOutG + o;
                 float const b = a.bias != nullptr ? a.bias[co] : 0.0f;
-                float* dst = out + co * plane + static_cast<int64_t>(oy) * p.s.wOut;
+                T* dst = out + co * plane + static_cast<int64_t>(oy) * p.s.wOut;
                 for (int ox = 0; ox < p.s.wOut; ++ox)
-                    dst[ox] = acc[static_cast<size_t>(ox) * p.oPad + o] + b;
+                    storeValue(dst + ox, acc[static_cast<size_t>(ox) * p.oPad + o] + b);
             }
         }
     }
@@ -349,7 +385,8 @@ void parallelRanges(int count, int threads, Fn fn)
         th.join();
 }
 
-void runBf16(Bf16Args const& a, float const* input, float const* offset, float const* mask, float* output, int threads)
+template <typename T>
+void runBf16(Bf16Args const& a, T const* input, T const* offset, T const* mask, T* output, int threads)
 {
     sr::DeformConvShape const& s = a.p.s;
     int64_t const inPlane = static_cast<int64_t>(s.hIn) * s.wIn;
@@ -363,14 +400,14 @@ void runBf16(Bf16Args const& a, float const* input, float const* offset, float c
     uint16_t* const xb = kept.data();
     for (int img = 0; img < s.n; ++img)
     {
-        float const* x = input + img * s.cIn * inPlane;
+        T const* x = input + img * s.cIn * inPlane;
         parallelRanges(s.hIn, threads, [&](int y0, int y1) {
             std::vector<uint16_t> rowBuffer(static_cast<size_t>(s.cIn) * s.wIn);
             toNhwcBf16(x, xb, a.p, y0, y1, rowBuffer.data());
         });
-        float const* off = offset + img * s.offsetGroup * 2 * taps * outPlane;
-        float const* mk = mask != nullptr ? mask + img * s.offsetGroup * taps * outPlane : nullptr;
-        float* out = output + img * s.cOut * outPlane;
+        T const* off = offset + img * s.offsetGroup * 2 * taps * outPlane;
+        T const* mk = mask != nullptr ? mask + img * s.offsetGroup * taps * outPlane : nullptr;
+        T* out = output + img * s.cOut * outPlane;
         parallelRanges(s.hOut, threads, [&](int y0, int y1) { rowsBf16(a, xb, off, mk, out, y0, y1); });
     }
 }
@@ -384,10 +421,10 @@ extern "C"
         return haveAvx512Bf16() ? 1 : 0;
     }
 
-    int sr_deform_conv2d_bf16(float const* input, float const* weight, float const* offset, float const* mask,
-        float const* bias, float* output, int n, int cIn, int hIn, int wIn, int cOut, int kH, int kW, int hOut,
+    int sr_deform_conv2d_bf16(void const* input, float const* weight, void const* offset, void const* mask,
+        float const* bias, void* output, int n, int cIn, int hIn, int wIn, int cOut, int kH, int kW, int hOut,
         int wOut, int strideH, int strideW, int padH, int padW, int dilH, int dilW, int group, int offsetGroup,
-        int threads, int portable)
+        int threads, int portable, int bf16Io)
     {
         sr::DeformConvShape const s {n, cIn, hIn, wIn, cOut, kH, kW, hOut, wOut, strideH, strideW, padH, padW, dilH,
             dilW, group, offsetGroup, bias != nullptr, mask != nullptr};
@@ -401,8 +438,14 @@ extern "C"
         {
             Bf16Args a {makeProblem(s), {}, bias, portable == 0 && haveAvx512Bf16()};
             a.packed = packWeights(weight, a.p);
-            runBf16(a, input, offset, mask, output,
-                threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+            int const workers
+                = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+            if (bf16Io != 0)
+                runBf16(a, static_cast<uint16_t const*>(input), static_cast<uint16_t const*>(offset),
+                    static_cast<uint16_t const*>(mask), static_cast<uint16_t*>(output), workers);
+            else
+                runBf16(a, static_cast<float const*>(input), static_cast<float const*>(offset),
+                    static_cast<float const*>(mask), static_cast<float*>(output), workers);
         }
         catch (std::exception const& e)
         {
