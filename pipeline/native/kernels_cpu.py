@@ -39,7 +39,7 @@ def _lib() -> ctypes.CDLL:
     lib.sr_deform_conv2d_min_workspace.argtypes = [_INT] * 6 + [ctypes.c_size_t, _INT]
     lib.sr_deform_conv2d_min_workspace.restype = ctypes.c_size_t
     lib.sr_deform_conv2d_bf16.argtypes = ([ctypes.c_void_p, _F32P, ctypes.c_void_p, ctypes.c_void_p, _F32P,
-                                           ctypes.c_void_p] + [_INT] * 20)
+                                           ctypes.c_void_p] + [_INT] * 21)
     lib.sr_deform_conv2d_bf16.restype = _INT
     lib.sr_deform_conv2d_bf16_native.restype = _INT
     lib.sr_round_to_half.argtypes = [_F32P, ctypes.c_size_t]
@@ -217,12 +217,14 @@ def deform_conv2d(input, weight, offset, bias=None, mask=None, stride: int | Seq
 def deform_conv2d_bf16(input, weight, offset, bias=None, mask=None, stride: int | Sequence[int] = 1,
                        padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, groups: int | None = None,
                        offset_groups: int | None = None, threads: int = 0, portable: bool = False,
-                       out: np.ndarray | None = None, bf16_io: bool = False) -> np.ndarray:
+                       out: np.ndarray | None = None, bf16_io: bool = False,
+                       mask_logits: bool = False) -> np.ndarray:
     """deform_conv2d with bf16 input, weights and im2col columns, FP32 accumulation and bias (AVX512-BF16 where the
     CPU has it, else the same arithmetic in plain loops). threads: the kernel's worker threads (0: one per core);
     portable: the plain loops even on AVX512-BF16; bf16_io: input, offset, mask and the output are bf16 bit patterns
     (uint16, or OpenVINO's float16-typed views of bf16 tensors; the output rounded to bf16), else float32; out: a
-    C-contiguous array of the output's shape and type to write into (else a new one)."""
+    C-contiguous array of the output's shape and type to write into (else a new one); mask_logits: `mask` holds
+    logits, the mask is their sigmoid."""
     w = _as_f32(weight, "weight", 4)
     load, kind = (_as_bf16_bits, np.uint16) if bf16_io else (_as_f32, np.float32)
     p = _deform_problem(input, w.shape, offset, bias, mask, stride, padding, dilation, groups, offset_groups, load)
@@ -232,7 +234,8 @@ def deform_conv2d_bf16(input, weight, offset, bias=None, mask=None, stride: int 
         raise PipelineError(f"out must be a C-contiguous {np.dtype(kind).name} array of shape {p.out_shape}")
     status = _lib().sr_deform_conv2d_bf16(p.x.ctypes.data, _ptr(w), p.offset.ctypes.data,
                                           None if p.mask is None else p.mask.ctypes.data, _ptr(p.bias),
-                                          out.ctypes.data, *p.ints, int(threads), int(portable), int(bf16_io))
+                                          out.ctypes.data, *p.ints, int(threads), int(portable), int(bf16_io),
+                                          int(mask_logits))
     _check(status, "deform_conv2d_bf16")
     return out
 

@@ -28,12 +28,65 @@ def bf16_deform_conv(inputs: list, attrs: dict, threads: int | None):
         return None
     import openvino.opset13 as ops
 
-    # X, offset and mask in bf16 (what OpenVINO's bf16 layers around hold), the output too: no FP32 copies of them
     x, weight, offset, bias, mask = inputs
+    split = mask_logits_split(offset, mask)
+    if split is not None:  # one tensor of offsets and mask logits: no split copies, the kernel takes the sigmoid
+        offset, mask = split, None
+    # X, offset and mask in bf16 (what OpenVINO's bf16 layers around hold), the output too: no FP32 copies of them
     bf16 = [ops.convert(t, "bf16").output(0) if t is not None else None for t in (x, offset, mask)]
     present = [t for t in (bf16[0], weight, bf16[1], bias, bf16[2]) if t is not None]
-    config = {"attrs": attrs, "bias": bias is not None, "mask": mask is not None, "threads": int(threads or 0)}
+    config = {"attrs": attrs, "bias": bias is not None, "mask": mask is not None, "logits": split is not None,
+              "threads": int(threads or 0)}
     return ops.convert(_op_class()(present, config).output(0), "f32")
+
+
+def _constant(output, depth: int = 3) -> np.ndarray | None:
+    """The value of an output computed from constants alone (the frontend may wrap one in Convert or Unsqueeze),
+    evaluated node by node; None when it depends on anything else."""
+    import openvino as ov
+
+    node = output.get_node()
+    if node.get_type_name() == "Constant":
+        return np.array(node.get_data())
+    if depth == 0 or node.get_input_size() == 0 or node.get_output_size() != 1 or \
+            not node.get_output_partial_shape(0).is_static:
+        return None
+    values = [_constant(node.input_value(i), depth - 1) for i in range(node.get_input_size())]
+    if any(v is None for v in values):
+        return None
+    result = ov.Tensor(node.get_output_element_type(0), node.get_output_shape(0))
+    if not node.evaluate([result], [ov.Tensor(np.ascontiguousarray(v)) for v in values]):
+        return None
+    return np.array(result.data)
+
+
+def _channel_slice(output) -> tuple | None:
+    """(source, start, stop) of a step-1 Slice along the channel axis with constant bounds, else None."""
+    node = output.get_node()
+    if node.get_type_name() != "Slice" or node.get_input_size() != 5:
+        return None
+    start, stop, step, axes = (_constant(node.input_value(i)) for i in range(1, 5))
+    if any(v is None or v.size != 1 for v in (start, stop, step, axes)) or int(step.item()) != 1 or \
+            int(axes.item()) != 1:
+        return None
+    return node.input_value(0), int(start.item()), int(stop.item())
+
+
+def mask_logits_split(offset, mask):
+    """The tensor T where offset = T[:, :2k] and mask = Sigmoid(T[:, 2k:3k]) with T's 3k channels (a torchvision
+    model's offset/mask convolution, split: OpenVINO copies both parts out of it), else None."""
+    if mask is None or mask.get_node().get_type_name() != "Sigmoid":
+        return None
+    a, b = _channel_slice(offset), _channel_slice(mask.get_node().input_value(0))
+    if a is None or b is None or a[0].get_node().get_friendly_name() != b[0].get_node().get_friendly_name() or \
+            a[0].get_index() != b[0].get_index():
+        return None
+    channels = a[0].get_partial_shape()[1]
+    k2 = a[2]
+    if not channels.is_static or a[1] != 0 or b[1] != k2 or k2 % 2 or channels.get_length() != k2 + k2 // 2 or \
+            b[2] < channels.get_length():
+        return None
+    return a[0]
 
 
 _OP = None
@@ -102,10 +155,14 @@ def run(config: dict, tensors: list[np.ndarray], out: np.ndarray | None = None) 
     x, weight, offset, rest = tensors[0], _float32(tensors[1]), tensors[2], list(tensors[3:])
     bias = _float32(rest.pop(0)) if config["bias"] else None
     mask = rest.pop(0) if config["mask"] else None
+    if config["logits"]:  # offsets and mask logits in one tensor (mask_logits_split)
+        k2 = offset.shape[1] * 2 // 3
+        offset, mask = offset[:, :k2], offset[:, k2:]
     a = config["attrs"]
     return kernels_cpu.deform_conv2d_bf16(
         x, weight, offset, bias, mask, stride=a["strides"], padding=a["pads_begin"], dilation=a["dilations"],
-        groups=a["group"], offset_groups=a["deformable_group"], threads=config["threads"], out=out, bf16_io=True)
+        groups=a["group"], offset_groups=a["deformable_group"], threads=config["threads"], out=out, bf16_io=True,
+        mask_logits=config["logits"])
 
 
 def _float32(values: np.ndarray) -> np.ndarray:

@@ -31,12 +31,14 @@ struct Bf16Problem
 {
     sr::DeformConvShape s;
     int cInG, cOutG, taps, kLen, kPad, oPad, wPad;
+    bool maskLogits; // the mask tensor holds logits: the mask is their sigmoid
 };
 
-Bf16Problem makeProblem(sr::DeformConvShape const& s)
+Bf16Problem makeProblem(sr::DeformConvShape const& s, bool maskLogits)
 {
     Bf16Problem p {};
     p.s = s;
+    p.maskLogits = maskLogits;
     p.cInG = s.cIn / s.group;
     p.cOutG = s.cOut / s.group;
     p.taps = s.kH * s.kW;
@@ -168,7 +170,8 @@ void stageRow(Bf16Problem const& p, T const* offset, T const* mask, int oy, floa
             {
                 dst[ox * perPixel] = loadValue(dy[ox]);
                 dst[ox * perPixel + 1] = loadValue(dx[ox]);
-                dst[ox * perPixel + 2] = m != nullptr ? loadValue(m[ox]) : 1.0f;
+                float const mv = m != nullptr ? loadValue(m[ox]) : 1.0f;
+                dst[ox * perPixel + 2] = p.maskLogits && m != nullptr ? sr::deformMaskFromLogit(mv) : mv;
             }
         }
 }
@@ -424,7 +427,7 @@ extern "C"
     int sr_deform_conv2d_bf16(void const* input, float const* weight, void const* offset, void const* mask,
         float const* bias, void* output, int n, int cIn, int hIn, int wIn, int cOut, int kH, int kW, int hOut,
         int wOut, int strideH, int strideW, int padH, int padW, int dilH, int dilW, int group, int offsetGroup,
-        int threads, int portable, int bf16Io)
+        int threads, int portable, int bf16Io, int maskLogits)
     {
         sr::DeformConvShape const s {n, cIn, hIn, wIn, cOut, kH, kW, hOut, wOut, strideH, strideW, padH, padW, dilH,
             dilW, group, offsetGroup, bias != nullptr, mask != nullptr};
@@ -436,7 +439,7 @@ extern "C"
             return sr::cpuFail(SR_ERR_NULL_POINTER, "deform_conv2d_bf16: null buffer");
         try
         {
-            Bf16Args a {makeProblem(s), {}, bias, portable == 0 && haveAvx512Bf16()};
+            Bf16Args a {makeProblem(s, maskLogits != 0), {}, bias, portable == 0 && haveAvx512Bf16()};
             a.packed = packWeights(weight, a.p);
             int const workers
                 = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

@@ -46,11 +46,12 @@ extern "C"
      * AVX512-BF16 where the CPU has it, the same arithmetic in plain loops elsewhere), plus the FP32 bias.
      * mask / bias may be NULL. threads: worker threads (0 = one per core). portable != 0 runs the plain loops even
      * where AVX512-BF16 is present (the same bytes: for tests). bf16_io != 0: input, offset, mask and output are bf16
-     * bit patterns (uint16, NCHW; the output rounded to bf16), else float32; weight and bias are float32 either way. */
+     * bit patterns (uint16, NCHW; the output rounded to bf16), else float32; weight and bias are float32 either way.
+     * mask_logits != 0: mask holds logits, the mask is their sigmoid (a graph's Sigmoid fused in). */
     SR_API int sr_deform_conv2d_bf16(const void* input, const float* weight, const void* offset, const void* mask,
         const float* bias, void* output, int n, int c_in, int h_in, int w_in, int c_out, int k_h, int k_w, int h_out,
         int w_out, int stride_h, int stride_w, int pad_h, int pad_w, int dil_h, int dil_w, int group, int offset_group,
-        int threads, int portable, int bf16_io);
+        int threads, int portable, int bf16_io, int mask_logits);
 
     /* 1 when sr_deform_conv2d_bf16 runs on AVX512-BF16 on this CPU, else 0 (plain loops). */
     SR_API int sr_deform_conv2d_bf16_native(void);

@@ -164,6 +164,13 @@ SR_HD inline float deformFromBf16(uint16_t v)
     return f;
 }
 
+// The mask from its logit (torchvision models predict mask logits and apply a sigmoid): the bf16 CPU kernel takes
+// the logits where the graph's Sigmoid is fused into it.
+SR_HD inline float deformMaskFromLogit(float v)
+{
+    return 1.0f / (1.0f + expf(-v));
+}
+
 // ---- Chunking: keeps the im2col workspace bounded -----------------------------------------------------------
 // Default budget for the columns buffer of one chunk.
 constexpr size_t kDeformConvColumnBudget = size_t(64) << 20; // 64 MiB
