@@ -138,3 +138,37 @@ def test_openvino_runs_deform_conv_on_the_bf16_kernel_at_bf16_precision_only(tmp
     ref = _to_bf16(kernels_cpu.deform_conv2d_bf16(_to_bf16(p["x"]), p["weight"], _to_bf16(p["offset"]), p["bias"],
                                                   _to_bf16(p["mask"]), **p["attrs"]))
     assert got.tobytes() == ref.tobytes()
+
+
+def test_openvino_feeds_the_kernel_the_offset_and_mask_logits_tensor_unsplit(tmp_path):
+    """A torchvision model's offset/mask conv output T, split as offset = T[:, :2k] and mask = Sigmoid(T[:, 2k:]):
+    the kernel reads T itself and takes the sigmoid, so OpenVINO runs no split and no Sigmoid."""
+    ov = pytest.importorskip("openvino", reason="OpenVINO is not installed")
+    from pipeline.native.openvino_ops import extensions
+
+    p = _problem(6, n=1, c=16, c_out=8)
+    k2 = p["offset"].shape[1]
+    logits = np.random.default_rng(6).standard_normal(p["mask"].shape).astype(np.float32)
+    model = _deform_model(p)
+    consts = {"s0": [0], "s1": [k2], "s2": [k2 + k2 // 2], "ax": [1], "st": [1]}
+    model.graph.initializer.extend(nh.from_array(np.array(v, np.int64), k) for k, v in consts.items())
+    model.graph.input[1].CopyFrom(helper.make_tensor_value_info("T", TP.FLOAT, [1, k2 + k2 // 2, *p["mask"].shape[2:]]))
+    del model.graph.input[2]
+    model.graph.node.insert(0, helper.make_node("Slice", ["T", "s0", "s1", "ax", "st"], ["offset"]))
+    model.graph.node.insert(1, helper.make_node("Slice", ["T", "s1", "s2", "ax", "st"], ["logits"]))
+    model.graph.node.insert(2, helper.make_node("Sigmoid", ["logits"], ["mask"]))
+    path = tmp_path / "split.onnx"
+    onnx.save(model, path)
+    core = ov.Core()
+    for ext in extensions(threads=2, bf16=True):
+        core.add_extension(ext)
+    compiled = core.compile_model(core.read_model(str(path)), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    layers = {op.get_rt_info()["layerType"].astype(str) for op in compiled.get_runtime_model().get_ops()}
+    assert "Reference" in layers and not layers & {"Sigmoid", "VariadicSplit", "StridedSlice", "Slice", "Split"}
+    got = compiled({"X": p["x"], "T": np.concatenate([p["offset"], logits], axis=1)})[0]
+    ref = kernels_cpu.deform_conv2d_bf16(_to_bf16(p["x"]), p["weight"], _to_bf16(p["offset"]), p["bias"],
+                                         _to_bf16(logits), mask_logits=True, **p["attrs"])
+    assert got.tobytes() == _to_bf16(ref).tobytes()
+    sigmoid = kernels_cpu.deform_conv2d_bf16(_to_bf16(p["x"]), p["weight"], _to_bf16(p["offset"]), p["bias"],
+                                             1 / (1 + np.exp(-_to_bf16(logits))), **p["attrs"])
+    np.testing.assert_allclose(ref, sigmoid, rtol=0, atol=_bound(p).max())  # the same mask, up to bf16 rounding
