@@ -135,29 +135,71 @@ struct TapCorners
     float mask;
 };
 
-// Tap (i, j) of output pixel (oy, ox) from its staged (dy, dx, mask) (stageRow).
-inline TapCorners tapCorners(Bf16Problem const& p, uint16_t const* xb, float const* staged, int i, int j, int oy,
-    int ox, uint16_t const* zeroRow)
+constexpr int kTapBlock = 64; // output pixels whose sample points are computed together, per (offset group, tap)
+
+// The sample points of one (offset group, tap) for up to kTapBlock pixels of a row: deformSamplePoint's plane
+// indices (-1: corner outside) and weights, and the masks.
+struct TapBlock
 {
-    sr::DeformSample const at = sr::deformTapPoint(p.s, i, j, oy, ox, staged[0], staged[1]);
+    int32_t idx[4][kTapBlock];
+    float w[4][kTapBlock];
+    float mask[kTapBlock];
+};
+
+// deformTapPoint / deformSamplePoint for pixels [ox0, ox0 + count) of row oy, tap (i, j), without branches so the
+// wide path's compiler vectorizes it (the same float operations in the same order: the same values).
+// `dy`, `dx`, `m` are the row's staged planes of this (offset group, tap).
+inline __attribute__((always_inline)) void tapPoints(Bf16Problem const& p, float const* dy, float const* dx,
+    float const* m, int i, int j, int oy, int ox0, int count, TapBlock& tb)
+{
+    sr::DeformConvShape const& s = p.s;
+    float const h = static_cast<float>(s.hIn), w = static_cast<float>(s.wIn);
+    float const baseY = static_cast<float>(oy * s.strideH - s.padH + i * s.dilH);
+    for (int q = 0; q < count; ++q)
+    {
+        int const ox = ox0 + q;
+        float const y0 = baseY + dy[ox];
+        float const x0 = static_cast<float>(ox * s.strideW - s.padW + j * s.dilW) + dx[ox];
+        bool const inside = !(y0 <= -1.0f || h <= y0 || x0 <= -1.0f || w <= x0);
+        float const y = inside ? y0 : 0.0f, x = inside ? x0 : 0.0f; // keeps the int conversions below defined
+        float const fy = floorf(y), fx = floorf(x);
+        int const yLow = static_cast<int>(fy), xLow = static_cast<int>(fx);
+        float const ly = y - fy, lx = x - fx;
+        float const hy = 1.0f - ly, hx = 1.0f - lx;
+        bool const top = inside && yLow >= 0, bottom = inside && yLow + 1 <= s.hIn - 1;
+        bool const left = xLow >= 0, right = xLow + 1 <= s.wIn - 1;
+        int const at = yLow * s.wIn + xLow;
+        tb.idx[0][q] = top && left ? at : -1;
+        tb.idx[1][q] = top && right ? at + 1 : -1;
+        tb.idx[2][q] = bottom && left ? at + s.wIn : -1;
+        tb.idx[3][q] = bottom && right ? at + s.wIn + 1 : -1;
+        tb.w[0][q] = inside ? hy * hx : 0.0f;
+        tb.w[1][q] = inside ? hy * lx : 0.0f;
+        tb.w[2][q] = inside ? ly * hx : 0.0f;
+        tb.w[3][q] = inside ? ly * lx : 0.0f;
+        tb.mask[q] = m[ox];
+    }
+}
+
+inline TapCorners tapCorners(Bf16Problem const& p, uint16_t const* xb, TapBlock const& tb, int q, uint16_t const* zeroRow)
+{
     TapCorners tc;
     for (int k = 0; k < 4; ++k)
     {
-        tc.r[k] = at.idx[k] >= 0 ? xb + static_cast<int64_t>(at.idx[k]) * p.s.cIn : zeroRow;
-        tc.w[k] = at.w[k];
+        tc.r[k] = tb.idx[k][q] >= 0 ? xb + static_cast<int64_t>(tb.idx[k][q]) * p.s.cIn : zeroRow;
+        tc.w[k] = tb.w[k][q];
     }
-    tc.mask = staged[2];
+    tc.mask = tb.mask[q];
     return tc;
 }
 
-// Output row oy's offsets and mask as [ox][offset group][tap] (dy, dx, mask: 1 without one), read plane by plane:
-// per pixel, 3 * offsetGroup * taps planes at once are more streams than the prefetchers follow.
+// Output row oy's offsets and mask as planes [offset group][tap][dy, dx, mask][ox] (mask 1 without one), read plane
+// by plane from NCHW.
 template <typename T>
 void stageRow(Bf16Problem const& p, T const* offset, T const* mask, int oy, float* staged)
 {
     sr::DeformConvShape const& s = p.s;
     int64_t const plane = static_cast<int64_t>(s.hOut) * s.wOut;
-    int const perPixel = s.offsetGroup * p.taps * 3;
     for (int og = 0; og < s.offsetGroup; ++og)
         for (int tap = 0; tap < p.taps; ++tap)
         {
@@ -165,13 +207,13 @@ void stageRow(Bf16Problem const& p, T const* offset, T const* mask, int oy, floa
             T const* dy = offset + (static_cast<int64_t>(og) * 2 * p.taps + 2 * tap) * plane + row;
             T const* dx = dy + plane;
             T const* m = mask != nullptr ? mask + (static_cast<int64_t>(og) * p.taps + tap) * plane + row : nullptr;
-            float* dst = staged + (og * p.taps + tap) * 3;
+            float* dst = staged + static_cast<int64_t>(og * p.taps + tap) * 3 * s.wOut;
             for (int ox = 0; ox < s.wOut; ++ox)
             {
-                dst[ox * perPixel] = loadValue(dy[ox]);
-                dst[ox * perPixel + 1] = loadValue(dx[ox]);
+                dst[ox] = loadValue(dy[ox]);
+                dst[s.wOut + ox] = loadValue(dx[ox]);
                 float const mv = m != nullptr ? loadValue(m[ox]) : 1.0f;
-                dst[ox * perPixel + 2] = p.maskLogits && m != nullptr ? sr::deformMaskFromLogit(mv) : mv;
+                dst[2 * s.wOut + ox] = p.maskLogits && m != nullptr ? sr::deformMaskFromLogit(mv) : mv;
             }
         }
 }
@@ -212,27 +254,35 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) inline void spanAvx512(
     spanPortable(t, c, stop, dst);
 }
 
-// The bf16 columns of output row `oy`: cols[ox][group][kPad], j = tap * cInG + c. `xb` is the image as bf16 NHWC.
+// The bf16 columns of output row `oy`: cols[ox][group][kPad], j = tap * cInG + c. `xb` is the image as bf16 NHWC,
+// `staged` the row's offsets and mask (stageRow), `blocks` room for offsetGroup * taps TapBlocks.
 template <bool Wide>
 inline __attribute__((always_inline)) void sampleRowT(Bf16Problem const& p, uint16_t const* xb, float const* staged,
-    int oy, uint16_t* cols, uint16_t const* zeroRow)
+    int oy, uint16_t* cols, uint16_t const* zeroRow, TapBlock* blocks)
 {
     sr::DeformConvShape const& s = p.s;
     int const cPerOg = s.cIn / s.offsetGroup;
     int64_t const pixelValues = static_cast<int64_t>(s.group) * p.kPad;
-    for (int ox = 0; ox < s.wOut; ++ox)
+    for (int ox0 = 0; ox0 < s.wOut; ox0 += kTapBlock)
+    {
+        int const count = std::min(kTapBlock, s.wOut - ox0);
         for (int og = 0; og < s.offsetGroup; ++og)
-            for (int i = 0; i < s.kH; ++i)
-                for (int j = 0; j < s.kW; ++j)
+            for (int tap = 0; tap < p.taps; ++tap)
+            {
+                float const* st = staged + static_cast<int64_t>(og * p.taps + tap) * 3 * s.wOut;
+                tapPoints(p, st, st + s.wOut, st + 2 * s.wOut, tap / s.kW, tap % s.kW, oy, ox0, count,
+                    blocks[og * p.taps + tap]);
+            }
+        for (int q = 0; q < count; ++q)
+            for (int og = 0; og < s.offsetGroup; ++og)
+                for (int tap = 0; tap < p.taps; ++tap)
                 {
-                    int const tap = i * s.kW + j;
-                    float const* st = staged + ((static_cast<int64_t>(ox) * s.offsetGroup + og) * p.taps + tap) * 3;
-                    TapCorners const t = tapCorners(p, xb, st, i, j, oy, ox, zeroRow);
+                    TapCorners const t = tapCorners(p, xb, blocks[og * p.taps + tap], q, zeroRow);
                     for (int c = og * cPerOg, cEnd = (og + 1) * cPerOg; c < cEnd;)
                     {
                         int const g = c / p.cInG;
                         int const stop = std::min(cEnd, (g + 1) * p.cInG);
-                        uint16_t* dst = cols + ox * pixelValues + g * p.kPad + tap * p.cInG - g * p.cInG; // dst[c]
+                        uint16_t* dst = cols + (ox0 + q) * pixelValues + g * p.kPad + tap * p.cInG - g * p.cInG;
                         if constexpr (Wide)
                             spanAvx512(t, c, stop, dst);
                         else
@@ -240,18 +290,19 @@ inline __attribute__((always_inline)) void sampleRowT(Bf16Problem const& p, uint
                         c = stop;
                     }
                 }
+    }
 }
 
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) void sampleRowAvx512(
-    Bf16Problem const& p, uint16_t const* xb, float const* staged, int oy, uint16_t* cols, uint16_t const* zeroRow)
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void sampleRowAvx512(Bf16Problem const& p, uint16_t const* xb,
+    float const* staged, int oy, uint16_t* cols, uint16_t const* zeroRow, TapBlock* blocks)
 {
-    sampleRowT<true>(p, xb, staged, oy, cols, zeroRow);
+    sampleRowT<true>(p, xb, staged, oy, cols, zeroRow, blocks);
 }
 
-void sampleRowPortable(
-    Bf16Problem const& p, uint16_t const* xb, float const* staged, int oy, uint16_t* cols, uint16_t const* zeroRow)
+void sampleRowPortable(Bf16Problem const& p, uint16_t const* xb, float const* staged, int oy, uint16_t* cols,
+    uint16_t const* zeroRow, TapBlock* blocks)
 {
-    sampleRowT<false>(p, xb, staged, oy, cols, zeroRow);
+    sampleRowT<false>(p, xb, staged, oy, cols, zeroRow, blocks);
 }
 
 // acc[px][o] = sum_j cols[px][j] * w[j][o] in FP32 for `pixels` pixels `ld` values apart, as vdpbf16ps sums: per
@@ -346,14 +397,15 @@ void rowsBf16(Bf16Args const& a, uint16_t const* xb, T const* offset, T const* m
     std::vector<float> acc(static_cast<size_t>(p.wPad) * p.oPad);
     std::vector<uint16_t> const zeroRow(p.s.cIn, 0);
     std::vector<float> staged(static_cast<size_t>(p.s.wOut) * p.s.offsetGroup * p.taps * 3);
+    std::vector<TapBlock> blocks(static_cast<size_t>(p.s.offsetGroup) * p.taps);
     size_t const groupWeights = static_cast<size_t>(p.kPad) * p.oPad;
     for (int oy = y0; oy < y1; ++oy)
     {
         stageRow(p, offset, mask, oy, staged.data());
         if (a.wide)
-            sampleRowAvx512(p, xb, staged.data(), oy, cols.data(), zeroRow.data());
+            sampleRowAvx512(p, xb, staged.data(), oy, cols.data(), zeroRow.data(), blocks.data());
         else
-            sampleRowPortable(p, xb, staged.data(), oy, cols.data(), zeroRow.data());
+            sampleRowPortable(p, xb, staged.data(), oy, cols.data(), zeroRow.data(), blocks.data());
         for (int g = 0; g < p.s.group; ++g)
         {
             uint16_t const* wp = a.packed.data() + groupWeights * g;
