@@ -102,7 +102,8 @@ def _deform_model(p):
     a = p["attrs"]
     node = helper.make_node("DeformConv2d", ["X", "W", "offset", "B", "mask"], ["Y"], domain="sr",
                             pads=[a["padding"]] * 4, strides=[a["stride"]] * 2, dilations=[a["dilation"]] * 2,
-                            group=a["groups"], offset_group=a["offset_groups"], kernel_shape=list(p["weight"].shape[2:]))
+                            group=a["groups"], offset_group=a["offset_groups"],
+                            kernel_shape=list(p["weight"].shape[2:]))
     graph = helper.make_graph(
         [node], "g", [helper.make_tensor_value_info(name, TP.FLOAT, list(p[key].shape))
                       for name, key in (("X", "x"), ("offset", "offset"), ("mask", "mask"))],

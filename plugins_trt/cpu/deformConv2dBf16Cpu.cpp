@@ -68,8 +68,7 @@ std::vector<uint16_t> packWeights(float const* w, Bf16Problem const& p)
 }
 
 // count values rounded to bf16; cloned per ISA (integer arithmetic: the same bytes from each clone).
-__attribute__((target_clones("avx512f", "avx2", "default"))) void toBf16(
-    float const* src, uint16_t* dst, int64_t count)
+__attribute__((target_clones("avx512f", "avx2", "default"))) void toBf16(float const* src, uint16_t* dst, int64_t count)
 {
     for (int64_t i = 0; i < count; ++i)
         dst[i] = sr::deformToBf16(src[i]);
@@ -181,7 +180,8 @@ inline __attribute__((always_inline)) void tapPoints(Bf16Problem const& p, float
     }
 }
 
-inline TapCorners tapCorners(Bf16Problem const& p, uint16_t const* xb, TapBlock const& tb, int q, uint16_t const* zeroRow)
+inline TapCorners tapCorners(
+    Bf16Problem const& p, uint16_t const* xb, TapBlock const& tb, int q, uint16_t const* zeroRow)
 {
     TapCorners tc;
     for (int k = 0; k < 4; ++k)
@@ -245,7 +245,8 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) inline void spanAvx512(
                  w3 = _mm512_set1_ps(t.w[3]);
     for (; c + 16 <= stop; c += 16)
     {
-        __m512 v = _mm512_add_ps(_mm512_mul_ps(w0, cornerValues(t.r[0], c)), _mm512_mul_ps(w1, cornerValues(t.r[1], c)));
+        __m512 v
+            = _mm512_add_ps(_mm512_mul_ps(w0, cornerValues(t.r[0], c)), _mm512_mul_ps(w1, cornerValues(t.r[1], c)));
         v = _mm512_add_ps(v, _mm512_mul_ps(w2, cornerValues(t.r[2], c)));
         v = _mm512_add_ps(v, _mm512_mul_ps(w3, cornerValues(t.r[3], c)));
         __m256bh const b = _mm512_cvtneps_pbh(_mm512_mul_ps(v, m));
@@ -432,9 +433,8 @@ void parallelRanges(int count, int threads, Fn fn)
     int const t = std::max(1, std::min(threads, count));
     std::vector<std::thread> pool;
     for (int k = 1; k < t; ++k)
-        pool.emplace_back([&, k] {
-            fn(static_cast<int>(int64_t(count) * k / t), static_cast<int>(int64_t(count) * (k + 1) / t));
-        });
+        pool.emplace_back(
+            [&, k] { fn(static_cast<int>(int64_t(count) * k / t), static_cast<int>(int64_t(count) * (k + 1) / t)); });
     fn(0, static_cast<int>(int64_t(count) / t));
     for (std::thread& th : pool)
         th.join();
@@ -456,10 +456,12 @@ void runBf16(Bf16Args const& a, T const* input, T const* offset, T const* mask, 
     for (int img = 0; img < s.n; ++img)
     {
         T const* x = input + img * s.cIn * inPlane;
-        parallelRanges(s.hIn, threads, [&](int y0, int y1) {
-            std::vector<uint16_t> rowBuffer(static_cast<size_t>(s.cIn) * s.wIn);
-            toNhwcBf16(x, xb, a.p, y0, y1, rowBuffer.data());
-        });
+        parallelRanges(s.hIn, threads,
+            [&](int y0, int y1)
+            {
+                std::vector<uint16_t> rowBuffer(static_cast<size_t>(s.cIn) * s.wIn);
+                toNhwcBf16(x, xb, a.p, y0, y1, rowBuffer.data());
+            });
         T const* off = offset + img * s.offsetGroup * 2 * taps * outPlane;
         T const* mk = mask != nullptr ? mask + img * s.offsetGroup * taps * outPlane : nullptr;
         T* out = output + img * s.cOut * outPlane;
@@ -477,9 +479,9 @@ extern "C"
     }
 
     int sr_deform_conv2d_bf16(void const* input, float const* weight, void const* offset, void const* mask,
-        float const* bias, void* output, int n, int cIn, int hIn, int wIn, int cOut, int kH, int kW, int hOut,
-        int wOut, int strideH, int strideW, int padH, int padW, int dilH, int dilW, int group, int offsetGroup,
-        int threads, int portable, int bf16Io, int maskLogits)
+        float const* bias, void* output, int n, int cIn, int hIn, int wIn, int cOut, int kH, int kW, int hOut, int wOut,
+        int strideH, int strideW, int padH, int padW, int dilH, int dilW, int group, int offsetGroup, int threads,
+        int portable, int bf16Io, int maskLogits)
     {
         sr::DeformConvShape const s {n, cIn, hIn, wIn, cOut, kH, kW, hOut, wOut, strideH, strideW, padH, padW, dilH,
             dilW, group, offsetGroup, bias != nullptr, mask != nullptr};
