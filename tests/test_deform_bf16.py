@@ -118,6 +118,7 @@ def test_openvino_runs_deform_conv_on_the_bf16_kernel_at_bf16_precision_only(tmp
     OpenVINO's DeformableConvolution (FP32). (Compiled at f32 either way: a bf16 hint needs a bf16 CPU, and the
     kernel is the node's whatever OpenVINO runs around it.)"""
     ov = pytest.importorskip("openvino", reason="OpenVINO is not installed")
+    from pipeline.native.openvino_bf16 import compile_config
     from pipeline.native.openvino_ops import extensions
 
     p = _problem(4, c=16, c_out=8)
@@ -126,7 +127,10 @@ def test_openvino_runs_deform_conv_on_the_bf16_kernel_at_bf16_precision_only(tmp
     core = ov.Core()
     for ext in extensions(threads=2, bf16=bf16):
         core.add_extension(ext)
-    compiled = core.compile_model(core.read_model(str(path)), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    model = core.read_model(str(path))
+    # the kernel's worker threads must not inherit a pinned inference thread's single core
+    assert compile_config(model) == ({"ENABLE_CPU_PINNING": False} if bf16 else {})
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32", **compile_config(model)})
     layers = {op.get_rt_info()["layerType"].astype(str) for op in compiled.get_runtime_model().get_ops()}
     got = compiled({"X": p["x"], "offset": p["offset"], "mask": p["mask"]})[0]
     if not bf16:

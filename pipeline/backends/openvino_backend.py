@@ -123,6 +123,7 @@ class OpenVinoBackend(Backend):
     def _compile(self, path: Path):
         import openvino as ov
 
+        from pipeline.native.openvino_bf16 import compile_config
         from pipeline.native.openvino_ops import extensions
 
         hint = inference_hint(self.precision)
@@ -133,7 +134,8 @@ class OpenVinoBackend(Backend):
         if self.threads:
             config["INFERENCE_NUM_THREADS"] = int(self.threads)
         try:
-            return core.compile_model(core.read_model(str(path)), "CPU", config)
+            model = core.read_model(str(path))
+            return core.compile_model(model, "CPU", {**config, **compile_config(model)})
         except Exception as e:  # OpenVINO raises RuntimeError subclasses of its own
             raise PipelineError(f"OpenVINO cannot load {path.name}: {openvino_cause(e)}") from None
 
