@@ -63,6 +63,7 @@ import onnx
 
 from pipeline.artifacts.atomic import atomic_path
 from pipeline.artifacts.cache import cache_dir
+from pipeline.artifacts.onnx_file import FOLDED_SCALE_KEY
 from pipeline.artifacts.stamp import made_once, stamp, stamp_problem
 from pipeline.errors import PipelineError, first_line
 from pipeline.precisions import version
@@ -71,7 +72,10 @@ RECIPE = version("qdq")  # part of the file's name: bumped in pipeline.precision
 CROP = 120  # LR calibration crop side: above every folded graph's smallest input
 PERCENTILE = 99.999
 METHOD = "Percentile"  # onnxruntime.quantization.CalibrationMethod's name
-KEEP_FLOAT = ("first", "last")  # the convolutions left in float, see excluded()
+KEEP_FLOAT = ("first", "last")  # the convolutions a model's own graph leaves in float, see excluded()
+# A folded graph's (pipeline.export.fold) leaves none: its first and last layers outside the image and ReLU-fed convs
+# are the border strips, a 6-pixel frame (3 % of a 768x768 output), and in bf16 they cost more than int8 (docstring)
+FOLDED_KEEP_FLOAT: tuple[str, ...] = ()
 CROPS = 5  # calibration crops per training image
 SHIFT_RELU = True  # ReLU-fed convs read their input shifted into all of int8 (relu_convs, shift_inputs)
 # Calibration feeds per pass of ONNX Runtime's calibrator (CalibStridedMinMax): it keeps every activation of a pass,
@@ -81,7 +85,14 @@ CALIB_CHUNK = 2
 
 def recipe_id() -> str:
     """What an int8 file's stamp says it was made by: the recipe and its calibration settings."""
-    return f"q{RECIPE}/{METHOD}/{PERCENTILE}/{CROPS}x{CROP}/{'+'.join(KEEP_FLOAT)}/shift_relu={SHIFT_RELU}"
+    return (f"q{RECIPE}/{METHOD}/{PERCENTILE}/{CROPS}x{CROP}/{'+'.join(KEEP_FLOAT)}/"
+            f"folded:{'+'.join(FOLDED_KEEP_FLOAT) or 'none'}/shift_relu={SHIFT_RELU}")
+
+
+def keep_float(model: onnx.ModelProto) -> tuple[str, ...]:
+    """The recipe's float layers for this graph (excluded()'s `keep`): a folded graph's or a model graph's."""
+    folded = any(p.key == FOLDED_SCALE_KEY for p in model.metadata_props)
+    return FOLDED_KEEP_FLOAT if folded else KEEP_FLOAT
 
 
 def _sha(path: Path) -> str:
@@ -460,12 +471,14 @@ def _load_fp32(fp32: Path) -> onnx.ModelProto:
     return onnx.load(str(fp32.resolve()), load_external_data=True)
 
 
-def quantize(fp32: Path, dst: Path, scale: float, *, method: str = METHOD, keep: tuple[str, ...] = KEEP_FLOAT,
+def quantize(fp32: Path, dst: Path, scale: float, *, method: str = METHOD, keep: tuple[str, ...] | None = None,
              crops: int = CROPS, percentile: float = PERCENTILE, exact_image: bool = True,
              float_outputs: bool = True, shift_relu: bool = SHIFT_RELU, progress=None) -> None:
     """Write the Q/DQ file of `fp32` (calibrated at `scale`) to `dst`. The keywords are the recipe (the defaults
-    are the shipped one); scripts/int8_recipes.py tries others. `progress(total, unit, desc)` makes a bar."""
+    are the shipped one: `keep` None is keep_float's); scripts/int8_recipes.py tries others. `progress(total, unit,
+    desc)` makes a bar."""
     model = _load_fp32(Path(fp32))
+    keep = keep_float(model) if keep is None else keep
     feeds = _calibration(scale, {i.name for i in model.graph.input}, crops)
     if not feeds:
         raise PipelineError("no training image is large enough to calibrate int8")
