@@ -143,6 +143,26 @@ def test_relu_fed_convs_are_shifted_into_all_of_int8_and_their_biases_corrected(
     assert 0 < np.sqrt((err ** 2).mean()) < 0.015
 
 
+def test_openvino_says_where_an_int8_call_spends_its_time_and_every_convolution_runs_int8(auto_cache, monkeypatch):
+    """op_breakdown: OpenVINO's own per-layer counters of the graph that runs (srcnn-x3's folded x3 int8 file), per
+    op type and kernel, largest first; no convolution runs in a float kernel (the border strips neither); the bench
+    report lists them."""
+    pytest.importorskip("openvino", reason="OpenVINO is not installed")
+    from pipeline.htmlreport import to_markdown
+    from pipeline.report.bench import op_breakdown_blocks
+
+    monkeypatch.setenv("SRDEPLOY_CACHE", str(auto_cache))  # the int8 file of the first test
+    b = create_named("openvino", "srcnn-x3", "int8", threads=1)
+    ops = b.op_breakdown(64, 3.0, calls=2)
+    assert ops == sorted(ops, key=lambda o: -o["ms"]) and all(o["ms"] >= 0 for o in ops)
+    convs = [o for o in ops if o["op"] in ("Convolution", "GroupConvolution")]
+    assert {"Convolution", "GroupConvolution"} <= {o["op"] for o in convs}
+    assert all(o["kernel"].upper().endswith("I8") for o in convs), convs
+    assert create_named("torch", "srcnn-x3", "fp32").op_breakdown(64, 3.0) is None  # no counters: said as None
+    text = to_markdown(op_breakdown_blocks([{"model": "srcnn-x3", "label": "openvino int8", "ops": ops}], 64))
+    assert "srcnn-x3 (openvino int8)" in text and f"{ops[0]['op']} {ops[0]['kernel']}" in text
+
+
 @pytest.mark.parametrize("model", ["srcnn-x3", "deform-srcnn"])
 def test_int8_is_within_its_budget_on_the_held_out_set(model, monkeypatch, auto_cache):
     """The shipped recipe (the image conv exact, the ReLU-fed unpadded convs shifted, a model graph's other first-
