@@ -18,13 +18,16 @@ from pipeline.export.quantize import (
     IMAGE_STEP,
     KEEP_FLOAT,
     excluded,
+    explicit_padding,
     first_layer_convs,
     image_convs,
+    input_shift,
     int8_file,
     keep_float,
     last_layer_convs,
     relu_convs,
     shift_inputs,
+    strip_convs,
 )
 from pipeline.native import cpu
 from tests.caches import own_cache
@@ -66,6 +69,12 @@ def test_int8_file_of_a_folded_graph_runs_every_conv_int8_with_the_image_conv_ex
     assert strips and keep_float(fp32) == () and not excluded(fp32, keep_float(fp32))
     convs = {n.name: n for n in q.graph.node if n.op_type == "Conv"}
     assert strips <= set(convs) and all(fed_by.get(n.input[1]) == "DequantizeLinear" for n in convs.values())
+    assert set(strip_convs(fp32, keep_float(fp32))) == strips
+    for name in strips:  # read over their whole range: shifted, their padding a Pad before the shift
+        quant = producer[producer[convs[name].input[0]].input[0]]
+        sub = producer[quant.input[0]]
+        assert sub.op_type == "Sub" and fed_by[sub.input[0]] == "Pad"
+        assert not any(next(a.ints for a in convs[name].attribute if a.name == "pads"))
     model_graph = onnx.load(str(onnx_for("srcnn-x3")), load_external_data=False)
     assert keep_float(model_graph) == KEEP_FLOAT and excluded(model_graph, keep_float(model_graph))
     # the image conv reads the shifted image through a QuantizeLinear at exactly 1/255, so 8-bit pixels are exact
@@ -102,6 +111,24 @@ def test_the_image_shift_computes_the_same_and_makes_8_bit_pixels_exact_in_int8(
     step = overrides[next(iter(overrides))][0]
     q = np.round((x - np.float32(IMAGE_SHIFT)) / step["scale"])
     assert np.array_equal(q, pixels - 128) and q.min() >= -128 and q.max() <= 127  # int8, lossless
+
+
+def test_the_strips_padding_moves_into_a_pad_and_their_input_is_read_over_its_whole_range(folded_x3):
+    """A folded graph's strip convs (what a model graph's rule keeps in float) lose their own zero padding to a Pad
+    node before them, the same function (explicit_padding); input_shift maps a calibrated [min, percentile] onto
+    int8's 256 values (a ReLU's [0, percentile] likewise, the image at exactly 1/255)."""
+    model = onnx.load(str(folded_x3))
+    strips = strip_convs(model, keep_float(model))
+    assert len(strips) == 8 and set(strips) <= set(first_layer_convs(model)) | set(last_layer_convs(model))
+    assert strip_convs(model, KEEP_FLOAT) == [] and sorted(explicit_padding(model, strips)) == sorted(strips)
+    onnx.checker.check_model(model)
+    x = np.random.default_rng(3).random((1, 3, 40, 44), dtype=np.float32)
+    ref = _run(onnx.load(str(folded_x3)), x)
+    assert np.abs(_run(model, x) - ref).max() < 1e-5 and np.abs(ref[..., :2, :]).max() > 0.1  # the frame too
+    shift, step = input_shift((None, 1.0, -0.1), image=False, full=True)
+    assert np.isclose(shift - 128 * step, -0.1) and np.isclose(shift + 127 * step, 1.0)
+    assert np.allclose(input_shift((None, 1.0, -0.1), image=False, full=False), (128 / 255, 1 / 255))
+    assert input_shift((None, 1.0, -0.1), image=True, full=False) == (IMAGE_SHIFT, IMAGE_STEP)
 
 
 def _run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
