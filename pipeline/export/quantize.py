@@ -51,6 +51,9 @@ float) -> recipe 6, on a 2-core AMX Xeon (scripts/int8_recipes.py):
     srcnn         0.18  -> 0.18 dB    OVER (fold3 in int8 costs it 0.11: with fold3 in float it lost 0.074 dB):
                                       `auto` never picks it and `sr --precision int8` says it is over budget.
 
+(Recipe 7 changes only the folded graphs: srcnn, on the EPYC of the figures below, 0.165 -> 0.166 dB, still over;
+deform-srcnn has none and keeps its file's contents.)
+
 Recipe 6 -> 7 (a folded graph's border strips int8, read over their whole range), srcnn-x3 on a 2-core AMD EPYC
 (AVX512-BF16/VNNI, no AMX; shared, load average 1.6; 256x256 -> 768x768, one interleaved run of 41 rounds,
 medians): loss 0.0515 -> 0.0537 dB, fidelity to fp32 49.9 (worst image 48.2) -> 49.7 (48.1) dB (the strips in
@@ -65,15 +68,22 @@ roofline, torch._int_mm) was 835 GOP/s at 2 threads: srcnn-x3's 23.6 GOP take 28
 Where the time goes, and the floor: fold1 (7x7, 3 -> 576) 35 %, fold3 (3x3, 288 -> 27) 30 % and fold2 (grouped 1x1)
 20 % of the counted time are the same three int8 convolutions in NNCF's graph, ~85 % of its time; the rest is the
 strips (3.5 %), DepthToSpace, Concat, Slice and reorders to NCHW (~7 %). With nothing but those three left, ours
-would be at most 1/0.85 = 1.18x NNCF's: the issue's 1.2x needs fewer MACs in them. fold3 reads conv3's 5x5 HR
-window through a 3x3 LR window shared by all 9 output phases, so 69 % of its MACs multiply zero weights (fold1's
-folded 7x7 kernels: 18 %); dropping them takes one conv per output phase, 3 output channels each for fold3, far
-under the int8 kernels' 16-channel blocking (not tried). Tried and not kept: fold2's 9 identical groups as one dense
-1x1 conv over the phases moved into the batch (the dense kernel alone 2x faster, but in OpenVINO's NHWC int8 layout
-the reshape is two reorders of the 576-channel map: 1.5x slower overall; into the width through transposes: 4x);
-the image conv's shift and Q/DQ ahead of its edge Pad (Q/DQ -> Pad -> Conv runs fold1 in bf16, 2x slower; with a
-second Q/DQ after the Pad: 0.7 %, noise); uint8 activations with zero point 0 instead of the shift (NNCF's choice,
-VNNI's native u8 x s8): 1.6 % at 1 thread, but TensorRT reads the same file and takes int8 with zero point 0 only.
+would be at most 1/0.85 = 1.18x NNCF's: the issue's 1.2x needs fewer MACs in them. fold3 reads conv3's 5x5 HR window
+through a 3x3 LR window shared by all 9 output phases, so 69 % of its MACs multiply zero weights (fold1's folded 7x7
+kernels: 18 %); dropping them takes one conv per output phase, 3 output channels each for fold3, far under the int8
+kernels' 16-channel blocking (not tried). fold1 does split well: one conv per output phase, each cropped to its
+kernel's non-zero rows and columns (6x6 to 7x7: 18 % fewer MACs), each phase's fold2 group then a dense 64 -> 32 1x1
+conv, one Concat of the nine before fold3 (exact in fp32): 87 ms CPU time at 1 thread against 97 for recipe 7 and 93
+for NNCF in one interleaved run (load average 6.5), the Concat (ref_I8) itself ~5 % of it. Not shipped: OpenVINO
+2026.4 computes that Q/DQ graph wrong (0.245 mean error against fp32 where ONNX Runtime running the same file is
+0.008 off, as recipe 7 is through OpenVINO) unless the Concat's output is also a model output: a fusion across the
+Concat to isolate first (the time above is the miscompiled graph's). Tried and not kept: fold2's 9 identical groups
+as one dense 1x1 conv over the phases moved into the batch (the dense kernel alone 2x faster, but in OpenVINO's NHWC
+int8 layout the reshape is two reorders of the 576-channel map: 1.5x slower overall; into the width through
+transposes: 4x); the image conv's shift and Q/DQ ahead of its edge Pad (Q/DQ -> Pad -> Conv runs fold1 in bf16, 2x
+slower; with a second Q/DQ after the Pad: 0.7 %, noise); uint8 activations with zero point 0 instead of the shift
+(NNCF's choice, VNNI's native u8 x s8): 1.6 % at 1 thread, but TensorRT reads the same file and takes int8 with zero
+point 0 only.
 
 scripts/int8_recipes.py measures other recipes (KEEP:METHOD:CROPS:PERCENTILE and switches).
 """
