@@ -76,14 +76,15 @@ kernel's non-zero rows and columns (6x6 to 7x7: 18 % fewer MACs), each phase's f
 conv, one Concat of the nine before fold3 (exact in fp32): 87 ms CPU time at 1 thread against 97 for recipe 7 and 93
 for NNCF in one interleaved run (load average 6.5), the Concat (ref_I8) itself ~5 % of it. Not shipped: OpenVINO
 2026.4 computes that Q/DQ graph wrong (0.245 mean error against fp32 where ONNX Runtime running the same file is
-0.008 off, as recipe 7 is through OpenVINO) unless the Concat's output is also a model output: a fusion across the
-Concat to isolate first (the time above is the miscompiled graph's). Tried and not kept: fold2's 9 identical groups
-as one dense 1x1 conv over the phases moved into the batch (the dense kernel alone 2x faster, but in OpenVINO's NHWC
-int8 layout the reshape is two reorders of the 576-channel map: 1.5x slower overall; into the width through
-transposes: 4x); the image conv's shift and Q/DQ ahead of its edge Pad (Q/DQ -> Pad -> Conv runs fold1 in bf16, 2x
-slower; with a second Q/DQ after the Pad: 0.7 %, noise); uint8 activations with zero point 0 instead of the shift
-(NNCF's choice, VNNI's native u8 x s8): 1.6 % at 1 thread, but TensorRT reads the same file and takes int8 with zero
-point 0 only.
+0.008 off, as recipe 7 is through OpenVINO) unless the Concat's output is also a model output or fold3 reads it in
+float (then 0.008, right): OpenVINO runs the nine fold2 convs with the quantization fused (u8 out), the Concat in u8
+and fold3 on it, and one of those is wrong; to isolate before shipping (the time above is the miscompiled graph's).
+Tried and not kept: fold2's 9 identical groups as one dense 1x1 conv over the phases moved into the batch (the dense
+kernel alone 2x faster, but in OpenVINO's NHWC int8 layout the reshape is two reorders of the 576-channel map: 1.5x
+slower overall; into the width through transposes: 4x); the image conv's shift and Q/DQ ahead of its edge Pad (Q/DQ
+-> Pad -> Conv runs fold1 in bf16, 2x slower; with a second Q/DQ after the Pad: 0.7 %, noise); uint8 activations
+with zero point 0 instead of the shift (NNCF's choice, VNNI's native u8 x s8): 1.6 % at 1 thread, but TensorRT reads
+the same file and takes int8 with zero point 0 only.
 
 scripts/int8_recipes.py measures other recipes (KEEP:METHOD:CROPS:PERCENTILE and switches).
 """
