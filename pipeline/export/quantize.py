@@ -83,8 +83,9 @@ Tried and not kept: fold2's 9 identical groups as one dense 1x1 conv over the ph
 kernel alone 2x faster, but in OpenVINO's NHWC int8 layout the reshape is two reorders of the 576-channel map: 1.5x
 slower overall; into the width through transposes: 4x); the image conv's shift and Q/DQ ahead of its edge Pad (Q/DQ
 -> Pad -> Conv runs fold1 in bf16, 2x slower; with a second Q/DQ after the Pad: 0.7 %, noise); uint8 activations
-with zero point 0 instead of the shift (NNCF's choice, VNNI's native u8 x s8): 1.6 % at 1 thread, but TensorRT reads
-the same file and takes int8 with zero point 0 only.
+with zero point 0 in the file instead of the shift (NNCF's choice): 1.6 % at 1 thread, near the noise (OpenVINO
+already runs a shifted input as u8: its runtime model's FakeQuantize outputs u8), and TensorRT reads the same file
+and takes int8 with zero point 0 only.
 
 scripts/int8_recipes.py measures other recipes (KEEP:METHOD:CROPS:PERCENTILE and switches).
 """
