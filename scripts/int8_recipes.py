@@ -1,13 +1,14 @@
 """Try int8 quantization recipes on a model and print each one's held-out Y-PSNR loss through OpenVINO (the
 project's quality store protocol, pipeline.quality.measure) and its 256x256 time.
 
-    python scripts/int8_recipes.py srcnn-x3 "first" "first,last" "first,last:Entropy" ...
+    python scripts/int8_recipes.py srcnn-x3 recipe "first,last" "first,last:Entropy" ...
 
 A recipe is KEEP[:METHOD[:CROPS[:PERCENTILE]]], KEEP a comma list of first/last/custom (see
-pipeline.export.quantize.excluded) and the switches naive-image (the image convs quantized as any other, or left in
-float with 'first'), plain-relu (ReLU-fed convs not shifted, and the last layer all float with 'last') and
-q-outputs (Conv outputs quantized too). "first,last" is the shipped recipe. Files go to a
-temporary cache; nothing is stored.
+pipeline.export.quantize.excluded; "recipe": the shipped choice for the graph, keep_float) and the switches
+naive-image (the image convs quantized as any other, or left in float with 'first'), plain-relu (ReLU-fed convs not
+shifted, and the last layer all float with 'last') and q-outputs (Conv outputs quantized too). "recipe" is the
+shipped recipe ("first,last" for a model's graph, nothing kept in float for a folded one). Each line says the loss,
+the fidelity to fp32 (mean, worst image) and the time. Files go to a temporary cache; nothing is stored.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def main(argv: list[str]) -> None:
         parts = recipe.split(":")
         words = [k for k in parts[0].split(",") if k]
         switches = {"naive-image": "exact_image", "q-outputs": "float_outputs", "plain-relu": "shift_relu"}
-        opts = {"keep": tuple(k for k in words if k not in switches)}
+        opts = {"keep": None if "recipe" in words else tuple(k for k in words if k not in switches)}
         opts.update({switches[k]: False for k in words if k in switches})
         if len(parts) > 1:
             opts["method"] = parts[1]
@@ -52,8 +53,9 @@ def main(argv: list[str]) -> None:
             print(f"{model} {recipe:28s} {e}", flush=True)
             continue
         ms = time_backend(b, 256, repeats=5, warmup=2)
-        print(f"{model} {recipe:28s} loss {rec['psnr_loss_db']:.4f} dB  ssim {rec['ssim_loss']:.5f}  "
-              f"{ms:.1f} ms at 256  ({b.last_path})", flush=True)
+        print(f"{model} {recipe:28s} loss {rec['psnr_loss_db']:.4f} dB  ssim {rec['ssim_loss']:.5f}  fidelity "
+              f"{rec['fidelity_mean_db']:.2f} (worst {rec['fidelity_worst_db']:.2f}) dB  {ms:.1f} ms at 256  "
+              f"({b.last_path})", flush=True)
 
 
 if __name__ == "__main__":

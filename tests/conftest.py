@@ -15,13 +15,23 @@ _saved_cache_env: list[str | None] = []
 
 def pytest_configure(config):
     """One artifact cache for the whole session, never the user's ~/.cache/srdeploy: ONNX exports are made
-    once and shared by every test (and the subprocesses they start), then removed with the session."""
+    once and shared by every test (and the subprocesses they start), then removed with the session. Under
+    pytest-xdist (`make test` runs two workers) the workers share the controller's: the cache's files are made
+    under file locks, once, whichever process asks first."""
     _saved_cache_env.append(os.environ.get(_CACHE_ENV))
-    os.environ[_CACHE_ENV] = tempfile.mkdtemp(prefix="srdeploy-test-cache-")
+    shared = getattr(config, "workerinput", {}).get(_CACHE_ENV)
+    os.environ[_CACHE_ENV] = shared or tempfile.mkdtemp(prefix="srdeploy-test-cache-")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist, in the controller: each worker gets the controller's cache."""
+    node.workerinput[_CACHE_ENV] = os.environ[_CACHE_ENV]
 
 
 def pytest_unconfigure(config):
-    shutil.rmtree(os.environ[_CACHE_ENV], ignore_errors=True)
+    if not hasattr(config, "workerinput"):  # the controller (or a plain run) made it and removes it
+        shutil.rmtree(os.environ[_CACHE_ENV], ignore_errors=True)
     saved = _saved_cache_env.pop()
     if saved is None:
         os.environ.pop(_CACHE_ENV, None)

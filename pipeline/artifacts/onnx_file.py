@@ -15,6 +15,7 @@ from pipeline.errors import PipelineError, first_line
 
 # Metadata keys naming sibling files: folded variants ("2:F.folded-x2.onnx,3:...") and the reference outputs.
 FOLDED_KEY = "folded_variants"
+FOLDED_SCALE_KEY = "folded_scale"  # a folded file's own metadata: the scale it is exact at
 FOLDED_SHA_KEY = "folded_sha256"  # "2:HEX,3:HEX": each folded variant's SHA-256, checked before it runs
 REFERENCE_KEY = "reference"
 REFERENCE_SHA_KEY = "reference_sha256"

@@ -155,6 +155,12 @@ class Backend(ABC):
     def describe(self) -> str:
         return f"{self.name} ({self.device}, {self.precision})"
 
+    def op_breakdown(self, size: int, scale: float, calls: int = 5) -> list[dict] | None:
+        """Where one call on a `size`x`size` image at `scale` spends its time, from the runtime's own per-layer
+        counters: {"op", "kernel", "ms"} per op type and kernel (the median over `calls`), largest first; None where
+        the runtime keeps no such counters."""
+        return None
+
     # -- what the sr stage asks of every backend (defaults: the host path) -----------------------------
 
     @property

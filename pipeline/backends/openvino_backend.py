@@ -65,6 +65,24 @@ def version() -> str:
     return package_version("openvino") or "?"
 
 
+def layer_times(request, feeds: dict, calls: int) -> list[dict]:
+    """An infer request's (compiled with PERF_COUNT) executed layers summed per op type and kernel, the median over
+    `calls` calls after one that allocates, largest first: {"op", "kernel", "ms"}."""
+    request.infer(feeds)
+    times: dict[tuple[str, str], list[float]] = {}
+    for _ in range(calls):
+        request.infer(feeds)
+        call: dict[tuple[str, str], float] = {}
+        for layer in request.profiling_info:
+            if layer.status == layer.Status.EXECUTED:
+                key = (layer.node_type, layer.exec_type)
+                call[key] = call.get(key, 0.0) + layer.real_time.total_seconds() * 1e3
+        for key, ms in call.items():
+            times.setdefault(key, []).append(ms)
+    rows = [{"op": op, "kernel": kernel, "ms": round(float(np.median(v)), 3)} for (op, kernel), v in times.items()]
+    return sorted(rows, key=lambda r: -r["ms"])
+
+
 class OpenVinoBackend(Backend):
 
     def __init__(self, model: str | None, precision: str = "fp32", *, onnx: str | Path | None = None, weights=None,
@@ -120,7 +138,7 @@ class OpenVinoBackend(Backend):
         self._graph(k if self.precision == "int8" and k in self.variants else 0)
         return self
 
-    def _compile(self, path: Path):
+    def _compile(self, path: Path, profile: bool = False):
         import openvino as ov
 
         from pipeline.native.openvino_bf16 import compile_config
@@ -133,6 +151,8 @@ class OpenVinoBackend(Backend):
         config = {"INFERENCE_PRECISION_HINT": hint, "PERFORMANCE_HINT": "LATENCY"}
         if self.threads:
             config["INFERENCE_NUM_THREADS"] = int(self.threads)
+        if profile:  # per-layer counters (op_breakdown): a compilation of its own, so infer's request keeps none
+            config["PERF_COUNT"] = True
         try:
             model = core.read_model(str(path))
             return core.compile_model(model, "CPU", {**config, **compile_config(model)})
@@ -189,6 +209,18 @@ class OpenVinoBackend(Backend):
         if y.shape != (s.n, 3, s.out_h, s.out_w):
             raise PipelineError(f"openvino: output {y.shape} != expected {(s.n, 3, s.out_h, s.out_w)}")
         return y
+
+    def op_breakdown(self, size: int, scale: float, calls: int = 5) -> list[dict] | None:
+        """OpenVINO's per-layer counters (PERF_COUNT) of the graph that runs a `size`x`size` image at `scale`."""
+        k = int(round(float(scale)))
+        folded = k == float(scale) and k in self.variants and size >= self._graph(k)[2]
+        compiled = self._compile(self._file(k if folded else 0), profile=True)
+        x = np.random.default_rng(0).random((1, 3, size, size), dtype=np.float32)
+        feeds = {"input": x}
+        if "size" in {n for port in compiled.inputs for n in port.get_names()}:
+            out = round(size * float(scale))
+            feeds["size"] = np.array([out, out], dtype=np.int64)
+        return layer_times(compiled.create_infer_request(), feeds, calls)
 
     def describe(self) -> str:
         ran = f", last: {self.last_path}" if self.last_path else ""

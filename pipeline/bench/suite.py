@@ -152,6 +152,7 @@ def _precision_auto(model: str, cfg: dict, results: list[dict], weights, log, do
         doc["skipped"].append(f"{model} --precision auto: {e}")
         return None
     row = precision_auto_row(model, results, pick, why)
+    row["ops"] = pick.op_breakdown(cfg["main_size"], resolve(model).default_scale)  # None: no runtime counters
     doc.setdefault("precision_auto", []).append(row)
     log(f"  --precision auto: {row['label']}, {row['speedup'] or 0:.1f}x the baseline ({why})")
     return pick

@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pipeline.artifacts.onnx_file import FOLDED_SCALE_KEY
+
 
 def bicubic_phase_taps(scale: int, radius: int = 8) -> dict[int, dict[int, float]]:
     """For each phase p in [0, s): {LR offset d: weight} with U[s*m + p] = sum_d w_d X[m + d] (interior).
@@ -223,6 +225,6 @@ def export_folded_onnx(folded: FoldedSRCNN, path, height: int = 64, width: int =
                       dynamo=False)
     m = onnx.load(str(path))
     m.ir_version = min(m.ir_version, 10)  # ORT here rejects IR > 13; keep it conservative
-    for key, value in (("folded_scale", folded.scale), ("min_lr", folded.min_lr)):
+    for key, value in ((FOLDED_SCALE_KEY, folded.scale), ("min_lr", folded.min_lr)):
         m.metadata_props.append(onnx.StringStringEntryProto(key=key, value=str(value)))
     onnx.save(m, str(path))

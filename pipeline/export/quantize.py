@@ -17,15 +17,19 @@ serves OpenVINO, ONNX Runtime and TensorRT's explicit quantization; symmetric in
 symmetric int8 weights; ranges from the 99.999th percentile of |activation| (CalibrationMethod.Percentile's rule,
 computed exactly here rather than off its 2048-bin histogram) on 5 LR crops of each *training* image we ship (never
 the held-out ones), degraded at the graph's scale as in training.
-Mixed precision (nodes_to_exclude): the first layer's convolutions (no activation upstream) and the last layer's (no
-activation downstream: the reconstruction conv) stay in float, with two exceptions that run int8 on a *shifted*
-input (shift_inputs: the conv reads x - c, its bias carries c, zero point still 0):
+Mixed precision (nodes_to_exclude, keep_float): in a model's own graph the first layer's convolutions (no activation
+upstream) and the last layer's (no activation downstream: the reconstruction conv) stay in float; a folded graph
+(pipeline.export.fold) keeps none in float. Three kinds of conv run int8 on a *shifted* input (shift_inputs: the
+conv reads x - c, its bias carries c, zero point still 0, as TensorRT needs):
 - the *image convs*: a first-layer conv that reads the 8-bit image itself (folded SRCNN's LR-grid conv1, 9x9 conv1
   and bicubic upsampler in one: most of the MACs), its input shifted by 128/255 and quantized at exactly 1/255, so
   an 8-bit image enters int8 without loss;
 - the *ReLU-fed convs* without padding of their own (relu_convs: folded SRCNN's fold2 and, in the last layer,
   fold3): their input is never negative, so it is shifted by 128 steps and fills all of int8 instead of its
-  positive half (one bit more); the step is the input's 99.999th percentile / 255 (input_stats).
+  positive half (one bit more); the step is the input's 99.999th percentile / 255 (input_stats);
+- a folded graph's *border strips* (strip_convs: the first- and last-layer convs a model graph would keep in float,
+  a 6-pixel frame, 3 % of a 768x768 output): their zero padding becomes a Pad node before them (explicit_padding,
+  the same function) and their input's calibrated [min, percentile] fills int8's 256 values (input_shift).
 A shifted conv's bias is then corrected with the int8 weights the file holds (settle_biases): b + W mean + Wq
 (c - mean), each input channel's calibration mean, so the weights' rounding error meets the input's deviation from
 its mean rather than the shift (without it, srcnn-x3's int8 output was 0.047 RMS off fp32; with it 0.005).
@@ -47,6 +51,42 @@ float) -> recipe 6, on a 2-core AMX Xeon (scripts/int8_recipes.py):
     srcnn         0.18  -> 0.18 dB    OVER (fold3 in int8 costs it 0.11: with fold3 in float it lost 0.074 dB):
                                       `auto` never picks it and `sr --precision int8` says it is over budget.
 
+(Recipe 7 changes only the folded graphs: srcnn, on the EPYC of the figures below, 0.165 -> 0.166 dB, still over;
+deform-srcnn has none and keeps its file's contents.)
+
+Recipe 6 -> 7 (a folded graph's border strips int8, read over their whole range), srcnn-x3 on a 2-core AMD EPYC
+(AVX512-BF16/VNNI, no AMX; shared, load average 1.6; 256x256 -> 768x768, one interleaved run of 41 rounds,
+medians): loss 0.0515 -> 0.0537 dB, fidelity to fp32 49.9 (worst image 48.2) -> 49.7 (48.1) dB (the strips in
+symmetric int8 over |x|: 0.0584 dB, 49.3 (47.8)); 94.6 -> 91.8 ms at 1 thread, 52.3 -> 52.6 ms at 2 threads (no
+change beyond the noise). OpenVINO's per-layer counters (Backend.op_breakdown, bench's op breakdown row) put the
+strips' convolutions at 4.2 ms counted against 8.7 in bf16, of ~120 ms counted at 2 threads. OpenVINO + NNCF's
+default int8 PTQ (nncf 3.4, nncf.quantize, 16 training crops) on the same folded fp32 file: 89.3 ms at 1 thread,
+50.0 at 2 (2.7 % and 5 % faster than ours; it loses 0.35 dB, fidelity 42.0 (worst 39.1) dB: it quantizes
+everything, strips and image included, as NNCF chooses). The int8 GEMM peak measured in the same run (bench's
+roofline, torch._int_mm) was 835 GOP/s at 2 threads: srcnn-x3's 23.6 GOP take 28.3 ms there, 54 % of ours.
+
+Where the time goes, and the floor: fold1 (7x7, 3 -> 576) 35 %, fold3 (3x3, 288 -> 27) 30 % and fold2 (grouped 1x1)
+20 % of the counted time are the same three int8 convolutions in NNCF's graph, ~85 % of its time; the rest is the
+strips (3.5 %), DepthToSpace, Concat, Slice and reorders to NCHW (~7 %). With nothing but those three left, ours
+would be at most 1/0.85 = 1.18x NNCF's: the issue's 1.2x needs fewer MACs in them. fold3 reads conv3's 5x5 HR window
+through a 3x3 LR window shared by all 9 output phases, so 69 % of its MACs multiply zero weights (fold1's folded 7x7
+kernels: 18 %); dropping them takes one conv per output phase, 3 output channels each for fold3, far under the int8
+kernels' 16-channel blocking (not tried). fold1 does split well: one conv per output phase, each cropped to its
+kernel's non-zero rows and columns (6x6 to 7x7: 18 % fewer MACs), each phase's fold2 group then a dense 64 -> 32 1x1
+conv, one Concat of the nine before fold3 (exact in fp32): 87 ms CPU time at 1 thread against 97 for recipe 7 and 93
+for NNCF in one interleaved run (load average 6.5), the Concat (ref_I8) itself ~5 % of it. Not shipped: OpenVINO
+2026.4 computes that Q/DQ graph wrong (0.245 mean error against fp32 where ONNX Runtime running the same file is
+0.008 off, as recipe 7 is through OpenVINO) unless the Concat's output is also a model output or fold3 reads it in
+float (then 0.008, right): OpenVINO runs the nine fold2 convs with the quantization fused (u8 out), the Concat in u8
+and fold3 on it, and one of those is wrong; to isolate before shipping (the time above is the miscompiled graph's).
+Tried and not kept: fold2's 9 identical groups as one dense 1x1 conv over the phases moved into the batch (the dense
+kernel alone 2x faster, but in OpenVINO's NHWC int8 layout the reshape is two reorders of the 576-channel map: 1.5x
+slower overall; into the width through transposes: 4x); the image conv's shift and Q/DQ ahead of its edge Pad (Q/DQ
+-> Pad -> Conv runs fold1 in bf16, 2x slower; with a second Q/DQ after the Pad: 0.7 %, noise); uint8 activations
+with zero point 0 in the file instead of the shift (NNCF's choice): 1.6 % at 1 thread, near the noise (OpenVINO
+already runs a shifted input as u8: its runtime model's FakeQuantize outputs u8), and TensorRT reads the same file
+and takes int8 with zero point 0 only.
+
 scripts/int8_recipes.py measures other recipes (KEEP:METHOD:CROPS:PERCENTILE and switches).
 """
 from __future__ import annotations
@@ -63,6 +103,7 @@ import onnx
 
 from pipeline.artifacts.atomic import atomic_path
 from pipeline.artifacts.cache import cache_dir
+from pipeline.artifacts.onnx_file import FOLDED_SCALE_KEY
 from pipeline.artifacts.stamp import made_once, stamp, stamp_problem
 from pipeline.errors import PipelineError, first_line
 from pipeline.precisions import version
@@ -71,7 +112,10 @@ RECIPE = version("qdq")  # part of the file's name: bumped in pipeline.precision
 CROP = 120  # LR calibration crop side: above every folded graph's smallest input
 PERCENTILE = 99.999
 METHOD = "Percentile"  # onnxruntime.quantization.CalibrationMethod's name
-KEEP_FLOAT = ("first", "last")  # the convolutions left in float, see excluded()
+KEEP_FLOAT = ("first", "last")  # the convolutions a model's own graph leaves in float, see excluded()
+# A folded graph's (pipeline.export.fold) leaves none: its first and last layers outside the image and ReLU-fed convs
+# are the border strips, a 6-pixel frame (3 % of a 768x768 output), and in bf16 they cost more than int8 (docstring)
+FOLDED_KEEP_FLOAT: tuple[str, ...] = ()
 CROPS = 5  # calibration crops per training image
 SHIFT_RELU = True  # ReLU-fed convs read their input shifted into all of int8 (relu_convs, shift_inputs)
 # Calibration feeds per pass of ONNX Runtime's calibrator (CalibStridedMinMax): it keeps every activation of a pass,
@@ -81,7 +125,14 @@ CALIB_CHUNK = 2
 
 def recipe_id() -> str:
     """What an int8 file's stamp says it was made by: the recipe and its calibration settings."""
-    return f"q{RECIPE}/{METHOD}/{PERCENTILE}/{CROPS}x{CROP}/{'+'.join(KEEP_FLOAT)}/shift_relu={SHIFT_RELU}"
+    return (f"q{RECIPE}/{METHOD}/{PERCENTILE}/{CROPS}x{CROP}/{'+'.join(KEEP_FLOAT)}/"
+            f"folded:{'+'.join(FOLDED_KEEP_FLOAT) or 'none'}/shift_relu={SHIFT_RELU}")
+
+
+def keep_float(model: onnx.ModelProto) -> tuple[str, ...]:
+    """The recipe's float layers for this graph (excluded()'s `keep`): a folded graph's or a model graph's."""
+    folded = any(p.key == FOLDED_SCALE_KEY for p in model.metadata_props)
+    return FOLDED_KEEP_FLOAT if folded else KEEP_FLOAT
 
 
 def _sha(path: Path) -> str:
@@ -298,7 +349,7 @@ def activation_stats(model: onnx.ModelProto, shifted: list[str], ranged: list[st
                     tally.add(y)
         if tick is not None:
             tick(1)
-    stats = {name: (wanted[t].mean(), wanted[t].top_value()) for name, t in inputs.items()}
+    stats = {name: (wanted[t].mean(), wanted[t].top_value(), wanted[t].lo) for name, t in inputs.items()}
     return stats, ranges
 
 
@@ -392,6 +443,54 @@ def shift_inputs(model: onnx.ModelProto, shifts: dict[str, tuple[float, float]],
     return overrides, corrections
 
 
+def input_shift(stats: tuple, image: bool, full: bool) -> tuple[float, float]:
+    """(shift, step) of a shifted conv's input from its input_stats (mean, percentile, min): an image conv's 8-bit
+    pixels at exactly 1/255; a full-range input's [min, percentile] over the 256 int8 values; a ReLU's
+    [0, percentile] likewise."""
+    _, top, lo = stats
+    if image:
+        return IMAGE_SHIFT, IMAGE_STEP
+    lo = lo if full else 0.0
+    step = max(top - lo, 1e-8) / 255
+    return lo + 128 * step, step
+
+
+def strip_convs(model: onnx.ModelProto, keep: tuple[str, ...]) -> list[str]:
+    """The convs that a model graph's rule (KEEP_FLOAT) leaves in float and `keep` quantizes: a folded graph's
+    border strips' first and last convs, which read the upsampled image (bicubic overshoots [0, 1] both ways) or a
+    ReLU through their zero padding. They are read over their calibrated range ([min, percentile] in int8's 256
+    values, explicit_padding first): symmetric int8 over |x| cost srcnn-x3 0.005 dB more."""
+    floats = set(excluded(model, keep))
+    return [name for name in excluded(model, KEEP_FLOAT) if name not in floats]
+
+
+def explicit_padding(model: onnx.ModelProto, names: list[str]) -> list[str]:
+    """Move each named Conv's own zero padding into a Pad node before it (the same function), so shift_inputs can
+    shift its input without a border term; returns the named convs now unpadded (an auto_pad one stays as it is).
+    OpenVINO runs such a Pad apart from the int8 conv: nothing measurable on the strips, 23 ms on a whole image
+    (relu_convs)."""
+    from onnx import helper, numpy_helper
+
+    nodes, done = [], []
+    for n in model.graph.node:
+        attrs = {a.name: a for a in n.attribute}
+        if n.name in names and n.op_type == "Conv" and "pads" in attrs and any(attrs["pads"].ints) \
+                and (attrs["auto_pad"].s if "auto_pad" in attrs else b"NOTSET") == b"NOTSET":
+            half = len(attrs["pads"].ints) // 2
+            tag = f"{n.name}_pad".lstrip("/").replace("/", "_")
+            pads = [0, 0, *attrs["pads"].ints[:half], 0, 0, *attrs["pads"].ints[half:]]
+            model.graph.initializer.append(numpy_helper.from_array(np.array(pads, np.int64), f"{tag}s"))
+            nodes.append(helper.make_node("Pad", [n.input[0], f"{tag}s"], [f"{tag}ded"], name=tag))
+            n.input[0] = f"{tag}ded"
+            attrs["pads"].ints[:] = [0] * (2 * half)
+        if n.name in names and _unpadded(n):
+            done.append(n.name)
+        nodes.append(n)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return done
+
+
 def excluded(model: onnx.ModelProto, keep: tuple[str, ...] = KEEP_FLOAT, exact_image: bool = True,
              shift_relu: bool = SHIFT_RELU) -> list[str]:
     """The Conv nodes the recipe leaves in float: 'first' (first_layer_convs), 'last' (last_layer_convs) and
@@ -460,28 +559,29 @@ def _load_fp32(fp32: Path) -> onnx.ModelProto:
     return onnx.load(str(fp32.resolve()), load_external_data=True)
 
 
-def quantize(fp32: Path, dst: Path, scale: float, *, method: str = METHOD, keep: tuple[str, ...] = KEEP_FLOAT,
+def quantize(fp32: Path, dst: Path, scale: float, *, method: str = METHOD, keep: tuple[str, ...] | None = None,
              crops: int = CROPS, percentile: float = PERCENTILE, exact_image: bool = True,
              float_outputs: bool = True, shift_relu: bool = SHIFT_RELU, progress=None) -> None:
     """Write the Q/DQ file of `fp32` (calibrated at `scale`) to `dst`. The keywords are the recipe (the defaults
-    are the shipped one); scripts/int8_recipes.py tries others. `progress(total, unit, desc)` makes a bar."""
+    are the shipped one: `keep` None is keep_float's); scripts/int8_recipes.py tries others. `progress(total, unit,
+    desc)` makes a bar."""
     model = _load_fp32(Path(fp32))
+    keep = keep_float(model) if keep is None else keep
     feeds = _calibration(scale, {i.name for i in model.graph.input}, crops)
     if not feeds:
         raise PipelineError("no training image is large enough to calibrate int8")
+    full = explicit_padding(model, strip_convs(model, keep)) if exact_image and shift_relu else []
     skip = excluded(model, keep, exact_image, shift_relu)
     image = image_convs(model) if exact_image else []
-    shifted = image + (relu_convs(model, set(skip)) if shift_relu else [])
+    shifted = image + (relu_convs(model, set(skip)) if shift_relu else []) + full
     own = method in ("Percentile", "MinMax")  # ranges streamed here; others: ONNX Runtime's calibrator, in chunks
     bar = progress(len(feeds) * (1 if own else 2), "crop", "int8 calibration") if progress else None
     tick = bar.update if bar is not None else None
     try:
         ranged = ranged_tensors(model, skip + shifted, float_outputs) if own else []
         stats, tallies = activation_stats(model, shifted, ranged, feeds, percentile, tick)
-        # an image conv's input: 8-bit pixels at 1/255; a ReLU's: [0, its percentile] over 255 steps
-        steps = {name: IMAGE_STEP if name in image else max(top, 1e-8) / 255 for name, (_, top) in stats.items()}
-        shifts = {name: (IMAGE_SHIFT if name in image else 128 * step, step) for name, step in steps.items()}
-        overrides, corrections = shift_inputs(model, shifts, {name: mean for name, (mean, _) in stats.items()})
+        shifts = {name: input_shift(stats[name], name in image, name in full) for name in stats}
+        overrides, corrections = shift_inputs(model, shifts, {name: mean for name, (mean, *_) in stats.items()})
         if not [n for n in model.graph.node if n.op_type == "Conv" and n.name not in skip]:
             raise PipelineError(f"{fp32.name}: the int8 recipe leaves every convolution in float: nothing to "
                                 "quantize")

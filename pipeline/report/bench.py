@@ -215,7 +215,27 @@ def precision_section(doc: dict) -> list:
                            speedup(a["floor"]), a["meets_floor"], (a.get("quality") or {}).get("psnr_loss_db")]
                           for a in doc["precision_auto"]]),
                    items(*[(f"{a['model']}: ", *said(a["reason"])) for a in doc["precision_auto"]])]
+        blocks += op_breakdown_blocks(doc["precision_auto"], doc.get("method", {}).get("config", {}).get("main_size"))
     return blocks
+
+
+def op_breakdown_blocks(picks: list[dict], size) -> list:
+    """Where one call of each `--precision auto` pick's graph spends its time, from its runtime's per-layer counters
+    (the op types and kernels it ran, largest first, the rest summed): what is not int8 convolution shows here."""
+    rows = [a for a in picks if a.get("ops")]
+    if not rows:
+        return []
+
+    def line(ops: list[dict]) -> str:
+        total = sum(o["ms"] for o in ops) or 1.0
+        top = [f"{o['op']} {o['kernel']} {o['ms']:.2f} ms ({o['ms'] / total:.0%})" for o in ops[:8]]
+        rest = sum(o["ms"] for o in ops[8:])
+        return f"{total:.1f} ms counted: " + ", ".join(top + ([f"other {rest:.2f} ms"] if ops[8:] else []))
+
+    return [para("Op breakdown of each ", Code("--precision auto"), f" pick at {size}x{size} (the runtime's own "
+                 "per-layer counters, median of 5 calls; the counters add their own overhead, so the sum exceeds the "
+                 "timed median a little):"),
+            items(*[(f"{a['model']} ({a['label']}): ", line(a["ops"])) for a in rows])]
 
 
 def _set_by(pk: dict) -> str:
