@@ -152,15 +152,6 @@ def test_deform_srcnn_at_x4_is_measured_at_x4_and_auto_holds_it_to_its_budget(in
     assert best.precision != "int8" and f"int8 not used: {quality.loss_line(x4, advice=False)}" in why
 
 
-def test_deform_srcnn_int8_holds_its_budgets_with_its_deform_conv_in_bf16(int8_cache):
-    """deform-srcnn's int8 at its own scale: int8 convolutions, the float parts in bf16 where the CPU has it, so its
-    DeformConv2d on our bf16 kernel (pipeline.native.openvino_bf16), else OpenVINO's FP32 one: the held-out drop
-    within int8's budget and the worst image at or above its fidelity floor."""
-    b = create_named("openvino", "deform-srcnn", "int8", threads=2)
-    record = quality.precision_loss(b)
-    assert quality.within_budget(record), quality.loss_line(record)
-
-
 def test_a_truncated_foreign_or_linked_int8_file_is_made_again(int8_cache, tmp_path):
     fp32 = folded_variants(onnx_for("srcnn-x3"))[3]
     path = quantize.int8_file(fp32, 3)

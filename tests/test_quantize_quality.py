@@ -194,7 +194,8 @@ def test_openvino_says_where_an_int8_call_spends_its_time_and_every_convolution_
 def test_int8_is_within_its_budget_on_the_held_out_set(model, monkeypatch, auto_cache):
     """The shipped recipe (the image conv exact, the ReLU-fed unpadded convs shifted, a model graph's other first-
     and last-layer convs in float, a folded graph's border strips int8 too) through OpenVINO, measured by the quality
-    store. srcnn's int8 is still over budget (the README says so and `auto` never picks it)."""
+    store (deform-srcnn's DeformConv2d, a float part, on our bf16 kernel where the CPU has bf16). srcnn's int8 is
+    still over budget (the README says so and `auto` never picks it)."""
     pytest.importorskip("openvino", reason="OpenVINO is not installed")
     monkeypatch.setenv("SRDEPLOY_CACHE", str(auto_cache))  # the auto tests below reuse its int8 files
     record = quality.precision_loss(create_named("openvino", model, "int8", threads=2))
