@@ -191,7 +191,8 @@ def test_make_gpu_check_without_compute_sanitizer_says_so(tmp_path, fake_machine
 def test_gpu_tests_collect_without_the_optional_packages(tmp_path):
     """`pytest -m gpu` on a GPU machine's bare Python (`.[gpu] torch pytest`): optional packages missing must not
     break collection; modules that export (torch.onnx needs onnxscript) skip saying why."""
-    for name in ("spandrel", "safetensors", "hypothesis", "onnxscript"):  # onnxscript: the export extra's
+    # onnxscript: the export extra's; isal and torchvision: not on a GPU box's stock Python either
+    for name in ("spandrel", "safetensors", "hypothesis", "onnxscript", "isal", "torchvision"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "__init__.py").write_text(f"raise ModuleNotFoundError('{name} is blocked for this test')\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
@@ -201,4 +202,6 @@ def test_gpu_tests_collect_without_the_optional_packages(tmp_path):
                           timeout=600)
     assert proc.returncode == 0 and "error" not in proc.stdout.lower(), proc.stdout[-3000:]
     assert "tests collected" in proc.stdout
+    for test in ("test_trt_backend_matches_torch", "test_deform_conv2d_gpu", "test_device_backends_pixels_equal"):
+        assert test in proc.stdout
     assert "tests/test_export_core.py" in proc.stdout and "needs onnxscript" in proc.stdout  # skipped, with why
