@@ -108,7 +108,7 @@ def test_quick_bench_times_a_checkpoint(checkpoints, exported, tmp_path):
     out = tmp_path / "bench"
     ckpt = str(checkpoints["compact"])
     code = cli_main(["bench", "--model", ckpt, "--output", str(out), "--quick", "--sizes", "32", "--batches", "1",
-                     "--threads", "1", "--backends", "ort", "--no-folder", "--iters", "3"])
+                     "--threads", "1", "--backends", "ort", "--no-folder", "--no-video", "--iters", "3"])
     assert code == 0
     doc = json.loads((out / "report.json").read_text())
     assert ckpt in json.dumps(doc)
