@@ -23,6 +23,7 @@ from pipeline.artifacts.identity import resolve
 from pipeline.bench.encoders import encode_once
 from pipeline.bench.timing import warm_up
 from pipeline.data.sample_images import HELD_OUT, load_rgb
+from pipeline.report import percent
 from pipeline.sr import Image, ImageWorker, upscale
 
 SIZES = {"480p": (854, 480), "720p": (1280, 720)}
@@ -109,9 +110,9 @@ def video_fps(model: str, frames: int, backend="auto", weights=None, log=print, 
             row["encoder_share"] = _share(encode_fps, row["inference_fps"])
             log(f"  {model} video {label} ({w}x{h} -> {rec.out_size[0]}x{rec.out_size[1]}, {be.name} {be.precision}"
                 f"{f', {tiles} tiles a frame' if tiles > 1 else ''}): {fps:.2f} fps decode+upscale+encode "
-                f"({100 * row['of_inference']:.0f} % of inference alone, {row['inference_fps']:.2f} fps); "
+                f"({percent(row['of_inference'], 0)} of inference alone, {row['inference_fps']:.2f} fps); "
                 f"{rec.video['codec']} {rec.video['preset']} alone {encode_fps} fps: encoder share "
-                f"{_pct(row['encoder_share'])}")
+                f"{percent(row['encoder_share'], 0)}")
             rows.append(row)
     return rows
 
@@ -132,7 +133,3 @@ def _share(encode_fps: float | None, inference_fps: float) -> float | None:
     if not encode_fps or not inference_fps:
         return None
     return round((1 / encode_fps) / (1 / encode_fps + 1 / inference_fps), 3)
-
-
-def _pct(share: float | None) -> str:
-    return "-" if share is None else f"{100 * share:.0f} %"

@@ -26,6 +26,7 @@ from pipeline.report.tables import (
     fidelity_cell,
     fmt,
     json_default,
+    percent,
     roofline_share,
     runs_phrase,
     sanitize,
@@ -169,15 +170,12 @@ def video_section(rows: list[dict] | None) -> list:
                     f"{r['size']} {r['input'][0]}x{r['input'][1]}",
                     "x".join(map(str, r["output"])) if r.get("output") else "-", r["scale"], r.get("frames", "-"),
                     r.get("tiles", "-"), r["fps"] if r["fps"] is not None else "not run",
-                    r.get("inference_fps", "-"), _pct(r.get("of_inference")), r.get("preset") or "-",
-                    _pct(r.get("encoder_share")), speedup(r.get("vs_fp32")), speedup(r.get("floor"))] for r in rows]),
+                    r.get("inference_fps", "-"), percent(r.get("of_inference"), 0), r.get("preset") or "-",
+                    percent(r.get("encoder_share"), 0), speedup(r.get("vs_fp32")), speedup(r.get("floor"))]
+                   for r in rows]),
             *([items(*[f"{r['model']} {r['size']} ({r.get('precision', 'fp32')}): not run, {r['skipped']}"
                        for r in skipped])] if skipped else []),
             para("Published numbers as context (GPUs, not this machine):"), items(*VIDEO_CONTEXT)]
-
-
-def _pct(share: float | None) -> str:
-    return "-" if share is None else f"{100 * share:.0f} %"
 
 
 def _loss(q: dict | None) -> list:

@@ -34,9 +34,10 @@ def db(v) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
-def percent(fraction) -> str:
-    """A fraction (roofline, utilisation) as a percentage a person reads: 0.0996 -> '10.0 %'."""
-    return "-" if fraction is None else f"{100 * fraction:.1f} %"
+def percent(fraction, decimals: int = 1) -> str:
+    """A fraction (roofline, utilisation, a share) as a percentage a person reads: 0.0996 -> '10.0 %' ('10 %' with
+    decimals=0)."""
+    return "-" if fraction is None else f"{100 * fraction:.{decimals}f} %"
 
 
 def roofline_share(fraction) -> str:

@@ -94,8 +94,9 @@ def check_preset(codec: str | None, preset: str | None, *, default_for: str | No
 def encoder_options(codec: str, crf: int | None, preset: str | None) -> dict[str, str]:
     """The FFmpeg encoder's options for a clip: the codec's own, its CRF and its preset (`preset` or the default)."""
     options = dict(ENCODER_OPTIONS[codec])
-    if codec in DEFAULT_PRESET:
-        options["preset"] = preset or DEFAULT_PRESET[codec]
+    chosen = preset_for(codec, preset)
+    if chosen is not None:
+        options["preset"] = chosen
     if crf is not None:
         options["crf"] = str(crf)
     return options
