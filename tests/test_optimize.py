@@ -72,3 +72,34 @@ def test_folded_onnx_in_onnxruntime_is_exact(tmp_path):
     with torch.inference_mode():
         r = ref(torch.from_numpy(x)).numpy()
     assert y.shape == r.shape and float(np.abs(y - r).max()) < 1e-4
+
+
+@pytest.mark.parametrize("scale", [2, 3])
+def test_the_folded_graph_split_per_phase_is_exact_and_does_fewer_macs(tmp_path, scale):
+    """pipeline.export.phases: the folded file's fold1 -> fold2 -> fold3 as one chain per output phase, crops folded
+    into one Slice of the image, summed by Adds (the form its int8 file is made from): the same function on odd
+    sizes down to the smallest input the folded graph takes, batch > 1; a graph of another shape is left alone."""
+    import onnx
+    import onnxruntime as ort
+
+    from pipeline.export.phases import split_phases
+
+    torch.manual_seed(scale)
+    ref = SRCNN(upscale_factor=scale).eval()
+    folded, p = fold_srcnn(ref, scale), tmp_path / "folded.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        export_folded_onnx(folded, p, 16, 16)
+    model = onnx.load(str(p))
+    assert split_phases(model) and not split_phases(model)  # split once; the split graph is not a folded one
+    onnx.checker.check_model(model)
+    assert sum(n.name.startswith("/fold") for n in model.graph.node if n.op_type == "Conv") == 3 * scale * scale
+    assert "Concat" not in {n.op_type for n in model.graph.node if n.name.startswith("/fold")}
+    macs = lambda m: sum(int(np.prod(t.dims)) for t in m.graph.initializer if t.name.startswith("fold")  # noqa: E731
+                         and t.name.endswith("weight"))
+    assert macs(model) < 0.85 * macs(onnx.load(str(p)))  # fold1 (and at x3 fold3) cropped: 16 % (x2), 25 % (x3)
+    run = lambda m, x: ort.InferenceSession(m, providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]  # noqa: E731
+    for shape in [(1, 3, folded.min_lr, folded.min_lr + 1), (2, 3, 23, 17)]:
+        x = np.random.default_rng(0).random(shape, dtype=np.float32)
+        a, b = run(str(p), x), run(model.SerializeToString(), x)
+        assert a.shape == b.shape and float(np.abs(a - b).max()) < 1e-5

@@ -106,6 +106,7 @@ from pipeline.artifacts.cache import cache_dir
 from pipeline.artifacts.onnx_file import FOLDED_SCALE_KEY
 from pipeline.artifacts.stamp import made_once, stamp, stamp_problem
 from pipeline.errors import PipelineError, first_line
+from pipeline.export.phases import split_phases
 from pipeline.precisions import version
 
 RECIPE = version("qdq")  # part of the file's name: bumped in pipeline.precisions when the recipe changes
@@ -118,6 +119,7 @@ KEEP_FLOAT = ("first", "last")  # the convolutions a model's own graph leaves in
 FOLDED_KEEP_FLOAT: tuple[str, ...] = ()
 CROPS = 5  # calibration crops per training image
 SHIFT_RELU = True  # ReLU-fed convs read their input shifted into all of int8 (relu_convs, shift_inputs)
+PHASES = True  # a folded SRCNN graph is quantized split per output phase (pipeline.export.phases)
 # Calibration feeds per pass of ONNX Runtime's calibrator (CalibStridedMinMax): it keeps every activation of a pass,
 # so the whole set at once held ~10 GB on srcnn's HR-grid graph; a few at a time merge into the same histograms.
 CALIB_CHUNK = 2
@@ -126,7 +128,7 @@ CALIB_CHUNK = 2
 def recipe_id() -> str:
     """What an int8 file's stamp says it was made by: the recipe and its calibration settings."""
     return (f"q{RECIPE}/{METHOD}/{PERCENTILE}/{CROPS}x{CROP}/{'+'.join(KEEP_FLOAT)}/"
-            f"folded:{'+'.join(FOLDED_KEEP_FLOAT) or 'none'}/shift_relu={SHIFT_RELU}")
+            f"folded:{'+'.join(FOLDED_KEEP_FLOAT) or 'none'}/shift_relu={SHIFT_RELU}/phases={PHASES}")
 
 
 def keep_float(model: onnx.ModelProto) -> tuple[str, ...]:
@@ -561,12 +563,14 @@ def _load_fp32(fp32: Path) -> onnx.ModelProto:
 
 def quantize(fp32: Path, dst: Path, scale: float, *, method: str = METHOD, keep: tuple[str, ...] | None = None,
              crops: int = CROPS, percentile: float = PERCENTILE, exact_image: bool = True,
-             float_outputs: bool = True, shift_relu: bool = SHIFT_RELU, progress=None) -> None:
+             float_outputs: bool = True, shift_relu: bool = SHIFT_RELU, phases: bool = PHASES, progress=None) -> None:
     """Write the Q/DQ file of `fp32` (calibrated at `scale`) to `dst`. The keywords are the recipe (the defaults
     are the shipped one: `keep` None is keep_float's); scripts/int8_recipes.py tries others. `progress(total, unit,
     desc)` makes a bar."""
     model = _load_fp32(Path(fp32))
     keep = keep_float(model) if keep is None else keep
+    if phases:
+        split_phases(model)  # a folded SRCNN's graph: one chain per output phase, fewer MACs (else untouched)
     feeds = _calibration(scale, {i.name for i in model.graph.input}, crops)
     if not feeds:
         raise PipelineError("no training image is large enough to calibrate int8")
