@@ -6,7 +6,8 @@ project's quality store protocol, pipeline.quality.measure) and its 256x256 time
 A recipe is KEEP[:METHOD[:CROPS[:PERCENTILE]]], KEEP a comma list of first/last/custom (see
 pipeline.export.quantize.excluded; "recipe": the shipped choice for the graph, keep_float) and the switches
 naive-image (the image convs quantized as any other, or left in float with 'first'), plain-relu (ReLU-fed convs not
-shifted, and the last layer all float with 'last') and q-outputs (Conv outputs quantized too). "recipe" is the
+shifted, and the last layer all float with 'last'), q-outputs (Conv outputs quantized too) and unsplit (a folded
+graph quantized as it is, not split per output phase: pipeline.export.phases). "recipe" is the
 shipped recipe ("first,last" for a model's graph, nothing kept in float for a folded one). Each line says the loss,
 the fidelity to fp32 (mean, worst image) and the time. Files go to a temporary cache; nothing is stored.
 """
@@ -29,7 +30,8 @@ def main(argv: list[str]) -> None:
     for n, recipe in enumerate(recipes):
         parts = recipe.split(":")
         words = [k for k in parts[0].split(",") if k]
-        switches = {"naive-image": "exact_image", "q-outputs": "float_outputs", "plain-relu": "shift_relu"}
+        switches = {"naive-image": "exact_image", "q-outputs": "float_outputs", "plain-relu": "shift_relu",
+                    "unsplit": "phases"}
         opts = {"keep": None if "recipe" in words else tuple(k for k in words if k not in switches)}
         opts.update({switches[k]: False for k in words if k in switches})
         if len(parts) > 1:

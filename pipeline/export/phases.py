@@ -121,26 +121,26 @@ def _phase(g: int, image: str, w1, b1, w2, b2, w3, b3) -> tuple[list, list, str]
     r0, r1, c0, c1 = _span(w1)
     a0, a1, e0, e1 = _span(w3)
     k1, k3 = w1.shape[-1], w3.shape[-1]
-    # fold3_g's output row o reads fold1_g's rows o + a0 .. o + a1, which read the image's rows from r0 on
+    # fold3_g's output row o reads fold1_g's rows o + a0 .. o + a1, each reading the image's rows from its r0 on
     end = lambda last, a_last: -((k1 - 1 - last) + (k3 - 1 - a_last)) or INT64_MAX  # noqa: E731
     tag = f"phase{g}"
-    t = {f"{tag}_starts": np.array([r0 + a0, c0 + e0], np.int64),
-         f"{tag}_ends": np.array([end(r1, a1), end(c1, e1)], np.int64),
-         f"{tag}_axes": np.array([2, 3], np.int64),
+    t = {f"{tag}.starts": np.array([r0 + a0, c0 + e0], np.int64),
+         f"{tag}.ends": np.array([end(r1, a1), end(c1, e1)], np.int64),
+         f"{tag}.axes": np.array([2, 3], np.int64),
          f"fold1.{tag}.weight": w1[:, :, r0:r1 + 1, c0:c1 + 1], f"fold1.{tag}.bias": b1,
          f"fold2.{tag}.weight": w2, f"fold2.{tag}.bias": b2,
          f"fold3.{tag}.weight": w3[:, :, a0:a1 + 1, e0:e1 + 1]}
     if b3 is not None:
         t[f"fold3.{tag}.bias"] = b3
+    nodes = [helper.make_node("Slice", [image, f"{tag}.starts", f"{tag}.ends", f"{tag}.axes"],
+                              [f"/{tag}/Slice_output_0"], name=f"/{tag}/Slice")]
+    for layer in ("fold1", "fold2", "fold3"):
+        weight, bias = f"{layer}.{tag}.weight", f"{layer}.{tag}.bias"
+        name = f"/{layer}/{tag}"
+        nodes.append(helper.make_node("Conv", [nodes[-1].output[0], weight, *([bias] if bias in t else [])],
+                                      [f"{name}/Conv_output_0"], name=f"{name}/Conv",
+                                      kernel_shape=list(t[weight].shape[2:])))
+        if layer != "fold3":
+            nodes.append(helper.make_node("Relu", nodes[-1].output, [f"{name}/Relu_output_0"], name=f"{name}/Relu"))
     tensors = [numpy_helper.from_array(np.ascontiguousarray(v), k) for k, v in t.items()]
-    conv = lambda i, layer, bias: helper.make_node(  # noqa: E731
-        "Conv", [i, f"{layer}.{tag}.weight", *bias], [f"/{layer}/{tag}/Conv_output_0"], name=f"/{layer}/{tag}/Conv",
-        kernel_shape=list(t[f"{layer}.{tag}.weight"].shape[2:]))
-    relu = lambda layer: helper.make_node("Relu", [f"/{layer}/{tag}/Conv_output_0"],  # noqa: E731
-                                          [f"/{layer}/{tag}/Relu_output_0"], name=f"/{layer}/{tag}/Relu")
-    nodes = [helper.make_node("Slice", [image, f"{tag}_starts", f"{tag}_ends", f"{tag}_axes"], [f"/{tag}/Slice_output_0"],
-                              name=f"/{tag}/Slice"),
-             conv(f"/{tag}/Slice_output_0", "fold1", [f"fold1.{tag}.bias"]), relu("fold1"),
-             conv("/fold1/" + tag + "/Relu_output_0", "fold2", [f"fold2.{tag}.bias"]), relu("fold2"),
-             conv("/fold2/" + tag + "/Relu_output_0", "fold3", [f"fold3.{tag}.bias"] if b3 is not None else [])]
     return nodes, tensors, nodes[-1].output[0]
