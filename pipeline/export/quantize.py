@@ -65,20 +65,25 @@ default int8 PTQ (nncf 3.4, nncf.quantize, 16 training crops) on the same folded
 everything, strips and image included, as NNCF chooses). The int8 GEMM peak measured in the same run (bench's
 roofline, torch._int_mm) was 835 GOP/s at 2 threads: srcnn-x3's 23.6 GOP take 28.3 ms there, 54 % of ours.
 
-Where the time goes, and the floor: fold1 (7x7, 3 -> 576) 35 %, fold3 (3x3, 288 -> 27) 30 % and fold2 (grouped 1x1)
-20 % of the counted time are the same three int8 convolutions in NNCF's graph, ~85 % of its time; the rest is the
-strips (3.5 %), DepthToSpace, Concat, Slice and reorders to NCHW (~7 %). With nothing but those three left, ours
-would be at most 1/0.85 = 1.18x NNCF's: the issue's 1.2x needs fewer MACs in them. fold3 reads conv3's 5x5 HR window
-through a 3x3 LR window shared by all 9 output phases, so 69 % of its MACs multiply zero weights (fold1's folded 7x7
-kernels: 18 %); dropping them takes one conv per output phase, 3 output channels each for fold3, far under the int8
-kernels' 16-channel blocking (not tried). fold1 does split well: one conv per output phase, each cropped to its
-kernel's non-zero rows and columns (6x6 to 7x7: 18 % fewer MACs), each phase's fold2 group then a dense 64 -> 32 1x1
-conv, one Concat of the nine before fold3 (exact in fp32): 87 ms CPU time at 1 thread against 97 for recipe 7 and 93
-for NNCF in one interleaved run (load average 6.5), the Concat (ref_I8) itself ~5 % of it. Not shipped: OpenVINO
-2026.4 computes that Q/DQ graph wrong (0.245 mean error against fp32 where ONNX Runtime running the same file is
-0.008 off, as recipe 7 is through OpenVINO) unless the Concat's output is also a model output or fold3 reads it in
-float (then 0.008, right): OpenVINO runs the nine fold2 convs with the quantization fused (u8 out), the Concat in u8
-and fold3 on it, and one of those is wrong; to isolate before shipping (the time above is the miscompiled graph's).
+Recipe 7 -> 8: a folded SRCNN graph is quantized split per output phase (pipeline.export.phases: nine chains of
+fold1 and fold3 cropped to their non-zero taps and a dense 64 -> 32 fold2, summed by Adds, no Concat; 25 % fewer
+MACs, exact in fp32). The split with a Concat before fold3 (tried first) is what OpenVINO 2026.4
+computes wrong (0.21 mean error against ONNX Runtime's 0.006 on the same file): Concat -> Q/DQ int8 zero point 0
+-> Conv, whatever feeds the Concat; phases.py's docstring has the smallest repro and the forms it gets right (a
+Concat of int8 tensors is right but runs fold3 on s8, 16 % slower than u8; fold3 per phase summed needs no Concat).
+tests/test_quantize_quality.py holds OpenVINO to ONNX Runtime on the shipped file. srcnn-x3 on the 2-core AMD EPYC
+(256x256 -> 768x768, one interleaved run of 25 rounds, load average 0.9-1.0, medians; recipe 7 / 8 / NNCF):
+2 threads 49.4 / 39.0 / 47.5 ms (1.22x NNCF; 74 % of the int8 GEMM peak's 28.8 ms), 1 thread 94.4 / 74.5 / 91.3 ms
+(1.23x); the same with f32 float parts (the Ice Lake case) 48.7 / 39.3 / 47.9 and 92.6 / 75.7 / 90.7 ms. A run
+with others' jobs on the cores (load 0.7-0.9, 31 rounds) gave 64.2 / 55.5 / 61.8 ms at 2 threads (1.11x) and
+99.5 / 79.4 / 96.2 at 1 (1.21x): the 2-thread figure moves with the machine. Gate figures (pipeline.quality,
+held-out): loss 0.0564 dB (recipe 7: 0.0537), fidelity 49.36 (worst 47.38) dB with bf16 float parts;
+SRDEPLOY_CPU_BF16=0: 0.0555 (0.0593) dB, 49.40 (47.43) dB; NNCF's 0.349 dB, 42.0 (39.1) dB.
+Where the time goes now (PERF_COUNT, 1 thread, 92.8 ms counted): fold1's nine convs 33.5 (recipe 7: 41.2), fold3's
+27.6 (28.1: 40 % fewer MACs, but 27-channel convs on 32 inputs run less efficiently than one on 288), fold2's 10.3
+(18.2 as one grouped conv), 77 % together; the strips' convs 6.1 (7 %); the rest ~15 (16 %): the output's
+DepthToSpace 3.6, Concat 3.5, Slice 1.9 and final reorder 2.2, the rest reorders, Pad and FakeQuantize. Next: the
+border frame inside the main convolutions (no strips, no output Concat/Slice: ~13 % of the time).
 Tried and not kept: fold2's 9 identical groups as one dense 1x1 conv over the phases moved into the batch (the dense
 kernel alone 2x faster, but in OpenVINO's NHWC int8 layout the reshape is two reorders of the 576-channel map: 1.5x
 slower overall; into the width through transposes: 4x); the image conv's shift and Q/DQ ahead of its edge Pad (Q/DQ
