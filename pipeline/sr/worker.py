@@ -192,7 +192,7 @@ class ImageWorker:
 
     def __init__(self, backend: Backend, model: str | ModelSpec, scale: float, *, tile: int | None = None,
                  tile_overlap: int | None = None, batch: int | str = 1, jpeg_quality: int = 95,
-                 reference: str | Path | None = None):
+                 reference: str | Path | None = None, streams: int = 1):
         self.backend = backend
         self.scale = scale
         # A name is the loaded backend's model (sr.settings.resolve_model checked that): its spec is the backend's.
@@ -200,7 +200,8 @@ class ImageWorker:
         self.margin = tile_margin(spec, scale, tile_overlap)
         self.align = spec.tile_align
         self.batch = batch_limit(backend, batch)
-        self.tile = tile_size(backend, scale, self.margin, self.batch, tile)
+        # the tiles' memory budget is shared by the batches the backend runs at once (Backend.run_streams)
+        self.tile = tile_size(backend, scale, self.margin, self.batch * streams, tile)
         self.max_input = backend.input_limit(scale)  # crops never exceed it (an engine's profiles at this scale)
         self.jpeg_quality = jpeg_quality
         self.reference = Path(reference) if reference else None
