@@ -123,7 +123,8 @@ def _folder_row(model, be, n_images, size, scale, folder, one, streamed, log) ->
         f"pure inference ({be.name}, {n_images} x {size}^2, x{scale:g}, {runs_phrase(len(folder))}{how}): "
         f"{100 * ratio:.0f} % of inference throughput (fastest runs: {100 * ratio_best:.0f} %; "
         f"goal {100 * goal:.0f} %)")
-    return {"model": model, "backend": be.name, "backend_description": be.describe(), "images": n_images,
+    return {"model": model, "backend": be.name, "precision": be.precision, "backend_description": be.describe(),
+            "images": n_images,
             "size": size, "scale": scale, "repeats": len(folder),
             "folder_ms_per_image": 1e3 * folder_s / n_images, "inference_ms_per_image": 1e3 * inference_s / n_images,
             "inference_one_call_ms_per_image": 1e3 * one_s / n_images,

@@ -295,7 +295,11 @@ FOLDER_HEADER = ["model", "backend", "images", "size", "folder ms/img", "inferen
 
 
 def _folder_rows(rows: list[dict], backend_key: str) -> list[list]:
-    return [[f["model"], f[backend_key], f["images"], f["size"], f["folder_ms_per_image"],
+    def backend(f: dict) -> str:
+        lower = f.get("precision", "fp32") != "fp32" and backend_key == "backend"  # `--precision auto`'s pick
+        return f"{f[backend_key]} {f['precision']}" if lower else f[backend_key]
+
+    return [[f["model"], backend(f), f["images"], f["size"], f["folder_ms_per_image"],
              f["inference_ms_per_image"], 100 * f["ratio"], 100 * f["ratio_best"]] for f in rows]
 
 
