@@ -70,3 +70,14 @@ def test_pure_inference_times_the_folder_runs_call():
     be = Counted("srcnn-x3", threads=1).load()
     folder_throughput("srcnn-x3", 2, 24, backend=be, log=lambda _m: None, repeats=1)
     assert be.calls == {"infer": 0, "submit_pixels": 1 + 2 + 2}  # warm-up (one shape), folder run, inference
+
+
+def test_pure_inference_is_the_faster_of_one_call_and_streams_on_openvino():
+    """A backend with CPU streams is timed both ways, and the folder run is held to the faster."""
+    pytest.importorskip("openvino", reason="OpenVINO is not installed")
+    be = backends.create("openvino", "srcnn-x3", "fp32", threads=2)
+    lines = []
+    r = folder_throughput("srcnn-x3", 3, 32, backend=be, log=lines.append, repeats=1)
+    one, streams = r["inference_one_call_ms_per_image"], r["inference_streams_ms_per_image"]
+    assert streams is not None and r["inference_ms_per_image"] == pytest.approx(min(one, streams))
+    assert "2 streams" in lines[0] and be.streams == 1

@@ -49,6 +49,18 @@ def test_fp32_nan_fails_that_image_with_one_line_and_writes_the_rest(backend, fo
     assert summary["counts"]["ok"] == 1 and summary["counts"]["failed"] == 2 and "rerun_fp32" not in summary
 
 
+def test_fp32_nan_on_openvino_streams_fails_that_image_and_writes_the_rest(folder, tmp_path, capsys):
+    """Whole images of a folder run two at a time on OpenVINO's streams: their outputs are checked all the same."""
+    out = tmp_path / "out"
+    code = cli_main(["sr", str(folder), str(out), "--model", NAN_MODEL, "--backend", "openvino", "--threads", "2",
+                     "--verbose"])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err and "2 inference streams" in err
+    assert (out / "plain.png").is_file() and not (out / "white.png").exists()
+    line = next(ln for ln in err.splitlines() if ln.startswith("failed white.png"))
+    assert "openvino fp32 output is not finite (NaN or inf)" in line and "the whole image" in line
+
+
 def test_fp16_overflow_on_ort_cpu_reruns_affected_tiles_at_fp32(folder, tmp_path, capsys):
     from pipeline.backends.ort_backend import OrtCpuBackend
 

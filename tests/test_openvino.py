@@ -142,3 +142,50 @@ def test_int8_runs_its_float_parts_in_bf16_where_the_cpu_has_it_and_f32_elsewher
     monkeypatch.setenv(cpu.BF16_ENV, "0")  # a CPU without bf16 (forced): int8 still runs, its float parts in f32
     assert inference_hint("int8") == "f32" and inference_hint("bf16") == "f32"
     assert "int8, float parts f32" in OpenVinoBackend("srcnn-x3", "int8").describe()
+
+
+def test_streams_run_submissions_side_by_side_with_the_one_call_output(exported):
+    """run_streams: submissions start at once on OpenVINO's CPU streams (more in flight than streams, too) and give
+    the one-call path's samples; 1 sets the one-call path back."""
+    be = create_named("openvino", None, onnx=exported["srcnn"], threads=2)
+    rng = np.random.default_rng(5)
+    # the folded x3 graph, the model's graph at x2.5, and an image under the folded graph's smallest side
+    work = [(rng.integers(0, 256, (1, 40, 44, 3), dtype=np.uint8), 3.0),
+            (rng.integers(0, 256, (1, 30, 26, 3), dtype=np.uint8), 2.5),
+            (rng.integers(0, 256, (1, 8, 9, 3), dtype=np.uint8), 3.0)]
+    one = [be.infer_pixels(x, s) for x, s in work]
+    assert be.run_streams(2) == 2
+    pending = [be.submit_pixels(x, s) for x, s in work]  # three in flight on two streams
+    outs = [np.zeros_like(o) for o in one]
+    views = [[out[0]] for out in outs]  # an image's output buffer, as the sr stage passes it
+    for p, view, out, ref in zip(pending, views, outs, one, strict=True):
+        assert p.result(view) is view and out.tobytes() == ref.tobytes()
+    assert {k for k, _ in be.streamed} == {0, 3}  # both graphs ran on streams
+    assert be.run_streams(1) == 1
+    assert be.submit_pixels(*work[0]).result().tobytes() == one[0].tobytes()
+    assert create_named("openvino", None, onnx=exported["srcnn"], threads=1).run_streams(2) == 1  # one core: none
+
+
+def test_a_folder_runs_on_streams_and_hands_the_backend_back(exported, tmp_path):
+    """A folder of whole images keeps two in flight on two streams, a tiled image runs its tiles one call at a
+    time (its last tile would run alone on one stream); both write what one image at a time writes and leave the
+    given backend on its one-call path."""
+    import cv2
+
+    from pipeline.sr import upscale
+
+    rng = np.random.default_rng(7)
+    (tmp_path / "in").mkdir()
+    for i, shape in enumerate([(40, 44, 3), (40, 44, 3), (52, 60, 3)]):
+        cv2.imwrite(str(tmp_path / "in" / f"{i}.png"), rng.integers(0, 256, shape, dtype=np.uint8))
+    be = create_named("openvino", None, onnx=exported["srcnn"], threads=2)
+    for tile in (0, 20):
+        upscale(tmp_path / "in", tmp_path / f"folder{tile}", backend=be, scale=3.0, tile=tile, progress=False,
+                log=lambda _m: None)
+        assert be.streams == 1 and bool(be.streamed) == (tile == 0)
+        for i in range(3):
+            upscale(tmp_path / "in" / f"{i}.png", tmp_path / f"one{tile}-{i}.png", backend=be, scale=3.0, tile=tile,
+                    progress=False, log=lambda _m: None)
+            a = cv2.imread(str(tmp_path / f"folder{tile}" / f"{i}.png"))
+            assert a.tobytes() == cv2.imread(str(tmp_path / f"one{tile}-{i}.png")).tobytes()
+        be.streamed.clear()

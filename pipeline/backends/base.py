@@ -189,6 +189,13 @@ class Backend(ABC):
         except px.NonFiniteOutput as e:  # raised where it is collected, like a device backend's
             return px.Ready(e.samples, e.counts)
 
+    def run_streams(self, wanted: int) -> int:
+        """From now on, run up to `wanted` submissions (submit_pixels) at once, each on its own share of the cores,
+        for a caller that keeps that many in flight (a folder of images); 1 sets the default back. Returns how many
+        run at once. Here 1: one at a time (a device backend overlaps its copies with the host's work instead);
+        `infer` and `infer_pixels` always run one call on every core they have."""
+        return 1
+
     def device_memory(self) -> DeviceMemory | None:
         """Free device memory and the model's activation cost, for a backend whose activations live on a
         device; None: host memory bounds the tiles (pipeline.sr.tiling.auto_tile)."""

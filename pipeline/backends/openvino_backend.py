@@ -22,6 +22,7 @@ from pipeline.artifacts.onnx_file import (
     onnx_metadata,
     path_or_file,
 )
+from pipeline.backends import pixels as px
 from pipeline.backends.base import Backend, BackendStatus, installed
 from pipeline.backends.checks import check_batch
 from pipeline.backends.ort_backend import onnx_source_problem
@@ -30,6 +31,7 @@ from pipeline.export.cached import onnx_for
 from pipeline.export.quantize import int8_file, int8_path
 from pipeline.native.cpu import bf16_problem
 from pipeline.native.machine import package_version
+from pipeline.native.ort_session import physical_cores
 from pipeline.precisions import DEFAULT
 
 
@@ -83,6 +85,29 @@ def layer_times(request, feeds: dict, calls: int) -> list[dict]:
     return sorted(rows, key=lambda r: -r["ms"])
 
 
+class StreamPending(px.Pending):
+    """A request started on one of OpenVINO's streams: `result(out)` waits for it and converts its output as
+    infer_pixels does (the request goes back to the free ones once its output is read)."""
+
+    def __init__(self, request, free: list, feeds: dict, shape, depth: int, backend: OpenVinoBackend):
+        self.request, self.free, self.feeds, self.shape, self.depth = request, free, feeds, shape, depth
+        self.backend = backend
+
+    def result(self, out=None):
+        try:
+            self.request.wait()
+            y = self.request.get_output_tensor(0).data
+            self.backend._check_output(y, self.shape)
+            samples = px.to_samples(y, self.depth)
+            counts = px.nonfinite_pixels(y)
+        except RuntimeError as e:  # OpenVINO's errors
+            raise PipelineError(f"openvino: {openvino_cause(e)}") from None
+        finally:
+            self.feeds = None
+        self.free.append(self.request)  # only now: its output was read
+        return px.Ready(samples, counts).result(out)
+
+
 class OpenVinoBackend(Backend):
 
     def __init__(self, model: str | None, precision: str = "fp32", *, onnx: str | Path | None = None, weights=None,
@@ -98,6 +123,8 @@ class OpenVinoBackend(Backend):
         self.variants: dict[int, Path] = {}
         self.last_path = None
         self._lock = threading.Lock()  # one infer request per graph, shared by the threads that call infer
+        self.streams = 1  # run_streams: submissions at once
+        self.streamed: dict[tuple[int, int], tuple] = {}  # (graph, streams) -> (compiled, free requests, names)
 
     @classmethod
     def status(cls, spec: ModelSpec, precision: str, *, onnx=None, engine=None, weights=None) -> BackendStatus:
@@ -138,7 +165,7 @@ class OpenVinoBackend(Backend):
         self._graph(k if self.precision == "int8" and k in self.variants else 0)
         return self
 
-    def _compile(self, path: Path, profile: bool = False):
+    def _compile(self, path: Path, profile: bool = False, streams: int = 1):
         import openvino as ov
 
         from pipeline.native.openvino_bf16 import compile_config
@@ -146,11 +173,17 @@ class OpenVinoBackend(Backend):
 
         hint = inference_hint(self.precision)
         core = ov.Core()
-        for ext in extensions(self.threads, bf16=hint == "bf16"):
+        threads = self.threads or physical_cores()
+        # our own kernels (the bf16 DeformConv2d) take a stream's share of the threads, as OpenVINO's own do
+        for ext in extensions(self.threads if streams == 1 else max(1, threads // streams), bf16=hint == "bf16"):
             core.add_extension(ext)
-        config = {"INFERENCE_PRECISION_HINT": hint, "PERFORMANCE_HINT": "LATENCY"}
-        if self.threads:
-            config["INFERENCE_NUM_THREADS"] = int(self.threads)
+        config = {"INFERENCE_PRECISION_HINT": hint}
+        if streams > 1:  # each stream runs one request on threads / streams cores
+            config |= {"NUM_STREAMS": streams, "INFERENCE_NUM_THREADS": threads}
+        else:
+            config["PERFORMANCE_HINT"] = "LATENCY"
+            if self.threads:
+                config["INFERENCE_NUM_THREADS"] = int(self.threads)
         if profile:  # per-layer counters (op_breakdown): a compilation of its own, so infer's request keeps none
             config["PERF_COUNT"] = True
         try:
@@ -194,21 +227,73 @@ class OpenVinoBackend(Backend):
         and of the graph that runs at `scale`: a small image runs the model's graph at any scale."""
         return list(dict.fromkeys(p for p in (self.onnx_file, self._file(0), self.run_file(scale)) if p is not None))
 
-    def infer(self, batch: np.ndarray, scale: float) -> np.ndarray:
-        s = check_batch(batch, self.spec, scale, self.name)
+    def _which(self, s, scale: float) -> int:
+        """The graph a checked batch `s` runs at `scale`: the folded xk graph where it has one and the image is not
+        smaller than its strips, else the model's own (0)."""
         k = int(round(float(scale)))
         folded = self._graph(k) if k == float(scale) and k in self.variants else None
-        request, names, _ = folded if folded is not None and min(s.h, s.w) >= folded[2] else self._graph(0)
+        return k if folded is not None and min(s.h, s.w) >= folded[2] else 0
+
+    def _feeds(self, batch: np.ndarray, s, names: set) -> dict:
         feeds = {"input": np.ascontiguousarray(batch, dtype=np.float32)}
         if "size" in names:
             feeds["size"] = np.array([s.out_h, s.out_w], dtype=np.int64)
-        with self._lock:
-            self.last_path = f"folded x{k}" if folded is not None and request is folded[0] else "model graph"
-            request.infer(feeds)
-            y = np.array(request.get_output_tensor(0).data, dtype=np.float32)  # a copy: the request reuses it
+        return feeds
+
+    def _check_output(self, y: np.ndarray, s) -> None:
         if y.shape != (s.n, 3, s.out_h, s.out_w):
             raise PipelineError(f"openvino: output {y.shape} != expected {(s.n, 3, s.out_h, s.out_w)}")
+
+    def infer(self, batch: np.ndarray, scale: float) -> np.ndarray:
+        s = check_batch(batch, self.spec, scale, self.name)
+        k = self._which(s, scale)
+        request, names, _ = self._graph(k)
+        feeds = self._feeds(batch, s, names)
+        with self._lock:
+            self.last_path = f"folded x{k}" if k else "model graph"
+            request.infer(feeds)
+            y = np.array(request.get_output_tensor(0).data, dtype=np.float32)  # a copy: the request reuses it
+        self._check_output(y, s)
         return y
+
+    # -- streams: several submissions at once, each on its share of the cores (a folder's images) ----------------
+
+    def run_streams(self, wanted: int) -> int:
+        """OpenVINO's CPU streams for submit_pixels: up to `wanted`, at most one per core (the graphs compiled for
+        them on first use, beside the one-call graphs `infer` keeps)."""
+        self.streams = max(1, min(int(wanted), self.threads or physical_cores()))
+        return self.streams
+
+    def _stream_request(self, k: int):
+        """A free infer request of graph k compiled for `streams` streams, and its input names (a new request when
+        all are busy: a caller keeping more in flight waits in OpenVINO's queue, never on a request in use)."""
+        with self._lock:
+            got = self.streamed.get((k, self.streams))
+            if got is None:
+                compiled = self._compile(self._file(k), streams=self.streams)
+                names = {n for port in compiled.inputs for n in port.get_names()}
+                got = self.streamed[(k, self.streams)] = (compiled, [], names)
+            compiled, free, names = got
+            return (free.pop() if free else compiled.create_infer_request()), free, names
+
+    def submit_pixels(self, pixels: np.ndarray, scale: float) -> px.Pending:
+        """One stream's request started now when streams are on (run_streams), collected by `result`; else the
+        one-call path, computed now."""
+        if self.streams == 1:
+            return super().submit_pixels(pixels, scale)
+        px.check_pixels(pixels, self.name)
+        unit = px.to_unit(pixels)
+        s = check_batch(unit, self.spec, scale, self.name)
+        k = self._which(s, scale)
+        request, free, names = self._stream_request(k)
+        import openvino as ov
+
+        feeds = self._feeds(unit, s, names)
+        for name, value in feeds.items():  # the tensors share the arrays, which the pending keeps alive
+            request.set_tensor(name, ov.Tensor(value, shared_memory=True))
+        self.last_path = f"folded x{k}" if k else "model graph"
+        request.start_async()
+        return StreamPending(request, free, feeds, s, 16 if pixels.dtype == np.uint16 else 8, self)
 
     def op_breakdown(self, size: int, scale: float, calls: int = 5) -> list[dict] | None:
         """OpenVINO's per-layer counters (PERF_COUNT) of the graph that runs a `size`x`size` image at `scale`."""

@@ -6,7 +6,9 @@ pixel sessions and graphs), warmed up alike; runs alternate folder / inference s
 both alike. The ratio is taken from
 the medians; `ratio_best` (fastest run of each) is reported too, because on a machine shared with other
 work the medians move by tens of percent from one run to the next while the fastest runs stay close.
-The goal (issue 11): the folder run reaches >= 85 % of pure inference throughput.
+Pure inference is the faster of one call after another and, on a backend with CPU streams (OpenVINO), the
+folder run's own way: two images in flight, each on one stream's share of the cores. The goals: >= 90 % of pure
+inference on the host (issue 52), >= 85 % on a GPU (issue 11).
 """
 from __future__ import annotations
 
@@ -23,9 +25,10 @@ from pipeline.artifacts.identity import resolve
 from pipeline.data.sample_images import HELD_OUT, load_rgb
 from pipeline.errors import PipelineError
 from pipeline.report import runs_phrase
-from pipeline.sr import read_image, upscale, usable_cores
+from pipeline.sr import IN_FLIGHT, read_image, upscale, usable_cores
 
-GOAL = 0.85  # folder run / pure inference throughput
+GOAL = 0.90  # folder run / pure inference throughput, on the host
+DEVICE_GOAL = 0.85  # ... on a GPU
 
 
 def write_folder(folder: Path, n_images: int, size: int) -> list[Path]:
@@ -53,10 +56,25 @@ def _pixel_batches(images: list) -> list[np.ndarray]:
     return [im.region_pixels(0, im.height, 0, im.width)[None] for im in images]
 
 
-def _inference_s(backend, batches: list[np.ndarray], scale: float) -> float:
+def _inference_s(backend, batches: list[np.ndarray], scale: float, streams: int = 1) -> float:
+    """Seconds of inference alone on `batches`: one call after another, or (streams > 1) submitted as the folder
+    run submits them, IN_FLIGHT at a time, on the backend's streams (Backend.run_streams)."""
     t0 = time.perf_counter()
-    for x in batches:
-        backend.infer_pixels(x, scale)
+    if streams == 1:
+        for x in batches:
+            backend.infer_pixels(x, scale)
+        return time.perf_counter() - t0
+    backend.run_streams(streams)
+    try:
+        pending = None
+        for x in batches:
+            submitted = backend.submit_pixels(x, scale)
+            if pending is not None:
+                pending.result()
+            pending = submitted
+        pending.result()
+    finally:
+        backend.run_streams(1)
     return time.perf_counter() - t0
 
 
@@ -64,32 +82,54 @@ def folder_throughput(model: str, n_images: int, size: int, backend="auto", weig
                       repeats: int = 3) -> dict:
     """Per-image ms of `upscale()` on a folder of n size x size PNGs and of inference calls alone on the
     same images, their ratio (inference / folder = the folder run's share of pure inference throughput),
-    and the keys bench reports have used (folder_s, inference_s, overhead_s, overhead_pct: medians)."""
+    and the keys bench reports have used (folder_s, inference_s, overhead_s, overhead_pct: medians). Pure
+    inference is the faster of one call after another and, on a backend that runs several at once (CPU streams,
+    as the folder run uses them), IN_FLIGHT submissions at a time: the folder run is held to the best the backend
+    does alone."""
     scale = resolve(model).default_scale
     be = backends.create(backend, model, "fp32", weights=weights) if isinstance(backend, str) else backend
+    streams = be.run_streams(IN_FLIGHT)
+    be.run_streams(1)
     with tempfile.TemporaryDirectory(prefix="sr-folder-bench-") as tmp:
         paths = write_folder(Path(tmp) / "in", n_images, size)
         images = [read_image(p) for p in paths]
         batches = _pixel_batches(images)
-        for x in {x.shape: x for x in batches}.values():  # warm each input shape once, on the folder run's path
+        for x in {x.shape: x for x in batches}.values():  # warm each input shape once, on both paths
             be.infer_pixels(x, scale)
-        folder, infer = [], []
+            if streams > 1:
+                _inference_s(be, [x], scale, streams)
+        folder, one, streamed = [], [], []
         for r in range(max(1, repeats)):
             t0 = time.perf_counter()
             upscale(Path(tmp) / "in", Path(tmp) / f"out{r}", model=model, scale=scale, backend=be, progress=False,
                     log=lambda _msg: None)
             folder.append(time.perf_counter() - t0)
-            infer.append(_inference_s(be, batches, scale))
+            one.append(_inference_s(be, batches, scale))
+            if streams > 1:
+                streamed.append(_inference_s(be, batches, scale, streams))
+    return _folder_row(model, be, n_images, size, scale, folder, one, streamed, log)
+
+
+def _folder_row(model, be, n_images, size, scale, folder, one, streamed, log) -> dict:
+    one_s = statistics.median(one)
+    streams_s = statistics.median(streamed) if streamed else None
+    infer = streamed if streamed and streams_s < one_s else one
     folder_s, inference_s = statistics.median(folder), statistics.median(infer)
     ratio, ratio_best = inference_s / folder_s, min(infer) / min(folder)
+    goal = DEVICE_GOAL if be.on_gpu else GOAL
+    how = (f"; one call at a time {1e3 * one_s / n_images:.0f}, {IN_FLIGHT} streams {1e3 * streams_s / n_images:.0f}"
+           if streamed else "")
     log(f"  {model} folder run: {1e3 * folder_s / n_images:.0f} ms/image vs {1e3 * inference_s / n_images:.0f} ms "
-        f"pure inference ({be.name}, {n_images} x {size}^2, x{scale:g}, {runs_phrase(len(folder))}): "
+        f"pure inference ({be.name}, {n_images} x {size}^2, x{scale:g}, {runs_phrase(len(folder))}{how}): "
         f"{100 * ratio:.0f} % of inference throughput (fastest runs: {100 * ratio_best:.0f} %; "
-        f"goal {100 * GOAL:.0f} %)")
-    return {"model": model, "backend": be.name, "backend_description": be.describe(), "images": n_images,
+        f"goal {100 * goal:.0f} %)")
+    return {"model": model, "backend": be.name, "precision": be.precision, "backend_description": be.describe(),
+            "images": n_images,
             "size": size, "scale": scale, "repeats": len(folder),
             "folder_ms_per_image": 1e3 * folder_s / n_images, "inference_ms_per_image": 1e3 * inference_s / n_images,
-            "ratio": ratio, "ratio_best": ratio_best, "goal": GOAL, "meets_goal": ratio >= GOAL,
+            "inference_one_call_ms_per_image": 1e3 * one_s / n_images,
+            "inference_streams_ms_per_image": None if streams_s is None else 1e3 * streams_s / n_images,
+            "ratio": ratio, "ratio_best": ratio_best, "goal": goal, "meets_goal": ratio >= goal,
             "folder_s": folder_s, "inference_s": inference_s, "overhead_s": folder_s - inference_s,
             "overhead_pct": 100.0 * (folder_s - inference_s) / folder_s,
             "runs_folder_s": folder, "runs_inference_s": infer}

@@ -105,9 +105,7 @@ def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
             doc.setdefault("output_check", []).append(
                 output_check_cost(model, cfg["check_size"], cfg["check_repeats"], weights=weights, log=log))
         if cfg.get("folder_images"):
-            folder = _folder_row(model, cfg, weights, log, doc["skipped"].append)
-            if folder:
-                doc["folder"].append(folder)
+            doc["folder"] += _folder_rows(model, cfg, weights, log, doc["skipped"].append, chosen)
         if cfg.get("video_frames"):
             doc.setdefault("video", []).extend(_video_rows(model, cfg, weights, log, doc["skipped"].append, chosen))
         if cfg.get("startup_runs"):
@@ -260,12 +258,16 @@ def _triton_section(model: str, cfg: dict, log, note) -> dict | None:
             return None
 
 
-def _folder_row(model: str, cfg: dict, weights, log, note) -> dict | None:
-    """The whole-folder run (`upscale`) against pure inference on the same loaded backend."""
-    try:
-        return folder_throughput(model, cfg["folder_images"], cfg["folder_size"], weights=weights, log=log)
-    except PipelineError as e:
-        note(f"{model} folder run: {e}")
-        return None
+def _folder_rows(model: str, cfg: dict, weights, log, note, chosen=None) -> list[dict]:
+    """The whole-folder run (`upscale`) against pure inference on the same loaded backend: the auto backend at fp32
+    and, when it differs, what `--precision auto` picked (`chosen`, loaded)."""
+    rows = []
+    for backend in ["auto"] + ([chosen] if chosen is not None and chosen.precision != "fp32" else []):
+        try:
+            rows.append(folder_throughput(model, cfg["folder_images"], cfg["folder_size"], backend=backend,
+                                          weights=weights, log=log))
+        except PipelineError as e:
+            note(f"{model} folder run: {e}")
+    return rows
 
 

@@ -13,7 +13,7 @@ from pipeline.sr.console import Console, scale_note
 from pipeline.sr.flow import ModelChoice, Plan, Started, resolve_model
 from pipeline.sr.options import OPTION_FIELDS, RunOptions
 from pipeline.sr.records import Record
-from pipeline.sr.scheduler import Scheduler
+from pipeline.sr.scheduler import IN_FLIGHT, Scheduler
 from pipeline.sr.worker import ImageWorker
 
 
@@ -23,7 +23,7 @@ class LocalExecutor:
     why_not = ""
     flags = ()
     takes_videos = True
-    streams = False
+    streams = False  # execute() returns its records (not the inference streams: run_streams)
 
     def __init__(self, opts: RunOptions):
         self.opts = opts
@@ -64,8 +64,12 @@ class LocalExecutor:
         if self.clips:  # PyAV loads only for runs with videos
             what = self._plan_clips(plan, loaded)
         self.stale = remove_stale_parts([r.job.dst for r in plan.todo] + [f for w in self.works for f in w.files])
+        # a folder of images (no clips: their frames keep the one-call path) keeps IN_FLIGHT batches in flight: a
+        # backend with CPU streams runs them side by side, each on its share of the cores
+        images = len(plan.todo) - len(self.clips)
+        self.inference_streams = loaded.run_streams(IN_FLIGHT if images > 1 and not self.clips else 1)
         self.worker = ImageWorker(loaded, m.spec, m.scale, tile=o.tile, tile_overlap=o.tile_overlap, batch=o.batch,
-                                  jpeg_quality=o.jpeg_quality, reference=o.reference)
+                                  jpeg_quality=o.jpeg_quality, reference=o.reference, streams=self.inference_streams)
         self.console, self.loaded, self.auto_line = console, loaded, auto_line
         on = loaded.name if loaded.precision == "fp32" else f"{loaded.name} {loaded.precision}"  # first line says it
         return Started(m.name, m.scale, on, loaded.selection_brief or choice, loaded.describe(), choice,
@@ -114,16 +118,20 @@ class LocalExecutor:
 
             for line in resume_lines(self.works):
                 console.info(line)
+        streams = f"; {self.inference_streams} inference streams" if self.inference_streams > 1 else ""
         console.detail(f"tiles: {w.tile or 'whole images'} LR px, {w.margin} HR px of context; batch "
-                       f"{w.batch}; {self.workers} decode/encode worker(s)")
+                       f"{w.batch}; {self.workers} decode/encode worker(s){streams}")
 
     def execute(self, todo: list[Record], console: Console, finished: Callable[[Record], None]) -> float:
         images = [r for r in todo if not r.job.video]
         t0 = time.perf_counter()
-        if images or not self.clips:
-            Scheduler(self.worker, console, self.workers).run(images)
-        if self.clips:
-            self._videos(console)
+        try:
+            if images or not self.clips:
+                Scheduler(self.worker, console, self.workers).run(images)
+            if self.clips:
+                self._videos(console)
+        finally:
+            self.loaded.run_streams(1)  # a backend given to this run is handed back as it came
         return time.perf_counter() - t0
 
     def _videos(self, console: Console) -> None:

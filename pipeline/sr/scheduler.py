@@ -19,6 +19,9 @@ from pipeline.sr.worker import Decoded, ImageWorker, Planned, decode, infer_reas
 
 # Images being decoded at once beyond the pool size and the batch; bounds memory along with WRITE_BYTES.
 PREFETCH = 2
+# Batches submitted and not collected: the next is submitted before the one before it is collected, so a backend
+# that runs submissions at once (Backend.run_streams) may run this many side by side.
+IN_FLIGHT = 2
 WRITE_BYTES = 512 << 20
 # Outputs the write queue always admits, whatever their size: one encoding while the next is queued, so outputs
 # over WRITE_BYTES still overlap inference and encoding instead of taking turns.

@@ -192,7 +192,7 @@ class ImageWorker:
 
     def __init__(self, backend: Backend, model: str | ModelSpec, scale: float, *, tile: int | None = None,
                  tile_overlap: int | None = None, batch: int | str = 1, jpeg_quality: int = 95,
-                 reference: str | Path | None = None):
+                 reference: str | Path | None = None, streams: int = 1):
         self.backend = backend
         self.scale = scale
         # A name is the loaded backend's model (sr.settings.resolve_model checked that): its spec is the backend's.
@@ -200,7 +200,10 @@ class ImageWorker:
         self.margin = tile_margin(spec, scale, tile_overlap)
         self.align = spec.tile_align
         self.batch = batch_limit(backend, batch)
-        self.tile = tile_size(backend, scale, self.margin, self.batch, tile)
+        # whole images: `streams` batches at once on the backend's streams (Backend.run_streams, set by the caller),
+        # whose memory the tiles' budget then shares; a tiled image runs one call at a time (infer_tiled)
+        self.streams = streams
+        self.tile = tile_size(backend, scale, self.margin, self.batch * streams, tile)
         self.max_input = backend.input_limit(scale)  # crops never exceed it (an engine's profiles at this scale)
         self.jpeg_quality = jpeg_quality
         self.reference = Path(reference) if reference else None
@@ -285,10 +288,16 @@ class ImageWorker:
                 progress(done, item.plan.count)
 
         t0 = time.perf_counter()
-        if image.gray:
-            tiling.run_tiles(item.plan, image.region_rgb, self._infer_floats(item), write, self.batch)
-        else:
-            tiling.run_tiles(item.plan, image.region_pixels, self._submit_pixels(item), write, self.batch)
+        if self.streams > 1:  # its tiles one call at a time on every core: its last tile would run alone on one stream
+            self.backend.run_streams(1)
+        try:
+            if image.gray:
+                tiling.run_tiles(item.plan, image.region_rgb, self._infer_floats(item), write, self.batch)
+            else:
+                tiling.run_tiles(item.plan, image.region_pixels, self._submit_pixels(item), write, self.batch)
+        finally:
+            if self.streams > 1:
+                self.backend.run_streams(self.streams)
         item.infer_s = time.perf_counter() - t0
 
     def infer_batch(self, items: list[Planned]) -> None:
