@@ -49,7 +49,7 @@ float) -> recipe 6, on a 2-core AMX Xeon (scripts/int8_recipes.py):
     deform-srcnn  0.076 -> 0.076 dB   within (its last conv is padded: float; its int8 part is the offset/mask
                                       conv feeding DeformConv2d, which custom_op_neighbours could keep in float)
     srcnn         0.18  -> 0.18 dB    OVER (fold3 in int8 costs it 0.11: with fold3 in float it lost 0.074 dB):
-                                      `auto` never picks it and `sr --precision int8` says it is over budget.
+                                      recipe 8 (split per phase, below): 0.079 dB, within its budget.
 
 (Recipe 7 changes only the folded graphs: srcnn, on the EPYC of the figures below, 0.165 -> 0.166 dB, still over;
 deform-srcnn has none and keeps its file's contents.)
@@ -72,13 +72,15 @@ computes wrong (0.21 mean error against ONNX Runtime's 0.006 on the same file): 
 -> Conv, whatever feeds the Concat; phases.py's docstring has the smallest repro and the forms it gets right (a
 Concat of int8 tensors is right but runs fold3 on s8, 16 % slower than u8; fold3 per phase summed needs no Concat).
 tests/test_quantize_quality.py holds OpenVINO to ONNX Runtime on the shipped file. srcnn-x3 on the 2-core AMD EPYC
-(256x256 -> 768x768, one interleaved run of 25 rounds, load average 0.9-1.0, medians; recipe 7 / 8 / NNCF):
-2 threads 49.4 / 39.0 / 47.5 ms (1.22x NNCF; 74 % of the int8 GEMM peak's 28.8 ms), 1 thread 94.4 / 74.5 / 91.3 ms
-(1.23x); the same with f32 float parts (the Ice Lake case) 48.7 / 39.3 / 47.9 and 92.6 / 75.7 / 90.7 ms. A run
-with others' jobs on the cores (load 0.7-0.9, 31 rounds) gave 64.2 / 55.5 / 61.8 ms at 2 threads (1.11x) and
-99.5 / 79.4 / 96.2 at 1 (1.21x): the 2-thread figure moves with the machine. Gate figures (pipeline.quality,
-held-out): loss 0.0564 dB (recipe 7: 0.0537), fidelity 49.36 (worst 47.38) dB with bf16 float parts;
-SRDEPLOY_CPU_BF16=0: 0.0555 (0.0593) dB, 49.40 (47.43) dB; NNCF's 0.349 dB, 42.0 (39.1) dB.
+(256x256 -> 768x768, bf16 float parts, one interleaved run of 41 rounds, load average 0.9-1.0, medians; recipe
+7 / 8 / NNCF): 2 threads 53.6 / 44.3 / 52.6 ms (1.19x NNCF; 68 % of the int8 GEMM peak's 30.0 ms), 1 thread 93.0 /
+74.0 / 89.9 ms (1.22x, 75 %). Other runs, 25-31 rounds: 2 threads 1.22x (39.0 / 47.5 ms; with f32 float parts, the
+Ice Lake case, 1.21x) and 1.11x with others' jobs on the cores (55.5 / 61.8 ms); 1 thread 1.21-1.23x in each: the
+2-thread figure moves with the machine, around the 1.2x goal. Gate figures (pipeline.quality, held-out): loss
+0.0564 dB (recipe 7: 0.0537), fidelity 49.36 (worst 47.38) dB with bf16 float parts; SRDEPLOY_CPU_BF16=0: 0.0555
+(0.0593) dB, 49.40 (47.43) dB; NNCF's 0.349 dB, 42.0 (39.1) dB. srcnn (its folded x3 graph) 0.166 -> 0.079 dB,
+fidelity 48.0 (worst 46.4) dB: within its budget now (fold3's int8 cost it most, and per phase its inputs and
+weights have scales of their own), 55.5 -> 48.9 ms at 256x256 (2 threads, 5 calls each, not interleaved).
 Where the time goes now (PERF_COUNT, 1 thread, 92.8 ms counted): fold1's nine convs 33.5 (recipe 7: 41.2), fold3's
 27.6 (28.1: 40 % fewer MACs, but 27-channel convs on 32 inputs run less efficiently than one on 288), fold2's 10.3
 (18.2 as one grouped conv), 77 % together; the strips' convs 6.1 (7 %); the rest ~15 (16 %): the output's
