@@ -17,8 +17,9 @@ recompute its ring), so each still reads a ReLU directly (the int8 recipe's shif
 
 Why no Concat: fold2's groups as nine convs concatenated before fold3 computed the same, but OpenVINO 2026.4 (CPU,
 either inference precision) computes Concat -> QuantizeLinear -> DequantizeLinear (int8, zero point 0) -> Conv
-wrong: its low-precision pass runs the Conv on u8 with the Concat moved under the quantization and loses the zero
-point's compensation (0.21 mean error on srcnn-x3 against ONNX Runtime's 0.006 on the same file). Smallest repro:
+wrong: its runtime graph quantizes each Concat input to u8 and runs the Conv on u8 (a signed range needs a zero
+point's compensation there, apparently lost); on srcnn-x3 it was 0.21 mean off ONNX Runtime on the same file, which
+is 0.006 off fp32. Smallest repro:
 two [1, 4, 8, 8] inputs, Concat on channels, Q/DQ at scale 0.01 zero point int8 0, a 3x3 Conv with int8 per-channel
 Q/DQ weights: OpenVINO's mean error against ONNX Runtime is 0.63 on outputs of mean 1.2. Right: uint8 with zero
 point 0 or 128, one QuantizeLinear per Concat input with the Concat on the int8 tensors and one DequantizeLinear

@@ -68,7 +68,7 @@ roofline, torch._int_mm) was 835 GOP/s at 2 threads: srcnn-x3's 23.6 GOP take 28
 Recipe 7 -> 8: a folded SRCNN graph is quantized split per output phase (pipeline.export.phases: nine chains of
 fold1 and fold3 cropped to their non-zero taps and a dense 64 -> 32 fold2, summed by Adds, no Concat; 25 % fewer
 MACs, exact in fp32). The split with a Concat before fold3 (tried first) is what OpenVINO 2026.4
-computes wrong (0.21 mean error against ONNX Runtime's 0.006 on the same file): Concat -> Q/DQ int8 zero point 0
+computes wrong (0.21 mean off ONNX Runtime on the same file, itself 0.006 off fp32): Concat -> Q/DQ int8 zero point 0
 -> Conv, whatever feeds the Concat; phases.py's docstring has the smallest repro and the forms it gets right (a
 Concat of int8 tensors is right but runs fold3 on s8, 16 % slower than u8; fold3 per phase summed needs no Concat).
 tests/test_quantize_quality.py holds OpenVINO to ONNX Runtime on the shipped file. srcnn-x3 on the 2-core AMD EPYC
