@@ -92,7 +92,9 @@ slower overall; into the width through transposes: 4x); the image conv's shift a
 -> Pad -> Conv runs fold1 in bf16, 2x slower; with a second Q/DQ after the Pad: 0.7 %, noise); uint8 activations
 with zero point 0 in the file instead of the shift (NNCF's choice): 1.6 % at 1 thread, near the noise (OpenVINO
 already runs a shifted input as u8: its runtime model's FakeQuantize outputs u8), and TensorRT reads the same file
-and takes int8 with zero point 0 only.
+and takes int8 with zero point 0 only; the output's two Concats (frame and interior) as zero Pads summed: 9.4 ms
+against 5.3 for a 768x768 output alone in OpenVINO (1 thread); the split with its Concat of int8 tensors (right in
+OpenVINO) 85.6 ms against 84.6 for fold3 uncropped per phase, 73-74 cropped as shipped (1 thread, 25 rounds).
 
 scripts/int8_recipes.py measures other recipes (KEEP:METHOD:CROPS:PERCENTILE and switches).
 """
