@@ -76,7 +76,9 @@ tests/test_quantize_quality.py holds OpenVINO to ONNX Runtime on the shipped fil
 7 / 8 / NNCF): 2 threads 53.6 / 44.3 / 52.6 ms (1.19x NNCF; 68 % of the int8 GEMM peak's 30.0 ms), 1 thread 93.0 /
 74.0 / 89.9 ms (1.22x, 75 %). Other runs, 25-31 rounds: 2 threads 1.22x (39.0 / 47.5 ms; with f32 float parts, the
 Ice Lake case, 1.21x) and 1.11x with others' jobs on the cores (55.5 / 61.8 ms); 1 thread 1.21-1.23x in each: the
-2-thread figure moves with the machine, around the 1.2x goal. Gate figures (pipeline.quality, held-out): loss
+2-thread figure moves with the machine, around the 1.2x goal. On the quiet machine after the merge (41 rounds, load
+average 0.8): 2 threads 47.6 / 37.3 / 46.7 ms (1.25x, 77 % of the peak's 28.8 ms), 1 thread 93.2 / 75.2 / 91.0
+(1.21x, 73 %). Gate figures (pipeline.quality, held-out): loss
 0.0564 dB (recipe 7: 0.0537), fidelity 49.36 (worst 47.38) dB with bf16 float parts; SRDEPLOY_CPU_BF16=0: 0.0555
 (0.0593) dB, 49.40 (47.43) dB; NNCF's 0.349 dB, 42.0 (39.1) dB. srcnn (its folded x3 graph) 0.166 -> 0.079 dB,
 fidelity 48.0 (worst 46.4) dB: within its budget now (fold3's int8 cost it most, and per phase its inputs and
