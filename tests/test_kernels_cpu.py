@@ -309,3 +309,28 @@ def test_dynamic_resize_to_its_own_size_is_a_copy(emulate):
     out = kernels_cpu.dynamic_resize(x, (7, 9), emulate_fp16=emulate)
     want = x.astype(np.float16).astype(np.float32) if emulate else x
     assert out.tobytes() == want.tobytes()
+
+
+def test_to_samples_u8_gives_the_numpy_rules_bytes_and_counts():
+    """The native output conversion (pipeline.backends.pixels.samples_checked's fast path) against numpy's rule:
+    the same bytes on every finite pixel (ties to even, both clips, sizes that end mid-vector and mid-chunk) and
+    the same per-sample counts of non-finite pixels."""
+    from pipeline.backends import pixels as px
+
+    rng = np.random.default_rng(3)
+    y = rng.normal(0.5, 0.7, (3, 3, 37, 41)).astype(np.float32)
+    ties = ((np.arange(-3, 260) + 0.5) / 255).astype(np.float32)  # v * 255 lands on (or an ulp off) each tie
+    y[0].reshape(-1)[:ties.size] = ties
+    y[1, 1, 2, :7] = [np.nan, np.inf, -np.inf, -0.0, 1.0, 0.0, 255.0]
+    y[2, 0, 5, 5] = np.nan
+    got, counts = kernels_cpu.to_samples_u8(y)
+    ref = px.to_samples(y, 8)
+    finite = np.isfinite(y).all(axis=1)
+    assert got.shape == ref.shape == (3, 37, 41, 3) and np.array_equal(got[finite], ref[finite])
+    assert counts.tolist() == px.nonfinite_pixels(y).tolist() == [0, 3, 1]
+    samples, none = px.samples_checked(y[:1], 8)  # what the backends call: the native path, nothing non-finite
+    assert none is None and samples.tobytes() == ref[:1].tobytes()
+    big = rng.random((1, 3, 70, 1100), dtype=np.float32)  # a plane over the kernel's 1024-pixel chunks
+    assert kernels_cpu.to_samples_u8(big)[0].tobytes() == px.to_samples(big, 8).tobytes()
+    with pytest.raises(PipelineError, match="3 channels"):
+        kernels_cpu.to_samples_u8(y[:, :2])

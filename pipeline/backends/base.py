@@ -175,8 +175,9 @@ class Backend(ABC):
         px.check_pixels(pixels, self.name)
         depth = 16 if pixels.dtype == np.uint16 else 8
         y = self.infer(px.to_unit(pixels), scale)
-        samples = px.to_samples(y, depth)
-        px.check_finite(y, samples)  # raises NonFiniteOutput (with the samples) when a value is NaN or inf
+        samples, counts = px.samples_checked(y, depth)
+        if counts is not None:  # a NaN or inf value: NonFiniteOutput carries the samples to the caller
+            raise px.NonFiniteOutput(counts, samples)
         return samples
 
     def submit_pixels(self, pixels: np.ndarray, scale: float) -> px.Pending:

@@ -98,8 +98,7 @@ class StreamPending(px.Pending):
             self.request.wait()
             y = self.request.get_output_tensor(0).data
             self.backend._check_output(y, self.shape)
-            samples = px.to_samples(y, self.depth)
-            counts = px.nonfinite_pixels(y)
+            samples, counts = px.samples_checked(y, self.depth)
         except RuntimeError as e:  # OpenVINO's errors
             raise PipelineError(f"openvino: {openvino_cause(e)}") from None
         finally:

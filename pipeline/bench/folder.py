@@ -15,6 +15,7 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+from collections import deque
 from pathlib import Path
 
 import cv2
@@ -25,7 +26,7 @@ from pipeline.artifacts.identity import resolve
 from pipeline.data.sample_images import HELD_OUT, load_rgb
 from pipeline.errors import PipelineError
 from pipeline.report import runs_phrase
-from pipeline.sr import IN_FLIGHT, read_image, upscale, usable_cores
+from pipeline.sr import FOLDER_STREAMS, in_flight, read_image, upscale, usable_cores
 
 GOAL = 0.90  # folder run / pure inference throughput, on the host
 DEVICE_GOAL = 0.85  # ... on a GPU
@@ -58,7 +59,7 @@ def _pixel_batches(images: list) -> list[np.ndarray]:
 
 def _inference_s(backend, batches: list[np.ndarray], scale: float, streams: int = 1) -> float:
     """Seconds of inference alone on `batches`: one call after another, or (streams > 1) submitted as the folder
-    run submits them, IN_FLIGHT at a time, on the backend's streams (Backend.run_streams)."""
+    run submits them, `in_flight(streams)` at a time, on the backend's streams (Backend.run_streams)."""
     t0 = time.perf_counter()
     if streams == 1:
         for x in batches:
@@ -66,13 +67,13 @@ def _inference_s(backend, batches: list[np.ndarray], scale: float, streams: int 
         return time.perf_counter() - t0
     backend.run_streams(streams)
     try:
-        pending = None
+        pending: deque = deque()
         for x in batches:
-            submitted = backend.submit_pixels(x, scale)
-            if pending is not None:
-                pending.result()
-            pending = submitted
-        pending.result()
+            pending.append(backend.submit_pixels(x, scale))
+            if len(pending) >= in_flight(streams):
+                pending.popleft().result()
+        while pending:
+            pending.popleft().result()
     finally:
         backend.run_streams(1)
     return time.perf_counter() - t0
@@ -83,12 +84,11 @@ def folder_throughput(model: str, n_images: int, size: int, backend="auto", weig
     """Per-image ms of `upscale()` on a folder of n size x size PNGs and of inference calls alone on the
     same images, their ratio (inference / folder = the folder run's share of pure inference throughput),
     and the keys bench reports have used (folder_s, inference_s, overhead_s, overhead_pct: medians). Pure
-    inference is the faster of one call after another and, on a backend that runs several at once (CPU streams,
-    as the folder run uses them), IN_FLIGHT submissions at a time: the folder run is held to the best the backend
-    does alone."""
+    inference is the faster of one call after another and, on a backend that runs several at once (CPU streams),
+    submitted as the folder run submits them: the folder run is held to the best the backend does alone."""
     scale = resolve(model).default_scale
     be = backends.create(backend, model, "fp32", weights=weights) if isinstance(backend, str) else backend
-    streams = be.run_streams(IN_FLIGHT)
+    streams = be.run_streams(FOLDER_STREAMS)
     be.run_streams(1)
     with tempfile.TemporaryDirectory(prefix="sr-folder-bench-") as tmp:
         paths = write_folder(Path(tmp) / "in", n_images, size)
@@ -117,8 +117,8 @@ def _folder_row(model, be, n_images, size, scale, folder, one, streamed, log) ->
     folder_s, inference_s = statistics.median(folder), statistics.median(infer)
     ratio, ratio_best = inference_s / folder_s, min(infer) / min(folder)
     goal = DEVICE_GOAL if be.on_gpu else GOAL
-    how = (f"; one call at a time {1e3 * one_s / n_images:.0f}, {IN_FLIGHT} streams {1e3 * streams_s / n_images:.0f}"
-           if streamed else "")
+    how = (f"; one call at a time {1e3 * one_s / n_images:.0f}, {FOLDER_STREAMS} streams "
+           f"{1e3 * streams_s / n_images:.0f}" if streamed else "")
     log(f"  {model} folder run: {1e3 * folder_s / n_images:.0f} ms/image vs {1e3 * inference_s / n_images:.0f} ms "
         f"pure inference ({be.name}, {n_images} x {size}^2, x{scale:g}, {runs_phrase(len(folder))}{how}): "
         f"{100 * ratio:.0f} % of inference throughput (fastest runs: {100 * ratio_best:.0f} %; "

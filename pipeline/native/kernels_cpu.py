@@ -16,7 +16,7 @@ import numpy as np
 from pipeline.errors import PipelineError
 from pipeline.native.libraries import cpu_kernels_library, load_library
 
-ABI_VERSION = 3  # 2: sr_deform_conv2d_min_workspace; 3: sr_deform_conv2d_bf16
+ABI_VERSION = 4  # 2: sr_deform_conv2d_min_workspace; 3: sr_deform_conv2d_bf16; 4: sr_to_samples_u8
 _F32P = ctypes.POINTER(ctypes.c_float)
 _INT = ctypes.c_int
 
@@ -44,6 +44,8 @@ def _lib() -> ctypes.CDLL:
     lib.sr_deform_conv2d_bf16_native.restype = _INT
     lib.sr_round_to_half.argtypes = [_F32P, ctypes.c_size_t]
     lib.sr_round_to_half.restype = None
+    lib.sr_to_samples_u8.argtypes = [_F32P, ctypes.c_void_p, _INT, _INT, _INT, ctypes.POINTER(ctypes.c_int64)]
+    lib.sr_to_samples_u8.restype = _INT
     return lib
 
 
@@ -88,6 +90,20 @@ def round_to_half(x) -> np.ndarray:
     a = _as_f32(x, "x").copy()
     _lib().sr_round_to_half(_ptr(a), a.size)
     return a
+
+
+def to_samples_u8(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """NCHW float32 RGB model output -> (NHWC uint8 BGR samples, per-sample count of pixels with a non-finite
+    channel), by the rule of pipeline.backends.pixels.to_samples, in one pass."""
+    a = np.ascontiguousarray(y, dtype=np.float32)
+    if a.ndim != 4 or a.shape[1] != 3:
+        raise PipelineError(f"to_samples_u8: expected an NCHW batch of 3 channels, got {a.shape}")
+    n, _, h, w = a.shape
+    out = np.empty((n, h, w, 3), dtype=np.uint8)
+    counts = np.zeros(n, dtype=np.int64)
+    _check(_lib().sr_to_samples_u8(_ptr(a), out.ctypes.data, n, h, w,
+                                   counts.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))), "to_samples_u8")
+    return out, counts
 
 
 def dynamic_resize(x, size, *, emulate_fp16: bool = False) -> np.ndarray:

@@ -26,10 +26,9 @@ from pipeline.sr.imageio import encode as encode_image
 from pipeline.sr.jobs import Job, discover
 from pipeline.sr.options import OPTION_FIELDS, RunOptions, option_flag
 from pipeline.sr.records import Record, Summary
-from pipeline.sr.scheduler import IN_FLIGHT
 from pipeline.sr.settings import usable_cores
 from pipeline.sr.videofmt import AUDIO_MODES, CRF, DEFAULT_PRESET, ENCODERS, PRESETS, encoder_options
-from pipeline.sr.worker import ImageWorker, Planned, infer_reason, write_output
+from pipeline.sr.worker import FOLDER_STREAMS, ImageWorker, Planned, in_flight, infer_reason, write_output
 
 __all__ = [
     # a run: the API, the run flow and what executors implement and return
@@ -37,8 +36,8 @@ __all__ = [
     "resolve_model", "run", "run_local", "upscale", "write_output",
     # which options an executor takes (each declares them) and how a refusal names them
     "OPTION_FIELDS", "applies_only", "option_flag",
-    # the per-image steps (the Triton model's sr service runs them on requests); a folder's batches in flight
-    "IN_FLIGHT", "ImageWorker", "Job", "Planned", "infer_reason",
+    # the per-image steps (the Triton model's sr service runs them on requests); a folder's CPU streams
+    "FOLDER_STREAMS", "ImageWorker", "in_flight", "Job", "Planned", "infer_reason",
     # images in and out, held to the same limits everywhere
     "HeaderError", "Image", "ImageError", "convert_for_format", "decode_image", "encode_image", "normalize_format",
     "over_limit", "read_image",

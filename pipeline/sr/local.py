@@ -13,8 +13,8 @@ from pipeline.sr.console import Console, scale_note
 from pipeline.sr.flow import ModelChoice, Plan, Started, resolve_model
 from pipeline.sr.options import OPTION_FIELDS, RunOptions
 from pipeline.sr.records import Record
-from pipeline.sr.scheduler import IN_FLIGHT, Scheduler
-from pipeline.sr.worker import ImageWorker
+from pipeline.sr.scheduler import Scheduler
+from pipeline.sr.worker import FOLDER_STREAMS, ImageWorker
 
 
 class LocalExecutor:
@@ -64,10 +64,9 @@ class LocalExecutor:
         if self.clips:  # PyAV loads only for runs with videos
             what = self._plan_clips(plan, loaded)
         self.stale = remove_stale_parts([r.job.dst for r in plan.todo] + [f for w in self.works for f in w.files])
-        # a folder of images (no clips: their frames keep the one-call path) keeps IN_FLIGHT batches in flight: a
-        # backend with CPU streams runs them side by side, each on its share of the cores
+        # a folder of images (no clips: their frames keep the one-call path) runs on the backend's CPU streams
         images = len(plan.todo) - len(self.clips)
-        self.inference_streams = loaded.run_streams(IN_FLIGHT if images > 1 and not self.clips else 1)
+        self.inference_streams = loaded.run_streams(FOLDER_STREAMS if images > 1 and not self.clips else 1)
         self.worker = ImageWorker(loaded, m.spec, m.scale, tile=o.tile, tile_overlap=o.tile_overlap, batch=o.batch,
                                   jpeg_quality=o.jpeg_quality, reference=o.reference, streams=self.inference_streams)
         self.console, self.loaded, self.auto_line = console, loaded, auto_line

@@ -19,9 +19,6 @@ from pipeline.sr.worker import Decoded, ImageWorker, Planned, decode, infer_reas
 
 # Images being decoded at once beyond the pool size and the batch; bounds memory along with WRITE_BYTES.
 PREFETCH = 2
-# Batches submitted and not collected: the next is submitted before the one before it is collected, so a backend
-# that runs submissions at once (Backend.run_streams) may run this many side by side.
-IN_FLIGHT = 2
 WRITE_BYTES = 512 << 20
 # Outputs the write queue always admits, whatever their size: one encoding while the next is queued, so outputs
 # over WRITE_BYTES still overlap inference and encoding instead of taking turns.
@@ -38,7 +35,7 @@ class Scheduler:
         self.writing: deque[tuple[Planned, Future]] = deque()
         self.write_bytes = 0
         self.pending: list[Planned] = []  # whole images of one size waiting to fill a batch
-        self.inflight: tuple[list[Planned], Callable[[], None]] | None = None  # a submitted batch, not collected
+        self.inflight: deque[tuple[list[Planned], Callable[[], None]]] = deque()  # submitted, not collected
         self.done_mpix = 0.0
         self.t0 = 0.0
         self.bar = None      # these three exist while run() runs
@@ -91,7 +88,8 @@ class Scheduler:
     # -- inference ------------------------------------------------------------------------------------------
 
     def _flush(self) -> None:
-        """Submit the waiting batch of equal-size whole images, then collect the one submitted before it."""
+        """Submit the waiting batch of equal-size whole images, then collect the oldest ones until the worker's
+        `in_flight` less one are left (the one submitted before it, on one stream)."""
         items, self.pending = self.pending, []
         if not items:
             return
@@ -100,14 +98,17 @@ class Scheduler:
         except Exception as e:  # the batch's images fail; the run goes on
             self._fail_all(items, e)
             return
-        self._collect()
-        self.inflight = (items, finish)
+        self.inflight.append((items, finish))
+        while len(self.inflight) >= self.worker.in_flight:
+            self._collect_one()
 
     def _collect(self) -> None:
-        """Collect the batch in flight, if any, and queue its images for writing."""
-        if self.inflight is None:
-            return
-        (items, finish), self.inflight = self.inflight, None
+        """Collect every batch in flight and queue their images for writing."""
+        while self.inflight:
+            self._collect_one()
+
+    def _collect_one(self) -> None:
+        items, finish = self.inflight.popleft()
         try:
             finish()
         except Exception as e:  # likewise

@@ -147,6 +147,15 @@ def tile_margin(spec: ModelSpec, scale: float, tile_overlap: int | None) -> int:
     return math.ceil(tile_overlap * scale)
 
 
+FOLDER_STREAMS = 2  # CPU streams a folder of whole images asks of its backend (Backend.run_streams): two at once
+
+
+def in_flight(streams: int) -> int:
+    """Whole-image batches submitted and not collected: the next before the one before it is collected, so a
+    device works while the host reads and writes; on a backend's CPU streams one more than the streams, so each
+    stream finds a batch queued while the host converts and writes the last."""
+    return streams + 1 if streams > 1 else 2
+
 AUTO_BATCH = 8  # --batch auto on a device: at most this many images or tiles per call
 AUTO_BATCH_SIDE = 2048  # ... and only as many as leave each one a crop of this many HR pixels square
 DEVICE_SHARE = 0.5  # of the device's free memory that tiles in flight may take (it holds nothing else of ours)
@@ -200,10 +209,11 @@ class ImageWorker:
         self.margin = tile_margin(spec, scale, tile_overlap)
         self.align = spec.tile_align
         self.batch = batch_limit(backend, batch)
-        # whole images: `streams` batches at once on the backend's streams (Backend.run_streams, set by the caller),
-        # whose memory the tiles' budget then shares; a tiled image runs one call at a time (infer_tiled)
+        # `streams`: the backend's CPU streams (Backend.run_streams, set by the caller) running whole images, whose
+        # batches in flight share the tiles' memory budget; a tiled image runs one call at a time (infer_tiled)
         self.streams = streams
-        self.tile = tile_size(backend, scale, self.margin, self.batch * streams, tile)
+        self.in_flight = in_flight(streams)
+        self.tile = tile_size(backend, scale, self.margin, self.batch * (self.in_flight if streams > 1 else 1), tile)
         self.max_input = backend.input_limit(scale)  # crops never exceed it (an engine's profiles at this scale)
         self.jpeg_quality = jpeg_quality
         self.reference = Path(reference) if reference else None

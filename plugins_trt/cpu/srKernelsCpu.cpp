@@ -7,6 +7,11 @@
 #include "dynamicResize/dynamicResizeMath.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <exception>
 #include <string>
 #include <vector>
@@ -42,6 +47,78 @@ int fail(int code, std::string const& msg)
 int ok()
 {
     return sr::cpuOk();
+}
+
+// One 8-bit sample: rint(v * 255) clipped to [0, 255], as numpy's multiply, rint, clip (pipeline.backends.pixels).
+// Clipping before rounding gives the same integer; a NaN becomes 0. Adding and subtracting 2^23 rounds a value in
+// [0, 2^23) to the nearest integer, ties to even, in float32 itself (no libm call, no rounding-mode dependence
+// beyond the default); the clamp between the product and the add keeps them from fusing into one FMA.
+constexpr float kRound = 8388608.0f;
+
+inline uint8_t toSample8(float v)
+{
+    float s = v * 255.0f;
+    s = s >= 0.0f ? s : 0.0f;
+    s = s > 255.0f ? 255.0f : s;
+    return static_cast<uint8_t>(static_cast<int>((s + kRound) - kRound));
+}
+
+// toSample8 on n values, 16 at a time with SSE2 (every x86-64 CPU; GCC does not vectorise the selects itself):
+// maxps(s, 0) gives 0 for a NaN as toSample8 does, the rest is the same float32 arithmetic.
+void toSamples8(float const* src, uint8_t* dst, size_t n)
+{
+    size_t j = 0;
+#if defined(__SSE2__)
+    __m128 const scale = _mm_set1_ps(255.0f), zero = _mm_setzero_ps(), top = _mm_set1_ps(255.0f);
+    __m128 const round = _mm_set1_ps(kRound);
+    auto four = [&](float const* p)
+    {
+        __m128 s = _mm_min_ps(_mm_max_ps(_mm_mul_ps(_mm_loadu_ps(p), scale), zero), top);
+        return _mm_cvttps_epi32(_mm_sub_ps(_mm_add_ps(s, round), round));
+    };
+    for (; j + 16 <= n; j += 16)
+    {
+        __m128i const lo = _mm_packs_epi32(four(src + j), four(src + j + 4));
+        __m128i const hi = _mm_packs_epi32(four(src + j + 8), four(src + j + 12));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + j), _mm_packus_epi16(lo, hi));
+    }
+#endif
+    for (; j < n; ++j)
+        dst[j] = toSample8(src[j]);
+}
+
+// 1 when a float's exponent bits are all set (NaN or an infinity), as integer arithmetic that vectorises.
+inline int nonFinite(float v)
+{
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    return (bits & 0x7f800000u) == 0x7f800000u;
+}
+
+// One sample's NCHW float RGB planes -> its NHWC uint8 BGR pixels, a chunk of pixels at a time: each plane converted
+// in a loop of its own (vectorised), then interleaved; returns the pixels with a non-finite channel.
+int64_t toSamplesU8(float const* rgb, uint8_t* out, size_t plane)
+{
+    constexpr size_t kChunk = 1024;
+    uint8_t q[3][kChunk];
+    int64_t bad = 0;
+    for (size_t p0 = 0; p0 < plane; p0 += kChunk)
+    {
+        size_t const m = std::min(kChunk, plane - p0);
+        for (int c = 0; c < 3; ++c)
+            toSamples8(rgb + c * plane + p0, q[c], m);
+        float const* r = rgb + p0;
+        for (size_t j = 0; j < m; ++j)
+            bad += nonFinite(r[j]) | nonFinite(r[plane + j]) | nonFinite(r[2 * plane + j]);
+        uint8_t* o = out + 3 * p0;
+        for (size_t j = 0; j < m; ++j)
+        {
+            o[3 * j] = q[2][j];
+            o[3 * j + 1] = q[1][j];
+            o[3 * j + 2] = q[0][j];
+        }
+    }
+    return bad;
 }
 
 // The sizes the column-chunking rules read (the rest of the shape does not change them).
@@ -127,6 +204,21 @@ extern "C"
     {
         for (size_t i = 0; i < count; ++i)
             values[i] = sr::roundToHalf(values[i]);
+    }
+
+    int sr_to_samples_u8(float const* y, uint8_t* out, int n, int h, int w, int64_t* nonfinite)
+    {
+        if (n < 0 || h < 0 || w < 0)
+            return fail(SR_ERR_INVALID_ARGUMENT, "to_samples_u8: sizes must be non-negative");
+        size_t const plane = static_cast<size_t>(h) * static_cast<size_t>(w);
+        if (n == 0 || plane == 0)
+            return ok();
+        if (y == nullptr || out == nullptr || nonfinite == nullptr)
+            return fail(SR_ERR_NULL_POINTER, "to_samples_u8: null buffer");
+        for (int i = 0; i < n; ++i)
+            nonfinite[i]
+                = toSamplesU8(y + static_cast<size_t>(i) * 3 * plane, out + static_cast<size_t>(i) * 3 * plane, plane);
+        return ok();
     }
 
     int sr_dynamic_resize_f32(

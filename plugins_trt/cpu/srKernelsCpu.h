@@ -6,6 +6,7 @@
 #define SR_KERNELS_CPU_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C"
@@ -24,7 +25,7 @@ extern "C"
 #endif
 
 /* Bumped whenever a signature below changes or a function is added (the ctypes wrapper checks it). */
-#define SR_KERNELS_CPU_ABI 3
+#define SR_KERNELS_CPU_ABI 4
     SR_API int sr_kernels_abi_version(void);
     /* Message of the last failure in this thread ("" when none). */
     SR_API const char* sr_last_error(void);
@@ -75,6 +76,12 @@ extern "C"
 
     /* Rounds values in place to the nearest FP16 value (round to nearest even), as __float2half_rn would. */
     SR_API void sr_round_to_half(float* values, size_t count);
+
+    /* Model output -> 8-bit samples, the sr stage's rule (pipeline.backends.pixels): y is NCHW float RGB (3 channels),
+     * out NHWC uint8 BGR; each value v becomes rint(v * 255) (float32 product, round half to even) clipped to
+     * [0, 255]. nonfinite[i] receives the pixels of sample i with a NaN or infinite channel (their samples are
+     * meaningless: the caller does not use them). One pass, one thread. */
+    SR_API int sr_to_samples_u8(const float* y, uint8_t* out, int n, int h, int w, int64_t* nonfinite);
 
 #ifdef __cplusplus
 }
