@@ -85,19 +85,24 @@ def layer_times(request, feeds: dict, calls: int) -> list[dict]:
     return sorted(rows, key=lambda r: -r["ms"])
 
 
+def check_output(y: np.ndarray, s) -> None:
+    """The output's shape against the checked batch `s` (pipeline.backends.checks.check_batch)."""
+    if y.shape != (s.n, 3, s.out_h, s.out_w):
+        raise PipelineError(f"openvino: output {y.shape} != expected {(s.n, 3, s.out_h, s.out_w)}")
+
+
 class StreamPending(px.Pending):
     """A request started on one of OpenVINO's streams: `result(out)` waits for it and converts its output as
     infer_pixels does (the request goes back to the free ones once its output is read)."""
 
-    def __init__(self, request, free: list, feeds: dict, shape, depth: int, backend: OpenVinoBackend):
+    def __init__(self, request, free: list, feeds: dict, shape, depth: int):
         self.request, self.free, self.feeds, self.shape, self.depth = request, free, feeds, shape, depth
-        self.backend = backend
 
     def result(self, out=None):
         try:
             self.request.wait()
             y = self.request.get_output_tensor(0).data
-            self.backend._check_output(y, self.shape)
+            check_output(y, self.shape)
             samples, counts = px.samples_checked(y, self.depth)
         except RuntimeError as e:  # OpenVINO's errors
             raise PipelineError(f"openvino: {openvino_cause(e)}") from None
@@ -239,10 +244,6 @@ class OpenVinoBackend(Backend):
             feeds["size"] = np.array([s.out_h, s.out_w], dtype=np.int64)
         return feeds
 
-    def _check_output(self, y: np.ndarray, s) -> None:
-        if y.shape != (s.n, 3, s.out_h, s.out_w):
-            raise PipelineError(f"openvino: output {y.shape} != expected {(s.n, 3, s.out_h, s.out_w)}")
-
     def infer(self, batch: np.ndarray, scale: float) -> np.ndarray:
         s = check_batch(batch, self.spec, scale, self.name)
         k = self._which(s, scale)
@@ -252,7 +253,7 @@ class OpenVinoBackend(Backend):
             self.last_path = f"folded x{k}" if k else "model graph"
             request.infer(feeds)
             y = np.array(request.get_output_tensor(0).data, dtype=np.float32)  # a copy: the request reuses it
-        self._check_output(y, s)
+        check_output(y, s)
         return y
 
     # -- streams: several submissions at once, each on its share of the cores (a folder's images) ----------------
@@ -280,19 +281,19 @@ class OpenVinoBackend(Backend):
         one-call path, computed now."""
         if self.streams == 1:
             return super().submit_pixels(pixels, scale)
+        import openvino as ov
+
         px.check_pixels(pixels, self.name)
         unit = px.to_unit(pixels)
         s = check_batch(unit, self.spec, scale, self.name)
         k = self._which(s, scale)
         request, free, names = self._stream_request(k)
-        import openvino as ov
-
         feeds = self._feeds(unit, s, names)
         for name, value in feeds.items():  # the tensors share the arrays, which the pending keeps alive
             request.set_tensor(name, ov.Tensor(value, shared_memory=True))
         self.last_path = f"folded x{k}" if k else "model graph"
         request.start_async()
-        return StreamPending(request, free, feeds, s, 16 if pixels.dtype == np.uint16 else 8, self)
+        return StreamPending(request, free, feeds, s, 16 if pixels.dtype == np.uint16 else 8)
 
     def op_breakdown(self, size: int, scale: float, calls: int = 5) -> list[dict] | None:
         """OpenVINO's per-layer counters (PERF_COUNT) of the graph that runs a `size`x`size` image at `scale`."""
