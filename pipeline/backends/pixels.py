@@ -132,8 +132,8 @@ def to_samples(y: np.ndarray, depth: int, out: np.ndarray | None = None) -> np.n
 
 def samples_checked(y: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray | None]:
     """NCHW float RGB model output -> (NHWC BGR samples, nonfinite_pixels' counts or None): to_samples and the check
-    in one pass of our C++ kernel for 8-bit samples where libsr_kernels_cpu.so loads (the same bytes, ~5x less CPU),
-    else numpy's passes."""
+    in one pass of our C++ kernel for 8-bit samples where libsr_kernels_cpu.so loads (the same bytes; 2.0 ms of CPU
+    for a 768x768 image against numpy's 2.9), else numpy's passes."""
     native = _native_samples() if depth == 8 and y.ndim == 4 and y.shape[1] == 3 else None
     if native is None:
         return to_samples(y, depth), nonfinite_pixels(y)

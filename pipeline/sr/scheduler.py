@@ -88,8 +88,8 @@ class Scheduler:
     # -- inference ------------------------------------------------------------------------------------------
 
     def _flush(self) -> None:
-        """Submit the waiting batch of equal-size whole images, then collect the oldest ones until the worker's
-        `in_flight` less one are left (the one submitted before it, on one stream)."""
+        """Submit the waiting batch of equal-size whole images, then collect the oldest batches until fewer than the
+        worker's `in_flight` are left (one: the batch before it; on CPU streams, one per stream)."""
         items, self.pending = self.pending, []
         if not items:
             return

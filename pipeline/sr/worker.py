@@ -156,6 +156,7 @@ def in_flight(streams: int) -> int:
     stream finds a batch queued while the host converts and writes the last."""
     return streams + 1 if streams > 1 else 2
 
+
 AUTO_BATCH = 8  # --batch auto on a device: at most this many images or tiles per call
 AUTO_BATCH_SIDE = 2048  # ... and only as many as leave each one a crop of this many HR pixels square
 DEVICE_SHARE = 0.5  # of the device's free memory that tiles in flight may take (it holds nothing else of ours)
