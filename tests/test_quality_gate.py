@@ -4,6 +4,7 @@ pick; int8 files verified before use and made by one process at a time (pipeline
 one crop per training image here (quantize.CROPS): these tests check the gate, not the recipe's quality."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -11,7 +12,7 @@ import numpy as np
 import onnx
 import pytest
 
-from pipeline import quality
+from pipeline import precisions, quality
 from pipeline.artifacts.onnx_file import FOLDED_SHA_KEY, folded_problem, folded_variants
 from pipeline.artifacts.stamp import file_sha256, stamp_path
 from pipeline.backends import create_named, select
@@ -66,7 +67,8 @@ def test_a_record_of_the_wrong_shape_or_for_something_else_is_refused():
         assert quality.record_problem(bad, ident) is not None, bad
 
 
-def test_a_damaged_record_is_measured_again_once_and_a_damaged_pick_never_breaks_sr(int8_cache, tmp_path, capsys):
+def test_a_damaged_record_is_measured_again_once_and_a_damaged_pick_never_breaks_sr(int8_cache, tmp_path, capsys,
+                                                                                   monkeypatch):
     from pipeline.cli import main
 
     b = create_named("openvino", "srcnn-x3", "int8", threads=1)
@@ -96,6 +98,12 @@ def test_a_damaged_record_is_measured_again_once_and_a_damaged_pick_never_breaks
     assert "reused" not in capsys.readouterr().err and isinstance(json.loads(pick.read_text()), dict)
     assert main(auto) == 0  # nothing changed: the stored pick and its timings, said so
     assert "reused: same file, scale and machine" in capsys.readouterr().err
+    # a new int8 recipe (any artifact version) times the candidates again, whichever one the stored pick ran
+    bumped = dataclasses.replace(precisions.ARTIFACTS["qdq"], version=precisions.version("qdq") + 1)
+    monkeypatch.setitem(precisions.ARTIFACTS, "qdq", bumped)
+    assert select._pick_store("srcnn-x3", "auto", 3.0, {}) != pick
+    assert main(auto) == 0
+    assert "reused" not in capsys.readouterr().err
 
 
 def _bundle(folder, fp32, change_sibling: bool, record_sha: bool = True):

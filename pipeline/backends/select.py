@@ -23,7 +23,7 @@ from pipeline.backends.auto import create_fixed, measured, pick_auto, time_backe
 from pipeline.backends.base import Backend
 from pipeline.backends.registry import backend_class, descriptors, option_values
 from pipeline.errors import PipelineError
-from pipeline.precisions import AUTO, DEFAULT, LOWER
+from pipeline.precisions import ARTIFACTS, AUTO, DEFAULT, LOWER
 from pipeline.quality import (
     WHEN,
     applies,
@@ -198,8 +198,11 @@ def _source(opts: dict) -> str:
 
 
 def _pick_store(model: str | None, backend: str, scale: float, opts: dict) -> Path:
+    """Where the pick for this model, --backend, scale, given file and machine is kept. The artifact versions are
+    part of its key: a new int8 recipe (or graph) changes a candidate's speed even when the picked one's file is
+    the same, so the candidates are timed again (a bf16 pick had outlived recipe 8's faster int8 file)."""
     key = record_key({"model": model, "request": backend, "scale": scale, "source": _source(opts),
-                      "machine": machine()})
+                      "machine": machine(), "artifacts": {a.name: a.version for a in ARTIFACTS.values()}})
     name = file_token(model or "onnx")
     return cache_dir() / "quality" / f"auto-{name}-{file_token(backend)}-x{scale:g}-{key}.json"
 
