@@ -357,3 +357,25 @@ def test_ray_log_lines_are_dropped_and_the_rest_passes_as_it_comes():
     assert keep(b"[not ray] our own line\n") == (b"[not ray] our own line\n", b"")
     fatal = b"[2026-11-23 23:07:41,285 F 1 1] raylet.cc:1: check failed\n"
     assert keep(fatal) == (fatal, b"")  # a fatal one is shown
+
+
+def test_disconnect_kills_what_a_stopped_cluster_leaves():
+    """disconnect() reaps the local cluster's processes that outlive ray.shutdown(): here a real child whose command
+    line names Ray and that ignores SIGTERM, as an orphaned actor worker did (1 GB held after its test); a child
+    that is not Ray's is never counted."""
+    from pipeline.cluster.connect import ray_descendants, reap
+
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(120)"
+    ours = subprocess.Popen([sys.executable, "-c", code, "ray::LeftoverWorker"], stdout=subprocess.PIPE)
+    other = subprocess.Popen([sys.executable, "-c", code, "an-encoder"], stdout=subprocess.PIPE)
+    try:
+        ours.stdout.readline(), other.stdout.readline()  # both ignore SIGTERM from here on
+        found = {p.pid: p for p in ray_descendants()}
+        assert ours.pid in found and other.pid not in found
+        killed = reap([found[ours.pid]], grace=0.5)
+        assert [p.pid for p in killed] == [ours.pid] and killed[0].returncode == -signal.SIGKILL  # reaped by psutil
+        assert other.poll() is None
+    finally:
+        for child in (ours, other):
+            child.kill()
+            child.wait(timeout=10)

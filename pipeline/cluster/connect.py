@@ -1,6 +1,7 @@
 """Starting or joining the Ray cluster a folder run uses, and what it offers."""
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 
@@ -8,6 +9,9 @@ from pipeline.cluster.ray_log import StderrFilter
 from pipeline.errors import PipelineError, first_line, install_command
 
 LOCAL = "local"        # `--ray` with no address: a cluster of this machine only
+# After ray.shutdown(): how long the local cluster's processes get to exit before they are killed. They are gone at
+# once normally; one actor worker Ray had restarted outlived a test's cluster, orphaned, ignoring SIGTERM, with 1 GB.
+REAP_GRACE_S = 3.0
 LOOPBACK = "127.0.0.1"
 _filter: StderrFilter | None = None
 
@@ -53,13 +57,44 @@ def connect(address: str, *, num_cpus: int | None = None) -> Cluster:
     return Cluster(address, float(res.get("CPU", 0)), float(res.get("GPU", 0)), address == LOCAL)
 
 
+def ray_descendants() -> list:
+    """This process's descendants that are Ray's (a local cluster's GCS, raylet, agents and workers), by command
+    line."""
+    import psutil
+
+    try:
+        kids = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
+    found = []
+    for p in kids:
+        with contextlib.suppress(psutil.Error):
+            if "ray" in " ".join(p.cmdline()).lower():
+                found.append(p)
+    return found
+
+
+def reap(processes: list, grace: float = REAP_GRACE_S) -> list:
+    """Wait up to `grace` seconds for `processes` to exit, then SIGKILL those left; returns the ones killed."""
+    import psutil
+
+    _, alive = psutil.wait_procs(processes, timeout=grace)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(alive, timeout=grace)
+    return alive
+
+
 def disconnect() -> None:
-    """Leave the cluster; a local one is stopped with it."""
+    """Leave the cluster; a local one is stopped with it, every process of it (reap)."""
     global _filter
     import ray
 
     if ray.is_initialized():
+        ours = ray_descendants()  # a local cluster's processes; none when this driver joined one elsewhere
         ray.shutdown()
+        reap(ours)
     if _filter is not None:
         _filter.close()
         _filter = None
