@@ -9,8 +9,8 @@ from pipeline.cluster.ray_log import StderrFilter
 from pipeline.errors import PipelineError, first_line, install_command
 
 LOCAL = "local"        # `--ray` with no address: a cluster of this machine only
-# After ray.shutdown(): how long the local cluster's processes get to exit before they are killed. They are gone at
-# once normally; one actor worker Ray had restarted outlived a test's cluster, orphaned, ignoring SIGTERM, with 1 GB.
+# After ray.shutdown(): how long the local cluster's processes get to exit before they are killed. They are gone
+# within about a second normally; one actor worker outlived a test's cluster, orphaned, ignoring SIGTERM, with 1 GB.
 REAP_GRACE_S = 3.0
 LOOPBACK = "127.0.0.1"
 _filter: StderrFilter | None = None
