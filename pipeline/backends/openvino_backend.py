@@ -177,7 +177,7 @@ class OpenVinoBackend(Backend):
 
         hint = inference_hint(self.precision)
         core = ov.Core()
-        threads = self.threads or physical_cores()
+        threads = self._threads()
         # our own kernels (the bf16 DeformConv2d) take a stream's share of the threads, as OpenVINO's own do
         for ext in extensions(self.threads if streams == 1 else max(1, threads // streams), bf16=hint == "bf16"):
             core.add_extension(ext)
@@ -250,7 +250,7 @@ class OpenVinoBackend(Backend):
         request, names, _ = self._graph(k)
         feeds = self._feeds(batch, s, names)
         with self._lock:
-            self.last_path = f"folded x{k}" if k else "model graph"
+            self._ran(k)
             request.infer(feeds)
             y = np.array(request.get_output_tensor(0).data, dtype=np.float32)  # a copy: the request reuses it
         check_output(y, s)
@@ -261,8 +261,15 @@ class OpenVinoBackend(Backend):
     def run_streams(self, wanted: int) -> int:
         """OpenVINO's CPU streams for submit_pixels: up to `wanted`, at most one per core (the graphs compiled for
         them on first use, beside the one-call graphs `infer` keeps)."""
-        self.streams = max(1, min(int(wanted), self.threads or physical_cores()))
+        self.streams = max(1, min(int(wanted), self._threads()))
         return self.streams
+
+    def _threads(self) -> int:
+        """The inference threads the streams share: the given count, else one per physical core."""
+        return self.threads or physical_cores()
+
+    def _ran(self, k: int) -> None:
+        self.last_path = f"folded x{k}" if k else "model graph"
 
     def _stream_request(self, k: int):
         """A free infer request of graph k compiled for `streams` streams, and its input names (a new request when
@@ -291,7 +298,7 @@ class OpenVinoBackend(Backend):
         feeds = self._feeds(unit, s, names)
         for name, value in feeds.items():  # the tensors share the arrays, which the pending keeps alive
             request.set_tensor(name, ov.Tensor(value, shared_memory=True))
-        self.last_path = f"folded x{k}" if k else "model graph"
+        self._ran(k)
         request.start_async()
         return StreamPending(request, free, feeds, s, 16 if pixels.dtype == np.uint16 else 8)
 
