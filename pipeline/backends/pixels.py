@@ -12,7 +12,6 @@ NCHW float RGB in [0, 1].
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
@@ -134,23 +133,12 @@ def samples_checked(y: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray |
     """NCHW float RGB model output -> (NHWC BGR samples, nonfinite_pixels' counts or None): to_samples and the check
     in one pass of our C++ kernel for 8-bit samples where libsr_kernels_cpu.so loads (the same bytes; 2.0 ms of CPU
     for a 768x768 image against numpy's 2.9), else numpy's passes."""
-    native = _native_samples() if depth == 8 and y.ndim == 4 and y.shape[1] == 3 else None
-    if native is None:
-        return to_samples(y, depth), nonfinite_pixels(y)
-    samples, counts = native(y)
-    return samples, counts if counts.any() else None
-
-
-@functools.cache
-def _native_samples():
-    """kernels_cpu.to_samples_u8, or None where the kernel library is missing or from another build."""
     from pipeline.native import kernels_cpu
 
-    try:
-        kernels_cpu.library()
-    except (PipelineError, OSError):
-        return None
-    return kernels_cpu.to_samples_u8
+    if depth != 8 or y.ndim != 4 or y.shape[1] != 3 or not kernels_cpu.usable():
+        return to_samples(y, depth), nonfinite_pixels(y)
+    samples, counts = kernels_cpu.to_samples_u8(y)
+    return samples, counts if counts.any() else None
 
 
 def to_gray(y: np.ndarray, depth: int) -> np.ndarray:

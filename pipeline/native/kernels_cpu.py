@@ -16,7 +16,8 @@ import numpy as np
 from pipeline.errors import PipelineError
 from pipeline.native.libraries import cpu_kernels_library, load_library
 
-ABI_VERSION = 4  # 2: sr_deform_conv2d_min_workspace; 3: sr_deform_conv2d_bf16; 4: sr_to_samples_u8
+# 2: sr_deform_conv2d_min_workspace; 3: sr_deform_conv2d_bf16; 4: sr_to_samples_u8; 5: sr_png_idat_u8
+ABI_VERSION = 5
 _F32P = ctypes.POINTER(ctypes.c_float)
 _INT = ctypes.c_int
 
@@ -46,12 +47,27 @@ def _lib() -> ctypes.CDLL:
     lib.sr_round_to_half.restype = None
     lib.sr_to_samples_u8.argtypes = [_F32P, ctypes.c_void_p, _INT, _INT, _INT, ctypes.POINTER(ctypes.c_int64)]
     lib.sr_to_samples_u8.restype = _INT
+    lib.sr_png_idat_bound.argtypes = [_INT] * 3
+    lib.sr_png_idat_bound.restype = ctypes.c_size_t
+    lib.sr_png_idat_u8.argtypes = [ctypes.c_void_p] + [_INT] * 4 + [ctypes.c_void_p, ctypes.c_size_t,
+                                                                    ctypes.POINTER(ctypes.c_size_t)]
+    lib.sr_png_idat_u8.restype = _INT
     return lib
 
 
 def library() -> ctypes.CDLL:
     """The loaded, version-checked kernel library; PipelineError (one line) when it is missing or foreign."""
     return _lib()
+
+
+@functools.cache
+def usable() -> bool:
+    """Whether the library loads with this C API (callers with a numpy way of their own take it where not)."""
+    try:
+        _lib()
+    except (PipelineError, OSError):
+        return False
+    return True
 
 
 def _as_f32(x, name: str, ndim: int | None = None) -> np.ndarray:
@@ -104,6 +120,21 @@ def to_samples_u8(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     _check(_lib().sr_to_samples_u8(_ptr(a), out.ctypes.data, n, h, w,
                                    counts.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))), "to_samples_u8")
     return out, counts
+
+
+def png_idat_u8(pixels: np.ndarray, swap_red_blue: bool) -> memoryview:
+    """HxW or HxWxC (C <= 4) uint8 samples -> the zlib stream of a PNG's IDAT chunk (Average filter, a Huffman code
+    per band of rows; sr_png_idat_u8); `swap_red_blue` writes BGR(A) pixels as PNG's RGB(A)."""
+    a = np.ascontiguousarray(pixels)
+    if a.dtype != np.uint8 or a.ndim not in (2, 3) or (a.ndim == 3 and not 1 <= a.shape[2] <= 4) or a.size == 0:
+        raise PipelineError(f"png_idat_u8: expected a non-empty HxW or HxWxC uint8 image, got {a.dtype} {a.shape}")
+    h, w = a.shape[:2]
+    c = 1 if a.ndim == 2 else a.shape[2]
+    out = np.empty(_lib().sr_png_idat_bound(h, w, c), dtype=np.uint8)
+    written = ctypes.c_size_t(0)
+    _check(_lib().sr_png_idat_u8(a.ctypes.data, h, w, c, int(swap_red_blue), out.ctypes.data, out.size,
+                                 ctypes.byref(written)), "png_idat_u8")
+    return memoryview(out)[:written.value]
 
 
 def dynamic_resize(x, size, *, emulate_fp16: bool = False) -> np.ndarray:

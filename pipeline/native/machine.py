@@ -3,6 +3,7 @@ auto`'s timings and `--precision auto`'s picks and quality records are keyed by 
 another machine (or with other libraries) is never read as this one's."""
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import json
 import os
@@ -11,6 +12,7 @@ from pipeline.native.cpu import BF16_ENV, bf16_problem, cpu_name
 from pipeline.native.cuda_driver import gpu_visible
 
 
+@functools.cache  # read once a process: each run's records are keyed by it (~1.5 ms a read of the metadata)
 def package_version(package: str) -> str | None:
     try:
         return importlib.metadata.version(package)
