@@ -137,15 +137,33 @@ def test_property_random_repeats_round_trip():
 
     @hypothesis.settings(max_examples=60, deadline=None)
     @hypothesis.given(h=st.integers(1, 12), w=st.integers(1, 200), c=st.integers(1, 4), seed=st.integers(0, 2**31),
-                      p_repeat=st.floats(0, 1))
-    def check(h, w, c, seed, p_repeat):
+                      repeat_pct=st.integers(0, 100))  # no floats: a library in the process may flush subnormals
+    def check(h, w, c, seed, repeat_pct):
         rng = np.random.default_rng(seed)
         pixels = rng.integers(0, 256, (h, w, c), dtype=np.uint8)
         for y in range(h):
             for x in range(1, w):
-                if rng.random() < p_repeat:  # a pixel equal to the one before: runs of random lengths
+                if rng.integers(100) < repeat_pct:  # a pixel equal to the one before: runs of random lengths
                     pixels[y, x] = pixels[y, x - 1]
         stream = bytes(kernels_cpu.png_idat_u8(pixels, swap_red_blue=False))
         assert np.array_equal(_unfilter(stream, h, w, c), pixels)
 
     check()
+
+
+def test_codes_longer_than_deflate_allows_are_limited():
+    """Byte frequencies in the Fibonacci sequence make a Huffman tree 23 levels deep, past deflate's 15 bits: the
+    encoder's limited code still decodes. One gray row whose Average-filtered bytes are exactly those bytes."""
+    fib = [1, 1]
+    while len(fib) < 24:
+        fib.append(fib[-1] + fib[-2])
+    target = np.repeat(np.arange(24, dtype=np.int64) * 10, fib)
+    np.random.default_rng(0).shuffle(target)
+    raw = np.zeros(target.size, np.int64)
+    for x in range(target.size):  # the first row's Average prediction is half the left neighbour
+        raw[x] = (target[x] + (raw[x - 1] >> 1 if x else 0)) & 255
+    pixels = raw.astype(np.uint8)[None, :]
+    data = png.encode_png(pixels)
+    assert np.array_equal(cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED), pixels)
+    filtered = np.frombuffer(zlib.decompress(_idat(data)), np.uint8)
+    assert filtered[0] == 3 and np.array_equal(filtered[1:], target.astype(np.uint8))
