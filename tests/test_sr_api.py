@@ -48,6 +48,23 @@ def _read(path):
     return cv2.imread(str(path), cv2.IMREAD_UNCHANGED)
 
 
+def test_a_run_leaves_the_collectors_freeze_as_it_found_it(folder, torch_backend, tmp_path):
+    """A folder run keeps the collector off the objects that existed before it (gc.freeze) and hands them back after;
+    a process's own freeze (a pre-fork server's) is neither extended nor undone."""
+    import gc
+
+    assert gc.get_freeze_count() == 0
+    upscale(folder, tmp_path / "a", scale=SCALE, backend=torch_backend, progress=False, log=lambda _m: None)
+    assert gc.get_freeze_count() == 0
+    gc.freeze()
+    try:
+        mine = gc.get_freeze_count()
+        upscale(folder, tmp_path / "b", scale=SCALE, backend=torch_backend, progress=False, log=lambda _m: None)
+        assert gc.get_freeze_count() == mine
+    finally:
+        gc.unfreeze()
+
+
 def test_upscale_returns_the_summary_it_writes(folder, torch_backend, tmp_path):
     lines = []
     s = upscale(folder, tmp_path / "out", scale=SCALE, backend=torch_backend, summary=tmp_path / "s.json",

@@ -175,8 +175,11 @@ class Scheduler:
         self.writers = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="sr-encode")
         queue = deque(todo)
         # The objects that exist now (the loaded libraries' hundreds of thousands) are left out of the collector's
-        # passes while the run makes its own: each full pass over them took ~1 % of the run's CPU.
-        gc.freeze()
+        # passes while the run makes its own: each full pass over them took ~1 % of the run's CPU. A process that
+        # froze objects itself (a pre-fork server) keeps its own freeze: it is neither extended nor undone here.
+        freeze = gc.get_freeze_count() == 0
+        if freeze:
+            gc.freeze()
         try:
             self._refill(queue)
             while self.decoding:
@@ -197,7 +200,8 @@ class Scheduler:
             self._reap(drain=True)
             raise
         finally:
-            gc.unfreeze()  # collectable again after the run (a long-lived process runs many)
+            if freeze:
+                gc.unfreeze()  # collectable again after the run (a long-lived process runs many)
             self.readers.shutdown(wait=True, cancel_futures=True)
             self.writers.shutdown(wait=True)
             self.bar.close()
