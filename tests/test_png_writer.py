@@ -167,3 +167,28 @@ def test_codes_longer_than_deflate_allows_are_limited():
     assert np.array_equal(cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED), pixels)
     filtered = np.frombuffer(zlib.decompress(_idat(data)), np.uint8)
     assert filtered[0] == 3 and np.array_equal(filtered[1:], target.astype(np.uint8))
+
+
+def test_chromium_shows_the_very_pixels(tmp_path):
+    """A browser's PNG decoder (Debian's chromium, headless, a screenshot of the image at 1:1) reads the encoder's
+    file as the same pixels: flat, smooth and noisy areas (repeats, both filters, stored-like bands)."""
+    import base64
+    import shutil
+    import subprocess
+
+    if shutil.which("chromium") is None:
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+    rng = np.random.default_rng(3)
+    img = np.zeros((200, 300, 3), np.uint8)
+    img[:, :100] = np.linspace(0, 255, 100, dtype=np.uint8)[None, :, None]
+    img[:, 100:200] = (30, 140, 220)
+    img[:, 200:] = rng.integers(0, 256, (200, 100, 3))
+    data = png.encode_png(img)
+    page = tmp_path / "page.html"
+    page.write_text('<html><body style="margin:0"><img src="data:image/png;base64,'
+                    f'{base64.b64encode(data).decode()}"></body></html>')
+    shot = tmp_path / "shot.png"
+    subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                    "--force-device-scale-factor=1", "--window-size=300,200", f"--user-data-dir={tmp_path / 'profile'}",
+                    f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120, check=True)
+    assert np.array_equal(cv2.imread(str(shot))[:200, :300], img)
