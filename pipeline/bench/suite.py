@@ -43,7 +43,10 @@ QUICK = dict(main_size=128, sizes=(64, 128), scales=(2.0, 3.0), batches=(1, 2), 
              iters=5, time_budget=0.5, min_iters=2, warmup=1, folder_images=2, folder_size=64,
              max_call_s=3.0, heavy_call_s=1.0)
 # The folder run has 16 images: filling and draining the decode/encode pipeline costs about one image's decode +
-# encode per run, which 4 images overweight (measured: 83 % of inference at 4 images, 87 % at 16).
+# encode per run, which 4 images overweight (measured: 83 % of inference at 4 images, 87 % at 16). Its medians are of
+# 5 alternating runs (2 slow runs of a shared machine cannot decide them, as they could 3).
+FULL.update(folder_repeats=5)
+QUICK.update(folder_repeats=2)
 # Time to first image (fresh processes), the Ray comparison (local vs 1 and 2 actors) and the served one (local vs
 # a Triton server's sr model with 1, 2 and 4 clients) per full bench.
 FULL.update(startup_runs=5, ray_images=24, ray_size=128, triton_images=24, triton_size=128)
@@ -265,7 +268,7 @@ def _folder_rows(model: str, cfg: dict, weights, log, note, chosen=None) -> list
     for backend in ["auto"] + ([chosen] if chosen is not None and chosen.precision != "fp32" else []):
         try:
             rows.append(folder_throughput(model, cfg["folder_images"], cfg["folder_size"], backend=backend,
-                                          weights=weights, log=log))
+                                          weights=weights, log=log, repeats=cfg["folder_repeats"]))
         except PipelineError as e:
             note(f"{model} folder run: {e}")
     return rows
