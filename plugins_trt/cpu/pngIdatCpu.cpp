@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <vector>
@@ -567,6 +568,38 @@ size_t bandRows(int h, int w, int channels)
     return std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(h), kBandBytes / rowBytes(w, channels)));
 }
 
+// Undoes one row's filter in place of `out` (the row's samples), given the unfiltered row above (`prior`, nullptr for
+// the first row: zeros). False for a filter type PNG does not have.
+bool unfilterRow(uint8_t filter, uint8_t const* f, uint8_t const* prior, size_t n, size_t bpp, uint8_t* out)
+{
+    switch (filter)
+    {
+    case 0: std::memcpy(out, f, n); return true;
+    case 1:
+        for (size_t x = 0; x < n; ++x)
+            out[x] = static_cast<uint8_t>(f[x] + (x >= bpp ? out[x - bpp] : 0));
+        return true;
+    case 2:
+        for (size_t x = 0; x < n; ++x)
+            out[x] = static_cast<uint8_t>(f[x] + (prior ? prior[x] : 0));
+        return true;
+    case 3:
+        for (size_t x = 0; x < n; ++x)
+            out[x] = static_cast<uint8_t>(f[x] + (((x >= bpp ? out[x - bpp] : 0) + (prior ? prior[x] : 0)) >> 1));
+        return true;
+    case 4:
+        for (size_t x = 0; x < n; ++x)
+        {
+            int const a = x >= bpp ? out[x - bpp] : 0, b = prior ? prior[x] : 0;
+            int const c = x >= bpp && prior ? prior[x - bpp] : 0;
+            int const p = a + b - c, pa = std::abs(p - a), pb = std::abs(p - b), pc = std::abs(p - c);
+            out[x] = static_cast<uint8_t>(f[x] + (pa <= pb && pa <= pc ? a : pb <= pc ? b : c));
+        }
+        return true;
+    default: return false;
+    }
+}
+
 } // namespace
 
 extern "C"
@@ -632,5 +665,26 @@ extern "C"
         {
             return sr::cpuFail(SR_ERR_INTERNAL, "png_idat_u8: out of memory");
         }
+    }
+
+    int sr_png_unfilter_u8(uint8_t const* filtered, int h, int w, int channels, int swapRedBlueIn, uint8_t* pixels)
+    {
+        if (h <= 0 || w <= 0 || channels < 1 || channels > 4)
+            return sr::cpuFail(SR_ERR_INVALID_ARGUMENT, "png_unfilter_u8: needs a non-empty image of 1-4 channels");
+        if (filtered == nullptr || pixels == nullptr)
+            return sr::cpuFail(SR_ERR_NULL_POINTER, "png_unfilter_u8: null buffer");
+        size_t const samples = static_cast<size_t>(w) * static_cast<size_t>(channels);
+        for (size_t y = 0; y < static_cast<size_t>(h); ++y)
+        {
+            uint8_t const* f = filtered + y * (samples + 1);
+            uint8_t* out = pixels + y * samples;
+            if (!unfilterRow(
+                    f[0], f + 1, y == 0 ? nullptr : out - samples, samples, static_cast<size_t>(channels), out))
+                return sr::cpuFail(SR_ERR_INVALID_ARGUMENT, "png_unfilter_u8: a row has an unknown filter type");
+        }
+        if (swapRedBlueIn != 0 && channels >= 3)
+            for (size_t p = 0; p < static_cast<size_t>(h) * static_cast<size_t>(w); ++p)
+                std::swap(pixels[p * channels], pixels[p * channels + 2]);
+        return sr::cpuOk();
     }
 }

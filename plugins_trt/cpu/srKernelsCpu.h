@@ -25,7 +25,7 @@ extern "C"
 #endif
 
 /* Bumped whenever a signature below changes or a function is added (the ctypes wrapper checks it). */
-#define SR_KERNELS_CPU_ABI 5
+#define SR_KERNELS_CPU_ABI 6
     SR_API int sr_kernels_abi_version(void);
     /* Message of the last failure in this thread ("" when none). */
     SR_API const char* sr_last_error(void);
@@ -90,6 +90,12 @@ extern "C"
     SR_API size_t sr_png_idat_bound(int h, int w, int channels);
     SR_API int sr_png_idat_u8(const uint8_t* pixels, int h, int w, int channels, int swap_red_blue, uint8_t* out,
         size_t capacity, size_t* written);
+
+    /* A PNG's inflated image data (h rows of a filter type byte and w * channels samples, 8-bit, not interlaced) ->
+     * pixels (h x w x channels, contiguous); swap_red_blue != 0 writes 3/4-channel RGB(A) as BGR(A). Fails for a filter
+     * type PNG does not have (0-4). */
+    SR_API int sr_png_unfilter_u8(
+        const uint8_t* filtered, int h, int w, int channels, int swap_red_blue, uint8_t* pixels);
 
 #ifdef __cplusplus
 }
