@@ -126,8 +126,8 @@ def to_samples_u8(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def png_idat_u8(pixels: np.ndarray, swap_red_blue: bool) -> memoryview:
-    """HxW or HxWxC (C <= 4) uint8 samples -> the zlib stream of a PNG's IDAT chunk (Average filter, a Huffman code
-    per band of rows; sr_png_idat_u8); `swap_red_blue` writes BGR(A) pixels as PNG's RGB(A)."""
+    """HxW or HxWxC (C <= 4) uint8 samples -> the zlib stream of a PNG's IDAT chunk (sr_png_idat_u8: per row the
+    Average or Up filter, a Huffman code per band of rows); `swap_red_blue` writes BGR(A) pixels as PNG's RGB(A)."""
     a = np.ascontiguousarray(pixels)
     if a.dtype != np.uint8 or a.ndim not in (2, 3) or (a.ndim == 3 and not 1 <= a.shape[2] <= 4) or a.size == 0:
         raise PipelineError(f"png_idat_u8: expected a non-empty HxW or HxWxC uint8 image, got {a.dtype} {a.shape}")

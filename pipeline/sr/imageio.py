@@ -190,10 +190,11 @@ def decode(data: bytes) -> Image:
     except HeaderError as e:
         raise ImageError(str(e)) from None
     pixels = png.decode_png(data)  # a plain 8-bit PNG in half OpenCV's CPU; None: OpenCV decodes it, as any other
-    try:
-        pixels = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_UNCHANGED) if pixels is None else pixels
-    except cv2.error as e:
-        raise ImageError(f"cannot decode: {_cv2_reason(e)}") from None
+    if pixels is None:
+        try:
+            pixels = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_UNCHANGED)
+        except cv2.error as e:
+            raise ImageError(f"cannot decode: {_cv2_reason(e)}") from None
     if pixels is None:
         raise ImageError("not a readable image (decoder rejected the data)")
     if pixels.dtype not in (np.uint8, np.uint16):
