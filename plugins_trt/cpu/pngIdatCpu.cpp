@@ -36,7 +36,8 @@ constexpr int kDistances = 4; // distance codes 0-3 (distances 1-4: one pixel of
 constexpr int kDistanceBits = 2;
 constexpr size_t kMinRun = 12; // repeating bytes coded as matches rather than literals
 constexpr int kMaxMatch = 258;
-constexpr int kMaxBits = 15;      // deflate's longest literal code
+constexpr int kMaxBits
+    = 14; // the longest literal code (deflate allows 15): four fit the writer's 64 bits with 7 pending
 constexpr int kMaxLengthBits = 7; // ... and its longest code-length code
 constexpr size_t kBandBytes = 256 << 10;
 constexpr size_t kStoredMax = 65535;
@@ -424,14 +425,16 @@ void writeLiterals(BitWriter& w, uint32_t const* codes, uint8_t const* data, siz
     int count = w.count;
     uint8_t* o = w.out;
     size_t i = 0;
-    for (; i + 3 <= n; i += 3)
+    for (; i + 4 <= n; i += 4)
     {
-        uint32_t const a = codes[data[i]], b = codes[data[i + 1]], c = codes[data[i + 2]];
-        // the three codes joined apart from `count`, so the chain through it is one shift and one add
+        uint32_t const a = codes[data[i]], b = codes[data[i + 1]], c = codes[data[i + 2]], d = codes[data[i + 3]];
+        // the four codes joined apart from `count`, so the chain through it is one shift and one add
         int const la = static_cast<int>(a & 15), lab = la + static_cast<int>(b & 15);
-        uint64_t const abc = (a >> 4) | static_cast<uint64_t>(b >> 4) << la | static_cast<uint64_t>(c >> 4) << lab;
-        bits |= abc << count;
-        count += lab + static_cast<int>(c & 15);
+        int const labc = lab + static_cast<int>(c & 15);
+        uint64_t const abcd = (a >> 4) | static_cast<uint64_t>(b >> 4) << la | static_cast<uint64_t>(c >> 4) << lab
+            | static_cast<uint64_t>(d >> 4) << labc;
+        bits |= abcd << count;
+        count += labc + static_cast<int>(d & 15);
         std::memcpy(o, &bits, 8); // little-endian hosts: deflate's byte order
         o += count >> 3;
         bits >>= count & ~7;
