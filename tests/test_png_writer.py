@@ -151,9 +151,9 @@ def test_property_random_repeats_round_trip():
     check()
 
 
-def test_codes_longer_than_deflate_allows_are_limited():
-    """Byte frequencies in the Fibonacci sequence make a Huffman tree 23 levels deep, past deflate's 15 bits: the
-    encoder's limited code still decodes. One gray row whose Average-filtered bytes are exactly those bytes."""
+def test_codes_longer_than_the_limit_are_limited():
+    """Byte frequencies in the Fibonacci sequence make a Huffman tree 23 levels deep, past the encoder's 14-bit limit
+    (deflate's is 15): the limited code still decodes. One gray row whose Average-filtered bytes are exactly those."""
     fib = [1, 1]
     while len(fib) < 24:
         fib.append(fib[-1] + fib[-2])
