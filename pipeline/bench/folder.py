@@ -96,8 +96,8 @@ def folder_throughput(model: str, n_images: int, size: int, backend="auto", weig
         batches = _pixel_batches(images)
         for x in {x.shape: x for x in batches}.values():  # warm each input shape once, on both paths
             be.infer_pixels(x, scale)
-            if streams > 1:
-                _inference_s(be, [x], scale, streams)
+            if streams > 1:  # as many at once as the runs keep in flight: each in-flight request is made once
+                _inference_s(be, [x] * in_flight(streams), scale, streams)
         folder, one, streamed = [], [], []
         for r in range(max(1, repeats)):
             t0 = time.perf_counter()
