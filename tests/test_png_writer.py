@@ -2,6 +2,7 @@
 filtered rows of the very pixels, across shapes, channel counts, band splits, repeats, stored blocks and codes."""
 from __future__ import annotations
 
+import heapq
 import io
 import struct
 import zlib
@@ -151,13 +152,60 @@ def test_property_random_repeats_round_trip():
     check()
 
 
+def _literal_code_lengths(stream: bytes) -> list[int]:
+    """The literal/length code lengths of a zlib stream's first block (RFC 1951, 3.2.7), which must be dynamic."""
+    bits = int.from_bytes(stream[2:2 + 2048], "little")  # a block header fits in far fewer bytes
+    pos = 0
+
+    def take(n: int) -> int:
+        nonlocal pos
+        v = (bits >> pos) & ((1 << n) - 1)
+        pos += n
+        return v
+
+    take(1)
+    assert take(2) == 2, "not a dynamic block"
+    hlit, hdist, hclen = take(5) + 257, take(5) + 1, take(4) + 4
+    order = [16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15]
+    cl = [0] * 19
+    for i in range(hclen):
+        cl[order[i]] = take(3)
+    table, code = {}, 0  # canonical codes of the code-length code: (length, code) -> symbol
+    for length in range(1, 8):
+        for sym in range(19):
+            if cl[sym] == length:
+                table[(length, code)] = sym
+                code += 1
+        code <<= 1
+    lengths: list[int] = []
+    while len(lengths) < hlit + hdist:
+        code, length = 0, 0
+        while (length, code) not in table:
+            code, length = code << 1 | take(1), length + 1  # Huffman codes come most significant bit first
+        sym = table[(length, code)]
+        if sym < 16:
+            lengths.append(sym)
+        else:
+            repeat = [3 + take(2), 3 + take(3), 11 + take(7)][sym - 16]
+            lengths += [lengths[-1] if sym == 16 else 0] * repeat
+    return lengths[:hlit]
+
+
+def _huffman_depth(counts: list[int]) -> int:
+    """The depth of a plain (unlimited) Huffman tree over `counts`."""
+    heap = [(c, i, 0) for i, c in enumerate(counts)]
+    heapq.heapify(heap)
+    while len(heap) > 1:
+        a, b = heapq.heappop(heap), heapq.heappop(heap)
+        heapq.heappush(heap, (a[0] + b[0], min(a[1], b[1]), max(a[2], b[2]) + 1))
+    return heap[0][2]
+
+
 def test_codes_longer_than_the_limit_are_limited():
-    """Byte frequencies in the Fibonacci sequence make a Huffman tree 23 levels deep, past the encoder's 14-bit limit
-    (deflate's is 15): the limited code still decodes. One gray row whose Average-filtered bytes are exactly those."""
-    fib = [1, 1]
-    while len(fib) < 24:
-        fib.append(fib[-1] + fib[-2])
-    target = np.repeat(np.arange(24, dtype=np.int64) * 10, fib)
+    """Byte frequencies 1, 2, 4, ... 65536 make a plain Huffman tree 17 levels deep, past deflate's 15 bits (and the
+    encoder's 14): the block's codes are limited and the stream decodes. One gray row whose Average-filtered bytes are
+    exactly those bytes (one band, one block)."""
+    target = np.repeat(np.arange(17, dtype=np.int64) * 10, [2**k for k in range(17)])
     np.random.default_rng(0).shuffle(target)
     raw = np.zeros(target.size, np.int64)
     for x in range(target.size):  # the first row's Average prediction is half the left neighbour
@@ -165,8 +213,12 @@ def test_codes_longer_than_the_limit_are_limited():
     pixels = raw.astype(np.uint8)[None, :]
     data = png.encode_png(pixels)
     assert np.array_equal(cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED), pixels)
-    filtered = np.frombuffer(zlib.decompress(_idat(data)), np.uint8)
+    stream = _idat(data)
+    filtered = np.frombuffer(zlib.decompress(stream), np.uint8)
     assert filtered[0] == 3 and np.array_equal(filtered[1:], target.astype(np.uint8))
+    counts = [int(c) for c in np.bincount(filtered) if c] + [1]  # + the end of block
+    assert _huffman_depth(counts) > 15  # a plain Huffman code of these bytes would be no deflate stream at all
+    assert max(_literal_code_lengths(stream)) <= 14
 
 
 def test_chromium_shows_the_very_pixels(tmp_path):
