@@ -101,6 +101,7 @@ def test_other_pngs_are_left_to_opencv():
         "interlaced": interlaced,
         "animation control": _file([_chunks(plain)[0], (b"acTL", struct.pack(">II", 1, 0)), *_chunks(plain)[1:]]),
         "unknown critical": _file([_chunks(plain)[0], (b"ABCD", b"x"), *_chunks(plain)[1:]]),
+        "chunk name not letters": _file([_chunks(plain)[0], (b"a1cd", b"x"), *_chunks(plain)[1:]]),
     }
     for name, data in others.items():
         assert png.decode_png(data) is None, name

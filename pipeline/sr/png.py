@@ -20,6 +20,7 @@ import zlib
 import cv2
 import numpy as np
 
+from pipeline.errors import PipelineError
 from pipeline.native import kernels_cpu
 
 try:
@@ -111,9 +112,9 @@ def decode_png(data: bytes) -> np.ndarray | None:
             return None  # no IEND
         n, kind = struct.unpack_from(">I4s", data, pos)
         body = view[pos + 8:pos + 8 + n]
-        if pos + 12 + n > len(data) or deflate.crc32(body, deflate.crc32(kind)) != \
+        if not kind.isalpha() or pos + 12 + n > len(data) or deflate.crc32(body, deflate.crc32(kind)) != \
                 struct.unpack_from(">I", data, pos + 8 + n)[0]:
-            return None
+            return None  # a chunk name that is not four ASCII letters, a chunk past the end, a wrong CRC
         if header is None:
             if kind != b"IHDR" or n != 13:
                 return None
@@ -143,5 +144,5 @@ def decode_png(data: bytes) -> np.ndarray | None:
         return None
     try:
         return kernels_cpu.png_unfilter_u8(rows, h, w, c, swap_red_blue=c >= 3)
-    except kernels_cpu.PipelineError:  # a row's filter type is not one of PNG's
+    except PipelineError:  # a row's filter type is not one of PNG's
         return None
