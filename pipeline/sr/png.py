@@ -5,7 +5,7 @@ C++ unfilter, every other PNG (and any file that is not perfectly plain) by Open
 Encoding is the largest part of the stage's own CPU cost, and on the host it takes that CPU from inference. The C++
 encoder (`sr_png_idat_u8`: per row the Average or the Up filter, a Huffman code per band of rows, pixel repeats as
 matches, no other LZ77 search) writes a 768x768 srcnn-x3 output in 2.7 ms of CPU against 7 ms for the Up filter with
-ISA-L level 1, in a file 10-14 % smaller (AMD EPYC, 2026-11-27); bicubic-upscaled photos come out 2-7 % smaller or
+ISA-L level 1, in a file 10-13 % smaller (AMD EPYC, 2026-11-27); bicubic-upscaled photos come out 2-7 % smaller or
 0.2 % larger, an upscaled flat drawing ~10 % larger (still ~45 % smaller than OpenCV's default PNG). 16-bit images,
 and every image where the library is missing or from another build, take the Up filter with ISA-L level 1: 16 ms
 against OpenCV's 52 (libpng + zlib level 1, Paeth) for a 1152x1152 photo on the 2-core Xeon, 15-25 % larger files

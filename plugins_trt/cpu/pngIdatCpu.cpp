@@ -299,11 +299,12 @@ void filterRow(uint8_t const* raw, uint8_t const* prior, size_t n, int bpp, uint
         std::memcpy(out, spare, n + 1);
 }
 
-// BGR(A) -> RGB(A) in a filtered row (the filter works per channel, so swapping after it equals swapping before).
-void swapRedBlue(uint8_t* row, size_t pixels, int channels)
+// BGR(A) <-> RGB(A) over `pixels` pixels: a filtered row's (the filters work per channel, so swapping after one equals
+// swapping before it) or a whole unfiltered image's.
+void swapRedBlue(uint8_t* samples, size_t pixels, int channels)
 {
-    for (size_t p = 0; p < pixels; ++p, row += channels)
-        std::swap(row[0], row[2]);
+    for (size_t p = 0; p < pixels; ++p, samples += channels)
+        std::swap(samples[0], samples[2]);
 }
 
 // A stretch of bytes each equal to the byte a pixel before it (flat areas, and edges running along a row, repeat
@@ -687,8 +688,7 @@ extern "C"
                 return sr::cpuFail(SR_ERR_INVALID_ARGUMENT, "png_unfilter_u8: a row has an unknown filter type");
         }
         if (swapRedBlueIn != 0 && channels >= 3)
-            for (size_t p = 0; p < static_cast<size_t>(h) * static_cast<size_t>(w); ++p)
-                std::swap(pixels[p * channels], pixels[p * channels + 2]);
+            swapRedBlue(pixels, static_cast<size_t>(h) * static_cast<size_t>(w), channels);
         return sr::cpuOk();
     }
 }
