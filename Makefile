@@ -15,7 +15,7 @@ TRT_GIT_URL ?= https://github.com/NVIDIA/TensorRT.git
 TRT_VERSION ?=
 TRT_HEADERS_DIR ?= build/trt-headers
 
-.PHONY: setup lint format demo test gpu-check onnx plugins build-plugins trt-headers triton-env engine sr eval compare bench train clean
+.PHONY: setup lint format demo test gpu-check onnx plugins build-plugins trt-headers triton-env engine sr eval compare bench train docs clean
 
 # The stamp holds the ONNX Runtime build installed (an empty one: cpu); another ORT= reinstalls, swapping the builds.
 setup: $(STAMP)
@@ -150,6 +150,11 @@ bench: setup plugins triton-env
 
 train: setup
 	$(PY) scripts/train.py --model all --out-dir models/weights
+
+# The documentation site (mkdocs.yml, docs/) into the git-ignored outputs/site; --strict fails on any broken link or
+# anchor. It needs no network (the theme's web fonts are off).
+docs: setup
+	$(dir $(PY))mkdocs build --strict --site-dir outputs/site
 
 clean:
 	rm -rf build outputs .triton
