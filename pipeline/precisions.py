@@ -26,7 +26,8 @@ class Precision:
     export_tol: float | None  # a graph's export check: max |ONNX Runtime - PyTorch| on outputs in [0, 1]
     budget_db: float | None  # the most Y-PSNR it may lose against fp32 on the held-out set; None: not measured
     # the least Y-PSNR of its output against fp32's own output (fidelity) on the worst held-out image; None: no floor.
-    # From measurements (README "Precision and quality"): srcnn-x3 bf16 54.8 dB mean / 53.0 worst, int8 44.9 / 42.8
+    # From measurements (docs/measurements.md, "The output check and fidelity"; the gate: docs/backends.md): about 10 dB
+    # under srcnn-x3's measured fidelity (bf16 57.5-57.8 dB mean, int8 49.9; worst image 56.9-57.0 and 48.2)
     fidelity_floor_db: float | None
     peak: bool              # the roofline measures a GEMM peak of its own (else it is held to fp32's)
 

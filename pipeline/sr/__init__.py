@@ -9,7 +9,7 @@
     scheduler  decode pool, batching, bounded write queue    worker     decode/plan/infer/encode one image
     jobs       INPUT -> OUTPUT file mapping                  records    Record, RecordLog, Summary (the JSON)
     tiling     tiles that reproduce whole-image inference    imageio    files <-> pixels
-    png        the PNG writer (Up filter + ISA-L deflate)
+    png        PNG writing (our C++ encoder: Average/Up filters) and reading
     bicubic    plain bicubic (alpha, baseline)               reference  --reference scores
     console    what is printed (--quiet hides, --verbose adds)   preflight  writable outputs, overwrite count
     video      one clip through the worker (threads)         segments   a clip cut at keyframes, run, resumed, joined
