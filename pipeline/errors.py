@@ -68,7 +68,7 @@ def install_command(extra: str) -> str:
     """The command that installs an extra here: the editable install in a source checkout, else pip from the
     package index (a `pip install srdeploy` user has no checkout)."""
     if extra == "gpu":  # onnxruntime-gpu takes onnxruntime's place: the two cannot share an environment
-        if in_checkout():  # the Makefile swaps the builds in .venv (and the README says the same)
+        if in_checkout():  # the Makefile swaps the builds in .venv (and docs/gpu.md says the same)
             return "make setup ORT=gpu"
         return "pip uninstall -y onnxruntime && pip install 'srdeploy[gpu]'"
     if in_checkout():

@@ -215,7 +215,7 @@ def _external_data_problem(path: Path, model) -> str | None:
     return None
 
 
-IMAGE_INPUT = "input"  # every backend feeds the image by this name (the export's contract; README: Export)
+IMAGE_INPUT = "input"  # every backend feeds the image by this name (the export's contract; docs/export.md)
 
 
 def _input_problem(model) -> str | None:

@@ -1,5 +1,5 @@
 """A near-free x3 model for measuring the sr stage's own CPU cost: `pipeline.bench.near_free:nearest_x3`
-(the `--model package.module:factory` contract, README "Your own model") is nearest-neighbour upsampling,
+(the `--model package.module:factory` contract, docs/own-model.md) is nearest-neighbour upsampling,
 so a folder run's CPU time is almost all decode, conversion, copies and encode."""
 from __future__ import annotations
 

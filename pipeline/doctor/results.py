@@ -5,7 +5,7 @@ from dataclasses import asdict, dataclass, field
 
 PASS, FAIL, SKIP, INFO = "pass", "fail", "skip", "info"
 
-# Exit codes of `python -m pipeline doctor` (README: "Doctor"). 2 stays the CLI's code for a bad argument.
+# Exit codes of `python -m pipeline doctor` (docs/gpu.md, "Doctor"). 2 stays the CLI's code for a bad argument.
 EXIT_OK = 0  # everything present here ran and passed
 EXIT_FAILED = 1  # at least one check failed (one `FAIL` line each, with its fix)
 EXIT_NO_GPU = 3  # nothing failed, but there is no CUDA GPU, so the GPU checks did not run

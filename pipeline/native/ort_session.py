@@ -1,5 +1,5 @@
 """The one set of ONNX Runtime session options every session here uses (backends, export verification, folded
-variants), each choice measured on SRCNN x3 (README 'backends')."""
+variants), each choice measured on SRCNN x3 (docs/measurements.md)."""
 from __future__ import annotations
 
 import onnxruntime as ort
