@@ -254,8 +254,39 @@ def test_torch_cuda_graphs_only_for_repeated_shapes_and_never_in_device_memory()
     assert len(be._graphs) == 1 and be._pool is not None and not eager._graphs
 
 
+class ReplaysOnce:
+    """A captured computation replayed by hand on CPU tensors (doubling its input), right only `good` times: what
+    deform-srcnn's CUDA graph did on an H200 (its first replay right, later ones a mostly black image)."""
+
+    def __init__(self, static_x, static_y, good: int, keeps_output: bool = False):
+        self.x, self.y, self.good, self.keeps_output, self.replays = static_x, static_y, good, keeps_output, 0
+
+    def replay(self):
+        self.replays += 1
+        if self.keeps_output:  # adds to its last output instead of writing it (state kept between replays)
+            self.y.nan_to_num_(0.0).add_(self.x * 2 if self.replays == 1 else 0)
+        elif self.replays <= self.good:
+            self.y.copy_(self.x * 2)
+        else:
+            self.y.zero_()
+
+
+@pytest.mark.parametrize("good, keeps_output, wrong", [(3, False, None), (1, False, 1), (0, False, 0),
+                                                        (3, True, 1)])
+def test_a_graph_is_kept_only_when_every_checked_replay_equals_eager(good, keeps_output, wrong):
+    from pipeline.backends.torch_backend import _first_wrong_replay, _replay_inputs
+
+    x = torch.rand(1, 3, 8, 8).contiguous(memory_format=torch.channels_last)
+    inputs = _replay_inputs(x, TorchBackend.CHECK_REPLAYS)
+    assert len(inputs) == 3 and all(v.stride() == x.stride() for v in inputs)
+    assert all(not torch.equal(a, b) for i, a in enumerate(inputs) for b in inputs[i + 1:])  # each one differs
+    static_x, static_y = x.clone(), torch.zeros_like(x)
+    graph = ReplaysOnce(static_x, static_y, good, keeps_output)
+    assert _first_wrong_replay(graph, static_x, static_y, inputs, [v * 2 for v in inputs]) == wrong
+
+
 @pytest.mark.gpu
-def test_torch_cuda_defaults_and_graphs_checked_before_use():
+def test_torch_cuda_defaults_and_graphs_checked_before_use(capfd):
     """On CUDA deform-srcnn runs NCHW (torchvision's deform_conv2d copies NHWC inputs: 1.25x slower on an H100),
     srcnn channels_last, both eager by default. With cuda_graph=True a capture whose replay differs from eager is
     dropped (deform-srcnn's graph replayed wrong values on an H100) while srcnn's is kept: every call equals eager."""
@@ -272,6 +303,8 @@ def test_torch_cuda_defaults_and_graphs_checked_before_use():
         for _ in range(4):  # eager, captured and checked, then replayed (or eager where the check failed)
             assert np.array_equal(graphed.infer_pixels(x, 3.0), want), model
         assert len(graphed._graphs) + len(graphed._uncapturable) == 1
+        said = [line for line in capfd.readouterr().err.splitlines() if "no CUDA graph" in line]
+        assert len(said) == len(graphed._uncapturable), said  # a dropped graph is said, in one line
     assert graphed._graphs  # srcnn's capture is kept
 
 
