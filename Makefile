@@ -50,10 +50,11 @@ build-plugins:
 	cmake --build $(BUILD) -j 2
 
 CXX_SOURCES = $(shell git ls-files 'plugins_trt/*.cpp' 'plugins_trt/*.h' 'plugins_trt/*.cu' 'plugins_trt/*.cuh')
-# Python: ruff and the import layers (lint-imports; both configured in pyproject.toml); C++/CUDA: clang-format
-# (plugins_trt/.clang-format), checked, never rewritten here.
+# Python: ruff, the import layers (lint-imports) and mypy on the GPU-only code (files listed in [tool.mypy]; all
+# three configured in pyproject.toml); C++/CUDA: clang-format (plugins_trt/.clang-format), checked, never rewritten.
 lint: setup
 	$(PY) -m ruff check .
+	PYTHONPATH=. $(PY) -m mypy
 	PYTHONPATH=. $(dir $(PY))lint-imports
 	$(PY) scripts/check_function_length.py pipeline
 	$(dir $(PY))clang-format --style=file --dry-run --Werror $(CXX_SOURCES)
