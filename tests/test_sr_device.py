@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -169,6 +170,7 @@ def test_tiles_at_scales_above_the_profile_fit_its_output(model):
     assert be.input_limit(4.0) == (512, 512) and be.input_limit(5.0) == (409, 409)
     for scale in (5.0, 6.0, 7.5, 8.0):
         w = ImageWorker(be, spec, scale, tile=None)
+        assert w.max_input is not None
         assert output_size(*w.max_input, scale)[0] <= be.profiles[0].size_values()[2][0] < output_size(
             w.max_input[0] + 1, w.max_input[1] + 1, scale)[0]
         for width, height in COMMON_SIZES:
@@ -321,7 +323,7 @@ def test_ort_gpu_backends_size_tiles_from_the_device(name):
     if not status.available:
         pytest.skip(status.reason)
     assert pick_provider() != "cpu"
-    be = backends.create(name, "srcnn", "fp32")
+    be: Any = backends.create(name, "srcnn", "fp32")
     assert set(be._pixel_sessions) == {np.dtype(np.uint8), np.dtype(np.uint16)}
     mem = be.device_memory()
     assert mem is not None and mem.free_bytes > 1 << 30 and mem.bytes_per_output_pixel > 0
@@ -342,7 +344,7 @@ def test_trt_rebinding_allocates_nothing_and_graphs_follow_a_fixed_shape():
     status = backends.backend_class("trt").status(get_spec("srcnn"), "fp32")
     if not status.available:
         pytest.skip(status.reason)
-    be = backends.create("trt", "srcnn", "fp32", cuda_graph=True)
+    be: Any = backends.create("trt", "srcnn", "fp32", cuda_graph=True)
     rng = np.random.default_rng(33)
     big, small = rng.integers(0, 256, (2, 96, 96, 3)).astype(np.uint8), rng.integers(0, 256, (1, 40, 24, 3))
     be.infer_pixels(big, 2.0)
@@ -365,7 +367,7 @@ def test_trt_keeps_a_cuda_graph_per_bound_shape():
     status = backends.backend_class("trt").status(get_spec("srcnn"), "fp32")
     if not status.available:
         pytest.skip(status.reason)
-    be = backends.create("trt", "srcnn", "fp32", cuda_graph=True)
+    be: Any = backends.create("trt", "srcnn", "fp32", cuda_graph=True)
     rng = np.random.default_rng(34)
     tiles = [rng.integers(0, 256, (2, 64, 64, 3)).astype(np.uint8), rng.integers(0, 256, (1, 64, 40, 3)).astype(
         np.uint8)]

@@ -193,6 +193,13 @@ class TorchBackend(Backend):
             raise PipelineError(f"torch: output {tuple(y.shape)} does not match the expected {out_hw[0]}x{out_hw[1]}")
         return y
 
+    def forward_on_device(self, x, scale: float):
+        """The net alone on an NCHW float32 tensor already on this backend's device, as every call runs it (its
+        precision, memory format, stream and math flags), eager: what the GPU scoreboard times as the bare net."""
+        h, w = x.shape[-2:]
+        with self._on_device():
+            return self._forward(x, scale, output_size(h, w, check_scale(self.spec, scale)), graphs=False)
+
     def _replay(self, x, scale: float):
         """The net as a CUDA graph for this input shape and scale once the shape repeats (GRAPH_AFTER sightings;
         before that, eager), the graphs sharing one memory pool: they replay one at a time on this stream."""
