@@ -87,6 +87,10 @@ def test_table_shows_the_numbers_the_reasons_and_each_goal():
     assert "torchvision is not installed" in text and "1.94" in text
     assert "MISSED folder run, srcnn-x3 fp16: 0.54 (goal >= 0.85)" in text
     assert "met    output check, srcnn-x3 fp16 (% of the net): 1.70 (goal <= 2)" in text
+    # a call cut short: only what ran is shown
+    short = {"sections": {"harness": {"copies": 4, "fail_lines": 1, "exit_codes": [1, 0, 0, 0]}}, "goals": []}
+    assert table(short).splitlines()[1:] == ["plugin harness x4 at once: 1 FAIL lines, exit codes [1, 0, 0, 0], - s",
+                                             "goals: none measured"]
 
 
 def test_without_a_gpu_every_section_says_why(tmp_path, capsys):

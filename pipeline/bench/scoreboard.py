@@ -119,8 +119,9 @@ def _not_run(part: dict) -> str | None:
 
 def _machine_lines(s: dict) -> list[str]:
     m, g = s.get("machine", {}), s.get("gemm", {})
-    lines = [f"machine: {_not_run(m)}" if _not_run(m) else
-             f"machine: {m.get('gpu')}, driver {m.get('driver')}, torch {m.get('torch')} (CUDA {m.get('torch_cuda')})"]
+    lines = [] if not m else [f"machine: {_not_run(m)}" if _not_run(m) else
+                              f"machine: {m.get('gpu')}, driver {m.get('driver')}, torch {m.get('torch')} "
+                              f"(CUDA {m.get('torch_cuda')})"]
     if _not_run(g):
         lines.append(f"GEMM: {_not_run(g)}")
     elif g:
@@ -130,6 +131,8 @@ def _machine_lines(s: dict) -> list[str]:
 
 
 def _model_lines(part: dict) -> list[str]:
+    if not part:  # not run (yet)
+        return []
     head = [f"models: {_not_run(part)}"] if _not_run(part) else ["models (512^2 input, x3):"]
     rows = [[r["model"], r["precision"], r.get("net_ms"), r.get("net_tflops"), r.get("infer_pixels_ms"),
              None if r.get("folder_share") is None else round(100 * r["folder_share"], 1), r.get("check_ms"),
