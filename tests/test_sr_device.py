@@ -311,8 +311,8 @@ def test_torch_cuda_defaults_and_graphs_checked_before_use(capfd):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["ort-cuda", "ort-trt"])
-def test_ort_gpu_backends_size_tiles_from_the_device(name):
+@pytest.mark.parametrize("name, engine_profile", [("ort-cuda", False), ("ort-trt", True)])
+def test_ort_gpu_backends_size_tiles_from_the_device(name, engine_profile):
     """ORT's GPU backends: pixel sessions built at load, device memory measured, whole 512^2 images on a big GPU,
     --batch auto above one; ort-trt plans within its profile and `ort` picks a GPU provider here."""
     from models.lookup import get_spec
@@ -329,7 +329,7 @@ def test_ort_gpu_backends_size_tiles_from_the_device(name):
     assert mem is not None and mem.free_bytes > 1 << 30 and mem.bytes_per_output_pixel > 0
     w = ImageWorker(be, "srcnn", 3.0, batch="auto")
     assert w.batch > 1
-    if name == "ort-trt":
+    if engine_profile:  # TensorRT's engines: planned within the profile
         assert be.max_input_size() == (512, 512) and w.tile is not None
     else:
         assert w.tile is None or w.tile >= 512
