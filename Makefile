@@ -79,9 +79,8 @@ triton-env:
 # It builds the plugins, runs `python -m pipeline doctor` (reports in outputs/doctor), scores the GPU
 # (scripts/gpu_scoreboard.py: outputs/gpu-check/scoreboard.json, written section by section, and its table: GEMM,
 # each model's net / infer_pixels / folder share / output check per precision, a 720p -> 4K video, DeformConv2d,
-# the plugin harness 4 times at once), the `gpu` tests and, when compute-sanitizer is installed, the plugin harness
-# under its memcheck
-# (leak check) and racecheck (scripts/sanitize_harness.py: the harness's planted out-of-memory probes are expected,
+# the plugin harness 4 times at once; the table is printed again at the end), the `gpu` tests and, when
+# compute-sanitizer is installed, the plugin harness under its memcheck (leak check) and racecheck (scripts/sanitize_harness.py: the harness's planted out-of-memory probes are expected,
 # hazards inside cuBLAS's own kernels are listed apart, any error in ours fails; logs in $(SANITIZER_OUT)).
 # Fails when any of them does (doctor exits 3 on a machine without a GPU).
 SANITIZER_OUT ?= outputs/sanitizer
@@ -98,6 +97,7 @@ gpu-check:
 	if command -v compute-sanitizer >/dev/null 2>&1; then \
 	  $(PY) scripts/sanitize_harness.py $(BUILD)/trt_plugin_gpu_harness --output $(SANITIZER_OUT); s=$$?; \
 	else echo "gpu-check: compute-sanitizer is not installed, so the harness ran without it" >&2; s=0; fi; \
+	PYTHONPATH=. $(PY) scripts/gpu_scoreboard.py --output $(GPU_CHECK_OUT) --show; \
 	if [ $$d -ne 0 ]; then exit $$d; fi; if [ $$p -ne 0 ]; then exit $$p; fi; if [ $$b -ne 0 ]; then exit $$b; fi; exit $$s
 
 # Two pytest-xdist workers, a test file each at a time (its module fixtures built once), the longest files first

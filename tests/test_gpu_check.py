@@ -167,8 +167,9 @@ def test_make_gpu_check_runs_everything_with_the_given_python_and_nothing_instal
     board = f"PY cwd={REPO} PYTHONPATH=. scripts/gpu_scoreboard.py --output outputs/gpu-check"
     doctor = calls.index(f"PY cwd={REPO} PYTHONPATH=. -m pipeline doctor --output outputs/doctor")
     assert doctor < calls.index(board) < min(i for i, c in enumerate(calls) if "-m pytest -q -m gpu" in c)
-    assert max(i for i, c in enumerate(calls) if c.startswith("PY ")) < calls.index(
-        next(c for c in calls if c.startswith("compute-sanitizer")))
+    sanitized = calls.index(next(c for c in calls if c.startswith("compute-sanitizer")))
+    assert max(i for i, c in enumerate(calls) if "-m pytest" in c or c == board) < sanitized
+    assert calls[-1] == board + " --show"  # the table once more, last
     assert not [c for c in py if re.search(r"-m (pip|venv|ensurepip)(\s|$)", c)]  # nothing installed, no venv
     sanitizer = [c for c in calls if c.startswith("compute-sanitizer")]
     harness = str(build / "trt_plugin_gpu_harness")

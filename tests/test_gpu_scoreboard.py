@@ -104,3 +104,6 @@ def test_without_a_gpu_every_section_says_why(tmp_path, capsys):
     assert all(set(part) == {"skipped"} and part["skipped"] for part in doc["sections"].values())
     out = capsys.readouterr().out
     assert "GPU scoreboard" in out and "models: skipped: " in out and "goals: none measured" in out
+    assert command.main(["--output", str(tmp_path), "--show"]) == 0  # the table again, from the file
+    assert capsys.readouterr().out.splitlines() == out[out.index("GPU scoreboard"):].splitlines()[:-1]
+    assert command.main(["--output", str(tmp_path / "none"), "--show"]) == 2
