@@ -50,10 +50,11 @@ build-plugins:
 	cmake --build $(BUILD) -j 2
 
 CXX_SOURCES = $(shell git ls-files 'plugins_trt/*.cpp' 'plugins_trt/*.h' 'plugins_trt/*.cu' 'plugins_trt/*.cuh')
-# Python: ruff and the import layers (lint-imports; both configured in pyproject.toml); C++/CUDA: clang-format
-# (plugins_trt/.clang-format), checked, never rewritten here.
+# Python: ruff, the import layers (lint-imports) and mypy on the GPU-only code (files listed in [tool.mypy]; all
+# three configured in pyproject.toml); C++/CUDA: clang-format (plugins_trt/.clang-format), checked, never rewritten.
 lint: setup
 	$(PY) -m ruff check .
+	PYTHONPATH=. $(PY) -m mypy
 	PYTHONPATH=. $(dir $(PY))lint-imports
 	$(PY) scripts/check_function_length.py pipeline
 	$(dir $(PY))clang-format --style=file --dry-run --Werror $(CXX_SOURCES)
@@ -75,12 +76,15 @@ triton-env:
 # PY=python3`): it needs PyTorch with CUDA and the runtime packages (GPU_CHECK_NEEDS, checked first: `pip install
 # '.[gpu]' torch pytest` gives them); isal, torchvision, onnxscript and TensorRT are optional (their tests skip,
 # saying why: the modules that export need onnxscript).
-# It builds the plugins, runs `python -m pipeline doctor` (reports in
-# outputs/doctor), the `gpu` tests and, when compute-sanitizer is installed, the plugin harness under its memcheck
-# (leak check) and racecheck (scripts/sanitize_harness.py: the harness's planted out-of-memory probes are expected,
+# It builds the plugins, runs `python -m pipeline doctor` (reports in outputs/doctor), scores the GPU
+# (scripts/gpu_scoreboard.py: outputs/gpu-check/scoreboard.json, written section by section, and its table: GEMM,
+# each model's net / infer_pixels / folder share / output check per precision, a 720p -> 4K video, DeformConv2d,
+# the plugin harness 4 times at once; the table is printed again at the end), the `gpu` tests and, when
+# compute-sanitizer is installed, the plugin harness under its memcheck (leak check) and racecheck (scripts/sanitize_harness.py: the harness's planted out-of-memory probes are expected,
 # hazards inside cuBLAS's own kernels are listed apart, any error in ours fails; logs in $(SANITIZER_OUT)).
 # Fails when any of them does (doctor exits 3 on a machine without a GPU).
 SANITIZER_OUT ?= outputs/sanitizer
+GPU_CHECK_OUT ?= outputs/gpu-check
 GPU_CHECK_NEEDS := numpy onnx onnxruntime cv2 torch pytest
 gpu-check:
 	@$(PY) -c "import importlib.util as u, sys; m = [n for n in sys.argv[1:] if u.find_spec(n) is None]; \
@@ -88,11 +92,13 @@ gpu-check:
 	$(GPU_CHECK_NEEDS)
 	$(MAKE) --no-print-directory build-plugins PY=$(PY)
 	PYTHONPATH=. $(PY) -m pipeline doctor --output outputs/doctor; d=$$?; \
+	PYTHONPATH=. $(PY) scripts/gpu_scoreboard.py --output $(GPU_CHECK_OUT); b=$$?; \
 	PYTHONPATH=. $(PY) -m pytest -q -m gpu -p no:cacheprovider $(PYTEST_ARGS); p=$$?; \
 	if command -v compute-sanitizer >/dev/null 2>&1; then \
 	  $(PY) scripts/sanitize_harness.py $(BUILD)/trt_plugin_gpu_harness --output $(SANITIZER_OUT); s=$$?; \
 	else echo "gpu-check: compute-sanitizer is not installed, so the harness ran without it" >&2; s=0; fi; \
-	if [ $$d -ne 0 ]; then exit $$d; fi; if [ $$p -ne 0 ]; then exit $$p; fi; exit $$s
+	PYTHONPATH=. $(PY) scripts/gpu_scoreboard.py --output $(GPU_CHECK_OUT) --show; \
+	if [ $$d -ne 0 ]; then exit $$d; fi; if [ $$p -ne 0 ]; then exit $$p; fi; if [ $$b -ne 0 ]; then exit $$b; fi; exit $$s
 
 # Two pytest-xdist workers, a test file each at a time (its module fixtures built once), the longest files first
 # (tests/conftest.py): the suite is mostly one busy core (subprocesses starting, Ray and Triton coming up), so two

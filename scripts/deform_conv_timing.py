@@ -11,7 +11,7 @@ import argparse
 
 import torch
 
-from pipeline.bench.kernels import SIZES, _deform_inputs, _median_ms
+from pipeline.bench.kernels import SIZES, deform_inputs, median_ms
 from pipeline.native import kernels_cuda
 
 
@@ -35,8 +35,8 @@ def main() -> int:
     print(f"{torch.cuda.get_device_name()}, median of {args.iters} calls (CUDA events), ms")
     for dtype in (torch.float32, torch.float16):
         for size in SIZES:
-            runs = _runners(_deform_inputs(size, dtype))
-            ms = {name: _median_ms(fn, args.iters) for name, fn in runs.items()}
+            runs = _runners(deform_inputs(size, dtype))
+            ms = {name: median_ms(fn, args.iters) for name, fn in runs.items()}
             diff = (runs["fused"]().float() - runs["im2col"]().float()).abs().max().item()
             line = f"{str(dtype).removeprefix('torch.')} {size}: " + ", ".join(f"{k} {v:.4f}" for k, v in ms.items())
             if "torchvision" in ms:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -81,7 +82,7 @@ def test_torch_fp16_on_cpu_is_refused(weights):
 def test_ort_cpu_matches_torch(model, scales, weights, image):
     from pipeline.backends.ort_backend import PROVIDERS, pick_provider
 
-    b = create("ort", model, weights=weights[model])  # the best provider here: CPU on CI, CUDA/TensorRT on a GPU box
+    b: Any = create("ort", model, weights=weights[model])  # the best provider: CPU on CI, CUDA/TensorRT on a GPU box
     assert b.provider == pick_provider() and PROVIDERS[b.provider] in b.describe()
     assert b.session.get_providers()[0] == PROVIDERS[b.provider]
     for s in scales:
@@ -127,7 +128,7 @@ def test_ort_sr_kernels_match_torch(model, weights, image):
     st = {s.name: s for s in available(model, weights=weights[model])}["ort-sr-kernels"]
     if not st.available:
         pytest.skip(f"ort-sr-kernels unavailable here: {st.reason}")
-    b = create("ort-sr-kernels", model, weights=weights[model])
+    b: Any = create("ort-sr-kernels", model, weights=weights[model])
     assert b.sr_nodes >= 1  # our kernels, not an inlined standard-op body, ran the sr nodes
     for s in (2.0, 3.0):
         y = b.infer(image, s)
@@ -136,7 +137,7 @@ def test_ort_sr_kernels_match_torch(model, weights, image):
 
 
 def test_ort_folded_exact_and_says_which_path_ran(weights, image):
-    b = create("ort-folded", "srcnn", weights=weights["srcnn"])
+    b: Any = create("ort-folded", "srcnn", weights=weights["srcnn"])
     for s, path in ((2.0, "folded x2"), (3.0, "folded x3"), (2.5, "plain graph")):
         y = b.infer(image, s)
         assert b.last_path == path

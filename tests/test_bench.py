@@ -124,6 +124,7 @@ def test_tiny_bench_run_writes_consistent_report(tmp_path, random_weights, capsy
     assert not any("torch-int8" in s or "ort-folded-bf16" in s for s in doc["skipped"]), doc["skipped"]
     (check,) = doc["output_check"]  # every output's NaN/inf check, timed against the inference it checks
     assert check["check_ms"] > 0 and check["inference_ms"] > 0 and check["goal_pct"] == 2.0
+    assert check["check_path"] == "host check (numpy)"  # a CPU backend: its own check (a device one times the device's)
     assert "## Every output checked for NaN / inf: the check's cost" in md
     (startup,) = doc["startup"]  # a fresh `python -m pipeline sr ... --onnx F` process, timed
     assert startup["model"] == "srcnn-x3" and 0 < startup["min_s"] <= startup["median_s"] <= startup["max_s"]

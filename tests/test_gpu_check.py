@@ -163,6 +163,13 @@ def test_make_gpu_check_runs_everything_with_the_given_python_and_nothing_instal
     assert any(c.startswith("cmake -S plugins_trt") for c in calls) and any("--build" in c for c in calls)
     assert f"PY cwd={REPO} PYTHONPATH=. -m pipeline doctor --output outputs/doctor" in py
     assert any(c.startswith(f"PY cwd={REPO} PYTHONPATH=. -m pytest -q -m gpu") for c in py)
+    # the scoreboard right after doctor (its numbers first: a call cut short keeps them), the sanitizer last
+    board = f"PY cwd={REPO} PYTHONPATH=. scripts/gpu_scoreboard.py --output outputs/gpu-check"
+    doctor = calls.index(f"PY cwd={REPO} PYTHONPATH=. -m pipeline doctor --output outputs/doctor")
+    assert doctor < calls.index(board) < min(i for i, c in enumerate(calls) if "-m pytest -q -m gpu" in c)
+    sanitized = calls.index(next(c for c in calls if c.startswith("compute-sanitizer")))
+    assert max(i for i, c in enumerate(calls) if "-m pytest" in c or c == board) < sanitized
+    assert calls[-1] == board + " --show"  # the table once more, last
     assert not [c for c in py if re.search(r"-m (pip|venv|ensurepip)(\s|$)", c)]  # nothing installed, no venv
     sanitizer = [c for c in calls if c.startswith("compute-sanitizer")]
     harness = str(build / "trt_plugin_gpu_harness")

@@ -159,7 +159,7 @@ def test_slot_waits_sleep_instead_of_spinning():
     img = np.zeros((1, 64, 64, 3), np.uint8)
     slot, dev = slots.upload(img)
     torch.cuda._sleep(int(2e9))  # ~1 s of the GPU's clock ahead of the download on the same stream
-    pending = slots.download(slot, dev)
+    pending = slots.download(slot, dev, torch.zeros(1, dtype=torch.int64, device="cuda"))  # no non-finite pixel
     wall, cpu = time.perf_counter(), time.thread_time()
     assert np.array_equal(pending.result(), img)
     wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu

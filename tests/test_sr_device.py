@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -169,6 +170,7 @@ def test_tiles_at_scales_above_the_profile_fit_its_output(model):
     assert be.input_limit(4.0) == (512, 512) and be.input_limit(5.0) == (409, 409)
     for scale in (5.0, 6.0, 7.5, 8.0):
         w = ImageWorker(be, spec, scale, tile=None)
+        assert w.max_input is not None
         assert output_size(*w.max_input, scale)[0] <= be.profiles[0].size_values()[2][0] < output_size(
             w.max_input[0] + 1, w.max_input[1] + 1, scale)[0]
         for width, height in COMMON_SIZES:
@@ -254,8 +256,39 @@ def test_torch_cuda_graphs_only_for_repeated_shapes_and_never_in_device_memory()
     assert len(be._graphs) == 1 and be._pool is not None and not eager._graphs
 
 
+class ReplaysOnce:
+    """A captured computation replayed by hand on CPU tensors (doubling its input), right only `good` times: what
+    deform-srcnn's CUDA graph did on an H200 (its first replay right, later ones a mostly black image)."""
+
+    def __init__(self, static_x, static_y, good: int, keeps_output: bool = False):
+        self.x, self.y, self.good, self.keeps_output, self.replays = static_x, static_y, good, keeps_output, 0
+
+    def replay(self):
+        self.replays += 1
+        if self.keeps_output:  # adds to its last output instead of writing it (state kept between replays)
+            self.y.nan_to_num_(0.0).add_(self.x * 2 if self.replays == 1 else 0)
+        elif self.replays <= self.good:
+            self.y.copy_(self.x * 2)
+        else:
+            self.y.zero_()
+
+
+@pytest.mark.parametrize("good, keeps_output, wrong", [(3, False, None), (1, False, 1), (0, False, 0),
+                                                        (3, True, 1)])
+def test_a_graph_is_kept_only_when_every_checked_replay_equals_eager(good, keeps_output, wrong):
+    from pipeline.backends.torch_backend import _first_wrong_replay, _replay_inputs
+
+    x = torch.rand(1, 3, 8, 8).contiguous(memory_format=torch.channels_last)
+    inputs = _replay_inputs(x, TorchBackend.CHECK_REPLAYS)
+    assert len(inputs) == 3 and all(v.stride() == x.stride() for v in inputs)
+    assert all(not torch.equal(a, b) for i, a in enumerate(inputs) for b in inputs[i + 1:])  # each one differs
+    static_x, static_y = x.clone(), torch.zeros_like(x)
+    graph = ReplaysOnce(static_x, static_y, good, keeps_output)
+    assert _first_wrong_replay(graph, static_x, static_y, inputs, [v * 2 for v in inputs]) == wrong
+
+
 @pytest.mark.gpu
-def test_torch_cuda_defaults_and_graphs_checked_before_use():
+def test_torch_cuda_defaults_and_graphs_checked_before_use(capfd):
     """On CUDA deform-srcnn runs NCHW (torchvision's deform_conv2d copies NHWC inputs: 1.25x slower on an H100),
     srcnn channels_last, both eager by default. With cuda_graph=True a capture whose replay differs from eager is
     dropped (deform-srcnn's graph replayed wrong values on an H100) while srcnn's is kept: every call equals eager."""
@@ -272,12 +305,14 @@ def test_torch_cuda_defaults_and_graphs_checked_before_use():
         for _ in range(4):  # eager, captured and checked, then replayed (or eager where the check failed)
             assert np.array_equal(graphed.infer_pixels(x, 3.0), want), model
         assert len(graphed._graphs) + len(graphed._uncapturable) == 1
+        said = [line for line in capfd.readouterr().err.splitlines() if "no CUDA graph" in line]
+        assert len(said) == len(graphed._uncapturable), said  # a dropped graph is said, in one line
     assert graphed._graphs  # srcnn's capture is kept
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["ort-cuda", "ort-trt"])
-def test_ort_gpu_backends_size_tiles_from_the_device(name):
+@pytest.mark.parametrize("name, engine_profile", [("ort-cuda", False), ("ort-trt", True)])
+def test_ort_gpu_backends_size_tiles_from_the_device(name, engine_profile):
     """ORT's GPU backends: pixel sessions built at load, device memory measured, whole 512^2 images on a big GPU,
     --batch auto above one; ort-trt plans within its profile and `ort` picks a GPU provider here."""
     from models.lookup import get_spec
@@ -288,13 +323,13 @@ def test_ort_gpu_backends_size_tiles_from_the_device(name):
     if not status.available:
         pytest.skip(status.reason)
     assert pick_provider() != "cpu"
-    be = backends.create(name, "srcnn", "fp32")
+    be: Any = backends.create(name, "srcnn", "fp32")
     assert set(be._pixel_sessions) == {np.dtype(np.uint8), np.dtype(np.uint16)}
     mem = be.device_memory()
     assert mem is not None and mem.free_bytes > 1 << 30 and mem.bytes_per_output_pixel > 0
     w = ImageWorker(be, "srcnn", 3.0, batch="auto")
     assert w.batch > 1
-    if name == "ort-trt":
+    if engine_profile:  # TensorRT's engines: planned within the profile
         assert be.max_input_size() == (512, 512) and w.tile is not None
     else:
         assert w.tile is None or w.tile >= 512
@@ -309,7 +344,7 @@ def test_trt_rebinding_allocates_nothing_and_graphs_follow_a_fixed_shape():
     status = backends.backend_class("trt").status(get_spec("srcnn"), "fp32")
     if not status.available:
         pytest.skip(status.reason)
-    be = backends.create("trt", "srcnn", "fp32", cuda_graph=True)
+    be: Any = backends.create("trt", "srcnn", "fp32", cuda_graph=True)
     rng = np.random.default_rng(33)
     big, small = rng.integers(0, 256, (2, 96, 96, 3)).astype(np.uint8), rng.integers(0, 256, (1, 40, 24, 3))
     be.infer_pixels(big, 2.0)
@@ -332,7 +367,7 @@ def test_trt_keeps_a_cuda_graph_per_bound_shape():
     status = backends.backend_class("trt").status(get_spec("srcnn"), "fp32")
     if not status.available:
         pytest.skip(status.reason)
-    be = backends.create("trt", "srcnn", "fp32", cuda_graph=True)
+    be: Any = backends.create("trt", "srcnn", "fp32", cuda_graph=True)
     rng = np.random.default_rng(34)
     tiles = [rng.integers(0, 256, (2, 64, 64, 3)).astype(np.uint8), rng.integers(0, 256, (1, 64, 40, 3)).astype(
         np.uint8)]

@@ -132,6 +132,47 @@ def test_harness_host_side_steps_pass(plugin_lib: Path):
     assert re.search(r"# \d+ checks, 0 failed", out), out[-500:]
 
 
+HARNESS_SOURCES = sorted((Path(__file__).resolve().parents[1] / "plugins_trt" / "tests").glob("*.cpp"))
+
+
+def _calls(source: str, name: str) -> int:
+    """How often C++ `source` calls CUDA function `name` (that exact name)."""
+    return len(re.findall(rf"\b{name}\s*\(", source))
+
+
+def test_harness_transfers_are_ordered_with_its_stream():
+    """The harness's host-side rule for its transfers (what --host-only cannot run): no blocking cudaMemcpy or
+    cudaMemset (a pageable upload may return before it lands; both run on the legacy default stream, which the
+    non-blocking stream the plugins are enqueued on does not wait for: random FAIL lines under load), every copy
+    on a stream through streamCopy/streamFill, which wait for it."""
+    assert HARNESS_SOURCES
+    for path in HARNESS_SOURCES:
+        text = path.read_text()
+        for blocking in ("cudaMemcpy", "cudaMemset", "cudaMemcpy2D", "cudaMemcpyToSymbol", "cudaMemcpyFromSymbol"):
+            assert not _calls(text, blocking), f"{path.name}: {blocking}(...) is not ordered with the harness stream"
+        copies = _calls(text, "cudaMemcpyAsync")
+        if copies:  # the one copy there is: streamCopy's, followed by the wait
+            body = text[text.index("cudaError_t streamCopy("):text.index("cudaError_t streamFill(")]
+            assert copies == 1 and "cudaMemcpyAsync" in body and "cudaStreamSynchronize(stream)" in body
+
+
+@pytest.mark.gpu
+def test_gpu_harness_copies_at_once_agree(plugin_lib: Path):
+    """Four harness copies at once (GPU work beside each one): every check passes in each, which failed at random
+    while the harness uploaded with cudaMemcpy from pageable memory (10 of 12 runs of 6 copies on an H200)."""
+    if not _torch_cuda():
+        pytest.skip("no CUDA device")
+    from pipeline.native.cuda_runtime import subprocess_env
+
+    harness = plugin_lib.parent / HARNESS_NAME
+    procs = [subprocess.Popen([str(harness)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=subprocess_env()) for _ in range(4)]
+    outs = [p.communicate(timeout=900)[0] for p in procs]
+    failed = [line for out in outs for line in out.splitlines() if line.startswith("FAIL")]
+    assert not failed, "\n".join(failed[:20])
+    assert [p.returncode for p in procs] == [0] * 4, outs[0][-2000:]
+
+
 def test_harness_exits_3_without_a_gpu(plugin_lib: Path):
     if _torch_cuda():
         pytest.skip("a CUDA GPU is present: test_gpu_harness covers this machine")

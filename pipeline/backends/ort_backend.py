@@ -16,6 +16,7 @@ import math
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -244,7 +245,7 @@ class OrtBackend(Backend):
         self.profile = profile  # the TensorRT provider's shapes (engine.Profile fields); default_profile when None
         self.tf32 = bool(tf32)  # fp32 convolutions in TF32 on the CUDA provider: only when asked
         self.device = "cpu"
-        self.session = None
+        self.session: Any = None  # onnxruntime.InferenceSession, once loaded
         # shrink_arena: the CPU arena gives back what a run grew it by (a server idles between requests; without
         # it one 1 MP x3 request left 1.1 GB held)
         self._run_options = None

@@ -13,6 +13,7 @@ NCHW float RGB in [0, 1].
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -193,7 +194,7 @@ class Buffers:
 
     def __init__(self, device="cpu", pinned: bool = False):
         self.device, self.pinned = device, pinned
-        self._storage: dict[str, object] = {}
+        self._storage: dict[str, Any] = {}
 
     def get(self, key: str, shape: tuple[int, ...], dtype):
         import torch
@@ -319,7 +320,7 @@ def torch_to_unit(bgr, table):
     return table[bgr.to(torch.int32).flip(-1)].permute(0, 3, 1, 2)  # int32 first: torch's uint16 has few kernels
 
 
-def _torch_nonfinite(y):
+def torch_nonfinite(y):
     """Per sample, the pixels of NCHW `y` with a NaN or inf (int64 [N], on y's device). On the CPU, where torch's
     isfinite costs 100x a sum (48 vs 0.5 ms for 3 x 1152^2), one sum per sample finds the common case first (the
     host reads it at no cost); on a device the count always runs there (no host sync between submit and collect)."""
@@ -336,7 +337,7 @@ def torch_to_samples(y, out):
     the output is, and only N numbers travel."""
 
     maxv = 65535.0 if str(out.dtype) == "torch.uint16" else 255.0
-    bad = _torch_nonfinite(y)
+    bad = torch_nonfinite(y)
     # In place: `y` is a scratch output (the net's fresh result, a graph's static output or an engine's bound
     # buffer, each rewritten by the next run); a new 16 MB tensor per 1152^2 image cost more in page faults
     # than the multiplication itself.

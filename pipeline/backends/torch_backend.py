@@ -7,9 +7,10 @@ pipeline.backends.pixels' rule on the backend's own stream, and come back as int
 output; on the CPU the same torch code runs on CPU tensors (which is how its bytes are tested against the numpy
 path). fp32 is IEEE fp32 on CUDA too: cuDNN's TF32 convolutions only with `tf32=True`. With `cuda_graph=True` a
 shape the run repeats (whole images of one size, a tiled image's interior tiles) is captured after it was seen
-GRAPH_AFTER times and replayed; the graphs share one memory pool. A capture is checked before use: its first replay
-must equal the eager run of the same input, else that shape runs eagerly (on an H100 deform-srcnn's graph replayed
-wrong values: torchvision's deform_conv2d is not capture-safe). Off by default: measured on an H100 (16 x 512^2 -> x3
+GRAPH_AFTER times and replayed; the graphs share one memory pool. A capture is checked before use: CHECK_REPLAYS
+replays, each of another input copied in, must equal the eager runs of those inputs, else that shape runs eagerly
+and one line says so (on an H200 deform-srcnn's graph replayed the first input right and later ones wrong, a mostly
+black image: torchvision's deform_conv2d is not capture-safe). Off by default: measured on an H100 (16 x 512^2 -> x3
 folder runs) srcnn-x3 gained 1-2 %, within run-to-run noise.
 One lock serialises calls: the slots, the graphs and the stream are shared by every thread using the backend."""
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import math
+import sys
 import threading
 from collections import Counter, OrderedDict
 from pathlib import Path
@@ -36,6 +38,7 @@ from pipeline.native.cuda_driver import gpu_visible, torch_gpu_visible
 class TorchBackend(Backend):
     GRAPHS = 4  # captured shapes kept (their activations share one memory pool)
     GRAPH_AFTER = 2  # a shape is captured once seen this often: one-off edge crops run eagerly
+    CHECK_REPLAYS = 3  # replays of different inputs that must equal eager before a graph is kept
 
     def __init__(self, model: str, precision: str = "fp32", *, device: str | None = None, weights=None,
                  channels_last: bool | None = None, threads: int | None = None, cuda_graph: bool = False,
@@ -190,6 +193,13 @@ class TorchBackend(Backend):
             raise PipelineError(f"torch: output {tuple(y.shape)} does not match the expected {out_hw[0]}x{out_hw[1]}")
         return y
 
+    def forward_on_device(self, x, scale: float):
+        """The net alone on an NCHW float32 tensor already on this backend's device, as every call runs it (its
+        precision, memory format, stream and math flags), eager: what the GPU scoreboard times as the bare net."""
+        h, w = x.shape[-2:]
+        with self._on_device():
+            return self._forward(x, scale, output_size(h, w, check_scale(self.spec, scale)), graphs=False)
+
     def _replay(self, x, scale: float):
         """The net as a CUDA graph for this input shape and scale once the shape repeats (GRAPH_AFTER sightings;
         before that, eager), the graphs sharing one memory pool: they replay one at a time on this stream."""
@@ -207,9 +217,10 @@ class TorchBackend(Backend):
         return static_y
 
     def _capture(self, key, x, scale: float) -> bool:
-        """Capture the net for this shape into the shared pool and check its first replay against the eager run of
-        the same input; False (and eager from then on for this shape) when the capture fails or replays other
-        values (an op that is not capture-safe: a host sync, an allocation or a launch off the capturing stream)."""
+        """Capture the net for this shape into the shared pool and check CHECK_REPLAYS replays, each of another
+        input copied in the way `_replay` does, against the eager run of that input; False (and eager from then on
+        for this shape, said in one line) when the capture fails or a replay gives other values (an op that is not
+        capture-safe: a host sync, an allocation or a launch off the capturing stream, state kept between runs)."""
         import torch
 
         from models.registry import run
@@ -218,23 +229,28 @@ class TorchBackend(Backend):
             self._pool = torch.cuda.graph_pool_handle()
         static_x = x.clone()
         # warm-up and capture on our own stream (never the default one, as capture requires); the shape
-        # already ran eagerly here, so one more run warms it and gives the values the replay must reproduce
-        expected = run(self.net, self.spec, static_x, scale).clone()
+        # already ran eagerly here, so these runs warm it and give the values the replays must reproduce
+        inputs = _replay_inputs(x, self.CHECK_REPLAYS)
+        expected = [run(self.net, self.spec, v, scale).clone() for v in inputs]
         graph = torch.cuda.CUDAGraph()
         try:
             with torch.cuda.graph(graph, pool=self._pool, stream=self._stream):
                 static_y = run(self.net, self.spec, static_x, scale)
-            graph.replay()
-        except RuntimeError:
-            self._uncapturable.add(key)
-            return False
-        if not torch.equal(static_y, expected):
-            self._uncapturable.add(key)
-            return False
+            wrong = _first_wrong_replay(graph, static_x, static_y, inputs, expected)
+        except RuntimeError as e:
+            return self._drop_graph(key, f"its capture failed ({first_line(e)})")
+        if wrong is not None:
+            return self._drop_graph(key, f"replay {wrong + 1} of {len(inputs)} differed from the eager run")
         self._graphs[key] = (graph, static_x, static_y)
         while len(self._graphs) > self.GRAPHS:
             self._graphs.popitem(last=False)
         return True
+
+    def _drop_graph(self, key, why: str) -> bool:
+        self._uncapturable.add(key)
+        print(f"{self.name}: no CUDA graph for {self.model_name} input {list(key[0])} ({why}): it runs eagerly",
+              file=sys.stderr)
+        return False
 
     # -- integer pixels in and out -------------------------------------------------------------------------
 
@@ -285,3 +301,29 @@ class TorchBackend(Backend):
         if self.device.startswith("cuda") and self.precision == "fp32":
             extra += f", TF32 {'on' if self.tf32 else 'off'}"
         return f"torch ({self.device}, {self.precision}{extra})"
+
+
+def _replay_inputs(x, count: int) -> list:
+    """`count` different inputs with x's shape, dtype and strides (so eager runs the same kernels): x itself, then
+    x mirrored and shifted, in [0, 1] like pixels."""
+    import torch
+
+    got = [x]
+    for i in range(1, count):
+        v = torch.empty_like(x)  # x's memory format (channels_last or not)
+        v.copy_(x.flip(-1).roll(i, dims=-2) if i % 2 else x.roll(i, dims=-1).mul(0.5))
+        got.append(v)
+    return got
+
+
+def _first_wrong_replay(graph, static_x, static_y, inputs: list, expected: list) -> int | None:
+    """Replays `graph` once per input copied into static_x; the index of the first whose output is not bit-equal
+    to eager's, else None. Between replays the output is overwritten with NaN, as its consumer does
+    (pixels.torch_to_samples works in place), so a graph that leans on its last output is caught too."""
+    for i, (v, want) in enumerate(zip(inputs, expected, strict=True)):
+        static_x.copy_(v)
+        graph.replay()
+        if not bool((static_y == want).all()):
+            return i
+        static_y.fill_(float("nan"))
+    return None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections import Counter, OrderedDict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -72,7 +73,7 @@ class TrtBackend(Backend):
         self.cuda_graph = bool(cuda_graph)
         self.device = f"cuda:{device}"
         self.log = log or (lambda msg: None)
-        self.context = None
+        self.context: Any = None  # TensorRT's IExecutionContext, once loaded
         self.engine_file: Path | None = None  # the engine loaded
         self.tf32: bool | None = None  # whether it may use TF32 (its sidecar says), once loaded
         self.graph: str | None = None  # the graph it was built from (its sidecar says), once loaded

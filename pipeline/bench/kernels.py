@@ -39,7 +39,7 @@ def not_run_reason() -> str | None:
     return None
 
 
-def _median_ms(fn, iters: int) -> float:
+def median_ms(fn, iters: int) -> float:
     import torch
 
     for _ in range(2):
@@ -56,7 +56,7 @@ def _median_ms(fn, iters: int) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def _deform_inputs(size: int, dtype):
+def deform_inputs(size: int, dtype):
     import torch
 
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -82,8 +82,8 @@ def kernel_rows(sizes=SIZES, iters: int = 20, log=print) -> list[dict]:
         for size in sizes:
             x = torch.rand(1, 3, size, size, device="cuda", dtype=dtype)
             out = (size * RESIZE_SCALE, size * RESIZE_SCALE)
-            ours = _median_ms(lambda x=x, out=out: kernels_cuda.dynamic_resize(x, out), iters)
-            theirs = _median_ms(lambda x=x, out=out: F.interpolate(x, size=out, mode="bicubic", align_corners=False),
+            ours = median_ms(lambda x=x, out=out: kernels_cuda.dynamic_resize(x, out), iters)
+            theirs = median_ms(lambda x=x, out=out: F.interpolate(x, size=out, mode="bicubic", align_corners=False),
                                 iters)
             rows.append({"op": "DynamicResize", "vs": "F.interpolate(bicubic)", "precision": precision, "size": size,
                          "shape": f"1x3x{size}x{size} -> {out[0]}x{out[1]}", "ours_ms": ours, "torch_ms": theirs,
@@ -100,8 +100,8 @@ def kernel_rows(sizes=SIZES, iters: int = 20, log=print) -> list[dict]:
 
 def _deform_rows(size: int, dtype, precision: str, iters: int, tv_deform_conv2d) -> list[dict]:
     """One row per DeformConv2d implementation against torchvision: time and largest output difference."""
-    t = _deform_inputs(size, dtype)
-    theirs = _median_ms(lambda: tv_deform_conv2d(t["input"], t["offset"], t["weight"], t["bias"], padding=1,
+    t = deform_inputs(size, dtype)
+    theirs = median_ms(lambda: tv_deform_conv2d(t["input"], t["offset"], t["weight"], t["bias"], padding=1,
                                                  mask=t["mask"]), iters)
     ref = tv_deform_conv2d(t["input"], t["offset"], t["weight"], t["bias"], padding=1, mask=t["mask"]).float()
     rows = []
@@ -111,7 +111,7 @@ def _deform_rows(size: int, dtype, precision: str, iters: int, tv_deform_conv2d)
                                               impl=impl)
 
         err = (ours_fn().float() - ref).abs().max().item()
-        ours = _median_ms(ours_fn, iters)
+        ours = median_ms(ours_fn, iters)
         floor = None
         if impl == "fused":
             floor = DEFORM_FLOORS.get((precision, size)) if precision == "fp16" else DEFORM_FLOOR_FP32
@@ -139,7 +139,7 @@ def model_rows(models: list[str], size: int = 256, iters: int = 20) -> list[dict
                    "shape": f"1x3x{size}x{size} x{spec.default_scale:g}", "median_ms": None}
             try:
                 with torch.inference_mode():
-                    row["median_ms"] = _median_ms(lambda n=net, x=x, s=spec: run(n, s, x, s.default_scale), iters)
+                    row["median_ms"] = median_ms(lambda n=net, x=x, s=spec: run(n, s, x, s.default_scale), iters)
             except RuntimeError as e:  # e.g. an op without a half kernel: reported, the rest still runs
                 row["error"] = first_line(e)
             rows.append(row)

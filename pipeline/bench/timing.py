@@ -71,6 +71,25 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
+def cuda_times_ms(fn, iters: int, warmup: int = 2) -> list[float]:
+    """Device ms of each of `iters` calls of fn (work it queues on torch's current CUDA stream), between two CUDA
+    events, after `warmup` calls; what the device spends, not the host's launch time."""
+    import torch  # only called where torch's CUDA is in use
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(float(start.elapsed_time(end)))
+    return times
+
+
 def warm_up(fn, *, min_calls: int = 3, max_calls: int = 6, settle: float = 0.15) -> int:
     """Call fn until it runs warm: at least `min_calls` (ONNX Runtime's first *two* calls at a new input size are
     slow, so the third is the first that can be warm), then until a call is no more than `settle` faster than the

@@ -320,11 +320,12 @@ def _bench_folders(doc: dict) -> list:
                    table(FOLDER_HEADER, _folder_rows(doc["gpu_folder"], "backend_description"))]
     if doc.get("output_check"):
         blocks += [Heading("Every output checked for NaN / inf: the check's cost"),
-                   para("The host path's check of one float output against the inference call that made it, same "
-                        "loaded backend, alternating, medians (goal: <= 2 % of inference)."),
-                   table(["model", "backend", "input", "check ms", "inference ms", "check %"],
-                         [[c["model"], c["backend_description"], f"{c['size']}^2", c["check_ms"], c["inference_ms"],
-                           c["check_pct"]] for c in doc["output_check"]])]
+                   para("The check of one float output against the inference call that made it, same loaded "
+                        "backend, alternating, medians (goal: <= 2 % of inference): numpy's on a host backend, the "
+                        "device's (between CUDA events) on a device backend."),
+                   table(["model", "backend", "input", "path", "check ms", "inference ms", "check %"],
+                         [[c["model"], c["backend_description"], f"{c['size']}^2", c.get("check_path", "host"),
+                           c["check_ms"], c["inference_ms"], c["check_pct"]] for c in doc["output_check"]])]
     if doc.get("stage_cost"):
         c = doc["stage_cost"]
         blocks += [Heading("The sr stage's own cost"),

@@ -108,6 +108,22 @@ void checkHostRoundTrip(std::vector<float> const& ref, bool fp16, std::string co
 constexpr size_t kCANARY_BYTES = 4096; // a multiple of 256, so data() keeps cudaMalloc's alignment
 constexpr unsigned char kCANARY = 0xA5;
 
+// Every transfer and fill runs on the stream the plugins are enqueued on, and the host waits for it: a plain
+// cudaMemcpy from pageable memory may return before its DMA lands, and cudaMemset runs on the legacy default stream,
+// which a non-blocking stream does not wait for. So the kernels could read inputs still arriving (seen as random
+// FAIL lines when other GPU work ran beside the harness). tests/test_trt_plugins.py checks that no other copy exists.
+cudaError_t streamCopy(void* dst, void const* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream)
+{
+    cudaError_t const e = cudaMemcpyAsync(dst, src, bytes, kind, stream);
+    return e == cudaSuccess ? cudaStreamSynchronize(stream) : e;
+}
+
+cudaError_t streamFill(void* dst, unsigned char value, size_t bytes, cudaStream_t stream)
+{
+    cudaError_t const e = cudaMemsetAsync(dst, value, bytes, stream);
+    return e == cudaSuccess ? cudaStreamSynchronize(stream) : e;
+}
+
 class DeviceBuffer
 {
 public:
@@ -121,12 +137,14 @@ public:
             cudaFree(mBase);
         }
     }
-    // `bytes` of payload between two canary regions; everything starts as the canary pattern.
-    cudaError_t allocate(size_t bytes)
+    // `bytes` of payload between two canary regions; everything starts as the canary pattern. Its copies and fills
+    // run on `stream` (the one the plugins are enqueued on) and are waited for.
+    cudaError_t allocate(size_t bytes, cudaStream_t stream)
     {
         mBytes = bytes;
+        mStream = stream;
         cudaError_t e = cudaMalloc(&mBase, bytes + 2 * kCANARY_BYTES);
-        return e == cudaSuccess ? cudaMemset(mBase, kCANARY, bytes + 2 * kCANARY_BYTES) : e;
+        return e == cudaSuccess ? streamFill(mBase, kCANARY, bytes + 2 * kCANARY_BYTES, mStream) : e;
     }
     void* data() const
     {
@@ -140,8 +158,9 @@ public:
     {
         std::vector<unsigned char> head(kCANARY_BYTES);
         std::vector<unsigned char> tail(kCANARY_BYTES);
-        if (cudaMemcpy(head.data(), mBase, kCANARY_BYTES, cudaMemcpyDeviceToHost) != cudaSuccess
-            || cudaMemcpy(tail.data(), static_cast<char*>(data()) + mBytes, kCANARY_BYTES, cudaMemcpyDeviceToHost)
+        if (streamCopy(head.data(), mBase, kCANARY_BYTES, cudaMemcpyDeviceToHost, mStream) != cudaSuccess
+            || streamCopy(
+                   tail.data(), static_cast<char*>(data()) + mBytes, kCANARY_BYTES, cudaMemcpyDeviceToHost, mStream)
                 != cudaSuccess)
         {
             return false;
@@ -157,12 +176,12 @@ public:
     }
     cudaError_t upload(std::vector<unsigned char> const& bytes) const
     {
-        return cudaMemcpy(data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice);
+        return streamCopy(data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice, mStream);
     }
     std::vector<unsigned char> download() const
     {
         std::vector<unsigned char> bytes(mBytes);
-        if (cudaMemcpy(bytes.data(), data(), mBytes, cudaMemcpyDeviceToHost) != cudaSuccess)
+        if (streamCopy(bytes.data(), data(), mBytes, cudaMemcpyDeviceToHost, mStream) != cudaSuccess)
         {
             bytes.clear();
         }
@@ -172,6 +191,7 @@ public:
 private:
     void* mBase {nullptr};
     size_t mBytes {0};
+    cudaStream_t mStream {nullptr};
 };
 
 std::string cudaText(cudaError_t e)
@@ -202,7 +222,7 @@ void runOnGpu(IPluginV3OneRuntime* rt, Problem const& p, DeviceBuffer const& wor
     std::vector<void const*> inPtrs;
     for (size_t i = 0; i < ins.size(); ++i)
     {
-        cudaError_t const e = ins[i].allocate(p.inBytes[i].size());
+        cudaError_t const e = ins[i].allocate(p.inBytes[i].size(), stream);
         if (e != cudaSuccess || ins[i].upload(p.inBytes[i]) != cudaSuccess)
         {
             check(false, p.label + ": input upload (" + cudaText(e) + ")");
@@ -212,7 +232,7 @@ void runOnGpu(IPluginV3OneRuntime* rt, Problem const& p, DeviceBuffer const& wor
     }
     DeviceBuffer out;
     size_t const outBytes = volume(p.outDesc.dims) * (p.fp16 ? sizeof(__half) : sizeof(float));
-    if (cudaError_t const e = out.allocate(outBytes); e != cudaSuccess)
+    if (cudaError_t const e = out.allocate(outBytes, stream); e != cudaSuccess)
     {
         check(false, p.label + ": output allocation (" + cudaText(e) + ")");
         return;
@@ -438,7 +458,7 @@ void runResize(IPluginCreatorV3One* creator, CapturingLogger& logger, bool fp16,
     IPluginV3* attached = runtimePlugin != nullptr ? parts(runtimePlugin).runtime->attachToContext(&context) : nullptr;
     check(attached != nullptr, label + ": attachToContext");
     DeviceBuffer workspace;
-    if (gpu.present && workspace.allocate(wsBytes) != cudaSuccess)
+    if (gpu.present && workspace.allocate(wsBytes, gpu.stream) != cudaSuccess)
     {
         check(false, label + ": workspace allocation");
         gpu.present = false;
@@ -576,7 +596,7 @@ void runDeform(IPluginCreatorV3One* creator, CapturingLogger& logger, DeformGrou
     IPluginV3* attached = runtimePlugin != nullptr ? parts(runtimePlugin).runtime->attachToContext(&context) : nullptr;
     check(attached != nullptr, label + ": attachToContext (creates the cuBLAS handle)");
     DeviceBuffer workspace;
-    if (workspace.allocate(wsBytes) != cudaSuccess)
+    if (workspace.allocate(wsBytes, gpu.stream) != cudaSuccess)
     {
         check(false, label + ": workspace allocation of " + std::to_string(wsBytes) + " bytes");
         attached = nullptr;
