@@ -62,7 +62,7 @@ class Image:
 
     pixels: np.ndarray
     orientation: int = 1
-    meta: Metadata = Metadata()  # the file's ICC profile, EXIF and XMP, carried to the output (pipeline.sr.metadata)
+    meta: Metadata = metadata.NONE  # the file's ICC profile, EXIF and XMP, carried to the output (pipeline.sr.metadata)
 
     @property
     def height(self) -> int:
@@ -305,7 +305,7 @@ def convert_for_format(pixels: np.ndarray, fmt: str) -> tuple[np.ndarray, list[s
     return pixels, notes
 
 
-def encode(pixels: np.ndarray, fmt: str, jpeg_quality: int = 95, meta: Metadata = Metadata()) -> bytes:
+def encode(pixels: np.ndarray, fmt: str, jpeg_quality: int = 95, meta: Metadata = metadata.NONE) -> bytes:
     """The file's bytes, carrying `meta` where the format holds it (PNG, JPEG, WebP)."""
     if fmt == "png":  # our own writer: a third of OpenCV's CPU (pipeline.sr.png)
         try:
@@ -338,7 +338,7 @@ def _cv2_encode(pixels: np.ndarray, fmt: str, jpeg_quality: int) -> bytes:
 
 
 def write_image(path: Path, pixels: np.ndarray, fmt: str, jpeg_quality: int = 95,
-                meta: Metadata = Metadata()) -> list[str]:
+                meta: Metadata = metadata.NONE) -> list[str]:
     """Write an output atomically with the input's metadata `meta` where the format holds it (what it does not
     hold: metadata.dropped, in the image's plan); the notes say what the format did not keep of the pixels."""
     pixels, notes = convert_for_format(pixels, fmt)

@@ -30,6 +30,9 @@ class Metadata:
         return bool(self.icc or self.exif or self.xmp)
 
 
+NONE = Metadata()  # an image without metadata (or whose metadata is not carried)
+
+
 def _bounded(data: bytes | None) -> bytes | None:
     return bytes(data) if data and len(data) <= MAX_BYTES else None
 

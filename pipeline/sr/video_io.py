@@ -233,6 +233,7 @@ class Frame:
     pixels: np.ndarray
     pts: int | None
     duration: int | None
+    time_s: float | None = None  # its presentation time, for the lines that name it
 
 
 @dataclass
@@ -347,7 +348,8 @@ def read(path: Path, info: VideoInfo, window: Window = WHOLE,
                     return
                 if f.pts is not None and f.time_base:
                     end_s = float(f.pts * f.time_base) + (float(f.duration * f.time_base) if f.duration else frame_s)
-                yield Frame(frame_pixels(f, info), shown.pts(f.pts), f.duration or None)
+                shown_s = float(f.pts * f.time_base) if f.pts is not None and f.time_base else None
+                yield Frame(frame_pixels(f, info), shown.pts(f.pts), f.duration or None, shown_s)
     yield ReadEnd(errors, end_s, lead_s=lead)
 
 

@@ -27,7 +27,6 @@ from pipeline.sr import imageio, metadata, tiling
 from pipeline.sr.bicubic import bicubic
 from pipeline.sr.finite import OutputCheck
 from pipeline.sr.imageio import Image, ImageError
-from pipeline.sr.metadata import Metadata
 from pipeline.sr.jobs import Job
 from pipeline.sr.records import Record
 from pipeline.sr.reference import reference_metrics
@@ -369,7 +368,7 @@ class ImageWorker:
     def encode(self, item: Planned, rec: Record) -> None:
         """Encode and write atomically to rec's output, then score against --reference; raises on failure."""
         t0 = time.perf_counter()
-        meta = item.image.meta if self.keep_metadata else Metadata()
+        meta = item.image.meta if self.keep_metadata else metadata.NONE
         rec.notes.extend(imageio.write_image(rec.job.dst, item.out, rec.job.fmt, self.jpeg_quality, meta))
         rec.encode_s = time.perf_counter() - t0
         if self.reference is not None:
