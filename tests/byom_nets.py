@@ -132,6 +132,20 @@ def nan_near_white_factory():
     return NanNearWhite().eval()
 
 
+class Nearest3(torch.nn.Module):
+    """Exactly x3 nearest-neighbour: what comes out is what went in, so a video round trip shows the conversions'
+    own error (issue 59)."""
+
+    scale = 3
+
+    def forward(self, x):
+        return torch.nn.functional.interpolate(x, scale_factor=3, mode="nearest")
+
+
+def nearest3_factory():
+    return Nearest3().eval()
+
+
 class Fp16OverflowOnWhite(torch.nn.Module):
     """x2 nearest plus a^5, a = 5000 relu(y - 0.998): about 1e5 on pure white (past fp16's 65504: inf), 0 on every
     other sample value (254/255 is below 0.998), so the written output is the same white at fp32. ONNX Runtime's CPU

@@ -14,7 +14,7 @@ import torch
 
 from pipeline.backends.base import Backend
 from pipeline.cli import main
-from pipeline.sr import DEFAULT_PRESET, tiling
+from pipeline.sr import DEFAULT_PRESET, tiling, yuv
 from tests.video_clips import audio_of, frames_of, layout, make_clip, subtitle_packets
 
 SCALE = 2.0
@@ -87,7 +87,7 @@ def test_clip_keeps_frames_rate_duration_layout_and_audio(clips, weights, tmp_pa
 def _as_image(frame, matrix="ITU601", rng="MPEG"):
     """The frame as the BGR picture a user would save: converted with the stated matrix and range."""
     return frame.to_ndarray(format="bgr24", src_colorspace=matrix, dst_colorspace=matrix, src_color_range=rng,
-                            dst_color_range="JPEG")
+                            dst_color_range="JPEG", interpolation=yuv.SWS)
 
 
 @pytest.mark.parametrize("colour", [None, (1, 2, 1, 1)], ids=["untagged", "bt709-full"])
@@ -115,12 +115,14 @@ def test_h264_frame_is_the_image_path_within_codec_error(clips, weights, tmp_pat
     cv2.imwrite(str(tmp_path / "frame.png"), _as_image(frames_of(clips / "h264.mp4")[k]))
     assert _sr(capsys, weights, tmp_path / "frame.png", tmp_path / "frame_sr.png")[0] == 0
     expected = cv2.imread(str(tmp_path / "frame_sr.png"))
-    # the codec's error floor: the expected picture through 4:2:0 alone (this pattern's sharp hue edges: ~33 dB)
-    yuv = av.VideoFrame.from_ndarray(expected, format="bgr24").reformat(
-        format="yuv420p", dst_colorspace="ITU601", src_color_range="JPEG", dst_color_range="MPEG")
-    floor = _psnr(_as_image(yuv), expected)
+    # the expected picture through 4:2:0 alone (this pattern's sharp hue edges: ~39 dB, chroma interpolated at full
+    # resolution both ways); x264 at crf 16 costs this 128x96 pattern about 5 dB more
+    sub = av.VideoFrame.from_ndarray(expected, format="bgr24").reformat(
+        format="yuv420p", dst_colorspace="ITU601", src_color_range="JPEG", dst_color_range="MPEG",
+        interpolation=yuv.SWS)
+    floor = _psnr(_as_image(sub), expected)
     out = frames_of(tmp_path / "out.mp4")
-    assert _psnr(_as_image(out[k]), expected) > floor - 1.5
+    assert _psnr(_as_image(out[k]), expected) > floor - 7
     assert _psnr(_as_image(out[k + 1]), expected) < floor - 10  # the neighbour frame is far: the check can fail
 
 

@@ -41,6 +41,9 @@ def add_arguments(p) -> None:
     BACKEND.add_parser_arguments(p)
     p.add_argument("--format", dest="fmt", help="output format: png, jpg, bmp, tiff, webp (default: as the input)")
     p.add_argument("--jpeg-quality", type=int, default=95, help="JPEG/WebP quality, 1-100 (default: 95)")
+    p.add_argument("--strip-metadata", action="store_true",
+                   help="write images without the input's colour profile, EXIF and XMP (kept by default in png, "
+                        "jpg and webp outputs)")
     p.add_argument("--codec", choices=sorted(ENCODERS), default=None,
                    help="video codec (default: h264, lossless ffv1 for .mkv, vp9 for .webm)")
     p.add_argument("--crf", type=int, default=None, help="video quality, lower is better (default: "
@@ -118,8 +121,8 @@ def options_from_args(args) -> RunOptions:
     r = BACKEND.parse(args)
     return RunOptions(args.input, args.output, model=args.model, scale=args.scale, backend=r.backend,
                       precision=r.precision, onnx=r.onnx, engine=r.engine, weights=r.weights, threads=r.threads,
-                      fmt=args.fmt, jpeg_quality=args.jpeg_quality, tile=args.tile,
-                      tile_overlap=args.tile_overlap, batch=args.batch, workers=args.workers,
+                      fmt=args.fmt, jpeg_quality=args.jpeg_quality, strip_metadata=args.strip_metadata,
+                      tile=args.tile, tile_overlap=args.tile_overlap, batch=args.batch, workers=args.workers,
                       skip_existing=args.skip_existing, reference=args.reference, summary=args.summary,
                       progress=not args.quiet, verbose=args.verbose, codec=args.codec, crf=args.crf, preset=args.preset,
                       audio=args.audio,

@@ -26,7 +26,8 @@ with contextlib.suppress(HeaderError):
 import cv2  # noqa: E402
 
 from pipeline.backends import pixels as px  # noqa: E402
-from pipeline.sr import png  # noqa: E402
+from pipeline.sr import metadata, png  # noqa: E402
+from pipeline.sr.metadata import Metadata  # noqa: E402
 
 # Extensions we read and write (OpenCV codecs present in opencv-python-headless).
 FORMATS = {
@@ -61,6 +62,7 @@ class Image:
 
     pixels: np.ndarray
     orientation: int = 1
+    meta: Metadata = metadata.NONE  # the file's ICC profile, EXIF and XMP, carried to the output (pipeline.sr.metadata)
 
     @property
     def height(self) -> int:
@@ -209,7 +211,7 @@ def decode(data: bytes) -> Image:
     if pixels.shape[0] < 1 or pixels.shape[1] < 1:
         raise ImageError("image has no pixels")
     orientation = exif_orientation(data)
-    return Image(apply_orientation(pixels, orientation), orientation)
+    return Image(apply_orientation(pixels, orientation), orientation, metadata.read(data))
 
 
 def read_bytes(path: Path) -> bytes:
@@ -303,18 +305,29 @@ def convert_for_format(pixels: np.ndarray, fmt: str) -> tuple[np.ndarray, list[s
     return pixels, notes
 
 
-def encode(pixels: np.ndarray, fmt: str, jpeg_quality: int = 95) -> bytes:
+def encode(pixels: np.ndarray, fmt: str, jpeg_quality: int = 95, meta: Metadata = metadata.NONE) -> bytes:
+    """The file's bytes, carrying `meta` where the format holds it (PNG, JPEG, WebP)."""
+    if fmt == "png":  # our own writer: a third of OpenCV's CPU (pipeline.sr.png)
+        try:
+            return png.encode_png(pixels, chunks=metadata.png_chunks(meta))
+        except ValueError as e:
+            raise ImageError(f"cannot encode png: {e}") from None
+    data = _cv2_encode(pixels, fmt, jpeg_quality)
+    if meta and fmt == "jpg":
+        return metadata.embed_jpeg(data, meta)
+    if meta and fmt == "webp":
+        return metadata.embed_webp(data, meta, pixels.shape[1], pixels.shape[0], pixels.ndim == 3 and
+                                   pixels.shape[2] == 4)
+    return data
+
+
+def _cv2_encode(pixels: np.ndarray, fmt: str, jpeg_quality: int) -> bytes:
     ext = FORMAT_EXT[fmt]
     params = []
     if fmt == "jpg":
         params = [cv2.IMWRITE_JPEG_QUALITY, int(jpeg_quality)]
     elif fmt == "webp":
         params = [cv2.IMWRITE_WEBP_QUALITY, int(jpeg_quality)]
-    elif fmt == "png":  # our own writer: a third of OpenCV's CPU (pipeline.sr.png)
-        try:
-            return png.encode_png(pixels)
-        except ValueError as e:
-            raise ImageError(f"cannot encode png: {e}") from None
     try:
         ok, buf = cv2.imencode(ext, np.ascontiguousarray(pixels), params)
     except cv2.error as e:
@@ -324,7 +337,10 @@ def encode(pixels: np.ndarray, fmt: str, jpeg_quality: int = 95) -> bytes:
     return buf.tobytes()
 
 
-def write_image(path: Path, pixels: np.ndarray, fmt: str, jpeg_quality: int = 95) -> list[str]:
+def write_image(path: Path, pixels: np.ndarray, fmt: str, jpeg_quality: int = 95,
+                meta: Metadata = metadata.NONE) -> list[str]:
+    """Write an output atomically with the input's metadata `meta` where the format holds it (what it does not
+    hold: metadata.dropped, in the image's plan); the notes say what the format did not keep of the pixels."""
     pixels, notes = convert_for_format(pixels, fmt)
-    atomic_write(path, encode(pixels, fmt, jpeg_quality))
+    atomic_write(path, encode(pixels, fmt, jpeg_quality, meta))
     return notes

@@ -68,7 +68,8 @@ class LocalExecutor:
         images = len(plan.todo) - len(self.clips)
         self.inference_streams = loaded.run_streams(FOLDER_STREAMS if images > 1 and not self.clips else 1)
         self.worker = ImageWorker(loaded, m.spec, m.scale, tile=o.tile, tile_overlap=o.tile_overlap, batch=o.batch,
-                                  jpeg_quality=o.jpeg_quality, reference=o.reference, streams=self.inference_streams)
+                                  jpeg_quality=o.jpeg_quality, reference=o.reference, streams=self.inference_streams,
+                                  keep_metadata=not o.strip_metadata)
         self.console, self.loaded, self.auto_line = console, loaded, auto_line
         on = loaded.name if loaded.precision == "fp32" else f"{loaded.name} {loaded.precision}"  # first line says it
         return Started(m.name, m.scale, on, loaded.selection_brief or choice, loaded.describe(), choice,

@@ -28,6 +28,7 @@ class RunOptions:
     threads: int | None = None
     fmt: str | None = None            # output image format (videos keep their container)
     jpeg_quality: int = 95
+    strip_metadata: bool = False      # outputs without the input's ICC profile, EXIF and XMP (pipeline.sr.metadata)
     tile: int | None = None           # LR tile side; 0 never tiles; None sizes from free memory
     tile_overlap: int | None = None
     batch: int | str = 1              # or 'auto'

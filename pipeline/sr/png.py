@@ -80,9 +80,10 @@ def _idat_up(pixels: np.ndarray) -> bytes:
     return deflate.compress(filtered, LEVEL)
 
 
-def encode_png(pixels: np.ndarray, native: bool = True) -> bytes:
+def encode_png(pixels: np.ndarray, native: bool = True, chunks: list[tuple[bytes, bytes]] = ()) -> bytes:
     """HxW gray or HxWx3/4 BGR(A) (OpenCV's layout), uint8 or uint16 -> PNG file bytes; 8-bit images by the C++
-    encoder where its library loads, unless `native` is False (the Up filter with ISA-L: for comparisons)."""
+    encoder where its library loads, unless `native` is False (the Up filter with ISA-L: for comparisons).
+    `chunks`: (name, data) written between IHDR and IDAT (iCCP, eXIf, iTXt: pipeline.sr.metadata)."""
     channels = 1 if pixels.ndim == 2 else pixels.shape[2]
     if pixels.dtype not in (np.uint8, np.uint16) or channels not in COLOR_TYPE:
         raise ValueError(f"PNG takes uint8/uint16 gray, BGR or BGRA, got {pixels.dtype} with {channels} channels")
@@ -93,7 +94,8 @@ def encode_png(pixels: np.ndarray, native: bool = True) -> bytes:
         data = _idat_up(pixels)
     depth = 16 if pixels.dtype == np.uint16 else 8
     header = struct.pack(">IIBBBBB", w, h, depth, COLOR_TYPE[channels], 0, 0, 0)
-    return b"".join((SIGNATURE, *_chunk(b"IHDR", header), *_chunk(b"IDAT", data), *_chunk(b"IEND", b"")))
+    extra = [part for kind, body in chunks for part in _chunk(kind, body)]
+    return b"".join((SIGNATURE, *_chunk(b"IHDR", header), *extra, *_chunk(b"IDAT", data), *_chunk(b"IEND", b"")))
 
 
 def decode_png(data: bytes) -> np.ndarray | None:

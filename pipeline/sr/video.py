@@ -20,6 +20,7 @@ from fractions import Fraction
 import numpy as np
 
 from pipeline.artifacts.atomic import atomic_path
+from pipeline.backends.pixels import NonFiniteOutput
 from pipeline.errors import PipelineError
 from pipeline.sr import tiling, video_io
 from pipeline.sr.console import Console
@@ -56,8 +57,10 @@ class VideoPlan:
         frames = f"{i.frames} frames" if i.frames else "frames unknown"
         quality = "lossless" if self.crf is None else f"crf {self.crf}"
         quality += f" {self.preset}" if self.preset else ""
+        kept = [c.replace(":", " ") for c in i.copied if c.split(":")[0] not in self.drop]
+        copied = f"; {' and '.join(kept)} copied" if kept else ""
         return (f"{i.width}x{i.height} {i.pix_fmt} {rate} fps, {frames} -> {self.width}x{self.height} "
-                f"{self.codec} {self.pix_fmt} {quality} (x{scale:g}; {i.colour.describe()})")
+                f"{self.codec} {self.pix_fmt} {quality} (x{scale:g}; {i.colour.describe()}{copied})")
 
 
 def plan(job: Job, scale: float, codec: str | None, crf: int | None, audio: str = "copy",
@@ -214,13 +217,20 @@ class VideoRunner:
 
     # -- inference ------------------------------------------------------------------------------------------------
 
-    def _upscale(self, rec: Record, frames: list[tuple[Planned, Frame]], out: queue.Queue) -> None:
+    def _upscale(self, rec: Record, frames: list[tuple[Planned, Frame]], out: queue.Queue, first: int | None) -> None:
+        """Upscale a batch of frames; `first`: the clip's number of its first frame (None: not known, a segment)."""
         items = [p for p, _ in frames]
         t = time.perf_counter()
-        if len(items) > 1:
-            self.worker.infer_batch(items)
-        else:
-            self.worker.infer_tiled(items[0])
+        try:
+            if len(items) > 1:
+                self.worker.infer_batch(items)
+            else:
+                self.worker.infer_tiled(items[0])
+        except (NonFiniteOutput, PipelineError) as e:  # the clip fails: the line names the frame, not "the image"
+            i = next((k for k, (p, _) in enumerate(frames) if p.failure), 0)
+            reason = (frames[i][0].failure or str(e)).replace("the whole image", "the whole frame").replace(
+                "nothing written for it", "the clip is not written")
+            raise VideoError(f"{_frame_name(frames[i][1], None if first is None else first + i)}: {reason}") from None
         rec.infer_s += time.perf_counter() - t
         for p, f in frames:
             if p.rerun:  # frames whose output was not finite, re-run at fp32 (pipeline.sr.finite)
@@ -235,16 +245,18 @@ class VideoRunner:
             rec.notes.extend(item.notes)
         return item
 
-    def _frames(self, rec: Record, inq: queue.Queue, outq: queue.Queue, failed: list, bar) -> tuple[ReadEnd, int]:
+    def _frames(self, rec: Record, inq: queue.Queue, outq: queue.Queue, failed: list, bar,
+                counted: bool = True) -> tuple[ReadEnd, int]:
         """Take the reader's items until its ReadEnd: packets pass to the writer, frames are upscaled in batches.
-        Returns the ReadEnd and the frames upscaled."""
+        Returns the ReadEnd and the frames upscaled. `counted`: frames are the clip's from its first (not a
+        segment's), so a failure can give the frame's number."""
         pending: list[tuple[Planned, Frame]] = []
         done = 0
 
         def flush() -> None:
             nonlocal done, pending
             if pending:
-                self._upscale(rec, pending, outq)
+                self._upscale(rec, pending, outq, done + 1 if counted else None)
                 done += len(pending)
                 bar.update(len(pending))  # the bar shows its own frame rate
                 pending = []
@@ -337,10 +349,12 @@ class VideoRunner:
         bar = self.console.bar(vp.info.frames, unit="frame", desc=rec.job.rel) if own_bar else bar
         reader.start()
         encoder.start()
-        frames = self._remote_frames if self.remote is not None else self._frames
         try:
             try:
-                result = frames(rec, inq, outq, failed, bar)
+                if self.remote is not None:
+                    result = self._remote_frames(rec, inq, outq, failed, bar)
+                else:
+                    result = self._frames(rec, inq, outq, failed, bar, counted=window == WHOLE)
             finally:
                 stop.set()
                 outq.put(None)
@@ -410,6 +424,12 @@ class VideoRunner:
         end, _, timing, packets = got
         return {"record": rec.as_dict(), "timing": timing, "packets": packets, "errors": end.errors,
                 "end_s": end.end_s, "seek_s": round(end.lead_s, 4)}
+
+
+def _frame_name(f: Frame, n: int | None) -> str:
+    """'frame 12 at 0.458 s' (the clip's frame number from 1 and its presentation time), as far as they are known."""
+    at = f" at {f.time_s:.3f} s" if f.time_s is not None else ""
+    return f"frame {n}{at}" if n is not None else f"the frame{at or ' (time unknown)'}"
 
 
 def finish(rec: Record, vp: VideoPlan, frames: int, end: ReadEnd, wall: float) -> None:

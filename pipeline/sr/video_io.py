@@ -22,6 +22,7 @@ import av
 import numpy as np
 
 from pipeline.errors import first_line
+from pipeline.sr import yuv
 from pipeline.sr.image_header import MAX_PIXELS_ENV, HeaderError, max_pixels, over_limit
 from pipeline.sr.videofmt import DEMUXER_NAMES, DEMUXERS, ENCODERS, MUXERS, encoder_options, video_format
 
@@ -30,6 +31,7 @@ SEGMENT_MUXER = "nut"  # a segment file's container: holds every --codec and kee
 # AVColorSpace (frame/stream tags) -> swscale's matrix names. RGB (0) and unknown values use the size rule below.
 MATRIX = {1: "ITU709", 4: "FCC", 5: "ITU601", 6: "SMPTE170M", 7: "SMPTE240M", 9: "BT2020", 10: "BT2020"}
 UNSPECIFIED = 2
+SWS_TAGS = {"ITU709": 1, "ITU601": 6}  # the by-size rule's matrices -> the tags that name them (BT.709, SMPTE 170M)
 RANGE_NAMES = {1: "MPEG", 2: "JPEG"}  # limited, full
 
 
@@ -97,6 +99,16 @@ class Colour:
     trc: int
     sws_matrix: str  # the matrix conversions use: the tag, else BT.709 for HD and BT.601 for SD (players' rule)
     full: bool       # full-range samples: the tag, else the yuvj formats
+
+    @property
+    def out_matrix(self) -> int:
+        """The output's matrix tag: the one its samples were made with (an untagged clip's by-size choice, so a
+        player of the upscaled, maybe HD, output does not guess another)."""
+        return self.matrix if MATRIX.get(self.matrix) == self.sws_matrix else SWS_TAGS[self.sws_matrix]
+
+    @property
+    def out_range(self) -> int:
+        return 2 if self.full else 1
 
     def describe(self) -> str:
         tag = "" if self.matrix != UNSPECIFIED else " (untagged: by size)"
@@ -200,19 +212,11 @@ def probe(path: Path) -> VideoInfo:
                          codec=ctx.name, copied=copied, dropped=dropped)
 
 
-def _bgr(alpha: bool, deep: bool) -> str:
-    """The packed format of the image path's pixels: BGR or BGRA, 8- or 16-bit."""
-    return ("bgra64le" if deep else "bgra") if alpha else ("bgr48le" if deep else "bgr24")
-
-
 def frame_pixels(frame: av.VideoFrame, info: VideoInfo) -> np.ndarray:
     """HxWx3 BGR (HxWx4 BGRA for clips with alpha), uint8 for 8-bit clips and uint16 (full 16-bit scale) for
     deeper ones: the image path's layout."""
-    fmt = _bgr(info.alpha, info.depth > 8)
-    if info.rgb:
-        return frame.to_ndarray(format=fmt)
-    return frame.to_ndarray(format=fmt, src_colorspace=info.colour.sws_matrix, dst_colorspace=info.colour.sws_matrix,
-                            src_color_range="JPEG" if info.colour.full else "MPEG", dst_color_range="JPEG")
+    c = info.colour
+    return yuv.to_bgr(frame, c.sws_matrix, c.full, info.alpha, info.depth > 8)
 
 
 @dataclass
@@ -229,6 +233,7 @@ class Frame:
     pixels: np.ndarray
     pts: int | None
     duration: int | None
+    time_s: float | None = None  # its presentation time, for the lines that name it
 
 
 @dataclass
@@ -343,7 +348,8 @@ def read(path: Path, info: VideoInfo, window: Window = WHOLE,
                     return
                 if f.pts is not None and f.time_base:
                     end_s = float(f.pts * f.time_base) + (float(f.duration * f.time_base) if f.duration else frame_s)
-                yield Frame(frame_pixels(f, info), shown.pts(f.pts), f.duration or None)
+                shown_s = float(f.pts * f.time_base) if f.pts is not None and f.time_base else None
+                yield Frame(frame_pixels(f, info), shown.pts(f.pts), f.duration or None, shown_s)
     yield ReadEnd(errors, end_s, lead_s=lead)
 
 
@@ -449,8 +455,8 @@ class Writer:
             ctx.codec_tag = "hvc1"  # FFmpeg's default hev1 does not play in Apple's players
         rgb = av.VideoFormat(self.pix_fmt).is_rgb
         c = self.info.colour
-        ctx.colorspace = 0 if rgb else c.matrix
-        ctx.color_range = 2 if rgb else c.range
+        ctx.colorspace = 0 if rgb else c.out_matrix
+        ctx.color_range = 2 if rgb else c.out_range
         ctx.color_primaries, ctx.color_trc = c.primaries, c.trc
         if self.info.rotation:
             v.set_display_rotation(self.info.rotation)
@@ -458,16 +464,11 @@ class Writer:
     def frame(self, pixels: np.ndarray, pts: int | None, duration: int | None) -> None:
         """Encode one upscaled BGR frame (uint8 or uint16) with the input frame's timing."""
         keep_alpha = pixels.shape[2] == 4 and self.alpha
-        src = _bgr(keep_alpha, pixels.dtype == np.uint16)
         pixels = pixels[:self.height, :self.width, :4 if keep_alpha else 3]
-        f = av.VideoFrame.from_ndarray(np.ascontiguousarray(pixels), format=src)
         c = self.info.colour
-        if av.VideoFormat(self.pix_fmt).is_rgb:
-            f = f.reformat(format=self.pix_fmt)
-        else:
-            f = f.reformat(format=self.pix_fmt, src_colorspace=c.sws_matrix, dst_colorspace=c.sws_matrix,
-                           src_color_range="JPEG", dst_color_range="JPEG" if c.full else "MPEG")
-            f.colorspace, f.color_range = c.matrix, c.range
+        f = yuv.from_bgr(pixels, self.pix_fmt, c.sws_matrix, c.full)
+        if not av.VideoFormat(self.pix_fmt).is_rgb:
+            f.colorspace, f.color_range = c.out_matrix, c.out_range
         f.color_primaries, f.color_trc = c.primaries, c.trc
         f.pts, f.time_base = self._ticks(pts), self.time_base
         if duration:

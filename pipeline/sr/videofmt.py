@@ -97,7 +97,9 @@ def encoder_options(codec: str, crf: int | None, preset: str | None) -> dict[str
     chosen = preset_for(codec, preset)
     if chosen is not None:
         options["preset"] = chosen
-    if crf is not None:
+    if crf == 0 and codec == "h264":
+        options["qp"] = "0"  # lossless at every depth: x264's crf 0 is lossless at 8 bits only (10-bit luma moved by 2)
+    elif crf is not None:
         options["crf"] = str(crf)
     return options
 

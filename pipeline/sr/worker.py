@@ -23,7 +23,7 @@ from models.spec import ModelSpec
 from pipeline.backends.base import Backend
 from pipeline.backends.pixels import NonFiniteOutput
 from pipeline.errors import PipelineError, first_line
-from pipeline.sr import imageio, tiling
+from pipeline.sr import imageio, metadata, tiling
 from pipeline.sr.bicubic import bicubic
 from pipeline.sr.finite import OutputCheck
 from pipeline.sr.imageio import Image, ImageError
@@ -202,7 +202,7 @@ class ImageWorker:
 
     def __init__(self, backend: Backend, model: str | ModelSpec, scale: float, *, tile: int | None = None,
                  tile_overlap: int | None = None, batch: int | str = 1, jpeg_quality: int = 95,
-                 reference: str | Path | None = None, streams: int = 1):
+                 reference: str | Path | None = None, streams: int = 1, keep_metadata: bool = True):
         self.backend = backend
         self.scale = scale
         # A name is the loaded backend's model (sr.settings.resolve_model checked that): its spec is the backend's.
@@ -217,6 +217,7 @@ class ImageWorker:
         self.tile = tile_size(backend, scale, self.margin, self.batch * (self.in_flight if streams > 1 else 1), tile)
         self.max_input = backend.input_limit(scale)  # crops never exceed it (an engine's profiles at this scale)
         self.jpeg_quality = jpeg_quality
+        self.keep_metadata = keep_metadata  # the input's ICC profile, EXIF and XMP into its output
         self.reference = Path(reference) if reference else None
         self.check = OutputCheck(backend)  # every output checked for NaN / inf before it is written
 
@@ -233,6 +234,8 @@ class ImageWorker:
         notes = [] if plan.exact else [
             f"tile grid off the whole-image sampling grid by up to {plan.max_shift:.3f} input px (scale "
             f"{self.scale:g} does not align with this size); output is close, not equal"]
+        if self.keep_metadata:
+            notes += metadata.dropped(image.meta, fmt)
         return Planned(image, plan, imageio.new_output(oh, ow, image.channels, image.depth), notes)
 
     def batchable(self, item: Planned) -> bool:
@@ -365,7 +368,8 @@ class ImageWorker:
     def encode(self, item: Planned, rec: Record) -> None:
         """Encode and write atomically to rec's output, then score against --reference; raises on failure."""
         t0 = time.perf_counter()
-        rec.notes.extend(imageio.write_image(rec.job.dst, item.out, rec.job.fmt, self.jpeg_quality))
+        meta = item.image.meta if self.keep_metadata else metadata.NONE
+        rec.notes.extend(imageio.write_image(rec.job.dst, item.out, rec.job.fmt, self.jpeg_quality, meta))
         rec.encode_s = time.perf_counter() - t0
         if self.reference is not None:
             rec.metrics = reference_metrics(self.reference, rec.job.rel, item.out, item.image, self.scale)
