@@ -277,7 +277,7 @@ def faster_line(model: str, backend: str, loaded: Backend, scale: float | None =
     if later and later.get("when", "") > pick["when"] and loaded.name in later.get("ms", {}):
         return (f"hint: --precision auto ran {pick['backend']} {pick['precision']} here in {pick['ms']:.0f} ms at "
                 f"{_size(pick)} ({pick['when']}), within its quality budget ({keeps}); `backends --measure` timed "
-                f" {loaded.name} fp32 since: {later['ms'][loaded.name]:.0f} ms ({later['when']}); --precision "
+                f"{loaded.name} fp32 since: {later['ms'][loaded.name]:.0f} ms ({later['when']}); --precision "
                 "auto re-weighs them")
     speedup = pick["fp32_ms"] / pick["ms"]
     return (f"hint: --precision auto runs {pick['backend']} {pick['precision']} here, {speedup:.1f}x fp32's speed"
