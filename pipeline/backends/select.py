@@ -159,9 +159,9 @@ def age(when: str, now: float | None = None) -> str:
 
 
 def stored_label(pick: dict) -> str:
-    """'stored pick of 2026-11-27 10:02:11 (3 h ago, timed at 256x256 by an earlier run)': a reused pick's figures
+    """'stored pick of 2026-11-27 10:02:11, 3 h ago, timed at 256x256 by an earlier run': a reused pick's figures
     are that run's, not this one's."""
-    return f"stored pick of {pick['when']} ({age(pick['when'])}, timed at {_size(pick)} by an earlier run)"
+    return f"stored pick of {pick['when']}, {age(pick['when'])}, timed at {_size(pick)} by an earlier run"
 
 
 def _pick_problem(pick) -> str | None:
@@ -195,7 +195,7 @@ def _reuse(path: Path, model: str | None, scale: float, hooks: dict, opts: dict)
         return None
     why = _why(pick, f"; {stored_label(pick)}, reused: same file, scale and machine (delete {path} to time them "
                      "again)")
-    return b.selected(why, f"precision auto: {b.precision}, fastest within budget ({stored_label(pick)})"), why
+    return b.selected(why, f"precision auto: {b.precision}, fastest within budget; {stored_label(pick)}"), why
 
 
 def auto_line(backend: str, model: str | None, scale: float | None = None, **opts) -> str:
