@@ -107,10 +107,10 @@ def _time_candidates(backend: str, model: str | None, scale: float, hooks: dict,
     """[(ms, loaded backend)] of the candidates within budget, and why the others are not. Where fp32 is at or
     below bicubic at `scale` the lower precisions are not loaded: there is nothing for them to keep."""
     timed: list[tuple[float, Backend]] = []
-    notes = []
+    notes, unweighed = [], []
     for name, precision in candidates(backend):
         if precision != DEFAULT and _adds_nothing(timed, scale, hooks):
-            notes.append(f"{precision} not weighed: nothing to keep (the model is at or below bicubic here)")
+            unweighed.append(precision)
             continue
         try:
             b = create_fixed(name, model, precision, **hooks, **opts)
@@ -123,6 +123,8 @@ def _time_candidates(backend: str, model: str | None, scale: float, hooks: dict,
             notes.append(f"{precision} not used: {judged.line}")
             continue
         timed.append((time_backend(b, SIZE, scale=scale, repeats=5, warmup=2), b))
+    if unweighed:
+        notes.append(f"{', '.join(unweighed)} not weighed: nothing to keep (the model is at or below bicubic here)")
     return timed, notes
 
 
