@@ -304,3 +304,22 @@ def test_external_data_is_read_beside_the_model_whatever_the_working_folder(int8
     q = onnx.load(str(quantize.int8_file(path, 3)))
     assert "DequantizeLinear" in {n.op_type for n in q.graph.node} and not any(
         t.data_location == onnx.TensorProto.EXTERNAL for t in q.graph.initializer)
+
+
+def test_the_sr_line_comes_first_on_a_first_auto_run_and_a_reused_pick_says_its_age_and_size(int8_cache, tmp_path,
+                                                                                              capsys):
+    """What choosing says (each precision's measurement here) comes after the sr: line; the next run's pick is
+    labelled as an earlier run's, with its age and the size it was timed at."""
+    from pipeline.cli import main
+
+    for old in (int8_cache / "quality").glob("srcnn-x3-*.json"):
+        old.unlink()  # measured again: lines said while choosing
+    select._pick_store("srcnn-x3", "auto", 3.0, {}).unlink(missing_ok=True)
+    src = _image(tmp_path / "in")
+    auto = ["sr", str(src), str(tmp_path / "out"), "--model", "srcnn-x3", "--precision", "auto", "--threads", "1"]
+    assert main(auto) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("sr: srcnn-x3 x3 on ") and any(ln.startswith("measuring what") for ln in lines[1:])
+    assert main(auto[:2] + [str(tmp_path / "out2")] + auto[3:]) == 0
+    first = capsys.readouterr().err.splitlines()[0]
+    assert "fastest within budget; stored pick of " in first and " ago, timed at 256x256 by an earlier run" in first
