@@ -59,6 +59,13 @@ DERIVED = tuple(p.name for p in TABLE if not p.graph)         # made from the fp
 LOWER = tuple(p.name for p in TABLE if p.budget_db is not None)  # what `auto` may trade quality for speed with
 BUDGET_DB = {p.name: p.budget_db for p in TABLE if p.budget_db is not None}
 FIDELITY_FLOOR_DB = {p.name: p.fidelity_floor_db for p in TABLE if p.fidelity_floor_db is not None}
+# The gate's third test: a lower precision keeps at least this share of what the model adds over bicubic at fp32
+# (held-out PSNR-Y and SSIM-Y, each, at the run's scale); where the model adds nothing there, nothing is within budget.
+# An absolute budget alone let srcnn x3's int8 pass while giving back ~80 % of its SSIM-Y gain (issue 59).
+GAIN_KEPT_MIN = 0.9
+# The gate's rule, part of every quality record's and stored pick's key: a record or pick judged under an older rule
+# is measured (and timed) again. 1: loss budget and fidelity floor; 2: and GAIN_KEPT_MIN, SSIM-Y with bicubic's scores.
+GATE_VERSION = 2
 PEAKS = tuple(p.name for p in TABLE if p.peak)                # each a fallback for the ones after it
 HALF = tuple(p.name for p in TABLE if p.half)                 # the 16-bit floats
 

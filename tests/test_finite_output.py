@@ -49,6 +49,18 @@ def test_fp32_nan_fails_that_image_with_one_line_and_writes_the_rest(backend, fo
     assert summary["counts"]["ok"] == 1 and summary["counts"]["failed"] == 2 and "rerun_fp32" not in summary
 
 
+@pytest.mark.parametrize("backend", ["ort", "torch", "openvino"])
+def test_every_backend_counts_the_same_nonfinite_pixels_as_the_model_makes(backend, folder, tmp_path, capsys):
+    """The NaN model is x2 nearest: each input pixel with a white sample makes 4 NaN output pixels, on every
+    backend (OpenVINO's resize to its own size had spread each NaN to its neighbours' taps: 954 for 720)."""
+    img = cv2.imread(str(folder / "white.png"))
+    expected = 4 * int((img == 255).any(axis=2).sum())
+    code = cli_main(["sr", str(folder / "white.png"), str(tmp_path / "out.png"), "--model", NAN_MODEL, "--backend",
+                     backend])
+    line = next(ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("failed white.png"))
+    assert code == 1 and f"not finite (NaN or inf): {expected} pixel(s) in the whole image" in line, line
+
+
 def test_fp32_nan_on_openvino_streams_fails_that_image_and_writes_the_rest(folder, tmp_path, capsys):
     """Whole images of a folder run two at a time on OpenVINO's streams: their outputs are checked all the same."""
     out = tmp_path / "out"

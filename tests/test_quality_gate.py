@@ -56,14 +56,15 @@ def test_a_record_of_the_wrong_shape_or_for_something_else_is_refused():
     ident = {"model": "m", "backend": "openvino", "precision": "int8", "scale": 3.0, "file_sha256": "ab",
              "machine": {"cpu": "x"}}
     good = {**ident, "images": 4, "psnr": 30.0, "psnr_fp32": 30.1, "psnr_loss_db": 0.1, "ssim": 0.9,
-            "ssim_fp32": 0.901, "ssim_loss": 0.001, "fidelity_db": [50.0, 48.0, 52.0, 50.0],
-            "fidelity_mean_db": 50.0, "fidelity_worst_db": 48.0}
+            "ssim_fp32": 0.901, "ssim_loss": 0.001, "psnr_bicubic": 29.5, "ssim_bicubic": 0.89,
+            "fidelity_db": [50.0, 48.0, 52.0, 50.0], "fidelity_mean_db": 50.0, "fidelity_worst_db": 48.0}
     assert quality.record_problem(good, ident) is None
     for bad in ([], {}, "0.05", None, {**good, "psnr_loss_db": "0.05"}, {**good, "images": True},
                 {**good, "ssim_loss": float("nan")}, {**good, "scale": 4.0}, {**good, "file_sha256": "cd"},
                 {**good, "machine": {"cpu": "y"}}, {**good, "psnr_loss_db": 0.05}, {**good, "ssim_loss": 0.0},
                 {**good, "fidelity_mean_db": 51.0}, {**good, "fidelity_worst_db": 50.0},
-                {**good, "fidelity_db": [50.0]}, {k: v for k, v in good.items() if k != "fidelity_db"}):
+                {**good, "fidelity_db": [50.0]}, {k: v for k, v in good.items() if k != "fidelity_db"},
+                {k: v for k, v in good.items() if k != "ssim_bicubic"}, {**good, "psnr_bicubic": float("inf")}):
         assert quality.record_problem(bad, ident) is not None, bad
 
 
@@ -303,3 +304,22 @@ def test_external_data_is_read_beside_the_model_whatever_the_working_folder(int8
     q = onnx.load(str(quantize.int8_file(path, 3)))
     assert "DequantizeLinear" in {n.op_type for n in q.graph.node} and not any(
         t.data_location == onnx.TensorProto.EXTERNAL for t in q.graph.initializer)
+
+
+def test_the_sr_line_comes_first_on_a_first_auto_run_and_a_reused_pick_says_its_age_and_size(int8_cache, tmp_path,
+                                                                                              capsys):
+    """What choosing says (each precision's measurement here) comes after the sr: line; the next run's pick is
+    labelled as an earlier run's, with its age and the size it was timed at."""
+    from pipeline.cli import main
+
+    for old in (int8_cache / "quality").glob("srcnn-x3-*.json"):
+        old.unlink()  # measured again: lines said while choosing
+    select._pick_store("srcnn-x3", "auto", 3.0, {}).unlink(missing_ok=True)
+    src = _image(tmp_path / "in")
+    auto = ["sr", str(src), str(tmp_path / "out"), "--model", "srcnn-x3", "--precision", "auto", "--threads", "1"]
+    assert main(auto) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("sr: srcnn-x3 x3 on ") and any(ln.startswith("measuring what") for ln in lines[1:])
+    assert main(auto[:2] + [str(tmp_path / "out2")] + auto[3:]) == 0
+    first = capsys.readouterr().err.splitlines()[0]
+    assert "fastest within budget; stored pick of " in first and " ago, timed at 256x256 by an earlier run" in first

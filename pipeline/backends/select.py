@@ -23,19 +23,24 @@ from pipeline.backends.auto import create_fixed, measured, pick_auto, time_backe
 from pipeline.backends.base import Backend
 from pipeline.backends.registry import backend_class, descriptors, option_values
 from pipeline.errors import PipelineError
-from pipeline.precisions import ARTIFACTS, AUTO, DEFAULT, LOWER
+from pipeline.precisions import ARTIFACTS, AUTO, DEFAULT, GAIN_KEPT_MIN, GATE_VERSION, LOWER
 from pipeline.quality import (
     WHEN,
+    adds_nothing,
     applies,
+    baseline,
     finite_number,
-    loss_line,
+    gate,
+    kept_text,
     machine,
-    precision_loss,
+    model_gain,
     record_key,
     run_scale,
     stored,
     within_budget,
 )
+
+SIZE = 256  # the side of the one image each candidate is timed on
 
 
 def create(backend: str, model: str | None, precision: str = DEFAULT, *, scale: float | None = None,
@@ -86,9 +91,11 @@ def pick_precision(backend: str, model: str | None, log=None, scale: float | Non
     ms, best = min(timed, key=lambda t: t[0])
     fp32 = next(((t, b) for t, b in timed if b.precision == "fp32"), None)
     times = ", ".join(f"{b.name} {b.precision} {t:.0f} ms" for t, b in sorted(timed, key=lambda t: t[0]))
+    judged = gate(best, scale, measure=False)
     pick = {"model": best.model_name, "request": backend, "scale": scale, "machine": machine(),
-            "backend": best.name, "precision": best.precision, "ms": round(ms, 2),
+            "backend": best.name, "precision": best.precision, "ms": round(ms, 2), "size": SIZE,
             "run_sha256": content_sha256(best.run_file(scale)), "times": times, "notes": notes,
+            "gain_kept": judged.gain_kept if judged else None,
             "fp32_ms": round(fp32[0], 2) if fp32 else None,
             "fp32_sha256": content_sha256(fp32[1].run_file(scale)) if fp32 else None, "when": time.strftime(WHEN)}
     atomic_write(path, json.dumps(pick, indent=2) + "\n")
@@ -97,30 +104,66 @@ def pick_precision(backend: str, model: str | None, log=None, scale: float | Non
 
 
 def _time_candidates(backend: str, model: str | None, scale: float, hooks: dict, opts: dict):
-    """[(ms, loaded backend)] of the candidates within budget, and why the others are not."""
+    """[(ms, loaded backend)] of the candidates within budget, and why the others are not. Where fp32 is at or
+    below bicubic at `scale` the lower precisions are not loaded: there is nothing for them to keep."""
     timed: list[tuple[float, Backend]] = []
-    notes = []
+    notes, unweighed = [], []
     for name, precision in candidates(backend):
+        if precision != DEFAULT and _adds_nothing(timed, scale, hooks):
+            unweighed.append(precision)
+            continue
         try:
             b = create_fixed(name, model, precision, **hooks, **opts)
         except PipelineError as e:
             what = f"{name} {precision}"
             notes.append(str(e) if str(e).startswith(what) else f"{what}: {e}")
             continue
-        record = precision_loss(b, log=hooks["log"], scale=scale, progress=hooks["progress"])
-        if record is not None and not within_budget(record):
-            notes.append(f"{precision} not used: {loss_line(record, advice=False)}")
+        judged = gate(b, scale, log=hooks["log"], progress=hooks["progress"])
+        if judged is not None and not judged.within_budget:
+            notes.append(f"{precision} not used: {judged.line}")
             continue
-        timed.append((time_backend(b, 256, scale=scale, repeats=5, warmup=2), b))
+        timed.append((time_backend(b, SIZE, scale=scale, repeats=5, warmup=2), b))
+    if unweighed:
+        notes.append(f"{', '.join(unweighed)} not weighed: nothing to keep (the model is at or below bicubic here)")
     return timed, notes
+
+
+def _adds_nothing(timed: list[tuple[float, Backend]], scale: float, hooks: dict) -> bool:
+    """Whether the fp32 candidate timed (the first) is at or below bicubic at `scale` (measured once, stored)."""
+    fp32 = next((b for _, b in timed if b.precision == DEFAULT), None)
+    record = baseline(fp32, scale, log=hooks["log"], progress=hooks["progress"]) if fp32 is not None else None
+    return record is not None and adds_nothing(model_gain(record))
 
 
 def _why(pick: dict, reused: str) -> str:
     ratio = (f", {pick['fp32_ms'] / pick['ms']:.1f}x fp32's {pick['fp32_ms']:.0f} ms"
              if pick["fp32_ms"] and pick["precision"] != "fp32" else "")
+    keeps = "; " + kept_text(pick["gain_kept"]) if pick.get("gain_kept") else ""
     return (f"precision auto: {pick['backend']} {pick['precision']} is the fastest within budget here "
-            f"({pick['ms']:.0f} ms at 256x256{ratio}; timed: {pick['times']})"
+            f"({pick['ms']:.0f} ms at {_size(pick)}{ratio}{keeps}; timed: {pick['times']})"
             + "".join(f"; {n}" for n in pick["notes"]) + reused)
+
+
+def _size(pick: dict) -> str:
+    return f"{pick['size']}x{pick['size']}"
+
+
+def age(when: str, now: float | None = None) -> str:
+    """'3 h ago': how long since a stored measurement's time (WHEN's format, local time)."""
+    try:
+        s = max(0.0, (time.time() if now is None else now) - time.mktime(time.strptime(when, WHEN)))
+    except (ValueError, OverflowError):
+        return "at an unknown time"
+    for unit, span in (("d", 86400), ("h", 3600), ("min", 60)):
+        if s >= span:
+            return f"{s / span:.0f} {unit} ago"
+    return f"{s:.0f} s ago"
+
+
+def stored_label(pick: dict) -> str:
+    """'stored pick of 2026-11-27 10:02:11, 3 h ago, timed at 256x256 by an earlier run': a reused pick's figures
+    are that run's, not this one's."""
+    return f"stored pick of {pick['when']}, {age(pick['when'])}, timed at {_size(pick)} by an earlier run"
 
 
 def _pick_problem(pick) -> str | None:
@@ -128,6 +171,8 @@ def _pick_problem(pick) -> str | None:
     if not isinstance(pick, dict):
         return "not a record"
     if not all(isinstance(pick.get(k), str) for k in ("backend", "precision", "run_sha256", "times", "when")):
+        return "fields missing"
+    if not isinstance(pick.get("size"), int) or isinstance(pick["size"], bool) or pick["size"] < 1:
         return "fields missing"
     if not finite_number(pick.get("ms")) or not pick["ms"] > 0 or not isinstance(pick.get("notes"), list):
         return "fields damaged"
@@ -150,9 +195,9 @@ def _reuse(path: Path, model: str | None, scale: float, hooks: dict, opts: dict)
         return None
     if applies(b) and ((record := stored(b, scale)) is None or not within_budget(record)):
         return None
-    why = _why(pick, f"; the pick of {pick['when']}, reused: same file, scale and machine (delete {path} to time "
-                     "them again)")
-    return b.selected(why, f"precision auto: {b.precision}, fastest within budget (stored pick)"), why
+    why = _why(pick, f"; {stored_label(pick)}, reused: same file, scale and machine (delete {path} to time them "
+                     "again)")
+    return b.selected(why, f"precision auto: {b.precision}, fastest within budget; {stored_label(pick)}"), why
 
 
 def auto_line(backend: str, model: str | None, scale: float | None = None, **opts) -> str:
@@ -163,7 +208,7 @@ def auto_line(backend: str, model: str | None, scale: float | None = None, **opt
     reused = _reuse(path, model, scale, {}, opts)
     if reused is not None:
         b, why = reused
-        return f"auto: {b.name} {b.precision} (stored pick of {_load_pick(path)['when']}): {why}"
+        return f"auto: {b.name} {b.precision} ({stored_label(_load_pick(path))}): {why}"
     weighs = []
     for name, precision in candidates(backend):
         try:
@@ -200,9 +245,11 @@ def _source(opts: dict) -> str:
 def _pick_store(model: str | None, backend: str, scale: float, opts: dict) -> Path:
     """Where the pick for this model, --backend, scale, given file and machine is kept. The artifact versions are
     part of its key: a new int8 recipe (or graph) changes a candidate's speed even when the picked one's file is
-    the same, so the candidates are timed again (a bf16 pick had outlived recipe 8's faster int8 file)."""
+    the same, so the candidates are timed again (a bf16 pick had outlived recipe 8's faster int8 file); so is the
+    gate's rule (GATE_VERSION): a pick made under an older one is weighed again."""
     key = record_key({"model": model, "request": backend, "scale": scale, "source": _source(opts),
-                      "machine": machine(), "artifacts": {a.name: a.version for a in ARTIFACTS.values()}})
+                      "machine": machine(), "artifacts": {a.name: a.version for a in ARTIFACTS.values()},
+                      "gate": GATE_VERSION})
     name = file_token(model or "onnx")
     return cache_dir() / "quality" / f"auto-{name}-{file_token(backend)}-x{scale:g}-{key}.json"
 
@@ -211,13 +258,15 @@ def faster_line(model: str, backend: str, loaded: Backend, scale: float | None =
                 weights=None) -> str | None:
     """For an fp32 run: the line saying `--precision auto` measured a faster precision within budget on this
     machine (its last pick for this model, --backend, file and scale, while the fp32 file it timed is the one that
-    runs now), or None when none was measured, fp32 won, or the stored pick does not hold."""
+    runs now), or None when none was measured, fp32 won, or the stored pick does not hold: made under another gate
+    rule (its key), or not keeping GAIN_KEPT_MIN of the model's gain over bicubic in both (the rule auto picks by)."""
     if loaded.precision != "fp32":
         return None
     scale = run_scale(loaded, scale)
     opts = {"onnx": onnx, "weights": weights}
     pick = _load_pick(_pick_store(model, backend, scale, opts))
-    if pick is None or pick["precision"] == "fp32" or not pick.get("fp32_ms") or pick["machine"] != machine():
+    if pick is None or pick["precision"] == "fp32" or not pick.get("fp32_ms") or pick["machine"] != machine() \
+            or not _keeps_enough(pick.get("gain_kept")):
         return None
     try:
         same = content_sha256(loaded.run_file(scale)) == pick.get("fp32_sha256")
@@ -226,11 +275,20 @@ def faster_line(model: str, backend: str, loaded: Backend, scale: float | None =
     if not same:
         return None
     later = measured(model, "fp32")  # `backends --measure` since the pick: quote that, and say the pick is older
+    keeps = kept_text(pick["gain_kept"])
     if later and later.get("when", "") > pick["when"] and loaded.name in later.get("ms", {}):
         return (f"hint: --precision auto ran {pick['backend']} {pick['precision']} here in {pick['ms']:.0f} ms at "
-                f"256x256 ({pick['when']}), within its quality budget; `backends --measure` timed {loaded.name} "
-                f"fp32 since: {later['ms'][loaded.name]:.0f} ms ({later['when']}); --precision auto re-weighs them")
+                f"{_size(pick)} ({pick['when']}), within its quality budget ({keeps}); `backends --measure` timed "
+                f"{loaded.name} fp32 since: {later['ms'][loaded.name]:.0f} ms ({later['when']}); --precision "
+                "auto re-weighs them")
     speedup = pick["fp32_ms"] / pick["ms"]
     return (f"hint: --precision auto runs {pick['backend']} {pick['precision']} here, {speedup:.1f}x fp32's speed"
-            f" ({pick['ms']:.0f} against {pick['fp32_ms']:.0f} ms at 256x256, measured {pick['when']}), "
-            "within its quality budget")
+            f" ({pick['ms']:.0f} against {pick['fp32_ms']:.0f} ms at {_size(pick)}, measured {pick['when']}, "
+            f"{age(pick['when'])}), within its quality budget ({keeps})")
+
+
+def _keeps_enough(kept) -> bool:
+    """A pick's `gain_kept` as the gate requires it: both shares given and at least GAIN_KEPT_MIN."""
+    return isinstance(kept, dict) and all(finite_number(kept.get(k)) and kept[k] >= GAIN_KEPT_MIN
+                                          for k in ("psnr_y", "ssim_y"))
+

@@ -5,7 +5,8 @@
 - `sr::DynamicResize` becomes OpenVINO operations doing the arithmetic of the C++ kernels and of the ONNX
   function body (pipeline.export.sr_ops._cubic_taps): source positions split into floor and fraction with int64
   math, the 4x4 taps gathered and weighted, each row's columns first, then the rows, in float32. So tiles equal
-  the whole image here too (the taps depend only on the size ratio and the output index's phase).
+  the whole image here too (the taps depend only on the size ratio and the output index's phase). To its own
+  size it is the identity (the input selected), as there: a NaN does not spread to its neighbours.
 - `sr::DeformConv2d` becomes DeformableConvolution-8 (offsets and mask as torchvision lays them out, bilinear
   sampling that reads zeros outside the image) plus the bias; at bf16 inference precision (which OpenVINO's
   DeformableConvolution does not have) our bf16 CPU kernel instead (pipeline.native.openvino_bf16).
@@ -71,7 +72,12 @@ def convert_dynamic_resize(node) -> list:
         w = ops.unsqueeze(wy[r], ops.constant(np.int64(1)))  # [H_out, 1]
         term = ops.multiply(ops.gather(cols, ys[r], ops.constant(np.int64(2))), w)
         out = term if out is None else ops.add(out, term)
-    return [ops.convert_like(out, x).output(0)]
+    # To its own size the resize is the identity, as the C++ kernels' copy and the ONNX body's If branch make it:
+    # the centre tap (the input itself then) is selected, so a NaN stays in its pixel instead of reaching the
+    # neighbours through their taps' zero weights (NaN * 0): the same non-finite count on every backend.
+    same = ops.logical_and(ops.equal(scalar(shape, 2), scalar(size, 0)), ops.equal(scalar(shape, 3), scalar(size, 1)))
+    centre = ops.gather(ops.gather(xf, ys[1], ops.constant(np.int64(2))), xs[1], ops.constant(np.int64(3)))
+    return [ops.convert_like(ops.select(same, centre, out), x).output(0)]
 
 
 def _ints(node, name: str, default: list[int]) -> list[int]:

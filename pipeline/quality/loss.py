@@ -3,8 +3,16 @@ and whether it is within the precision's budget (pipeline.precisions). Choosing 
 `--precision auto`'s job (pipeline.backends.select), not this module's.
 
     precision_loss(backend, scale) -> dict   from the store, or measured now (a few seconds) and stored
+    gate(backend, scale) -> Verdict | None   the gate's verdict on a loaded backend (within budget or not, why, the
+                                             share of the model's gain over bicubic it keeps): the one public door
+    verdict(record) -> Verdict               the same, from a record in hand
+    baseline(backend, scale) -> dict | None  an fp32 backend's own scores and bicubic's (what the model adds)
     loss_line(record) -> str          one line: the loss, its budget, and whether it is within it
     summary(record) -> dict           the loss as a report row carries it (bench, compare)
+
+The gate (GATE_VERSION 2): a lower precision is within budget when its Y-PSNR drop is within its budget, its worst
+image's fidelity to fp32 at or above its floor, and it keeps GAIN_KEPT_MIN of the model's gain over bicubic in
+PSNR-Y and in SSIM-Y (pipeline.quality.gain); where the model is at or below bicubic there, nothing is.
 
 The same backend runs the held-out images (degraded as in training, at the run's scale) at fp32 and at its
 precision; both outputs are rounded to 8 bits and scored against the originals, border cropped
@@ -23,6 +31,7 @@ import json
 import math
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,8 +43,8 @@ from pipeline.artifacts.confine import file_token, open_inside
 from pipeline.artifacts.stamp import content_sha256, made_once
 from pipeline.errors import PipelineError
 from pipeline.native.machine import numerics as machine
-from pipeline.precisions import BUDGET_DB
-from pipeline.quality import fidelity
+from pipeline.precisions import BUDGET_DB, DEFAULT, GAIN_KEPT_MIN, GATE_VERSION
+from pipeline.quality import fidelity, gain
 from pipeline.quality.metrics import crop_border_for
 
 if TYPE_CHECKING:  # the interface it runs; this package sits below pipeline.backends and never loads one
@@ -45,10 +54,11 @@ WHEN = "%Y-%m-%d %H:%M:%S"  # a measurement's time, as pipeline.backends.auto.me
 
 
 def identity(backend: Backend, scale: float) -> dict:
-    """What a quality record holds for: the file that runs at `scale` (its SHA-256), backend, precision, scale
-    and machine."""
+    """What a quality record holds for: the file that runs at `scale` (its SHA-256), backend, precision, scale,
+    machine and the gate's rule (a record judged under an older one is measured again)."""
     return {"model": backend.model_name, "backend": backend.name, "precision": backend.precision,
-            "scale": float(scale), "file_sha256": content_sha256(backend.run_file(scale)), "machine": machine()}
+            "scale": float(scale), "file_sha256": content_sha256(backend.run_file(scale)), "machine": machine(),
+            "gate": GATE_VERSION}
 
 
 def record_key(fields: dict) -> str:
@@ -75,10 +85,17 @@ def record_problem(record, ident: dict) -> str | None:
             return f"its {k.replace('_', ' ')} differs"
     if not all(finite_number(record.get(k)) for k in ("psnr_loss_db", "ssim_loss", "psnr", "psnr_fp32")):
         return "its losses are not numbers"
+    return _scores_problem(record) or consistency_problem(record)
+
+
+def _scores_problem(record: dict) -> str | None:
+    """Why a record's image count or fp32 and bicubic scores are not what a measurement writes, or None."""
     images = record.get("images")
     if not isinstance(images, int) or isinstance(images, bool) or images < 1:
         return "its image count is not a positive number"
-    return consistency_problem(record)
+    if not all(finite_number(record.get(k)) for k in ("psnr_fp32", "ssim_fp32", "psnr_bicubic", "ssim_bicubic")):
+        return "its fp32 and bicubic scores are not numbers"
+    return None
 
 
 # A record's derived figures are rounded from the same measurement: they agree within the rounding, or were edited.
@@ -95,6 +112,18 @@ def consistency_problem(record: dict) -> str | None:
         if abs(values[0] - (values[1] - values[2])) > TOLERANCE[loss]:
             return f"its {loss.replace('_', ' ')} is not the difference of its own {ref} and {got} (edited?)"
     return fidelity.consistency_problem(record)
+
+
+def _bicubic(pairs, scale: float) -> tuple[float, float]:
+    """(mean Y-PSNR, mean SSIM) of plain bicubic against the HR photos: the baseline the model's gain is over
+    (pipeline.analysis.evaluate's, the model card's)."""
+    from pipeline.data.degradation import upscale_bicubic
+    from pipeline.quality.metrics import psnr_y, ssim_y
+
+    ups = [(upscale_bicubic(lr, hr.shape[:2]), hr) for lr, hr in pairs]
+    border = crop_border_for(scale)
+    return (float(np.mean([psnr_y(u, hr, border) for u, hr in ups])),
+            float(np.mean([ssim_y(u, hr, border) for u, hr in ups])))
 
 
 def _scores(backend: Backend, pairs, scale: float, bar=None) -> tuple[float, float, list[np.ndarray]]:
@@ -142,9 +171,11 @@ def measure(backend: Backend, scale: float | None = None, progress=None) -> dict
         if bar is not None:
             bar.close()
     close = [fidelity.fidelity_db(o, r, scale) for o, r in zip(outs, outs32, strict=True)]
+    psnr_bic, ssim_bic = _bicubic(pairs, scale)
     return {**ident, "images": len(pairs), "psnr_fp32": round(psnr32, 4), "psnr": round(psnr, 4),
             "psnr_loss_db": round(psnr32 - psnr, 4), "ssim_fp32": round(ssim32, 5), "ssim": round(ssim, 5),
-            "ssim_loss": round(ssim32 - ssim, 5), "budget_db": BUDGET_DB.get(backend.precision),
+            "ssim_loss": round(ssim32 - ssim, 5), "psnr_bicubic": round(psnr_bic, 4),
+            "ssim_bicubic": round(ssim_bic, 5), "budget_db": BUDGET_DB.get(backend.precision),
             **fidelity.figures(close), "fidelity_floor_db": fidelity.floor(backend.precision),
             "file": str(backend.run_file(scale)), "when": time.strftime(WHEN)}
 
@@ -174,7 +205,7 @@ def precision_loss(backend: Backend, log=None, scale: float | None = None, progr
     return record
 
 
-def _read(path: Path, ident: dict) -> tuple[dict | None, str | None]:
+def _read(path: Path, ident: dict, problem=None) -> tuple[dict | None, str | None]:
     """(the record at `path` when it holds for `ident`, else None; why not, None when there is none). Read only as a
     regular file inside the cache's quality folder (no link followed: a record elsewhere is measured again)."""
     if not path.is_symlink() and not path.exists():
@@ -188,7 +219,7 @@ def _read(path: Path, ident: dict) -> tuple[dict | None, str | None]:
             record = json.loads(f.read().decode())
     except (OSError, ValueError, RecursionError):
         return None, "it is not readable JSON"
-    problem = record_problem(record, ident)
+    problem = (problem or record_problem)(record, ident)
     return (record, None) if problem is None else (None, problem)
 
 
@@ -199,6 +230,64 @@ def stored(backend: Backend, scale: float | None = None) -> dict | None:
         return None
     ident = identity(backend, run_scale(backend, scale))
     return _read(_store(ident), ident)[0]
+
+
+def baseline_applies(backend: Backend) -> bool:
+    """Whether what the model adds over bicubic is measured with this loaded backend: fp32, running a file."""
+    return backend.precision == DEFAULT and backend.model_file() is not None
+
+
+def baseline_problem(record, ident: dict) -> str | None:
+    """Why a stored baseline does not describe `ident` or is not one, or None."""
+    if not isinstance(record, dict):
+        return "it is not a record"
+    for k, v in ident.items():
+        if record.get(k) != v:
+            return f"its {k.replace('_', ' ')} differs"
+    return _scores_problem(record)
+
+
+def measure_baseline(backend: Backend, scale: float, progress=None) -> dict:
+    """An fp32 backend's and bicubic's scores on the held-out set at `scale`, with identity()'s fields."""
+    from pipeline.data import sample_images
+    from pipeline.data.degradation import make_pair
+
+    pairs = [make_pair(hr, scale) for hr in sample_images.held_out().values()]
+    bar = progress(len(pairs), "image", "measuring what the model adds over bicubic") if progress else None
+    try:
+        psnr32, ssim32, _ = _scores(backend, pairs, scale, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    psnr_bic, ssim_bic = _bicubic(pairs, scale)
+    return {**identity(backend, scale), "images": len(pairs), "psnr_fp32": round(psnr32, 4),
+            "ssim_fp32": round(ssim32, 5), "psnr_bicubic": round(psnr_bic, 4), "ssim_bicubic": round(ssim_bic, 5),
+            "file": str(backend.run_file(scale)), "when": time.strftime(WHEN)}
+
+
+def baseline(backend: Backend, scale: float | None = None, log=None, progress=None) -> dict | None:
+    """For a loaded fp32 backend: its own and bicubic's scores on the held-out photos at `scale` (what the model
+    adds, gain.model_gain), stored, or measured now (about a second for srcnn) once per file, scale and machine;
+    None for another precision or a backend that runs no file."""
+    if not baseline_applies(backend):
+        return None
+    scale = run_scale(backend, scale)
+    ident = identity(backend, scale)
+    path = _store(ident)
+    record, problem = _read(path, ident, baseline_problem)
+    if record is not None:
+        return record
+    with made_once(path):
+        record, problem = _read(path, ident, baseline_problem)  # measured by another process while this one waited
+        if record is not None:
+            return record
+        if log is not None:
+            again = "" if problem is None else f" (the stored record is not used: {problem})"
+            log(f"measuring what {backend.model_name} adds over bicubic on the held-out images at x{scale:g}, once "
+                f"for this file, scale and machine{again}")
+        record = measure_baseline(backend, scale, progress)
+        atomic_write(path, json.dumps(record, indent=2) + "\n")
+    return record
 
 
 def budget(record: dict) -> float:
@@ -216,30 +305,72 @@ def within_floor(record: dict) -> bool:
 
 
 def within_budget(record: dict) -> bool:
-    """The gate: both the ground-truth drop within its budget and the worst image's fidelity to fp32 at or above
-    its floor."""
-    return within_loss(record) and within_floor(record)
+    """The gate: the ground-truth drop within its budget, the worst image's fidelity to fp32 at or above its
+    floor, and GAIN_KEPT_MIN of the model's gain over bicubic kept in PSNR-Y and SSIM-Y (none where it adds none)."""
+    return within_loss(record) and within_floor(record) and gain.keeps_enough(record)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The gate's verdict on one measured lower precision."""
+
+    precision: str
+    scale: float
+    within_budget: bool
+    reasons: tuple[str, ...]   # why not, one entry per failed test ('OVER its 0.1 dB budget', ...); () when within
+    gain: dict                 # the model's gain over bicubic at fp32: {psnr_y (dB), ssim_y}
+    gain_kept: dict | None     # the share of it kept: {psnr_y, ssim_y} (fractions); None: the model adds none
+    record: dict               # the quality record judged (pipeline.quality.loss.measure's fields)
+
+    @property
+    def line(self) -> str:
+        return loss_line(self.record, advice=False)
+
+
+def verdict(record: dict) -> Verdict:
+    """The gate's verdict on a quality record (precision_loss's or stored()'s)."""
+    reasons = ([f"OVER its {budget(record):g} dB budget"] if not within_loss(record) else []) + \
+        (["BELOW its fidelity floor"] if not within_floor(record) else []) + \
+        [why for why in (gain.short(record),) if why is not None]
+    return Verdict(record["precision"], record["scale"], not reasons, tuple(reasons), gain.model_gain(record),
+                   gain.gain_kept(record), record)
+
+
+def gate(backend: Backend, scale: float | None = None, *, measure: bool = True, log=None,
+         progress=None) -> Verdict | None:
+    """The gate's verdict on a loaded backend at `scale` (default: the model's): its record stored, or measured now
+    when `measure` (a few seconds, once per file, scale and machine). None when the gate does not apply (fp32, the
+    reference; fp16, judged by `compare`; a backend running no file: applies()) or, without `measure`, nothing is
+    stored yet."""
+    record = precision_loss(backend, log=log, scale=scale, progress=progress) if measure else stored(backend, scale)
+    return None if record is None else verdict(record)
 
 
 def summary(record: dict | None) -> dict | None:
-    """The measured loss as a report row carries it (bench, compare), `fidelity` included, or None (fp32, or
+    """The measured loss as a report row or --summary carries it (bench, compare, sr), `fidelity` and `gain_kept`
+    ({psnr_y, ssim_y} fractions; None where the model adds nothing over bicubic) included, or None (fp32, or
     nothing measured)."""
     if record is None:
         return None
+    judged = verdict(record)
     return {"psnr_loss_db": record["psnr_loss_db"], "ssim_loss": record["ssim_loss"], "budget_db": budget(record),
-            "within_budget": within_budget(record), "images": record["images"],
-            "fidelity": fidelity.summary(record["fidelity_db"], record["precision"], "held-out")}
+            "within_budget": judged.within_budget, "why_not": list(judged.reasons), "images": record["images"],
+            "fidelity": fidelity.summary(record["fidelity_db"], record["precision"], "held-out"),
+            "gain_kept": judged.gain_kept, "model_gain": judged.gain}
 
 
 def loss_line(record: dict, advice: bool = True) -> str:
-    """'bf16 loses 0.007 dB Y-PSNR (SSIM 0.0001) against fp32 on the 4 held-out images, fidelity to fp32 54.8 dB
-    (worst image 53.0, floor 45), within its 0.02 dB budget and fidelity floor'. `advice`: a line over either
-    tells a run of that precision to use fp32 (not where it was already left out)."""
+    """'bf16 loses 0.007 dB Y-PSNR (SSIM 0.0001) against fp32 on the 4 held-out images, keeps 99 % of the model's
+    PSNR-Y gain over bicubic and 99 % of its SSIM-Y gain, fidelity to fp32 54.8 dB (worst image 53.0, floor 45),
+    within its 0.02 dB budget, fidelity floor and 90 % of the gain'. `advice`: a line over any tells a run of that
+    precision to use fp32 (not where it was already left out)."""
     p = record["precision"]
-    over = ([f"OVER its {budget(record):g} dB budget"] if not within_loss(record) else []) + \
-        (["BELOW its fidelity floor"] if not within_floor(record) else [])
-    verdict = (f"within its {budget(record):g} dB budget and fidelity floor" if not over
-               else " and ".join(over) + (": use fp32 for exact output" if advice else ""))
+    judged = verdict(record)
+    kept = gain.kept_text(judged.gain_kept) if judged.gain_kept is not None else "the model adds nothing over " \
+        "bicubic here"
+    verdict_text = (f"within its {budget(record):g} dB budget, fidelity floor and {100 * GAIN_KEPT_MIN:.0f} % of "
+                    "the gain" if judged.within_budget
+                    else " and ".join(judged.reasons) + (": use fp32 for exact output" if advice else ""))
     return (f"{p} loses {record['psnr_loss_db']:.3f} dB Y-PSNR (SSIM {record['ssim_loss']:.4f}) against fp32 on the "
-            f"{record['images']} held-out images, "
-            f"{fidelity.line(record['fidelity_mean_db'], record['fidelity_worst_db'], p)}, {verdict}")
+            f"{record['images']} held-out images, {kept}, "
+            f"{fidelity.line(record['fidelity_mean_db'], record['fidelity_worst_db'], p)}, {verdict_text}")

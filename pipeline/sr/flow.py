@@ -286,7 +286,8 @@ def _summary(plan: Plan, started: Started, executor: Executor, log: RecordLog, t
              process_s: float, stop: BaseException | None) -> Summary:
     facts = executor.facts()
     return Summary(model=started.model, scale=started.scale, backend=facts.pop("backend", started.backend),
-                   backend_choice=started.choice, executor={"name": executor.name, **facts},
+                   backend_choice=started.choice, quality=facts.pop("quality", None),
+                   executor={"name": executor.name, **facts},
                    input=str(plan.opts.input), output=str(plan.opts.output), tile=started.tile,
                    tile_margin_hr=started.margin, batch=started.batch, workers=started.workers, log=log,
                    ignored=plan.found.ignored, wall_s=time.perf_counter() - t_start, process_s=process_s,

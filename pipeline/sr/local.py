@@ -17,6 +17,25 @@ from pipeline.sr.scheduler import Scheduler
 from pipeline.sr.worker import FOLDER_STREAMS, ImageWorker
 
 
+class Held:
+    """Lines said while the backend is chosen (an export, a calibration, a measurement), kept until the run's first
+    line is out: the `sr:` line comes first (their progress bars still show while they run)."""
+
+    def __init__(self):
+        self.lines: list[tuple[bool, str]] = []
+
+    def always(self, line: str) -> None:
+        self.lines.append((True, line))
+
+    def detail(self, line: str) -> None:
+        self.lines.append((False, line))
+
+    def say(self, console: Console) -> None:
+        for always, line in self.lines:
+            (console.always if always else console.detail)(line)
+        self.lines.clear()
+
+
 class LocalExecutor:
     name = "local"
     takes = OPTION_FIELDS  # every option: the others' refusals say 'applies only to local runs'
@@ -37,6 +56,8 @@ class LocalExecutor:
         self.clips: list[Record] = []
         self.works: list = []  # each clip's segments (pipeline.sr.segments.ClipWork)
         self.locks: dict = {}  # each clip's output lock, by name (pipeline.artifacts.lock)
+        self.held = Held()
+        self.record: dict | None = None  # the precision's measured loss (bf16, int8), or fp32's own baseline
 
     def model(self, opts: RunOptions) -> ModelChoice:
         return resolve_model(opts)
@@ -48,16 +69,34 @@ class LocalExecutor:
         if o.backend_name is None:  # a loaded backend was given
             return o.backend, o.backend.selection_reason or "given", None
         # the Choice (what runs, its files, why) is what a segment key or a summary is made from, as on Ray
-        self.choice, loaded = backends.choose_loaded(o.request, model, scale, log=console.always,
-                                                     progress=console.bar, chatter=console.detail)
+        self.choice, loaded = backends.choose_loaded(o.request, model, scale, log=self.held.always,
+                                                     progress=console.bar, chatter=self.held.detail)
         choice = loaded.selection_reason or o.backend
         picked = o.precision == AUTO and o.backend_name is not None  # its reason is the line saying which ran
         return loaded, choice, choice if picked else None
 
     def start(self, plan: Plan, console: Console) -> Started:
+        try:
+            return self._start(plan, console)
+        except BaseException:
+            self.held.say(console)  # what was said before it failed, then its error
+            raise
+
+    def _quality(self, loaded: backends.Backend, scale: float, console: Console) -> str:
+        """The precision's measured loss (bf16, int8) or, at fp32, the model's own scores against bicubic's (each
+        measured once per file, scale and machine); the first line's note when the model is at or below bicubic
+        at this scale: nothing for a lower precision to keep."""
+        self.record = quality.precision_loss(loaded, log=self.held.always, scale=scale, progress=console.bar) \
+            or quality.baseline(loaded, scale, log=self.held.detail, progress=console.bar)
+        if self.record is None or not quality.adds_nothing(quality.model_gain(self.record)):
+            return ""
+        return f"the model is {quality.below_line(self.record)}"
+
+    def _start(self, plan: Plan, console: Console) -> Started:
         self.opts = plan.opts  # the checked options: the --onnx file opened once
         o, m = self.opts, plan.model
         loaded, choice, auto_line = self._load(m.name, m.scale, console)
+        below = self._quality(loaded, m.scale, console)
         self.clips = [r for r in plan.todo if r.job.video]
         self.workers = settings.io_workers(o.workers, loaded.on_gpu)  # also the encoder's threads (a segment's key)
         what = []
@@ -72,8 +111,9 @@ class LocalExecutor:
                                   keep_metadata=not o.strip_metadata)
         self.console, self.loaded, self.auto_line = console, loaded, auto_line
         on = loaded.name if loaded.precision == "fp32" else f"{loaded.name} {loaded.precision}"  # first line says it
+        note = "; ".join(n for n in (scale_note(m.metadata, m.scale), below) if n)
         return Started(m.name, m.scale, on, loaded.selection_brief or choice, loaded.describe(), choice,
-                       note=scale_note(m.metadata, m.scale), what=what, tile=self.worker.tile,
+                       note=note, what=what, tile=self.worker.tile,
                        margin=self.worker.margin, batch=self.worker.batch, workers=self.workers)
 
     def _plan_clips(self, plan: Plan, loaded: backends.Backend) -> list[str]:
@@ -101,13 +141,13 @@ class LocalExecutor:
     def announce(self, console: Console) -> None:
         """After the first line: the backend in full, the precision's measured cost, leftovers, tiles."""
         w = self.worker
+        self.held.say(console)
         console.detail(f"backend: {self.loaded.describe()}; why: {self.loaded.selection_reason or self.opts.backend}")
         if self.auto_line:
             console.always(self.auto_line)
         o, scale = self.opts, self.worker.scale
-        if (record := quality.precision_loss(self.loaded, log=console.always, scale=scale,
-                                             progress=console.bar)) is not None:
-            console.always(f"precision: {quality.loss_line(record)}")
+        if quality.applies(self.loaded) and self.record is not None:
+            console.always(f"precision: {quality.loss_line(self.record)}")
         elif o.backend_name is not None and (hint := backends.faster_line(
                 self.loaded.model_name, o.backend_name, self.loaded, scale, onnx=o.onnx, weights=o.weights)):
             console.info(hint)
@@ -154,7 +194,18 @@ class LocalExecutor:
 
     def facts(self) -> dict:
         segmented = [w.fact() for w in self.works if len(w.segments) > 1]
-        return {"segments": segmented} if segmented else {}
+        return {**({"segments": segmented} if segmented else {}), **self._quality_fact()}
+
+    def _quality_fact(self) -> dict:
+        """The summary's `quality`: a lower precision's measured loss and verdict (gain_kept among them), or at
+        fp32 what the model adds over bicubic at this scale."""
+        if self.record is None:
+            return {}
+        if quality.applies(self.loaded):
+            return {"quality": quality.summary(self.record)}
+        gain = quality.model_gain(self.record)
+        return {"quality": {"model_gain": gain, "at_or_below_bicubic": quality.adds_nothing(gain),
+                            "images": self.record["images"]}}
 
     def close(self) -> None:
         for lock in self.locks.values():  # the outputs' locks of clips not run to the end (an error, Ctrl-C)

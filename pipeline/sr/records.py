@@ -219,6 +219,7 @@ class Summary:
     interrupted: bool = False  # Ctrl-C: the records still "pending" were not done
     stopped: str = ""          # why the executor could not go on (a server that stopped answering)
     reference_dir: str | None = None  # --reference, if given
+    quality: dict | None = None  # the precision's measured loss and verdict (gain_kept), or fp32's gain over bicubic
 
     @property
     def exit_code(self) -> int:
@@ -297,6 +298,8 @@ class Summary:
             "images_per_s": self.images_per_s, "mpix_per_s": self.mpix_per_s,
             "overall_images_per_s": self.overall_images_per_s, "overall_mpix_per_s": self.overall_mpix_per_s,
         }
+        if self.quality is not None:
+            d["quality"] = self.quality
         if self.log.frames:  # where the clips' time went: each stage's busy seconds (the done line's split)
             d["video_stage_s"] = {k: round(v, 3) for k, v in self.log.video_stage_s.items()}
         if self.reference:
