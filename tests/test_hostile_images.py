@@ -228,6 +228,27 @@ def test_single_image_output_naming_a_non_image_file_is_refused(capsys, tree):
     assert notes.read_text() == "my notes"
 
 
+def test_output_with_a_suffix_sr_does_not_write_is_refused_not_made_a_folder(capsys, tree):
+    """`sr one.png out.jgp` (a typo) wrote the folder out.jgp/one.png: a 2-5 letter suffix sr does not write is one
+    line and exit 2, before any work, unless OUTPUT ends with / or is an existing folder; a suffix with digits
+    stays a folder name."""
+    good, tmp = tree["src"] / "good.png", tree["tmp"]
+    for name, says in (("out.jgp", "did you mean .jpg? for a folder, end it with /"),
+                       ("out.txt", "sr writes .avi, .bmp"), ("notes.tar.gz", "for a folder, end it with /")):
+        code = main(["sr", str(good), str(tmp / name), "--backend", "ort"])
+        err = capsys.readouterr().err
+        assert code == 2 and says in err and err.count("\n") == 1, err
+        assert not (tmp / name).exists()
+    code = main(["sr", str(tree["src"]), str(tmp / "out.jgp"), "--backend", "ort"])  # a folder INPUT too
+    assert code == 2 and "did you mean .jpg?" in capsys.readouterr().err
+    (tmp / "made.txt").mkdir()
+    for out, written in ((str(tmp / "out.jgp") + "/", tmp / "out.jgp" / "good.png"),
+                         (str(tmp / "made.txt"), tmp / "made.txt" / "good.png"),
+                         (str(tmp / "runs" / "v1.2"), tmp / "runs" / "v1.2" / "good.png")):
+        assert main(["sr", str(good), out, "--backend", "ort", "--quiet"]) == 0, capsys.readouterr().err
+        assert cv2.imread(str(written)).shape == (36, 30, 3)
+
+
 def test_oversized_file_is_not_read_into_memory(tmp_path, monkeypatch):
     """A file bigger than any image within the limit could be (a sparse 2 GiB `.bmp` here) is refused from its size."""
     big = tmp_path / "huge.bmp"
