@@ -1,0 +1,20 @@
+"""Issue 59's report edges, each as a new user hit it: one "needs a CUDA GPU" line from compare, bench rows that
+cannot be measured at their size, one number format per quantity, tables that keep key columns in view at 1280 px."""
+from __future__ import annotations
+
+import pytest
+
+from pipeline.cli import main
+from pipeline.native.cuda_driver import gpu_visible
+
+
+@pytest.mark.skipif(gpu_visible()[0], reason="a machine with a CUDA GPU runs every backend")
+def test_compare_says_needs_a_cuda_gpu_once(capsys, tmp_path):
+    """Nine rows (three GPU backends x three precisions, and PyTorch's fp16) said it nine times; now the one line
+    before the rows does, and the report's rows keep each reason."""
+    code = main(["compare", "--model", "srcnn", "--size", "16", "--precisions", "fp32", "fp16",
+                 "--backends", "torch", "ort", "trt", "ort-trt", "--output", str(tmp_path / "cmp")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert sum("CUDA GPU" in line for line in out.splitlines()) == 1, out
+    assert "needs a CUDA GPU" in (tmp_path / "cmp" / "report.md").read_text()
