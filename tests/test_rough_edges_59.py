@@ -18,3 +18,16 @@ def test_compare_says_needs_a_cuda_gpu_once(capsys, tmp_path):
     assert code == 0, out
     assert sum("CUDA GPU" in line for line in out.splitlines()) == 1, out
     assert "needs a CUDA GPU" in (tmp_path / "cmp" / "report.md").read_text()
+
+
+def test_bench_error_plot_draws_no_bar_for_an_exact_row():
+    """The reference row (error 0) was drawn as a 1e-12 bar on the log axis; it is named in the title instead."""
+    from pipeline.report.bench import error_bars
+
+    rows = [{"sweep": "main", "model": "srcnn", "backend": "torch", "max_abs_err": 0.0},
+            {"sweep": "main", "model": "srcnn", "backend": "ort", "max_abs_err": 1.4e-6},
+            {"sweep": "sizes", "model": "srcnn", "backend": "ort", "max_abs_err": 2e-6},
+            {"sweep": "main", "model": "srcnn", "backend": "trt", "max_abs_err": None}]
+    drawn, exact = error_bars(rows)
+    assert [r["backend"] for r in drawn] == ["ort"] and [r["backend"] for r in exact] == ["torch"]
+    assert all(r["max_abs_err"] > 0 for r in drawn)

@@ -425,20 +425,29 @@ def plot_bench(doc: dict, out_dir: Path) -> dict[str, str]:
         save_fig(fig, p)
         plt.close(fig)
         plots["speedup"] = str(p)
-    err = [r for r in results if r["sweep"] == "main" and r.get("max_abs_err") is not None]
+    err, exact = error_bars(results)
     if err:
         fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(err) + 2), 4))
-        ax.bar(range(len(err)), [max(r["max_abs_err"], 1e-12) for r in err])
+        ax.bar(range(len(err)), [r["max_abs_err"] for r in err])
         ax.set_yscale("log")
         ax.set_xticks(range(len(err)), [_bar_label(r) for r in err], rotation=60, ha="right",
                       fontsize=7)
         ax.set_ylabel("max abs error vs PyTorch FP32")
-        ax.set_title("Error by backend (same inputs as the timing)")
+        zero = ", ".join(_bar_label(r).replace("\n", " ") for r in exact)
+        ax.set_title("Error by backend (same inputs as the timing)" + (f"; error 0, not drawn: {zero}" if zero else ""),
+                     fontsize=9)
         p = out_dir / "error.png"
         save_fig(fig, p)
         plt.close(fig)
         plots["error"] = str(p)
     return plots
+
+
+def error_bars(results: list[dict]) -> tuple[list[dict], list[dict]]:
+    """The main sweep's rows with an error to draw on the log scale, and those with none (the reference itself, or
+    a backend exactly equal to it): 0 has no place on a log axis, and a 1e-12 bar would claim an error."""
+    rows = [r for r in results if r["sweep"] == "main" and r.get("max_abs_err") is not None]
+    return [r for r in rows if r["max_abs_err"] > 0], [r for r in rows if r["max_abs_err"] <= 0]
 
 
 def write_bench(doc: dict, out_dir: Path) -> dict[str, Path]:
