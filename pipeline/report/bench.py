@@ -311,8 +311,9 @@ def _bench_folders(doc: dict) -> list:
                    para("Same loaded backend and images, folder and inference runs alternating. Inference is the "
                         "faster of one call after another and, where the backend has CPU streams, two images at "
                         "once as the folder run submits them. Share = inference time / folder time, of the medians "
-                        "(goal >= 90 %); the last column divides the fastest inference run by the fastest folder "
-                        "run, which may be lower or higher."),
+                        "(goal >= 90 %, judged on 8 or more images of 256² or larger: fewer or smaller ones time "
+                        "start-up); the last column divides the fastest inference run by the fastest folder run, "
+                        "which may be lower or higher."),
                    table(FOLDER_HEADER, _folder_rows(doc["folder"], "backend"))]
     if doc.get("gpu_folder"):
         blocks += [Heading("GPU folder run vs pure inference, per device backend"),
