@@ -31,3 +31,21 @@ def test_bench_error_plot_draws_no_bar_for_an_exact_row():
     drawn, exact = error_bars(rows)
     assert [r["backend"] for r in drawn] == ["ort"] and [r["backend"] for r in exact] == ["torch"]
     assert all(r["max_abs_err"] > 0 for r in drawn)
+
+
+def test_verdict_columns_come_first_in_wide_tables(tmp_path):
+    """At 1280 px a wide table scrolls in its box; the columns that say whether a row passes must not be behind it
+    (tests/test_html_reports.py measures it in a browser): compare's criterion right after the status, the bench
+    video table's vs fp32 and floor right after fps."""
+    from pipeline import report
+    from tests.test_report import _bench_doc
+
+    assert report.COMPARE_HEADER.index("criterion") == report.COMPARE_HEADER.index("status") + 1 <= 6
+    doc = _bench_doc()
+    doc["video"] = [{"model": "m", "backend": "ort", "precision": "int8", "size": "720p", "input": [1280, 720],
+                     "output": [3840, 2160], "scale": 3.0, "frames": 4, "fps": 2.0, "inference_fps": 3.0,
+                     "vs_fp32": 2.5, "floor": 2.0}]
+    md = report.write_bench(doc, tmp_path)["md"].read_text()
+    header = next(ln for ln in md.splitlines() if "| vs fp32 |" in ln)
+    cells = [c.strip() for c in header.strip("|").split("|")]
+    assert cells.index("vs fp32") == cells.index("fps") + 1 and cells.index("floor") == cells.index("fps") + 2 <= 7

@@ -164,14 +164,15 @@ def video_section(rows: list[dict] | None) -> list:
                  "fps; encoder share = the output's frames encoded alone (same preset and threads) as a share of "
                  "encode + inference time per frame; vs fp32 = fps / the fp32 run's at the same size, against the "
                  "floor this project holds itself to (on a 2-core AMX Xeon)."),
-            table(["model", "backend", "precision", "input", "output", "scale", "frames", "tiles", "fps",
-                   "inference fps", "of inference", "preset", "encoder share", "vs fp32", "floor"],
+            # the run, its speed and its verdict (vs fp32, floor) first: at 1280 px the details may scroll
+            table(["model", "backend", "precision", "input", "fps", "vs fp32", "floor", "output", "scale", "frames",
+                   "tiles", "inference fps", "of inference", "preset", "encoder share"],
                   [[r["model"], r["backend"], r.get("precision", "fp32"),
-                    f"{r['size']} {r['input'][0]}x{r['input'][1]}",
+                    f"{r['size']} {r['input'][0]}x{r['input'][1]}", r["fps"] if r["fps"] is not None else "not run",
+                    speedup(r.get("vs_fp32")), speedup(r.get("floor")),
                     "x".join(map(str, r["output"])) if r.get("output") else "-", r["scale"], r.get("frames", "-"),
-                    r.get("tiles", "-"), r["fps"] if r["fps"] is not None else "not run",
-                    r.get("inference_fps", "-"), percent(r.get("of_inference"), 0), r.get("preset") or "-",
-                    percent(r.get("encoder_share"), 0), speedup(r.get("vs_fp32")), speedup(r.get("floor"))]
+                    r.get("tiles", "-"), r.get("inference_fps", "-"), percent(r.get("of_inference"), 0),
+                    r.get("preset") or "-", percent(r.get("encoder_share"), 0)]
                    for r in rows]),
             *([items(*[f"{r['model']} {r['size']} ({r.get('precision', 'fp32')}): not run, {r['skipped']}"
                        for r in skipped])] if skipped else []),
