@@ -49,3 +49,24 @@ def test_verdict_columns_come_first_in_wide_tables(tmp_path):
     header = next(ln for ln in md.splitlines() if "| vs fp32 |" in ln)
     cells = [c.strip() for c in header.strip("|").split("|")]
     assert cells.index("vs fp32") == cells.index("fps") + 1 and cells.index("floor") == cells.index("fps") + 2 <= 7
+
+
+def test_a_loss_is_written_one_way_in_every_table(tmp_path):
+    """Losses read 7.940e-02 in one table and 0.0794 in the next (each column chose its own form): now every table
+    writes a Y-PSNR or SSIM loss with four decimals."""
+    from pipeline import report
+    from tests.test_report import _bench_doc
+
+    doc = _bench_doc()
+    quality = {"psnr_loss_db": 0.0794, "ssim_loss": 0.0091, "budget_db": 0.1, "within_budget": True}
+    for r in doc["results"]:
+        if r["sweep"] == "main":
+            r["quality"] = quality
+    doc["precision_auto"] = [{"model": "m", "label": "ort int8", "median_ms": 2.0, "baseline_ms": 30.0,
+                              "speedup": 15.0, "floor": 12.0, "meets_floor": True, "quality": quality,
+                              "reason": "fastest within budget"}]
+    md = report.write_bench(doc, tmp_path)["md"].read_text()
+    tables = [report.parse_table(md, "model", has=h) for h in ("SSIM loss", "Y-PSNR loss dB")]
+    cells = {row[h] for rows in tables for row in rows for h in ("Y-PSNR loss dB", "SSIM loss") if row.get(h, "-") != "-"}
+    assert cells == {"0.0794", "0.0091"}, cells
+    assert report.loss(0.0794) == "0.0794" and report.loss(None) == "-"

@@ -26,6 +26,7 @@ from pipeline.report.tables import (
     fidelity_cell,
     fmt,
     json_default,
+    loss,
     percent,
     roofline_share,
     runs_phrase,
@@ -183,7 +184,8 @@ def _loss(q: dict | None) -> list:
     """A row's measured quality columns: Y-PSNR loss, SSIM loss, budget, fidelity to fp32, within both."""
     if not q:
         return ["-", "-", "-", "-", "-"]
-    return [q["psnr_loss_db"], q["ssim_loss"], q["budget_db"], fidelity_cell(q.get("fidelity")), q["within_budget"]]
+    return [loss(q["psnr_loss_db"]), loss(q["ssim_loss"]), q["budget_db"], fidelity_cell(q.get("fidelity")),
+            q["within_budget"]]
 
 
 def precision_section(doc: dict) -> list:
@@ -211,7 +213,7 @@ def precision_section(doc: dict) -> list:
                    table(["model", "runs", "median ms", "baseline ms", "speed-up", "floor", "meets floor",
                           "Y-PSNR loss dB"],
                          [[a["model"], a["label"], a["median_ms"], a["baseline_ms"], speedup(a["speedup"]),
-                           speedup(a["floor"]), a["meets_floor"], (a.get("quality") or {}).get("psnr_loss_db")]
+                           speedup(a["floor"]), a["meets_floor"], loss((a.get("quality") or {}).get("psnr_loss_db"))]
                           for a in doc["precision_auto"]]),
                    items(*[(f"{a['model']}: ", *said(a["reason"])) for a in doc["precision_auto"]])]
         blocks += op_breakdown_blocks(doc["precision_auto"], doc.get("method", {}).get("config", {}).get("main_size"))
