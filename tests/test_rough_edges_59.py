@@ -67,6 +67,7 @@ def test_a_loss_is_written_one_way_in_every_table(tmp_path):
                               "reason": "fastest within budget"}]
     md = report.write_bench(doc, tmp_path)["md"].read_text()
     tables = [report.parse_table(md, "model", has=h) for h in ("SSIM loss", "Y-PSNR loss dB")]
-    cells = {row[h] for rows in tables for row in rows for h in ("Y-PSNR loss dB", "SSIM loss") if row.get(h, "-") != "-"}
+    cells = {row[h] for rows in tables for row in rows for h in ("Y-PSNR loss dB", "SSIM loss")
+             if row.get(h, "-") != "-"}
     assert cells == {"0.0794", "0.0091"}, cells
     assert report.loss(0.0794) == "0.0794" and report.loss(None) == "-"
