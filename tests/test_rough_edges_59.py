@@ -71,3 +71,16 @@ def test_a_loss_is_written_one_way_in_every_table(tmp_path):
              if row.get(h, "-") != "-"}
     assert cells == {"0.0794", "0.0091"}, cells
     assert report.loss(0.0794) == "0.0794" and report.loss(None) == "-"
+
+
+def test_the_roofline_peaks_spread_is_shown(tmp_path):
+    """The roofline's peak moved 134 -> 198 GFLOP/s between runs (ort-folded's share 78 % -> 46 %) without a word:
+    the report says how far its GEMM measurements ranged, and that the shares move with the highest."""
+    from pipeline import report
+    from tests.test_report import _bench_doc
+
+    doc = _bench_doc()
+    doc["peak"]["samples"] = [134.0, 171.0, 198.0]
+    md = report.write_bench(doc, tmp_path)["md"].read_text()
+    assert "its 3 GEMM measurements ranged 134-198 GFLOP/s (48 % apart): roofline shares move with the highest" in md
+    assert report.peak_spread({"samples": [150.0]}) == "" and report.peak_spread({}) == ""
