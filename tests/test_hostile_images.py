@@ -325,8 +325,24 @@ def _lying_files() -> dict[str, bytes]:
     jpg = bytearray(cv2.imencode(".jpg", img)[1].tobytes())
     dqt = jpg.index(b"\xff\xdb")
     jpg[dqt + 2:dqt + 4] = b"\xff\xf0"
-    return {"tiff strip": bytes(tif), "webp riff": bytes(webp), "webp chunk": bytes(webp_chunk),
-            "jpeg segment": bytes(jpg), "png idat": lying_png(0, 0x7FFFFFFF)}
+    return {"tiff strip": bytes(tif), "tiff tile": _lying_tiles(img), "webp riff": bytes(webp),
+            "webp chunk": bytes(webp_chunk), "jpeg segment": bytes(jpg), "png idat": lying_png(0, 0x7FFFFFFF)}
+
+
+def _lying_tiles(img: np.ndarray) -> bytes:
+    """A tiled TIFF (tifffile, 16x16 tiles) whose last tile's byte count is the largest its type holds (past the
+    7 KB file); the counts lie at an offset (nine of them do not fit the entry)."""
+    tifffile = pytest.importorskip("tifffile")
+    buf = io.BytesIO()
+    tifffile.imwrite(buf, np.pad(img, ((0, 24), (0, 24), (0, 0))), tile=(16, 16))
+    data = bytearray(buf.getvalue())
+    end = "<" if data[:2] == b"II" else ">"
+    entry = _tiff_entry(data, 325)  # TileByteCounts
+    typ, count, at = struct.unpack_from(end + "HII", data, entry + 2)
+    form = {3: "H", 4: "I"}[typ]  # SHORT or LONG
+    assert count == 9 and struct.calcsize(form) * count > 4  # at an offset
+    struct.pack_into(end + form, data, at + struct.calcsize(form) * (count - 1), 2 ** (8 * struct.calcsize(form)) - 1)
+    return bytes(data)
 
 
 @pytest.mark.parametrize("name", sorted(_lying_files()))
