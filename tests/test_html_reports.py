@@ -395,17 +395,21 @@ def test_sliders_grouped_per_sheet_and_lookalike_pairs_folded(tmp_path):
 
 
 def _key_columns_hidden(browser, page: Path, keys: set[str]) -> list[str]:
-    """At 1280 px, the key columns' headers that lie beyond their table box's right edge (behind its scroll)."""
+    """At 1280 px, in each table that has all the key columns, those whose headers lie beyond the table box's right
+    edge (behind its horizontal scroll)."""
     browser.set_window_size(*SIZES[0])
     browser.get(page.as_uri())
     return browser.execute_script("""
-        const keys = new Set(arguments[0]), hidden = [];
-        for (const th of document.querySelectorAll('th')) {
-            if (!keys.has(th.textContent.trim())) continue;
-            const box = th.closest('.table-box') || document.documentElement;
-            if (th.getBoundingClientRect().right > box.getBoundingClientRect().right + 0.5) hidden.push(th.textContent);
+        const keys = arguments[0], hidden = [];
+        let tables = 0;
+        for (const table of document.querySelectorAll('table')) {
+            const ths = [...table.querySelectorAll('th')].filter(th => keys.includes(th.textContent.trim()));
+            if (ths.length < keys.length) continue;
+            tables += 1;
+            const right = (table.closest('.table-box') || document.documentElement).getBoundingClientRect().right;
+            for (const th of ths) if (th.getBoundingClientRect().right > right + 0.5) hidden.push(th.textContent);
         }
-        return hidden;""", sorted(keys))
+        return tables ? hidden : ['no table with ' + keys.join(', ')];""", sorted(keys))
 
 
 @needs_browser
