@@ -2,7 +2,7 @@
 import pytest
 
 from pipeline import backends
-from pipeline.bench.folder import GOAL, folder_throughput
+from pipeline.bench.folder import DEVICE_GOAL, GOAL, GOAL_MIN_IMAGES, GOAL_MIN_SIZE, folder_throughput, goal_for
 
 
 @pytest.fixture(autouse=True)
@@ -21,8 +21,14 @@ def test_folder_throughput_reports_both_sides_and_the_ratio():
     assert r["ratio_best"] == pytest.approx(min(r["runs_inference_s"]) / min(r["runs_folder_s"]))
     assert r["folder_ms_per_image"] == pytest.approx(1e3 * r["folder_s"] / 3)
     assert r["overhead_s"] == pytest.approx(r["folder_s"] - r["inference_s"])
-    assert r["goal"] == GOAL and r["meets_goal"] == (r["ratio"] >= GOAL)
-    assert len(lines) == 1 and "% of inference throughput" in lines[0]
+    assert r["goal"] is None and r["meets_goal"] is None  # 3 x 40^2 times start-up: not held to the goal
+    assert len(lines) == 1 and "% of inference throughput" in lines[0] and "not held to the goal" in lines[0]
+
+
+def test_the_goal_is_judged_only_where_a_run_times_throughput():
+    """`bench --quick`'s 2 x 64^2 rows were printed as failing a 90 % goal they cannot measure (issue 59)."""
+    assert goal_for(False, 2, 64) is None and goal_for(True, 16, 64) is None and goal_for(False, 4, 512) is None
+    assert goal_for(False, GOAL_MIN_IMAGES, GOAL_MIN_SIZE) == GOAL and goal_for(True, 16, 512) == DEVICE_GOAL
 
 
 def test_stage_cost_row_from_the_near_free_model():

@@ -3,6 +3,8 @@ refused from their header before decoding (peak memory measured in a subprocess)
 links do not lead the run outside INPUT or OUTPUT, and outputs never replace inputs or non-image files."""
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import struct
@@ -14,6 +16,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from PIL import Image as PILImage
 
 from pipeline.cli import main
 from pipeline.sr import imageio
@@ -225,6 +228,27 @@ def test_single_image_output_naming_a_non_image_file_is_refused(capsys, tree):
     assert notes.read_text() == "my notes"
 
 
+def test_output_with_a_suffix_sr_does_not_write_is_refused_not_made_a_folder(capsys, tree):
+    """`sr one.png out.jgp` (a typo) wrote the folder out.jgp/one.png: a 2-5 letter suffix sr does not write is one
+    line and exit 2, before any work, unless OUTPUT ends with / or is an existing folder; a suffix with digits
+    stays a folder name."""
+    good, tmp = tree["src"] / "good.png", tree["tmp"]
+    for name, says in (("out.jgp", "did you mean .jpg? for a folder, end it with /"),
+                       ("out.txt", "sr writes .avi, .bmp"), ("notes.tar.gz", "for a folder, end it with /")):
+        code = main(["sr", str(good), str(tmp / name), "--backend", "ort"])
+        err = capsys.readouterr().err
+        assert code == 2 and says in err and err.count("\n") == 1, err
+        assert not (tmp / name).exists()
+    code = main(["sr", str(tree["src"]), str(tmp / "out.jgp"), "--backend", "ort"])  # a folder INPUT too
+    assert code == 2 and "did you mean .jpg?" in capsys.readouterr().err
+    (tmp / "made.txt").mkdir()
+    for out, written in ((str(tmp / "out.jgp") + "/", tmp / "out.jgp" / "good.png"),
+                         (str(tmp / "made.txt"), tmp / "made.txt" / "good.png"),
+                         (str(tmp / "runs" / "v1.2"), tmp / "runs" / "v1.2" / "good.png")):
+        assert main(["sr", str(good), out, "--backend", "ort", "--quiet"]) == 0, capsys.readouterr().err
+        assert cv2.imread(str(written)).shape == (36, 30, 3)
+
+
 def test_oversized_file_is_not_read_into_memory(tmp_path, monkeypatch):
     """A file bigger than any image within the limit could be (a sparse 2 GiB `.bmp` here) is refused from its size."""
     big = tmp_path / "huge.bmp"
@@ -234,3 +258,116 @@ def test_oversized_file_is_not_read_into_memory(tmp_path, monkeypatch):
     monkeypatch.setenv(MAX_PIXELS_ENV, "1000000")
     with pytest.raises(ImageError, match="MiB, more than an image"):
         imageio.read_image(big)
+
+
+# -- declared lengths the file cannot hold (issue 59) ------------------------------------------------------
+def lying_png(seed: int, length: int) -> bytes:
+    """A real 8x8 RGB PNG (268 bytes) whose IDAT length is patched to `length`."""
+    buf = io.BytesIO()
+    PILImage.fromarray(np.random.default_rng(seed).integers(0, 255, (8, 8, 3), dtype=np.uint8)).save(buf, "PNG")
+    data = bytearray(buf.getvalue())
+    at = data.index(b"IDAT") - 4
+    data[at:at + 4] = struct.pack(">I", length)
+    return bytes(data)
+
+
+_RUN_PEAK = """
+import resource, subprocess, sys
+resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))  # a regression fails the run, not the machine
+proc = subprocess.run([sys.executable, "-m", "pipeline", *sys.argv[1:]], capture_output=True, text=True)
+sys.stderr.write(proc.stderr)
+print(proc.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
+def test_lying_png_lengths_are_refused_before_a_decoder_allocates_them(tmp_path):
+    """Four 268-byte PNGs whose IDAT says 0x7fffffff or 0xffffffff bytes (OpenCV allocated 2-4 GB for each): one
+    line each, exit 1, and the run's peak RSS (the sr process's, from RUSAGE_CHILDREN) under 400 MB. The model's
+    ONNX file is exported first (in this process, into the session's cache), so the run measured is a user's second
+    run: reading files, not torch's first export (~1 GB)."""
+    src = tmp_path / "lying"
+    src.mkdir()
+    cv2.imwrite(str(tmp_path / "good.png"), np.full((12, 10, 3), 128, np.uint8))
+    assert main(["sr", str(tmp_path / "good.png"), str(tmp_path / "good-x3.png"), "--backend", "ort", "--quiet"]) == 0
+    for k, length in enumerate([0x7FFFFFFF, 0xFFFFFFFF] * 2):
+        data = lying_png(k, length)
+        assert len(data) == 268
+        (src / f"l{k}.png").write_bytes(data)
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    proc = subprocess.run([sys.executable, "-c", _RUN_PEAK, "sr", str(src), str(tmp_path / "out"), "--backend", "ort"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    code, peak_kb = map(int, proc.stdout.split())
+    failed = [ln for ln in proc.stderr.splitlines() if ln.startswith("failed ")]
+    assert code == 1, proc.stderr
+    assert len(failed) == 4 and all("past the end of the file (268 bytes)" in ln for ln in failed), proc.stderr
+    assert "declares 2,147,483,647 bytes" in proc.stderr and "declares 4,294,967,295 bytes" in proc.stderr
+    assert peak_kb < 400 * 1024, f"peak RSS {peak_kb / 1024:.0f} MiB"
+
+
+def _tiff_entry(data: bytes, tag: int) -> int:
+    """Where a TIFF's first IFD entry for `tag` starts."""
+    end = "<" if data[:2] == b"II" else ">"
+    (ifd,) = struct.unpack(end + "I", data[4:8])
+    (n,) = struct.unpack(end + "H", data[ifd:ifd + 2])
+    return next(ifd + 2 + 12 * k for k in range(n) if struct.unpack_from(end + "H", data, ifd + 2 + 12 * k)[0] == tag)
+
+
+def _lying_files() -> dict[str, bytes]:
+    img = np.random.default_rng(1).integers(0, 255, (16, 16, 3), dtype=np.uint8)
+    tif = bytearray(cv2.imencode(".tif", img)[1].tobytes())
+    end = "<" if tif[:2] == b"II" else ">"
+    counts = _tiff_entry(tif, 279)  # StripByteCounts, one strip: the value is in the entry
+    tif[counts + 2:counts + 12] = struct.pack(end + "HII", 4, 1, 0x7FFFFFFF)
+    webp = bytearray(cv2.imencode(".webp", img)[1].tobytes())
+    webp[4:8] = struct.pack("<I", 0xFFFFFFF0)
+    webp_chunk = bytearray(cv2.imencode(".webp", img)[1].tobytes())
+    webp_chunk[16:20] = struct.pack("<I", 0x7FFFFFFF)
+    jpg = bytearray(cv2.imencode(".jpg", img)[1].tobytes())
+    dqt = jpg.index(b"\xff\xdb")
+    jpg[dqt + 2:dqt + 4] = b"\xff\xf0"
+    return {"tiff strip": bytes(tif), "tiff tile": _lying_tiles(img), "webp riff": bytes(webp),
+            "webp chunk": bytes(webp_chunk), "jpeg segment": bytes(jpg), "png idat": lying_png(0, 0x7FFFFFFF)}
+
+
+def _lying_tiles(img: np.ndarray) -> bytes:
+    """A tiled TIFF (tifffile, 16x16 tiles) whose last tile's byte count is the largest its type holds (past the
+    7 KB file); the counts lie at an offset (nine of them do not fit the entry)."""
+    tifffile = pytest.importorskip("tifffile")
+    buf = io.BytesIO()
+    tifffile.imwrite(buf, np.pad(img, ((0, 24), (0, 24), (0, 0))), tile=(16, 16))
+    data = bytearray(buf.getvalue())
+    end = "<" if data[:2] == b"II" else ">"
+    entry = _tiff_entry(data, 325)  # TileByteCounts
+    typ, count, at = struct.unpack_from(end + "HII", data, entry + 2)
+    form = {3: "H", 4: "I"}[typ]  # SHORT or LONG
+    assert count == 9 and struct.calcsize(form) * count > 4  # at an offset
+    struct.pack_into(end + form, data, at + struct.calcsize(form) * (count - 1), 2 ** (8 * struct.calcsize(form)) - 1)
+    return bytes(data)
+
+
+@pytest.mark.parametrize("name", sorted(_lying_files()))
+def test_declared_lengths_past_the_end_are_refused_in_our_words(name):
+    pattern = r"^corrupt (PNG|JPEG|TIFF|WebP): .* past the end of the file \([\d,]+ bytes\)"
+    with pytest.raises(ImageError, match=pattern):
+        imageio.decode(_lying_files()[name])
+
+
+@pytest.mark.parametrize("ext", [".png", ".jpg", ".tif", ".webp"])
+def test_lengths_of_real_files_fit(ext):
+    """Files from OpenCV's and Pillow's writers (progressive JPEG, multi-strip and tiled-free TIFF, lossless and
+    VP8X WebP with alpha) pass the length check and decode as before."""
+    from pipeline.sr.image_lengths import length_problem
+
+    rgba = np.random.default_rng(2).integers(0, 255, (67, 45, 4), dtype=np.uint8)
+    fmt = imageio.format_of(Path("x" + ext))
+    files = [cv2.imencode(ext, rgba[:, :, :3])[1].tobytes()]
+    for kw in ({"progressive": True}, {"lossless": True}, {"compression": "tiff_lzw"}, {}):
+        buf = io.BytesIO()
+        mode = "RGB" if ext == ".jpg" else "RGBA"
+        with contextlib.suppress(TypeError, ValueError):
+            PILImage.fromarray(rgba[:, :, :len(mode)], mode).save(buf, ext.lstrip(".").replace("jpg", "jpeg")
+                                                                  .replace("tif", "tiff"), **kw)
+            files.append(buf.getvalue())
+    for data in files:
+        assert length_problem(fmt, data) is None
+        assert imageio.decode(data).pixels.shape[:2] == (67, 45)

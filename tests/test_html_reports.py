@@ -392,3 +392,51 @@ def test_sliders_grouped_per_sheet_and_lookalike_pairs_folded(tmp_path):
         assert shown.count('type="range"') == 6 and "openvino fp32 on the left" not in shown
         assert folded.count('type="range"') == 2 and folded.count("openvino fp32 on the left, ground truth") == 2
         assert "2 more sliders that look the same as one above" in folded
+
+
+def _key_columns_hidden(browser, page: Path, keys: set[str]) -> list[str]:
+    """At 1280 px, in each table that has all the key columns, those whose headers lie beyond the table box's right
+    edge (behind its horizontal scroll)."""
+    browser.set_window_size(*SIZES[0])
+    browser.get(page.as_uri())
+    return browser.execute_script("""
+        const keys = arguments[0], hidden = [];
+        let tables = 0;
+        for (const table of document.querySelectorAll('table')) {
+            const ths = [...table.querySelectorAll('th')].filter(th => keys.includes(th.textContent.trim()));
+            if (ths.length < keys.length) continue;
+            tables += 1;
+            const right = (table.closest('.table-box') || document.documentElement).getBoundingClientRect().right;
+            for (const th of ths) if (th.getBoundingClientRect().right > right + 0.5) hidden.push(th.textContent);
+        }
+        return tables ? hidden : ['no table with ' + keys.join(', ')];""", sorted(keys))
+
+
+@needs_browser
+def test_key_columns_are_in_view_at_1280_px(browser, tmp_path):
+    """compare's criterion and the bench video table's "vs fp32" and "floor" were behind the table's horizontal
+    scroll at 1280 px (issue 59): the verdict's columns come first."""
+    from pipeline.analysis.compare import error_stats, verdict
+    from tests.test_report import _bench_doc
+
+    ref = np.zeros((1, 3, 8, 8), np.float32) + 0.5
+    rows = []
+    for backend, prec, err in (("ort-sr-kernels", "fp32", 1e-6), ("openvino", "int8", 3e-2), ("ort", "fp16", 1e-3)):
+        s = error_stats(ref + err, ref)
+        ok, crit = verdict(s, prec)
+        rows.append({"backend": backend, "precision": prec, "scale": 3.0, "status": "pass" if ok else "fail",
+                     "criterion": crit + " and fidelity >= 40 dB (held-out)", **s,
+                     "quality": {"psnr_loss_db": 0.0794}, "fidelity": {"mean_db": 48.1, "worst_db": 45.2}})
+    doc = {"kind": "compare", "environment": report.environment(),
+           "models": [{"model": "srcnn-x3-local", "input_size": 96, "images": ["a"], "scales": [3.0],
+                       "reference": "torch", "rows": rows,
+                       "tolerances": {"fp32_max_abs": 1e-4, "fp16_psnr_db": 50.0, "rel_floor": 1e-3}}]}
+    compare_page = report.write_compare(doc, tmp_path / "compare")["html"]
+    assert not _key_columns_hidden(browser, compare_page, {"criterion", "status"})
+    bench = _bench_doc()
+    bench["video"] = [{"model": "srcnn-x3", "backend": "ort-sr-kernels", "precision": "int8", "size": "720p",
+                       "input": [1280, 720], "output": [3840, 2160], "scale": 3.0, "frames": 48, "tiles": 12,
+                       "fps": 2.0, "inference_fps": 3.0, "of_inference": 0.66, "preset": "veryfast",
+                       "encoder_share": 0.12, "vs_fp32": 2.5, "floor": 2.0}]
+    bench_page = report.write_bench(bench, tmp_path / "bench")["html"]
+    assert not _key_columns_hidden(browser, bench_page, {"vs fp32", "floor", "fps"})

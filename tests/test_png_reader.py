@@ -85,8 +85,8 @@ def test_plain_pngs_from_every_writer_read_as_opencv_reads_them(mode):
 
 
 def test_other_pngs_are_left_to_opencv():
-    """Palette, transparency, 16-bit, gray + alpha, interlaced, APNG-like and unknown critical chunks: None, and
-    imageio.decode still reads them (through OpenCV) as before."""
+    """Palette, transparency, 16-bit, gray + alpha, interlaced, APNG-like, unknown critical chunks and a chunk name with
+    the reserved bit set (libpng refuses it): None, and imageio.decode reads or refuses them as OpenCV does."""
     rgba = _image()
     plain = _pillow(rgba[:, :, :3], "RGB")
     ihdr = dict(_chunks(plain))[b"IHDR"]
@@ -102,10 +102,22 @@ def test_other_pngs_are_left_to_opencv():
         "animation control": _file([_chunks(plain)[0], (b"acTL", struct.pack(">II", 1, 0)), *_chunks(plain)[1:]]),
         "unknown critical": _file([_chunks(plain)[0], (b"ABCD", b"x"), *_chunks(plain)[1:]]),
         "chunk name not letters": _file([_chunks(plain)[0], (b"a1cd", b"x"), *_chunks(plain)[1:]]),
+        "reserved bit set (third letter lowercase)": _file([_chunks(plain)[0], (b"tExt", b"a\x00b"),
+                                                           *_chunks(plain)[1:]]),
     }
     for name, data in others.items():
         assert png.decode_png(data) is None, name
         _as_opencv_says(data, name)
+
+
+def test_a_header_claiming_2_to_the_31_each_way_is_declined_not_an_overflow():
+    """PNG allows at most 2^31 - 1 per side; 2^31 x 2^31 (or anything past the pixel limit) is OpenCV's to refuse,
+    not an OverflowError from sizing the inflated rows."""
+    plain = _pillow(_image()[:, :, :3], "RGB")
+    for side in (2**31, 2**31 - 1, 60000):
+        head = struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0)
+        data = _file([(b"IHDR", head), *_chunks(plain)[1:]])
+        assert png.decode_png(data) is None, side
 
 
 def test_damaged_files_take_opencvs_path_and_errors():

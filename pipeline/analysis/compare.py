@@ -118,7 +118,8 @@ def _compare_backend(st, precision: str, model: str, scale: float, inputs: dict,
     row = {"backend": st.name, "precision": precision, "scale": scale}
     where = f"  {model} x{scale:g} {st.name:<15} {precision}"
     if not st.available:
-        log(f"{where}: unavailable ({st.reason})")
+        if not st.reason.endswith(B.NEEDS_GPU):  # said once for every row by the caller (no_gpu_line)
+            log(f"{where}: unavailable ({st.reason})")
         return {**row, "status": "unavailable", "reason": st.reason}
     t0 = time.perf_counter()
     try:

@@ -33,14 +33,14 @@ from pipeline.backends.auto import (
     pick_auto,
     time_backend,
 )
-from pipeline.backends.availability import available, no_gpu_line
+from pipeline.backends.availability import NEEDS_GPU, available, no_gpu_line
 from pipeline.backends.base import Backend, BackendStatus
 from pipeline.backends.choice import BackendRequest, Choice, choose, choose_loaded, load, of_loaded
 from pipeline.backends.descriptor import Descriptor
 from pipeline.backends.registry import NAMES, backend_class, create_named, descriptors
 from pipeline.backends.select import auto_line, candidates, create, faster_line, pick_precision
 
-__all__ = ["NAMES", "AutoPick", "Backend", "BackendRequest", "BackendStatus", "Choice", "Descriptor", "choose",
-           "choose_loaded", "load", "of_loaded", "auto_line", "available", "backend_class", "candidates",
+__all__ = ["NAMES", "NEEDS_GPU", "AutoPick", "Backend", "BackendRequest", "BackendStatus", "Choice", "Descriptor",
+           "choose", "choose_loaded", "load", "of_loaded", "auto_line", "available", "backend_class", "candidates",
            "create", "create_named", "descriptors", "expected_order", "faster_line", "measure", "measured",
            "no_gpu_line", "pick_auto", "pick_precision", "time_backend"]

@@ -9,7 +9,7 @@ from pipeline.backends.registry import CLASSES
 from pipeline.errors import install_command
 from pipeline.native.cuda_driver import gpu_visible
 
-__all__ = ["BackendStatus", "available", "no_gpu_line"]
+__all__ = ["NEEDS_GPU", "BackendStatus", "available", "no_gpu_line"]
 NEEDS_GPU = "needs a CUDA GPU"  # a GPU-only backend's whole reason on a machine without one (no_gpu_line says why)
 
 

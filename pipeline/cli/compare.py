@@ -30,6 +30,8 @@ def _compare_file(args, onnx) -> list[dict]:
         raise PipelineError("--scales does not apply with --onnx: the reference outputs stored with the file are "
                             "at its default scale")
     model = options.model_from_args(args)  # an explicit other --model is an error
+    if (line := no_gpu_line()) is not None:
+        print(line)
     print(f"compare {model} ({onnx})")
     result = compare_onnx(onnx, backends=BACKEND.backends(args), tol_fp32=args.tol_fp32,
                           psnr_fp16=args.psnr_fp16)

@@ -10,6 +10,7 @@ from pipeline.report.bench import (
     bench_blocks,
     bench_markdown,
     kernel_markdown,
+    peak_spread,
     plot_bench,
     ray_markdown,
     result_row,
@@ -20,10 +21,10 @@ from pipeline.report.bench import (
 )
 from pipeline.report.compare import COMPARE_HEADER, compare_blocks, compare_markdown, plot_compare, write_compare
 from pipeline.report.machine import env_items, environment
-from pipeline.report.tables import db, fmt, parse_table, percent, roofline_share, runs_phrase, speedup, table
+from pipeline.report.tables import db, fmt, loss, parse_table, percent, roofline_share, runs_phrase, speedup, table
 
 __all__ = ["COMPARE_HEADER", "RESULT_HEADER", "bench_blocks", "bench_markdown", "compare_blocks", "compare_markdown",
-           "db", "env_items", "environment", "fmt", "kernel_markdown", "parse_table", "percent", "plot_bench",
-           "plot_compare", "ray_markdown", "result_row", "roofline_share", "runs_phrase", "speedup", "startup_markdown",
-           "table",
-           "triton_markdown", "video_markdown", "write_bench", "write_compare"]
+           "db", "env_items", "environment", "fmt", "kernel_markdown", "loss", "parse_table", "peak_spread",
+           "percent", "plot_bench", "plot_compare", "ray_markdown", "result_row", "roofline_share", "runs_phrase",
+           "speedup", "startup_markdown", "table", "triton_markdown", "video_markdown", "write_bench",
+           "write_compare"]

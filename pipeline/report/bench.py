@@ -26,6 +26,7 @@ from pipeline.report.tables import (
     fidelity_cell,
     fmt,
     json_default,
+    loss,
     percent,
     roofline_share,
     runs_phrase,
@@ -164,14 +165,15 @@ def video_section(rows: list[dict] | None) -> list:
                  "fps; encoder share = the output's frames encoded alone (same preset and threads) as a share of "
                  "encode + inference time per frame; vs fp32 = fps / the fp32 run's at the same size, against the "
                  "floor this project holds itself to (on a 2-core AMX Xeon)."),
-            table(["model", "backend", "precision", "input", "output", "scale", "frames", "tiles", "fps",
-                   "inference fps", "of inference", "preset", "encoder share", "vs fp32", "floor"],
+            # the run, its speed and its verdict (vs fp32, floor) first: at 1280 px the details may scroll
+            table(["model", "backend", "precision", "input", "fps", "vs fp32", "floor", "output", "scale", "frames",
+                   "tiles", "inference fps", "of inference", "preset", "encoder share"],
                   [[r["model"], r["backend"], r.get("precision", "fp32"),
-                    f"{r['size']} {r['input'][0]}x{r['input'][1]}",
+                    f"{r['size']} {r['input'][0]}x{r['input'][1]}", r["fps"] if r["fps"] is not None else "not run",
+                    speedup(r.get("vs_fp32")), speedup(r.get("floor")),
                     "x".join(map(str, r["output"])) if r.get("output") else "-", r["scale"], r.get("frames", "-"),
-                    r.get("tiles", "-"), r["fps"] if r["fps"] is not None else "not run",
-                    r.get("inference_fps", "-"), percent(r.get("of_inference"), 0), r.get("preset") or "-",
-                    percent(r.get("encoder_share"), 0), speedup(r.get("vs_fp32")), speedup(r.get("floor"))]
+                    r.get("tiles", "-"), r.get("inference_fps", "-"), percent(r.get("of_inference"), 0),
+                    r.get("preset") or "-", percent(r.get("encoder_share"), 0)]
                    for r in rows]),
             *([items(*[f"{r['model']} {r['size']} ({r.get('precision', 'fp32')}): not run, {r['skipped']}"
                        for r in skipped])] if skipped else []),
@@ -182,7 +184,8 @@ def _loss(q: dict | None) -> list:
     """A row's measured quality columns: Y-PSNR loss, SSIM loss, budget, fidelity to fp32, within both."""
     if not q:
         return ["-", "-", "-", "-", "-"]
-    return [q["psnr_loss_db"], q["ssim_loss"], q["budget_db"], fidelity_cell(q.get("fidelity")), q["within_budget"]]
+    return [loss(q["psnr_loss_db"]), loss(q["ssim_loss"]), q["budget_db"], fidelity_cell(q.get("fidelity")),
+            q["within_budget"]]
 
 
 def precision_section(doc: dict) -> list:
@@ -210,7 +213,7 @@ def precision_section(doc: dict) -> list:
                    table(["model", "runs", "median ms", "baseline ms", "speed-up", "floor", "meets floor",
                           "Y-PSNR loss dB"],
                          [[a["model"], a["label"], a["median_ms"], a["baseline_ms"], speedup(a["speedup"]),
-                           speedup(a["floor"]), a["meets_floor"], (a.get("quality") or {}).get("psnr_loss_db")]
+                           speedup(a["floor"]), a["meets_floor"], loss((a.get("quality") or {}).get("psnr_loss_db"))]
                           for a in doc["precision_auto"]]),
                    items(*[(f"{a['model']}: ", *said(a["reason"])) for a in doc["precision_auto"]])]
         blocks += op_breakdown_blocks(doc["precision_auto"], doc.get("method", {}).get("config", {}).get("main_size"))
@@ -242,6 +245,16 @@ def _set_by(pk: dict) -> str:
     return f"; raised to {by}'s rate, which beat the GEMM" if by and by != "GEMM" else ""
 
 
+def peak_spread(pk: dict) -> str:
+    """The spread of a peak's GEMM measurements, where there were several: on a machine shared with other work they
+    differ by tens of percent (134 and 198 GFLOP/s in one run), and every roofline share moves with the highest."""
+    samples = [s for s in pk.get("samples", []) if s]
+    if len(samples) < 2:
+        return ""
+    return (f"; its {len(samples)} GEMM measurements ranged {min(samples):.0f}-{max(samples):.0f} GFLOP/s "
+            f"({100 * (max(samples) / min(samples) - 1):.0f} % apart): roofline shares move with the highest")
+
+
 def _method_items(doc: dict) -> Items:
     m = doc["method"]
     heavy = m.get("config", {}).get("heavy_call_s")
@@ -268,8 +281,8 @@ def _bench_method(doc: dict) -> list:
     peaks = items(
         f"Machine peak (measured): {fmt(doc['peak']['gflops'])} GFLOP/s fp32 ({doc['peak']['method']}; "
         f"highest of {len(doc['peak'].get('samples', [1]))} measurements: run start and after each model)"
-        + _set_by(doc["peak"]),
-        *[f"{p} peak (measured): {fmt(pk['gflops'])} GFLOP/s ({pk['method']})" + _set_by(pk)
+        + _set_by(doc["peak"]) + peak_spread(doc["peak"]),
+        *[f"{p} peak (measured): {fmt(pk['gflops'])} GFLOP/s ({pk['method']})" + _set_by(pk) + peak_spread(pk)
           for p, pk in doc.get("peaks", {}).items() if p != "fp32"])
     return [Heading("Benchmark", 1), Heading("Environment"), Items(env.items + peaks.items), Heading("Method"),
             _method_items(doc), Heading("Models"),
@@ -311,8 +324,9 @@ def _bench_folders(doc: dict) -> list:
                    para("Same loaded backend and images, folder and inference runs alternating. Inference is the "
                         "faster of one call after another and, where the backend has CPU streams, two images at "
                         "once as the folder run submits them. Share = inference time / folder time, of the medians "
-                        "(goal >= 90 %); the last column divides the fastest inference run by the fastest folder "
-                        "run, which may be lower or higher."),
+                        "(goal >= 90 %, judged on 8 or more images of 256² or larger: fewer or smaller ones time "
+                        "start-up); the last column divides the fastest inference run by the fastest folder run, "
+                        "which may be lower or higher."),
                    table(FOLDER_HEADER, _folder_rows(doc["folder"], "backend"))]
     if doc.get("gpu_folder"):
         blocks += [Heading("GPU folder run vs pure inference, per device backend"),
@@ -426,20 +440,29 @@ def plot_bench(doc: dict, out_dir: Path) -> dict[str, str]:
         save_fig(fig, p)
         plt.close(fig)
         plots["speedup"] = str(p)
-    err = [r for r in results if r["sweep"] == "main" and r.get("max_abs_err") is not None]
+    err, exact = error_bars(results)
     if err:
         fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(err) + 2), 4))
-        ax.bar(range(len(err)), [max(r["max_abs_err"], 1e-12) for r in err])
+        ax.bar(range(len(err)), [r["max_abs_err"] for r in err])
         ax.set_yscale("log")
         ax.set_xticks(range(len(err)), [_bar_label(r) for r in err], rotation=60, ha="right",
                       fontsize=7)
         ax.set_ylabel("max abs error vs PyTorch FP32")
-        ax.set_title("Error by backend (same inputs as the timing)")
+        zero = ", ".join(_bar_label(r).replace("\n", " ") for r in exact)
+        ax.set_title("Error by backend (same inputs as the timing)" + (f"; error 0, not drawn: {zero}" if zero else ""),
+                     fontsize=9)
         p = out_dir / "error.png"
         save_fig(fig, p)
         plt.close(fig)
         plots["error"] = str(p)
     return plots
+
+
+def error_bars(results: list[dict]) -> tuple[list[dict], list[dict]]:
+    """The main sweep's rows with an error to draw on the log scale, and those with none (the reference itself, or
+    a backend exactly equal to it): 0 has no place on a log axis, and a 1e-12 bar would claim an error."""
+    rows = [r for r in results if r["sweep"] == "main" and r.get("max_abs_err") is not None]
+    return [r for r in rows if r["max_abs_err"] > 0], [r for r in rows if r["max_abs_err"] <= 0]
 
 
 def write_bench(doc: dict, out_dir: Path) -> dict[str, Path]:

@@ -10,10 +10,11 @@ from pipeline.errors import printable
 from pipeline.htmlreport import Heading, Paragraph, Strong, items, para, plot_figure, to_markdown, write_report
 from pipeline.report.machine import env_items
 from pipeline.report.plots import plt_, save_fig
-from pipeline.report.tables import budgets, fidelity_cell, fmt, json_default, sanitize, table
+from pipeline.report.tables import budgets, fidelity_cell, fmt, json_default, loss, sanitize, table
 
-COMPARE_HEADER = ["model", "scale", "backend", "precision", "status", "max abs", "median abs", "p99 abs",
-                  "max rel", "PSNR dB", "held-out loss dB", "fidelity dB (worst)", "criterion"]
+# The verdict and what it was judged by first: at 1280 px the measured columns may scroll, those may not.
+COMPARE_HEADER = ["model", "scale", "backend", "precision", "status", "criterion", "max abs", "median abs",
+                  "p99 abs", "max rel", "PSNR dB", "held-out loss dB", "fidelity dB (worst)"]
 
 
 def _model_note(m: dict) -> Paragraph:
@@ -37,10 +38,9 @@ def compare_blocks(doc: dict, *, plot: Path | None = None, sheets=()) -> list:
     for m in doc["models"]:
         for r in m["rows"]:
             if r["status"] in ("pass", "fail"):
-                rows.append([m["model"], r["scale"], r["backend"], r["precision"], r["status"].upper(), r["max_abs"],
-                             r["median_abs"], r["p99_abs"], r["max_rel"], r["psnr_db"],
-                             (r.get("quality") or {}).get("psnr_loss_db"), fidelity_cell(r.get("fidelity")),
-                             r["criterion"]])
+                rows.append([m["model"], r["scale"], r["backend"], r["precision"], r["status"].upper(),
+                             r["criterion"], r["max_abs"], r["median_abs"], r["p99_abs"], r["max_rel"], r["psnr_db"],
+                             loss((r.get("quality") or {}).get("psnr_loss_db")), fidelity_cell(r.get("fidelity"))])
             else:
                 notes.append(f"{m['model']} x{fmt(r['scale'])} {r['backend']} {r['precision']}: "
                              f"{r['status']} ({r.get('reason', '')})")

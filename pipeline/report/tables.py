@@ -34,6 +34,12 @@ def db(v) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
+def loss(v) -> str:
+    """A quality loss (Y-PSNR dB or SSIM) the same way in every table: four decimals, never an exponent (a column
+    of 0.0794 next to another's 7.940e-02 read as two quantities)."""
+    return "-" if v is None else f"{v:.4f}"
+
+
 def percent(fraction, decimals: int = 1) -> str:
     """A fraction (roofline, utilisation, a share) as a percentage a person reads: 0.0996 -> '10.0 %' ('10 %' with
     decimals=0)."""

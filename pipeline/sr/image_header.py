@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import struct
 
+from pipeline.sr.image_lengths import length_problem
+
 # 100 megapixels: a 10000x10000 input (x3 -> 900 MP output). A 16-bit RGBA image this size decodes to 800 MB.
 MAX_PIXELS = 100_000_000
 MAX_PIXELS_ENV = "SRDEPLOY_MAX_PIXELS"
@@ -124,24 +126,38 @@ def _webp(d: bytes) -> tuple[int, int]:
     raise HeaderError("corrupt WebP header")
 
 
+def sniff(data: bytes) -> str | None:
+    """The format a file's first bytes name (of the five we read), or None."""
+    if data[:8] == b"\x89PNG\r\n\x1a\n":
+        return "png"
+    if data[:3] == b"\xff\xd8\xff":
+        return "jpg"
+    if data[:2] == b"BM":
+        return "bmp"
+    if data[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"):
+        return "tiff"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    return None
+
+
+SIZE_READERS = {"png": _png, "jpg": _jpeg, "bmp": _bmp, "tiff": _tiff, "webp": _webp}
+
+
 def image_size(data: bytes) -> tuple[str, int, int]:
     """(format, width, height) from the header; HeaderError for another format or a corrupt header."""
-    if data[:8] == b"\x89PNG\r\n\x1a\n":
-        return ("png", *_png(data))
-    if data[:3] == b"\xff\xd8\xff":
-        return ("jpg", *_jpeg(data))
-    if data[:2] == b"BM":
-        return ("bmp", *_bmp(data))
-    if data[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"):
-        return ("tiff", *_tiff(data))
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return ("webp", *_webp(data))
-    raise HeaderError("not a readable image: not a PNG, JPEG, BMP, TIFF or WebP file (unrecognised header)")
+    fmt = sniff(data)
+    if fmt is None:
+        raise HeaderError("not a readable image: not a PNG, JPEG, BMP, TIFF or WebP file (unrecognised header)")
+    return (fmt, *SIZE_READERS[fmt](data))
 
 
 def check_header(data: bytes) -> tuple[str, int, int]:
     """image_size, refusing more than max_pixels() pixels (HeaderError saying the size, the limit, how to raise
-    it) and images with no pixels."""
+    it), images with no pixels and declared lengths the file cannot hold (image_lengths)."""
+    problem = length_problem(sniff(data), data)  # first: a length past the end also hides a JPEG's frame header
+    if problem:
+        raise HeaderError(problem)
     fmt, w, h = image_size(data)
     if w < 1 or h < 1:
         raise HeaderError(f"{fmt} header claims an image with no pixels ({w}x{h})")

@@ -4,13 +4,14 @@ unless a single-file OUTPUT names another. Guarantees inputs are never overwritt
 inputs (OUTPUT may lie inside INPUT)."""
 from __future__ import annotations
 
+import difflib
 import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.errors import PipelineError
-from pipeline.sr.imageio import FORMAT_EXT, OTHER_IMAGE_EXT, extensions_text, format_of
+from pipeline.sr.imageio import FORMAT_EXT, FORMATS, OTHER_IMAGE_EXT, extensions_text, format_of
 from pipeline.sr.videofmt import VIDEO_FORMATS, video_format
 
 
@@ -191,13 +192,31 @@ def check_data_loss(found: JobList, summary: str | Path | None) -> None:
             j.problem = output_link_problem(j.dst, root)
 
 
+def check_output_suffix(raw: str, out_root: Path) -> None:
+    """Refuse an OUTPUT ending in a suffix of 2-5 letters sr does not write (`out.jgp`, `out.txt`): a typo would
+    otherwise become a folder of that name. An existing folder, a name ending with a slash, an existing file (its
+    own message) and a suffix with digits or other characters (`runs/v1.2`) are left as they are."""
+    suffix = out_root.suffix.lower()
+    letters = suffix[1:]
+    if not (2 <= len(letters) <= 5 and letters.isascii() and letters.isalpha()):
+        return
+    if format_of(out_root) or video_format(out_root) or raw.endswith(("/", os.sep)) or out_root.exists():
+        return
+    written = sorted({*FORMATS, *VIDEO_FORMATS})
+    close = difflib.get_close_matches(suffix, written, n=1, cutoff=0.6)
+    guess = f"did you mean {close[0]}? " if close else f"sr writes {', '.join(written)}; "
+    raise PipelineError(f"OUTPUT {raw} ends in {suffix}, which sr does not write ({guess}for a folder, end it "
+                        f"with /)")
+
+
 def discover(input_path: str | Path, output_path: str | Path, fmt: str | None = None, *,
              summary: str | Path | None = None) -> JobList:
     """Jobs for INPUT -> OUTPUT. Raises PipelineError (one line) for unusable arguments.
 
     OUTPUT is the file to write when INPUT is one image (or video) and OUTPUT ends in an extension we write and is
     not an existing folder; otherwise it is a folder. An OUTPUT ending in an image extension we do not write (.gif,
-    ...) is refused rather than made a folder of that name."""
+    ...) or another suffix of 2-5 letters (check_output_suffix) is refused rather than made a folder of that
+    name."""
     src_root = Path(input_path)
     out_root = Path(output_path)
     if not src_root.exists():
@@ -205,6 +224,7 @@ def discover(input_path: str | Path, output_path: str | Path, fmt: str | None = 
     if out_root.suffix.lower() in OTHER_IMAGE_EXT and not out_root.is_dir():
         raise PipelineError(f"OUTPUT {out_root} names a {out_root.suffix.lower()[1:]} image, a format sr does not "
                             f"write (extensions: {extensions_text()})")
+    check_output_suffix(str(output_path), out_root)
     if src_root.is_file():
         found = _single_file(src_root, out_root, fmt)
         check_data_loss(found, summary)

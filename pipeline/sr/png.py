@@ -22,6 +22,7 @@ import numpy as np
 
 from pipeline.errors import PipelineError
 from pipeline.native import kernels_cpu
+from pipeline.sr.image_header import max_file_bytes
 
 try:
     from isal import isal_zlib as deflate
@@ -98,13 +99,30 @@ def encode_png(pixels: np.ndarray, native: bool = True, chunks: list[tuple[bytes
     return b"".join((SIGNATURE, *_chunk(b"IHDR", header), *extra, *_chunk(b"IDAT", data), *_chunk(b"IEND", b"")))
 
 
+def _sound(data: bytes, pos: int, n: int, kind: bytes, body) -> bool:
+    """Whether the chunk at `pos` has a name of four ASCII letters without the reserved bit (libpng refuses one with
+    it), lies within the file and has its CRC."""
+    return (kind.isalpha() and not kind[2] & 0x20 and pos + 12 + n <= len(data)
+            and deflate.crc32(body, deflate.crc32(kind)) == struct.unpack_from(">I", data, pos + 8 + n)[0])
+
+
+def _plain(header: tuple) -> bool:
+    """Whether an IHDR names a non-empty 8-bit gray, RGB or RGBA image, not interlaced, whose rows are no more than
+    an image within the pixel limit holds (so 2^31 x 2^31 is declined, not an overflow)."""
+    w, h, depth, color, method, filtering, interlace = header
+    if depth != 8 or color not in CHANNELS or method or filtering or interlace or not w or not h:
+        return False
+    return h * (1 + w * CHANNELS[color]) <= max_file_bytes()
+
+
 def decode_png(data: bytes) -> np.ndarray | None:
     """A plain PNG's pixels as OpenCV's IMREAD_UNCHANGED gives them (HxW gray, HxWx3 BGR, HxWx4 BGRA), or None for
     OpenCV to decode: read here are 8-bit gray, RGB and RGBA images, not interlaced, whose chunks all have their
-    CRCs, whose IDATs are consecutive and inflate (Adler-32 checked) to exactly the rows the header says, with no
-    chunk that changes OpenCV's answer (OPENCV_CHUNKS) or that PNG requires a reader to know (an unknown critical
-    one). ISA-L's inflate is 2x zlib's, so a 256x256 photo decodes in about half OpenCV's CPU; anything else, every
-    damaged file included, takes OpenCV's path and its errors, as before."""
+    CRCs and names of four letters without the reserved bit (a lowercase third letter, which libpng refuses), whose
+    IDATs are consecutive and inflate (Adler-32 checked) to exactly the rows the header says, no more than an image
+    within the pixel limit holds, with no chunk that changes OpenCV's answer (OPENCV_CHUNKS) or that PNG requires a
+    reader to know (an unknown critical one). ISA-L's inflate is 2x zlib's, so a 256x256 photo decodes in about half
+    OpenCV's CPU; anything else, every damaged file included, takes OpenCV's path and its errors, as before."""
     if data[:8] != SIGNATURE or not kernels_cpu.usable():
         return None
     header, idat, pos, after_idat = None, [], 8, False
@@ -114,9 +132,8 @@ def decode_png(data: bytes) -> np.ndarray | None:
             return None  # no IEND
         n, kind = struct.unpack_from(">I4s", data, pos)
         body = view[pos + 8:pos + 8 + n]
-        if not kind.isalpha() or pos + 12 + n > len(data) or deflate.crc32(body, deflate.crc32(kind)) != \
-                struct.unpack_from(">I", data, pos + 8 + n)[0]:
-            return None  # a chunk name that is not four ASCII letters, a chunk past the end, a wrong CRC
+        if not _sound(data, pos, n, kind, body):
+            return None
         if header is None:
             if kind != b"IHDR" or n != 13:
                 return None
@@ -132,9 +149,9 @@ def decode_png(data: bytes) -> np.ndarray | None:
         else:
             after_idat = bool(idat)
         pos += 12 + n
-    w, h, depth, color, method, filtering, interlace = header
-    if depth != 8 or color not in CHANNELS or method or filtering or interlace or not idat or not w or not h:
+    if not idat or not _plain(header):
         return None
+    w, h, _, color, *_ = header
     c = CHANNELS[color]
     expected = h * (1 + w * c)
     inflater = deflate.decompressobj()
