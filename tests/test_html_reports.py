@@ -426,7 +426,9 @@ def test_key_columns_are_in_view_at_1280_px(browser, tmp_path):
         ok, crit = verdict(s, prec)
         rows.append({"backend": backend, "precision": prec, "scale": 3.0, "status": "pass" if ok else "fail",
                      "criterion": crit + " and fidelity >= 40 dB (held-out)", **s,
-                     "quality": {"psnr_loss_db": 0.0794}, "fidelity": {"mean_db": 48.1, "worst_db": 45.2}})
+                     "quality": {"psnr_loss_db": 0.0794, "ssim_loss": 0.0091, "budget_db": 0.1,
+                                 "within_budget": False, "why_not": [], "images": 4},
+                     "fidelity": {"mean_db": 48.1, "worst_db": 45.2}})
     doc = {"kind": "compare", "environment": report.environment(),
            "models": [{"model": "srcnn-x3-local", "input_size": 96, "images": ["a"], "scales": [3.0],
                        "reference": "torch", "rows": rows,
