@@ -28,7 +28,7 @@ from pipeline.sr.imageio import Image
 from pipeline.sr.jobs import Job
 from pipeline.sr.records import Record
 from pipeline.sr.video_io import WHOLE, Frame, Packet, ReadEnd, VideoError, VideoInfo, Window
-from pipeline.sr.videofmt import codec_for, crf_for, preset_for, size_problem
+from pipeline.sr.videofmt import codec_for, crf_for, preset_for, size_problem, video_format
 from pipeline.sr.worker import ImageWorker, Planned, infer_reason
 
 QUEUE_FRAMES = 2  # frames waiting on each side of inference beyond one batch
@@ -429,3 +429,23 @@ def finish(rec: Record, vp: VideoPlan, frames: int, end: ReadEnd, wall: float) -
                  f"{rec.job.dst}{why}{more}")
         return
     rec.status = "ok"
+
+
+def encoder_alone(src, dst, scale: float, threads: int, upscale_frame: Callable[[np.ndarray], np.ndarray]) -> \
+        tuple[float, int]:
+    """(seconds, frames) of the encoder alone as a run of clip `src` into `dst` at sr's defaults would use it: the
+    clip's frames upscaled by `upscale_frame` first (untimed), then only the Writer (its RGB -> YUV conversion
+    included) with `threads`: what the run's frames/s is held against (bench)."""
+    job = Job(src, dst, src.name, video_format(dst))
+    vp = plan(job, scale, None, None, "drop")
+    frames = [(upscale_frame(f.pixels), f.pts, f.duration)
+              for f in video_io.read(src, vp.info, copy=False) if isinstance(f, Frame)]
+    writer = video_io.Writer(dst, job.fmt, vp.codec, vp.crf, vp.info, vp.width, vp.height, vp.pix_fmt, src,
+                             vp.drop, preset=vp.preset, threads=threads)
+    t0 = time.perf_counter()
+    try:
+        for f in frames:
+            writer.frame(*f)
+    finally:
+        writer.close()
+    return time.perf_counter() - t0, len(frames)
