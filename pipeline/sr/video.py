@@ -135,6 +135,60 @@ class _Stop(Exception):
 Remote = Callable[[np.ndarray], tuple[np.ndarray, dict]]
 
 
+class _InFlight:
+    """A clip's frames between the reader and the writer on the thread that drives inference: whole frames are
+    submitted and collected one batch later (a device works on one batch while this thread plans and submits the
+    next); tiled frames run tile batch by tile batch. Copied packets follow the frames read before them."""
+
+    def __init__(self, runner: VideoRunner, rec: Record, outq: queue.Queue, bar):
+        self.runner, self.worker, self.rec, self.outq, self.bar = runner, runner.worker, rec, outq, bar
+        self.batches: deque[tuple[list[tuple[Planned, Frame]], Callable[[], None], list[Packet]]] = deque()
+        self.done = 0
+
+    def packet(self, item: Packet) -> None:
+        if self.batches:
+            self.batches[-1][2].append(item)
+        else:
+            self.outq.put(item)
+
+    def submit(self, frames: list[tuple[Planned, Frame]]) -> None:
+        if not frames:
+            return
+        if not all(self.worker.batchable(p) for p, _ in frames):
+            self.collect(0)
+            self.runner._upscale(self.rec, frames, self.outq)
+            self._counted(len(frames))
+            return
+        t = time.perf_counter()
+        finish = self.worker.submit_batch([p for p, _ in frames])
+        self.rec.infer_s += time.perf_counter() - t
+        self.batches.append((frames, finish, []))
+        self.collect(self.worker.in_flight - 1)
+
+    def collect(self, keep: int) -> None:
+        """Collect the oldest batches until `keep` are left; their frames (then their packets) go to the writer."""
+        while len(self.batches) > keep:
+            frames, finish, packets = self.batches.popleft()
+            t = time.perf_counter()
+            finish()
+            self.rec.infer_s += time.perf_counter() - t
+            failure = next((p.failure for p, _ in frames if p.failure), "")
+            if failure:  # a frame whose output could not be made finite: the clip fails
+                raise PipelineError(failure)
+            for p, f in frames:
+                p.assemble()
+                if p.rerun:  # frames whose output was not finite, re-run at fp32 (pipeline.sr.finite)
+                    self.rec.rerun, self.rec.rerun_reason = self.rec.rerun + p.rerun, p.rerun_reason
+                self.outq.put((p.out, f.pts, f.duration))
+            for item in packets:
+                self.outq.put(item)
+            self._counted(len(frames))
+
+    def _counted(self, n: int) -> None:
+        self.done += n
+        self.bar.update(n)  # the bar shows its own frame rate
+
+
 class VideoRunner:
     """Runs clips one after another through one ImageWorker, or through `remote` with `inflight` frames at a time
     (answers taken in order); exceptions of the `fatal` types end the run instead of failing one clip.
@@ -238,33 +292,26 @@ class VideoRunner:
     def _frames(self, rec: Record, inq: queue.Queue, outq: queue.Queue, failed: list, bar) -> tuple[ReadEnd, int]:
         """Take the reader's items until its ReadEnd: packets pass to the writer, frames are upscaled in batches.
         Returns the ReadEnd and the frames upscaled."""
+        flight = _InFlight(self, rec, outq, bar)
         pending: list[tuple[Planned, Frame]] = []
-        done = 0
-
-        def flush() -> None:
-            nonlocal done, pending
-            if pending:
-                self._upscale(rec, pending, outq)
-                done += len(pending)
-                bar.update(len(pending))  # the bar shows its own frame rate
-                pending = []
-
         while True:
             item = inq.get()
             if isinstance(item, ReadEnd):
                 if item.refused:  # the clip fails whole: its partial output is not kept
                     raise VideoError(item.refused)
-                flush()
-                return item, done
+                flight.submit(pending)
+                flight.collect(0)
+                return item, flight.done
             if failed:  # the writer failed: stop early, the clip is lost anyway
-                return ReadEnd([]), done
+                return ReadEnd([]), flight.done
             if isinstance(item, Packet):
-                outq.put(item)
+                flight.packet(item)
                 continue
             planned = self._plan_frame(rec, item.pixels)
             pending.append((planned, item))
             if not self.worker.batchable(planned) or len(pending) >= self.worker.batch:
-                flush()
+                flight.submit(pending)
+                pending = []
 
     def _remote_frames(self, rec: Record, inq: queue.Queue, outq: queue.Queue, failed: list,
                        bar) -> tuple[ReadEnd, int]:
