@@ -266,6 +266,26 @@ class VideoRunner:
         rec.encode_s += time.perf_counter() - t
         meter.sample()  # before the encoder's threads end with the file
 
+    @staticmethod
+    def _converter(rec: Record, writer: video_io.Writer, q: queue.Queue, out: queue.Queue,
+                   failed: list[BaseException]) -> None:
+        """The frames' RGB -> YUV conversion (Writer.picture), a stage of its own between inference and the encoder:
+        frame i+1 is converted while frame i encodes. Packets and the None sentinel pass on; after a failure items
+        pass unconverted (the writer drops them) so no producer blocks. Its busy time is the encoder's."""
+        name_thread(ENCODE)  # its CPU is the encoder's too, in the done line's split
+        busy = 0.0
+        while (item := q.get()) is not None:
+            if isinstance(item, tuple) and not failed:
+                t = time.perf_counter()
+                try:
+                    item = (writer.picture(item[0]), *item[1:])
+                except Exception as e:  # the converter: this clip fails
+                    failed.append(VideoError(f"encoding failed: {video_io.reason(e)}"))
+                busy += time.perf_counter() - t
+            out.put(item)
+        rec.encode_s += busy  # before the sentinel: the writer adds its own after it
+        out.put(None)
+
     # -- inference ------------------------------------------------------------------------------------------------
 
     def _upscale(self, rec: Record, frames: list[tuple[Planned, Frame]], out: queue.Queue) -> None:
@@ -373,16 +393,20 @@ class VideoRunner:
         stop = threading.Event()
         inq: queue.Queue = queue.Queue(maxsize=self.depth + QUEUE_FRAMES)
         outq: queue.Queue = queue.Queue(maxsize=self.depth + QUEUE_FRAMES)
+        encq: queue.Queue = queue.Queue(maxsize=QUEUE_FRAMES)  # converted frames waiting for the encoder
         failed: list[BaseException] = []
         timing: list = []
         items = video_io.read(rec.job.src, vp.info, window, copy=not segment)
         meter = CpuMeter()
         reader = threading.Thread(target=self._reader, args=(rec, items, inq, stop, meter), name="sr-video-read")
-        encoder = threading.Thread(target=self._writer, args=(rec, writer, outq, failed, timing, meter),
+        converter = threading.Thread(target=self._converter, args=(rec, writer, outq, encq, failed),
+                                     name="sr-video-convert")
+        encoder = threading.Thread(target=self._writer, args=(rec, writer, encq, failed, timing, meter),
                                    name="sr-video-encode")
         own_bar = bar is None
         bar = self.console.bar(vp.info.frames, unit="frame", desc=rec.job.rel) if own_bar else bar
         reader.start()
+        converter.start()
         encoder.start()
         frames = self._remote_frames if self.remote is not None else self._frames
         try:
@@ -391,6 +415,7 @@ class VideoRunner:
             finally:
                 stop.set()
                 outq.put(None)
+                converter.join()
                 encoder.join()
                 reader.join()
                 if own_bar:
