@@ -31,7 +31,7 @@ from pipeline.sr.video_io import WHOLE, Frame, Packet, ReadEnd, VideoError, Vide
 from pipeline.sr.videofmt import codec_for, crf_for, preset_for, size_problem, video_format
 from pipeline.sr.worker import ImageWorker, Planned, infer_reason
 
-QUEUE_FRAMES = 2  # frames waiting on each side of inference beyond one batch
+QUEUE_FRAMES = 2  # frames waiting for inference beyond one batch
 
 
 @dataclass
@@ -144,6 +144,9 @@ class _InFlight:
         self.runner, self.worker, self.rec, self.outq, self.bar = runner, runner.worker, rec, outq, bar
         self.batches: deque[tuple[list[tuple[Planned, Frame]], Callable[[], None], list[Packet]]] = deque()
         self.done = 0
+        # batches left in flight after a submission: one on a device (it works while this thread plans the next);
+        # none beside a host backend, whose submission computed it already (holding it would only hold memory)
+        self.ahead = 0 if self.worker.backend.host_cores else self.worker.in_flight - 1
 
     def packet(self, item: Packet) -> None:
         if self.batches:
@@ -163,7 +166,7 @@ class _InFlight:
         finish = self.worker.submit_batch([p for p, _ in frames])
         self.rec.infer_s += time.perf_counter() - t
         self.batches.append((frames, finish, []))
-        self.collect(self.worker.in_flight - 1)
+        self.collect(self.ahead)
 
     def collect(self, keep: int) -> None:
         """Collect the oldest batches until `keep` are left; their frames (then their packets) go to the writer."""
@@ -392,8 +395,10 @@ class VideoRunner:
                                  threads=self.encoder_threads)
         stop = threading.Event()
         inq: queue.Queue = queue.Queue(maxsize=self.depth + QUEUE_FRAMES)
-        outq: queue.Queue = queue.Queue(maxsize=self.depth + QUEUE_FRAMES)
-        encq: queue.Queue = queue.Queue(maxsize=QUEUE_FRAMES)  # converted frames waiting for the encoder
+        # upscaled frames waiting for the converter, then one converted frame waiting for the encoder: as many
+        # outputs held as before the conversion was a stage of its own
+        outq: queue.Queue = queue.Queue(maxsize=self.depth)
+        encq: queue.Queue = queue.Queue(maxsize=1)
         failed: list[BaseException] = []
         timing: list = []
         items = video_io.read(rec.job.src, vp.info, window, copy=not segment)
