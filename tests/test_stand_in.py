@@ -2,6 +2,9 @@
 handed out without a copy, and the sr stage's folder and video runs on it write exactly its output."""
 from __future__ import annotations
 
+import dataclasses
+import inspect
+
 import cv2
 import numpy as np
 import pytest
@@ -21,8 +24,13 @@ def test_the_stand_in_is_declared_but_never_offered_or_chosen():
     assert flagged == [backends.stand_in("srcnn").name]
     assert not set(flagged) & set(backends.NAMES)
     assert not any(d.stand_in for d in backends.descriptors())
-    with pytest.raises(PipelineError, match="unknown backend|choose from|invalid"):
+    with pytest.raises(PipelineError, match="unknown backend .stand-in."):
         backends.create_named(flagged[0], "srcnn")
+    # its constructor takes exactly its declared options, as every offered backend's does
+    desc = registry.STAND_IN.DESCRIPTOR
+    params = inspect.signature(registry.STAND_IN.__init__).parameters
+    assert {f.name: f.default for f in dataclasses.fields(desc.options)} == \
+        {k: p.default for k, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
 
 def test_its_output_is_the_nearest_neighbour_made_once_and_not_copied_per_call():
