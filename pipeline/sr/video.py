@@ -1,6 +1,7 @@
 """One video through the sr stage: frames are read (one thread), upscaled by the run's ImageWorker (this thread;
-whole frames batched up to --batch, large ones tiled, exactly as images are) and encoded with the copied audio and
-subtitle packets (a third thread) into a temporary file renamed at the end.
+whole frames batched up to --batch, large ones tiled, exactly as images are; on a device a frame is submitted before
+the one before it is collected), converted to the encoder's YUV (a third thread) and encoded with the copied audio
+and subtitle packets (a fourth) into a temporary file renamed at the end.
 
 The queues between the threads hold a few frames, so memory does not grow with the clip's length. A damaged or
 truncated clip still gets the frames that decode; its record fails with one line saying what was lost.
