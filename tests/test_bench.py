@@ -117,6 +117,13 @@ def test_tiny_bench_run_writes_consistent_report(tmp_path, random_weights, capsy
     assert {r["sweep"] for r in res if r["backend"] == "ort-folded"} >= {"main", "batch", "threads"}
     assert doc["auto"] and doc["auto"][0]["backend"] in names
     assert doc["folder"] and doc["folder"][0]["folder_s"] > 0
+    # the host side on the stand-in device, at full size even in --quick (issue 58)
+    folder, video = doc["host_side"]
+    assert (folder["kind"], video["kind"]) == ("folder", "video") and folder["backend"] == video["backend"]
+    assert (folder["images"], folder["size"], video["input"], video["output"]) == (16, 512, [640, 360], [1920, 1080])
+    for r in (folder, video):
+        assert 0 < r["serial_cpu_ms_per_mpix"] < r["host_cpu_ms_per_mpix"]
+    assert video["of_encoder"] > 0 and "## The host side on a stand-in device" in md
     # --quick leaves the stage's own cost out (too few, too small images to mean anything): listed as not run
     assert "stage_cost" not in doc and "## The sr stage's own cost" not in md
     assert any(s.startswith("the sr stage's own cost: --quick") for s in doc["skipped"])

@@ -87,3 +87,18 @@ def test_pure_inference_is_the_faster_of_one_call_and_streams_on_openvino():
     one, streams = r["inference_one_call_ms_per_image"], r["inference_streams_ms_per_image"]
     assert streams is not None and r["inference_ms_per_image"] == pytest.approx(min(one, streams))
     assert "2 streams" in lines[0] and be.streams == 1
+
+
+def test_host_side_rows_on_the_stand_in_device():
+    """bench's host-side rows (issue 58): CPU per output MPix of the driving thread and of the process, and the
+    video's frames/s against the encoder alone on the same frames, each on the stand-in device."""
+    from pipeline.bench.host_side import GOALS, folder_row, video_row
+
+    lines = []
+    f = folder_row(2, 32, repeats=1, log=lines.append)
+    assert f["backend"] == "stand-in" and f["out_mpix"] == pytest.approx(2 * 96 * 96 / 1e6, abs=1e-3)
+    assert 0 < f["serial_cpu_ms_per_mpix"] <= f["host_cpu_ms_per_mpix"] and f["goals"] == GOALS["folder"]
+    v = video_row(4, repeats=1, log=lines.append)
+    assert v["backend"] == "stand-in" and v["frames"] == 4 and v["output"] == [1920, 1080]
+    assert v["of_encoder"] == pytest.approx(v["fps"] / v["encoder_fps"], rel=0.01) and v["encoder_fps"] > 0
+    assert len(lines) == 2 and "of the encoder alone" in lines[1]

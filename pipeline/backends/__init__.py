@@ -7,6 +7,7 @@
     available(model, precision="fp32", weights=None, onnx=None, engine=None) -> [BackendStatus(name, available, reason)]
     pick_auto(model, precision="fp32") -> AutoPick(name, reason)
     descriptors() -> [Descriptor]     what each backend is, as data (name, device, ranks, precisions, options)
+    stand_in(model) -> loaded Backend  a stand-in device (no runtime) for measuring the host side; never offered
 
 Nothing falls back silently: a backend that cannot run raises PipelineError saying why, `available`
 says why for each, and a backend made by "auto" carries `selection_reason`. With `onnx=FILE` (or
@@ -37,10 +38,10 @@ from pipeline.backends.availability import NEEDS_GPU, available, no_gpu_line
 from pipeline.backends.base import Backend, BackendStatus
 from pipeline.backends.choice import BackendRequest, Choice, choose, choose_loaded, load, of_loaded
 from pipeline.backends.descriptor import Descriptor
-from pipeline.backends.registry import NAMES, backend_class, create_named, descriptors
+from pipeline.backends.registry import NAMES, backend_class, create_named, descriptors, stand_in
 from pipeline.backends.select import auto_line, candidates, create, faster_line, pick_precision
 
 __all__ = ["NAMES", "NEEDS_GPU", "AutoPick", "Backend", "BackendRequest", "BackendStatus", "Choice", "Descriptor",
            "choose", "choose_loaded", "load", "of_loaded", "auto_line", "available", "backend_class", "candidates",
            "create", "create_named", "descriptors", "expected_order", "faster_line", "measure", "measured",
-           "no_gpu_line", "pick_auto", "pick_precision", "time_backend"]
+           "no_gpu_line", "pick_auto", "pick_precision", "stand_in", "time_backend"]

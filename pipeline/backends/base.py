@@ -168,6 +168,11 @@ class Backend(ABC):
         """Whether inference runs on a CUDA device (then decoding and encoding may use every core)."""
         return str(self.device).startswith("cuda")
 
+    @property
+    def host_cores(self) -> bool:
+        """Whether inference itself runs on the host's cores (then decoding and encoding take a share beside it)."""
+        return not self.on_gpu
+
     def infer_pixels(self, pixels: np.ndarray, scale: float) -> np.ndarray:
         """NHWC BGR uint8/uint16 samples -> NHWC BGR samples of the same type at the output size, converted
         by pipeline.backends.pixels' rule (byte-identical on every backend). Here: `infer` between the numpy

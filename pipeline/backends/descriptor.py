@@ -37,6 +37,7 @@ class Descriptor:
     cpu_rank: int | None = None  # its place in the expected order on a machine without a CUDA GPU, fastest first
     gpu_rank: int | None = None  # with one: every GPU-ranked backend comes before the CPU-ranked ones
     alias_of: str | None = None  # another backend's session under a fixed provider: measured and compared once, there
+    stand_in: bool = False       # no real runtime: measures the host side (bench, tests); never offered, never `auto`
 
     def __post_init__(self):
         unknown = [r.artifact for r in self.runs if r.artifact not in ARTIFACTS]
@@ -147,6 +148,11 @@ class SrKernelsOptions(FileOptions):
 class OpenVinoOptions(FileOptions):
     progress: Callable | None = None
     chatter: Callable[[str], object] | None = None
+
+
+@dataclass(frozen=True)
+class StandInOptions:
+    ms_per_mpix: float = 0.4           # the stand-in device's time per output megapixel
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from pipeline.backends.descriptor import (
     OrtOptions,
     Runs,
     SrKernelsOptions,
+    StandInOptions,
     TorchOptions,
     TrtOptions,
 )
@@ -21,6 +22,7 @@ from pipeline.backends.openvino_backend import OpenVinoBackend
 from pipeline.backends.ort_backend import OrtBackend, OrtCpuBackend, OrtCudaBackend, OrtTrtBackend
 from pipeline.backends.ort_folded_backend import OrtFoldedBackend
 from pipeline.backends.ort_sr_kernels_backend import OrtSrKernelsBackend
+from pipeline.backends.stand_in_backend import StandInBackend
 from pipeline.backends.torch_backend import TorchBackend
 from pipeline.backends.trt_backend import TrtBackend
 from pipeline.errors import PipelineError, check_choice
@@ -57,12 +59,24 @@ TABLE: tuple[tuple[type[Backend], Descriptor], ...] = (
                         runs=(Runs("fp32", "graph", "inference precision f32"),
                               Runs("bf16", "graph", "inference precision bf16 (CPUs with bf16 arithmetic)"),
                               Runs("int8", "qdq", "float parts bf16 where the CPU has it, else f32")))),
+    (StandInBackend, D("stand-in", "cpu", options=StandInOptions, stand_in=True,
+                       summary="a stand-in device for measuring the host side: nearest-neighbour, sleeps 0.4 ms/MPix",
+                       runs=(Runs("fp32", "weights", "no model: the input's nearest-neighbour"),))),
 )
 for _cls, _desc in TABLE:  # each class reads its row as DESCRIPTOR (and its name from it): declared once, here
     _cls.DESCRIPTOR, _cls.name = _desc, _desc.name
 
-CLASSES: dict[str, type[Backend]] = {desc.name: cls for cls, desc in TABLE}
+# What users choose from (the CLI, `backends`, `auto`): every backend but the stand-ins, which bench and tests load
+# through `stand_in`
+CLASSES: dict[str, type[Backend]] = {desc.name: cls for cls, desc in TABLE if not desc.stand_in}
 NAMES = tuple(CLASSES)
+STAND_IN: type[Backend] = next(cls for cls, desc in TABLE if desc.stand_in)
+
+
+def stand_in(model: str, ms_per_mpix: float | None = None) -> Backend:
+    """The stand-in device (bench's host-side rows, tests), loaded: `model`'s spec, no model run."""
+    opts = {} if ms_per_mpix is None else {"ms_per_mpix": ms_per_mpix}
+    return STAND_IN(model, "fp32", **opts).load().selected("stand-in: measuring the host side", "stand-in")
 
 
 def backend_class(name: str) -> type[Backend]:

@@ -23,6 +23,7 @@ from pipeline import backends as B
 from pipeline import report
 from pipeline.artifacts.identity import resolve
 from pipeline.bench.folder import NEAR_FREE, folder_throughput, gpu_folder_rows, stage_cost, write_folder
+from pipeline.bench.host_side import folder_row, video_row
 from pipeline.bench.kernels import kernel_section
 from pipeline.bench.output_check import output_check_cost
 from pipeline.bench.ray_bench import ray_bench, ray_video_bench
@@ -67,6 +68,9 @@ QUICK.update(segment_clip_s=4.0, segment_short_s=1.0)
 # What checking every output for NaN / inf costs against the inference it checks (issue 48: goal <= 2 %).
 FULL.update(check_size=512, check_repeats=7)
 QUICK.update(check_size=64, check_repeats=2)
+# The host side on the stand-in device (issue 58), at full size in every bench (--quick too: fewer runs and frames)
+FULL.update(host_images=16, host_size=512, host_repeats=3, host_video_frames=48)
+QUICK.update(host_images=16, host_size=512, host_repeats=1, host_video_frames=16)
 # bf16 and int8 at the main point (with their measured quality loss) and `--precision auto`'s pick (issue 28).
 FULL.update(lower_precisions=True)
 QUICK.update(lower_precisions=True)
@@ -123,6 +127,8 @@ def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
     elif cfg.get("quick") and cfg.get("folder_images"):
         doc["skipped"].append("the sr stage's own cost: --quick's few small images would time start-up, not the "
                               "stage (the full bench times 16 images of 384^2)")
+    if cfg.get("host_images"):
+        doc["host_side"] = _host_side_rows(cfg, log, doc["skipped"].append)
     if cfg.get("segment_clip_s"):
         doc["segments"] = _segments_row(cfg, log, doc["skipped"].append)
     if cfg.get("gpu_folder_images"):
@@ -237,6 +243,22 @@ def _segments_row(cfg: dict, log, note) -> dict | None:
     except (PipelineError, RuntimeError) as e:
         note(f"segment overhead: {e}")
         return None
+
+
+def _host_side_rows(cfg: dict, log, note) -> list[dict]:
+    """The folder and video rows on the stand-in device: the host's CPU per output megapixel, the video's share of
+    the encoder alone (pipeline.bench.host_side)."""
+    log("host side (stand-in device)")
+    rows = []
+    try:
+        rows.append(folder_row(cfg["host_images"], cfg["host_size"], cfg["host_repeats"], log=log))
+    except (PipelineError, RuntimeError) as e:
+        note(f"host side, folder: {e}")
+    try:
+        rows.append(video_row(cfg["host_video_frames"], cfg["host_repeats"], log=log))
+    except (PipelineError, RuntimeError) as e:
+        note(f"host side, video: {e}")
+    return rows
 
 
 def _stage_cost_row(cfg: dict, log, note) -> dict | None:

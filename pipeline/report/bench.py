@@ -353,10 +353,27 @@ def _bench_folders(doc: dict) -> list:
     return blocks
 
 
+def _host_side(rows: list[dict] | None) -> list:
+    """The host side on the stand-in device (pipeline.bench.host_side): CPU per output megapixel."""
+    if not rows:
+        return []
+    return [Heading("The host side on a stand-in device"),
+            para("sr on the stand-in backend (nearest-neighbour x3, 0.4 ms of device time per output MPix spent "
+                 "asleep): the CPU of the thread that drives inference (goals: folder <= 0.4, video <= 1.0 ms per "
+                 "output MPix) and of the whole process (folder <= 8), and the video's frames/s against the encoder "
+                 "alone on the same frames and threads (goal >= 85 %); medians."),
+            table(["run", "input", "driving thread CPU ms/MPix", "process CPU ms/MPix", "wall ms/MPix",
+                   "of encoder alone", "meets goals"],
+                  [[r["kind"], f"{r['images']} x {r['size']}^2" if r["kind"] == "folder" else
+                    f"{r['input'][0]}x{r['input'][1]}, {r['frames']} frames", r["serial_cpu_ms_per_mpix"],
+                    r["host_cpu_ms_per_mpix"], r["wall_ms_per_mpix"], r.get("of_encoder", ""),
+                    "yes" if r["meets_goals"] else "no"] for r in rows])]
+
+
 def bench_blocks(doc: dict) -> list:
     """bench's report as blocks (pipeline.htmlreport.document), plots included (doc["plots"])."""
     blocks = _bench_method(doc) + _bench_auto(doc) + precision_section(doc) + _bench_folders(doc)
-    blocks += video_section(doc.get("video")) + startup_section(doc.get("startup"))
+    blocks += video_section(doc.get("video")) + _host_side(doc.get("host_side")) + startup_section(doc.get("startup"))
     if doc.get("ray"):
         blocks += [Heading("Folder run through Ray vs locally"), *ray_section(doc["ray"])]
     if doc.get("segments"):

@@ -47,7 +47,8 @@ __all__ = [
 
 # Videos on other executors (a clip split into segments on Ray actors; frames served by Triton): these load PyAV,
 # so they are imported on first use, for runs with videos only.
-_VIDEO_NAMES = {"VideoRunner": "video", "plan_clips": "video", "plan_work": "segments", "run_segment": "segments",
+_VIDEO_NAMES = {"VideoRunner": "video", "plan_clips": "video", "encoder_alone": "video", "plan_work": "segments",
+                "run_segment": "segments",
                 "segment_identity": "segments", "resume_lines": "segments",
                 "lock_outputs": "segments"}
 

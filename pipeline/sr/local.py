@@ -55,6 +55,7 @@ class LocalExecutor:
         self.plans: dict = {}
         self.clips: list[Record] = []
         self.works: list = []  # each clip's segments (pipeline.sr.segments.ClipWork)
+        self.serial_cpu_s = 0.0  # CPU seconds of the thread that drove inference (execute: this one)
         self.locks: dict = {}  # each clip's output lock, by name (pipeline.artifacts.lock)
         self.held = Held()
         self.record: dict | None = None  # the precision's measured loss (bf16, int8), or fp32's own baseline
@@ -98,7 +99,7 @@ class LocalExecutor:
         loaded, choice, auto_line = self._load(m.name, m.scale, console)
         below = self._quality(loaded, m.scale, console)
         self.clips = [r for r in plan.todo if r.job.video]
-        self.workers = settings.io_workers(o.workers, loaded.on_gpu)  # also the encoder's threads (a segment's key)
+        self.workers = settings.io_workers(o.workers, not loaded.host_cores)  # the encoder's threads too
         what = []
         if self.clips:  # PyAV loads only for runs with videos
             what = self._plan_clips(plan, loaded)
@@ -164,7 +165,7 @@ class LocalExecutor:
 
     def execute(self, todo: list[Record], console: Console, finished: Callable[[Record], None]) -> float:
         images = [r for r in todo if not r.job.video]
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         try:
             if images or not self.clips:
                 Scheduler(self.worker, console, self.workers).run(images)
@@ -172,6 +173,7 @@ class LocalExecutor:
                 self._videos(console)
         finally:
             self.loaded.run_streams(1)  # a backend given to this run is handed back as it came
+            self.serial_cpu_s = time.thread_time() - c0
         return time.perf_counter() - t0
 
     def _videos(self, console: Console) -> None:
@@ -193,8 +195,10 @@ class LocalExecutor:
                 console.failed(rec)
 
     def facts(self) -> dict:
+        """Its segments, and the CPU seconds of the thread that drove inference (what cannot spread over cores)."""
         segmented = [w.fact() for w in self.works if len(w.segments) > 1]
-        return {**({"segments": segmented} if segmented else {}), **self._quality_fact()}
+        return ({"serial_cpu_s": round(self.serial_cpu_s, 4)} | ({"segments": segmented} if segmented else {})
+                | self._quality_fact())
 
     def _quality_fact(self) -> dict:
         """The summary's `quality`: a lower precision's measured loss and verdict (gain_kept among them), or at

@@ -2,8 +2,9 @@
 
 Decoding runs ahead on a small pool (bounded prefetch), inference runs on the calling thread (whole
 images of one size batched up to --batch, large ones tiled; a batch is collected after the next one was
-submitted, so a device backend works while this thread reads), and encoding + the atomic write run on a
-second pool behind a queue bounded in bytes, so memory stays bounded however large the folder is.
+submitted, so a device backend works while this thread reads; the backend's samples become the output without a
+copy), and encoding + the atomic write run on a second pool behind a queue bounded in bytes, so memory stays bounded
+however large the folder is. Whatever per-image work can run there does (a BGRA output's assembly, PNG encoding).
 """
 from __future__ import annotations
 

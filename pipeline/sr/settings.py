@@ -25,7 +25,7 @@ def usable_cores() -> int:
 
 
 def io_workers(workers: int | None, on_gpu: bool) -> int:
-    """--workers, or the default: every usable core when inference runs on a device (the CPU then only
+    """--workers, or the default: every usable core when inference runs off the host's cores (the CPU then only
     decodes and encodes); beside a host backend, today's 2 (at most the cores), so inference keeps the cores."""
     if workers is not None:
         return workers

@@ -1,6 +1,7 @@
 """One video through the sr stage: frames are read (one thread), upscaled by the run's ImageWorker (this thread;
-whole frames batched up to --batch, large ones tiled, exactly as images are) and encoded with the copied audio and
-subtitle packets (a third thread) into a temporary file renamed at the end.
+whole frames batched up to --batch, large ones tiled, exactly as images are; on a device a frame is submitted before
+the one before it is collected), converted to the encoder's YUV (a third thread) and encoded with the copied audio
+and subtitle packets (a fourth) into a temporary file renamed at the end.
 
 The queues between the threads hold a few frames, so memory does not grow with the clip's length. A damaged or
 truncated clip still gets the frames that decode; its record fails with one line saying what was lost.
@@ -29,10 +30,10 @@ from pipeline.sr.imageio import Image
 from pipeline.sr.jobs import Job
 from pipeline.sr.records import Record
 from pipeline.sr.video_io import WHOLE, Frame, Packet, ReadEnd, VideoError, VideoInfo, Window
-from pipeline.sr.videofmt import codec_for, crf_for, preset_for, size_problem
+from pipeline.sr.videofmt import codec_for, crf_for, preset_for, size_problem, video_format
 from pipeline.sr.worker import ImageWorker, Planned, infer_reason
 
-QUEUE_FRAMES = 2  # frames waiting on each side of inference beyond one batch
+QUEUE_FRAMES = 2  # frames waiting for inference beyond one batch
 
 
 @dataclass
@@ -138,6 +139,70 @@ class _Stop(Exception):
 Remote = Callable[[np.ndarray], tuple[np.ndarray, dict]]
 
 
+class _InFlight:
+    """A clip's frames between the reader and the writer on the thread that drives inference: whole frames are
+    submitted and collected one batch later (a device works on one batch while this thread plans and submits the
+    next); tiled frames run tile batch by tile batch. Copied packets follow the frames read before them."""
+
+    def __init__(self, runner: VideoRunner, rec: Record, outq: queue.Queue, bar, counted: bool):
+        self.runner, self.worker, self.rec, self.outq, self.bar = runner, runner.worker, rec, outq, bar
+        self.counted = counted  # frames are the clip's from its first, so a failure can give the frame's number
+        self.batches: deque[tuple[list[tuple[Planned, Frame]], Callable[[], None], list[Packet]]] = deque()
+        self.done = 0
+        # batches left in flight after a submission: one on a device (it works while this thread plans the next);
+        # none beside a host backend, whose submission computed it already (holding it would only hold memory)
+        self.ahead = 0 if self.worker.backend.host_cores else self.worker.in_flight - 1
+
+    def packet(self, item: Packet) -> None:
+        if self.batches:
+            self.batches[-1][2].append(item)
+        else:
+            self.outq.put(item)
+
+    def submit(self, frames: list[tuple[Planned, Frame]]) -> None:
+        if not frames:
+            return
+        if not all(self.worker.batchable(p) for p, _ in frames):
+            self.collect(0)
+            self.runner._upscale(self.rec, frames, self.outq, self._first())
+            self._counted(len(frames))
+            return
+        t = time.perf_counter()
+        finish = self.worker.submit_batch([p for p, _ in frames])
+        self.rec.infer_s += time.perf_counter() - t
+        self.batches.append((frames, finish, []))
+        self.collect(self.ahead)
+
+    def collect(self, keep: int) -> None:
+        """Collect the oldest batches until `keep` are left; their frames (then their packets) go to the writer."""
+        while len(self.batches) > keep:
+            frames, finish, packets = self.batches.popleft()
+            t = time.perf_counter()
+            try:
+                finish()
+            except (NonFiniteOutput, PipelineError) as e:
+                raise _failed_frame(frames, self._first(), e) from None
+            self.rec.infer_s += time.perf_counter() - t
+            if any(p.failure for p, _ in frames):  # a frame whose output could not be made finite: the clip fails
+                raise _failed_frame(frames, self._first())
+            for p, f in frames:
+                p.assemble()
+                if p.rerun:  # frames whose output was not finite, re-run at fp32 (pipeline.sr.finite)
+                    self.rec.rerun, self.rec.rerun_reason = self.rec.rerun + p.rerun, p.rerun_reason
+                self.outq.put((p.out, f.pts, f.duration))
+            for item in packets:
+                self.outq.put(item)
+            self._counted(len(frames))
+
+    def _first(self) -> int | None:
+        """The clip's number of the next frame to come out (None in a segment, where it is not known)."""
+        return self.done + 1 if self.counted else None
+
+    def _counted(self, n: int) -> None:
+        self.done += n
+        self.bar.update(n)  # the bar shows its own frame rate
+
+
 class VideoRunner:
     """Runs clips one after another through one ImageWorker, or through `remote` with `inflight` frames at a time
     (answers taken in order); exceptions of the `fatal` types end the run instead of failing one clip.
@@ -215,6 +280,26 @@ class VideoRunner:
         rec.encode_s += time.perf_counter() - t
         meter.sample()  # before the encoder's threads end with the file
 
+    @staticmethod
+    def _converter(rec: Record, writer: video_io.Writer, q: queue.Queue, out: queue.Queue,
+                   failed: list[BaseException]) -> None:
+        """The frames' RGB -> YUV conversion (Writer.picture), a stage of its own between inference and the encoder:
+        frame i+1 is converted while frame i encodes. Packets and the None sentinel pass on; after a failure items
+        pass unconverted (the writer drops them) so no producer blocks. Its busy time is the encoder's."""
+        name_thread(ENCODE)  # its CPU is the encoder's too, in the done line's split
+        busy = 0.0
+        while (item := q.get()) is not None:
+            if isinstance(item, tuple) and not failed:
+                t = time.perf_counter()
+                try:
+                    item = (writer.picture(item[0]), *item[1:])
+                except Exception as e:  # the converter: this clip fails
+                    failed.append(VideoError(f"encoding failed: {video_io.reason(e)}"))
+                busy += time.perf_counter() - t
+            out.put(item)
+        rec.encode_s += busy  # before the sentinel: the writer adds its own after it
+        out.put(None)
+
     # -- inference ------------------------------------------------------------------------------------------------
 
     def _upscale(self, rec: Record, frames: list[tuple[Planned, Frame]], out: queue.Queue, first: int | None) -> None:
@@ -226,11 +311,8 @@ class VideoRunner:
                 self.worker.infer_batch(items)
             else:
                 self.worker.infer_tiled(items[0])
-        except (NonFiniteOutput, PipelineError) as e:  # the clip fails: the line names the frame, not "the image"
-            i = next((k for k, (p, _) in enumerate(frames) if p.failure), 0)
-            reason = (frames[i][0].failure or str(e)).replace("the whole image", "the whole frame").replace(
-                "nothing written for it", "the clip is not written")
-            raise VideoError(f"{_frame_name(frames[i][1], None if first is None else first + i)}: {reason}") from None
+        except (NonFiniteOutput, PipelineError) as e:
+            raise _failed_frame(frames, first, e) from None
         rec.infer_s += time.perf_counter() - t
         for p, f in frames:
             if p.rerun:  # frames whose output was not finite, re-run at fp32 (pipeline.sr.finite)
@@ -250,33 +332,26 @@ class VideoRunner:
         """Take the reader's items until its ReadEnd: packets pass to the writer, frames are upscaled in batches.
         Returns the ReadEnd and the frames upscaled. `counted`: frames are the clip's from its first (not a
         segment's), so a failure can give the frame's number."""
+        flight = _InFlight(self, rec, outq, bar, counted)
         pending: list[tuple[Planned, Frame]] = []
-        done = 0
-
-        def flush() -> None:
-            nonlocal done, pending
-            if pending:
-                self._upscale(rec, pending, outq, done + 1 if counted else None)
-                done += len(pending)
-                bar.update(len(pending))  # the bar shows its own frame rate
-                pending = []
-
         while True:
             item = inq.get()
             if isinstance(item, ReadEnd):
                 if item.refused:  # the clip fails whole: its partial output is not kept
                     raise VideoError(item.refused)
-                flush()
-                return item, done
+                flight.submit(pending)
+                flight.collect(0)
+                return item, flight.done
             if failed:  # the writer failed: stop early, the clip is lost anyway
-                return ReadEnd([]), done
+                return ReadEnd([]), flight.done
             if isinstance(item, Packet):
-                outq.put(item)
+                flight.packet(item)
                 continue
             planned = self._plan_frame(rec, item.pixels)
             pending.append((planned, item))
             if not self.worker.batchable(planned) or len(pending) >= self.worker.batch:
-                flush()
+                flight.submit(pending)
+                pending = []
 
     def _remote_frames(self, rec: Record, inq: queue.Queue, outq: queue.Queue, failed: list,
                        bar) -> tuple[ReadEnd, int]:
@@ -337,17 +412,23 @@ class VideoRunner:
                                  threads=self.encoder_threads)
         stop = threading.Event()
         inq: queue.Queue = queue.Queue(maxsize=self.depth + QUEUE_FRAMES)
-        outq: queue.Queue = queue.Queue(maxsize=self.depth + QUEUE_FRAMES)
+        # upscaled frames waiting for the converter, then one converted frame waiting for the encoder: as many
+        # outputs held as before the conversion was a stage of its own
+        outq: queue.Queue = queue.Queue(maxsize=self.depth)
+        encq: queue.Queue = queue.Queue(maxsize=1)
         failed: list[BaseException] = []
         timing: list = []
         items = video_io.read(rec.job.src, vp.info, window, copy=not segment)
         meter = CpuMeter()
         reader = threading.Thread(target=self._reader, args=(rec, items, inq, stop, meter), name="sr-video-read")
-        encoder = threading.Thread(target=self._writer, args=(rec, writer, outq, failed, timing, meter),
+        converter = threading.Thread(target=self._converter, args=(rec, writer, outq, encq, failed),
+                                     name="sr-video-convert")
+        encoder = threading.Thread(target=self._writer, args=(rec, writer, encq, failed, timing, meter),
                                    name="sr-video-encode")
         own_bar = bar is None
         bar = self.console.bar(vp.info.frames, unit="frame", desc=rec.job.rel) if own_bar else bar
         reader.start()
+        converter.start()
         encoder.start()
         try:
             try:
@@ -358,6 +439,7 @@ class VideoRunner:
             finally:
                 stop.set()
                 outq.put(None)
+                converter.join()
                 encoder.join()
                 reader.join()
                 if own_bar:
@@ -426,6 +508,14 @@ class VideoRunner:
                 "end_s": end.end_s, "seek_s": round(end.lead_s, 4)}
 
 
+def _failed_frame(frames: list[tuple[Planned, Frame]], first: int | None, e: Exception | None = None) -> VideoError:
+    """The clip's failure, its line naming the frame (not "the image"); `first`: the clip's number of frames[0]."""
+    i = next((k for k, (p, _) in enumerate(frames) if p.failure), 0)
+    reason = (frames[i][0].failure or str(e)).replace("the whole image", "the whole frame").replace(
+        "nothing written for it", "the clip is not written")
+    return VideoError(f"{_frame_name(frames[i][1], None if first is None else first + i)}: {reason}")
+
+
 def _frame_name(f: Frame, n: int | None) -> str:
     """'frame 12 at 0.458 s' (the clip's frame number from 1 and its presentation time), as far as they are known."""
     at = f" at {f.time_s:.3f} s" if f.time_s is not None else ""
@@ -449,3 +539,23 @@ def finish(rec: Record, vp: VideoPlan, frames: int, end: ReadEnd, wall: float) -
                  f"{rec.job.dst}{why}{more}")
         return
     rec.status = "ok"
+
+
+def encoder_alone(src, dst, scale: float, threads: int, upscale_frame: Callable[[np.ndarray], np.ndarray]) -> \
+        tuple[float, int]:
+    """(seconds, frames) of the encoder alone as a run of clip `src` into `dst` at sr's defaults would use it: the
+    clip's frames upscaled by `upscale_frame` first (untimed), then only the Writer (its RGB -> YUV conversion
+    included) with `threads`: what the run's frames/s is held against (bench)."""
+    job = Job(src, dst, src.name, video_format(dst))
+    vp = plan(job, scale, None, None, "drop")
+    frames = [(upscale_frame(f.pixels), f.pts, f.duration)
+              for f in video_io.read(src, vp.info, copy=False) if isinstance(f, Frame)]
+    writer = video_io.Writer(dst, job.fmt, vp.codec, vp.crf, vp.info, vp.width, vp.height, vp.pix_fmt, src,
+                             vp.drop, preset=vp.preset, threads=threads)
+    t0 = time.perf_counter()
+    try:
+        for f in frames:
+            writer.frame(*f)
+    finally:
+        writer.close()
+    return time.perf_counter() - t0, len(frames)

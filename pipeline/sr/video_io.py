@@ -461,15 +461,9 @@ class Writer:
         if self.info.rotation:
             v.set_display_rotation(self.info.rotation)
 
-    def frame(self, pixels: np.ndarray, pts: int | None, duration: int | None) -> None:
-        """Encode one upscaled BGR frame (uint8 or uint16) with the input frame's timing."""
-        keep_alpha = pixels.shape[2] == 4 and self.alpha
-        pixels = pixels[:self.height, :self.width, :4 if keep_alpha else 3]
-        c = self.info.colour
-        f = yuv.from_bgr(pixels, self.pix_fmt, c.sws_matrix, c.full)
-        if not av.VideoFormat(self.pix_fmt).is_rgb:
-            f.colorspace, f.color_range = c.out_matrix, c.out_range
-        f.color_primaries, f.color_trc = c.primaries, c.trc
+    def frame(self, pixels: np.ndarray | av.VideoFrame, pts: int | None, duration: int | None) -> None:
+        """Encode one upscaled BGR frame (uint8 or uint16; or its `picture`) with the input frame's timing."""
+        f = self.picture(pixels) if isinstance(pixels, np.ndarray) else pixels
         f.pts, f.time_base = self._ticks(pts), self.time_base
         if duration:
             f.duration = self._ticks(duration)
@@ -477,6 +471,18 @@ class Writer:
                 self._durations[f.pts] = f.duration
         for p in self.video.encode(f):
             self._mux_video(p)
+
+    def picture(self, pixels: np.ndarray) -> av.VideoFrame:
+        """An upscaled BGR frame in the encoder's pixel format and colour (any thread: the conversion is a stage
+        of its own beside the encoder)."""
+        keep_alpha = pixels.shape[2] == 4 and self.alpha
+        pixels = pixels[:self.height, :self.width, :4 if keep_alpha else 3]
+        c = self.info.colour
+        f = yuv.from_bgr(pixels, self.pix_fmt, c.sws_matrix, c.full)
+        if not av.VideoFormat(self.pix_fmt).is_rgb:
+            f.colorspace, f.color_range = c.out_matrix, c.out_range
+        f.color_primaries, f.color_trc = c.primaries, c.trc
+        return f
 
     def _mux_video(self, p: av.Packet) -> None:
         if self.segment:

@@ -60,6 +60,19 @@ class Planned:
     rerun: int = 0        # tiles (a whole image: 1) whose output was not finite, re-run at fp32 (pipeline.sr.finite)
     rerun_reason: str = ""
     failure: str = ""     # a whole image of a batch whose output could not be made finite: why (nothing is written)
+    rgb: np.ndarray | None = None  # the backend's samples, still to be put into `out` (assemble)
+    alpha_due: bool = False        # its alpha plane is still to be added to `out` (assemble)
+
+    def assemble(self) -> None:
+        """Put collected samples that are not the output already into it, and the alpha plane (where the caller
+        chooses to: the folder's encoder threads, off the thread that drives inference)."""
+        if self.rgb is not None:
+            imageio.store_pixels(self.out, 0, 0, self.rgb)
+            self.rgb = None
+        if self.alpha_due:
+            self.alpha_due = False
+            a = bicubic(self.image.region_alpha(0, self.image.height, 0, self.image.width), self.out.shape[:2])
+            imageio.store_alpha(self.out, 0, 0, a, self.image.depth)
 
     @property
     def in_size(self) -> tuple[int, int]:
@@ -77,6 +90,14 @@ def _checked(run: Callable[..., tuple], arg) -> tuple:
         return (*run(arg), None)
     except NonFiniteOutput as e:
         return e.samples, e.repaired, e
+
+
+def _pixels_batch(items: list[Planned]) -> np.ndarray:
+    """Whole images' integer samples as one NHWC batch: one image's own pixels where they are a plain array (no
+    copy), else stacked."""
+    if len(items) == 1:
+        return items[0].image.region_pixels(0, items[0].image.height, 0, items[0].image.width)[None]
+    return np.stack([it.image.region_pixels(0, it.image.height, 0, it.image.width) for it in items])
 
 
 def _affected(result: tuple, i: int) -> bool:
@@ -127,13 +148,27 @@ def write_output(rec: Record, pixels, jpeg_quality: int) -> bool:
     return True
 
 
+FREE_MEMORY_S = 0.25  # how long a reading of the free memory stands (each read costs the planning thread ~0.3 ms)
+_free_read: list[float] = [-FREE_MEMORY_S, 0.0]  # (when, bytes) of the last reading
+
+
+def _free_memory() -> int | None:
+    """The free memory in bytes, read at most every FREE_MEMORY_S (None without psutil)."""
+    if psutil is None:
+        return None
+    now = time.perf_counter()
+    if now - _free_read[0] >= FREE_MEMORY_S:
+        _free_read[:] = [now, float(psutil.virtual_memory().available)]
+    return int(_free_read[1])
+
+
 def output_problem(h: int, w: int, channels: int, depth: int, fmt: str) -> str:
     """Why an output of h x w cannot be produced, or ''."""
     side = imageio.MAX_SIDE.get(fmt, 2**31 - 1)
     if max(h, w) > side:
         return f"output {w}x{h} exceeds the {fmt} limit of {side} pixels per side"
     need = h * w * channels * (2 if depth == 16 else 1) * 2  # buffer + encoded copy
-    free = psutil.virtual_memory().available if psutil is not None else None
+    free = _free_memory()
     if free is not None and need > free // 2:
         return (f"output {w}x{h} needs {need / 2**30:.1f} GiB, more than half the free memory "
                 f"({free / 2**30:.1f} GiB)")
@@ -318,14 +353,17 @@ class ImageWorker:
         """Whole images of one size in one inference call; raises the first image's failure (a video's frames, a
         request's images: one fails, all do)."""
         self.submit_batch(items)()
+        for it in items:
+            it.assemble()
         failure = next((it.failure for it in items if it.failure), "")
         if failure:
             raise PipelineError(failure)
 
     def submit_batch(self, items: list[Planned]) -> Callable[[], None]:
-        """Whole images of one size submitted in one call; the returned `finish()` collects the results straight
-        into the images' outputs (from a device's pinned buffer), adds alpha and records the time. A caller may
-        read and submit the next batch in between, while a device works on this one."""
+        """Whole images of one size submitted in one call; the returned `finish()` collects the results and records
+        the time. A caller may read and submit the next batch in between, while a device works on this one. An
+        image's output is then the backend's samples themselves (no copy) where they are all of it, else they wait
+        in `rgb` for `Planned.assemble` (alpha, a BGRA output): the caller's to call, on any thread."""
         t0 = time.perf_counter()
         # gray (luma before rounding) or a mix of 8- and 16-bit images (one sample type per call): the float path
         floats = any(it.image.gray for it in items) or len({it.image.depth for it in items}) > 1
@@ -336,18 +374,21 @@ class ImageWorker:
             for i, (it, yi) in enumerate(zip(items, done[0], strict=True)):
                 if not _affected(done, i):
                     imageio.store_rgb(it.out, 0, 0, yi, it.image.depth)
+                    it.alpha_due = it.image.has_alpha
         else:
-            x = np.stack([it.image.region_pixels(0, it.image.height, 0, it.image.width) for it in items])
+            x = _pixels_batch(items)
             collect = self.check.submit(x, self.scale)
         del x
 
         def finish() -> None:
-            result = done if collect is None else _checked(collect, [it.out[..., :3] for it in items])
+            result = done if collect is None else _checked(collect, None)
             self._settle(items, result)
-            for it in items:
-                if it.image.has_alpha:
-                    a = bicubic(it.image.region_alpha(0, it.image.height, 0, it.image.width), it.out.shape[:2])
-                    imageio.store_alpha(it.out, 0, 0, a, it.image.depth)
+            if collect is not None:
+                for it, samples in zip(items, result[0], strict=True):
+                    if samples.shape == it.out.shape:  # three channels: the samples are the output
+                        it.out = samples
+                    else:
+                        it.rgb, it.alpha_due = samples, it.image.has_alpha
             share = (time.perf_counter() - t0) / len(items)
             for it in items:
                 it.infer_s = share
@@ -368,6 +409,7 @@ class ImageWorker:
     def encode(self, item: Planned, rec: Record) -> None:
         """Encode and write atomically to rec's output, then score against --reference; raises on failure."""
         t0 = time.perf_counter()
+        item.assemble()
         meta = item.image.meta if self.keep_metadata else metadata.NONE
         rec.notes.extend(imageio.write_image(rec.job.dst, item.out, rec.job.fmt, self.jpeg_quality, meta))
         rec.encode_s = time.perf_counter() - t0
