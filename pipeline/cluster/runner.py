@@ -280,7 +280,9 @@ class RayExecutor:
         return max(0.0, time.time() - (ready if rows else t0))
 
     def facts(self) -> dict:
-        return dict(self._facts)
+        """The run's facts; `quality`: the measured loss the driver's choice stands on, as a local run gives it."""
+        held = self.choice.quality if self.choice is not None else None
+        return dict(self._facts) | ({"quality": quality.summary(held)} if held is not None else {})
 
     def close(self) -> None:
         for lock in self.locks.values():  # the outputs' locks of clips not joined (an error, Ctrl-C)

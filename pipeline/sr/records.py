@@ -298,8 +298,7 @@ class Summary:
             "images_per_s": self.images_per_s, "mpix_per_s": self.mpix_per_s,
             "overall_images_per_s": self.overall_images_per_s, "overall_mpix_per_s": self.overall_mpix_per_s,
         }
-        if self.quality is not None:
-            d["quality"] = self.quality
+        d["quality"] = self.quality  # every executor's summary has the key (null: nothing measured for this run)
         if self.log.frames:  # where the clips' time went: each stage's busy seconds (the done line's split)
             d["video_stage_s"] = {k: round(v, 3) for k, v in self.log.video_stage_s.items()}
         if self.reference:
