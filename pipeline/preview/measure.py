@@ -119,15 +119,15 @@ def _read_outputs(m: Measured, run: SrRun, samples: list[Sample], loaded, scale:
 
 
 def measure(c: Candidate, model: str | None, scale: float, samples: list[Sample], clip: Path | None,
-            work: Path, codec: str | None) -> Measured:
-    """Load, warm up (one sample), then sr on the samples and on the sample clip; a candidate that cannot load or
+            work: Path, codec: str | None, warm_up: Path) -> Measured:
+    """Load, warm up (`warm_up`: a small crop of a sample, through sr), then sr on the samples and on the sample clip; a candidate that cannot load or
     run is returned with its one-line error."""
     m = Measured(c)
     try:
         loaded = load(c, model, scale, m)
         out = work / c.slug
         folder = samples[0].path.parent
-        run_sr(loaded, samples[0].path, out / "warm-up" / samples[0].path.name, scale)
+        run_sr(loaded, warm_up, out / "warm-up" / warm_up.name, scale)
         m.images = run_sr(loaded, folder, out / "images", scale)
         _read_outputs(m, m.images, samples, loaded, scale)
         if clip is not None:

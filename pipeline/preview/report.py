@@ -7,6 +7,8 @@ import json
 import shlex
 from pathlib import Path
 
+import numpy as np
+
 from pipeline import report, sr
 from pipeline.analysis import sheet
 from pipeline.artifacts.atomic import atomic_write
@@ -73,6 +75,20 @@ def command_line(argv: list[str] | None) -> str | None:
     return None if argv is None else "python -m pipeline " + shlex.join(argv)
 
 
+SHEET_LR = 96  # LR pixels of each sample's centre region a sheet shows (its crops are picked inside it)
+
+
+def _region(lr: np.ndarray, scale: float) -> tuple[slice, slice, slice, slice]:
+    """The centre region of a sample (LR rows, cols) and of its outputs (HR rows, cols): the sheets' crops and
+    their metrics come from it, not from whole outputs (SSIM on every output of every sample would take seconds)."""
+    h, w = lr.shape[:2]
+    sy, sx = min(SHEET_LR, h), min(SHEET_LR, w)
+    y0, x0 = (h - sy) // 2, (w - sx) // 2
+    hy, hx = round(y0 * scale), round(x0 * scale)
+    return (slice(y0, y0 + sy), slice(x0, x0 + sx), slice(hy, hy + round(sy * scale)),
+            slice(hx, hx + round(sx * scale)))
+
+
 def _sheets(o: Outcome, folder: Path) -> list[Sheet]:
     """Per sample: bicubic, every candidate that wrote it, fp32's output last (the sliders' reference)."""
     ref = o.prep.reference
@@ -83,11 +99,14 @@ def _sheets(o: Outcome, folder: Path) -> list[Sheet]:
     for s in o.samples:
         if s.name not in reference:
             continue
-        outputs = {j.measured.candidate.label: rgb8(j.measured.outputs[s.name]) for j in o.judged
+        ly, lx, hy, hx = _region(s.pixels, o.prep.model.scale)
+        ref_hr = rgb8(reference[s.name])[hy, hx]
+        outputs = {j.measured.candidate.label: rgb8(j.measured.outputs[s.name])[hy, hx] for j in o.judged
                    if s.name in j.measured.outputs and j.measured.candidate != ref}
+        outputs = {k: v for k, v in outputs.items() if v.shape == ref_hr.shape}
         if not outputs:
             continue
-        path = sheet.write(folder / "sheets" / f"{s.name}.png", rgb8(s.pixels), outputs, rgb8(reference[s.name]),
+        path = sheet.write(folder / "sheets" / f"{s.name}.png", rgb8(s.pixels)[ly, lx], outputs, ref_hr,
                            scale=o.prep.model.scale, side=64, reference_label=f"{ref.label} (fp32 reference)",
                            bicubic=sheet.from_float(sr.bicubic))
         sheets.append(Sheet(f"{s.name} (from {s.source})", path, picture="jpeg", each_vs_bicubic=True))

@@ -18,6 +18,7 @@ from pipeline.preview.measure import Candidate, Measured, measure
 from pipeline.preview.verdict import Judged, judge, rank
 
 OUTPUT_PLACEHOLDER = "OUTPUT"  # where the recommended command's output path goes
+WARM_UP = 128  # side of the crop each candidate runs once before it is timed (its first call's one-time costs)
 
 
 @dataclass(frozen=True)
@@ -155,8 +156,10 @@ def preview(prep: Prepared) -> Outcome:
         todo = list(prep.candidates)
         if prep.reference is not None and prep.reference not in todo:
             todo.insert(0, prep.reference)
+        warm_up = Path(work) / "warm-up.png"
+        warm_up.write_bytes(sr.encode_image(inputs.centre_crop(samples[0].pixels, WARM_UP)[0], "png"))
         for c in todo:
-            m = measure(c, prep.opts.model, scale, samples, clip, Path(work), codec)
+            m = measure(c, prep.opts.model, scale, samples, clip, Path(work), codec, warm_up)
             measured.append(m)
             log(f"  {c.label}: " + (f"failed: {m.error}" if m.error else
                                     f"measured (load {m.setup_s:.1f} s{', built now' if m.built else ''})"))
