@@ -41,6 +41,7 @@ class Survey:
 
     pictures: list[Picture] = field(default_factory=list)
     clips: list[Clip] = field(default_factory=list)
+    video_jobs: list[Job] = field(default_factory=list)  # probed into `clips` by the video side (PyAV)
     unreadable: list[str] = field(default_factory=list)
 
     def out_mpix(self, scale: float) -> tuple[float, float]:
@@ -80,19 +81,13 @@ def _header(path: Path) -> tuple[int, int]:
 
 
 def survey(input_path: Path, scratch: Path) -> Survey:
-    """INPUT's jobs as `sr` lists them (`scratch`: an output folder that is never written), each sized from its
-    header; PipelineError (before any work) when not one image or video in it can be read."""
+    """INPUT's jobs as `sr` lists them (`scratch`: an output folder that is never written), each image sized from
+    its header (the videos are left to the video side's probe)."""
     found = discover(input_path, scratch)
     result = Survey()
     for job in found.jobs:
         if job.video:
-            from pipeline.preview import video  # PyAV only for videos
-
-            clip = video.clip(job)
-            if isinstance(clip, str):
-                result.unreadable.append(f"{job.rel}: {clip}")
-            else:
-                result.clips.append(clip)
+            result.video_jobs.append(job)
             continue
         try:
             w, h = _header(job.src)
@@ -100,10 +95,14 @@ def survey(input_path: Path, scratch: Path) -> Survey:
             result.unreadable.append(f"{job.rel}: {e}")
             continue
         result.pictures.append(Picture(job, w, h))
+    return result
+
+
+def check_readable(result: Survey, input_path: Path) -> None:
+    """PipelineError (before any work) when not one image or video in INPUT can be read."""
     if not result.pictures and not result.clips:
         why = f" ({result.unreadable[0]})" if result.unreadable else ""
         raise PipelineError(f"no readable image or video in {input_path}{why}")
-    return result
 
 
 def spread(n: int, k: int) -> list[int]:

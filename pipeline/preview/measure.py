@@ -120,8 +120,8 @@ def _read_outputs(m: Measured, run: SrRun, samples: list[Sample], loaded, scale:
 
 def measure(c: Candidate, model: str | None, scale: float, samples: list[Sample], clip: Path | None,
             work: Path, codec: str | None, warm_up: Path) -> Measured:
-    """Load, warm up (`warm_up`: a small crop of a sample, through sr), then sr on the samples and on the sample clip; a candidate that cannot load or
-    run is returned with its one-line error."""
+    """Load, warm up (`warm_up`: a small crop of a sample, through sr), then sr on the samples and on the sample
+    clip; a candidate that cannot load or run is returned with its one-line error."""
     m = Measured(c)
     try:
         loaded = load(c, model, scale, m)

@@ -67,6 +67,11 @@ def prepare(opts: PreviewOptions) -> Prepared:
         raise PipelineError(f"input not found: {opts.input}")
     model = sr.resolve_model(sr.RunOptions(opts.input, out_dir, model=opts.model, scale=opts.scale))
     survey = inputs.survey(Path(opts.input), out_dir / "never-written")
+    if survey.video_jobs:
+        from pipeline.preview import video  # PyAV only for videos
+
+        video.probe_clips(survey)
+    inputs.check_readable(survey, Path(opts.input))
     prep = Prepared(opts, model, survey, out_dir)
     _candidates(prep)
     if not prep.candidates:

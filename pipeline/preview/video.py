@@ -26,6 +26,16 @@ def clip(job: Job) -> Clip | str:
     return Clip(job, info, frames_total(info), _copied_bytes(job.src))
 
 
+def probe_clips(survey) -> None:
+    """The survey's video jobs probed into its clips (or its unreadable files, with why)."""
+    for job in survey.video_jobs:
+        c = clip(job)
+        if isinstance(c, str):
+            survey.unreadable.append(f"{job.rel}: {c}")
+        else:
+            survey.clips.append(c)
+
+
 def _copied_bytes(path: Path) -> int:
     with av.open(str(path)) as container:
         copied = [s for s in container.streams if s.type in ("audio", "subtitle")]
@@ -53,7 +63,8 @@ def _run(c: Clip, start_s: float) -> list[np.ndarray]:
 def runs(clips: list[Clip], k: int, folder: Path, clip_path: Path) -> tuple[Path | None, list[Sample], int]:
     """K runs of consecutive frames spread over the clips (run i in clip i mod n, at the middle of its share of that
     clip), cropped, written as one lossless clip; the first frame of each run also as a PNG sample (the fidelity is
-    measured on pictures, not on an encoder's output) into `folder`. Returns (the clip, the frame samples, frames in the clip)."""
+    measured on pictures, not on an encoder's output) into `folder`. Returns (the clip, the frame samples, its
+    frames)."""
     folder.mkdir(parents=True, exist_ok=True)
     taken: list[np.ndarray] = []
     samples = []

@@ -40,8 +40,8 @@ __all__ = [
     # the per-image steps (the Triton model's sr service runs them on requests); a folder's CPU streams
     "FOLDER_STREAMS", "ImageWorker", "in_flight", "Job", "Planned", "infer_reason",
     # images in and out, held to the same limits everywhere
-    "HeaderError", "Image", "ImageError", "bicubic", "check_header", "convert_for_format", "decode_image", "encode_image",
-    "normalize_format", "over_limit", "read_image",
+    "HeaderError", "Image", "ImageError", "bicubic", "check_header", "convert_for_format", "decode_image",
+    "encode_image", "normalize_format", "over_limit", "read_image",
     # what the CLI offers for videos; the cores this process may use
     "AUDIO_MODES", "CRF", "DEFAULT_PRESET", "ENCODERS", "PRESETS", "codec_for", "encoder_options", "usable_cores",
 ]
