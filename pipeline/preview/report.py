@@ -12,7 +12,7 @@ import numpy as np
 from pipeline import report, sr
 from pipeline.analysis import sheet
 from pipeline.artifacts.atomic import atomic_write
-from pipeline.htmlreport import Code, Heading, Sheet, Strong, Table, items, para, write_report
+from pipeline.htmlreport import Code, Heading, Sheet, Strong, Table, items, para, said, write_report
 from pipeline.preview.inputs import CROP
 from pipeline.preview.run import Outcome
 from pipeline.preview.verdict import Judged, rgb8
@@ -125,10 +125,10 @@ def blocks(o: Outcome, doc: dict, folder: Path) -> list:
                 f"{len(o.samples)} picture(s)" + (f" and {o.clip_frames} frames in runs" if o.clip_frames else "")
                 + f"; samples larger than {CROP}x{CROP} are cropped to a centred {CROP}x{CROP} window."),
            Heading("Candidates, fastest first"), Table(HEADER, tuple(row(j) for j in o.judged)),
-           para("est. time estimates the wall_s of `sr --summary` for the whole input: the load with files cached, "
-                "plus the output megapixels (from the headers) at the rate sr reached on the samples (decoding, "
-                "inference and encoding overlapped as sr runs them). est. size: the sample outputs encoded as sr "
-                "writes them, scaled to the whole input, plus the copied audio.")]
+           para(*said("est. time estimates the `wall_s` of `sr --summary` for the whole input: the load with files "
+                      "cached, plus the output megapixels (from the headers) at the rate sr reached on the samples "
+                      "(decoding, inference and encoding overlapped as sr runs them). est. size: the sample outputs "
+                      "encoded as sr writes them, scaled to the whole input, plus the copied audio."))]
     if p.unavailable:
         out += [Heading("Not available here"),
                 items(*(f"{u['backend']} {u['precision']}: {u['reason']}" for u in p.unavailable))]
