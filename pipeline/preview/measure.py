@@ -138,3 +138,17 @@ def measure(c: Candidate, model: str | None, scale: float, samples: list[Sample]
     except (PipelineError, OSError, RuntimeError, ValueError, MemoryError) as e:
         m.error = first_line(e) or type(e).__name__
     return m
+
+
+def _pooled(a: SrRun | None, b: SrRun | None) -> SrRun | None:
+    if a is None or b is None:
+        return a
+    return SrRun(a.process_s + b.process_s, a.out_mpix + b.out_mpix, a.decode_s + b.decode_s,
+                 a.encode_s + b.encode_s, a.records)
+
+
+def pool(m: Measured, again: Measured) -> None:
+    """A second measurement of the same candidate pooled into the first: its sr runs' seconds and megapixels summed
+    (the rate over both), the mean of the two loads."""
+    m.images, m.clip = _pooled(m.images, again.images), _pooled(m.clip, again.clip)
+    m.setup_s = (m.setup_s + again.setup_s) / 2

@@ -14,8 +14,8 @@ from pipeline.analysis.candidates import candidate_statuses
 from pipeline.errors import PipelineError
 from pipeline.preview import inputs
 from pipeline.preview.estimate import estimate
-from pipeline.preview.measure import Candidate, Measured, measure
-from pipeline.preview.verdict import Judged, judge, rank
+from pipeline.preview.measure import Candidate, Measured, measure, pool
+from pipeline.preview.verdict import RECOMMENDED, WITHIN, Judged, judge, rank
 
 OUTPUT_PLACEHOLDER = "OUTPUT"  # where the recommended command's output path goes
 WARM_UP = 128  # side of the crop each candidate runs once before it is timed (its first call's one-time costs)
@@ -144,6 +144,43 @@ def _sample(prep: Prepared, folder: Path) -> tuple[list[inputs.Sample], Path | N
     return samples, clip, frames, area
 
 
+@dataclass
+class _Work:
+    """What every candidate's measurement shares."""
+
+    prep: Prepared
+    samples: list[inputs.Sample]
+    clip: Path | None
+    codec: str | None
+    folder: Path
+    warm_up: Path
+    image_names: set[str]
+    area: int
+
+    def measure(self, c: Candidate, sub: str = "") -> Measured:
+        return measure(c, self.prep.opts.model, self.prep.model.scale, self.samples, self.clip, self.folder / sub,
+                       self.codec, self.warm_up)
+
+    def judge(self, m: Measured, reference: dict) -> Judged:
+        scale = self.prep.model.scale
+        return judge(m, estimate(m, self.prep.survey, scale, self.image_names, self.area), reference, scale)
+
+
+def _confirm(w: _Work, judged: list[Judged]) -> list[Judged]:
+    """The recommended one measured again, last: its rate pooled over both runs, the later one just before the
+    user's sr run; ranked again on the pooled estimate."""
+    best = next((j for j in judged if j.verdict == RECOMMENDED), None)
+    if best is None:
+        return judged
+    again = w.measure(best.measured.candidate, "again")
+    if again.error or again.failures:
+        return judged
+    pool(best.measured, again)
+    best.estimate = estimate(best.measured, w.prep.survey, w.prep.model.scale, w.image_names, w.area)
+    best.verdict = WITHIN
+    return rank(judged)
+
+
 def preview(prep: Prepared) -> Outcome:
     """Sample, measure every candidate (the fp32 reference first), judge and rank them."""
     t0 = time.perf_counter()
@@ -151,24 +188,23 @@ def preview(prep: Prepared) -> Outcome:
     samples_dir = prep.out_dir / "samples"
     shutil.rmtree(samples_dir, ignore_errors=True)  # ours: samples of an earlier preview into this folder
     samples, clip, frames, area = _sample(prep, samples_dir)
-    image_names = {s.name for s in samples if not s.name.startswith("frame-")}
     codec = sr.codec_for(prep.survey.clips[0].job.fmt, None) if prep.survey.clips else None
-    scale, log = prep.model.scale, prep.opts.log
-    log(f"preview {prep.model.name} x{scale:g}: {len(samples)} sample(s)"
-        + (f" and {frames} frames in runs" if frames else "") + f", {len(prep.candidates)} candidate(s)")
-    measured: list[Measured] = []
+    prep.opts.log(f"preview {prep.model.name} x{prep.model.scale:g}: {len(samples)} sample(s)"
+                  + (f" and {frames} frames in runs" if frames else "") + f", {len(prep.candidates)} candidate(s)")
     with tempfile.TemporaryDirectory(prefix="preview-", dir=prep.out_dir) as work:
+        warm_up = Path(work) / "warm-up.png"
+        warm_up.write_bytes(sr.encode_image(inputs.centre_crop(samples[0].pixels, WARM_UP)[0], "png"))
+        w = _Work(prep, samples, clip, codec, Path(work), warm_up,
+                  {s.name for s in samples if not s.name.startswith("frame-")}, area)
         todo = list(prep.candidates)
         if prep.reference is not None and prep.reference not in todo:
             todo.insert(0, prep.reference)
-        warm_up = Path(work) / "warm-up.png"
-        warm_up.write_bytes(sr.encode_image(inputs.centre_crop(samples[0].pixels, WARM_UP)[0], "png"))
+        measured = []
         for c in todo:
-            m = measure(c, prep.opts.model, scale, samples, clip, Path(work), codec, warm_up)
+            m = w.measure(c)
             measured.append(m)
-            log(f"  {c.label}: " + (f"failed: {m.error}" if m.error else
-                                    f"measured (load {m.setup_s:.1f} s{', built now' if m.built else ''})"))
+            prep.opts.log(f"  {c.label}: " + (f"failed: {m.error}" if m.error else
+                                              f"measured (load {m.setup_s:.1f} s{', built now' if m.built else ''})"))
         reference = measured[0].outputs if prep.reference is not None else {}
-        judged = [judge(m, estimate(m, prep.survey, scale, image_names, area), reference, scale)
-                  for m in measured if m.candidate in prep.candidates]
-    return Outcome(prep, rank(judged), samples, image_names, frames, time.perf_counter() - t0)
+        judged = _confirm(w, rank([w.judge(m, reference) for m in measured if m.candidate in prep.candidates]))
+    return Outcome(prep, judged, samples, w.image_names, frames, time.perf_counter() - t0)
