@@ -90,9 +90,10 @@ def _estimate_holds(doc: dict, summary: dict, input_path: Path, again: Path, ext
     """The recommended candidate's estimate within TOLERANCE of its run's wall_s. The machine is shared (others'
     load comes and goes within a minute), so a miss is measured once more, the preview of that candidate alone and
     its run right after it: an estimator that is wrong misses both times."""
+    first = (_best(doc)["est_seconds"], summary["wall_s"])
+    print(f"estimate {first[0]:.1f} s, sr wall_s {first[1]:.1f} s")  # with -s: how close it came
     if _close(doc, summary):
         return
-    first = (_best(doc)["est_seconds"], summary["wall_s"])
     best = _best(doc)
     assert main(["preview", str(input_path), "--model", "srcnn-x3", "--backends", best["backend"], "--precisions",
                  best["precision"], *extra, "--output", str(again / "preview")]) == 0
