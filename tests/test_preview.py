@@ -126,6 +126,19 @@ def test_bad_input_is_one_line_and_exit_2_before_any_work(case, tmp_path, capsys
     assert word in err[0]
 
 
+def test_one_image_without_model_previews_the_default_model(tmp_path, capsys):
+    """An image is its own sample; without --model the default model runs and the command names it."""
+    folder = mixed_folder(tmp_path / "in", n=1, big=False)
+    out = tmp_path / "out"
+    assert main(["preview", str(folder / "img00.png"), "--backends", "ort-folded", "--precisions", "fp32",
+                 "--output", str(out)]) == 0
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["recommended"] == ["sr", str(folder / "img00.png"), "OUTPUT", "--model", "srcnn", "--backend",
+                                  "ort-folded", "--precision", "fp32"]
+    assert len(doc["samples"]) == 1 and doc["samples"][0]["from"] == "img00.png"
+    assert "recommended: python -m pipeline sr " in capsys.readouterr().out
+
+
 # -- a candidate whose output is not finite --------------------------------------------------------------------------
 def test_nan_output_is_failed_with_its_count_and_never_recommended(tmp_path, capsys):
     """The NaN net on a white image: every candidate's output is NaN there (fp32 has nothing to re-run with), each is

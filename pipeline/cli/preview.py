@@ -19,7 +19,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     prep = preview.prepare(preview.PreviewOptions(
-        args.input, args.output, model=args.model, scale=args.scale,
+        args.input, args.output, model=options.model_from_args(args), scale=args.scale,
         backends=tuple(args.backends) if args.backends else None,
         precisions=tuple(args.precisions) if args.precisions else None, samples=args.samples))
     outcome = preview.preview(prep)
