@@ -3,8 +3,9 @@
     seconds  setup (its load with its files cached) + the images' output megapixels (from headers) x the rate sr
              reached on the sample images + the clips' output megapixels x the rate on the sample clip: both rates
              are sr's processing seconds per output megapixel with decoding, inference and encoding (the clip's
-             encoder at the run's codec and preset) overlapped as sr overlaps them. What it estimates: the
-             `wall_s` of `sr --summary`.
+             encoder at the run's codec and preset) overlapped as sr overlaps them. For the recommended candidate
+             the sample images' run is split into its fixed part (fill and drain, paid once by a job) and a rate,
+             from a second run on the samples twice over. What it estimates: the `wall_s` of `sr --summary`.
     bytes    each output image format's megapixels x the bytes per megapixel of the sample outputs encoded in that
              format (as sr encodes them), plus each clip's frames at the sample clip's keyframe and other-frame
              packet sizes (keyframes at the encoder's interval), scaled by frame area, plus the copied streams' bytes.
@@ -39,11 +40,12 @@ def _rate(runs) -> tuple[float | None, float | None]:
 def seconds(m: Measured, survey: Survey, scale: float) -> float | None:
     images, frames = survey.out_mpix(scale)
     total = m.setup_s
-    for mpix, run in ((images, m.images), (frames, m.clip)):
+    for mpix, run, fixed in ((images, m.images, m.images_fixed_s), (frames, m.clip, None)):
         if mpix:
             if run is None or not run.out_mpix:
                 return None
-            total += mpix * run.process_s / run.out_mpix
+            fixed = fixed or 0.0  # paid once by the job, not per megapixel
+            total += fixed + mpix * (run.process_s - fixed) / run.out_mpix
     return total
 
 

@@ -49,6 +49,7 @@ class Measured:
     setup_s: float = 0.0               # loading it with its files cached: sr's setup
     built: list[str] = field(default_factory=list)  # cache files made now (an export, a Q/DQ file, a quality record)
     images: SrRun | None = None
+    images_fixed_s: float | None = None  # the sample run's part that does not grow with the job (fill and drain)
     clip: SrRun | None = None
     clip_file: Path | None = None      # the sample clip's output (its packets sized for the estimate)
     outputs: dict[str, np.ndarray] = field(default_factory=dict)  # sample name -> output as sr wrote it
@@ -118,8 +119,28 @@ def _read_outputs(m: Measured, run: SrRun, samples: list[Sample], loaded, scale:
         m.outputs[sample.name] = sr.read_image(rec.job.dst).pixels
 
 
+def _doubled(folder: Path, into: Path) -> Path:
+    """The sample images twice over (links): a run of twice the work, whose extra time is the images' own."""
+    into.mkdir(parents=True, exist_ok=True)
+    for p in sorted(folder.glob("*.png")):
+        for k in (1, 2):
+            (into / f"{p.stem}~{k}.png").hardlink_to(p)
+    return into
+
+
+def split_fixed(once: SrRun, twice: SrRun) -> tuple[float, float]:
+    """(fixed seconds, seconds per output megapixel) from a run on the samples and one on them twice over: the
+    difference is the images' own time; the rest of the first run is its fill and drain (the first decode, the last
+    encode, the streams' ramp), which a whole job pays once. The rate is held between half the plain rate and the
+    plain rate (a noisy pair cannot make the fixed part negative or most of the run)."""
+    plain = once.process_s / once.out_mpix
+    rate = (twice.process_s - once.process_s) / max(twice.out_mpix - once.out_mpix, 1e-9)
+    rate = min(plain, max(plain / 2, rate))
+    return once.process_s - rate * once.out_mpix, rate
+
+
 def measure(c: Candidate, model: str | None, scale: float, samples: list[Sample], clip: Path | None,
-            work: Path, codec: str | None, warm_up: Path) -> Measured:
+            work: Path, codec: str | None, warm_up: Path, split: bool = False) -> Measured:
     """Load, warm up (`warm_up`: a small crop of a sample, through sr), then sr on the samples and on the sample
     clip; a candidate that cannot load or run is returned with its one-line error."""
     m = Measured(c)
@@ -130,6 +151,9 @@ def measure(c: Candidate, model: str | None, scale: float, samples: list[Sample]
         run_sr(loaded, warm_up, out / "warm-up" / warm_up.name, scale)
         m.images = run_sr(loaded, folder, out / "images", scale)
         _read_outputs(m, m.images, samples, loaded, scale)
+        if split and len(samples) > 1 and m.images.out_mpix:
+            twice = run_sr(loaded, _doubled(folder, out / "doubled"), out / "images-twice", scale)
+            m.images_fixed_s, _ = split_fixed(m.images, twice)
         if clip is not None:
             m.clip_file = out / "clip" / clip.name
             m.clip = run_sr(loaded, clip, m.clip_file, scale, codec=codec, audio="drop")
@@ -150,5 +174,9 @@ def _pooled(a: SrRun | None, b: SrRun | None) -> SrRun | None:
 def pool(m: Measured, again: Measured) -> None:
     """A second measurement of the same candidate pooled into the first: its sr runs' seconds and megapixels summed
     (the rate over both), the mean of the two loads."""
-    m.images, m.clip = _pooled(m.images, again.images), _pooled(m.clip, again.clip)
+    if again.images_fixed_s is not None:  # split into fixed and per-megapixel parts: its own, measured together
+        m.images, m.images_fixed_s = again.images, again.images_fixed_s
+    else:
+        m.images = _pooled(m.images, again.images)
+    m.clip = _pooled(m.clip, again.clip)
     m.setup_s = (m.setup_s + again.setup_s) / 2

@@ -157,9 +157,9 @@ class _Work:
     image_names: set[str]
     area: int
 
-    def measure(self, c: Candidate, sub: str = "") -> Measured:
+    def measure(self, c: Candidate, sub: str = "", split: bool = False) -> Measured:
         return measure(c, self.prep.opts.model, self.prep.model.scale, self.samples, self.clip, self.folder / sub,
-                       self.codec, self.warm_up)
+                       self.codec, self.warm_up, split)
 
     def judge(self, m: Measured, reference: dict) -> Judged:
         scale = self.prep.model.scale
@@ -167,12 +167,13 @@ class _Work:
 
 
 def _confirm(w: _Work, judged: list[Judged]) -> list[Judged]:
-    """The recommended one measured again, last: its rate pooled over both runs, the later one just before the
-    user's sr run; ranked again on the pooled estimate."""
+    """The recommended one measured again, last (just before the user's sr run): its images' time split into the
+    sample run's fixed part and a rate (measure.split_fixed), its clip's rate pooled over both runs; ranked again
+    on that estimate."""
     best = next((j for j in judged if j.verdict == RECOMMENDED), None)
     if best is None:
         return judged
-    again = w.measure(best.measured.candidate, "again")
+    again = w.measure(best.measured.candidate, "again", split=True)
     if again.error or again.failures:
         return judged
     pool(best.measured, again)
