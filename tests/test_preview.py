@@ -274,3 +274,12 @@ def test_preview_page_in_a_browser_loads_nothing_and_its_sliders_work(small_prev
     slider.send_keys(Keys.ARROW_RIGHT * 10)
     assert int(slider.get_attribute("value")) == 60 and before.value_of_css_property("clip-path") != start
     assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def test_split_fixed_takes_the_extra_run_as_the_images_own_time_held_to_sane_bounds():
+    from pipeline.preview.measure import SrRun, split_fixed
+
+    once = SrRun(process_s=1.0, out_mpix=2.0, decode_s=0, encode_s=0, records=[])
+    assert split_fixed(once, SrRun(1.8, 4.0, 0, 0, [])) == pytest.approx((0.2, 0.4))
+    assert split_fixed(once, SrRun(1.1, 4.0, 0, 0, [])) == pytest.approx((0.5, 0.25))  # at most half is fixed
+    assert split_fixed(once, SrRun(3.0, 4.0, 0, 0, [])) == pytest.approx((0.0, 0.5))  # never a negative fixed part
