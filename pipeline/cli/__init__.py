@@ -27,6 +27,8 @@ STAGES = {
     "engine": ("pipeline.cli.engine", "ONNX -> TensorRT engine with our plugins"),
     "sr": ("pipeline.cli.sr", "super-resolve images and videos (a file or a folder tree)"),
     "eval": ("pipeline.cli.eval", "PSNR/SSIM of a model vs bicubic on held-out images"),
+    "preview": ("pipeline.cli.preview", "before a long job: every backend x precision on samples of INPUT, with the "
+                                        "whole job's time and size"),
     "compare": ("pipeline.cli.compare", "compare every available backend's output with PyTorch FP32"),
     "bench": ("pipeline.cli.bench", "benchmark latency/throughput of every available backend"),
     "backends": ("pipeline.cli.backends", "list the backends this machine can run, and why others cannot"),

@@ -103,6 +103,8 @@ class Sheet:
 
     title: str
     path: Path
+    picture: str = "png"          # how its crops are embedded: "png" (exact) or "jpeg" (a page of many sliders)
+    each_vs_bicubic: bool = False  # every output column against bicubic too (not only the first)
     kind = "sheet"
 
 

@@ -60,7 +60,8 @@ class _Budget:
 
     def sheet(self, sheet: Sheet) -> SheetView | None:
         try:
-            group = sheet_group(self.folder, sheet.title, sheet.path, MAX_EMBED_BYTES)
+            group = sheet_group(self.folder, sheet.title, sheet.path, MAX_EMBED_BYTES, sheet.picture,
+                                sheet.each_vs_bicubic)
         except NotEmbedded as e:
             self.left_out.append(f"{sheet.title} ({e})")
             return None

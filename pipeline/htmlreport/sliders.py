@@ -39,22 +39,31 @@ class SheetGroup:
     alike: list[Slider] = field(default_factory=list)
 
 
-def _png_uri(rgb) -> str:
+JPEG_QUALITY = 92  # a sheet embedded as JPEG (many sliders on one page): close to the eye, a fifth of PNG's bytes
+
+
+def _png_uri(rgb, picture: str = "png") -> str:
     import cv2
 
-    ok, png = cv2.imencode(".png", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
+    bgr = cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
+    if picture == "jpeg":
+        ok, data = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
+    else:
+        ok, data = cv2.imencode(".png", bgr)
     if not ok:
-        raise RuntimeError("PNG encoding failed")
-    return "data:image/png;base64," + base64.b64encode(png.tobytes()).decode()
+        raise RuntimeError(f"{picture.upper()} encoding failed")
+    return f"data:image/{picture};base64," + base64.b64encode(data.tobytes()).decode()
 
 
-def pairs(names: list[str]) -> list[tuple[int, int]]:
-    """(left, right) column pairs of a sheet, per crop: bicubic vs the first output, then every output against the
-    reference column (the last). The LR column (nearest) is left out."""
+def pairs(names: list[str], each_vs_bicubic: bool = False) -> list[tuple[int, int]]:
+    """(left, right) column pairs of a sheet, per crop: bicubic vs the first output (vs every output with
+    `each_vs_bicubic`), then every output against the reference column (the last). The LR column (nearest) is left
+    out."""
     ref = len(names) - 1
     shown = [c for c, name in enumerate(names[:-1]) if not name.startswith("LR")]
     outputs = [c for c in shown if names[c] != "bicubic"]
-    first = [(names.index("bicubic"), outputs[0])] if "bicubic" in names[:-1] and outputs else []
+    against = outputs if each_vs_bicubic else outputs[:1]
+    first = [(names.index("bicubic"), c) for c in against] if "bicubic" in names[:-1] else []
     return first + [(c, ref) for c in shown]
 
 
@@ -80,8 +89,10 @@ def _alike(a, b) -> bool:
     return a.shape == b.shape and int(np.abs(a.astype(np.int16) - b.astype(np.int16)).max(initial=0)) <= VISIBLE_LEVELS
 
 
-def sheet_group(folder: Path, title: str, png: Path, limit: int) -> SheetGroup:
-    """The sliders of one sheet (NotEmbedded when its files cannot be read confined)."""
+def sheet_group(folder: Path, title: str, png: Path, limit: int, picture: str = "png",
+                each_vs_bicubic: bool = False) -> SheetGroup:
+    """The sliders of one sheet (NotEmbedded when its files cannot be read confined); `picture`: how the crops are
+    embedded (png, jpeg)."""
     import numpy as np
 
     meta, img = _layout(folder, Path(png), limit)
@@ -93,12 +104,12 @@ def sheet_group(folder: Path, title: str, png: Path, limit: int) -> SheetGroup:
     names, group = meta["names"], SheetGroup(title)
     for r in range(meta["rows"]):
         seen = []  # output crops of this row already shown against the reference
-        for left, right in pairs(names):
+        for left, right in pairs(names, each_vs_bicubic):
             a, b = cell(r, left), cell(r, right)
             delta = np.abs(a.astype(np.int16) - b.astype(np.int16))
             diff = np.clip(delta * DIFF_GAIN, 0, 255).astype(np.uint8)
-            s = Slider(f"crop {r + 1}: {names[left]} vs {names[right]}", _png_uri(a), _png_uri(b), _png_uri(diff),
-                       names[left], names[right])
+            s = Slider(f"crop {r + 1}: {names[left]} vs {names[right]}", _png_uri(a, picture), _png_uri(b, picture),
+                       _png_uri(diff, picture), names[left], names[right])
             if right != len(names) - 1 or names[left] == "bicubic":
                 group.shown.append(s)
             elif any(_alike(a, other) for other in seen):

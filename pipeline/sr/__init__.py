@@ -18,8 +18,9 @@
 Code outside this package imports only the names below (an import-linter contract in pyproject.toml).
 """
 from pipeline.sr.api import run_local, upscale
+from pipeline.sr.bicubic import bicubic
 from pipeline.sr.flow import ExecutorLost, ModelChoice, Plan, Started, applies_only, resolve_model, run
-from pipeline.sr.image_header import HeaderError, over_limit
+from pipeline.sr.image_header import HeaderError, check_header, over_limit
 from pipeline.sr.imageio import Image, ImageError, convert_for_format, normalize_format, read_image
 from pipeline.sr.imageio import decode as decode_image
 from pipeline.sr.imageio import encode as encode_image
@@ -27,7 +28,7 @@ from pipeline.sr.jobs import Job, discover
 from pipeline.sr.options import OPTION_FIELDS, RunOptions, option_flag
 from pipeline.sr.records import Record, Summary
 from pipeline.sr.settings import usable_cores
-from pipeline.sr.videofmt import AUDIO_MODES, CRF, DEFAULT_PRESET, ENCODERS, PRESETS, encoder_options
+from pipeline.sr.videofmt import AUDIO_MODES, CRF, DEFAULT_PRESET, ENCODERS, PRESETS, codec_for, encoder_options
 from pipeline.sr.worker import FOLDER_STREAMS, ImageWorker, Planned, in_flight, infer_reason, write_output
 
 __all__ = [
@@ -39,10 +40,10 @@ __all__ = [
     # the per-image steps (the Triton model's sr service runs them on requests); a folder's CPU streams
     "FOLDER_STREAMS", "ImageWorker", "in_flight", "Job", "Planned", "infer_reason",
     # images in and out, held to the same limits everywhere
-    "HeaderError", "Image", "ImageError", "convert_for_format", "decode_image", "encode_image", "normalize_format",
-    "over_limit", "read_image",
+    "HeaderError", "Image", "ImageError", "bicubic", "check_header", "convert_for_format", "decode_image",
+    "encode_image", "normalize_format", "over_limit", "read_image",
     # what the CLI offers for videos; the cores this process may use
-    "AUDIO_MODES", "CRF", "DEFAULT_PRESET", "ENCODERS", "PRESETS", "encoder_options", "usable_cores",
+    "AUDIO_MODES", "CRF", "DEFAULT_PRESET", "ENCODERS", "PRESETS", "codec_for", "encoder_options", "usable_cores",
 ]
 
 # Videos on other executors (a clip split into segments on Ray actors; frames served by Triton): these load PyAV,
@@ -50,12 +51,16 @@ __all__ = [
 _VIDEO_NAMES = {"VideoRunner": "video", "plan_clips": "video", "encoder_alone": "video", "plan_work": "segments",
                 "run_segment": "segments",
                 "segment_identity": "segments", "resume_lines": "segments",
-                "lock_outputs": "segments"}
+                "lock_outputs": "segments", "probe_video": "video_io", "read_video": "video_io",
+                "VideoFrame": "video_io", "VideoWindow": "video_io"}
+# names exported under another name than the module's own (a bare `read` or `Frame` says too little here)
+_VIDEO_ALIASES = {"probe_video": "probe", "read_video": "read", "VideoFrame": "Frame", "VideoWindow": "Window"}
 
 
 def __getattr__(name: str):
     if name in _VIDEO_NAMES:
         import importlib
 
-        return getattr(importlib.import_module(f"pipeline.sr.{_VIDEO_NAMES[name]}"), name)
+        module = importlib.import_module(f"pipeline.sr.{_VIDEO_NAMES[name]}")
+        return getattr(module, _VIDEO_ALIASES.get(name, name))
     raise AttributeError(f"module 'pipeline.sr' has no attribute '{name}'")
