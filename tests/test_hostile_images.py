@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from pipeline.cli import main
-from pipeline.sr import imageio
-from pipeline.sr.imageio import ImageError
+from pipeline.sr.images import imageio
+from pipeline.sr.images.imageio import ImageError
 
 MAX_PIXELS_ENV = "SRDEPLOY_MAX_PIXELS"  # documented in the README
 
@@ -86,7 +86,7 @@ BOMBS = {
 
 _PEAK = """
 import json, sys
-from pipeline.sr.imageio import read_image, ImageError
+from pipeline.sr.images.imageio import read_image, ImageError
 out = {}
 for p in sys.argv[1:]:
     try:
@@ -121,7 +121,7 @@ def test_bombs_are_refused_from_the_header_with_bounded_memory(tmp_path):
 
 @pytest.mark.parametrize("name", sorted(BOMBS))
 def test_header_sizes_are_read_right(name):
-    from pipeline.sr.image_header import image_size
+    from pipeline.sr.images.header import image_size
 
     side = {"png-32000-rgba16.png": 32000, "png-60000.png": 60000, "bmp-rle-30000.bmp": 30000,
             "tiff-30000.tif": 30000, "webp-16383.webp": 16383}.get(name, 32000)
@@ -130,7 +130,7 @@ def test_header_sizes_are_read_right(name):
 
 @pytest.mark.parametrize("ext", [".png", ".jpg", ".bmp", ".tif", ".webp"])
 def test_real_images_header_matches_decoder(ext):
-    from pipeline.sr.image_header import image_size
+    from pipeline.sr.images.header import image_size
 
     img = np.random.default_rng(0).integers(0, 255, (37, 53, 3), dtype=np.uint8)
     data = cv2.imencode(ext, img)[1].tobytes()

@@ -8,7 +8,7 @@ NCHW float RGB in [0, 1].
 - Out: float32(y) * max, rounded half to even (np.rint = torch.round), clipped to [0, max], cast.
 - Checked: a NaN would be cast to 0 and an infinity clipped to 0 or max, silently; every conversion out counts, per
   sample, the pixels with a non-finite value (numpy, torch on the device, inside the ONNX pixel graph), and the
-  result raises NonFiniteOutput when any has one (pipeline.sr.finite decides what happens then).
+  result raises NonFiniteOutput when any has one (pipeline.sr.runner.finite decides what happens then).
 """
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ class NonFiniteOutput(PipelineError):
         self.counts = np.asarray(counts, dtype=np.int64).reshape(-1)
         self.samples, self.source, self.place = samples, source, place
         self.note = ""  # what else the reader should know (why it was not re-run at fp32)
-        self.repaired: list[int] = []  # samples re-run at fp32 before this was raised (pipeline.sr.finite)
+        self.repaired: list[int] = []  # samples re-run at fp32 before this was raised (pipeline.sr.runner.finite)
         super().__init__(str(self))
 
     @property

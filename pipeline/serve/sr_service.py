@@ -215,7 +215,7 @@ class SrService:
         info = {"in_size": list(p.in_size), "out_size": list(p.out_size), "mode": p.image.mode,
                 "bit_depth": p.image.depth, "tiles": p.plan.count, "scale": it.worker.scale,
                 "backend": self.describe(), "infer_s": round(p.infer_s, 6)}
-        if p.rerun:  # tiles whose output was not finite, re-run at fp32 (pipeline.sr.finite)
+        if p.rerun:  # tiles whose output was not finite, re-run at fp32 (pipeline.sr.runner.finite)
             info["rerun_fp32"] = {"tiles": p.rerun, "reason": p.rerun_reason}
         notes = list(p.notes)
         if it.fmt == ARRAY:

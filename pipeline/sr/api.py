@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.htmlreport import Heading, Sheet, para, write_html
-from pipeline.sr.bicubic import bicubic
-from pipeline.sr.console import Console
 from pipeline.sr.flow import run
+from pipeline.sr.images.bicubic import bicubic
 from pipeline.sr.local import LocalExecutor
 from pipeline.sr.options import RunOptions
-from pipeline.sr.records import Summary
+from pipeline.sr.runner.console import Console
+from pipeline.sr.runner.records import Summary
 
 
 def reference_sheet(result: Summary, console: Console) -> None:
@@ -52,7 +52,7 @@ def upscale(input: str | Path, output: str | Path, **options) -> Summary:
     them. audio: 'copy' (a stream the output container cannot hold is an
     error before any work) or 'drop'. segment_seconds: a clip at least twice this long (default 60 s) is cut at
     keyframes into segments kept beside the output until the join, so skip_existing=True resumes a killed run
-    from its finished (verified) segments (pipeline.sr.segments).
+    from its finished (verified) segments (pipeline.sr.video.segments).
     tile: LR tile side, 0 = never tile, None = from free memory (a device backend's own). batch: images or
     tiles of one size per call, or 'auto' (the most that fit on a device, capped; 1 on the host). workers:
     decode/encode threads, None = every usable core with a device backend, else 2. progress=False hides the bar and

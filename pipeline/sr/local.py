@@ -1,5 +1,5 @@
 """The local executor: the backend loaded in this process, images through the scheduler's thread pools
-(pipeline.sr.scheduler), videos frame by frame (pipeline.sr.video), all around one ImageWorker."""
+(pipeline.sr.runner.scheduler), videos frame by frame (pipeline.sr.video.clip), all around one ImageWorker."""
 from __future__ import annotations
 
 import time
@@ -9,12 +9,12 @@ from pipeline import backends, quality
 from pipeline.artifacts.atomic import remove_stale_parts
 from pipeline.precisions import AUTO
 from pipeline.sr import settings
-from pipeline.sr.console import Console, scale_note
 from pipeline.sr.flow import ModelChoice, Plan, Started, resolve_model
 from pipeline.sr.options import OPTION_FIELDS, RunOptions
-from pipeline.sr.records import Record
-from pipeline.sr.scheduler import Scheduler
-from pipeline.sr.worker import FOLDER_STREAMS, ImageWorker
+from pipeline.sr.runner.console import Console, scale_note
+from pipeline.sr.runner.records import Record
+from pipeline.sr.runner.scheduler import Scheduler
+from pipeline.sr.runner.worker import FOLDER_STREAMS, ImageWorker
 
 
 class LocalExecutor:
@@ -35,7 +35,7 @@ class LocalExecutor:
         self.choice: backends.Choice | None = None  # None: a loaded backend was given
         self.plans: dict = {}
         self.clips: list[Record] = []
-        self.works: list = []  # each clip's segments (pipeline.sr.segments.ClipWork)
+        self.works: list = []  # each clip's segments (pipeline.sr.video.segments.ClipWork)
         self.locks: dict = {}  # each clip's output lock, by name (pipeline.artifacts.lock)
 
     def model(self, opts: RunOptions) -> ModelChoice:
@@ -78,8 +78,8 @@ class LocalExecutor:
     def _plan_clips(self, plan: Plan, loaded: backends.Backend) -> list[str]:
         """Each clip's plan and segments (its output locked for this run; with --skip-existing the segments a
         killed run finished, verified); the first line's notes for a single clip."""
-        from pipeline.sr.segments import lock_outputs, plan_work, segment_identity
-        from pipeline.sr.video import plan_clips
+        from pipeline.sr.video.clip import plan_clips
+        from pipeline.sr.video.segments import lock_outputs, plan_work, segment_identity
 
         o, m = self.opts, plan.model
         self.plans = plan_clips(self.clips, m.scale, o.codec, o.crf, o.audio, o.preset)
@@ -113,7 +113,7 @@ class LocalExecutor:
         if self.stale:
             console.info(f"removed {self.stale} temp file(s) a killed earlier run left beside its outputs")
         if self.works:
-            from pipeline.sr.segments import resume_lines
+            from pipeline.sr.video.segments import resume_lines
 
             for line in resume_lines(self.works):
                 console.info(line)
@@ -136,8 +136,8 @@ class LocalExecutor:
     def _videos(self, console: Console) -> None:
         """Each clip in turn: cut into segments and joined when it is long enough to have several (a killed run
         resumes from its finished ones), else whole; a clip whose output another run holds failed in the plan."""
-        from pipeline.sr.segments import run_clip
-        from pipeline.sr.video import VideoRunner
+        from pipeline.sr.video.clip import VideoRunner
+        from pipeline.sr.video.segments import run_clip
 
         runner = VideoRunner(self.worker, console, encoder_threads=self.workers)
         works = {w.rec.job.rel: w for w in self.works}

@@ -41,7 +41,7 @@ class RunOptions:
     crf: int | None = None
     preset: str | None = None         # x264/x265 preset (None: videofmt.DEFAULT_PRESET)
     audio: str = "copy"               # copy | drop
-    segment_seconds: float | None = None  # a clip cut at keyframes into segments this long (pipeline.sr.segments)
+    segment_seconds: float | None = None  # a clip cut at keyframes into segments this long (pipeline.sr.video.segments)
     log: Callable[[str], object] | None = None  # where lines go (default: stderr)
 
     @property

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.artifacts.atomic import atomic_write
-from pipeline.sr.image_header import MAX_PIXELS_ENV, HeaderError, check_header, max_file_bytes, max_pixels
+from pipeline.sr.images.header import MAX_PIXELS_ENV, HeaderError, check_header, max_file_bytes, max_pixels
 
 # OpenCV's own guard (2^30 pixels) must not be tighter than ours: it reads this before its first decode
 with contextlib.suppress(HeaderError):
@@ -26,7 +26,7 @@ with contextlib.suppress(HeaderError):
 import cv2  # noqa: E402
 
 from pipeline.backends import pixels as px  # noqa: E402
-from pipeline.sr import png  # noqa: E402
+from pipeline.sr.images import png  # noqa: E402
 
 # Extensions we read and write (OpenCV codecs present in opencv-python-headless).
 FORMATS = {
@@ -310,7 +310,7 @@ def encode(pixels: np.ndarray, fmt: str, jpeg_quality: int = 95) -> bytes:
         params = [cv2.IMWRITE_JPEG_QUALITY, int(jpeg_quality)]
     elif fmt == "webp":
         params = [cv2.IMWRITE_WEBP_QUALITY, int(jpeg_quality)]
-    elif fmt == "png":  # our own writer: a third of OpenCV's CPU (pipeline.sr.png)
+    elif fmt == "png":  # our own writer: a third of OpenCV's CPU (pipeline.sr.images.png)
         try:
             return png.encode_png(pixels)
         except ValueError as e:

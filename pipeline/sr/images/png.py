@@ -21,7 +21,7 @@ import cv2
 import numpy as np
 
 from pipeline.errors import PipelineError
-from pipeline.native import kernels_cpu
+from pipeline.native import kernels_cpu, png_codec
 
 try:
     from isal import isal_zlib as deflate
@@ -88,7 +88,7 @@ def encode_png(pixels: np.ndarray, native: bool = True) -> bytes:
         raise ValueError(f"PNG takes uint8/uint16 gray, BGR or BGRA, got {pixels.dtype} with {channels} channels")
     h, w = pixels.shape[:2]
     if native and pixels.dtype == np.uint8 and h and w and kernels_cpu.usable():
-        data = kernels_cpu.png_idat_u8(pixels, swap_red_blue=True)
+        data = png_codec.png_idat_u8(pixels, swap_red_blue=True)
     else:
         data = _idat_up(pixels)
     depth = 16 if pixels.dtype == np.uint16 else 8
@@ -143,6 +143,6 @@ def decode_png(data: bytes) -> np.ndarray | None:
     if len(rows) != expected or not inflater.eof:
         return None
     try:
-        return kernels_cpu.png_unfilter_u8(rows, h, w, c, swap_red_blue=c >= 3)
+        return png_codec.png_unfilter_u8(rows, h, w, c, swap_red_blue=c >= 3)
     except PipelineError:  # a row's filter type is not one of PNG's
         return None

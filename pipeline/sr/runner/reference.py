@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import first_line
-from pipeline.sr import imageio
-from pipeline.sr.bicubic import bicubic
-from pipeline.sr.imageio import Image, ImageError
-from pipeline.sr.records import MISSING
+from pipeline.sr.images import imageio
+from pipeline.sr.images.bicubic import bicubic
+from pipeline.sr.images.imageio import Image, ImageError
+from pipeline.sr.runner.records import MISSING
 
 
 def bicubic_pixels(image: Image, out_h: int, out_w: int) -> np.ndarray:
