@@ -15,7 +15,7 @@ from PIL import PngImagePlugin
 
 from pipeline.sr.images import imageio, png
 
-pytestmark = pytest.mark.usefixtures("cpu_kernels")
+pytestmark = pytest.mark.usefixtures("png_library")
 
 
 def _opencv(data: bytes):
