@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from pipeline.cli import main
-from pipeline.sr.video.clip import av_io as video_io
+from pipeline.sr.video import av_io as video_io
 from tests.video_clips import frames_of, make_clip, make_png_mov
 
 MAX_PIXELS_ENV = "SRDEPLOY_MAX_PIXELS"

@@ -285,7 +285,7 @@ def test_video_output_name_must_be_a_video(clips, weights, tmp_path, capsys):
 
 def test_frames_in_flight_stay_bounded_whatever_the_length(weights, tmp_path, capsys, monkeypatch):
     """Decoding never runs more than a few frames ahead of inference, nor inference ahead of encoding."""
-    from pipeline.sr.video.clip import av_io as video_io
+    from pipeline.sr.video import av_io as video_io
 
     src = make_clip(tmp_path / "long.mkv", "ffv1", 16, 12, 30, 30)
     counts = {"read": 0, "encoded": 0, "ahead": 0, "behind": 0}

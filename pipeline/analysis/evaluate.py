@@ -13,7 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.artifacts.identity import resolve
+from pipeline.data import sample_images
 from pipeline.errors import PipelineError
+from pipeline.quality.metrics import crop_border_for, psnr_y, ssim_y
 
 DEFAULT_SCALES = (2.0, 3.0, 4.0)
 
@@ -35,9 +37,7 @@ def evaluate(model_name: str, scales=DEFAULT_SCALES, weights: str | Path | None 
 
     from models.registry import file_sha256, load_model
     from models.registry import run as run_model
-    from pipeline.data import sample_images
     from pipeline.data.degradation import make_pair, to_tensor, to_uint8, upscale_bicubic
-    from pipeline.quality.metrics import crop_border_for, psnr_y, ssim_y
 
     spec = resolve(model_name)
     if model is None:

@@ -17,13 +17,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from models.spec import file_sha256
+from pipeline import quality
 from pipeline.artifacts.cache import cache_dir
+from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import folded_variants, onnx_metadata, reference_file
 from pipeline.artifacts.stamp import data_files, stamp_path
 from pipeline.backends.base import Backend
 from pipeline.backends.descriptor import HOOKS
 from pipeline.backends.registry import backend_class, create_named, option_values
+from pipeline.backends.select import create
+from pipeline.engine import sidecar_path
 from pipeline.errors import PipelineError
+from pipeline.export.cached import onnx_for
+from pipeline.native.cuda_driver import gpu_visible
 from pipeline.precisions import AUTO, BY_NAME, DEFAULT
 
 PathLike = str | Path
@@ -99,7 +105,6 @@ def choose(request: BackendRequest, model: str | None, scale: float | None = Non
 def choose_loaded(request: BackendRequest, model: str | None, scale: float | None = None,
                   **hooks) -> tuple[Choice, Backend]:
     """choose(), and the backend it loaded to choose: what a run in this process goes on with."""
-    from pipeline.backends.select import create
 
     opts = request.keywords()
     loaded = create(request.backend, model, request.precision, scale=scale, **opts, **hooks)
@@ -108,7 +113,6 @@ def choose_loaded(request: BackendRequest, model: str | None, scale: float | Non
 
 def of_loaded(loaded: Backend, scale: float | None = None, opts: dict | None = None) -> Choice:
     """The Choice a loaded backend is: its name, precision, files at `scale`, why it was chosen."""
-    from pipeline import quality
 
     scale = quality.run_scale(loaded, scale)
     given = {k: v for k, v in (opts or {}).items() if k not in HOOKS and v is not None}
@@ -128,15 +132,12 @@ def load(choice: Choice, **hooks) -> Backend:
 
 def _elsewhere(backend: str) -> bool:
     """A GPU-only backend asked for on a machine without a GPU: chosen by name, loaded where it runs."""
-    from pipeline.native.cuda_driver import gpu_visible
 
     return backend_class(backend).DESCRIPTOR.gpu_only and not gpu_visible()[0]
 
 
 def _unloaded(request: BackendRequest, model: str | None, scale: float | None, opts: dict) -> Choice:
     """A GPU backend's choice made here: the graph its engine is built from (the precision's source graph)."""
-    from pipeline.artifacts.identity import resolve
-    from pipeline.export.cached import onnx_for
 
     spec = resolve(model, opts.get("onnx"), opts.get("engine"))
     scale = float(spec.default_scale if scale is None else scale)
@@ -174,7 +175,6 @@ def _with_companions(given) -> list[Path]:
         beside += [path.parent / rel for rel in data_files(given)]  # its weights, when kept beside it
         beside += [*folded_variants(path, meta).values(), reference_file(path, meta)]
     else:
-        from pipeline.engine import sidecar_path
 
         beside.append(sidecar_path(path))
     return [path, *(p for p in beside if p is not None and p.is_file())]

@@ -25,6 +25,7 @@ from pipeline import backends
 from pipeline.artifacts.identity import resolve
 from pipeline.data.sample_images import HELD_OUT, load_rgb
 from pipeline.errors import PipelineError
+from pipeline.native.cuda_driver import gpu_visible
 from pipeline.report import runs_phrase
 from pipeline.sr import FOLDER_STREAMS, in_flight, read_image, upscale, usable_cores
 
@@ -190,7 +191,6 @@ def gpu_folder_rows(models: list[str], n_images: int = 16, size: int = 512, weig
                     note=print) -> list[dict]:
     """Folder run vs pure inference per device backend and model, 16 x 512^2 -> x3 (issue 19's GPU goal: the
     folder run reaches >= 85 % of pure inference throughput). Skips with the reason where nothing runs."""
-    from pipeline.native.cuda_driver import gpu_visible
 
     gpu = gpu_visible()
     if not gpu[0]:

@@ -32,11 +32,12 @@ from pipeline.artifacts.atomic import atomic_write
 from pipeline.artifacts.cache import cache_dir
 from pipeline.artifacts.confine import file_token, open_inside
 from pipeline.artifacts.stamp import content_sha256, made_once
+from pipeline.data import sample_images
 from pipeline.errors import PipelineError
 from pipeline.native.machine import numerics as machine
 from pipeline.precisions import BUDGET_DB
 from pipeline.quality import fidelity
-from pipeline.quality.metrics import crop_border_for
+from pipeline.quality.metrics import crop_border_for, psnr_y, ssim_y
 
 if TYPE_CHECKING:  # the interface it runs; this package sits below pipeline.backends and never loads one
     from pipeline.backends.base import Backend
@@ -99,7 +100,6 @@ def consistency_problem(record: dict) -> str | None:
 
 def _scores(backend: Backend, pairs, scale: float, bar=None) -> tuple[float, float, list[np.ndarray]]:
     """(mean Y-PSNR, mean SSIM against the HR photos, the 8-bit outputs)."""
-    from pipeline.quality.metrics import psnr_y, ssim_y
 
     psnr, ssim, outs = [], [], []
     for lr, hr in pairs:
@@ -127,7 +127,6 @@ def run_scale(backend: Backend, scale: float | None) -> float:
 def measure(backend: Backend, scale: float | None = None, progress=None) -> dict:
     """Score `backend` and its fp32 twin on the held-out set at `scale` (default: the model's); the record of the
     difference, with identity()'s fields. `progress(total, unit, desc)` makes a bar."""
-    from pipeline.data import sample_images
     from pipeline.data.degradation import make_pair
 
     scale = run_scale(backend, scale)

@@ -20,6 +20,7 @@ from pipeline import backends
 from pipeline.artifacts.identity import resolve
 from pipeline.backends.checks import check_scale
 from pipeline.backends.registry import backend_class
+from pipeline.engine import read_sidecar
 from pipeline.errors import PipelineError, first_line
 from pipeline.serve.tensors import ARRAY, ARRAY_INPUTS, IMAGE_INPUTS, array_from_output
 from pipeline.sr import (
@@ -283,6 +284,5 @@ def stack(answers: list[dict]) -> dict | str:
 
 
 def _engine_precision(engine: Path) -> str:
-    from pipeline.engine import read_sidecar
 
     return (read_sidecar(engine) or {}).get("precision", "fp32")

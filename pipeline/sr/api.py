@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipeline.analysis import sheet
 from pipeline.htmlreport import Heading, Sheet, para, write_html
 from pipeline.sr.flow import run
 from pipeline.sr.images.bicubic import bicubic
@@ -17,7 +18,6 @@ from pipeline.sr.runner.records import Summary
 def reference_sheet(result: Summary, console: Console) -> None:
     """One scored image's crops side by side, with the outputs, and the same as before/after sliders in a page
     (reference-sheet.html); metrics import only with --reference."""
-    from pipeline.analysis import sheet
 
     if not result.reference:
         return

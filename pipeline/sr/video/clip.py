@@ -28,8 +28,8 @@ from pipeline.sr.runner.cpu_split import DECODE, ENCODE, CpuMeter, name_thread
 from pipeline.sr.runner.jobs import Job
 from pipeline.sr.runner.records import Record
 from pipeline.sr.runner.worker import ImageWorker, Planned, infer_reason
+from pipeline.sr.video import av_io as video_io
 from pipeline.sr.video.av_io import WHOLE, Frame, Packet, ReadEnd, VideoError, VideoInfo, Window
-from pipeline.sr.video.clip import av_io as video_io
 from pipeline.sr.videofmt import codec_for, crf_for, preset_for, size_problem
 
 QUEUE_FRAMES = 2  # frames waiting on each side of inference beyond one batch

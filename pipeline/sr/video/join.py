@@ -18,9 +18,9 @@ import av
 
 from pipeline.artifacts.atomic import atomic_path
 from pipeline.sr.runner.records import Record
+from pipeline.sr.video import av_io as video_io
 from pipeline.sr.video.av_io import COPIED, ReadEnd, VideoError
 from pipeline.sr.video.clip import VideoPlan, finish
-from pipeline.sr.video.clip import av_io as video_io
 
 
 class JoinDiskError(OSError):

@@ -26,9 +26,9 @@ import av
 from pipeline.artifacts.lock import Busy, OutputLock
 from pipeline.sr.runner.console import Console
 from pipeline.sr.runner.records import Record
+from pipeline.sr.video import av_io as video_io
 from pipeline.sr.video.av_io import VideoError, Window
 from pipeline.sr.video.clip import VideoPlan, VideoRunner
-from pipeline.sr.video.clip import av_io as video_io
 from pipeline.sr.video.clip import plan as plan_clip
 from pipeline.sr.video.join import JoinDiskError, join
 from pipeline.sr.video.segment_files import load, remove, save, segment_key, segment_path
