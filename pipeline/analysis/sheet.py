@@ -17,6 +17,7 @@ import numpy as np
 
 from pipeline import backends as B
 from pipeline.artifacts.atomic import atomic_write
+from pipeline.data.degradation import make_pair, upscale_bicubic
 from pipeline.data.sample_images import load_rgb
 from pipeline.htmlreport import Sheet
 from pipeline.quality.metrics import psnr_y, ssim_y
@@ -81,7 +82,6 @@ def _as_uint8(img: np.ndarray) -> np.ndarray:
 
 
 def _torch_bicubic(lr: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    from pipeline.data.degradation import upscale_bicubic  # the eval baseline; torch only when used
 
     return upscale_bicubic(lr, size)
 
@@ -161,7 +161,6 @@ def compare_sheet(out_dir: Path, model: str, rows: list[dict], scale: float, *, 
                   image: str = "astronaut") -> Path | None:
     """The sheet compare writes: a held-out image's centre crop degraded as in eval, upscaled by every backend
     and precision that passed (so the eye sees what the numbers say), against the original crop."""
-    from pipeline.data.degradation import make_pair
 
     ran = [(r["backend"], r["precision"]) for r in rows if r.get("status") == "pass" and r.get("scale") == scale]
     if not ran:

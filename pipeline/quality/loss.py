@@ -33,6 +33,7 @@ from pipeline.artifacts.cache import cache_dir
 from pipeline.artifacts.confine import file_token, open_inside
 from pipeline.artifacts.stamp import content_sha256, made_once
 from pipeline.data import sample_images
+from pipeline.data.degradation import make_pair
 from pipeline.errors import PipelineError
 from pipeline.native.machine import numerics as machine
 from pipeline.precisions import BUDGET_DB
@@ -127,7 +128,6 @@ def run_scale(backend: Backend, scale: float | None) -> float:
 def measure(backend: Backend, scale: float | None = None, progress=None) -> dict:
     """Score `backend` and its fp32 twin on the held-out set at `scale` (default: the model's); the record of the
     difference, with identity()'s fields. `progress(total, unit, desc)` makes a bar."""
-    from pipeline.data.degradation import make_pair
 
     scale = run_scale(backend, scale)
     ident = identity(backend, scale)
