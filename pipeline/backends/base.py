@@ -11,7 +11,7 @@ import numpy as np
 from models.spec import ModelSpec
 from pipeline.backends import pixels as px
 from pipeline.backends.descriptor import Descriptor
-from pipeline.errors import check_choice
+from pipeline.errors import PipelineError, check_choice
 from pipeline.precisions import AUTO, DEFAULT, GRAPH, NAMES
 
 
@@ -31,6 +31,21 @@ def installed(package: str) -> bool:
 
 def check_precision(precision: str, allowed: tuple[str, ...] = GRAPH) -> str:
     return check_choice("precision", precision, allowed)
+
+
+def check_auto_engine(precision: str, engine) -> None:
+    """Refuses `--precision auto` with an engine file: the one place this is said (the sr stage and create()).
+
+    Args:
+        precision: the precision asked for.
+        engine: the engine file given, or None.
+
+    Raises:
+        PipelineError: for 'auto' with an engine (an engine's precision is built in).
+    """
+    if precision == AUTO and engine is not None:
+        raise PipelineError("--precision auto weighs the precisions of a model file; an engine has one: give "
+                            "--onnx or --model instead, or the engine's own precision")
 
 
 def check_run_precision(precision: str, auto: bool = False) -> str:

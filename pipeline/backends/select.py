@@ -20,7 +20,7 @@ from pipeline.artifacts.confine import file_token
 from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.stamp import content_sha256
 from pipeline.backends.auto import create_fixed, measured, pick_auto, time_backend
-from pipeline.backends.base import Backend
+from pipeline.backends.base import Backend, check_auto_engine
 from pipeline.backends.registry import backend_class, descriptors, option_values
 from pipeline.errors import PipelineError
 from pipeline.precisions import ARTIFACTS, AUTO, DEFAULT, LOWER
@@ -50,10 +50,8 @@ def create(backend: str, model: str | None, precision: str = DEFAULT, *, scale: 
     opts = {**option_values(backend, opts.pop("options", None), opts), **opts}
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int | float) or not scale > 0):
         raise PipelineError(f"scale must be a number above 0, got {scale!r}")
+    check_auto_engine(precision, opts.get("engine"))
     if precision == AUTO:
-        if opts.get("engine") is not None:
-            raise PipelineError("--precision auto weighs the precisions of a model file; an engine has one: give "
-                                "--onnx or --model instead, or the engine's own precision")
         return pick_precision(backend, model, scale=scale, **opts)[0]
     return create_fixed(backend, model, precision, **opts)
 
