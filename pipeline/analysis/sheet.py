@@ -161,7 +161,6 @@ def compare_sheet(out_dir: Path, model: str, rows: list[dict], scale: float, *, 
                   image: str = "astronaut") -> Path | None:
     """The sheet compare writes: a held-out image's centre crop degraded as in eval, upscaled by every backend
     and precision that passed (so the eye sees what the numbers say), against the original crop."""
-
     ran = [(r["backend"], r["precision"]) for r in rows if r.get("status") == "pass" and r.get("scale") == scale]
     if not ran:
         return None

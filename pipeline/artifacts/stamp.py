@@ -54,7 +54,6 @@ def data_files(source) -> dict[str, str]:
 def _data_locations(source) -> tuple[str, ...]:
     """The external-data files an ONNX file names: from an opened file's parsed graph (no second parse), else
     parsed without its data, once per version of the file (its size, mtime and inode)."""
-
     if isinstance(source, OnnxFile):
         return external_data_files(source.model)
     try:

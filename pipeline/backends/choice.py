@@ -105,7 +105,6 @@ def choose(request: BackendRequest, model: str | None, scale: float | None = Non
 def choose_loaded(request: BackendRequest, model: str | None, scale: float | None = None,
                   **hooks) -> tuple[Choice, Backend]:
     """choose(), and the backend it loaded to choose: what a run in this process goes on with."""
-
     opts = request.keywords()
     loaded = create(request.backend, model, request.precision, scale=scale, **opts, **hooks)
     return of_loaded(loaded, scale, opts), loaded
@@ -113,7 +112,6 @@ def choose_loaded(request: BackendRequest, model: str | None, scale: float | Non
 
 def of_loaded(loaded: Backend, scale: float | None = None, opts: dict | None = None) -> Choice:
     """The Choice a loaded backend is: its name, precision, files at `scale`, why it was chosen."""
-
     scale = quality.run_scale(loaded, scale)
     given = {k: v for k, v in (opts or {}).items() if k not in HOOKS and v is not None}
     takes = loaded.DESCRIPTOR.option_names() if given else ()  # a caller's own Backend class may declare none
@@ -132,13 +130,11 @@ def load(choice: Choice, **hooks) -> Backend:
 
 def _elsewhere(backend: str) -> bool:
     """A GPU-only backend asked for on a machine without a GPU: chosen by name, loaded where it runs."""
-
     return backend_class(backend).DESCRIPTOR.gpu_only and not gpu_visible()[0]
 
 
 def _unloaded(request: BackendRequest, model: str | None, scale: float | None, opts: dict) -> Choice:
     """A GPU backend's choice made here: the graph its engine is built from (the precision's source graph)."""
-
     spec = resolve(model, opts.get("onnx"), opts.get("engine"))
     scale = float(spec.default_scale if scale is None else scale)
     paths = [opts[k] for k in FILE_OPTIONS if opts.get(k) is not None]

@@ -134,7 +134,6 @@ def samples_checked(y: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray |
     """NCHW float RGB model output -> (NHWC BGR samples, nonfinite_pixels' counts or None): to_samples and the check
     in one pass of our C++ kernel for 8-bit samples where libsr_kernels_cpu.so loads (the same bytes; 2.0 ms of CPU
     for a 768x768 image against numpy's 2.9), else numpy's passes."""
-
     if depth != 8 or y.ndim != 4 or y.shape[1] != 3 or not kernels_cpu.usable():
         return to_samples(y, depth), nonfinite_pixels(y)
     samples, counts = kernels_cpu.to_samples_u8(y)

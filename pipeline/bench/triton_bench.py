@@ -76,7 +76,6 @@ def triton_bench(folder: str | Path, *, model: str = DEFAULT_MODEL, clients: tup
                  repeats: int = 1, log=print) -> dict:
     """Time `sr folder` locally (ort on the repository's ONNX file) and with --triton grpc://... --concurrency N
     for each N, `repeats` times each (medians)."""
-
     folder = Path(folder)
     if not folder.is_dir():
         raise PipelineError(f"bench folder not found: {folder}")

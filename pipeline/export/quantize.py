@@ -224,7 +224,6 @@ def first_layer_convs(model: onnx.ModelProto) -> list[str]:
 def _calibration(scale: float, inputs: set[str], crops: int = 5) -> list[dict[str, np.ndarray]]:
     """Feeds for the calibration: `crops` LR crops of every training image (corners, centre, then a fixed random
     draw), degraded at `scale` as in training."""
-
     rng = np.random.default_rng(0)
     feeds = []
     for hr in sample_images.train().values():

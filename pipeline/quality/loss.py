@@ -101,7 +101,6 @@ def consistency_problem(record: dict) -> str | None:
 
 def _scores(backend: Backend, pairs, scale: float, bar=None) -> tuple[float, float, list[np.ndarray]]:
     """(mean Y-PSNR, mean SSIM against the HR photos, the 8-bit outputs)."""
-
     psnr, ssim, outs = [], [], []
     for lr, hr in pairs:
         x = np.ascontiguousarray((lr.astype(np.float32) / 255).transpose(2, 0, 1)[None])
@@ -128,7 +127,6 @@ def run_scale(backend: Backend, scale: float | None) -> float:
 def measure(backend: Backend, scale: float | None = None, progress=None) -> dict:
     """Score `backend` and its fp32 twin on the held-out set at `scale` (default: the model's); the record of the
     difference, with identity()'s fields. `progress(total, unit, desc)` makes a bar."""
-
     scale = run_scale(backend, scale)
     ident = identity(backend, scale)
     pairs = [make_pair(hr, scale) for hr in sample_images.held_out().values()]

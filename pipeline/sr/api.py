@@ -17,8 +17,7 @@ from pipeline.sr.runner.records import Summary
 
 def reference_sheet(result: Summary, console: Console) -> None:
     """One scored image's crops side by side, with the outputs, and the same as before/after sliders in a page
-    (reference-sheet.html); metrics import only with --reference."""
-
+    (reference-sheet.html); only runs with --reference."""
     if not result.reference:
         return
     png = sheet.for_sr_run(result, Path(result.output), sheet.from_float(bicubic))
