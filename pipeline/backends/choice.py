@@ -67,6 +67,13 @@ class ArtifactFile:
 
 @dataclass(frozen=True)
 class Choice:
+    """What runs: a backend, its precision, the model and scale, the files, and why.
+
+    Two things are still decided at run time, outside the Choice, and only these two: which ONNX Runtime
+    provider a plain "ort" uses (ort_backend.pick_provider: TensorRT, else CUDA, else CPU, whichever loads here),
+    and the fp32 re-run of a tile whose output is not finite (pipeline.sr.runner.finite), counted in each record.
+    """
+
     backend: str
     precision: str
     model: str
@@ -95,8 +102,21 @@ class Choice:
 
 
 def choose(request: BackendRequest, model: str | None, scale: float | None = None, **hooks) -> Choice:
-    """Which backend runs which precision for `model` at `scale` (default: the model's) here, its files and why.
-    `hooks` (log, progress, chatter) see the slow steps: an export, a calibration, a measurement."""
+    """Decides which backend runs which precision for `model` here (the backend it loads to decide is dropped).
+
+    Args:
+        request: the backend, precision and options asked for (BackendRequest).
+        model: a registered model name, or None when the request names a file.
+        scale: the run's scale (default: the model's).
+        **hooks: log, progress and chatter callbacks for the slow steps (an export, a calibration, a measurement).
+
+    Returns:
+        The Choice: backend, precision, files, why. A GPU-only backend asked for on a machine without a GPU is
+        chosen by name and loaded where it runs.
+
+    Raises:
+        PipelineError: one line, as create() does.
+    """
     if request.backend != AUTO and request.precision != AUTO and _elsewhere(request.backend):
         return _unloaded(request, model, scale, {**request.keywords(), **hooks})
     return choose_loaded(request, model, scale, **hooks)[0]
@@ -123,7 +143,18 @@ def of_loaded(loaded: Backend, scale: float | None = None, opts: dict | None = N
 
 
 def load(choice: Choice, **hooks) -> Backend:
-    """The loaded backend `choice` names (its files where the choice says, or in this node's cache)."""
+    """Loads the backend a Choice names.
+
+    Args:
+        choice: what choose() decided (its files where it says, or in this node's cache).
+        **hooks: log, progress and chatter callbacks for the slow steps.
+
+    Returns:
+        The loaded Backend, with the Choice's reason as its `selection_reason`.
+
+    Raises:
+        PipelineError: one line, when the backend cannot be loaded here.
+    """
     loaded = create_named(choice.backend, choice.model, choice.precision, **dict(choice.options), **hooks)
     return loaded.selected(choice.why, choice.brief)
 

@@ -40,10 +40,24 @@ from pipeline.quality import (
 
 def create(backend: str, model: str | None, precision: str = DEFAULT, *, scale: float | None = None,
            **opts) -> Backend:
-    """A loaded backend, the one door to every choice: `backend` a name or 'auto' (the fastest available, by
-    auto.pick_auto), `precision` one or 'auto' (the fastest within its quality budget, pick_precision, timed and
-    measured at `scale`: the run's, default the model's). Why it was chosen is its `selection_reason`. `model` may
-    be None when `onnx`/`engine` names a file: the model then comes from it."""
+    """Loads a backend: the one place where a backend and a precision are chosen.
+
+    Args:
+        backend: a backend name, or 'auto' for the fastest available here (auto.pick_auto).
+        model: a registered model name; None when `onnx` or `engine` names a file (the model comes from it).
+        precision: a precision, or 'auto' for the fastest within its quality budget (pick_precision: timed and
+            measured at `scale`).
+        scale: the run's scale (default: the model's).
+        **opts: the backend's options as keywords (onnx, engine, weights, threads, ...), or `options=` one
+            backend's typed options; log/progress/chatter hooks for the slow steps.
+
+    Returns:
+        The loaded Backend; `selection_reason` says why it was chosen.
+
+    Raises:
+        PipelineError: one line, for an unknown name or precision, an option the backend does not take, a scale
+            that is not a positive number, 'auto' with an engine (check_auto_engine), or a backend that cannot run.
+    """
     if backend == AUTO and opts.get("options") is not None:
         raise PipelineError("options= is one backend's typed options; with backend 'auto' give keywords")
     # as keywords from here on: the pick's store is keyed by the --onnx/--weights file, wherever it was given

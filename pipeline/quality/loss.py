@@ -47,14 +47,29 @@ WHEN = "%Y-%m-%d %H:%M:%S"  # a measurement's time, as pipeline.backends.auto.me
 
 
 def identity(backend: Backend, scale: float) -> dict:
-    """What a quality record holds for: the file that runs at `scale` (its SHA-256), backend, precision, scale
-    and machine."""
+    """Says what a quality record holds for.
+
+    Args:
+        backend: the loaded backend.
+        scale: the scale it runs at.
+
+    Returns:
+        The record's identifying fields: the file that runs at `scale` (its SHA-256), backend, precision, scale and
+        machine.
+    """
     return {"model": backend.model_name, "backend": backend.name, "precision": backend.precision,
             "scale": float(scale), "file_sha256": content_sha256(backend.run_file(scale)), "machine": machine()}
 
 
 def record_key(fields: dict) -> str:
-    """A short stable hash of a record's identifying fields (its store file's name ends with it)."""
+    """Hashes a record's identifying fields into a short stable key (its store file's name ends with it).
+
+    Args:
+        fields: the identifying fields (identity()).
+
+    Returns:
+        The key.
+    """
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -65,11 +80,27 @@ def _store(ident: dict) -> Path:
 
 
 def finite_number(v) -> bool:
+    """Says whether `v` is a finite int or float (not a bool): what a record's numbers must be.
+
+    Args:
+        v: any value read from a record.
+
+    Returns:
+        True for a finite number.
+    """
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def record_problem(record, ident: dict) -> str | None:
-    """Why a stored record does not describe `ident` or is not a well-formed record, or None."""
+    """Says why a stored record does not describe `ident` or is not a well-formed record.
+
+    Args:
+        record: the stored record, as read.
+        ident: the fields it must match (identity()).
+
+    Returns:
+        The reason, or None when the record holds.
+    """
     if not isinstance(record, dict):
         return "it is not a record"
     for k, v in ident.items():
@@ -114,19 +145,41 @@ def _scores(backend: Backend, pairs, scale: float, bar=None) -> tuple[float, flo
 
 
 def applies(backend: Backend) -> bool:
-    """Whether a loss is measured for this loaded backend: bf16 and int8 (fp16 is a graph precision, checked by
-    `compare`) on a backend that runs a file."""
+    """Says whether a precision loss is measured for this loaded backend.
+
+    Args:
+        backend: the loaded backend.
+
+    Returns:
+        True for bf16 and int8 on a backend that runs a file (fp16 is a graph precision, checked by `compare`).
+    """
     return backend.precision in BUDGET_DB and backend.model_file() is not None
 
 
 def run_scale(backend: Backend, scale: float | None) -> float:
-    """The scale a measurement or a pick is for: the given one, else the model's."""
+    """Gives the scale a measurement or a pick is for.
+
+    Args:
+        backend: the loaded backend (its model's scale is the default).
+        scale: the scale given, or None.
+
+    Returns:
+        `scale`, else the model's.
+    """
     return float(backend.spec.default_scale if scale is None else scale)
 
 
 def measure(backend: Backend, scale: float | None = None, progress=None) -> dict:
-    """Score `backend` and its fp32 twin on the held-out set at `scale` (default: the model's); the record of the
-    difference, with identity()'s fields. `progress(total, unit, desc)` makes a bar."""
+    """Measures what a lower precision loses against fp32, now.
+
+    Args:
+        backend: the loaded backend; it and its fp32 twin score the held-out images.
+        scale: the scale (default: the model's).
+        progress: `progress(total, unit, desc)` makes a progress bar, or None.
+
+    Returns:
+        The record of the difference, with identity()'s fields.
+    """
     scale = run_scale(backend, scale)
     ident = identity(backend, scale)
     pairs = [make_pair(hr, scale) for hr in sample_images.held_out().values()]
@@ -147,9 +200,20 @@ def measure(backend: Backend, scale: float | None = None, progress=None) -> dict
 
 
 def precision_loss(backend: Backend, log=None, scale: float | None = None, progress=None) -> dict | None:
-    """The stored record for a loaded backend running a lower precision at `scale` (default: the model's), measured
-    now when none holds for the file that runs, the scale and this machine (once: a second process waits for it);
-    None for fp32 and fp16 or a backend that runs no file."""
+    """Gives the precision-loss record of a loaded backend that runs a lower precision.
+
+    The record stored for the file that runs, the scale and this machine is reused; without one it is measured now
+    (once: a second process waits for the first).
+
+    Args:
+        backend: the loaded backend.
+        log: where a line about a measurement goes, or None.
+        scale: the scale (default: the model's).
+        progress: `progress(total, unit, desc)` makes a progress bar, or None.
+
+    Returns:
+        The record, or None for fp32 and fp16 and for a backend that runs no file.
+    """
     if not applies(backend):
         return None
     scale = run_scale(backend, scale)
@@ -190,8 +254,15 @@ def _read(path: Path, ident: dict) -> tuple[dict | None, str | None]:
 
 
 def stored(backend: Backend, scale: float | None = None) -> dict | None:
-    """The record measured earlier for the file this backend runs at `scale`, its precision and this machine, or
-    None (nothing stored, or a record that does not hold)."""
+    """Reads the record measured earlier for the file this backend runs.
+
+    Args:
+        backend: the loaded backend (its file, precision and this machine pick the record).
+        scale: the scale (default: the model's).
+
+    Returns:
+        The record, or None (nothing stored, or a record that does not hold).
+    """
     if not applies(backend):
         return None
     ident = identity(backend, run_scale(backend, scale))
@@ -199,8 +270,16 @@ def stored(backend: Backend, scale: float | None = None) -> dict | None:
 
 
 def budget(record: dict) -> float:
-    """The budget a record is held to: today's for its precision (a stored record keeps its measured loss; the
-    budget is policy, read now)."""
+    """Gives the budget a record is held to: today's for its precision.
+
+    A stored record keeps its measured loss; the budget is policy, read now.
+
+    Args:
+        record: a precision-loss record.
+
+    Returns:
+        The budget in dB of Y-PSNR.
+    """
     return BUDGET_DB[record["precision"]]
 
 
@@ -213,14 +292,27 @@ def within_floor(record: dict) -> bool:
 
 
 def within_budget(record: dict) -> bool:
-    """The gate: both the ground-truth drop within its budget and the worst image's fidelity to fp32 at or above
-    its floor."""
+    """The quality gate: says whether a record passes.
+
+    Args:
+        record: a precision-loss record.
+
+    Returns:
+        True when the drop against the ground truth is within its budget and the worst image's fidelity to fp32
+        is at or above its floor.
+    """
     return within_loss(record) and within_floor(record)
 
 
 def summary(record: dict | None) -> dict | None:
-    """The measured loss as a report row carries it (bench, compare), `fidelity` included, or None (fp32, or
-    nothing measured)."""
+    """Gives the measured loss as a report row carries it (bench, compare), `fidelity` included.
+
+    Args:
+        record: a precision-loss record, or None.
+
+    Returns:
+        The row's fields, or None (fp32, or nothing measured).
+    """
     if record is None:
         return None
     return {"psnr_loss_db": record["psnr_loss_db"], "ssim_loss": record["ssim_loss"], "budget_db": budget(record),
@@ -229,9 +321,19 @@ def summary(record: dict | None) -> dict | None:
 
 
 def loss_line(record: dict, advice: bool = True) -> str:
-    """'bf16 loses 0.007 dB Y-PSNR (SSIM 0.0001) against fp32 on the 4 held-out images, fidelity to fp32 54.8 dB
-    (worst image 53.0, floor 45), within its 0.02 dB budget and fidelity floor'. `advice`: a line over either
-    tells a run of that precision to use fp32 (not where it was already left out)."""
+    """Says a record in one line.
+
+    For example: "bf16 loses 0.007 dB Y-PSNR (SSIM 0.0001) against fp32 on the 4 held-out images, fidelity to fp32
+    54.8 dB (worst image 53.0, floor 45), within its 0.02 dB budget and fidelity floor".
+
+    Args:
+        record: a precision-loss record.
+        advice: when the record is over its budget or floor, tell a run of that precision to use fp32 (False
+            where that precision was already left out).
+
+    Returns:
+        The line.
+    """
     p = record["precision"]
     over = ([f"OVER its {budget(record):g} dB budget"] if not within_loss(record) else []) + \
         (["BELOW its fidelity floor"] if not within_floor(record) else [])
