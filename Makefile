@@ -3,6 +3,7 @@ PY      ?= .venv/bin/python
 VENV    := .venv
 STAMP   := $(VENV)/.installed
 BUILD   := build/plugins
+PNG_BUILD := build/png
 CUDA_HOME ?= /usr/local/cuda
 export CUDA_HOME
 # TensorRT C++ headers for the plugin library: TENSORRT_ROOT when given, else the TensorRT 11.1 headers in
@@ -48,20 +49,29 @@ build-plugins:
 	  cmake -S plugins_trt -B $(BUILD) $(CMAKE_ARGS) && echo "$(CMAKE_ARGS)" > $(BUILD)/.configure-args; \
 	fi
 	cmake --build $(BUILD) -j 2
+	@# the sr stage's PNG codec: a library of its own (plain C++, no CUDA or TensorRT), libsr_png.so in $(PNG_BUILD)
+	@if [ ! -f $(PNG_BUILD)/CMakeCache.txt ]; then \
+	  echo "cmake -S pipeline/native/png -B $(PNG_BUILD) -DCMAKE_BUILD_TYPE=Release"; \
+	  cmake -S pipeline/native/png -B $(PNG_BUILD) -DCMAKE_BUILD_TYPE=Release; \
+	fi
+	cmake --build $(PNG_BUILD) -j 2
 
-CXX_SOURCES = $(shell git ls-files 'plugins_trt/*.cpp' 'plugins_trt/*.h' 'plugins_trt/*.cu' 'plugins_trt/*.cuh')
+CXX_SOURCES = $(shell git ls-files 'plugins_trt/*.cpp' 'plugins_trt/*.h' 'plugins_trt/*.cu' 'plugins_trt/*.cuh' \
+                'pipeline/native/png/*.cpp' 'pipeline/native/png/*.h')
 # Python: ruff, the import layers (lint-imports) and mypy on the GPU-only code (files listed in [tool.mypy]; all
-# three configured in pyproject.toml); C++/CUDA: clang-format (plugins_trt/.clang-format), checked, never rewritten.
+# three configured in pyproject.toml); C++/CUDA: clang-format (one style for every C++ file:
+# plugins_trt/.clang-format), checked, never rewritten here.
+CLANG_STYLE := --style=file:plugins_trt/.clang-format
 lint: setup
 	$(PY) -m ruff check .
 	PYTHONPATH=. $(PY) -m mypy
 	PYTHONPATH=. $(dir $(PY))lint-imports
 	$(PY) scripts/check_function_length.py pipeline
-	$(dir $(PY))clang-format --style=file --dry-run --Werror $(CXX_SOURCES)
+	$(dir $(PY))clang-format $(CLANG_STYLE) --dry-run --Werror $(CXX_SOURCES)
 
 # Apply the C++/CUDA style (`make lint` only checks it).
 format: setup
-	$(dir $(PY))clang-format --style=file -i $(CXX_SOURCES)
+	$(dir $(PY))clang-format $(CLANG_STYLE) -i $(CXX_SOURCES)
 
 trt-headers:
 	TRT_GIT_URL=$(TRT_GIT_URL) TRT_VERSION=$(TRT_VERSION) scripts/trt_headers.sh $(if $(wildcard $(PY)),$(PY),python3) $(TRT_HEADERS_DIR)

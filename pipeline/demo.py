@@ -16,6 +16,7 @@ from pathlib import Path
 import cv2
 
 from models.spec import DEFAULT_MODEL
+from pipeline.data.degradation import make_pair
 from pipeline.data.sample_images import HELD_OUT, load_rgb
 from pipeline.errors import PipelineError
 from pipeline.htmlreport import Code, Heading, Link, para, said, to_markdown
@@ -40,7 +41,6 @@ def _write_inputs(root: Path, names, max_side: int, scale: float) -> tuple[Path,
     unknown = [n for n in names if n not in HELD_OUT]
     if unknown:
         raise PipelineError(f"not held-out images: {', '.join(unknown)} (held-out: {', '.join(HELD_OUT)})")
-    from pipeline.data.degradation import make_pair  # PyTorch: `demo --help` must not import it
 
     hr_dir, lr_dir = root / "hr", root / "input"
     hr_dir.mkdir(parents=True, exist_ok=True)

@@ -50,12 +50,13 @@ def main() -> None:
                 t0 = time.perf_counter()
                 b.infer(x, 3)
                 times.append((time.perf_counter() - t0) * 1e3)
-        eager = statistics.median(loaded[0][2]) if loaded and loaded[0][1].name == "torch" else None
+        # the first row is PyTorch's eager loop: the backend that runs the weights as they are
+        eager = statistics.median(loaded[0][2]) if loaded and loaded[0][1].DESCRIPTOR.runs_weights else None
         for label, b, times in loaded:
             ms = statistics.median(times)
             record = quality.precision_loss(b)
             if record is None:
-                loss = "exact" if b.name != "torch" or b.precision == "fp32" else "—"
+                loss = "exact" if not b.DESCRIPTOR.runs_weights or b.precision == "fp32" else "—"
             else:
                 verdict = "within" if quality.within_budget(record) else "**over**"
                 loss = f"{record['psnr_loss_db']:.3f} dB ({verdict} {quality.budget(record):g})"

@@ -97,6 +97,16 @@ def cpu_kernels():
 
 
 @pytest.fixture(scope="session")
+def png_library():
+    """The PNG codec's library `make plugins` builds; built here (same cmake commands) when a run starts without it."""
+    try:
+        return native.png_library()
+    except PipelineError:
+        native.build_png()
+        return native.png_library()
+
+
+@pytest.fixture(scope="session")
 def gpu_plugin_lib():
     """For GPU + TensorRT tests: skips (with the reason) without a CUDA device or an importable tensorrt; where both
     are here, a missing plugin library fails the test with the fix instead of skipping."""

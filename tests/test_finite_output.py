@@ -1,5 +1,5 @@
-"""Every output checked before it is written (issue 48 item 1, pipeline.sr.finite): a model whose output is NaN on
-some content fails that image with one line at fp32 and writes the rest; an fp16 file that really overflows on
+"""Every output checked before it is written (issue 48 item 1, pipeline.sr.runner.finite): a model whose output is NaN
+on some content fails that image with one line at fp32 and writes the rest; an fp16 file that really overflows on
 ONNX Runtime's CPU provider has its affected tiles re-run at fp32, counted in the record, --summary and the report;
 the check gives the same counts on every conversion path (numpy, torch, the ONNX pixel graph)."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from pipeline.backends import pixels as px
 from pipeline.cli import main as cli_main
-from pipeline.sr.records import Record
+from pipeline.sr.runner.records import Record
 
 NAN_MODEL = "byom_nets:nan_near_white_factory"
 FP16_MODEL = "byom_nets:fp16_overflow_factory"
@@ -139,7 +139,7 @@ def test_nonfinite_pixels_finds_nan_and_both_infinities_and_ignores_huge_finite_
 def test_record_carries_reruns_through_another_process():
     """A Ray actor's record (as_dict -> from_dict) keeps its re-run tiles and why."""
 
-    from pipeline.sr.jobs import Job
+    from pipeline.sr.runner.jobs import Job
 
     job = Job(Path("a.png"), Path("b.png"), "a.png", "png")
     rec = Record(job, status="ok", rerun=3, rerun_reason="non-finite int8 output")

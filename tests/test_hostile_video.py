@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from pipeline.cli import main
-from pipeline.sr import video_io
+from pipeline.sr.video import av_io as video_io
 from tests.video_clips import frames_of, make_clip, make_png_mov
 
 MAX_PIXELS_ENV = "SRDEPLOY_MAX_PIXELS"
@@ -157,8 +157,8 @@ def test_five_hundred_attachments_make_a_short_first_line(weights, tmp_path, cap
 
 
 def test_failed_videos_are_counted_as_videos_and_our_refusals_keep_their_words(weights, tmp_path, capsys):
-    from pipeline.sr.imageio import ImageError
-    from pipeline.sr.worker import infer_reason
+    from pipeline.sr.images.imageio import ImageError
+    from pipeline.sr.runner.worker import infer_reason
 
     src = tmp_path / "in"
     src.mkdir()

@@ -14,7 +14,7 @@ from PIL import Image as PILImage
 from PIL import ImageCms
 
 from pipeline.cli import main
-from pipeline.sr import metadata
+from pipeline.sr.images import metadata
 
 NEAREST3 = "byom_nets:nearest3_factory"
 XMP = b'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF/></x:xmpmeta>'

@@ -9,8 +9,8 @@ from PIL import Image as PILImage
 from PIL import ImageOps
 from skimage import data
 
-from pipeline.sr import imageio
-from pipeline.sr.imageio import ImageError
+from pipeline.sr.images import imageio
+from pipeline.sr.images.imageio import ImageError
 
 
 @pytest.fixture(scope="module")

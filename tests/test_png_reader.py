@@ -1,6 +1,6 @@
-"""The sr stage's PNG reader (pipeline.sr.png.decode_png: ISA-L's inflate and our C++ unfilter): for plain 8-bit PNGs
-the very array OpenCV's IMREAD_UNCHANGED gives, whoever wrote the file; everything else is left to OpenCV (None),
-damaged files included, so their errors stay OpenCV's."""
+"""The sr stage's PNG reader (pipeline.sr.images.png.decode_png: ISA-L's inflate and our C++ unfilter): for plain
+8-bit PNGs the very array OpenCV's IMREAD_UNCHANGED gives, whoever wrote the file; everything else is left to OpenCV
+(None), damaged files included, so their errors stay OpenCV's."""
 from __future__ import annotations
 
 import io
@@ -13,9 +13,9 @@ import pytest
 from PIL import Image as PILImage
 from PIL import PngImagePlugin
 
-from pipeline.sr import imageio, png
+from pipeline.sr.images import imageio, png
 
-pytestmark = pytest.mark.usefixtures("cpu_kernels")
+pytestmark = pytest.mark.usefixtures("png_library")
 
 
 def _opencv(data: bytes):

@@ -13,10 +13,10 @@ import pytest
 from PIL import Image as PILImage
 
 from pipeline.data.sample_images import HELD_OUT, load_rgb
-from pipeline.native import kernels_cpu
-from pipeline.sr import png
+from pipeline.native import png_codec
+from pipeline.sr.images import png
 
-pytestmark = pytest.mark.usefixtures("cpu_kernels")
+pytestmark = pytest.mark.usefixtures("png_library")
 
 
 def _unfilter(stream: bytes, h: int, w: int, c: int) -> np.ndarray:
@@ -54,7 +54,7 @@ def test_streams_inflate_to_the_filtered_pixels(shape):
     h, w, c = shape
     for name, make in _images(rng):
         pixels = make(shape)
-        stream = bytes(kernels_cpu.png_idat_u8(pixels, swap_red_blue=False))
+        stream = bytes(png_codec.png_idat_u8(pixels, swap_red_blue=False))
         assert np.array_equal(_unfilter(stream, h, w, c), pixels), name
 
 
@@ -70,7 +70,7 @@ def test_large_images_across_bands_decode_exactly(channels, kind):
     assert data[:8] == png.SIGNATURE
     idat = _idat(data)
     assert zlib.decompress(idat)[0] == 3  # the C++ encoder wrote it (its first row: Average), not the Up fallback
-    assert len(idat) <= kernels_cpu.library().sr_png_idat_bound(700, 301, channels)
+    assert len(idat) <= png_codec.library().sr_png_idat_bound(700, 301, channels)
     back = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
     assert np.array_equal(back, pixels)
     rgb = pixels if channels == 1 else pixels[:, :, [2, 1, 0, 3][:channels]]
@@ -117,17 +117,17 @@ def test_sizes_against_the_up_filter_with_isal_and_opencv():
 
 
 def test_bad_arguments_are_refused_in_one_line():
-    lib = kernels_cpu.library()
-    with pytest.raises(kernels_cpu.PipelineError, match="expected a non-empty"):
-        kernels_cpu.png_idat_u8(np.zeros((4, 4, 3), np.uint16), swap_red_blue=False)
-    with pytest.raises(kernels_cpu.PipelineError, match="expected a non-empty"):
-        kernels_cpu.png_idat_u8(np.zeros((0, 4), np.uint8), swap_red_blue=False)
+    lib = png_codec.library()
+    with pytest.raises(png_codec.PipelineError, match="expected a non-empty"):
+        png_codec.png_idat_u8(np.zeros((4, 4, 3), np.uint16), swap_red_blue=False)
+    with pytest.raises(png_codec.PipelineError, match="expected a non-empty"):
+        png_codec.png_idat_u8(np.zeros((0, 4), np.uint8), swap_red_blue=False)
     assert lib.sr_png_idat_bound(0, 4, 3) == 0
-    out, written = np.empty(16, np.uint8), kernels_cpu.ctypes.c_size_t(0)
+    out, written = np.empty(16, np.uint8), png_codec.ctypes.c_size_t(0)
     pixels = np.zeros((4, 4, 3), np.uint8)
     assert lib.sr_png_idat_u8(pixels.ctypes.data, 4, 4, 3, 0, out.ctypes.data, out.size,
-                              kernels_cpu.ctypes.byref(written)) != 0
-    assert "smaller than sr_png_idat_bound" in lib.sr_last_error().decode()
+                              png_codec.ctypes.byref(written)) != 0
+    assert "smaller than sr_png_idat_bound" in lib.sr_png_last_error().decode()
 
 
 def test_property_random_repeats_round_trip():
@@ -146,7 +146,7 @@ def test_property_random_repeats_round_trip():
             for x in range(1, w):
                 if rng.integers(100) < repeat_pct:  # a pixel equal to the one before: runs of random lengths
                     pixels[y, x] = pixels[y, x - 1]
-        stream = bytes(kernels_cpu.png_idat_u8(pixels, swap_red_blue=False))
+        stream = bytes(png_codec.png_idat_u8(pixels, swap_red_blue=False))
         assert np.array_equal(_unfilter(stream, h, w, c), pixels)
 
     check()

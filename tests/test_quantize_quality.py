@@ -336,8 +336,9 @@ def test_precision_auto_with_an_engine_is_one_line(tmp_path, capsys):
 
     assert main(["sr", str(tmp_path), str(tmp_path / "out"), "--engine", str(tmp_path / "m.engine"),
                  "--precision", "auto"]) == 2
-    assert capsys.readouterr().err.strip() == ("error: --precision auto chooses among the ONNX backends; an engine's "
-                                               "precision is built in")
+    assert capsys.readouterr().err.strip() == ("error: --precision auto weighs the precisions of a model file; an "
+                                               "engine has one: give --onnx or --model instead, or the engine's own "
+                                               "precision")
 
 
 def test_torch_bf16_runs_in_bf16_its_loss_is_measured_and_a_cpu_without_it_says_why(tmp_path, monkeypatch):

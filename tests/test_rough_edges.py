@@ -17,8 +17,9 @@ from skimage import data
 
 from pipeline.cli import main
 from pipeline.export.cached import onnx_for
-from pipeline.sr import console as sr_console
-from pipeline.sr import imageio, upscale
+from pipeline.sr import upscale
+from pipeline.sr.images import imageio
+from pipeline.sr.runner import console as sr_console
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -306,7 +307,7 @@ def test_no_driver_names_libcuda_once():
 
 def test_image_extensions_are_listed_one_way(tmp_path):
     from pipeline.errors import PipelineError
-    from pipeline.sr.jobs import known_extensions
+    from pipeline.sr.runner.jobs import known_extensions
 
     assert known_extensions().startswith(imageio.extensions_text() + "; videos .mp4")
 

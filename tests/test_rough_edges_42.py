@@ -167,7 +167,7 @@ def test_onnx_and_engine_together_are_a_conflict(tmp_path, capsys):
 # -- item 6: the first frame over the pixel limit says so -------------------------------------------------------
 
 def test_a_first_frame_over_the_pixel_limit_names_the_limit(tmp_path, monkeypatch):
-    from pipeline.sr import video_io
+    from pipeline.sr.video import av_io as video_io
     from tests.video_clips import make_png_mov
 
     clip = make_png_mov(tmp_path / "big.mov", [(200, 200)] * 2)

@@ -204,8 +204,8 @@ def test_engine_file_names_the_model(tmp_path):
 def test_a_streamed_record_log_writes_the_summary_a_kept_one_does(tmp_path):
     """Ray's driver streams records (RecordLog(keep=False): counts kept, records spooled beside --summary); the
     document is the one a run that keeps its records writes, and the spool leaves nothing behind."""
-    from pipeline.sr.jobs import Job
-    from pipeline.sr.records import Record, RecordLog
+    from pipeline.sr.runner.jobs import Job
+    from pipeline.sr.runner.records import Record, RecordLog
 
     dicts = [{"input": "a.png", "output": "o/a.png", "status": "ok", "in_size": [10, 10], "out_size": [30, 20],
               "mode": "rgb", "bit_depth": 8, "tiles": 1, "time_s": 0.3, "decode_s": 0.1, "infer_s": 0.1,

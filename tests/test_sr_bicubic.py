@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.sr.bicubic import bicubic
+from pipeline.sr.images.bicubic import bicubic
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,11 +36,12 @@ class _NoTorch:
             raise ImportError(f"import of {name} blocked (the sr stage must not need PyTorch)")
 sys.meta_path.insert(0, _NoTorch())
 import numpy as np
-import pipeline.cli.sr, pipeline.sr, pipeline.sr.api, pipeline.sr.worker, pipeline.sr.scheduler, pipeline.sr.reference
+import pipeline.cli.sr, pipeline.sr, pipeline.sr.api
+import pipeline.sr.runner.worker, pipeline.sr.runner.scheduler, pipeline.sr.runner.reference
 import pipeline.bench.folder
-from pipeline.sr.bicubic import bicubic
-from pipeline.sr.reference import bicubic_pixels
-from pipeline.sr.imageio import Image
+from pipeline.sr.images.bicubic import bicubic
+from pipeline.sr.runner.reference import bicubic_pixels
+from pipeline.sr.images.imageio import Image
 im = Image(np.arange(4 * 5 * 4, dtype=np.uint8).reshape(4, 5, 4))
 assert bicubic_pixels(im, 12, 15).shape == (12, 15, 3)
 assert bicubic(np.ones((4, 5), np.float32), (12, 15)).shape == (12, 15)

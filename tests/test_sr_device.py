@@ -16,7 +16,7 @@ from pipeline.backends.base import DeviceMemory
 from pipeline.cli import main
 from pipeline.errors import PipelineError
 from pipeline.sr import ImageWorker, settings, upscale
-from pipeline.sr.worker import AUTO_BATCH
+from pipeline.sr.runner.worker import AUTO_BATCH
 
 torch = pytest.importorskip("torch", reason="the torch backend needs PyTorch (export extra)")
 from pipeline.backends.torch_backend import TorchBackend  # noqa: E402
@@ -136,7 +136,7 @@ def test_tiles_of_common_sizes_fit_the_engine_profile(model):
     """No crop beyond the default profile's 512: the last tile's sliver is folded in only where it still fits
     (srcnn x2 on 1366x768 once planned a 525-pixel crop)."""
     from models.lookup import get_spec
-    from pipeline.sr import tiling
+    from pipeline.sr.images import tiling
 
     spec = get_spec(model)
     be = Profiled(512)
@@ -163,7 +163,7 @@ def test_tiles_at_scales_above_the_profile_fit_its_output(model):
     from models.lookup import get_spec
     from models.spec import output_size
     from pipeline.engine import default_profile, profile_for_input
-    from pipeline.sr import tiling
+    from pipeline.sr.images import tiling
 
     spec = get_spec(model)
     be = Engined(model, [default_profile(spec)])
@@ -198,10 +198,10 @@ def test_outputs_over_the_write_cap_overlap_inference_and_encoding(folder, tmp_p
     encoded: image 0's encoder waits (bounded) until the fourth image's inference has started."""
     import threading
 
-    from pipeline.sr.console import Console
-    from pipeline.sr.jobs import Job
-    from pipeline.sr.records import Record
-    from pipeline.sr.scheduler import Scheduler
+    from pipeline.sr.runner.console import Console
+    from pipeline.sr.runner.jobs import Job
+    from pipeline.sr.runner.records import Record
+    from pipeline.sr.runner.scheduler import Scheduler
 
     class Gated(ImageWorker):
         gate = threading.Event()
@@ -385,10 +385,10 @@ def test_trt_keeps_a_cuda_graph_per_bound_shape():
 def test_scheduler_submits_the_next_batch_before_collecting_the_last(folder, tmp_path):
     """Whole images: batch k + 1 is submitted before batch k is collected (a device works while the next is read),
     with --batch 1 too; every image is written, its bytes those of a plain run."""
-    from pipeline.sr.console import Console
-    from pipeline.sr.jobs import Job
-    from pipeline.sr.records import Record
-    from pipeline.sr.scheduler import Scheduler
+    from pipeline.sr.runner.console import Console
+    from pipeline.sr.runner.jobs import Job
+    from pipeline.sr.runner.records import Record
+    from pipeline.sr.runner.scheduler import Scheduler
 
     events = []
 

@@ -2,7 +2,7 @@
 import pytest
 
 from pipeline.errors import PipelineError
-from pipeline.sr.jobs import discover
+from pipeline.sr.runner.jobs import discover
 
 
 def _touch(root, *rels):

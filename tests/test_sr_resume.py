@@ -1,4 +1,4 @@
-"""Video jobs you can resume and trust (pipeline.sr.segments on local runs): a killed local run resumes from its
+"""Video jobs you can resume and trust (pipeline.sr.video.segments on local runs): a killed local run resumes from its
 finished segments, each verified before it is joined (damaged ones redone, one line each); one writer per output;
 a full disk in the join keeps the finished segments; repeated timestamps read the same on every path; B-frames
 survive the segments."""
@@ -214,7 +214,7 @@ def test_ray_progress_moves_per_frame_and_never_back():
     from types import SimpleNamespace
 
     from pipeline.cluster import progress
-    from pipeline.sr.console import PlainProgress
+    from pipeline.sr.runner.console import PlainProgress
 
     board = _InProcess(progress.Board())
     shown = PlainProgress(100, lambda line: None, unit="frame")

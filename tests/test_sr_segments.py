@@ -1,4 +1,4 @@
-"""A clip cut into segments at keyframes (pipeline.sr.segments), run apart and joined by stream copy: every source
+"""A clip cut into segments at keyframes (pipeline.sr.video.segments), run apart and joined by stream copy: every source
 frame in exactly one segment (B-frames, open GOPs, VFR, MP4 edit lists), and the joined output the local run's
 frame for frame. The same on a real local Ray cluster (2 actors, in a private network namespace as tests/test_ray.py
 runs it), with images and clips in one folder."""
@@ -17,12 +17,12 @@ from pipeline import backends
 from pipeline.cli import main
 from pipeline.native import cpu
 from pipeline.sr import Record, run_segment
-from pipeline.sr.jobs import Job
-from pipeline.sr.segment_files import segment_path
-from pipeline.sr.segments import ClipWork, plan
-from pipeline.sr.video import plan as plan_clip
-from pipeline.sr.video_io import Window, open_input
-from pipeline.sr.worker import ImageWorker
+from pipeline.sr.runner.jobs import Job
+from pipeline.sr.runner.worker import ImageWorker
+from pipeline.sr.video.av_io import Window, open_input
+from pipeline.sr.video.clip import plan as plan_clip
+from pipeline.sr.video.segment_files import segment_path
+from pipeline.sr.video.segments import ClipWork, plan
 from tests.netns import namespace_problem
 from tests.video_clips import (
     assert_same_frames,
@@ -43,7 +43,7 @@ CLIPS = {"bframes_editlist.mp4": h264_clip, "vfr.mkv": vfr_clip, "open_gop.mkv":
 
 def _decoded(path: Path, window: Window | None = None) -> list[tuple[int, bytes]]:
     """(pts, RGB bytes) of the frames of the clip (or of one window, read as a segment reads it)."""
-    from pipeline.sr.video_io import Frame, probe, read
+    from pipeline.sr.video.av_io import Frame, probe, read
 
     info = probe(path)
     return [(it.pts, it.pixels.tobytes()) for it in read(path, info, window or Window(), copy=False)

@@ -14,7 +14,8 @@ from pipeline.errors import PipelineError
 from pipeline.export.cached import onnx_for
 from pipeline.serve.sr_service import SrService
 from pipeline.serve.tensors import OUTPUTS, array_from_output, output_from_array
-from pipeline.sr import imageio, upscale
+from pipeline.sr import upscale
+from pipeline.sr.images import imageio
 
 model_config_pb2 = pytest.importorskip("tritonclient.grpc.model_config_pb2",
                                        reason="tritonclient is not installed (pip install -e '.[cluster]')")

@@ -14,7 +14,9 @@ import torch
 
 from pipeline.backends.base import Backend
 from pipeline.cli import main
-from pipeline.sr import DEFAULT_PRESET, tiling, yuv
+from pipeline.sr import DEFAULT_PRESET
+from pipeline.sr.images import tiling
+from pipeline.sr.video import yuv
 from tests.video_clips import audio_of, frames_of, layout, make_clip, subtitle_packets
 
 SCALE = 2.0
@@ -286,7 +288,7 @@ def test_video_output_name_must_be_a_video(clips, weights, tmp_path, capsys):
 
 def test_frames_in_flight_stay_bounded_whatever_the_length(weights, tmp_path, capsys, monkeypatch):
     """Decoding never runs more than a few frames ahead of inference, nor inference ahead of encoding."""
-    from pipeline.sr import video_io
+    from pipeline.sr.video import av_io as video_io
 
     src = make_clip(tmp_path / "long.mkv", "ffv1", 16, 12, 30, 30)
     counts = {"read": 0, "encoded": 0, "ahead": 0, "behind": 0}
@@ -362,8 +364,8 @@ def test_preset_reaches_the_encoder_and_the_done_line_splits_the_time(clips, wei
 
 def test_preset_and_encoder_threads_are_in_the_segment_key(tmp_path):
     from models.lookup import get_spec
-    from pipeline.sr.segment_files import segment_key
-    from pipeline.sr.segments import segment_identity
+    from pipeline.sr.video.segment_files import segment_key
+    from pipeline.sr.video.segments import segment_identity
 
     src = make_clip(tmp_path / "c.mkv", "ffv1", 16, 12, 2, 10)
     spec = get_spec("srcnn")
@@ -418,7 +420,7 @@ def test_cpu_split_counts_a_named_threads_children_with_it():
     import threading
     import time
 
-    from pipeline.sr.cpu_split import ENCODE, CpuMeter, name_thread
+    from pipeline.sr.runner.cpu_split import ENCODE, CpuMeter, name_thread
 
     meter = CpuMeter()
 

@@ -19,7 +19,7 @@ import pytest
 from pipeline.bench.timing import warm_up
 from pipeline.cli import main
 from pipeline.demo import demo_markdown
-from pipeline.sr import console as sr_console
+from pipeline.sr.runner import console as sr_console
 from tests.video_clips import frames_of, layout, make_clip
 
 REPO = Path(__file__).resolve().parents[1]

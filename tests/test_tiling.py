@@ -6,7 +6,7 @@ from skimage import data
 
 from models.registry import ModelSpec, get_spec, output_size, run
 from pipeline.errors import PipelineError
-from pipeline.sr import tiling
+from pipeline.sr.images import tiling
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,8 @@ from skimage import data
 from pipeline.cli import main
 from pipeline.errors import PipelineError
 from pipeline.serve import triton_env
-from pipeline.sr import imageio, upscale
+from pipeline.sr import upscale
+from pipeline.sr.images import imageio
 from tests.netns import namespace_problem
 from tests.video_clips import (
     assert_same_frames,

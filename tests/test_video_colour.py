@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from pipeline.cli import main
-from pipeline.sr import yuv
+from pipeline.sr.video import yuv
 from tests.video_clips import frames_of, make_clip, stream_facts
 
 NEAREST3 = "byom_nets:nearest3_factory"

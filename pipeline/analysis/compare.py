@@ -193,7 +193,7 @@ def _bisect_row(model, be, inputs, scale, precision, tol_fp32, weights, log) -> 
     onnx_file = be.onnx_file
     if onnx_file is None:
         return {"error": f"{be.name} has no ONNX graph to bisect"}
-    from models.registry import size_tensor
+    from models.registry import size_tensor  # PyTorch: loaded only for a bisection
 
     spec = resolve(model)
     x = next(iter(inputs.values()))

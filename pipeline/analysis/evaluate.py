@@ -13,7 +13,10 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.artifacts.identity import resolve
+from pipeline.data import sample_images
+from pipeline.data.degradation import make_pair, to_tensor, to_uint8, upscale_bicubic
 from pipeline.errors import PipelineError
+from pipeline.quality.metrics import crop_border_for, psnr_y, ssim_y
 
 DEFAULT_SCALES = (2.0, 3.0, 4.0)
 
@@ -33,17 +36,13 @@ def evaluate(model_name: str, scales=DEFAULT_SCALES, weights: str | Path | None 
     # PyTorch and the registry load here, not at import: `eval --help` stays fast
     import torch
 
-    from models.registry import file_sha256, load_model
-    from models.registry import run as run_model
-    from pipeline.data import sample_images
-    from pipeline.data.degradation import make_pair, to_tensor, to_uint8, upscale_bicubic
-    from pipeline.quality.metrics import crop_border_for, psnr_y, ssim_y
+    from models import registry  # the registry imports PyTorch (loaded above)
 
     spec = resolve(model_name)
     if model is None:
         path = Path(weights) if weights is not None else spec.weights_path
-        model = load_model(model_name, path)
-        weights_info = {"weights": str(path), "weights_sha256": file_sha256(path)}
+        model = registry.load_model(model_name, path)
+        weights_info = {"weights": str(path), "weights_sha256": registry.file_sha256(path)}
     else:
         weights_info = {"weights": None, "weights_sha256": None}
     model.eval()
@@ -65,7 +64,7 @@ def evaluate(model_name: str, scales=DEFAULT_SCALES, weights: str | Path | None 
             lr, hr = make_pair(hr_full, scale)
             bic = upscale_bicubic(lr, hr.shape[:2])
             with torch.no_grad():
-                sr = to_uint8(run_model(model, spec, to_tensor(lr), scale))
+                sr = to_uint8(registry.run(model, spec, to_tensor(lr), scale))
             if sr.shape != hr.shape:  # a model whose size rule differs from the registry's would be wrong
                 raise PipelineError(f"model '{model_name}' produced {sr.shape[:2]} for x{key}, "
                                     f"expected {hr.shape[:2]}")

@@ -16,13 +16,20 @@ def compare_inputs(size: int = 96, names: tuple[str, ...] | None = None) -> dict
     return held_out_crops(size, names)
 
 
+def _registry():
+    """models.registry, imported on first use: it imports PyTorch, which compare's and bench's callers load only
+    when they run a reference."""
+    from models import registry  # imports PyTorch
+
+    return registry
+
+
 def load_net(model: str, weights=None):
     """models.registry.load_model with its weight errors as one-line PipelineErrors."""
-    from models.registry import WeightsError, load_model
-
+    registry = _registry()
     try:
-        return load_model(model, weights)
-    except WeightsError as e:
+        return registry.load_model(model, weights)
+    except registry.WeightsError as e:
         raise PipelineError(str(e)) from None
 
 
@@ -30,9 +37,7 @@ def reference_outputs(model: str, inputs: dict, scale: float, weights=None) -> d
     """PyTorch FP32 eager on CPU (models.registry.run) for each input."""
     import torch
 
-    from models.registry import run
-
     spec = resolve(model)
     net = load_net(model, weights)
     with torch.inference_mode():
-        return {k: run(net, spec, torch.from_numpy(x), scale).numpy() for k, x in inputs.items()}
+        return {k: _registry().run(net, spec, torch.from_numpy(x), scale).numpy() for k, x in inputs.items()}

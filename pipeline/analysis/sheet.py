@@ -15,8 +15,12 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from pipeline import backends as B
 from pipeline.artifacts.atomic import atomic_write
+from pipeline.data.degradation import make_pair, upscale_bicubic
+from pipeline.data.sample_images import load_rgb
 from pipeline.htmlreport import Sheet
+from pipeline.quality.metrics import psnr_y, ssim_y
 
 GAP = 4  # px between cells and around the sheet
 HEADER = 40  # px for a column's two label lines
@@ -78,7 +82,6 @@ def _as_uint8(img: np.ndarray) -> np.ndarray:
 
 
 def _torch_bicubic(lr: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    from pipeline.data.degradation import upscale_bicubic  # the eval baseline; torch only when used
 
     return upscale_bicubic(lr, size)
 
@@ -94,7 +97,6 @@ def columns(lr: np.ndarray, outputs: dict[str, np.ndarray], reference: np.ndarra
             ("bicubic", _as_uint8(bicubic(lr, tuple(hr_shape))))]
     cols += [(name, _as_uint8(img)) for name, img in outputs.items()]
     # scikit-image's metrics cost ~0.8 s to import and are not in every install: only when there is a reference
-    from pipeline.quality.metrics import psnr_y, ssim_y
 
     border = math.ceil(scale)
     result = []
@@ -159,10 +161,6 @@ def compare_sheet(out_dir: Path, model: str, rows: list[dict], scale: float, *, 
                   image: str = "astronaut") -> Path | None:
     """The sheet compare writes: a held-out image's centre crop degraded as in eval, upscaled by every backend
     and precision that passed (so the eye sees what the numbers say), against the original crop."""
-    from pipeline import backends as B
-    from pipeline.data.degradation import make_pair
-    from pipeline.data.sample_images import load_rgb
-
     ran = [(r["backend"], r["precision"]) for r in rows if r.get("status") == "pass" and r.get("scale") == scale]
     if not ran:
         return None

@@ -26,6 +26,7 @@ from pathlib import Path
 from models.spec import file_sha256 as models_file_sha256
 from pipeline.artifacts.atomic import atomic_write
 from pipeline.artifacts.confine import inside_problem
+from pipeline.artifacts.onnx_file import OnnxFile, external_data_files
 
 STAMP_SUFFIX = ".stamp.json"
 
@@ -53,8 +54,6 @@ def data_files(source) -> dict[str, str]:
 def _data_locations(source) -> tuple[str, ...]:
     """The external-data files an ONNX file names: from an opened file's parsed graph (no second parse), else
     parsed without its data, once per version of the file (its size, mtime and inode)."""
-    from pipeline.artifacts.onnx_file import OnnxFile, external_data_files
-
     if isinstance(source, OnnxFile):
         return external_data_files(source.model)
     try:
@@ -68,7 +67,6 @@ def _data_locations(source) -> tuple[str, ...]:
 def _parsed_locations(path: str, size: int, mtime_ns: int, inode: int) -> tuple[str, ...]:
     import onnx
 
-    from pipeline.artifacts.onnx_file import external_data_files
 
     try:
         return external_data_files(onnx.load(path, load_external_data=False))

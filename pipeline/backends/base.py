@@ -11,7 +11,7 @@ import numpy as np
 from models.spec import ModelSpec
 from pipeline.backends import pixels as px
 from pipeline.backends.descriptor import Descriptor
-from pipeline.errors import check_choice
+from pipeline.errors import PipelineError, check_choice
 from pipeline.precisions import AUTO, DEFAULT, GRAPH, NAMES
 
 
@@ -33,6 +33,21 @@ def check_precision(precision: str, allowed: tuple[str, ...] = GRAPH) -> str:
     return check_choice("precision", precision, allowed)
 
 
+def check_auto_engine(precision: str, engine) -> None:
+    """Refuses `--precision auto` with an engine file: the one place this is said (the sr stage and create()).
+
+    Args:
+        precision: the precision asked for.
+        engine: the engine file given, or None.
+
+    Raises:
+        PipelineError: for 'auto' with an engine (an engine's precision is built in).
+    """
+    if precision == AUTO and engine is not None:
+        raise PipelineError("--precision auto weighs the precisions of a model file; an engine has one: give "
+                            "--onnx or --model instead, or the engine's own precision")
+
+
 def check_run_precision(precision: str, auto: bool = False) -> str:
     """A precision some backend runs (the sr stage checks it before choosing one); `auto`: 'auto' too."""
     return check_precision(precision, NAMES + ((AUTO,) if auto else ()))
@@ -52,16 +67,25 @@ class DeviceMemory(NamedTuple):
 
 
 class Backend(ABC):
-    """A loaded model on one runtime.
+    """A model loaded on one runtime (ONNX Runtime, OpenVINO, TensorRT, PyTorch).
 
-    `infer` takes an NCHW float32 batch in [0, 1] (RGB) and a scale, returns the NCHW float32 output
-    of size round(H*scale) x round(W*scale) (models.spec.output_size). Outputs are not clipped:
-    clipping and rounding to the image's bit depth happen once, where images are written.
+    `infer(x, scale)` takes an NCHW float32 RGB batch in [0, 1] and returns the NCHW float32 output of size
+    round(H * scale) x round(W * scale) (models.spec.output_size). Outputs are not clipped: clipping and rounding to
+    the image's bit depth happen once, where images are written.
 
-    Each class's row in registry.TABLE says what it is as data (`DESCRIPTOR`: name, device, expected-order ranks,
-    the precisions it runs from which artifact, its typed options, which `create` checks against); the class owns
-    whether it can run here (`status`, one line of why not). Everything a caller reads is declared here, with a
-    default where one makes sense, so a backend written to this class works everywhere.
+    Each subclass has a row in registry.TABLE. Its `DESCRIPTOR` is the data: name, device, ranks in the expected
+    order, the precisions it runs and from which file, and its typed options (`create` checks them). The class
+    itself says whether it can run here (`status`: one line of why not). Every attribute a caller reads is
+    declared here, with a default where one makes sense, so a new backend that follows this class works everywhere.
+
+    Attributes:
+        DESCRIPTOR: what the backend is, as data (pipeline.backends.descriptor.Descriptor).
+        name: DESCRIPTOR.name, e.g. "torch", "ort", "trt" (set from the descriptor, never by hand).
+        device: where it runs, e.g. "cpu", "cuda:0".
+        precision: the precision it runs, e.g. "fp32", "bf16".
+        model_name: the registered model's name.
+        spec: the model's ModelSpec.
+        onnx_file: the ONNX file it runs, or None (PyTorch, an engine).
     """
 
     DESCRIPTOR: ClassVar[Descriptor]
@@ -204,5 +228,5 @@ class Backend(ABC):
 
     def device_memory(self) -> DeviceMemory | None:
         """Free device memory and the model's activation cost, for a backend whose activations live on a
-        device; None: host memory bounds the tiles (pipeline.sr.tiling.auto_tile)."""
+        device; None: host memory bounds the tiles (pipeline.sr.images.tiling.auto_tile)."""
         return None

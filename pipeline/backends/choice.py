@@ -17,13 +17,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from models.spec import file_sha256
+from pipeline import quality
 from pipeline.artifacts.cache import cache_dir
+from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import folded_variants, onnx_metadata, reference_file
 from pipeline.artifacts.stamp import data_files, stamp_path
 from pipeline.backends.base import Backend
 from pipeline.backends.descriptor import HOOKS
 from pipeline.backends.registry import backend_class, create_named, option_values
+from pipeline.backends.select import create
+from pipeline.engine import sidecar_path
 from pipeline.errors import PipelineError
+from pipeline.export.cached import onnx_for
+from pipeline.native.cuda_driver import gpu_visible
 from pipeline.precisions import AUTO, BY_NAME, DEFAULT
 
 PathLike = str | Path
@@ -61,6 +67,13 @@ class ArtifactFile:
 
 @dataclass(frozen=True)
 class Choice:
+    """What runs: a backend, its precision, the model and scale, the files, and why.
+
+    Two things are still decided at run time, outside the Choice, and only these two: which ONNX Runtime
+    provider a plain "ort" uses (ort_backend.pick_provider: TensorRT, else CUDA, else CPU, whichever loads here),
+    and the fp32 re-run of a tile whose output is not finite (pipeline.sr.runner.finite), counted in each record.
+    """
+
     backend: str
     precision: str
     model: str
@@ -89,8 +102,21 @@ class Choice:
 
 
 def choose(request: BackendRequest, model: str | None, scale: float | None = None, **hooks) -> Choice:
-    """Which backend runs which precision for `model` at `scale` (default: the model's) here, its files and why.
-    `hooks` (log, progress, chatter) see the slow steps: an export, a calibration, a measurement."""
+    """Decides which backend runs which precision for `model` here (the backend it loads to decide is dropped).
+
+    Args:
+        request: the backend, precision and options asked for (BackendRequest).
+        model: a registered model name, or None when the request names a file.
+        scale: the run's scale (default: the model's).
+        **hooks: log, progress and chatter callbacks for the slow steps (an export, a calibration, a measurement).
+
+    Returns:
+        The Choice: backend, precision, files, why. A GPU-only backend asked for on a machine without a GPU is
+        chosen by name and loaded where it runs.
+
+    Raises:
+        PipelineError: one line, as create() does.
+    """
     if request.backend != AUTO and request.precision != AUTO and _elsewhere(request.backend):
         return _unloaded(request, model, scale, {**request.keywords(), **hooks})
     return choose_loaded(request, model, scale, **hooks)[0]
@@ -99,8 +125,6 @@ def choose(request: BackendRequest, model: str | None, scale: float | None = Non
 def choose_loaded(request: BackendRequest, model: str | None, scale: float | None = None,
                   **hooks) -> tuple[Choice, Backend]:
     """choose(), and the backend it loaded to choose: what a run in this process goes on with."""
-    from pipeline.backends.select import create
-
     opts = request.keywords()
     loaded = create(request.backend, model, request.precision, scale=scale, **opts, **hooks)
     return of_loaded(loaded, scale, opts), loaded
@@ -108,8 +132,6 @@ def choose_loaded(request: BackendRequest, model: str | None, scale: float | Non
 
 def of_loaded(loaded: Backend, scale: float | None = None, opts: dict | None = None) -> Choice:
     """The Choice a loaded backend is: its name, precision, files at `scale`, why it was chosen."""
-    from pipeline import quality
-
     scale = quality.run_scale(loaded, scale)
     given = {k: v for k, v in (opts or {}).items() if k not in HOOKS and v is not None}
     takes = loaded.DESCRIPTOR.option_names() if given else ()  # a caller's own Backend class may declare none
@@ -121,23 +143,29 @@ def of_loaded(loaded: Backend, scale: float | None = None, opts: dict | None = N
 
 
 def load(choice: Choice, **hooks) -> Backend:
-    """The loaded backend `choice` names (its files where the choice says, or in this node's cache)."""
+    """Loads the backend a Choice names.
+
+    Args:
+        choice: what choose() decided (its files where it says, or in this node's cache).
+        **hooks: log, progress and chatter callbacks for the slow steps.
+
+    Returns:
+        The loaded Backend, with the Choice's reason as its `selection_reason`.
+
+    Raises:
+        PipelineError: one line, when the backend cannot be loaded here.
+    """
     loaded = create_named(choice.backend, choice.model, choice.precision, **dict(choice.options), **hooks)
     return loaded.selected(choice.why, choice.brief)
 
 
 def _elsewhere(backend: str) -> bool:
     """A GPU-only backend asked for on a machine without a GPU: chosen by name, loaded where it runs."""
-    from pipeline.native.cuda_driver import gpu_visible
-
     return backend_class(backend).DESCRIPTOR.gpu_only and not gpu_visible()[0]
 
 
 def _unloaded(request: BackendRequest, model: str | None, scale: float | None, opts: dict) -> Choice:
     """A GPU backend's choice made here: the graph its engine is built from (the precision's source graph)."""
-    from pipeline.artifacts.identity import resolve
-    from pipeline.export.cached import onnx_for
-
     spec = resolve(model, opts.get("onnx"), opts.get("engine"))
     scale = float(spec.default_scale if scale is None else scale)
     paths = [opts[k] for k in FILE_OPTIONS if opts.get(k) is not None]
@@ -174,7 +202,6 @@ def _with_companions(given) -> list[Path]:
         beside += [path.parent / rel for rel in data_files(given)]  # its weights, when kept beside it
         beside += [*folded_variants(path, meta).values(), reference_file(path, meta)]
     else:
-        from pipeline.engine import sidecar_path
 
         beside.append(sidecar_path(path))
     return [path, *(p for p in beside if p is not None and p.is_file())]

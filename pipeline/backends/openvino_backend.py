@@ -31,6 +31,8 @@ from pipeline.export.cached import onnx_for
 from pipeline.export.quantize import int8_file, int8_path
 from pipeline.native.cpu import bf16_problem
 from pipeline.native.machine import package_version
+from pipeline.native.openvino_bf16 import compile_config
+from pipeline.native.openvino_ops import extensions
 from pipeline.native.ort_session import physical_cores
 from pipeline.precisions import DEFAULT
 
@@ -172,8 +174,6 @@ class OpenVinoBackend(Backend):
     def _compile(self, path: Path, profile: bool = False, streams: int = 1):
         import openvino as ov
 
-        from pipeline.native.openvino_bf16 import compile_config
-        from pipeline.native.openvino_ops import extensions
 
         hint = inference_hint(self.precision)
         core = ov.Core()

@@ -8,7 +8,7 @@ NCHW float RGB in [0, 1].
 - Out: float32(y) * max, rounded half to even (np.rint = torch.round), clipped to [0, max], cast.
 - Checked: a NaN would be cast to 0 and an infinity clipped to 0 or max, silently; every conversion out counts, per
   sample, the pixels with a non-finite value (numpy, torch on the device, inside the ONNX pixel graph), and the
-  result raises NonFiniteOutput when any has one (pipeline.sr.finite decides what happens then).
+  result raises NonFiniteOutput when any has one (pipeline.sr.runner.finite decides what happens then).
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import PipelineError
+from pipeline.native import kernels_cpu
 
 GRAY_WEIGHTS = np.array([0.299, 0.587, 0.114], dtype=np.float32)  # BT.601 luma (cv2's RGB2GRAY)
 
@@ -58,7 +59,7 @@ class NonFiniteOutput(PipelineError):
         self.counts = np.asarray(counts, dtype=np.int64).reshape(-1)
         self.samples, self.source, self.place = samples, source, place
         self.note = ""  # what else the reader should know (why it was not re-run at fp32)
-        self.repaired: list[int] = []  # samples re-run at fp32 before this was raised (pipeline.sr.finite)
+        self.repaired: list[int] = []  # samples re-run at fp32 before this was raised (pipeline.sr.runner.finite)
         super().__init__(str(self))
 
     @property
@@ -134,8 +135,6 @@ def samples_checked(y: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray |
     """NCHW float RGB model output -> (NHWC BGR samples, nonfinite_pixels' counts or None): to_samples and the check
     in one pass of our C++ kernel for 8-bit samples where libsr_kernels_cpu.so loads (the same bytes; 2.0 ms of CPU
     for a 768x768 image against numpy's 2.9), else numpy's passes."""
-    from pipeline.native import kernels_cpu
-
     if depth != 8 or y.ndim != 4 or y.shape[1] != 3 or not kernels_cpu.usable():
         return to_samples(y, depth), nonfinite_pixels(y)
     samples, counts = kernels_cpu.to_samples_u8(y)

@@ -20,7 +20,7 @@ from pipeline.artifacts.confine import file_token
 from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.stamp import content_sha256
 from pipeline.backends.auto import create_fixed, measured, pick_auto, time_backend
-from pipeline.backends.base import Backend
+from pipeline.backends.base import Backend, check_auto_engine
 from pipeline.backends.registry import backend_class, descriptors, option_values
 from pipeline.errors import PipelineError
 from pipeline.precisions import ARTIFACTS, AUTO, DEFAULT, GAIN_KEPT_MIN, GATE_VERSION, LOWER
@@ -45,20 +45,32 @@ SIZE = 256  # the side of the one image each candidate is timed on
 
 def create(backend: str, model: str | None, precision: str = DEFAULT, *, scale: float | None = None,
            **opts) -> Backend:
-    """A loaded backend, the one door to every choice: `backend` a name or 'auto' (the fastest available, by
-    auto.pick_auto), `precision` one or 'auto' (the fastest within its quality budget, pick_precision, timed and
-    measured at `scale`: the run's, default the model's). Why it was chosen is its `selection_reason`. `model` may
-    be None when `onnx`/`engine` names a file: the model then comes from it."""
+    """Loads a backend: the one place where a backend and a precision are chosen.
+
+    Args:
+        backend: a backend name, or 'auto' for the fastest available here (auto.pick_auto).
+        model: a registered model name; None when `onnx` or `engine` names a file (the model comes from it).
+        precision: a precision, or 'auto' for the fastest within its quality budget (pick_precision: timed and
+            measured at `scale`).
+        scale: the run's scale (default: the model's).
+        **opts: the backend's options as keywords (onnx, engine, weights, threads, ...), or `options=` one
+            backend's typed options; log/progress/chatter hooks for the slow steps.
+
+    Returns:
+        The loaded Backend; `selection_reason` says why it was chosen.
+
+    Raises:
+        PipelineError: one line, for an unknown name or precision, an option the backend does not take, a scale
+            that is not a positive number, 'auto' with an engine (check_auto_engine), or a backend that cannot run.
+    """
     if backend == AUTO and opts.get("options") is not None:
         raise PipelineError("options= is one backend's typed options; with backend 'auto' give keywords")
     # as keywords from here on: the pick's store is keyed by the --onnx/--weights file, wherever it was given
     opts = {**option_values(backend, opts.pop("options", None), opts), **opts}
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int | float) or not scale > 0):
         raise PipelineError(f"scale must be a number above 0, got {scale!r}")
+    check_auto_engine(precision, opts.get("engine"))
     if precision == AUTO:
-        if opts.get("engine") is not None:
-            raise PipelineError("--precision auto weighs the precisions of a model file; an engine has one: give "
-                                "--onnx or --model instead, or the engine's own precision")
         return pick_precision(backend, model, scale=scale, **opts)[0]
     return create_fixed(backend, model, precision, **opts)
 

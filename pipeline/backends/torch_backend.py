@@ -53,6 +53,7 @@ class TorchBackend(Backend):
         self.cuda_graph = bool(cuda_graph)
         self.tf32 = bool(tf32)  # cuDNN's TF32 convolutions for fp32 on CUDA: only when asked
         self.net = None
+        self._run = None  # models.registry.run once load() imported PyTorch
         self._lock = threading.RLock()
         self._slots = None  # pixels.PixelSlots, made at load for the device
         self._stream = None  # the CUDA stream every call runs on
@@ -94,7 +95,7 @@ class TorchBackend(Backend):
     def load(self) -> TorchBackend:
         import torch
 
-        from models.registry import WeightsError, load_model
+        from models.registry import WeightsError, load_model, run  # PyTorch's side: imported with torch, here
 
         check_weights(self.spec, self.weights)
 
@@ -124,6 +125,7 @@ class TorchBackend(Backend):
         if self.channels_last:
             net = net.to(memory_format=torch.channels_last)
         self.net = net
+        self._run = run  # the registry's forward (models.registry.run), bound with the net it runs
         if self.cuda_graph and not self.device.startswith("cuda"):
             raise PipelineError("torch: cuda_graph needs a CUDA device")
         self._slots = px.PixelSlots(self.device, self._lock)
@@ -178,8 +180,6 @@ class TorchBackend(Backend):
         cuda_graph and `graphs`, a repeated shape replays its graph."""
         import torch
 
-        from models.registry import run
-
         if self.precision == "fp16":
             x = x.half()
         x = x.contiguous(memory_format=torch.channels_last if self.channels_last else torch.contiguous_format)
@@ -188,7 +188,7 @@ class TorchBackend(Backend):
         bf16 = torch.autocast(self.device.split(":")[0], dtype=torch.bfloat16, cache_enabled=False) \
             if self.precision == "bf16" else contextlib.nullcontext()
         with bf16:  # convolutions in bf16, accumulated in fp32; our sr ops keep their input's fp32
-            y = self._replay(x, scale) if self.cuda_graph and graphs else run(self.net, self.spec, x, scale)
+            y = self._replay(x, scale) if self.cuda_graph and graphs else self._run(self.net, self.spec, x, scale)
         if tuple(y.shape[-2:]) != out_hw:
             raise PipelineError(f"torch: output {tuple(y.shape)} does not match the expected {out_hw[0]}x{out_hw[1]}")
         return y
@@ -203,13 +203,11 @@ class TorchBackend(Backend):
     def _replay(self, x, scale: float):
         """The net as a CUDA graph for this input shape and scale once the shape repeats (GRAPH_AFTER sightings;
         before that, eager), the graphs sharing one memory pool: they replay one at a time on this stream."""
-        from models.registry import run
-
         key = (tuple(x.shape), x.dtype, float(scale))
         if key not in self._graphs:
             self._seen[key] += 1
             if self._seen[key] < self.GRAPH_AFTER or key in self._uncapturable or not self._capture(key, x, scale):
-                return run(self.net, self.spec, x, scale)
+                return self._run(self.net, self.spec, x, scale)
         self._graphs.move_to_end(key)
         graph, static_x, static_y = self._graphs[key]
         static_x.copy_(x)
@@ -223,19 +221,17 @@ class TorchBackend(Backend):
         capture-safe: a host sync, an allocation or a launch off the capturing stream, state kept between runs)."""
         import torch
 
-        from models.registry import run
-
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         static_x = x.clone()
         # warm-up and capture on our own stream (never the default one, as capture requires); the shape
         # already ran eagerly here, so these runs warm it and give the values the replays must reproduce
         inputs = _replay_inputs(x, self.CHECK_REPLAYS)
-        expected = [run(self.net, self.spec, v, scale).clone() for v in inputs]
+        expected = [self._run(self.net, self.spec, v, scale).clone() for v in inputs]
         graph = torch.cuda.CUDAGraph()
         try:
             with torch.cuda.graph(graph, pool=self._pool, stream=self._stream):
-                static_y = run(self.net, self.spec, static_x, scale)
+                static_y = self._run(self.net, self.spec, static_x, scale)
             wrong = _first_wrong_replay(graph, static_x, static_y, inputs, expected)
         except RuntimeError as e:
             return self._drop_graph(key, f"its capture failed ({first_line(e)})")

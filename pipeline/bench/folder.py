@@ -25,6 +25,7 @@ from pipeline import backends
 from pipeline.artifacts.identity import resolve
 from pipeline.data.sample_images import HELD_OUT, load_rgb
 from pipeline.errors import PipelineError
+from pipeline.native.cuda_driver import gpu_visible
 from pipeline.report import runs_phrase
 from pipeline.sr import FOLDER_STREAMS, in_flight, read_image, upscale, usable_cores
 
@@ -150,7 +151,8 @@ def _folder_row(model, be, n_images, size, scale, folder, one, streamed, log) ->
 # -- the sr stage's own cost (every machine) and the GPU folder row (issue 19) ------------------------------
 
 NEAR_FREE = "pipeline.bench.near_free:nearest_x3"  # nearest-neighbour x3: inference costs next to nothing
-DEVICE_BACKENDS = ("torch", "ort-cuda", "ort-trt", "trt")  # the backends that run on a CUDA device
+# the backends that run on a CUDA device, each once: those the descriptors rank on a GPU machine
+DEVICE_BACKENDS = tuple(d.name for d in backends.descriptors() if d.gpu_rank is not None)
 
 
 def _cpu_s() -> float:
@@ -203,8 +205,6 @@ def gpu_folder_rows(models: list[str], n_images: int = 16, size: int = 512, weig
                     note=print) -> list[dict]:
     """Folder run vs pure inference per device backend and model, 16 x 512^2 -> x3 (issue 19's GPU goal: the
     folder run reaches >= 85 % of pure inference throughput). Skips with the reason where nothing runs."""
-    from pipeline.native.cuda_driver import gpu_visible
-
     gpu = gpu_visible()
     if not gpu[0]:
         note(f"GPU folder row: {gpu[1]}")

@@ -127,7 +127,7 @@ def model_rows(models: list[str], size: int = 256, iters: int = 20) -> list[dict
     """Each model end to end on torch CUDA (eager, FP32 and FP16 weights) at its default scale."""
     import torch
 
-    from models.registry import load_model, run
+    from models.registry import load_model, run  # the registry imports PyTorch, like the line above
 
     rows = []
     for model in models:

@@ -1,5 +1,5 @@
-"""What checking every output for NaN / inf costs (pipeline.sr.finite; issue 48's goal: <= 2 % of inference on the
-CPU): the host path's check (pipeline.backends.pixels.nonfinite_pixels on the float output) timed against the
+"""What checking every output for NaN / inf costs (pipeline.sr.runner.finite; issue 48's goal: <= 2 % of inference on
+the CPU): the host path's check (pipeline.backends.pixels.nonfinite_pixels on the float output) timed against the
 inference call that made that output, on one loaded backend, alternating, medians of the runs. On a CUDA device
 the check runs inside the device conversion (pixels.torch_to_samples); the GPU bench times it there."""
 from __future__ import annotations

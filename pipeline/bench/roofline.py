@@ -76,7 +76,7 @@ def flops_per_output_pixel(model_name: str) -> float:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from models.registry import run
+    from models.registry import run  # the registry imports PyTorch, like the line above
 
     spec = resolve(model_name)
     net = spec.build().eval()  # FLOPs do not depend on the weights

@@ -168,11 +168,17 @@ def _precision_auto(model: str, cfg: dict, results: list[dict], weights, log, do
     return pick
 
 
+def _video():
+    """pipeline.bench.video, imported for the runs that make clips: it imports PyAV."""
+    from pipeline.bench import video  # PyAV
+
+    return video
+
+
 def _video_rows(model: str, cfg: dict, weights, log, note, chosen=None) -> list[dict]:
     """`pipeline sr` on a short clip at 480p and 720p with the auto backend at fp32 and, when it differs, with what
     `--precision auto` picked (`chosen`, loaded), each compared with the fp32 run's fps (PyAV loads only here)."""
-    from pipeline.bench.video import video_fps
-
+    video_fps = _video().video_fps
     runs = ["auto"] + ([chosen] if chosen is not None and chosen.precision != "fp32" else [])
     rows: list[dict] = []
     for backend in runs:
@@ -219,10 +225,10 @@ def _ray_section(model: str, cfg: dict, log, note) -> dict | None:
         except PipelineError as e:
             note(f"Ray comparison: {e}")
             return None
-        from pipeline.bench.video import RATE, write_clip  # PyAV: only for the runs that make clips
+        video = _video()
 
         w, h = cfg.get("ray_video_size", (320, 180))
-        clip = write_clip(Path(tmp) / "clip.mp4", w, h, cfg.get("ray_video_frames", 240), gop=RATE)
+        clip = video.write_clip(Path(tmp) / "clip.mp4", w, h, cfg.get("ray_video_frames", 240), gop=video.RATE)
         try:  # one clip cut into segments over the actors, joined by stream copy
             result["video"] = ray_video_bench(clip, model=model, scale=scale, backend="auto", log=log)
         except PipelineError as e:

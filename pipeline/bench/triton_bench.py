@@ -21,6 +21,7 @@ from pipeline import report
 from pipeline.bench.sr_runs import RUN_LIMIT_S, median, timed_sr
 from pipeline.errors import PipelineError
 from pipeline.serve import triton_env
+from pipeline.serve.triton_repo import write_repository
 
 READY_LIMIT_S = 180
 
@@ -75,8 +76,6 @@ def triton_bench(folder: str | Path, *, model: str = DEFAULT_MODEL, clients: tup
                  repeats: int = 1, log=print) -> dict:
     """Time `sr folder` locally (ort on the repository's ONNX file) and with --triton grpc://... --concurrency N
     for each N, `repeats` times each (medians)."""
-    from pipeline.serve.triton_repo import write_repository
-
     folder = Path(folder)
     if not folder.is_dir():
         raise PipelineError(f"bench folder not found: {folder}")

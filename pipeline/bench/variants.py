@@ -38,7 +38,7 @@ def baseline_variant(model_name: str, weights=None) -> Variant:
     """The tutorial's plain loop: PyTorch eager, one image at a time, numpy in and out."""
     import torch
 
-    from models.registry import run
+    from models.registry import run  # the registry imports PyTorch, like the line above
 
     spec = resolve(model_name)
     net = load_net(model_name, weights)

@@ -80,7 +80,7 @@ def _run_file(args, cfg: dict, onnx) -> int:
 
 def _run_encoders(args) -> int:
     """`--encoders`: the preset table alone (pipeline.bench.encoders); --quick: a small picture, one round."""
-    from pipeline.bench.encoders import preset_table
+    from pipeline.bench.encoders import preset_table  # PyAV: only for --encoders
 
     out_dir = options.check_output_dir(args.output)
     size, frames, rounds = ((320, 180), 4, 1) if args.quick else ((1920, 1080), 24, 3)

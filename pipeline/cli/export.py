@@ -64,18 +64,22 @@ def run(args: argparse.Namespace) -> int:
         raise PipelineError(f"--output {args.output}: an ONNX file's name must end in .onnx")
     model = options.model_from_args(args)
     options.check_output_file(args.output, "--output")
-    from pipeline.export.core import export_model  # PyTorch: only when exporting
-
-    r = export_model(model, args.output, exporter=args.exporter, ops=args.ops, precision=args.precision,
+    r = _core().export_model(model, args.output, exporter=args.exporter, ops=args.ops, precision=args.precision,
                      io_dtype=args.io_dtype, weights=options.weights_from_args(args), opset=args.opset, verify=verify,
                      size_input=args.size_input, scale=args.scale)
     print(describe(r), flush=True)
     return 0
 
 
-def _run_all(args: argparse.Namespace, verify: bool) -> int:
-    from pipeline.export.core import build_graph, onnx_filename, write_variant  # PyTorch: only when exporting
+def _core():
+    """pipeline.export.core, imported when exporting: it imports PyTorch (`export --help` does not)."""
+    from pipeline.export import core  # PyTorch
 
+    return core
+
+
+def _run_all(args: argparse.Namespace, verify: bool) -> int:
+    build_graph, onnx_filename, write_variant = _core().build_graph, _core().onnx_filename, _core().write_variant
     failures: list[str] = []
     total = 0
     exporters = EXPORTERS if args.exporter == "all" else (args.exporter,)

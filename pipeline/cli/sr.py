@@ -96,8 +96,9 @@ def usage_hint(message: str, argv: list[str]) -> str:
 
 
 def _executor_classes() -> tuple:
+    # Ray and Triton's client are optional and slow to import: only runs with --ray / --triton load them
     from pipeline.cluster.runner import RayExecutor
-    from pipeline.serve.client import TritonExecutor
+    from pipeline.serve.client import TritonExecutor  # see above
 
     return RayExecutor, TritonExecutor
 

@@ -1,7 +1,7 @@
 """The CLI's terminal: while a command runs, stdout and stderr pass through pipeline.errors.printable, so a model
 name or a file name from a user's file that reaches any printed line (ESC colour or OSC 52 clipboard sequences, a
 CR that overwrites the line) is shown escaped. The streams keep their own newlines and tabs; stderr keeps CR too,
-which the progress bar redraws with (the sr stage's own lines escape CR: pipeline.sr.console)."""
+which the progress bar redraws with (the sr stage's own lines escape CR: pipeline.sr.runner.console)."""
 from __future__ import annotations
 
 import contextlib

@@ -32,7 +32,7 @@ from pipeline.precisions import AUTO, DEFAULT
 from pipeline.sr import OPTION_FIELDS, ModelChoice, Plan, Record, RunOptions, Started, resolve_model
 
 if TYPE_CHECKING:
-    from pipeline.sr.console import Console
+    from pipeline.sr.runner.console import Console
 
 TASKS_PER_ACTOR = 4   # batches queued per actor: enough to keep it busy, few to redo when it dies
 MAX_BATCH = 32        # images per Ray task: amortises Ray's per-task cost on small images

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
-from models.registry import output_size
+from models.spec import output_size
+
+if TYPE_CHECKING:
+    import torch
 
 _MAX_DENOMINATOR = 8
 
@@ -30,22 +32,30 @@ def scale_denominator(scale: float) -> int:
 
 def to_tensor(img: np.ndarray) -> torch.Tensor:
     """uint8 HxWx3 -> float32 1x3xHxW in [0, 1]."""
+    import torch  # PyTorch loads only where images are degraded (training, evaluation, sheets), not on import
+
     return torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1)[None].float().div_(255.0)
 
 
 def to_uint8(t: torch.Tensor) -> np.ndarray:
     """float 1x3xHxW (any range) -> uint8 HxWx3, clipped and rounded like a saved image."""
+    import torch  # see to_tensor
+
     return t[0].detach().clamp(0, 1).mul(255.0).round().to(torch.uint8).permute(1, 2, 0).numpy()
 
 
 def downscale(img: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     """uint8 HxWx3 -> uint8 of `size` (h, w) by antialiased bicubic."""
+    import torch.nn.functional as F  # see to_tensor
+
     out = F.interpolate(to_tensor(img), size=size, mode="bicubic", align_corners=False, antialias=True)
     return to_uint8(out)
 
 
 def upscale_bicubic(img: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     """The bicubic baseline: uint8 HxWx3 -> uint8 of `size` (h, w)."""
+    import torch.nn.functional as F  # see to_tensor
+
     return to_uint8(F.interpolate(to_tensor(img), size=size, mode="bicubic", align_corners=False))
 
 
@@ -63,6 +73,10 @@ def lr_size_for(height: int, width: int, scale: float) -> tuple[int, int]:
 
 def make_pair(hr: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
     """(LR, HR crop) for an HR uint8 image: HR is cropped (top-left) to output_size(LR size, scale)."""
+
+
+
+
     lh, lw = lr_size_for(hr.shape[0], hr.shape[1], scale)
     oh, ow = output_size(lh, lw, scale)
     if oh > hr.shape[0] or ow > hr.shape[1]:

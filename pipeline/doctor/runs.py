@@ -9,6 +9,7 @@ from pathlib import Path
 from pipeline.doctor.facts import PLUGIN_FIX
 from pipeline.doctor.results import FAIL, PASS, SKIP, Check
 from pipeline.errors import PipelineError, first_line
+from pipeline.native import kernels_cuda
 from pipeline.native.cuda_runtime import subprocess_env
 from pipeline.native.libraries import trt_plugin_library
 from pipeline.precisions import GRAPH
@@ -80,7 +81,6 @@ def cuda_kernels(torch_cuda_ok: bool) -> list[Check]:
     import torch
     import torch.nn.functional as F
 
-    from pipeline.native import kernels_cuda
 
     try:
         from torchvision.ops import deform_conv2d
@@ -120,7 +120,7 @@ def engines(ready: str | None, models: list[str], log=print) -> list[Check]:
     `ready`: None when TensorRT, a GPU and the plugin library are here, else why not."""
     if ready is not None:
         return [Check("TensorRT engines vs PyTorch", SKIP, ready)]
-    from pipeline.analysis.compare import compare_model
+    from pipeline.analysis.compare import compare_model  # numpy and PyTorch: doctor starts on a bare Python
 
     checks = []
     for model in models:

@@ -42,7 +42,7 @@ def onnx_for(model: str, precision: str = "fp32", ops: str = "custom", *, export
         again = f" again (the cached {path.name} {problem})"
         path.unlink()  # a link goes, never what it points at
     try:  # PyTorch is needed only here, to make a missing file (export.core imports it)
-        from pipeline.export.core import export_model
+        from pipeline.export.core import export_model  # see above
     except ImportError as e:
         raise PipelineError(f"no cached ONNX file for {model} and exporting one needs PyTorch ({e}): install "
                             f"the export extra ({install_command('export')}) or pass --onnx FILE") from None

@@ -116,6 +116,8 @@ from pipeline.artifacts.atomic import atomic_path
 from pipeline.artifacts.cache import cache_dir
 from pipeline.artifacts.onnx_file import FOLDED_SCALE_KEY
 from pipeline.artifacts.stamp import made_once, stamp, stamp_problem
+from pipeline.data import sample_images
+from pipeline.data.degradation import make_pair
 from pipeline.errors import PipelineError, first_line
 from pipeline.export.phases import split_phases
 from pipeline.precisions import version
@@ -222,9 +224,6 @@ def first_layer_convs(model: onnx.ModelProto) -> list[str]:
 def _calibration(scale: float, inputs: set[str], crops: int = 5) -> list[dict[str, np.ndarray]]:
     """Feeds for the calibration: `crops` LR crops of every training image (corners, centre, then a fixed random
     draw), degraded at `scale` as in training."""
-    from pipeline.data import sample_images
-    from pipeline.data.degradation import make_pair
-
     rng = np.random.default_rng(0)
     feeds = []
     for hr in sample_images.train().values():

@@ -16,9 +16,9 @@ import numpy as np
 from pipeline.errors import PipelineError
 from pipeline.native.libraries import cpu_kernels_library, load_library
 
-# 2: sr_deform_conv2d_min_workspace; 3: sr_deform_conv2d_bf16; 4: sr_to_samples_u8; 5: sr_png_idat_u8;
-# 6: sr_png_unfilter_u8
-ABI_VERSION = 6
+# 2: sr_deform_conv2d_min_workspace; 3: sr_deform_conv2d_bf16; 4: sr_to_samples_u8; 5, 6: the PNG codec's (7: moved
+# to libsr_png.so, pipeline.native.png_codec)
+ABI_VERSION = 7
 _F32P = ctypes.POINTER(ctypes.c_float)
 _INT = ctypes.c_int
 
@@ -48,13 +48,6 @@ def _lib() -> ctypes.CDLL:
     lib.sr_round_to_half.restype = None
     lib.sr_to_samples_u8.argtypes = [_F32P, ctypes.c_void_p, _INT, _INT, _INT, ctypes.POINTER(ctypes.c_int64)]
     lib.sr_to_samples_u8.restype = _INT
-    lib.sr_png_idat_bound.argtypes = [_INT] * 3
-    lib.sr_png_idat_bound.restype = ctypes.c_size_t
-    lib.sr_png_idat_u8.argtypes = [ctypes.c_void_p] + [_INT] * 4 + [ctypes.c_void_p, ctypes.c_size_t,
-                                                                    ctypes.POINTER(ctypes.c_size_t)]
-    lib.sr_png_idat_u8.restype = _INT
-    lib.sr_png_unfilter_u8.argtypes = [ctypes.c_void_p] + [_INT] * 4 + [ctypes.c_void_p]
-    lib.sr_png_unfilter_u8.restype = _INT
     return lib
 
 
@@ -123,33 +116,6 @@ def to_samples_u8(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     _check(_lib().sr_to_samples_u8(_ptr(a), out.ctypes.data, n, h, w,
                                    counts.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))), "to_samples_u8")
     return out, counts
-
-
-def png_idat_u8(pixels: np.ndarray, swap_red_blue: bool) -> memoryview:
-    """HxW or HxWxC (C <= 4) uint8 samples -> the zlib stream of a PNG's IDAT chunk (sr_png_idat_u8: per row the
-    Average or Up filter, a Huffman code per band of rows); `swap_red_blue` writes BGR(A) pixels as PNG's RGB(A)."""
-    a = np.ascontiguousarray(pixels)
-    if a.dtype != np.uint8 or a.ndim not in (2, 3) or (a.ndim == 3 and not 1 <= a.shape[2] <= 4) or a.size == 0:
-        raise PipelineError(f"png_idat_u8: expected a non-empty HxW or HxWxC uint8 image, got {a.dtype} {a.shape}")
-    h, w = a.shape[:2]
-    c = 1 if a.ndim == 2 else a.shape[2]
-    out = np.empty(_lib().sr_png_idat_bound(h, w, c), dtype=np.uint8)
-    written = ctypes.c_size_t(0)
-    _check(_lib().sr_png_idat_u8(a.ctypes.data, h, w, c, int(swap_red_blue), out.ctypes.data, out.size,
-                                 ctypes.byref(written)), "png_idat_u8")
-    return memoryview(out)[:written.value]
-
-
-def png_unfilter_u8(filtered, h: int, w: int, channels: int, swap_red_blue: bool) -> np.ndarray:
-    """A PNG's inflated 8-bit image data (h rows of a filter byte and w * channels samples) -> HxW or HxWxC samples;
-    `swap_red_blue` gives RGB(A) as BGR(A). PipelineError for a size that does not match or an unknown filter."""
-    data = np.frombuffer(filtered, np.uint8)
-    if h < 1 or w < 1 or not 1 <= channels <= 4 or data.size != h * (1 + w * channels):
-        raise PipelineError(f"png_unfilter_u8: {data.size} bytes are not {h} rows of {w} x {channels} samples")
-    out = np.empty((h, w) if channels == 1 else (h, w, channels), np.uint8)
-    _check(_lib().sr_png_unfilter_u8(data.ctypes.data, h, w, channels, int(swap_red_blue), out.ctypes.data),
-           "png_unfilter_u8")
-    return out
 
 
 def dynamic_resize(x, size, *, emulate_fp16: bool = False) -> np.ndarray:

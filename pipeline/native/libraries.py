@@ -1,9 +1,11 @@
-"""Locates (and on request builds) the native libraries from plugins_trt/.
+"""Locates (and on request builds) the native libraries from plugins_trt/ and pipeline/native/png/.
 
+- `png_library()`: libsr_png.so, the sr stage's PNG codec (C API, loaded by pipeline.native.png_codec).
 - `cpu_kernels_library()`: libsr_kernels_cpu.so, the sr ops on the CPU (C API, loaded by pipeline.native.kernels_cpu).
 - `trt_plugin_library()`: libsr_trt_plugins.so, the TensorRT IPluginV3 plugins (only built when TensorRT headers exist).
 - `cuda_kernels_library()`: libsr_kernels_cuda.so, a C API over the CUDA launchers for GPU tests / benchmarks.
-Env overrides: SR_KERNELS_CPU_LIB, SR_TRT_PLUGIN_LIB, SR_KERNELS_CUDA_LIB. Default folder: <repo>/build/plugins.
+Env overrides: SR_PNG_LIB, SR_KERNELS_CPU_LIB, SR_TRT_PLUGIN_LIB, SR_KERNELS_CUDA_LIB. Default folders:
+<repo>/build/png (the PNG codec) and <repo>/build/plugins (the rest).
 """
 from __future__ import annotations
 
@@ -19,9 +21,12 @@ from pipeline.native.cuda_runtime import missing_hint, preload
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_DIR = REPO_ROOT / "build" / "plugins"
+PNG_BUILD_DIR = REPO_ROOT / "build" / "png"
 SOURCE_DIR = REPO_ROOT / "plugins_trt"
+PNG_SOURCE_DIR = REPO_ROOT / "pipeline" / "native" / "png"
 
 CPU_KERNELS_NAME = "libsr_kernels_cpu.so"
+PNG_NAME = "libsr_png.so"
 TRT_PLUGINS_NAME = "libsr_trt_plugins.so"
 CUDA_KERNELS_NAME = "libsr_kernels_cuda.so"
 # How to get the plugin library built when it is missing: it needs nvcc and TensorRT's C++ headers.
@@ -38,7 +43,7 @@ class LibraryMissing(PipelineError):
         self.problem, self.fix = problem, fix
 
 
-def _locate(env_var: str, filename: str, what: str, hint: str = "") -> Path:
+def _locate(env_var: str, filename: str, what: str, hint: str = "", folder: Path | None = None) -> Path:
     override = os.environ.get(env_var)
     if override:
         path = Path(override).expanduser()
@@ -46,7 +51,7 @@ def _locate(env_var: str, filename: str, what: str, hint: str = "") -> Path:
             raise LibraryMissing(f"{env_var}={override} does not exist ({what})",
                                  f"point {env_var} at a library `make plugins` built{hint}, or unset it")
         return path.resolve()
-    path = BUILD_DIR / filename
+    path = (folder or BUILD_DIR) / filename
     if not path.is_file() and not in_checkout():  # a pip install: no build folder, no make
         raise LibraryMissing(f"{what} is not part of this install",
                              f"build it in a source checkout (`make plugins`{hint}) and point {env_var} at it")
@@ -90,6 +95,11 @@ def plugin_build_info(path: Path) -> dict[str, str]:
     return dict(item.split("=", 1) for item in text.split() if "=" in item)
 
 
+def png_library() -> Path:
+    """Path of libsr_png.so (always built by `make plugins`)."""
+    return _locate("SR_PNG_LIB", PNG_NAME, "sr PNG codec library", folder=PNG_BUILD_DIR)
+
+
 def cpu_kernels_library() -> Path:
     """Path of libsr_kernels_cpu.so (always built by `make plugins`)."""
     return _locate("SR_KERNELS_CPU_LIB", CPU_KERNELS_NAME, "sr CPU kernels library")
@@ -112,18 +122,29 @@ def build_plugins(build_dir: Path = BUILD_DIR, *, cuda: bool = True, extra_args:
 
     Used by tests when the library is missing. Raises PipelineError with cmake's output tail on failure.
     """
-    cmake = shutil.which("cmake")
-    if cmake is None:
-        raise PipelineError("cmake not found: install cmake (>= 3.18) to build plugins_trt/")
-    configure = [cmake, "-S", str(SOURCE_DIR), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
-                 f"-DPython3_EXECUTABLE={sys.executable}", f"-DSR_ENABLE_CUDA={'ON' if cuda else 'OFF'}"]
+    configure = [f"-DPython3_EXECUTABLE={sys.executable}", f"-DSR_ENABLE_CUDA={'ON' if cuda else 'OFF'}"]
     trt_root = os.environ.get("TENSORRT_ROOT")
     if trt_root:
         configure.append(f"-DTENSORRT_ROOT={trt_root}")
-    configure += list(extra_args or [])
+    return _cmake_build(SOURCE_DIR, build_dir, configure + list(extra_args or []), jobs)
+
+
+def build_png(build_dir: Path = PNG_BUILD_DIR, *, jobs: int = 2) -> Path:
+    """Configure and build the PNG codec (pipeline/native/png/) as `make plugins` does; returns the build folder.
+
+    Used by tests when the library is missing. Raises PipelineError with cmake's output tail on failure.
+    """
+    return _cmake_build(PNG_SOURCE_DIR, build_dir, [], jobs)
+
+
+def _cmake_build(source: Path, build_dir: Path, args: list[str], jobs: int) -> Path:
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        raise PipelineError(f"cmake not found: install cmake (>= 3.18) to build {source.relative_to(REPO_ROOT)}/")
+    configure = [cmake, "-S", str(source), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release", *args]
     for cmd in (configure, [cmake, "--build", str(build_dir), "-j", str(jobs)]):
         proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
         if proc.returncode != 0:
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-            raise PipelineError(f"building plugins_trt failed ({' '.join(cmd[:2])} ...):\n{tail}")
+            raise PipelineError(f"building {source.relative_to(REPO_ROOT)} failed ({' '.join(cmd[:2])} ...):\n{tail}")
     return build_dir

@@ -14,13 +14,12 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.errors import PipelineError
+from pipeline.native import kernels_cpu
 
 
 def bf16_deform_conv(inputs: list, attrs: dict, threads: int | None):
     """DeformConv2dBf16 on sr::DeformConv2d's inputs (X, W, offset, bias or None, mask or None), or None without
     the kernel library or with pads the kernel does not take (different begin and end pads)."""
-    from pipeline.native import kernels_cpu
-
     if attrs["pads_begin"] != attrs["pads_end"]:
         return None
     try:
@@ -163,8 +162,6 @@ def _values(tensor) -> np.ndarray:
 def run(config: dict, tensors: list[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
     """The kernel on one call's tensors (X, W, offset[, bias][, mask]; X, offset and mask bf16 bit patterns) with a
     node's config, into `out` (bf16) if given."""
-    from pipeline.native import kernels_cpu
-
     x, weight, offset, rest = tensors[0], _float32(tensors[1]), tensors[2], list(tensors[3:])
     bias = _float32(rest.pop(0)) if config["bias"] else None
     mask = rest.pop(0) if config["mask"] else None

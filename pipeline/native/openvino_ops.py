@@ -18,6 +18,7 @@ import numpy as np
 
 from pipeline.contract import DEFORM_CONV, DOMAIN, DYNAMIC_RESIZE, RESIZE_ATTRS
 from pipeline.errors import PipelineError
+from pipeline.native.openvino_bf16 import bf16_deform_conv
 
 
 def _ops():
@@ -126,8 +127,6 @@ def convert_deform_conv(node, threads: int | None = None, bf16: bool = False) ->
     """sr::DeformConv2d(X, W, offset[, B[, mask]]) with ONNX DeformConv's attributes (torchvision semantics): at bf16
     inference precision our bf16 kernel (pipeline.native.openvino_bf16, `threads` workers), else (or without the
     kernel library) DeformableConvolution-8, which OpenVINO runs in FP32 whatever the precision."""
-    from pipeline.native.openvino_bf16 import bf16_deform_conv
-
     attrs = deform_attrs(node)
     ops = _ops()
     x, weight, offset = node.get_input(0), node.get_input(1), node.get_input(2)

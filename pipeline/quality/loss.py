@@ -41,11 +41,13 @@ from pipeline.artifacts.atomic import atomic_write
 from pipeline.artifacts.cache import cache_dir
 from pipeline.artifacts.confine import file_token, open_inside
 from pipeline.artifacts.stamp import content_sha256, made_once
+from pipeline.data import sample_images
+from pipeline.data.degradation import make_pair
 from pipeline.errors import PipelineError
 from pipeline.native.machine import numerics as machine
 from pipeline.precisions import BUDGET_DB, DEFAULT, GAIN_KEPT_MIN, GATE_VERSION
 from pipeline.quality import fidelity, gain
-from pipeline.quality.metrics import crop_border_for
+from pipeline.quality.metrics import crop_border_for, psnr_y, ssim_y
 
 if TYPE_CHECKING:  # the interface it runs; this package sits below pipeline.backends and never loads one
     from pipeline.backends.base import Backend
@@ -54,15 +56,30 @@ WHEN = "%Y-%m-%d %H:%M:%S"  # a measurement's time, as pipeline.backends.auto.me
 
 
 def identity(backend: Backend, scale: float) -> dict:
-    """What a quality record holds for: the file that runs at `scale` (its SHA-256), backend, precision, scale,
-    machine and the gate's rule (a record judged under an older one is measured again)."""
+    """Says what a quality record holds for.
+
+    Args:
+        backend: the loaded backend.
+        scale: the scale it runs at.
+
+    Returns:
+        The record's identifying fields: the file that runs at `scale` (its SHA-256), backend, precision, scale,
+        machine and the gate's rule (a record judged under an older one is measured again).
+    """
     return {"model": backend.model_name, "backend": backend.name, "precision": backend.precision,
             "scale": float(scale), "file_sha256": content_sha256(backend.run_file(scale)), "machine": machine(),
             "gate": GATE_VERSION}
 
 
 def record_key(fields: dict) -> str:
-    """A short stable hash of a record's identifying fields (its store file's name ends with it)."""
+    """Hashes a record's identifying fields into a short stable key (its store file's name ends with it).
+
+    Args:
+        fields: the identifying fields (identity()).
+
+    Returns:
+        The key.
+    """
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -73,11 +90,27 @@ def _store(ident: dict) -> Path:
 
 
 def finite_number(v) -> bool:
+    """Says whether `v` is a finite int or float (not a bool): what a record's numbers must be.
+
+    Args:
+        v: any value read from a record.
+
+    Returns:
+        True for a finite number.
+    """
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def record_problem(record, ident: dict) -> str | None:
-    """Why a stored record does not describe `ident` or is not a well-formed record, or None."""
+    """Says why a stored record does not describe `ident` or is not a well-formed record.
+
+    Args:
+        record: the stored record, as read.
+        ident: the fields it must match (identity()).
+
+    Returns:
+        The reason, or None when the record holds.
+    """
     if not isinstance(record, dict):
         return "it is not a record"
     for k, v in ident.items():
@@ -128,8 +161,6 @@ def _bicubic(pairs, scale: float) -> tuple[float, float]:
 
 def _scores(backend: Backend, pairs, scale: float, bar=None) -> tuple[float, float, list[np.ndarray]]:
     """(mean Y-PSNR, mean SSIM against the HR photos, the 8-bit outputs)."""
-    from pipeline.quality.metrics import psnr_y, ssim_y
-
     psnr, ssim, outs = [], [], []
     for lr, hr in pairs:
         x = np.ascontiguousarray((lr.astype(np.float32) / 255).transpose(2, 0, 1)[None])
@@ -143,22 +174,41 @@ def _scores(backend: Backend, pairs, scale: float, bar=None) -> tuple[float, flo
 
 
 def applies(backend: Backend) -> bool:
-    """Whether a loss is measured for this loaded backend: bf16 and int8 (fp16 is a graph precision, checked by
-    `compare`) on a backend that runs a file."""
+    """Says whether a precision loss is measured for this loaded backend.
+
+    Args:
+        backend: the loaded backend.
+
+    Returns:
+        True for bf16 and int8 on a backend that runs a file (fp16 is a graph precision, checked by `compare`).
+    """
     return backend.precision in BUDGET_DB and backend.model_file() is not None
 
 
 def run_scale(backend: Backend, scale: float | None) -> float:
-    """The scale a measurement or a pick is for: the given one, else the model's."""
+    """Gives the scale a measurement or a pick is for.
+
+    Args:
+        backend: the loaded backend (its model's scale is the default).
+        scale: the scale given, or None.
+
+    Returns:
+        `scale`, else the model's.
+    """
     return float(backend.spec.default_scale if scale is None else scale)
 
 
 def measure(backend: Backend, scale: float | None = None, progress=None) -> dict:
-    """Score `backend` and its fp32 twin on the held-out set at `scale` (default: the model's); the record of the
-    difference, with identity()'s fields. `progress(total, unit, desc)` makes a bar."""
-    from pipeline.data import sample_images
-    from pipeline.data.degradation import make_pair
+    """Measures what a lower precision loses against fp32, now.
 
+    Args:
+        backend: the loaded backend; it and its fp32 twin score the held-out images.
+        scale: the scale (default: the model's).
+        progress: `progress(total, unit, desc)` makes a progress bar, or None.
+
+    Returns:
+        The record of the difference, with identity()'s fields.
+    """
     scale = run_scale(backend, scale)
     ident = identity(backend, scale)
     pairs = [make_pair(hr, scale) for hr in sample_images.held_out().values()]
@@ -181,9 +231,20 @@ def measure(backend: Backend, scale: float | None = None, progress=None) -> dict
 
 
 def precision_loss(backend: Backend, log=None, scale: float | None = None, progress=None) -> dict | None:
-    """The stored record for a loaded backend running a lower precision at `scale` (default: the model's), measured
-    now when none holds for the file that runs, the scale and this machine (once: a second process waits for it);
-    None for fp32 and fp16 or a backend that runs no file."""
+    """Gives the precision-loss record of a loaded backend that runs a lower precision.
+
+    The record stored for the file that runs, the scale and this machine is reused; without one it is measured now
+    (once: a second process waits for the first).
+
+    Args:
+        backend: the loaded backend.
+        log: where a line about a measurement goes, or None.
+        scale: the scale (default: the model's).
+        progress: `progress(total, unit, desc)` makes a progress bar, or None.
+
+    Returns:
+        The record, or None for fp32 and fp16 and for a backend that runs no file.
+    """
     if not applies(backend):
         return None
     scale = run_scale(backend, scale)
@@ -224,8 +285,15 @@ def _read(path: Path, ident: dict, problem=None) -> tuple[dict | None, str | Non
 
 
 def stored(backend: Backend, scale: float | None = None) -> dict | None:
-    """The record measured earlier for the file this backend runs at `scale`, its precision and this machine, or
-    None (nothing stored, or a record that does not hold)."""
+    """Reads the record measured earlier for the file this backend runs.
+
+    Args:
+        backend: the loaded backend (its file, precision and this machine pick the record).
+        scale: the scale (default: the model's).
+
+    Returns:
+        The record, or None (nothing stored, or a record that does not hold).
+    """
     if not applies(backend):
         return None
     ident = identity(backend, run_scale(backend, scale))
@@ -291,8 +359,16 @@ def baseline(backend: Backend, scale: float | None = None, log=None, progress=No
 
 
 def budget(record: dict) -> float:
-    """The budget a record is held to: today's for its precision (a stored record keeps its measured loss; the
-    budget is policy, read now)."""
+    """Gives the budget a record is held to: today's for its precision.
+
+    A stored record keeps its measured loss; the budget is policy, read now.
+
+    Args:
+        record: a precision-loss record.
+
+    Returns:
+        The budget in dB of Y-PSNR.
+    """
     return BUDGET_DB[record["precision"]]
 
 
@@ -305,8 +381,16 @@ def within_floor(record: dict) -> bool:
 
 
 def within_budget(record: dict) -> bool:
-    """The gate: the ground-truth drop within its budget, the worst image's fidelity to fp32 at or above its
-    floor, and GAIN_KEPT_MIN of the model's gain over bicubic kept in PSNR-Y and SSIM-Y (none where it adds none)."""
+    """The quality gate: says whether a record passes.
+
+    Args:
+        record: a precision-loss record.
+
+    Returns:
+        True when the drop against the ground truth is within its budget, the worst image's fidelity to fp32 is at
+        or above its floor, and GAIN_KEPT_MIN of the model's gain over bicubic is kept in PSNR-Y and SSIM-Y (never
+        where the model adds none).
+    """
     return within_loss(record) and within_floor(record) and gain.keeps_enough(record)
 
 
@@ -347,9 +431,15 @@ def gate(backend: Backend, scale: float | None = None, *, measure: bool = True, 
 
 
 def summary(record: dict | None) -> dict | None:
-    """The measured loss as a report row or --summary carries it (bench, compare, sr), `fidelity` and `gain_kept`
-    ({psnr_y, ssim_y} fractions; None where the model adds nothing over bicubic) included, or None (fp32, or
-    nothing measured)."""
+    """Gives the measured loss as a report row or --summary carries it (bench, compare, sr).
+
+    Args:
+        record: a precision-loss record, or None.
+
+    Returns:
+        The row's fields, `fidelity` and `gain_kept` ({psnr_y, ssim_y} fractions; None where the model adds nothing
+        over bicubic) included, or None (fp32, or nothing measured).
+    """
     if record is None:
         return None
     judged = verdict(record)
@@ -360,10 +450,20 @@ def summary(record: dict | None) -> dict | None:
 
 
 def loss_line(record: dict, advice: bool = True) -> str:
-    """'bf16 loses 0.007 dB Y-PSNR (SSIM 0.0001) against fp32 on the 4 held-out images, keeps 99 % of the model's
-    PSNR-Y gain over bicubic and 99 % of its SSIM-Y gain, fidelity to fp32 54.8 dB (worst image 53.0, floor 45),
-    within its 0.02 dB budget, fidelity floor and 90 % of the gain'. `advice`: a line over any tells a run of that
-    precision to use fp32 (not where it was already left out)."""
+    """Says a record in one line.
+
+    For example: "bf16 loses 0.007 dB Y-PSNR (SSIM 0.0001) against fp32 on the 4 held-out images, keeps 99 % of the
+    model's PSNR-Y gain over bicubic and 99 % of its SSIM-Y gain, fidelity to fp32 54.8 dB (worst image 53.0, floor
+    45), within its 0.02 dB budget, fidelity floor and 90 % of the gain".
+
+    Args:
+        record: a precision-loss record.
+        advice: when the record is over its budget, floor or gain rule, tell a run of that precision to use fp32
+            (False where that precision was already left out).
+
+    Returns:
+        The line.
+    """
     p = record["precision"]
     judged = verdict(record)
     kept = gain.kept_text(judged.gain_kept) if judged.gain_kept is not None else "the model adds nothing over " \

@@ -18,7 +18,14 @@ _MIN_SSIM_SIDE = 3
 
 
 def crop_border_for(scale: float) -> int:
-    """Pixels cropped from each side before scoring: the scale, rounded up (SR-paper convention)."""
+    """Gives the pixels cropped from each side before scoring: the scale, rounded up (SR-paper convention).
+
+    Args:
+        scale: the upscaling factor.
+
+    Returns:
+        The border in pixels.
+    """
     return int(math.ceil(scale))
 
 
@@ -57,7 +64,19 @@ def _y_pair(sr: np.ndarray, hr: np.ndarray, crop_border: int) -> tuple[np.ndarra
 
 
 def psnr_y(sr: np.ndarray, hr: np.ndarray, crop_border: int) -> float:
-    """Y-channel PSNR (dB) of `sr` against reference `hr`; inf when they are identical."""
+    """Computes the Y-channel PSNR of `sr` against the reference `hr`.
+
+    Args:
+        sr: the image scored, HxWx3 RGB (uint8, or float in [0, 1]).
+        hr: the reference, the same shape.
+        crop_border: pixels cropped from each side first (crop_border_for).
+
+    Returns:
+        The PSNR in dB; inf when the two are identical.
+
+    Raises:
+        ValueError: for images that are not HxWx3 or whose shapes differ.
+    """
     y_sr, y_hr = _y_pair(sr, hr, crop_border)
     from skimage.metrics import peak_signal_noise_ratio
 
@@ -67,7 +86,19 @@ def psnr_y(sr: np.ndarray, hr: np.ndarray, crop_border: int) -> float:
 
 
 def ssim_y(sr: np.ndarray, hr: np.ndarray, crop_border: int) -> float:
-    """Y-channel SSIM of `sr` against `hr` (Gaussian 11x11, sigma 1.5, as Wang et al. 2004)."""
+    """Computes the Y-channel SSIM of `sr` against `hr` (Gaussian 11x11, sigma 1.5, as Wang et al. 2004).
+
+    Args:
+        sr: the image scored, HxWx3 RGB (uint8, or float in [0, 1]).
+        hr: the reference, the same shape.
+        crop_border: pixels cropped from each side first (crop_border_for).
+
+    Returns:
+        The SSIM, at most 1.
+
+    Raises:
+        ValueError: for images that are not HxWx3 or whose shapes differ.
+    """
     from skimage.metrics import structural_similarity
 
     y_sr, y_hr = _y_pair(sr, hr, crop_border)

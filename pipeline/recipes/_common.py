@@ -103,6 +103,6 @@ def script_main(file: str) -> int:
     """`python -m pipeline.recipes.NAME [--out DIR]`: the same as `python -m pipeline.recipes NAME [--out DIR]`."""
     import sys
 
-    from pipeline.recipes.__main__ import main
+    from pipeline.recipes.__main__ import main  # it imports every recipe, and each recipe imports this module
 
     return main([Path(file).stem, *sys.argv[1:]])

@@ -33,7 +33,7 @@ from pipeline.serve import tensors as T
 from pipeline.sr import ExecutorLost, Plan, Record, RunOptions, Started, write_output
 
 if TYPE_CHECKING:
-    from pipeline.sr.console import Console
+    from pipeline.sr.runner.console import Console
 
 PROTOCOLS = ("http", "grpc")
 NETWORK_TIMEOUT_S = 600.0   # one large image's round trip (decode, tiles, inference, transfer)

@@ -20,6 +20,7 @@ from pipeline import backends
 from pipeline.artifacts.identity import resolve
 from pipeline.backends.checks import check_scale
 from pipeline.backends.registry import backend_class
+from pipeline.engine import read_sidecar
 from pipeline.errors import PipelineError, first_line
 from pipeline.serve.tensors import ARRAY, ARRAY_INPUTS, IMAGE_INPUTS, array_from_output
 from pipeline.sr import (
@@ -215,7 +216,7 @@ class SrService:
         info = {"in_size": list(p.in_size), "out_size": list(p.out_size), "mode": p.image.mode,
                 "bit_depth": p.image.depth, "tiles": p.plan.count, "scale": it.worker.scale,
                 "backend": self.describe(), "infer_s": round(p.infer_s, 6)}
-        if p.rerun:  # tiles whose output was not finite, re-run at fp32 (pipeline.sr.finite)
+        if p.rerun:  # tiles whose output was not finite, re-run at fp32 (pipeline.sr.runner.finite)
             info["rerun_fp32"] = {"tiles": p.rerun, "reason": p.rerun_reason}
         notes = list(p.notes)
         if it.fmt == ARRAY:
@@ -283,6 +284,5 @@ def stack(answers: list[dict]) -> dict | str:
 
 
 def _engine_precision(engine: Path) -> str:
-    from pipeline.engine import read_sidecar
 
     return (read_sidecar(engine) or {}).get("precision", "fp32")

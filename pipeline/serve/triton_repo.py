@@ -21,7 +21,7 @@ from pipeline.engine.sidecar import load_sidecar, sidecar_onnx
 from pipeline.errors import PipelineError, check_choice, first_line
 from pipeline.export.cached import onnx_for
 from pipeline.native.libraries import trt_plugin_library
-from pipeline.serve import protocol
+from pipeline.serve import protocol, python_repo, triton_env
 from pipeline.serve.triton_config import (
     BACKENDS,
     ModelIO,
@@ -215,7 +215,6 @@ def write_repository(model: str | None, repo: Path, *, backend: str = "trt", pre
     atomic_write(model_dir / "config.pbtxt", text)
     sr_config_file = None
     if sr_name:
-        from pipeline.serve import python_repo, triton_env
 
         env = str(triton_env.env_dir()) if python_env is None else python_env
         sr_config_file = python_repo.write_sr_model(repo, art.source if backend == "trt" else model_file, name=sr_name,

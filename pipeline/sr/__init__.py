@@ -4,32 +4,35 @@
     run(RunOptions, executor) -> Summary      one run: plan -> triage -> executor -> Summary -> report (the CLI's)
     ImageWorker(backend, model, scale, ...)   the per-image unit: .process(job) -> Record
 
-    run        plan, executors' protocol, the report   local      the local executor (threads, videos)
-    options    RunOptions, the typed run options       settings   option checks, model resolution
-    scheduler  decode pool, batching, bounded write queue    worker     decode/plan/infer/encode one image
-    jobs       INPUT -> OUTPUT file mapping                  records    Record, RecordLog, Summary (the JSON)
-    tiling     tiles that reproduce whole-image inference    imageio    files <-> pixels
-    png        PNG writing (our C++ encoder: Average/Up filters) and reading
-    bicubic    plain bicubic (alpha, baseline)               reference  --reference scores
-    console    what is printed (--quiet hides, --verbose adds)   preflight  writable outputs, overwrite count
-    video      one clip through the worker (threads)         segments   a clip cut at keyframes, run, resumed, joined
-    segment_files  finished segments and their records (verified before reuse)   segment_join  the join by stream copy
+Directly here, the run's entry and its plan:
+    api        upscale() and run_local()                 flow       the plan, the executors' protocol, the report
+    local      the local executor (threads, videos)      options    RunOptions, the typed run options
+    settings   option checks, model resolution           preflight  writable outputs, overwrite count
+    videofmt   video containers, codecs and their options (pure data: the plan, run/ and video/ read it)
+
+Three rooms (import-linter layers in pyproject.toml: video -> runner -> images, never back):
+    images/    files <-> pixels: imageio (decode, encode), png (our PNG writer and reader), header (limits),
+               lengths (declared sizes against the file), metadata (ICC, EXIF, XMP kept), tiling, bicubic
+    runner/    one image at a time: jobs (INPUT -> OUTPUT), worker, scheduler, records, console, finite (the fp32
+               re-run), reference (--reference scores), cpu_split
+    video/     one clip: av_io (PyAV reader and writer), yuv (YUV <-> RGB, rounded to nearest), clip (a clip through
+               the worker), segments (cut at keyframes, run, resumed), segment_files, join (the join by stream copy)
 
 Code outside this package imports only the names below (an import-linter contract in pyproject.toml).
 """
 from pipeline.sr.api import run_local, upscale
-from pipeline.sr.bicubic import bicubic
 from pipeline.sr.flow import ExecutorLost, ModelChoice, Plan, Started, applies_only, resolve_model, run
-from pipeline.sr.image_header import HeaderError, check_header, over_limit
-from pipeline.sr.imageio import Image, ImageError, convert_for_format, normalize_format, read_image
-from pipeline.sr.imageio import decode as decode_image
-from pipeline.sr.imageio import encode as encode_image
-from pipeline.sr.jobs import Job, discover
+from pipeline.sr.images.bicubic import bicubic
+from pipeline.sr.images.header import HeaderError, check_header, over_limit
+from pipeline.sr.images.imageio import Image, ImageError, convert_for_format, normalize_format, read_image
+from pipeline.sr.images.imageio import decode as decode_image
+from pipeline.sr.images.imageio import encode as encode_image
 from pipeline.sr.options import OPTION_FIELDS, RunOptions, option_flag
-from pipeline.sr.records import Record, Summary
+from pipeline.sr.runner.jobs import Job, discover
+from pipeline.sr.runner.records import Record, Summary
+from pipeline.sr.runner.worker import FOLDER_STREAMS, ImageWorker, Planned, in_flight, infer_reason, write_output
 from pipeline.sr.settings import usable_cores
 from pipeline.sr.videofmt import AUDIO_MODES, CRF, DEFAULT_PRESET, ENCODERS, PRESETS, codec_for, encoder_options
-from pipeline.sr.worker import FOLDER_STREAMS, ImageWorker, Planned, in_flight, infer_reason, write_output
 
 __all__ = [
     # a run: the API, the run flow and what executors implement and return
@@ -48,11 +51,10 @@ __all__ = [
 
 # Videos on other executors (a clip split into segments on Ray actors; frames served by Triton): these load PyAV,
 # so they are imported on first use, for runs with videos only.
-_VIDEO_NAMES = {"VideoRunner": "video", "plan_clips": "video", "encoder_alone": "video", "plan_work": "segments",
-                "run_segment": "segments",
-                "segment_identity": "segments", "resume_lines": "segments",
-                "lock_outputs": "segments", "probe_video": "video_io", "read_video": "video_io",
-                "VideoFrame": "video_io", "VideoWindow": "video_io"}
+_VIDEO_NAMES = {"VideoRunner": "video.clip", "plan_clips": "video.clip", "encoder_alone": "video.clip",
+                "plan_work": "video.segments", "run_segment": "video.segments", "segment_identity": "video.segments",
+                "resume_lines": "video.segments", "lock_outputs": "video.segments", "probe_video": "video.av_io",
+                "read_video": "video.av_io", "VideoFrame": "video.av_io", "VideoWindow": "video.av_io"}
 # names exported under another name than the module's own (a bare `read` or `Frame` says too little here)
 _VIDEO_ALIASES = {"probe_video": "probe", "read_video": "read", "VideoFrame": "Frame", "VideoWindow": "Window"}
 

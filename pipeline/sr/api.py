@@ -5,20 +5,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipeline.analysis import sheet
 from pipeline.htmlreport import Heading, Sheet, para, write_html
-from pipeline.sr.bicubic import bicubic
-from pipeline.sr.console import Console
 from pipeline.sr.flow import run
+from pipeline.sr.images.bicubic import bicubic
 from pipeline.sr.local import LocalExecutor
 from pipeline.sr.options import RunOptions
-from pipeline.sr.records import Summary
+from pipeline.sr.runner.console import Console
+from pipeline.sr.runner.records import Summary
 
 
 def reference_sheet(result: Summary, console: Console) -> None:
     """One scored image's crops side by side, with the outputs, and the same as before/after sliders in a page
-    (reference-sheet.html); metrics import only with --reference."""
-    from pipeline.analysis import sheet
-
+    (reference-sheet.html); only runs with --reference."""
     if not result.reference:
         return
     png = sheet.for_sr_run(result, Path(result.output), sheet.from_float(bicubic))
@@ -41,23 +40,37 @@ def run_local(opts: RunOptions) -> Summary:
 
 
 def upscale(input: str | Path, output: str | Path, **options) -> Summary:
-    """Super-resolve an image or a folder tree (OUTPUT mirrors it) and return the run's Summary.
+    """Super-resolves an image, a folder tree or a video, and returns the run's Summary.
 
-    The keywords are pipeline.sr.options.RunOptions' fields:
-    model: registered name; by default the one `backend` (if loaded) or `onnx` was made for, else srcnn.
-    backend: a name ('auto' picks the fastest available and says why) or an already-loaded Backend
-    (then onnx/engine/weights/threads/precision do not apply: it is used as it is).
-    codec/crf/preset: how videos are encoded (pipeline.sr.videofmt; default: H.264 at a high-quality CRF and a
-    fast preset, lossless FFV1 for .mkv, VP9 for .webm; preset: x264/x265's, h264 and h265 only); images ignore
-    them. audio: 'copy' (a stream the output container cannot hold is an
-    error before any work) or 'drop'. segment_seconds: a clip at least twice this long (default 60 s) is cut at
-    keyframes into segments kept beside the output until the join, so skip_existing=True resumes a killed run
-    from its finished (verified) segments (pipeline.sr.segments).
-    tile: LR tile side, 0 = never tile, None = from free memory (a device backend's own). batch: images or
-    tiles of one size per call, or 'auto' (the most that fit on a device, capped; 1 on the host). workers:
-    decode/encode threads, None = every usable core with a device backend, else 2. progress=False hides the bar and
-    per-image lines (the header and failures still go out); verbose adds the backend's full description and
-    reasons. log: where lines go (default: stderr). Per-image failures are in the Summary. On KeyboardInterrupt
-    the images done are kept, --summary is written for them and the interrupt is raised again.
+    OUTPUT mirrors INPUT's tree. The keywords are the fields of pipeline.sr.options.RunOptions.
+
+    Args:
+        input: an image, a video, or a folder of them.
+        output: the output file or folder (created; existing outputs are replaced, or kept with skip_existing).
+        **options: RunOptions fields, among them:
+            model: a registered name; by default the one `backend` (if loaded) or `onnx` was made for, else srcnn.
+            backend: a name ('auto' picks the fastest available and says why), or an already-loaded Backend
+                (then onnx, engine, weights, threads and precision do not apply: it is used as it is).
+            precision: a precision, or 'auto' (the fastest within its quality budget).
+            codec, crf, preset: how videos are encoded (pipeline.sr.videofmt; default: H.264 at a high-quality
+                CRF and a fast preset, lossless FFV1 for .mkv, VP9 for .webm; preset: h264 and h265 only).
+            audio: 'copy' (a stream the output container cannot hold is an error before any work) or 'drop'.
+            segment_seconds: a clip at least twice this long (default 60 s) is cut at keyframes into segments
+                kept beside the output until the join, so skip_existing=True resumes a killed run from its
+                finished, verified segments (pipeline.sr.video.segments).
+            tile: the LR tile side; 0 never tiles; None sizes tiles from free memory.
+            batch: images or tiles of one size per call, or 'auto' (the most that fit on a device, capped; 1 on
+                the host).
+            workers: decode/encode threads; None: every usable core with a device backend, else 2.
+            progress: False hides the bar and the per-image lines (the header and failures still go out).
+            verbose: adds the backend's full description and reasons.
+            log: where lines go (default: stderr).
+
+    Returns:
+        The Summary: per-image records (failures included), totals and timings.
+
+    Raises:
+        PipelineError: one line, for bad options or inputs, before any work.
+        KeyboardInterrupt: raised again after the images done are kept and --summary is written for them.
     """
     return run_local(RunOptions(input, output, **options))

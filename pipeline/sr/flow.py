@@ -19,16 +19,16 @@ from typing import ClassVar, Protocol
 
 from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import onnx_metadata
-from pipeline.backends.base import check_run_precision
+from pipeline.backends.base import check_auto_engine, check_run_precision
 from pipeline.backends.checks import check_scale
 from pipeline.engine.sidecar import read_sidecar
 from pipeline.errors import PipelineError, ReportedInterrupt, Terminated, check_choice
 from pipeline.sr import preflight, settings, videofmt
-from pipeline.sr.console import Console, count_text, done_line, failed_line, headline, plural, rerun_line
-from pipeline.sr.imageio import extensions_text
-from pipeline.sr.jobs import JobList, discover, known_extensions
+from pipeline.sr.images.imageio import extensions_text
 from pipeline.sr.options import RunOptions, option_flag
-from pipeline.sr.records import Record, RecordLog, Summary
+from pipeline.sr.runner.console import Console, count_text, done_line, failed_line, headline, plural, rerun_line
+from pipeline.sr.runner.jobs import JobList, discover, known_extensions
+from pipeline.sr.runner.records import Record, RecordLog, Summary
 
 
 @dataclass(frozen=True)
@@ -147,8 +147,7 @@ def check_options(opts: RunOptions) -> tuple[str | None, RunOptions]:
     check_choice("audio", opts.audio, videofmt.AUDIO_MODES)
     if opts.segment_seconds is not None and not opts.segment_seconds > 0:
         raise PipelineError(f"--segment-seconds must be more than 0, got {opts.segment_seconds:g}")
-    if opts.precision == "auto" and opts.engine is not None:
-        raise PipelineError("--precision auto chooses among the ONNX backends; an engine's precision is built in")
+    check_auto_engine(opts.precision, opts.engine)
     onnx = settings.check_paths(summary=opts.summary, reference=opts.reference, onnx=opts.onnx, engine=opts.engine,
                                 weights=opts.weights)
     if opts.backend_name is not None:

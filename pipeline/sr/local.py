@@ -1,5 +1,5 @@
 """The local executor: the backend loaded in this process, images through the scheduler's thread pools
-(pipeline.sr.scheduler), videos frame by frame (pipeline.sr.video), all around one ImageWorker."""
+(pipeline.sr.runner.scheduler), videos frame by frame (pipeline.sr.video.clip), all around one ImageWorker."""
 from __future__ import annotations
 
 import time
@@ -9,12 +9,12 @@ from pipeline import backends, quality
 from pipeline.artifacts.atomic import remove_stale_parts
 from pipeline.precisions import AUTO
 from pipeline.sr import settings
-from pipeline.sr.console import Console, scale_note
 from pipeline.sr.flow import ModelChoice, Plan, Started, resolve_model
 from pipeline.sr.options import OPTION_FIELDS, RunOptions
-from pipeline.sr.records import Record
-from pipeline.sr.scheduler import Scheduler
-from pipeline.sr.worker import FOLDER_STREAMS, ImageWorker
+from pipeline.sr.runner.console import Console, scale_note
+from pipeline.sr.runner.records import Record
+from pipeline.sr.runner.scheduler import Scheduler
+from pipeline.sr.runner.worker import FOLDER_STREAMS, ImageWorker
 
 
 class Held:
@@ -54,7 +54,8 @@ class LocalExecutor:
         self.choice: backends.Choice | None = None  # None: a loaded backend was given
         self.plans: dict = {}
         self.clips: list[Record] = []
-        self.works: list = []  # each clip's segments (pipeline.sr.segments.ClipWork)
+        self.works: list = []  # each clip's segments (pipeline.sr.video.segments.ClipWork)
+        self.video: tuple = ()  # pipeline.sr.video's clip and segments modules, for runs with videos (PyAV)
         self.serial_cpu_s = 0.0  # CPU seconds of the thread that drove inference (execute: this one)
         self.locks: dict = {}  # each clip's output lock, by name (pipeline.artifacts.lock)
         self.held = Held()
@@ -120,19 +121,19 @@ class LocalExecutor:
     def _plan_clips(self, plan: Plan, loaded: backends.Backend) -> list[str]:
         """Each clip's plan and segments (its output locked for this run; with --skip-existing the segments a
         killed run finished, verified); the first line's notes for a single clip."""
-        from pipeline.sr.segments import lock_outputs, plan_work, segment_identity
-        from pipeline.sr.video import plan_clips
+        from pipeline.sr.video import clip, segments  # PyAV: imported for runs with videos only
 
+        self.video = clip, segments
         o, m = self.opts, plan.model
-        self.plans = plan_clips(self.clips, m.scale, o.codec, o.crf, o.audio, o.preset)
-        self.locks = locks = lock_outputs(self.clips)
+        self.plans = clip.plan_clips(self.clips, m.scale, o.codec, o.crf, o.audio, o.preset)
+        self.locks = locks = segments.lock_outputs(self.clips)
         choice = self.choice or backends.of_loaded(loaded, m.scale)  # a loaded backend given: its own Choice
-        identity = segment_identity(m.spec, o.weights, choice.key(),
+        identity = segments.segment_identity(m.spec, o.weights, choice.key(),
                                     {"codec": o.codec, "crf": o.crf, "preset": o.preset, "audio": o.audio,
                                      "tile": o.tile, "tile_overlap": o.tile_overlap, "batch": o.batch,
                                      "encoder_threads": self.workers})
-        self.works = plan_work(self.clips, m.scale, identity, o.segment_seconds, 1, o.skip_existing, self.plans,
-                               locks)
+        self.works = segments.plan_work(self.clips, m.scale, identity, o.segment_seconds, 1, o.skip_existing,
+                                        self.plans, locks)
         if len(plan.found.jobs) == 1 and self.plans:  # one clip: its size/crop notes go in the first line, once
             only = next(iter(self.plans.values()))
             only.notes_said = True
@@ -154,10 +155,8 @@ class LocalExecutor:
             console.info(hint)
         if self.stale:
             console.info(f"removed {self.stale} temp file(s) a killed earlier run left beside its outputs")
-        if self.works:
-            from pipeline.sr.segments import resume_lines
-
-            for line in resume_lines(self.works):
+        if self.works:  # the video modules were imported with them (_plan_clips)
+            for line in self.video[1].resume_lines(self.works):
                 console.info(line)
         streams = f"; {self.inference_streams} inference streams" if self.inference_streams > 1 else ""
         console.detail(f"tiles: {w.tile or 'whole images'} LR px, {w.margin} HR px of context; batch "
@@ -179,15 +178,13 @@ class LocalExecutor:
     def _videos(self, console: Console) -> None:
         """Each clip in turn: cut into segments and joined when it is long enough to have several (a killed run
         resumes from its finished ones), else whole; a clip whose output another run holds failed in the plan."""
-        from pipeline.sr.segments import run_clip
-        from pipeline.sr.video import VideoRunner
-
-        runner = VideoRunner(self.worker, console, encoder_threads=self.workers)
+        clip, segments = self.video  # imported when the clips were planned
+        runner = clip.VideoRunner(self.worker, console, encoder_threads=self.workers)
         works = {w.rec.job.rel: w for w in self.works}
         for rec in self.clips:
             work = works.get(rec.job.rel)
             if work is not None and len(work.segments) > 1:
-                run_clip(runner, work, console)
+                segments.run_clip(runner, work, console)
             elif work is not None:
                 runner.run(rec, work.plan)
                 work.release()

@@ -28,7 +28,7 @@ class RunOptions:
     threads: int | None = None
     fmt: str | None = None            # output image format (videos keep their container)
     jpeg_quality: int = 95
-    strip_metadata: bool = False      # outputs without the input's ICC profile, EXIF and XMP (pipeline.sr.metadata)
+    strip_metadata: bool = False      # outputs without the input's ICC profile, EXIF and XMP (images.metadata)
     tile: int | None = None           # LR tile side; 0 never tiles; None sizes from free memory
     tile_overlap: int | None = None
     batch: int | str = 1              # or 'auto'
@@ -42,7 +42,7 @@ class RunOptions:
     crf: int | None = None
     preset: str | None = None         # x264/x265 preset (None: videofmt.DEFAULT_PRESET)
     audio: str = "copy"               # copy | drop
-    segment_seconds: float | None = None  # a clip cut at keyframes into segments this long (pipeline.sr.segments)
+    segment_seconds: float | None = None  # a clip cut at keyframes into segments this long (pipeline.sr.video.segments)
     log: Callable[[str], object] | None = None  # where lines go (default: stderr)
 
     @property

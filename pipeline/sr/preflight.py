@@ -9,7 +9,7 @@ from pathlib import Path
 from pipeline.artifacts.atomic import folder_problem
 from pipeline.artifacts.cache import cache_dir, check_cache_writable
 from pipeline.errors import PipelineError
-from pipeline.sr.jobs import JobList
+from pipeline.sr.runner.jobs import JobList
 
 
 def check_writable(found: JobList, output, summary, *, uses_cache: bool) -> None:

@@ -25,7 +25,7 @@ extern "C"
 #endif
 
 /* Bumped whenever a signature below changes or a function is added (the ctypes wrapper checks it). */
-#define SR_KERNELS_CPU_ABI 6
+#define SR_KERNELS_CPU_ABI 7
     SR_API int sr_kernels_abi_version(void);
     /* Message of the last failure in this thread ("" when none). */
     SR_API const char* sr_last_error(void);
@@ -82,20 +82,6 @@ extern "C"
      * [0, 255]. nonfinite[i] receives the pixels of sample i with a NaN or infinite channel (their samples are
      * meaningless: the caller does not use them). One pass, one thread. */
     SR_API int sr_to_samples_u8(const float* y, uint8_t* out, int n, int h, int w, int64_t* nonfinite);
-
-    /* PNG image data of an 8-bit image: the zlib stream an IDAT chunk holds (every row Average-filtered; each band of
-     * rows one deflate block of literals under its own Huffman code, or stored blocks where those are smaller).
-     * pixels: h rows of w * channels samples (1-4 channels), contiguous; swap_red_blue != 0 writes 3/4-channel BGR(A)
-     * pixels as PNG's RGB(A). out must hold sr_png_idat_bound(h, w, channels) bytes; *written receives the length. */
-    SR_API size_t sr_png_idat_bound(int h, int w, int channels);
-    SR_API int sr_png_idat_u8(const uint8_t* pixels, int h, int w, int channels, int swap_red_blue, uint8_t* out,
-        size_t capacity, size_t* written);
-
-    /* A PNG's inflated image data (h rows of a filter type byte and w * channels samples, 8-bit, not interlaced) ->
-     * pixels (h x w x channels, contiguous); swap_red_blue != 0 writes 3/4-channel RGB(A) as BGR(A). Fails for a filter
-     * type PNG does not have (0-4). */
-    SR_API int sr_png_unfilter_u8(
-        const uint8_t* filtered, int h, int w, int channels, int swap_red_blue, uint8_t* pixels);
 
 #ifdef __cplusplus
 }

@@ -4,7 +4,7 @@ a TIFF input's profile and XMP (its IFD0 tags) are read; BMP and TIFF outputs sa
 
 Metadata is data: it is copied as bytes, never interpreted beyond the EXIF orientation tag, and each piece is bounded
 (MAX_BYTES; a compressed profile is inflated no further). EXIF's orientation is reset to 1 (normal): the pixels are
-already turned upright when read (pipeline.sr.imageio).
+already turned upright when read (pipeline.sr.images.imageio).
 """
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.artifacts.atomic import atomic_write
-from pipeline.sr.image_header import MAX_PIXELS_ENV, HeaderError, check_header, max_file_bytes, max_pixels
+from pipeline.sr.images.header import MAX_PIXELS_ENV, HeaderError, check_header, max_file_bytes, max_pixels
 
 # OpenCV's own guard (2^30 pixels) must not be tighter than ours: it reads this before its first decode
 with contextlib.suppress(HeaderError):
@@ -26,8 +26,11 @@ with contextlib.suppress(HeaderError):
 import cv2  # noqa: E402
 
 from pipeline.backends import pixels as px  # noqa: E402
-from pipeline.sr import metadata, png  # noqa: E402
-from pipeline.sr.metadata import Metadata  # noqa: E402
+from pipeline.sr.images import (
+    metadata,  # noqa: E402
+    png,  # noqa: E402
+)
+from pipeline.sr.images.metadata import Metadata  # noqa: E402
 
 # Extensions we read and write (OpenCV codecs present in opencv-python-headless).
 FORMATS = {
@@ -62,7 +65,7 @@ class Image:
 
     pixels: np.ndarray
     orientation: int = 1
-    meta: Metadata = metadata.NONE  # the file's ICC profile, EXIF and XMP, carried to the output (pipeline.sr.metadata)
+    meta: Metadata = metadata.NONE  # the ICC profile, EXIF and XMP, carried to the output (images.metadata)
 
     @property
     def height(self) -> int:
@@ -307,7 +310,7 @@ def convert_for_format(pixels: np.ndarray, fmt: str) -> tuple[np.ndarray, list[s
 
 def encode(pixels: np.ndarray, fmt: str, jpeg_quality: int = 95, meta: Metadata = metadata.NONE) -> bytes:
     """The file's bytes, carrying `meta` where the format holds it (PNG, JPEG, WebP)."""
-    if fmt == "png":  # our own writer: a third of OpenCV's CPU (pipeline.sr.png)
+    if fmt == "png":  # our own writer: a third of OpenCV's CPU (pipeline.sr.images.png)
         try:
             return png.encode_png(pixels, chunks=metadata.png_chunks(meta))
         except ValueError as e:

@@ -1,4 +1,4 @@
-"""PNG writing and reading for the sr stage: 8-bit images through our C++ encoder (libsr_kernels_cpu.so), others
+"""PNG writing and reading for the sr stage: 8-bit images through our C++ encoder (libsr_png.so), others
 through the Up filter in numpy and ISA-L's deflate (python-isal); plain 8-bit PNGs read by ISA-L's inflate and our
 C++ unfilter, every other PNG (and any file that is not perfectly plain) by OpenCV.
 
@@ -21,8 +21,8 @@ import cv2
 import numpy as np
 
 from pipeline.errors import PipelineError
-from pipeline.native import kernels_cpu
-from pipeline.sr.image_header import max_file_bytes
+from pipeline.native import png_codec
+from pipeline.sr.images.header import max_file_bytes
 
 try:
     from isal import isal_zlib as deflate
@@ -84,13 +84,13 @@ def _idat_up(pixels: np.ndarray) -> bytes:
 def encode_png(pixels: np.ndarray, native: bool = True, chunks: list[tuple[bytes, bytes]] = ()) -> bytes:
     """HxW gray or HxWx3/4 BGR(A) (OpenCV's layout), uint8 or uint16 -> PNG file bytes; 8-bit images by the C++
     encoder where its library loads, unless `native` is False (the Up filter with ISA-L: for comparisons).
-    `chunks`: (name, data) written between IHDR and IDAT (iCCP, eXIf, iTXt: pipeline.sr.metadata)."""
+    `chunks`: (name, data) written between IHDR and IDAT (iCCP, eXIf, iTXt: pipeline.sr.images.metadata)."""
     channels = 1 if pixels.ndim == 2 else pixels.shape[2]
     if pixels.dtype not in (np.uint8, np.uint16) or channels not in COLOR_TYPE:
         raise ValueError(f"PNG takes uint8/uint16 gray, BGR or BGRA, got {pixels.dtype} with {channels} channels")
     h, w = pixels.shape[:2]
-    if native and pixels.dtype == np.uint8 and h and w and kernels_cpu.usable():
-        data = kernels_cpu.png_idat_u8(pixels, swap_red_blue=True)
+    if native and pixels.dtype == np.uint8 and h and w and png_codec.usable():
+        data = png_codec.png_idat_u8(pixels, swap_red_blue=True)
     else:
         data = _idat_up(pixels)
     depth = 16 if pixels.dtype == np.uint16 else 8
@@ -123,7 +123,7 @@ def decode_png(data: bytes) -> np.ndarray | None:
     within the pixel limit holds, with no chunk that changes OpenCV's answer (OPENCV_CHUNKS) or that PNG requires a
     reader to know (an unknown critical one). ISA-L's inflate is 2x zlib's, so a 256x256 photo decodes in about half
     OpenCV's CPU; anything else, every damaged file included, takes OpenCV's path and its errors, as before."""
-    if data[:8] != SIGNATURE or not kernels_cpu.usable():
+    if data[:8] != SIGNATURE or not png_codec.usable():
         return None
     header, idat, pos, after_idat = None, [], 8, False
     view = memoryview(data)
@@ -162,6 +162,6 @@ def decode_png(data: bytes) -> np.ndarray | None:
     if len(rows) != expected or not inflater.eof:
         return None
     try:
-        return kernels_cpu.png_unfilter_u8(rows, h, w, c, swap_red_blue=c >= 3)
+        return png_codec.png_unfilter_u8(rows, h, w, c, swap_red_blue=c >= 3)
     except PipelineError:  # a row's filter type is not one of PNG's
         return None

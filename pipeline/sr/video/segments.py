@@ -1,5 +1,5 @@
 """One clip cut into segments that an executor runs apart (Ray actors; the local run one after another), then joined
-into one output by stream copy (pipeline.sr.segment_join).
+into one output by stream copy (pipeline.sr.video.join).
 
     plan     from the demuxed packets (no decoding): cuts at keyframes about --segment-seconds apart. A segment
              is (clip, first keyframe pts, end pts): its reader seeks to that keyframe, drops frames before it and
@@ -8,7 +8,7 @@ into one output by stream copy (pipeline.sr.segment_join).
              B-frames, open GOPs (the leading frames belong to the segment before: its decoder goes on past the cut
              until they are out) and VFR timing all split cleanly.
     files    each segment is a NUT file beside the output, named by the plan and its key, with a record written
-             after it (pipeline.sr.segment_files): a rerun with --skip-existing takes the segments a killed run
+             after it (pipeline.sr.video.segment_files): a rerun with --skip-existing takes the segments a killed run
              finished once each is verified, and redoes the others.
     lock     a run holds its clips' outputs locked (pipeline.artifacts.lock) from the plan to the join: a second run
              on the same output fails that clip at once with one line, and touches none of the first run's files.
@@ -24,14 +24,14 @@ from pathlib import Path
 import av
 
 from pipeline.artifacts.lock import Busy, OutputLock
-from pipeline.sr import video_io
-from pipeline.sr.console import Console
-from pipeline.sr.records import Record
-from pipeline.sr.segment_files import load, remove, save, segment_key, segment_path
-from pipeline.sr.segment_join import JoinDiskError, join
-from pipeline.sr.video import VideoPlan, VideoRunner
-from pipeline.sr.video import plan as plan_clip
-from pipeline.sr.video_io import VideoError, Window
+from pipeline.sr.runner.console import Console
+from pipeline.sr.runner.records import Record
+from pipeline.sr.video import av_io as video_io
+from pipeline.sr.video.av_io import VideoError, Window
+from pipeline.sr.video.clip import VideoPlan, VideoRunner
+from pipeline.sr.video.clip import plan as plan_clip
+from pipeline.sr.video.join import JoinDiskError, join
+from pipeline.sr.video.segment_files import load, remove, save, segment_key, segment_path
 
 SEGMENT_S = 60.0         # the default length: a killed run loses about a minute of work; a clip under two stays whole
 SEGMENTS_PER_ACTOR = 4   # with several actors, each gets several segments: a slow or killed one costs little

@@ -14,10 +14,10 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from pipeline.sr.console import Console, image_line
-from pipeline.sr.imageio import ImageError
-from pipeline.sr.records import Record
-from pipeline.sr.worker import Decoded, ImageWorker, Planned, decode, infer_reason, write_reason
+from pipeline.sr.images.imageio import ImageError
+from pipeline.sr.runner.console import Console, image_line
+from pipeline.sr.runner.records import Record
+from pipeline.sr.runner.worker import Decoded, ImageWorker, Planned, decode, infer_reason, write_reason
 
 # Images being decoded at once beyond the pool size and the batch; bounds memory along with WRITE_BYTES.
 PREFETCH = 2

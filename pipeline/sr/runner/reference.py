@@ -7,10 +7,11 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import first_line
-from pipeline.sr import imageio
-from pipeline.sr.bicubic import bicubic
-from pipeline.sr.imageio import Image, ImageError
-from pipeline.sr.records import MISSING
+from pipeline.quality.metrics import psnr_y, ssim_y
+from pipeline.sr.images import imageio
+from pipeline.sr.images.bicubic import bicubic
+from pipeline.sr.images.imageio import Image, ImageError
+from pipeline.sr.runner.records import MISSING
 
 
 def bicubic_pixels(image: Image, out_h: int, out_w: int) -> np.ndarray:
@@ -45,7 +46,6 @@ def find_reference(ref_dir: Path, rel: str) -> Path | None:
 def reference_metrics(ref_dir: Path, rel: str, sr: np.ndarray, image: Image, scale: float) -> dict:
     """PSNR/SSIM-Y of the output and of bicubic against the HR file, or {'reference': why not}."""
     # scikit-image/scipy take ~0.8 s to import: only runs with --reference pay for them
-    from pipeline.quality.metrics import psnr_y, ssim_y
 
     path = find_reference(ref_dir, rel)
     if path is None:

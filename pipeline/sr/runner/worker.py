@@ -2,7 +2,7 @@
 write atomically -> record.
 
 `ImageWorker` holds what every image of a run shares (a loaded backend, scale, tile plan settings,
-output options). The folder scheduler (pipeline.sr.scheduler) calls its steps on its own threads to
+output options). The folder scheduler (pipeline.sr.runner.scheduler) calls its steps on its own threads to
 overlap them; `ImageWorker.process(job)` runs the same steps in a row for one image, for callers that
 schedule images themselves (e.g. one worker per Ray actor). The steps (plan, infer_tiled / submit_batch)
 fill only their Planned; callers keep their own records (Record.take), so the Triton service and the video
@@ -23,13 +23,13 @@ from models.spec import ModelSpec
 from pipeline.backends.base import Backend
 from pipeline.backends.pixels import NonFiniteOutput
 from pipeline.errors import PipelineError, first_line
-from pipeline.sr import imageio, metadata, tiling
-from pipeline.sr.bicubic import bicubic
-from pipeline.sr.finite import OutputCheck
-from pipeline.sr.imageio import Image, ImageError
-from pipeline.sr.jobs import Job
-from pipeline.sr.records import Record
-from pipeline.sr.reference import reference_metrics
+from pipeline.sr.images import imageio, metadata, tiling
+from pipeline.sr.images.bicubic import bicubic
+from pipeline.sr.images.imageio import Image, ImageError
+from pipeline.sr.runner.finite import OutputCheck
+from pipeline.sr.runner.jobs import Job
+from pipeline.sr.runner.records import Record
+from pipeline.sr.runner.reference import reference_metrics
 
 try:
     import psutil
@@ -57,7 +57,7 @@ class Planned:
     notes: list[str]
     rec: Record | None = None
     infer_s: float = 0.0
-    rerun: int = 0        # tiles (a whole image: 1) whose output was not finite, re-run at fp32 (pipeline.sr.finite)
+    rerun: int = 0  # tiles (a whole image: 1) whose output was not finite, re-run at fp32 (pipeline.sr.runner.finite)
     rerun_reason: str = ""
     failure: str = ""     # a whole image of a batch whose output could not be made finite: why (nothing is written)
     rgb: np.ndarray | None = None  # the backend's samples, still to be put into `out` (assemble)

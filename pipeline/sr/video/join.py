@@ -17,10 +17,10 @@ from pathlib import Path
 import av
 
 from pipeline.artifacts.atomic import atomic_path
-from pipeline.sr import video_io
-from pipeline.sr.records import Record
-from pipeline.sr.video import VideoPlan, finish
-from pipeline.sr.video_io import COPIED, ReadEnd, VideoError
+from pipeline.sr.runner.records import Record
+from pipeline.sr.video import av_io as video_io
+from pipeline.sr.video.av_io import COPIED, ReadEnd, VideoError
+from pipeline.sr.video.clip import VideoPlan, finish
 
 
 class JoinDiskError(OSError):
@@ -104,7 +104,7 @@ def merge(rec: Record, results: list[dict]) -> tuple[ReadEnd, int]:
         rec.encode_s += d.get("encode_s", 0.0)
         for k, v in d.get("cpu_s", {}).items():
             rec.cpu_s[k] = rec.cpu_s.get(k, 0.0) + v
-        if d.get("rerun_fp32"):  # frames' tiles re-run at fp32 (pipeline.sr.finite)
+        if d.get("rerun_fp32"):  # frames' tiles re-run at fp32 (pipeline.sr.runner.finite)
             rec.rerun, rec.rerun_reason = rec.rerun + d["rerun_fp32"]["tiles"], d["rerun_fp32"]["reason"]
         errors.extend(r.get("errors", []))
         frames += len(r["timing"])

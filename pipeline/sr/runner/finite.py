@@ -1,5 +1,5 @@
 """Every model output checked before it is written (the sr stage's one place for it: local folders, videos, Ray
-actors and Triton's sr model all infer through pipeline.sr.worker, which goes through here).
+actors and Triton's sr model all infer through pipeline.sr.runner.worker, which goes through here).
 
 The conversions out of the model (pipeline.backends.pixels) count each sample's pixels with a NaN or infinite value
 and raise NonFiniteOutput; the float path is counted here. Then:

@@ -18,7 +18,7 @@ from pathlib import Path
 import av
 
 from pipeline.artifacts.atomic import atomic_write
-from pipeline.sr import video_io
+from pipeline.sr.video import av_io as video_io
 from pipeline.sr.videofmt import DEFAULT_PRESET, ENCODER_OPTIONS
 
 FORMAT = 2  # the segment files' layout (2: B-frames kept, each packet's timestamps in the record)

@@ -1,5 +1,5 @@
-// PNG image data for 8-bit images, the sr stage's PNG writer and reader (pipeline.sr.png): the IDAT chunk's zlib
-// stream written (sr_png_idat_u8), and inflated image data unfiltered (sr_png_unfilter_u8).
+// PNG image data for 8-bit images, the sr stage's PNG writer and reader (pipeline.sr.images.png): the IDAT chunk's
+// zlib stream written (sr_png_idat_u8), and inflated image data unfiltered (sr_png_unfilter_u8).
 //
 // Each row takes PNG's Average or Up filter, whichever leaves the smaller residual (Average predicts photos: on srcnn
 // outputs 7 % fewer bytes than Up under the same codes; Up turns flat and vertically repeating areas into zeros), and
@@ -8,8 +8,8 @@
 // other LZ77 search: on filtered photos it saves little and costs most of a general compressor's time. A band that
 // would code larger than it is goes as stored blocks, so noise never grows past its raw size. Any zlib inflater reads
 // the result (the tests decode it with zlib, OpenCV, Pillow and Chromium).
-#include "srKernelsCpu.h"
-#include "srKernelsCpuErrors.h"
+#include "pngErrors.h"
+#include "srPng.h"
 
 #include <algorithm>
 #include <array>

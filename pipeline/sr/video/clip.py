@@ -23,15 +23,16 @@ import numpy as np
 from pipeline.artifacts.atomic import atomic_path
 from pipeline.backends.pixels import NonFiniteOutput
 from pipeline.errors import PipelineError
-from pipeline.sr import tiling, video_io
-from pipeline.sr.console import Console
-from pipeline.sr.cpu_split import DECODE, ENCODE, CpuMeter, name_thread
-from pipeline.sr.imageio import Image
-from pipeline.sr.jobs import Job
-from pipeline.sr.records import Record
-from pipeline.sr.video_io import WHOLE, Frame, Packet, ReadEnd, VideoError, VideoInfo, Window
+from pipeline.sr.images import tiling
+from pipeline.sr.images.imageio import Image
+from pipeline.sr.runner.console import Console
+from pipeline.sr.runner.cpu_split import DECODE, ENCODE, CpuMeter, name_thread
+from pipeline.sr.runner.jobs import Job
+from pipeline.sr.runner.records import Record
+from pipeline.sr.runner.worker import ImageWorker, Planned, infer_reason
+from pipeline.sr.video import av_io as video_io
+from pipeline.sr.video.av_io import WHOLE, Frame, Packet, ReadEnd, VideoError, VideoInfo, Window
 from pipeline.sr.videofmt import codec_for, crf_for, preset_for, size_problem, video_format
-from pipeline.sr.worker import ImageWorker, Planned, infer_reason
 
 QUEUE_FRAMES = 2  # frames waiting for inference beyond one batch
 
@@ -187,7 +188,7 @@ class _InFlight:
                 raise _failed_frame(frames, self._first())
             for p, f in frames:
                 p.assemble()
-                if p.rerun:  # frames whose output was not finite, re-run at fp32 (pipeline.sr.finite)
+                if p.rerun:  # frames whose output was not finite, re-run at fp32 (pipeline.sr.runner.finite)
                     self.rec.rerun, self.rec.rerun_reason = self.rec.rerun + p.rerun, p.rerun_reason
                 self.outq.put((p.out, f.pts, f.duration))
             for item in packets:
@@ -315,7 +316,7 @@ class VideoRunner:
             raise _failed_frame(frames, first, e) from None
         rec.infer_s += time.perf_counter() - t
         for p, f in frames:
-            if p.rerun:  # frames whose output was not finite, re-run at fp32 (pipeline.sr.finite)
+            if p.rerun:  # frames whose output was not finite, re-run at fp32 (pipeline.sr.runner.finite)
                 rec.rerun, rec.rerun_reason = rec.rerun + p.rerun, p.rerun_reason
             out.put((p.out, f.pts, f.duration))
 
@@ -496,7 +497,7 @@ class VideoRunner:
             finish(rec, vp, frames, end, time.perf_counter() - t0)
 
     def segment(self, rec: Record, vp: VideoPlan, window: Window, path, bar=None) -> dict:
-        """One segment of a planned clip into the segment file `path` (pipeline.sr.segments); returns what the
+        """One segment of a planned clip into the segment file `path` (pipeline.sr.video.segments); returns what the
         join needs: the frames' (pts, duration), the packets' (pts, dts, duration), the reader's errors and end,
         the record's fields."""
         rec.out_size, rec.bit_depth = (vp.width, vp.height), vp.info.depth

@@ -22,8 +22,8 @@ import av
 import numpy as np
 
 from pipeline.errors import first_line
-from pipeline.sr import yuv
-from pipeline.sr.image_header import MAX_PIXELS_ENV, HeaderError, max_pixels, over_limit
+from pipeline.sr.images.header import MAX_PIXELS_ENV, HeaderError, max_pixels, over_limit
+from pipeline.sr.video import yuv
 from pipeline.sr.videofmt import DEMUXER_NAMES, DEMUXERS, ENCODERS, MUXERS, encoder_options, video_format
 
 COPIED = ("audio", "subtitle")  # stream types copied packet by packet
@@ -288,7 +288,8 @@ class _Shown:
     """Frames' presentation times made strictly increasing: a repeated (or earlier) pts becomes one tick after the
     frame before it. Every executor reads through here, so a clip with repeated timestamps gives the same frames
     on each, and every muxer (the segments' NUT too, which refuses equal times) takes them. The segment plan cuts
-    only where no such shift can reach the cut (pipeline.sr.segments), so segments read it as the whole clip does."""
+    only where no such shift can reach the cut (pipeline.sr.video.segments), so segments read it as the whole clip
+    does."""
 
     def __init__(self):
         self.last: int | None = None
@@ -394,7 +395,7 @@ class Writer:
         self.info = info
         self.preset, self.threads = preset, threads  # threads: the encoder's (0: FFmpeg's choice)
         self._flushed = False
-        # a segment (pipeline.sr.segments) holds the video alone, in NUT (any codec), B-frames kept: NUT stores no
+        # a segment (pipeline.sr.video.segments) holds the video alone, in NUT (any codec), B-frames kept: NUT stores no
         # decode times and shifts negative ones, so each packet's timestamps as the encoder made them are kept in
         # `packets` (in self.time_base) for the segment's record, and the join puts them back
         self.segment = segment

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.artifacts.atomic import atomic_path
-from pipeline.sr.jobs import Job
+from pipeline.sr.runner.jobs import Job
 
 REFERENCE_KEYS = ("psnr", "ssim", "psnr_bicubic", "ssim_bicubic")
 MISSING = "missing"  # a record's metrics["reference"] when --reference has no file of its name
@@ -30,7 +30,7 @@ class Record:
     decode_s: float = 0.0
     infer_s: float = 0.0
     encode_s: float = 0.0
-    cpu_s: dict = field(default_factory=dict)  # a clip's CPU seconds per stage (pipeline.sr.cpu_split)
+    cpu_s: dict = field(default_factory=dict)  # a clip's CPU seconds per stage (pipeline.sr.runner.cpu_split)
     metrics: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     video: dict = field(default_factory=dict)  # a clip's frames, duration, frame rates, fps, time per frame
@@ -38,7 +38,7 @@ class Record:
     rerun_reason: str = ""  # why ('non-finite fp16 output')
 
     def take(self, planned) -> None:
-        """What ImageWorker.plan found (a pipeline.sr.worker.Planned): sizes, layout, tiles, its notes."""
+        """What ImageWorker.plan found (a pipeline.sr.runner.worker.Planned): sizes, layout, tiles, its notes."""
         self.in_size, self.out_size = planned.in_size, planned.out_size
         self.mode, self.bit_depth = planned.image.mode, planned.image.depth
         self.tiles, self.max_shift = planned.plan.count, planned.plan.max_shift

@@ -1,0 +1,1 @@
+"""Images in and out: decoding, encoding (PNG), the header checks, tiling, plain bicubic."""

@@ -1,0 +1,1 @@
+"""The run itself: the file mapping, the per-image worker, the scheduler, records, the console."""
