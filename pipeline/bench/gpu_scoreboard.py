@@ -177,7 +177,7 @@ def deform(sizes=kernels.SIZES, iters: int = 20):
 
 
 def _deform_row(precision: str, dtype, size: int, iters: int, tv) -> dict:
-    from pipeline.native import kernels_cuda
+    from pipeline.native import kernels_cuda  # PyTorch with CUDA: only on a GPU machine
 
     t = kernels.deform_inputs(size, dtype)
     row: dict = {"precision": precision, "size": size}

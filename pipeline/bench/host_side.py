@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pipeline import backends
+from pipeline import backends, sr
 from pipeline.bench.folder import write_folder
 from pipeline.report import runs_phrase
 from pipeline.sr import upscale
@@ -86,7 +86,6 @@ def video_row(frames: int = 48, repeats: int = 3, log=print) -> dict:
     """The video run on the stand-in (640x360 -> 1080p H.264 at sr's defaults) against the encoder alone on the
     same frames and threads, alternating."""
     from pipeline.bench.video import write_clip  # PyAV: only for the runs that make clips
-    from pipeline.sr import encoder_alone
 
     be = backends.stand_in(MODEL)
     w, h = VIDEO_SIZE
@@ -96,7 +95,7 @@ def video_row(frames: int = 48, repeats: int = 3, log=print) -> dict:
         runs, alone = [], []
         for r in range(max(1, repeats)):
             runs.append(_run(clip, Path(tmp) / f"out{r}.mp4", be))
-            seconds, n = encoder_alone(clip, Path(tmp) / f"alone{r}.mp4", 3.0, runs[-1][0].workers,
+            seconds, n = sr.encoder_alone(clip, Path(tmp) / f"alone{r}.mp4", 3.0, runs[-1][0].workers,
                                        lambda p: be.infer_pixels(p[None], 3.0)[0])
             alone.append(n / seconds)
     rec = runs[0][0].records[0]

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline import sr
+from pipeline.preview import video
 from pipeline.preview.inputs import Survey
 from pipeline.preview.measure import Measured
 
@@ -75,7 +76,6 @@ def clip_bytes(m: Measured, survey: Survey, sample_area: int) -> float | None:
         return 0.0
     if m.clip_file is None or not m.clip_file.exists() or not sample_area:
         return None
-    from pipeline.preview import video  # PyAV only for videos
 
     keys, others = video.packet_sizes(m.clip_file)
     total = 0.0

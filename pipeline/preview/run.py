@@ -12,7 +12,7 @@ from pathlib import Path
 from pipeline import backends, precisions, sr
 from pipeline.analysis.candidates import candidate_statuses
 from pipeline.errors import PipelineError
-from pipeline.preview import inputs
+from pipeline.preview import inputs, video
 from pipeline.preview.estimate import estimate
 from pipeline.preview.measure import Candidate, Measured, measure, pool
 from pipeline.preview.verdict import RECOMMENDED, WITHIN, Judged, judge, rank
@@ -68,7 +68,6 @@ def prepare(opts: PreviewOptions) -> Prepared:
     model = sr.resolve_model(sr.RunOptions(opts.input, out_dir, model=opts.model, scale=opts.scale))
     survey = inputs.survey(Path(opts.input), out_dir / "never-written")
     if survey.video_jobs:
-        from pipeline.preview import video  # PyAV only for videos
 
         video.probe_clips(survey)
     inputs.check_readable(survey, Path(opts.input))
@@ -134,7 +133,6 @@ def _sample(prep: Prepared, folder: Path) -> tuple[list[inputs.Sample], Path | N
     samples = inputs.image_samples(prep.survey.pictures, k, folder / "images") if prep.survey.pictures else []
     clip, frames, area = None, 0, 0
     if prep.survey.clips:
-        from pipeline.preview import video  # PyAV only for videos
 
         clip, shots, frames = video.runs(prep.survey.clips, k, folder / "images", folder / "clip" / "runs.mkv")
         samples += shots

@@ -6,7 +6,6 @@ import math
 from fractions import Fraction
 from pathlib import Path
 
-import av
 import numpy as np
 
 from pipeline import sr
@@ -37,6 +36,8 @@ def probe_clips(survey) -> None:
 
 
 def _copied_bytes(path: Path) -> int:
+    import av  # PyAV: only a preview of videos opens one
+
     with av.open(str(path)) as container:
         copied = [s for s in container.streams if s.type in ("audio", "subtitle")]
         return sum(p.size for p in container.demux(copied) if p.size) if copied else 0
@@ -90,6 +91,8 @@ def runs(clips: list[Clip], k: int, folder: Path, clip_path: Path) -> tuple[Path
 
 
 def _write(path: Path, frames: list[np.ndarray], rate: Fraction) -> Path:
+    import av  # PyAV: only a preview of videos opens one
+
     path.parent.mkdir(parents=True, exist_ok=True)
     h, w = min(f.shape[0] for f in frames), min(f.shape[1] for f in frames)
     with av.open(str(path), "w") as out:
@@ -105,6 +108,8 @@ def _write(path: Path, frames: list[np.ndarray], rate: Fraction) -> Path:
 
 def packet_sizes(path: Path) -> tuple[list[int], list[int]]:
     """(keyframe packet sizes, other packet sizes) of an encoded clip's video stream."""
+    import av  # PyAV: only a preview of videos opens one
+
     keys, others = [], []
     with av.open(str(path)) as container:
         for p in container.demux(container.streams.video[0]):

@@ -42,7 +42,7 @@ from pipeline.artifacts.cache import cache_dir
 from pipeline.artifacts.confine import file_token, open_inside
 from pipeline.artifacts.stamp import content_sha256, made_once
 from pipeline.data import sample_images
-from pipeline.data.degradation import make_pair
+from pipeline.data.degradation import make_pair, upscale_bicubic
 from pipeline.errors import PipelineError
 from pipeline.native.machine import numerics as machine
 from pipeline.precisions import BUDGET_DB, DEFAULT, GAIN_KEPT_MIN, GATE_VERSION
@@ -150,9 +150,6 @@ def consistency_problem(record: dict) -> str | None:
 def _bicubic(pairs, scale: float) -> tuple[float, float]:
     """(mean Y-PSNR, mean SSIM) of plain bicubic against the HR photos: the baseline the model's gain is over
     (pipeline.analysis.evaluate's, the model card's)."""
-    from pipeline.data.degradation import upscale_bicubic
-    from pipeline.quality.metrics import psnr_y, ssim_y
-
     ups = [(upscale_bicubic(lr, hr.shape[:2]), hr) for lr, hr in pairs]
     border = crop_border_for(scale)
     return (float(np.mean([psnr_y(u, hr, border) for u, hr in ups])),
@@ -317,9 +314,6 @@ def baseline_problem(record, ident: dict) -> str | None:
 
 def measure_baseline(backend: Backend, scale: float, progress=None) -> dict:
     """An fp32 backend's and bicubic's scores on the held-out set at `scale`, with identity()'s fields."""
-    from pipeline.data import sample_images
-    from pipeline.data.degradation import make_pair
-
     pairs = [make_pair(hr, scale) for hr in sample_images.held_out().values()]
     bar = progress(len(pairs), "image", "measuring what the model adds over bicubic") if progress else None
     try:
