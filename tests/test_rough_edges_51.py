@@ -212,11 +212,14 @@ def test_make_configures_cmake_once_per_set_of_arguments(tmp_path):
     env = {"PATH": f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin", "HOME": str(tmp_path)}
     for trt in ("", "", "/elsewhere"):
         r = subprocess.run(["make", "-s", "--no-print-directory", "build-plugins", f"PY={sys.executable}",
-                            f"BUILD={build}", f"TENSORRT_ROOT={trt}"], cwd=REPO, env=env, capture_output=True,
-                           text=True, timeout=120)
+                            f"BUILD={build}", f"PNG_BUILD={tmp_path / 'png'}", f"TENSORRT_ROOT={trt}"], cwd=REPO,
+                           env=env, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stdout + r.stderr
     calls = log.read_text().splitlines()
-    assert [c.split()[1] for c in calls] == ["-S", "--build", "--build", "-S", "--build"], calls
+    plugins = [c.split()[1] for c in calls if str(build) in c]
+    png = [c.split()[1] for c in calls if str(tmp_path / "png") in c]
+    assert plugins == ["-S", "--build", "--build", "-S", "--build"], calls
+    assert png == ["-S", "--build", "--build", "--build"], calls  # the PNG codec's library takes no TensorRT
 
 
 def test_raylet_lines_the_log_monitor_prefixes_are_kept_off_the_terminal():

@@ -32,9 +32,10 @@ from pipeline.errors import PipelineError, first_line
 from pipeline.native.cuda_driver import driver, gpu_visible, torch_gpu_visible
 from pipeline.native.cuda_runtime import subprocess_env
 from pipeline.native.libraries import trt_plugin_library
+from pipeline.precisions import DEFAULT, HALF
 
 MODELS = ("srcnn-x3", "deform-srcnn")
-PRECISIONS = ("fp32", "fp16", "bf16")
+PRECISIONS = (DEFAULT, *HALF)  # fp32 and the 16-bit floats: what the torch backend runs on a GPU
 SIZE = 512  # the bare net's and the folder's input side
 FOLDER_IMAGES = 16
 VIDEO_INPUT = (1280, 720)  # 720p -> 4K at x3

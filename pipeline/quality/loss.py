@@ -327,10 +327,20 @@ def measure_baseline(backend: Backend, scale: float, progress=None) -> dict:
             "file": str(backend.run_file(scale)), "when": time.strftime(WHEN)}
 
 
+def _has_torch() -> bool:
+    """Whether PyTorch imports: it makes the held-out LR images (pipeline.data.degradation), so a deploy-only
+    install (no PyTorch) measures no baseline and says nothing about the model's gain."""
+    try:
+        import torch.nn.functional  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def baseline(backend: Backend, scale: float | None = None, log=None, progress=None) -> dict | None:
     """For a loaded fp32 backend: its own and bicubic's scores on the held-out photos at `scale` (what the model
     adds, gain.model_gain), stored, or measured now (about a second for srcnn) once per file, scale and machine;
-    None for another precision or a backend that runs no file."""
+    None for another precision, a backend that runs no file, or where PyTorch is missing and nothing is stored."""
     if not baseline_applies(backend):
         return None
     scale = run_scale(backend, scale)
@@ -347,6 +357,8 @@ def baseline(backend: Backend, scale: float | None = None, log=None, progress=No
             again = "" if problem is None else f" (the stored record is not used: {problem})"
             log(f"measuring what {backend.model_name} adds over bicubic on the held-out images at x{scale:g}, once "
                 f"for this file, scale and machine{again}")
+        if not _has_torch():
+            return None
         record = measure_baseline(backend, scale, progress)
         atomic_write(path, json.dumps(record, indent=2) + "\n")
     return record
