@@ -67,6 +67,12 @@ class ModelSpec:
         return bool(self.factory)
 
     @property
+    def trained_here(self) -> bool:
+        """Whether this is one of the project's own models, trained on pipeline.data.degradation's pairs: only then
+        do the held-out photos degraded that way say what it adds over bicubic (a user's model had its own)."""
+        return self.registered and self.external is None
+
+    @property
     def cache_token(self) -> str:
         """The model's part of cache file names: its name, or for a user's model its file name plus identity."""
         if self.external is None:

@@ -201,7 +201,10 @@ def test_a_clip_reruns_its_frame_at_fp16_and_fails_whole_at_fp32(tmp_path, capsy
     assert clip["rerun_fp32"] == {"tiles": 1, "reason": "non-finite fp16 output"}
     code = cli_main(["sr", str(tmp_path / "in"), str(tmp_path / "o32"), "--model", NAN_MODEL, "--backend", "ort"])
     err = capsys.readouterr().err
-    assert code == 1 and "failed c.mkv: ort fp32 output is not finite (NaN or inf)" in err and "Traceback" not in err
+    # the failing frame named, 1-based, with its time (the middle of 3 frames at 10 fps); its white patch's pixels
+    assert code == 1 and "Traceback" not in err
+    assert ("failed c.mkv: frame 2 at 0.100 s: ort fp32 output is not finite (NaN or inf): 192 pixel(s) in the "
+            "whole frame; the clip is not written") in err.splitlines()
     assert not (tmp_path / "o32" / "c.mkv").exists()
 
 

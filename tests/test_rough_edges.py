@@ -113,10 +113,12 @@ def test_first_run_says_it_exports_and_reports_rate_setup_and_overwrites(tmp_pat
     out = tmp_path / "out"
     code, err = _run(capsys, "sr", src, out, "--backend", "ort")
     lines = err.splitlines()
-    assert code == 0 and lines[0].startswith("exporting srcnn ") and "once" in lines[0]
-    first = lines[1]
-    assert first == f"sr: srcnn x3 on ort (requested); 3 images -> {out}"
-    assert "\r" not in err and any(ln.startswith("progress: ") for ln in lines)
+    assert code == 0 and lines[0] == f"sr: srcnn x3 on ort (requested); 3 images -> {out}"  # first, always
+    assert lines[1].startswith("exporting srcnn ") and "once" in lines[1]  # then what choosing it said, in order
+    setup = [i for i, ln in enumerate(lines) if ln.startswith("progress: measuring what the model adds over bicubic")]
+    first_image = next(i for i, ln in enumerate(lines) if ln[:7] in ("0.png: ", "1.png: ", "2.png: "))
+    assert setup and min(setup) > 1 and max(setup) < first_image  # the fp32 baseline, measured after the export
+    assert "\r" not in err and any(ln.startswith("progress: ") for ln in lines[first_image:])
     done = next(ln for ln in lines if ln.startswith("done: "))
     assert "over the whole run (setup " in done and "then " in done
     assert not [ln for ln in lines if "overwrites" in ln]  # a fresh folder

@@ -266,19 +266,25 @@ def test_the_precision_hint_quotes_a_later_measurement(measurement):
     store = select._pick_store("srcnn", "ort", 3.0, {"onnx": None, "weights": None})
     store.parent.mkdir(parents=True, exist_ok=True)
     fp32_sha = select.content_sha256(loaded.run_file(3.0))  # the pick timed the fp32 file that runs now
-    store.write_text(json.dumps({"model": "srcnn", "request": "ort", "scale": 3.0, "machine": quality.machine(),
-                                 "backend": "openvino", "precision": "int8", "ms": 23.0, "run_sha256": "0" * 64,
-                                 "times": "openvino int8 23 ms, ort fp32 89 ms", "notes": [], "fp32_ms": 89.0,
-                                 "fp32_sha256": fp32_sha, "when": "2026-11-20 10:00:00"}))
+    pick = {"model": "srcnn", "request": "ort", "scale": 3.0, "machine": quality.machine(), "backend": "openvino",
+            "precision": "int8", "ms": 23.0, "size": 256, "run_sha256": "0" * 64,
+            "times": "openvino int8 23 ms, ort fp32 89 ms", "notes": [], "gain_kept": {"psnr_y": 0.95, "ssim_y": 0.92},
+            "fp32_ms": 89.0, "fp32_sha256": fp32_sha, "when": "2026-11-20 10:00:00"}
+    keeps = "keeps 95 % of the model's PSNR-Y gain over bicubic and 92 % of its SSIM-Y gain"
     try:
+        store.write_text(json.dumps(pick))
         assert select.faster_line("srcnn", "ort", loaded).startswith(
             "hint: --precision auto runs openvino int8 here, 3.9x fp32's speed (23 against 89 ms at 256x256, "
-            "measured 2026-11-20 10:00:00)")
+            "measured 2026-11-20 10:00:00")
+        assert select.faster_line("srcnn", "ort", loaded).endswith(f"), within its quality budget ({keeps})")
         measurement("fp32", {"ort": 66.0})  # `backends --measure` since: its number, and the pick's age
         assert select.faster_line("srcnn", "ort", loaded) == (
             "hint: --precision auto ran openvino int8 here in 23 ms at 256x256 (2026-11-20 10:00:00), within its "
-            "quality budget; `backends --measure` timed ort fp32 since: 66 ms (2026-11-25 22:00:00); --precision "
-            "auto re-weighs them")
+            f"quality budget ({keeps}); `backends --measure` timed ort fp32 since: 66 ms (2026-11-25 22:00:00); "
+            "--precision auto re-weighs them")
+        for kept in (None, {"psnr_y": 0.95, "ssim_y": 0.85}):  # no share stated, or under the gain rule: no hint
+            store.write_text(json.dumps({**pick, "gain_kept": kept}))
+            assert select.faster_line("srcnn", "ort", loaded) is None
     finally:
         store.unlink()
 
@@ -300,7 +306,8 @@ def test_eval_with_no_scale_in_range_fails_before_pytorch_loads():
 def test_an_over_budget_precision_auto_left_out_gets_no_advice():
     from pipeline import quality
 
-    record = {"precision": "int8", "psnr_loss_db": 0.18, "ssim_loss": 0.001, "images": 4, "fidelity_mean_db": 45.0,
-              "fidelity_worst_db": 44.0}
+    record = {"precision": "int8", "scale": 3.0, "psnr_loss_db": 0.18, "ssim_loss": 0.001, "images": 4,
+              "fidelity_mean_db": 45.0, "fidelity_worst_db": 44.0, "psnr_fp32": 30.0, "psnr": 29.82,
+              "psnr_bicubic": 28.0, "ssim_fp32": 0.87, "ssim": 0.869, "ssim_bicubic": 0.85}  # keeps 91 % and 95 %
     assert quality.loss_line(record).endswith("OVER its 0.1 dB budget: use fp32 for exact output")
     assert quality.loss_line(record, advice=False).endswith("(worst image 44.0, floor 38), OVER its 0.1 dB budget")

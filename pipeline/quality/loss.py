@@ -298,8 +298,9 @@ def stored(backend: Backend, scale: float | None = None) -> dict | None:
 
 
 def baseline_applies(backend: Backend) -> bool:
-    """Whether what the model adds over bicubic is measured with this loaded backend: fp32, running a file."""
-    return backend.precision == DEFAULT and backend.model_file() is not None
+    """Whether what the model adds over bicubic is measured with this loaded backend: fp32, running a file, of a
+    model trained on the held-out set's degradation (a user's model, trained on its own, is not judged by it)."""
+    return backend.precision == DEFAULT and backend.model_file() is not None and backend.spec.trained_here
 
 
 def baseline_problem(record, ident: dict) -> str | None:

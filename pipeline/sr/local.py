@@ -19,20 +19,27 @@ from pipeline.sr.runner.worker import FOLDER_STREAMS, ImageWorker
 
 class Held:
     """Lines said while the backend is chosen (an export, a calibration, a measurement), kept until the run's first
-    line is out: the `sr:` line comes first (their progress bars still show while they run)."""
+    line is out: the `sr:` line comes first, then these in the order they were said. Their progress bars still show
+    on a terminal while they run (and go when done); a log's plain progress lines are kept with the rest."""
 
     def __init__(self):
-        self.lines: list[tuple[bool, str]] = []
+        self.lines: list[tuple[str, str]] = []  # (the Console method that says it, the line)
 
     def always(self, line: str) -> None:
-        self.lines.append((True, line))
+        self.lines.append(("always", line))
 
     def detail(self, line: str) -> None:
-        self.lines.append((False, line))
+        self.lines.append(("detail", line))
+
+    def progress(self, console: Console) -> Callable:
+        """The progress-bar factory for the steps while the backend is chosen."""
+        def bar(total: int | None, unit: str = "img", desc: str | None = None):
+            return console.bar(total, unit, desc, write=lambda line: self.lines.append(("info", line)), leave=False)
+        return bar
 
     def say(self, console: Console) -> None:
-        for always, line in self.lines:
-            (console.always if always else console.detail)(line)
+        for kind, line in self.lines:
+            getattr(console, kind)(line)
         self.lines.clear()
 
 
@@ -72,7 +79,7 @@ class LocalExecutor:
             return o.backend, o.backend.selection_reason or "given", None
         # the Choice (what runs, its files, why) is what a segment key or a summary is made from, as on Ray
         self.choice, loaded = backends.choose_loaded(o.request, model, scale, log=self.held.always,
-                                                     progress=console.bar, chatter=self.held.detail)
+                                                     progress=self.held.progress(console), chatter=self.held.detail)
         choice = loaded.selection_reason or o.backend
         picked = o.precision == AUTO and o.backend_name is not None  # its reason is the line saying which ran
         return loaded, choice, choice if picked else None
@@ -88,8 +95,9 @@ class LocalExecutor:
         """The precision's measured loss (bf16, int8) or, at fp32, the model's own scores against bicubic's (each
         measured once per file, scale and machine); the first line's note when the model is at or below bicubic
         at this scale: nothing for a lower precision to keep."""
-        self.record = quality.precision_loss(loaded, log=self.held.always, scale=scale, progress=console.bar) \
-            or quality.baseline(loaded, scale, log=self.held.detail, progress=console.bar)
+        bar = self.held.progress(console)
+        self.record = quality.precision_loss(loaded, log=self.held.always, scale=scale, progress=bar) \
+            or quality.baseline(loaded, scale, log=self.held.detail, progress=bar)
         if self.record is None or not quality.adds_nothing(quality.model_gain(self.record)):
             return ""
         return f"the model is {quality.below_line(self.record)}"

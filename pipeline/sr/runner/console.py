@@ -175,11 +175,13 @@ class Console:
         """A per-tile progress callback for one image (None when quiet)."""
         return TileProgress(name, self._write) if self.progress else None
 
-    def bar(self, total: int | None, unit: str = "img", desc: str | None = None):
+    def bar(self, total: int | None, unit: str = "img", desc: str | None = None, *,
+            write: Callable[[str], object] | None = None, leave: bool = True):
         """A progress bar (count, rate, ETA when total is known; a video's frames may not be); when stderr is not a
-        terminal, a plain line now and then instead."""
+        terminal, a plain line now and then instead, said through `write` when given. `leave=False`: the terminal's
+        bar goes when it is done."""
         if not self.progress or self._log is not None:
             return tqdm(total=total, disable=True)
         if not sys.stderr.isatty():  # a log file gets lines, not carriage-return redraws
-            return PlainProgress(total, self._write, unit=unit, desc=desc)
-        return tqdm(total=total, unit=unit, desc=desc, file=sys.stderr, dynamic_ncols=True)
+            return PlainProgress(total, write or self._write, unit=unit, desc=desc)
+        return tqdm(total=total, unit=unit, desc=desc, file=sys.stderr, dynamic_ncols=True, leave=leave)
