@@ -341,7 +341,8 @@ def _has_torch() -> bool:
 def baseline(backend: Backend, scale: float | None = None, log=None, progress=None) -> dict | None:
     """For a loaded fp32 backend: its own and bicubic's scores on the held-out photos at `scale` (what the model
     adds, gain.model_gain), stored, or measured now (about a second for srcnn) once per file, scale and machine;
-    None for another precision, a backend that runs no file, or where PyTorch is missing and nothing is stored."""
+    None for another precision, a backend that runs no file, a user's own model (baseline_applies), or where
+    PyTorch is missing and nothing is stored."""
     if not baseline_applies(backend):
         return None
     scale = run_scale(backend, scale)
