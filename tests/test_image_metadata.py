@@ -9,23 +9,18 @@ import zlib
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image as PILImage
 from PIL import ImageCms
 
 from pipeline.cli import main
 from pipeline.sr.images import metadata
+from tests.caches import one_thread_own_cache
 
 NEAREST3 = "byom_nets:nearest3_factory"
 XMP = b'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF/></x:xmpmeta>'
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _env(tmp_path_factory):
-    torch.set_num_threads(1)  # shared 2-core machine
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SRDEPLOY_CACHE", str(tmp_path_factory.mktemp("cache")))
-        yield
+_env = one_thread_own_cache()
 
 
 @pytest.fixture(scope="module")

@@ -14,16 +14,12 @@ from skimage import data
 
 from models.registry import get_spec, output_size
 from pipeline.cli import main
+from tests.caches import one_thread_own_cache
 
 SCALE = 2.5
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _env(tmp_path_factory):
-    torch.set_num_threads(1)  # shared 2-core machine: one thread avoids spin contention
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SRDEPLOY_CACHE", str(tmp_path_factory.mktemp("cache")))
-        yield
+_env = one_thread_own_cache()
 
 
 def _bgr(rgb):

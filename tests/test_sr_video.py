@@ -10,24 +10,19 @@ import av
 import cv2
 import numpy as np
 import pytest
-import torch
 
 from pipeline.backends.base import Backend
 from pipeline.cli import main
 from pipeline.sr import DEFAULT_PRESET
 from pipeline.sr.images import tiling
 from pipeline.sr.video import yuv
+from tests.caches import one_thread_own_cache
 from tests.video_clips import audio_of, frames_of, layout, make_clip, subtitle_packets
 
 SCALE = 2.0
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _env(tmp_path_factory):
-    torch.set_num_threads(1)  # shared 2-core machine
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SRDEPLOY_CACHE", str(tmp_path_factory.mktemp("cache")))
-        yield
+_env = one_thread_own_cache()
 
 
 def _sr(capsys, weights, *args, scale=SCALE):

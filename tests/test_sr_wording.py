@@ -20,19 +20,13 @@ from pipeline.bench.timing import warm_up
 from pipeline.cli import main
 from pipeline.demo import demo_markdown
 from pipeline.sr.runner import console as sr_console
+from tests.caches import one_thread_own_cache
 from tests.video_clips import frames_of, layout, make_clip
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _env(tmp_path_factory):
-    import torch
-
-    torch.set_num_threads(1)  # shared 2-core machine
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SRDEPLOY_CACHE", str(tmp_path_factory.mktemp("cache")))
-        yield
+_env = one_thread_own_cache()
 
 
 def _sr(capsys, weights, *args, scale=2.0):

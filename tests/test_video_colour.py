@@ -9,10 +9,10 @@ from fractions import Fraction
 import av
 import numpy as np
 import pytest
-import torch
 
 from pipeline.cli import main
 from pipeline.sr.video import yuv
+from tests.caches import one_thread_own_cache
 from tests.video_clips import frames_of, make_clip, stream_facts
 
 NEAREST3 = "byom_nets:nearest3_factory"
@@ -20,12 +20,7 @@ BLOCK = 2  # each level a 2x2 block: whole 4:2:0 chroma samples, all neutral
 KR_KB = {1: (0.2126, 0.0722), 6: (0.299, 0.114)}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _env(tmp_path_factory):
-    torch.set_num_threads(1)  # shared 2-core machine
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SRDEPLOY_CACHE", str(tmp_path_factory.mktemp("cache")))
-        yield
+_env = one_thread_own_cache()
 
 
 def _sr(capsys, src, dst, *extra):

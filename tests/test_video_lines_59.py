@@ -7,20 +7,15 @@ from fractions import Fraction
 import av
 import numpy as np
 import pytest
-import torch
 
 from pipeline.cli import main
+from tests.caches import one_thread_own_cache
 from tests.video_clips import make_clip
 
 NAN_MODEL = "byom_nets:nan_near_white_factory"  # x2 nearest, NaN wherever the input is near white
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _env(tmp_path_factory):
-    torch.set_num_threads(1)  # shared 2-core machine
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SRDEPLOY_CACHE", str(tmp_path_factory.mktemp("cache")))
-        yield
+_env = one_thread_own_cache()
 
 
 def _white_at(path, white: int, frames: int = 6):
