@@ -11,6 +11,7 @@ slower than torchvision in FP32; DynamicResize within 1.2x of F.interpolate's ti
 from __future__ import annotations
 
 from pipeline.artifacts.identity import resolve
+from pipeline.bench.timing import cuda_times_ms
 from pipeline.errors import PipelineError, first_line
 from pipeline.native import kernels_cuda
 from pipeline.native.cuda_driver import torch_gpu_visible
@@ -40,19 +41,7 @@ def not_run_reason() -> str | None:
 
 
 def median_ms(fn, iters: int) -> float:
-    import torch
-
-    for _ in range(2):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
+    times = cuda_times_ms(fn, iters)
     return sorted(times)[len(times) // 2]
 
 
