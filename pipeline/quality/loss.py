@@ -111,14 +111,21 @@ def record_problem(record, ident: dict) -> str | None:
     Returns:
         The reason, or None when the record holds.
     """
+    if (problem := _ident_problem(record, ident)) is not None:
+        return problem
+    if not all(finite_number(record.get(k)) for k in ("psnr_loss_db", "ssim_loss", "psnr", "psnr_fp32")):
+        return "its losses are not numbers"
+    return _scores_problem(record) or consistency_problem(record)
+
+
+def _ident_problem(record, ident: dict) -> str | None:
+    """Why `record` is not a record made for `ident` (a loss or a baseline), or None."""
     if not isinstance(record, dict):
         return "it is not a record"
     for k, v in ident.items():
         if record.get(k) != v:
             return f"its {k.replace('_', ' ')} differs"
-    if not all(finite_number(record.get(k)) for k in ("psnr_loss_db", "ssim_loss", "psnr", "psnr_fp32")):
-        return "its losses are not numbers"
-    return _scores_problem(record) or consistency_problem(record)
+    return None
 
 
 def _scores_problem(record: dict) -> str | None:
@@ -207,23 +214,36 @@ def measure(backend: Backend, scale: float | None = None, progress=None) -> dict
         The record of the difference, with identity()'s fields.
     """
     scale = run_scale(backend, scale)
-    ident = identity(backend, scale)
-    pairs = [make_pair(hr, scale) for hr in sample_images.held_out().values()]
-    reference = backend.fp32_twin()
-    bar = progress(2 * len(pairs), "image", f"measuring {backend.precision}'s loss") if progress else None
+    pairs = _held_out_pairs(scale)
+    (psnr32, ssim32, outs32), (psnr, ssim, outs) = _scored([backend.fp32_twin(), backend], pairs, scale, progress,
+                                                           f"measuring {backend.precision}'s loss")
+    close = [fidelity.fidelity_db(o, r, scale) for o, r in zip(outs, outs32, strict=True)]
+    return {**_fp32_and_bicubic(backend, scale, pairs, psnr32, ssim32), "psnr": round(psnr, 4),
+            "psnr_loss_db": round(psnr32 - psnr, 4), "ssim": round(ssim, 5), "ssim_loss": round(ssim32 - ssim, 5),
+            "budget_db": BUDGET_DB.get(backend.precision), **fidelity.figures(close),
+            "fidelity_floor_db": fidelity.floor(backend.precision)}
+
+
+def _held_out_pairs(scale: float) -> list:
+    """The held-out photos as (LR, HR) pairs at `scale`, degraded as in training (PyTorch)."""
+    return [make_pair(hr, scale) for hr in sample_images.held_out().values()]
+
+
+def _scored(runs: list[Backend], pairs, scale: float, progress, desc: str) -> list[tuple]:
+    """_scores of each backend in `runs` on `pairs`, under one progress bar (`progress(total, unit, desc)`)."""
+    bar = progress(len(runs) * len(pairs), "image", desc) if progress else None
     try:
-        psnr32, ssim32, outs32 = _scores(reference, pairs, scale, bar)
-        psnr, ssim, outs = _scores(backend, pairs, scale, bar)
+        return [_scores(b, pairs, scale, bar) for b in runs]
     finally:
         if bar is not None:
             bar.close()
-    close = [fidelity.fidelity_db(o, r, scale) for o, r in zip(outs, outs32, strict=True)]
+
+
+def _fp32_and_bicubic(backend: Backend, scale: float, pairs, psnr32: float, ssim32: float) -> dict:
+    """The fields a loss and a baseline share: identity(), the images, fp32's and bicubic's scores, the file, when."""
     psnr_bic, ssim_bic = _bicubic(pairs, scale)
-    return {**ident, "images": len(pairs), "psnr_fp32": round(psnr32, 4), "psnr": round(psnr, 4),
-            "psnr_loss_db": round(psnr32 - psnr, 4), "ssim_fp32": round(ssim32, 5), "ssim": round(ssim, 5),
-            "ssim_loss": round(ssim32 - ssim, 5), "psnr_bicubic": round(psnr_bic, 4),
-            "ssim_bicubic": round(ssim_bic, 5), "budget_db": BUDGET_DB.get(backend.precision),
-            **fidelity.figures(close), "fidelity_floor_db": fidelity.floor(backend.precision),
+    return {**identity(backend, scale), "images": len(pairs), "psnr_fp32": round(psnr32, 4),
+            "ssim_fp32": round(ssim32, 5), "psnr_bicubic": round(psnr_bic, 4), "ssim_bicubic": round(ssim_bic, 5),
             "file": str(backend.run_file(scale)), "when": time.strftime(WHEN)}
 
 
@@ -245,20 +265,28 @@ def precision_loss(backend: Backend, log=None, scale: float | None = None, progr
     if not applies(backend):
         return None
     scale = run_scale(backend, scale)
-    ident = identity(backend, scale)
+    return _kept(identity(backend, scale), record_problem, lambda: measure(backend, scale=scale, progress=progress),
+                 log, f"measuring what {backend.precision} costs on the held-out images at x{scale:g}")
+
+
+def _kept(ident: dict, problem, make, log, saying: str, can_make=None) -> dict | None:
+    """The record stored for `ident` when `problem` finds none in it; else `make()` now, stored, once (a second
+    process waits for the first and reads it), `log` saying `saying` first; None where `can_make()` says it cannot
+    be made here."""
     path = _store(ident)
-    record, problem = _read(path, ident)
+    record, _ = _read(path, ident, problem)
     if record is not None:
         return record
     with made_once(path):
-        record, problem = _read(path, ident)  # measured by another process while this one waited
+        record, why = _read(path, ident, problem)  # measured by another process while this one waited
         if record is not None:
             return record
+        if can_make is not None and not can_make():
+            return None
         if log is not None:
-            again = "" if problem is None else f" (the stored record is not used: {problem})"
-            log(f"measuring what {backend.precision} costs on the held-out images at x{scale:g}, once for this "
-                f"file, scale and machine{again}")
-        record = measure(backend, scale=scale, progress=progress)
+            again = "" if why is None else f" (the stored record is not used: {why})"
+            log(f"{saying}, once for this file, scale and machine{again}")
+        record = make()
         atomic_write(path, json.dumps(record, indent=2) + "\n")
     return record
 
@@ -305,27 +333,14 @@ def baseline_applies(backend: Backend) -> bool:
 
 def baseline_problem(record, ident: dict) -> str | None:
     """Why a stored baseline does not describe `ident` or is not one, or None."""
-    if not isinstance(record, dict):
-        return "it is not a record"
-    for k, v in ident.items():
-        if record.get(k) != v:
-            return f"its {k.replace('_', ' ')} differs"
-    return _scores_problem(record)
+    return _ident_problem(record, ident) or _scores_problem(record)
 
 
 def measure_baseline(backend: Backend, scale: float, progress=None) -> dict:
     """An fp32 backend's and bicubic's scores on the held-out set at `scale`, with identity()'s fields."""
-    pairs = [make_pair(hr, scale) for hr in sample_images.held_out().values()]
-    bar = progress(len(pairs), "image", "measuring what the model adds over bicubic") if progress else None
-    try:
-        psnr32, ssim32, _ = _scores(backend, pairs, scale, bar)
-    finally:
-        if bar is not None:
-            bar.close()
-    psnr_bic, ssim_bic = _bicubic(pairs, scale)
-    return {**identity(backend, scale), "images": len(pairs), "psnr_fp32": round(psnr32, 4),
-            "ssim_fp32": round(ssim32, 5), "psnr_bicubic": round(psnr_bic, 4), "ssim_bicubic": round(ssim_bic, 5),
-            "file": str(backend.run_file(scale)), "when": time.strftime(WHEN)}
+    pairs = _held_out_pairs(scale)
+    [(psnr32, ssim32, _)] = _scored([backend], pairs, scale, progress, "measuring what the model adds over bicubic")
+    return _fp32_and_bicubic(backend, scale, pairs, psnr32, ssim32)
 
 
 def _has_torch() -> bool:
@@ -346,24 +361,9 @@ def baseline(backend: Backend, scale: float | None = None, log=None, progress=No
     if not baseline_applies(backend):
         return None
     scale = run_scale(backend, scale)
-    ident = identity(backend, scale)
-    path = _store(ident)
-    record, problem = _read(path, ident, baseline_problem)
-    if record is not None:
-        return record
-    with made_once(path):
-        record, problem = _read(path, ident, baseline_problem)  # measured by another process while this one waited
-        if record is not None:
-            return record
-        if log is not None:
-            again = "" if problem is None else f" (the stored record is not used: {problem})"
-            log(f"measuring what {backend.model_name} adds over bicubic on the held-out images at x{scale:g}, once "
-                f"for this file, scale and machine{again}")
-        if not _has_torch():
-            return None
-        record = measure_baseline(backend, scale, progress)
-        atomic_write(path, json.dumps(record, indent=2) + "\n")
-    return record
+    return _kept(identity(backend, scale), baseline_problem, lambda: measure_baseline(backend, scale, progress), log,
+                 f"measuring what {backend.model_name} adds over bicubic on the held-out images at x{scale:g}",
+                 can_make=_has_torch)
 
 
 def budget(record: dict) -> float:
