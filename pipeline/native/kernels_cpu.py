@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.errors import PipelineError
-from pipeline.native.libraries import cpu_kernels_library, load_library
+from pipeline.native.libraries import cpu_kernels_library, load_versioned, loads
 
 # 2: sr_deform_conv2d_min_workspace; 3: sr_deform_conv2d_bf16; 4: sr_to_samples_u8; 5, 6: the PNG codec's (7: moved
 # to libsr_png.so, pipeline.native.png_codec)
@@ -25,12 +25,7 @@ _INT = ctypes.c_int
 
 @functools.cache
 def _lib() -> ctypes.CDLL:
-    path = cpu_kernels_library()
-    lib = load_library(path)
-    lib.sr_kernels_abi_version.restype = _INT
-    found = lib.sr_kernels_abi_version()
-    if found != ABI_VERSION:
-        raise PipelineError(f"{path} has C API version {found}, expected {ABI_VERSION}: rebuild with `make plugins`")
+    lib = load_versioned(cpu_kernels_library(), "sr_kernels_abi_version", ABI_VERSION)
     lib.sr_last_error.restype = ctypes.c_char_p
     lib.sr_dynamic_resize_f32.argtypes = [_F32P, _F32P] + [_INT] * 7
     lib.sr_dynamic_resize_f32.restype = _INT
@@ -59,11 +54,7 @@ def library() -> ctypes.CDLL:
 @functools.cache
 def usable() -> bool:
     """Whether the library loads with this C API (callers with a numpy way of their own take it where not)."""
-    try:
-        _lib()
-    except (PipelineError, OSError):
-        return False
-    return True
+    return loads(_lib)
 
 
 def _as_f32(x, name: str, ndim: int | None = None) -> np.ndarray:

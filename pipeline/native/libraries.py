@@ -68,6 +68,27 @@ def load_library(path: Path) -> ctypes.CDLL:
         raise PipelineError(f"cannot load {path}: {e}") from None
 
 
+def load_versioned(path: Path, abi_symbol: str, expected: int) -> ctypes.CDLL:
+    """dlopen one of our C API libraries and check its version (`abi_symbol()`): a library built from other sources
+    is a one-line PipelineError that says how to rebuild."""
+    lib = load_library(path)
+    version = getattr(lib, abi_symbol)
+    version.restype = ctypes.c_int
+    found = version()
+    if found != expected:
+        raise PipelineError(f"{path} has C API version {found}, expected {expected}: rebuild with `make plugins`")
+    return lib
+
+
+def loads(load) -> bool:
+    """Whether `load()` (a library's loader) succeeds: its callers take a way of their own where not."""
+    try:
+        load()
+    except (PipelineError, OSError):
+        return False
+    return True
+
+
 def load_cuda_library(path: Path) -> ctypes.CDLL:
     """dlopen one of our CUDA libraries after loading the cudart/cuBLAS it needs (its RUNPATH is $ORIGIN alone)."""
     preload()

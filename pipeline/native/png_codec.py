@@ -12,7 +12,7 @@ import functools
 import numpy as np
 
 from pipeline.errors import PipelineError
-from pipeline.native.libraries import load_library, png_library
+from pipeline.native.libraries import load_versioned, loads, png_library
 
 ABI_VERSION = 1  # SR_PNG_ABI in pipeline/native/png/srPng.h
 _INT = ctypes.c_int
@@ -20,12 +20,7 @@ _INT = ctypes.c_int
 
 @functools.cache
 def _lib() -> ctypes.CDLL:
-    path = png_library()
-    lib = load_library(path)
-    lib.sr_png_abi_version.restype = _INT
-    found = lib.sr_png_abi_version()
-    if found != ABI_VERSION:
-        raise PipelineError(f"{path} has C API version {found}, expected {ABI_VERSION}: rebuild with `make plugins`")
+    lib = load_versioned(png_library(), "sr_png_abi_version", ABI_VERSION)
     lib.sr_png_last_error.restype = ctypes.c_char_p
     lib.sr_png_idat_bound.argtypes = [_INT] * 3
     lib.sr_png_idat_bound.restype = ctypes.c_size_t
@@ -45,11 +40,7 @@ def library() -> ctypes.CDLL:
 @functools.cache
 def usable() -> bool:
     """Whether the library loads with this C API (the PNG writer and reader fall back where not)."""
-    try:
-        _lib()
-    except (PipelineError, OSError):
-        return False
-    return True
+    return loads(_lib)
 
 
 def _check(status: int, what: str) -> None:
