@@ -5,6 +5,7 @@ import torch
 from skimage import data
 
 from models.registry import ModelSpec, get_spec, output_size, run
+from pipeline.backends.torch_backend import channels_last_default
 from pipeline.errors import PipelineError
 from pipeline.sr.images import tiling
 
@@ -31,6 +32,9 @@ def _image(h, w):
 
 def _tiled(net, name, x, scale, tile, margin=None, batch=2, window=None):
     spec = get_spec(name)
+    # the memory format the torch backend runs the net in on the CPU: NHWC, whose oneDNN kernels are exact by position
+    fmt = torch.channels_last if channels_last_default(spec, "cpu") else torch.contiguous_format
+    net = net.to(memory_format=fmt)
     _, _, h, w = x.shape
     margin = tiling.context_margin(spec.receptive_radius, scale) if margin is None else margin
     plan = tiling.plan(h, w, scale, tile, margin, window)
@@ -40,7 +44,7 @@ def _tiled(net, name, x, scale, tile, margin=None, batch=2, window=None):
     def infer(b):
         calls.append(b.shape)
         with torch.inference_mode():
-            return run(net, spec, torch.from_numpy(b), scale).numpy()
+            return run(net, spec, torch.from_numpy(b).contiguous(memory_format=fmt), scale).numpy()
 
     def write(t, y):
         sy, sx = t.keep_slices()
@@ -48,7 +52,7 @@ def _tiled(net, name, x, scale, tile, margin=None, batch=2, window=None):
 
     tiling.run_tiles(plan, lambda y0, y1, x0, x1: x[0, :, y0:y1, x0:x1], infer, write, batch)
     with torch.inference_mode():
-        whole = run(net, spec, torch.from_numpy(x), scale).numpy()[0]
+        whole = run(net, spec, torch.from_numpy(x).contiguous(memory_format=fmt), scale).numpy()[0]
     return plan, out, whole, calls
 
 

@@ -1,5 +1,6 @@
-"""Tiled equals whole, bit for bit, as a property over scales, image and tile sizes and models, ours and users'
-(hypothesis, a test extra: this module skips with the reason where it is missing)."""
+"""Tiled equals whole, bit for bit (ours) or within float rounding (users' small nets), as a property over scales,
+image and tile sizes and models, ours and users' (hypothesis, a test extra: this module skips with the reason where
+it is missing)."""
 import byom_nets
 import numpy as np
 import pytest
@@ -17,6 +18,12 @@ from models.registry import get_spec  # noqa: E402
 # learned deformable offsets: see test_tiling.test_tiled_equals_whole_image.
 SCALES = [(2, 1), (3, 1), (4, 1), (5, 2), (3, 2), (7, 2), (5, 4), (7, 3)]
 PROPERTY_MODELS = {"srcnn": 8, "deform-srcnn": 8, "byom_nets:two_convs_factory": 2, "compact": 4}  # -> top scale
+# Ours run their convolutions on oneDNN's direct kernels (channels-last, as the torch backend runs them on the CPU),
+# which sum every output pixel in one order. The users' nets here have 3-8 channels, which PyTorch runs on its own
+# im2col + GEMM instead, and on an AVX2-only CPU those sums depend on a pixel's place in its row: equal within float
+# rounding there (docs/images.md, "Tiled equals whole"), as srcnn-x3 is.
+BIT_EXACT = {"srcnn", "deform-srcnn"}
+FLOAT_ROUNDING = 1e-6
 
 
 @pytest.fixture(scope="module")
@@ -52,4 +59,7 @@ def test_property_tiled_equals_whole_exactly(property_nets, model, pq, data):
     plan, out, whole, _ = _tiled(net, name, _image(h, w), p / q, tile, batch=1)  # sr's default: see above
     assume(plan.count > 1)
     assert plan.exact
-    assert np.array_equal(out, whole), (name, p / q, h, w, tile, np.abs(out - whole).max())
+    if model in BIT_EXACT:
+        assert np.array_equal(out, whole), (name, p / q, h, w, tile, np.abs(out - whole).max())
+    else:
+        assert np.abs(out - whole).max() <= FLOAT_ROUNDING, (name, p / q, h, w, tile, np.abs(out - whole).max())

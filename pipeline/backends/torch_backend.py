@@ -35,6 +35,17 @@ from pipeline.native.cpu import bf16_problem
 from pipeline.native.cuda_driver import gpu_visible, torch_gpu_visible
 
 
+def channels_last_default(spec: ModelSpec, device: str) -> bool:
+    """Whether the torch backend runs `spec` channels-last (NHWC) on `device` when not told.
+
+    NHWC helps on both: cuDNN tensor cores for fp16, and oneDNN on the CPU (SRCNN x3 256->768 on the 2-core Xeon:
+    conv2 1x1 and conv3 ~2x faster, whole model ~1.5x than NCHW), except where the model says its ops read NCHW on
+    CUDA (ModelSpec.cuda_channels_last). On the CPU it is also what keeps tiles exact: oneDNN runs NHWC on direct
+    kernels that sum every output pixel in one order, while NCHW on an AVX2-only CPU takes im2col + GEMM kernels
+    whose sums depend on where a pixel falls in the image's width (tiles then differ from the whole by ~5e-8)."""
+    return spec.cuda_channels_last or not device.startswith("cuda")
+
+
 class TorchBackend(Backend):
     GRAPHS = 4  # captured shapes kept (their activations share one memory pool)
     GRAPH_AFTER = 2  # a shape is captured once seen this often: one-off edge crops run eagerly
@@ -116,10 +127,7 @@ class TorchBackend(Backend):
         except WeightsError as e:
             raise PipelineError(str(e)) from None
         if self.channels_last is None:
-            # NHWC helps on both: cuDNN tensor cores for fp16, and oneDNN on the CPU (SRCNN x3 256->768 on the
-            # 2-core Xeon: conv2 1x1 and conv3 ~2x faster, whole model ~1.5x than NCHW), except where the model
-            # says its ops read NCHW on CUDA (ModelSpec.cuda_channels_last).
-            self.channels_last = self.spec.cuda_channels_last or not self.device.startswith("cuda")
+            self.channels_last = channels_last_default(self.spec, self.device)
         if self.precision == "fp16":
             net = net.half()
         if self.channels_last:

@@ -161,7 +161,21 @@ def _values(tensor) -> np.ndarray:
 
 def run(config: dict, tensors: list[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
     """The kernel on one call's tensors (X, W, offset[, bias][, mask]; X, offset and mask bf16 bit patterns) with a
-    node's config, into `out` (bf16) if given."""
+    node's config, into `out` (bf16) if given.
+
+    A CPU without bf16 hands this node float32 inputs (the graph's Converts to bf16 lowered away; `out` may be
+    either): they are rounded to bf16 here as the Converts would have, so the node computes the same bytes on every
+    CPU."""
+    if tensors[0].dtype == np.float32:
+        rounded = {0, 2} | ({3 + config["bias"]} if config["mask"] else set())  # X, offset, mask; not W or bias
+        result = run(config, [to_bf16_bits(t) if i in rounded else t for i, t in enumerate(tensors)])
+        if out is None:
+            return result
+        if out.dtype.itemsize == 2:  # bf16 bit patterns (OpenVINO shows a bf16 tensor as a float16 view)
+            np.copyto(out.view(np.uint16), result)
+        else:
+            np.copyto(out, (result.astype(np.uint32) << 16).view(np.float32))
+        return out
     x, weight, offset, rest = tensors[0], _float32(tensors[1]), tensors[2], list(tensors[3:])
     bias = _float32(rest.pop(0)) if config["bias"] else None
     mask = rest.pop(0) if config["mask"] else None
@@ -173,6 +187,14 @@ def run(config: dict, tensors: list[np.ndarray], out: np.ndarray | None = None) 
         x, weight, offset, bias, mask, stride=a["strides"], padding=a["pads_begin"], dilation=a["dilations"],
         groups=a["group"], offset_groups=a["deformable_group"], threads=config["threads"], out=out, bf16_io=True,
         mask_logits=config["logits"])
+
+
+def to_bf16_bits(values: np.ndarray) -> np.ndarray:
+    """float32 values rounded to bf16 (to nearest, ties to even, as OpenVINO's Convert), as bit patterns (uint16);
+    NaN stays NaN."""
+    bits = np.ascontiguousarray(values, np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(values), np.uint16(0x7FC0), rounded)
 
 
 def _float32(values: np.ndarray) -> np.ndarray:
