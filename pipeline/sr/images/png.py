@@ -125,7 +125,7 @@ def decode_png(data: bytes) -> np.ndarray | None:
     OpenCV's CPU; anything else, every damaged file included, takes OpenCV's path and its errors, as before."""
     if data[:8] != SIGNATURE or not png_codec.usable():
         return None
-    header, idat, pos, after_idat = None, [], 8, False
+    header, rows, inflater, pos, seen_idat, after_idat = None, None, None, 8, False, False
     view = memoryview(data)
     while True:
         if pos + 12 > len(data):
@@ -138,27 +138,34 @@ def decode_png(data: bytes) -> np.ndarray | None:
             if kind != b"IHDR" or n != 13:
                 return None
             header = struct.unpack(">IIBBBBB", body)
+            if not _plain(header):
+                return None
+            w, h, _, color, *_ = header
+            expected = h * (1 + w * CHANNELS[color])
+            rows, inflater = b"", deflate.decompressobj()
         elif kind == b"IDAT":
             if after_idat:
                 return None
-            idat.append(body)
+            seen_idat = True
+            try:  # inflated chunk by chunk (nothing kept per chunk), no more than the header's rows, however it inflates
+                out = inflater.decompress(body, expected + 1 - len(rows))
+            except deflate.error:
+                return None
+            if out and not rows:  # one chunk's rows as they are (no copy)
+                rows = out
+            elif out:  # several: appended in place to one buffer
+                rows = rows if isinstance(rows, bytearray) else bytearray(rows)
+                rows += out
+            if len(rows) > expected:
+                return None
         elif kind == b"IEND":
             break
         elif kind in OPENCV_CHUNKS or not kind[0] & 0x20:  # bit 5 of the first letter clear: critical
             return None
         else:
-            after_idat = bool(idat)
+            after_idat = seen_idat
         pos += 12 + n
-    if not idat or not _plain(header):
-        return None
-    w, h, _, color, *_ = header
-    c = CHANNELS[color]
-    expected = h * (1 + w * c)
-    inflater = deflate.decompressobj()
-    try:
-        rows = inflater.decompress(b"".join(idat), expected + 1)  # no more than the header's rows, however it inflates
-    except deflate.error:
-        return None
+    c = CHANNELS[header[3]]
     if len(rows) != expected or not inflater.eof:
         return None
     try:
