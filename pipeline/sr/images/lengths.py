@@ -25,7 +25,9 @@ JPEG_MAX_SEGMENTS = 10_000
 # Scans of a progressive JPEG: libjpeg's default script writes 10 (6 for gray), mozjpeg's search a few dozen; each
 # scan is a pass over the whole image's coefficients, so the count bounds the decoder's time.
 JPEG_MAX_SCANS = 500
-_MARKER = re.compile(rb"\xff+([^\x00\xd0-\xd7\xff])", re.DOTALL)  # a marker: not stuffing, a restart or fill
+# A marker: 0xFF and a byte that is not stuffing (0), a restart (D0-D7) or fill (FF; the last FF of a run matches).
+# No `\xff+`: a repeat makes the search ~25x slower (0.9 s on a 28 MB photo, 38 ms without).
+_MARKER = re.compile(rb"\xff([^\x00\xd0-\xd7\xff])", re.DOTALL)
 
 
 def _past_end(what: str, at: int, declared: int, size: int) -> str:

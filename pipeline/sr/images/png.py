@@ -125,7 +125,7 @@ def decode_png(data: bytes) -> np.ndarray | None:
     OpenCV's CPU; anything else, every damaged file included, takes OpenCV's path and its errors, as before."""
     if data[:8] != SIGNATURE or not png_codec.usable():
         return None
-    header, rows, inflater, pos, seen_idat, after_idat = None, None, None, 8, False, False
+    header, rows, pos, seen_idat, after_idat = None, None, 8, False, False
     view = memoryview(data)
     while True:
         if pos + 12 > len(data):
@@ -140,24 +140,11 @@ def decode_png(data: bytes) -> np.ndarray | None:
             header = struct.unpack(">IIBBBBB", body)
             if not _plain(header):
                 return None
-            w, h, _, color, *_ = header
-            expected = h * (1 + w * CHANNELS[color])
-            rows, inflater = b"", deflate.decompressobj()
+            rows = _Rows(header[1] * (1 + header[0] * CHANNELS[header[3]]))
         elif kind == b"IDAT":
-            if after_idat:
+            if after_idat or not rows.add(body):
                 return None
             seen_idat = True
-            try:  # inflated chunk by chunk (nothing kept per chunk), no more than the header's rows, however it inflates
-                out = inflater.decompress(body, expected + 1 - len(rows))
-            except deflate.error:
-                return None
-            if out and not rows:  # one chunk's rows as they are (no copy)
-                rows = out
-            elif out:  # several: appended in place to one buffer
-                rows = rows if isinstance(rows, bytearray) else bytearray(rows)
-                rows += out
-            if len(rows) > expected:
-                return None
         elif kind == b"IEND":
             break
         elif kind in OPENCV_CHUNKS or not kind[0] & 0x20:  # bit 5 of the first letter clear: critical
@@ -165,10 +152,35 @@ def decode_png(data: bytes) -> np.ndarray | None:
         else:
             after_idat = seen_idat
         pos += 12 + n
-    c = CHANNELS[header[3]]
-    if len(rows) != expected or not inflater.eof:
+    w, h, c = header[0], header[1], CHANNELS[header[3]]
+    if not rows.whole():
         return None
     try:
-        return png_codec.png_unfilter_u8(rows, h, w, c, swap_red_blue=c >= 3)
+        return png_codec.png_unfilter_u8(rows.data, h, w, c, swap_red_blue=c >= 3)
     except PipelineError:  # a row's filter type is not one of PNG's
         return None
+
+
+class _Rows:
+    """A PNG's image data inflated chunk by chunk as it is read, to at most `expected` bytes: nothing is kept per
+    chunk (a view of each of 5 M empty IDATs took 1.5 GB), and one chunk's rows are not copied."""
+
+    def __init__(self, expected: int):
+        self.expected, self.data, self.inflater = expected, b"", deflate.decompressobj()
+
+    def add(self, body) -> bool:
+        """Inflate one IDAT's body; False when it does not inflate or gives more than the header's rows."""
+        try:
+            out = self.inflater.decompress(body, self.expected + 1 - len(self.data))
+        except deflate.error:
+            return False
+        if out and not self.data:
+            self.data = out
+        elif out:  # a second chunk's rows: one buffer, appended in place
+            if not isinstance(self.data, bytearray):
+                self.data = bytearray(self.data)
+            self.data += out
+        return len(self.data) <= self.expected
+
+    def whole(self) -> bool:
+        return len(self.data) == self.expected and self.inflater.eof
