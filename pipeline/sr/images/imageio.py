@@ -1,5 +1,5 @@
-"""Image files <-> pixel arrays for the sr stage: OpenCV decode/encode, EXIF orientation, bit depth,
-gray/alpha layout, float conversion of regions, quantisation, atomic writes.
+"""Image files <-> pixel arrays for the sr stage: OpenCV decode/encode, orientation (applied once: EXIF's here, a
+TIFF's by OpenCV), bit depth, gray/alpha layout, float conversion of regions, quantisation, atomic writes.
 
 A decoded `Image` keeps the file's own integer pixels (OpenCV's BGR/BGRA order, uint8 or uint16) and
 converts only the region a tile needs to float32 RGB in [0, 1], so no full-size float copy of a large
@@ -61,7 +61,8 @@ class ImageError(Exception):
 
 @dataclass
 class Image:
-    """Decoded pixels, upright (EXIF orientation applied), in the file's own sample type.
+    """Decoded pixels, upright (orientation applied once), in the file's own sample type; `orientation` is the tag
+    that was applied, `meta` what the output carries (fitted: orientation reset, readable pieces only).
 
     `pixels` is HxW (gray) or HxWxC with C = 3 (BGR) or 4 (BGRA), dtype uint8 or uint16. It may be a
     non-contiguous view (rotations are views); `region_rgb` copies only what it is asked for.

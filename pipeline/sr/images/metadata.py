@@ -5,8 +5,8 @@ a TIFF input's profile and XMP (its IFD0 tags) are read; BMP and TIFF outputs sa
 Metadata is data: it is copied as bytes, never interpreted beyond what a reader needs to read it back (issue 67). A
 piece is kept only when a reader can: an ICC profile whose header gives its size, carries the `acsp` signature and
 names the output's colour space (RGB on colour, GRAY on gray), whole (every APP2 segment of its sequence); an EXIF
-block whose first directory lies within it; each piece at most 1 MiB (Pillow opens no PNG with a larger profile or
-text chunk; real profiles are under 1 MiB, EXIF under 64 KiB). Anything else is dropped with one line (`notes`),
+block whose first directory lies within it; each piece at most 1 MiB (Pillow opens no PNG whose profile inflates to
+more; real profiles are under 1 MiB, EXIF under 64 KiB). Anything else is dropped with one line (`notes`),
 the image goes on. The walks hold views, not copies, so a file's metadata costs no more than what is kept.
 
 Orientation: the EXIF tag (274 in IFD0, SHORT or LONG, the first of a repeat) is what we turn the pixels by for
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from pipeline.sr.images.lengths import JPEG_MAX_SEGMENTS, png_max_chunks
 
-MAX_BYTES = 1 << 20  # the most of any one piece kept: Pillow's PNG reader refuses a larger profile or text chunk
+MAX_BYTES = 1 << 20  # the most of any one piece kept: Pillow's PNG reader refuses a profile inflating to more
 JPEG_EXIF = b"Exif\x00\x00"
 JPEG_XMP = b"http://ns.adobe.com/xap/1.0/\x00"
 JPEG_ICC = b"ICC_PROFILE\x00"
