@@ -327,6 +327,24 @@ def _peak(fn, *args) -> int:
         tracemalloc.stop()
 
 
+def test_a_webp_of_too_many_chunks_is_refused_before_decoding(no_decoder):
+    data = cv2.imencode(".webp", np.full((16, 16, 3), 90, np.uint8))[1].tobytes()
+    body = data[12:] + b"JUNK\x00\x00\x00\x00" * 200_000
+    with pytest.raises(ImageError, match=r"WebP of more than [\d,]+ chunks"):
+        imageio.decode(b"RIFF" + struct.pack("<I", 4 + len(body)) + b"WEBP" + body)
+
+
+def test_a_tiff_entry_of_too_many_values_is_refused_before_reading_them(no_decoder):
+    """2 M strip offsets (the file holds them): each would have been a Python int before the check."""
+    data = bytearray(gray_tiff(np.zeros((16, 16), np.uint8)))
+    entry = next(10 + 12 * k for k in range(struct.unpack_from("<H", data, 8)[0])
+                 if struct.unpack_from("<H", data, 10 + 12 * k)[0] == 273)
+    struct.pack_into("<HHII", data, entry, 273, 4, 2_000_000, len(data))
+    data += bytes(4 * 2_000_000)
+    with pytest.raises(ImageError, match="TIFF tag 273 of 2,000,000 values, over the 1,048,576"):
+        imageio.decode(bytes(data))
+
+
 def test_our_png_reader_keeps_nothing_per_chunk(rgb):
     """IDAT chunks inflated as read: 20,000 more (empty) IDATs cost nothing more (a view each, 5.5 MB, before)."""
     raw = png_bytes(rgb)

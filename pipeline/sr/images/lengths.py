@@ -16,9 +16,13 @@ PNG_MAX_LENGTH = 2**31 - 1  # PNG's own limit on a chunk's length (and on each s
 # TIFF tags whose values are where the image data lies and how long it is: strips, then tiles.
 TIFF_DATA_TAGS = ((273, 279), (324, 325))
 TIFF_TYPES = {3: "H", 4: "I", 16: "Q"}  # SHORT, LONG, LONG8
-# Encoders write image data in chunks of 8 KiB (libpng) to 64 KiB (Pillow): 10,000 chunks and one per KiB of file
-# is far above any of them, and bounds the walks (ours and the decoder's) by the file's size.
-PNG_CHUNKS_BASE, PNG_BYTES_PER_CHUNK = 10_000, 1024
+# Encoders write PNG image data in chunks of 8 KiB (libpng) to 64 KiB (Pillow), a WebP in a handful of chunks (one
+# per frame): 10,000 chunks and one per KiB of file is far above any of them, and bounds the walks (ours and the
+# decoder's) by the file's size.
+CHUNKS_BASE, BYTES_PER_CHUNK = 10_000, 1024
+# Values of one TIFF entry (strip or tile offsets and counts): one 16x16 tile (TIFF's smallest) per 256 pixels of a
+# 268-megapixel image; more is refused before its values are read (each a Python int: 100 M of them took GBs).
+TIFF_MAX_VALUES = 1 << 20
 # Markers (and fill bytes) before a JPEG's first scan: an ICC profile at most 255 APP2 segments, EXIF and XMP one
 # each, tables a few; 10,000 leaves room for any real file.
 JPEG_MAX_SEGMENTS = 10_000
@@ -35,20 +39,24 @@ def _past_end(what: str, at: int, declared: int, size: int) -> str:
             f"a damaged or hostile file")
 
 
-def png_max_chunks(size: int) -> int:
-    """The most chunks a PNG of `size` bytes may have."""
-    return PNG_CHUNKS_BASE + size // PNG_BYTES_PER_CHUNK
+def max_chunks(size: int) -> int:
+    """The most chunks a PNG or WebP of `size` bytes may have."""
+    return CHUNKS_BASE + size // BYTES_PER_CHUNK
+
+
+def _too_many_chunks(fmt: str, most: int) -> str:
+    return (f"{fmt} of more than {most:,} chunks (one per KiB of file and 10,000 more): no encoder writes that many; "
+            f"refused before decoding (a hostile file)")
 
 
 def png_problem(d: bytes) -> str | None:
     """Every chunk up to IEND within the file (and within PNG's 2^31 - 1 bytes), and no more chunks than
-    png_max_chunks."""
-    pos, chunks, most = 8, 0, png_max_chunks(len(d))
+    max_chunks."""
+    pos, chunks, most = 8, 0, max_chunks(len(d))
     while pos + 8 <= len(d):
         chunks += 1
         if chunks > most:
-            return (f"PNG of more than {most:,} chunks (one per KiB of file and 10,000 more): no encoder writes that "
-                    f"many; refused before decoding (a hostile file)")
+            return _too_many_chunks("PNG", most)
         n, kind = struct.unpack_from(">I4s", d, pos)
         name = kind.decode("latin-1")
         if n > PNG_MAX_LENGTH or pos + 12 + n > len(d):
@@ -107,6 +115,10 @@ def _scans_problem(d: bytes, first: int) -> str | None:
     return None
 
 
+class _TooManyValues(ValueError):
+    """A TIFF entry of more than TIFF_MAX_VALUES values: the one-line reason."""
+
+
 def _tiff_values(d: bytes, end: str, big: bool, entry: int) -> tuple[int, list[int]]:
     """(tag, values) of one IFD entry of SHORT/LONG/LONG8 values, read where they lie (in the entry or at an
     offset); struct.error when they run past the end."""
@@ -115,6 +127,9 @@ def _tiff_values(d: bytes, end: str, big: bool, entry: int) -> tuple[int, list[i
     fmt = TIFF_TYPES.get(typ)
     if fmt is None:
         return tag, []
+    if count > TIFF_MAX_VALUES:
+        raise _TooManyValues(f"TIFF tag {tag} of {count:,} values, over the {TIFF_MAX_VALUES:,} any image within "
+                             f"the pixel limit needs: refused before decoding (a hostile file)")
     inline = 8 if big else 4
     size = struct.calcsize(fmt) * count
     at = entry + struct.calcsize(head)
@@ -148,6 +163,8 @@ def tiff_problem(d: bytes) -> str | None:
         tags = _tiff_entries(d)
     except struct.error:
         return f"corrupt TIFF: its directory runs past the end of the file ({len(d):,} bytes)"
+    except _TooManyValues as e:
+        return str(e)
     for offsets_tag, counts_tag in TIFF_DATA_TAGS:
         what = "strip" if offsets_tag == 273 else "tile"
         for k, (at, n) in enumerate(zip(tags.get(offsets_tag, []), tags.get(counts_tag, []), strict=False)):
@@ -157,12 +174,15 @@ def tiff_problem(d: bytes) -> str | None:
 
 
 def webp_problem(d: bytes) -> str | None:
-    """The RIFF container and each chunk in it within the file."""
+    """The RIFF container and each chunk in it within the file, and no more chunks than max_chunks."""
     (riff,) = struct.unpack_from("<I", d, 4)
     if 8 + riff > len(d):
         return "corrupt WebP: " + _past_end("the RIFF container", 0, riff, len(d))
-    pos, stop = 12, 8 + riff
+    pos, stop, chunks, most = 12, 8 + riff, 0, max_chunks(len(d))
     while pos + 8 <= stop:
+        chunks += 1
+        if chunks > most:
+            return _too_many_chunks("WebP", most)
         kind, n = struct.unpack_from("<4sI", d, pos)
         if pos + 8 + n > stop:
             return "corrupt WebP: " + _past_end(f"chunk {kind.decode('latin-1')!r}", pos, n, len(d))

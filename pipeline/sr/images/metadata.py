@@ -21,7 +21,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-from pipeline.sr.images.lengths import JPEG_MAX_SEGMENTS, png_max_chunks
+from pipeline.sr.images.lengths import JPEG_MAX_SEGMENTS, max_chunks
 
 MAX_BYTES = 1 << 20  # the most of any one piece kept: Pillow's PNG reader refuses a profile inflating to more
 JPEG_EXIF = b"Exif\x00\x00"
@@ -220,9 +220,9 @@ def _inflate(data) -> bytes | _Drop:
 
 
 def _png_chunks(data: bytes):
-    """(name, body view) of each chunk before the image data; at most png_max_chunks of them."""
+    """(name, body view) of each chunk before the image data; at most max_chunks of them."""
     pos, view = 8, memoryview(data)
-    for _ in range(png_max_chunks(len(data))):
+    for _ in range(max_chunks(len(data))):
         if pos + 12 > len(data):
             return
         n, kind = struct.unpack_from(">I4s", data, pos)
@@ -262,7 +262,9 @@ def _itxt_text(rest) -> bytes | _Drop:
 def _webp_chunks(data: bytes):
     end = min(len(data), 8 + struct.unpack_from("<I", data, 4)[0])
     pos, view = 12, memoryview(data)
-    while pos + 8 <= end:
+    for _ in range(max_chunks(len(data))):
+        if pos + 8 > end:
+            return
         kind, n = struct.unpack_from("<4sI", data, pos)
         if pos + 8 + n > end:
             return
