@@ -60,7 +60,7 @@ def exif_block(entries: list[tuple[int, int, int, bytes]], ifd: int = 8, extra: 
     return b"II*\x00" + struct.pack("<I", ifd) + body + b"\x00" * 4 + extra
 
 
-def make_tag(value: int = 0) -> tuple[int, int, int, bytes]:
+def make_tag() -> tuple[int, int, int, bytes]:
     return (0x010F, 2, 4, b"Cam\x00")  # Make: "Cam"
 
 
@@ -211,7 +211,7 @@ def test_sr_upscales_a_jpeg_with_a_damaged_exif_ifd(capsys, tmp_path, rgb):
 # -- 4. orientation as LONG, and in XMP ------------------------------------------------------------------------------
 
 def test_long_orientation_is_applied_and_reset(rgb, tmp_path, capsys):
-    block = exif_block([make_tag(), (0x0112, 4, 1, struct.pack("<I", 6))], extra=b"")
+    block = exif_block([make_tag(), (0x0112, 4, 1, struct.pack("<I", 6))])
     src = tmp_path / "long.jpg"
     src.write_bytes(jpeg(rgb, metadata.Metadata(exif=block)))
     image = imageio.decode(src.read_bytes())
