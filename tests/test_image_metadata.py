@@ -90,7 +90,9 @@ def test_png_input_profile_and_exif_reach_a_jpeg(icc, tmp_path, capsys):
 
 
 def test_large_profile_spans_app2_segments_and_comes_back_whole():
-    big = bytes(range(256)) * 700  # 179,200 bytes: three APP2 segments
+    big = bytearray(bytes(range(256)) * 700)  # 179,200 bytes: three APP2 segments
+    big[:4], big[16:20], big[36:40] = len(big).to_bytes(4, "big"), b"RGB ", b"acsp"  # an ICC profile's header
+    big = bytes(big)
     buf = io.BytesIO()
     PILImage.new("RGB", (4, 4)).save(buf, "JPEG")
     data = metadata.embed_jpeg(buf.getvalue(), metadata.Metadata(icc=big))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import struct
 
-from pipeline.sr.images.lengths import length_problem
+from pipeline.sr.images.lengths import JPEG_MAX_SEGMENTS, length_problem
 
 # 100 megapixels: a 10000x10000 input (x3 -> 900 MP output). A 16-bit RGBA image this size decodes to 800 MB.
 MAX_PIXELS = 100_000_000
@@ -51,7 +51,9 @@ def _png(d: bytes) -> tuple[int, int]:
 
 def _jpeg(d: bytes) -> tuple[int, int]:
     i = 2
-    while i + 4 <= len(d):
+    for _ in range(JPEG_MAX_SEGMENTS):  # bounded like lengths.jpeg_problem's walk
+        if i + 4 > len(d):
+            break
         if d[i] != 0xFF:
             raise HeaderError("corrupt JPEG header (marker expected)")
         marker = d[i + 1]
@@ -85,6 +87,8 @@ def _bmp(d: bytes) -> tuple[int, int]:
 
 
 def _tiff(d: bytes) -> tuple[int, int]:
+    """Width and length of the first IFD, the first of a repeated tag as libtiff (and so OpenCV) reads them: a file
+    saying 12000x12000 and then 16x16 is decoded at 12000x12000."""
     end = "<" if d[:2] == b"II" else ">"
     try:
         (magic,) = struct.unpack(end + "H", d[2:4])
@@ -100,7 +104,7 @@ def _tiff(d: bytes) -> tuple[int, int]:
         for k in range(min(n, 4096)):
             e = entries + k * size
             tag, typ, _count = struct.unpack(head, d[e:e + struct.calcsize(head)])
-            if tag in (256, 257):
+            if tag in (256, 257) and tag not in found:
                 value_at = e + struct.calcsize(head)
                 fmt = {3: "H", 4: "I", 16: "Q"}.get(typ)
                 if fmt is None:

@@ -1,5 +1,5 @@
-"""Image files <-> pixel arrays for the sr stage: OpenCV decode/encode, EXIF orientation, bit depth,
-gray/alpha layout, float conversion of regions, quantisation, atomic writes.
+"""Image files <-> pixel arrays for the sr stage: OpenCV decode/encode, orientation (applied once: EXIF's here, a
+TIFF's by OpenCV), bit depth, gray/alpha layout, float conversion of regions, quantisation, atomic writes.
 
 A decoded `Image` keeps the file's own integer pixels (OpenCV's BGR/BGRA order, uint8 or uint16) and
 converts only the region a tile needs to float32 RGB in [0, 1], so no full-size float copy of a large
@@ -9,7 +9,6 @@ which device backends apply on the device.
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import stat
 from dataclasses import dataclass
@@ -24,6 +23,11 @@ from pipeline.sr.images.header import MAX_PIXELS_ENV, HeaderError, check_header,
 with contextlib.suppress(HeaderError):
     os.environ.setdefault("CV_IO_MAX_IMAGE_PIXELS", str(max(max_pixels(), 2**30)))
 import cv2  # noqa: E402
+
+# libtiff's warnings (a repeated tag, unsorted tags) would reach the terminal as OpenCV log lines, one per file;
+# what they warn of is read here the way libtiff reads it. OPENCV_LOG_LEVEL, when set, still decides.
+if "OPENCV_LOG_LEVEL" not in os.environ:
+    cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)
 
 from pipeline.backends import pixels as px  # noqa: E402
 from pipeline.sr.images import (
@@ -57,7 +61,8 @@ class ImageError(Exception):
 
 @dataclass
 class Image:
-    """Decoded pixels, upright (EXIF orientation applied), in the file's own sample type.
+    """Decoded pixels, upright (orientation applied once), in the file's own sample type; `orientation` is the tag
+    that was applied, `meta` what the output carries (fitted: orientation reset, readable pieces only).
 
     `pixels` is HxW (gray) or HxWxC with C = 3 (BGR) or 4 (BGRA), dtype uint8 or uint16. It may be a
     non-contiguous view (rotations are views); `region_rgb` copies only what it is asked for.
@@ -133,22 +138,9 @@ def normalize_format(fmt: str) -> str:
 
 
 def exif_orientation(data: bytes) -> int:
-    """EXIF orientation tag (1..8) of an encoded image, 1 when absent or unreadable.
-
-    OpenCV's IMREAD_UNCHANGED (needed for alpha and 16-bit) ignores EXIF, so we read the tag ourselves;
-    Pillow (a dependency of scikit-image and matplotlib) parses only the header here."""
-    # PNG keeps EXIF in an eXIf chunk, JPEG in an "Exif" APP1 segment: without those bytes there is no
-    # tag, and opening the file with Pillow (~1.5 ms) is skipped
-    if (data[:8] == b"\x89PNG\r\n\x1a\n" and b"eXIf" not in data) or (data[:2] == b"\xff\xd8" and b"Exif" not in data):
-        return 1
-    try:
-        from PIL import Image as PILImage
-
-        with PILImage.open(io.BytesIO(data)) as im:
-            value = int(im.getexif().get(0x0112, 1))
-    except Exception:  # no Pillow, no EXIF block, or a format Pillow cannot parse: treat as upright
-        return 1
-    return value if 1 <= value <= 8 else 1
+    """The orientation tag (1..8) of an encoded image, 1 when absent or unreadable: EXIF's (IFD0 tag 274) in JPEG,
+    PNG and WebP, a TIFF's own tag; never XMP's, which no decoder here applies (pipeline.sr.images.metadata)."""
+    return metadata.read(data).orientation
 
 
 def apply_orientation(pixels: np.ndarray, orientation: int) -> np.ndarray:
@@ -187,13 +179,16 @@ def _check_complete(data: bytes) -> None:
 
 
 def decode(data: bytes) -> Image:
+    """An encoded image's pixels, upright, with the metadata its output keeps. The header is checked (size, declared
+    lengths, bounded structure) and the metadata read before any decoder runs."""
     if len(data) == 0:
         raise ImageError("empty file")
     _check_complete(data)
     try:  # the size the header claims, before any decoder allocates for it
-        check_header(data)
+        fmt, _, _ = check_header(data)
     except HeaderError as e:
         raise ImageError(str(e)) from None
+    meta = metadata.read(data)
     pixels = png.decode_png(data)  # a plain 8-bit PNG in half OpenCV's CPU; None: OpenCV decodes it, as any other
     if pixels is None:
         try:
@@ -213,8 +208,11 @@ def decode(data: bytes) -> Image:
         raise ImageError(f"unsupported channel count {pixels.shape[2]}")
     if pixels.shape[0] < 1 or pixels.shape[1] < 1:
         raise ImageError("image has no pixels")
-    orientation = exif_orientation(data)
-    return Image(apply_orientation(pixels, orientation), orientation, metadata.read(data))
+    orientation = meta.orientation
+    if fmt != "tiff":  # OpenCV turns a TIFF by its own tag (libtiff); the EXIF tag of the others is ours to apply
+        pixels = apply_orientation(pixels, orientation)
+    gray = pixels.ndim == 2
+    return Image(pixels, orientation, metadata.fitted(meta, gray, orientation != 1))
 
 
 def read_bytes(path: Path) -> bytes:

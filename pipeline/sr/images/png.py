@@ -125,7 +125,7 @@ def decode_png(data: bytes) -> np.ndarray | None:
     OpenCV's CPU; anything else, every damaged file included, takes OpenCV's path and its errors, as before."""
     if data[:8] != SIGNATURE or not png_codec.usable():
         return None
-    header, idat, pos, after_idat = None, [], 8, False
+    header, rows, pos, seen_idat, after_idat = None, None, 8, False, False
     view = memoryview(data)
     while True:
         if pos + 12 > len(data):
@@ -138,30 +138,49 @@ def decode_png(data: bytes) -> np.ndarray | None:
             if kind != b"IHDR" or n != 13:
                 return None
             header = struct.unpack(">IIBBBBB", body)
-        elif kind == b"IDAT":
-            if after_idat:
+            if not _plain(header):
                 return None
-            idat.append(body)
+            rows = _Rows(header[1] * (1 + header[0] * CHANNELS[header[3]]))
+        elif kind == b"IDAT":
+            if after_idat or not rows.add(body):
+                return None
+            seen_idat = True
         elif kind == b"IEND":
             break
         elif kind in OPENCV_CHUNKS or not kind[0] & 0x20:  # bit 5 of the first letter clear: critical
             return None
         else:
-            after_idat = bool(idat)
+            after_idat = seen_idat
         pos += 12 + n
-    if not idat or not _plain(header):
-        return None
-    w, h, _, color, *_ = header
-    c = CHANNELS[color]
-    expected = h * (1 + w * c)
-    inflater = deflate.decompressobj()
-    try:
-        rows = inflater.decompress(b"".join(idat), expected + 1)  # no more than the header's rows, however it inflates
-    except deflate.error:
-        return None
-    if len(rows) != expected or not inflater.eof:
+    w, h, c = header[0], header[1], CHANNELS[header[3]]
+    if not rows.whole():
         return None
     try:
-        return png_codec.png_unfilter_u8(rows, h, w, c, swap_red_blue=c >= 3)
+        return png_codec.png_unfilter_u8(rows.data, h, w, c, swap_red_blue=c >= 3)
     except PipelineError:  # a row's filter type is not one of PNG's
         return None
+
+
+class _Rows:
+    """A PNG's image data inflated chunk by chunk as it is read, to at most `expected` bytes: nothing is kept per
+    chunk (a view of each of 5 M empty IDATs took 1.5 GB), and one chunk's rows are not copied."""
+
+    def __init__(self, expected: int):
+        self.expected, self.data, self.inflater = expected, b"", deflate.decompressobj()
+
+    def add(self, body) -> bool:
+        """Inflate one IDAT's body; False when it does not inflate or gives more than the header's rows."""
+        try:
+            out = self.inflater.decompress(body, self.expected + 1 - len(self.data))
+        except deflate.error:
+            return False
+        if out and not self.data:
+            self.data = out
+        elif out:  # a second chunk's rows: one buffer, appended in place
+            if not isinstance(self.data, bytearray):
+                self.data = bytearray(self.data)
+            self.data += out
+        return len(self.data) <= self.expected
+
+    def whole(self) -> bool:
+        return len(self.data) == self.expected and self.inflater.eof
