@@ -1,5 +1,7 @@
 """Which CPU this is: the model name from /proc/cpuinfo, read once per process (bench/compare reports and
-`--backend auto`'s measurement key both name it), and whether it has bf16 arithmetic."""
+`--backend auto`'s measurement key both name it), and which instructions it has for us: bf16 arithmetic, and the
+kind it counts as (`cpu_kind`). oneDNN's instruction-set cap (ONEDNN_MAX_CPU_ISA, honoured by PyTorch's and
+OpenVINO's CPU kernels) caps our own decisions too, so one machine can act as a lower kind (tests/test_cpu_kinds.py)."""
 from __future__ import annotations
 
 import functools
@@ -23,20 +25,59 @@ BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # AMX tiles (Sapphire Rapids on) or AV
 BF16_ENV = "SRDEPLOY_CPU_BF16"
 
 
+ISA_CAP_ENV = "ONEDNN_MAX_CPU_ISA"
+# oneDNN's cap levels, lowest first, each with the flags it adds to the one below (the ones we decide by).
+ISA_LEVELS = (("SSE41", ()), ("AVX", ("avx",)), ("AVX2", ("avx2", "fma")), ("AVX2_VNNI", ("avx_vnni",)),
+              ("AVX512_CORE", ("avx512f", "avx512bw", "avx512vl", "avx512dq")),
+              ("AVX512_CORE_VNNI", ("avx512_vnni",)), ("AVX512_CORE_BF16", ("avx512_bf16",)),
+              ("AVX512_CORE_FP16", ("avx512_fp16",)), ("AVX512_CORE_AMX", ("amx_tile", "amx_int8", "amx_bf16")))
+# The kinds of CPU this project runs on, lowest first: the name and the flags that make a machine that kind or above.
+CPU_KINDS = (("avx2", ("avx2", "fma")), ("avx512", ("avx512f", "avx512bw", "avx512vl", "avx512dq")),
+             ("avx512-vnni", ("avx512_vnni",)), ("avx512-bf16", ("avx512_bf16",)), ("amx", ("amx_tile", "amx_bf16")))
+
+
+def _capped(flags: frozenset[str], cap: str | None) -> frozenset[str]:
+    """`flags` less those above oneDNN's cap `cap` (a level name, any case; "ALL", unset or unknown: no cap)."""
+    names = [name for name, _ in ISA_LEVELS]
+    if not cap or cap.upper() not in names:
+        return flags
+    above = {f for _, added in ISA_LEVELS[names.index(cap.upper()) + 1:] for f in added}
+    family = [prefix for prefix, level in (("avx512", "AVX512_CORE"), ("amx", "AVX512_CORE_AMX"))
+              if names.index(cap.upper()) < names.index(level)]
+    return frozenset(f for f in flags if f not in above and not f.startswith(tuple(family)))
+
+
 @functools.cache
 def _cpu_flags() -> frozenset[str]:
+    """The CPU's flags as the libraries use them: /proc/cpuinfo's, less those above ONEDNN_MAX_CPU_ISA."""
     try:
         with open("/proc/cpuinfo") as f:
-            return frozenset(next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), []))
+            flags = frozenset(next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), []))
     except OSError:
         return frozenset()
+    return _capped(flags, os.environ.get(ISA_CAP_ENV))
+
+
+def cpu_kind() -> str | None:
+    """The highest of CPU_KINDS this CPU (as capped) is, or None below AVX2."""
+    flags, kind = _cpu_flags(), None
+    for name, needs in CPU_KINDS:
+        if not set(needs) <= flags:
+            break
+        kind = name
+    return kind
+
+
+def bf16_native() -> bool:
+    """Whether this CPU (as capped) has bf16 arithmetic: AMX-BF16 or AVX512-BF16."""
+    return bool(_cpu_flags() & set(BF16_FLAGS))
 
 
 def bf16_problem() -> str | None:
     """Why bf16 arithmetic is not to be used on this CPU, or None (it has AMX-BF16 or AVX512-BF16)."""
     if os.environ.get(BF16_ENV) == "0":
         return f"bf16 is switched off ({BF16_ENV}=0)"
-    if not _cpu_flags() & set(BF16_FLAGS):
+    if not bf16_native():
         return (f"this CPU has no bf16 arithmetic ({' or '.join(BF16_FLAGS)}): bf16 would be emulated, slower "
                 "than fp32; run fp32")
     return None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.errors import PipelineError
+from pipeline.native.cpu import bf16_native
 from pipeline.native.libraries import cpu_kernels_library, load_versioned, loads
 
 # 2: sr_deform_conv2d_min_workspace; 3: sr_deform_conv2d_bf16; 4: sr_to_samples_u8; 5, 6: the PNG codec's (7: moved
@@ -235,12 +236,13 @@ def deform_conv2d(input, weight, offset, bias=None, mask=None, stride: int | Seq
 
 def deform_conv2d_bf16(input, weight, offset, bias=None, mask=None, stride: int | Sequence[int] = 1,
                        padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, groups: int | None = None,
-                       offset_groups: int | None = None, threads: int = 0, portable: bool = False,
+                       offset_groups: int | None = None, threads: int = 0, portable: bool | None = None,
                        out: np.ndarray | None = None, bf16_io: bool = False,
                        mask_logits: bool = False) -> np.ndarray:
     """deform_conv2d with bf16 input, weights and im2col columns, FP32 accumulation and bias (AVX512-BF16 where the
     CPU has it, else the same arithmetic in plain loops). threads: the kernel's worker threads (0: one per core);
-    portable: the plain loops even on AVX512-BF16; bf16_io: input, offset, mask and the output are bf16 bit patterns
+    portable: the plain loops even on AVX512-BF16 (None: where the CPU, as ONEDNN_MAX_CPU_ISA caps it, lacks it);
+    bf16_io: input, offset, mask and the output are bf16 bit patterns
     (uint16, or OpenVINO's float16-typed views of bf16 tensors; the output rounded to bf16), else float32; out: a
     C-contiguous array of the output's shape and type to write into (else a new one); mask_logits: `mask` holds
     logits, the mask is their sigmoid."""
@@ -253,15 +255,17 @@ def deform_conv2d_bf16(input, weight, offset, bias=None, mask=None, stride: int 
         raise PipelineError(f"out must be a C-contiguous {np.dtype(kind).name} array of shape {p.out_shape}")
     status = _lib().sr_deform_conv2d_bf16(p.x.ctypes.data, _ptr(w), p.offset.ctypes.data,
                                           None if p.mask is None else p.mask.ctypes.data, _ptr(p.bias),
-                                          out.ctypes.data, *p.ints, int(threads), int(portable), int(bf16_io),
+                                          out.ctypes.data, *p.ints, int(threads),
+                                          int(not bf16_native() if portable is None else portable), int(bf16_io),
                                           int(mask_logits))
     _check(status, "deform_conv2d_bf16")
     return out
 
 
 def deform_conv2d_bf16_native() -> bool:
-    """Whether deform_conv2d_bf16 runs on AVX512-BF16 on this CPU (else plain loops: the same bytes, slower)."""
-    return bool(_lib().sr_deform_conv2d_bf16_native())
+    """Whether deform_conv2d_bf16 runs on AVX512-BF16 on this CPU, as capped (else plain loops: the same bytes,
+    slower)."""
+    return bool(_lib().sr_deform_conv2d_bf16_native()) and bf16_native()
 
 
 def deform_conv2d_chunk(n: int, c_in: int, kh: int, kw: int, h_out: int, w_out: int, elem_size: int = 4,
