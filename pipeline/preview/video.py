@@ -24,6 +24,9 @@ def clip(job: Job) -> Clip | str:
     except Exception as e:  # VideoError, or a demuxer's own error: one line, the clip is left out
         return str(e).splitlines()[0] if str(e) else type(e).__name__
     frames, duration, rate, lies = clip_numbers(info, size)
+    if lies:  # the header cannot be believed: its packets counted (one read of the file, no decoding)
+        frames = _video_packets(job.src) or frames
+        duration = frames / float(rate)
     return Clip(job, info, frames, _copied_bytes(job.src), duration, rate, lies)
 
 
@@ -47,6 +50,17 @@ def _copied_bytes(path: Path) -> int:
     with av.open(str(path)) as container:
         copied = [s for s in container.streams if s.type in ("audio", "subtitle")]
         return sum(p.size for p in container.demux(copied) if p.size) if copied else 0
+
+
+def _video_packets(path: Path) -> int:
+    """The video stream's packets (0 when the demuxer gives up: the header's numbers, clamped, stand)."""
+    import av  # PyAV: only a preview of videos opens one
+
+    try:
+        with av.open(str(path)) as container:
+            return sum(1 for p in container.demux(container.streams.video[0]) if p.size)
+    except (av.FFmpegError, OSError):
+        return 0
 
 
 def _run(c: Clip, start_s: float) -> list[np.ndarray]:
