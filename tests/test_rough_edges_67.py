@@ -199,7 +199,7 @@ def test_unavailable_is_a_few_lines_grouped_by_reason():
                                                       "not a precision it runs: ort-folded int8, torch int8"]
 
 
-# -- the whole preview on a hostile folder -------------------------------------------------------------------------------
+# -- the whole preview on a hostile folder ---------------------------------------------------------------------------
 def test_preview_of_a_hostile_folder_finishes_with_one_line_each(tmp_path, capsys):
     """A link to /dev/zero and a FIFO named as images, a clip whose header lies and a name that is not UTF-8 (with
     HTML in it): the preview finishes, says each once, and writes its report with the name escaped."""

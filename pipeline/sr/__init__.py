@@ -26,8 +26,8 @@ from pipeline.sr.images.bicubic import bicubic
 from pipeline.sr.images.header import HeaderError, check_header, over_limit
 from pipeline.sr.images.imageio import Image, ImageError, convert_for_format, normalize_format, read_image
 from pipeline.sr.images.imageio import decode as decode_image
-from pipeline.sr.images.imageio import read_bytes as read_image_bytes
 from pipeline.sr.images.imageio import encode as encode_image
+from pipeline.sr.images.imageio import read_bytes as read_image_bytes
 from pipeline.sr.options import OPTION_FIELDS, RunOptions, option_flag
 from pipeline.sr.runner.jobs import Job, discover, output_inside_input
 from pipeline.sr.runner.records import Record, Summary
