@@ -103,16 +103,18 @@ def _survey_in_time(folder: Path, seconds: float = 60) -> inputs.Survey:
     return result[0]
 
 
-def test_survey_refuses_a_fifo_and_a_huge_sparse_file_unread(tmp_path, monkeypatch):
+def test_survey_refuses_a_fifo_a_link_outside_and_a_huge_sparse_file_unread(tmp_path, monkeypatch):
     monkeypatch.setenv("SRDEPLOY_MAX_PIXELS", "1000000")  # a size cap of 72 MiB
     folder = mixed_folder(tmp_path / "in", n=1, big=False)
     os.mkfifo(folder / "pipe.png")
     with open(folder / "sparse.png", "wb") as f:
         f.truncate(200 << 20)
+    (folder / "outside.png").symlink_to(mixed_folder(tmp_path / "elsewhere", n=1, big=False) / "img00.png")
     s = _survey_in_time(folder)
     assert [p.job.rel for p in s.pictures] == ["img00.png"]
     lines = dict(line.split(": ", 1) for line in s.unreadable)
-    assert set(lines) == {"pipe.png", "sparse.png"}
+    assert set(lines) == {"outside.png", "pipe.png", "sparse.png"}
+    assert lines["outside.png"].startswith("a link leading outside INPUT")
     assert lines["pipe.png"].startswith("not a regular file")
     assert lines["sparse.png"].startswith("file is 200 MiB, more than an image within the pixel limit can take")
 
