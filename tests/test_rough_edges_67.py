@@ -159,6 +159,9 @@ def test_a_clip_header_that_lies_is_clamped_and_said(tmp_path, make):
     assert len(s.header_lies) == 1 and s.header_lies[0].startswith(f"{path.name}: its header lies (")
     assert "counted 12 frames" in s.header_lies[0]
     assert s.out_mpix(2)[1] == pytest.approx(12 * 64 * 48 * 4 / 1e6)
+    honest = inputs.Survey(video_jobs=[sr.Job(path.with_name(f"honest{path.suffix}"), tmp_path / "o", "h", "mkv")])
+    video.probe_clips(honest)
+    assert honest.clips[0].frames == 12 and not honest.clips[0].lies and not honest.header_lies
 
 
 def test_clip_numbers_hold_every_header_number_to_the_file():
