@@ -82,7 +82,7 @@ def shown(name: str) -> str:
 
 def _header(path: Path) -> tuple[int, int]:
     """The size from the header, read as sr reads the file (regular files only, under its size cap, opened without
-    blocking): its first HEAD_BYTES, the whole file only when the header lies further in."""
+    blocking): its first HEAD_BYTES, the whole file (under that cap) only when the header sits further in."""
     head = read_image_bytes(path, HEAD_BYTES)
     try:
         return check_header(head)[1:]

@@ -22,7 +22,7 @@ from pipeline.preview.verdict import RECOMMENDED, WITHIN, Judged, judge, rank
 OUTPUT_PLACEHOLDER = "OUTPUT"  # where the recommended command's output path goes
 WARM_UP = 128  # side of the crop each candidate runs once before it is timed (its first call's one-time costs)
 MARK = ".srdeploy-preview"  # in OUTPUT and in OUTPUT/samples: preview made them, so it may replace what they hold
-REPORTS = ("report.json", "report.md", "report.html")
+WRITTEN = ("report.json", "report.md", "report.html", "sheets")  # what preview writes directly in OUTPUT
 
 
 @dataclass(frozen=True)
@@ -75,12 +75,13 @@ def check_output(out_dir: Path, input_path: Path) -> None:
 
 
 def _check_ours(out_dir: Path) -> None:
-    """samples/ is replaced only when preview marked it, the report files only in a folder preview marked."""
+    """samples/ is replaced only when preview marked it, the report files and sheets/ only in a folder preview
+    marked."""
     samples = out_dir / "samples"
     if os.path.lexists(samples) and not _marked(samples):
         raise PipelineError(f"{samples} was not made by preview (no {MARK} in it); give another --output "
                             "(preview replaces only the folders it made)")
-    theirs = [n for n in REPORTS if os.path.lexists(out_dir / n)]
+    theirs = [n for n in WRITTEN if os.path.lexists(out_dir / n)]
     if theirs and not _marked(out_dir):
         raise PipelineError(f"{out_dir / theirs[0]} was not written by preview (no {MARK} in {out_dir}); give "
                             "another --output (preview replaces only the files it wrote)")
