@@ -15,6 +15,7 @@ import pytest
 from pipeline import sr
 from pipeline.cli import main
 from pipeline.errors import PipelineError
+from pipeline.htmlreport import Code, Heading, para, write_report
 from pipeline.htmlreport.document import Sheet
 from pipeline.htmlreport.markdown import block_lines
 from pipeline.preview import inputs, report, video
@@ -229,3 +230,10 @@ def test_preview_of_a_hostile_folder_finishes_with_one_line_each(tmp_path, capsy
     assert (out / "samples" / ".srdeploy-preview").is_file() and (out / ".srdeploy-preview").is_file()
     assert main(["preview", str(folder), "--model", "srcnn-x3", "--backends", "ort-folded", "--precisions", "fp32",
                  "--samples", "1", "--output", str(out)]) == 0  # its own folder: replaced, as before
+
+
+def test_a_report_takes_text_that_is_not_utf8(tmp_path):
+    """A name's bytes that are not UTF-8 (an INPUT folder's, in the title and the command) are written as \\xNN in
+    report.md and report.html, not a UnicodeEncodeError after all the measuring."""
+    md, html = write_report(tmp_path / "report.md", [Heading(f"preview on {HOSTILE}", 1), para(Code(f"sr {HOSTILE}"))])
+    assert "n\\\\xfeme" in md.read_text(encoding="utf-8") and "n\\xfeme" in html.read_text(encoding="utf-8")
