@@ -27,12 +27,15 @@ class ReportedInterrupt(KeyboardInterrupt):
 
 
 # C0 and C1 controls (ESC starts colour, cursor and OSC 52 clipboard sequences, CR overwrites a line), DEL, line and
-# paragraph separators and the bidirectional overrides that reorder what a terminal shows
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# paragraph separators, the bidirectional overrides that reorder what a terminal shows, and lone surrogates (a file
+# name's bytes that are not UTF-8, as Python holds them: no UTF-8 writer takes them)
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\x1b"}
 
 
 def _escape(ch: str) -> str:
+    if 0xDC80 <= ord(ch) <= 0xDCFF:  # the byte a file name held (surrogateescape), as \xNN
+        return f"\\x{ord(ch) - 0xDC00:02x}"
     return _NAMED.get(ch) or (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
 
 

@@ -28,11 +28,13 @@ def test_format_override_renames(tmp_path):
     assert [j.dst.name for j in found.jobs] == ["a.jpg", "b.jpg"] and {j.fmt for j in found.jobs} == {"jpg"}
 
 
-def test_output_inside_input_is_skipped(tmp_path):
+def test_output_inside_input_is_refused(tmp_path):
+    """A later run over INPUT would read the results back as inputs (issue 67: `sr small out5` upscaled out3/)."""
     src = tmp_path / "in"
-    _touch(src, "a.png", "out/a.png", "out/deeper/z.png", "keep/b.png")
-    found = discover(src, src / "out")
-    assert [j.rel for j in found.jobs] == ["a.png", "keep/b.png"]
+    _touch(src, "a.png", "out/a.png", "keep/b.png")
+    for out in (src / "out", src / "new" / "deeper"):
+        with pytest.raises(PipelineError, match=r"lies inside the INPUT folder .*; choose a folder outside it"):
+            discover(src, out)
 
 
 def test_outputs_never_land_on_inputs(tmp_path):

@@ -8,11 +8,11 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from urllib.parse import quote
 
 from pipeline.errors import printable
 from pipeline.htmlreport.document import Code, Figure, Heading, Items, Link, Paragraph, Sheet, Strong, Table
 
-_BARE_LINK = re.compile(r"[\w./-]+")
 _SPECIAL = re.compile(r"([\[\]\\`]|<(?=[A-Za-z/!?]))")
 
 
@@ -39,10 +39,11 @@ def _cell(text: str) -> str:
 
 
 def _link(path: Path, folder: Path | None) -> str:
-    """A picture's address relative to the Markdown file's folder (its name when that is not known)."""
-    if folder is None:
-        return Path(path).name
-    return Path(os.path.relpath(Path(path), folder)).as_posix()
+    """A picture's address relative to the Markdown file's folder (its name when that is not known),
+    percent-encoded: a file name is never written raw inside a link (`<`, `>`, `)`, spaces or a line break in it
+    could end the link and let the rest render as HTML); bytes that are not UTF-8 are encoded as they are on disk."""
+    link = Path(path).name if folder is None else Path(os.path.relpath(Path(path), folder)).as_posix()
+    return quote(link, safe="/", errors="surrogateescape")
 
 
 def block_lines(b, folder: Path | None = None) -> list[str]:
@@ -57,9 +58,7 @@ def block_lines(b, folder: Path | None = None) -> list[str]:
                 *("| " + " | ".join(_cell(c) for c in r) + " |" for r in b.rows)]
     if isinstance(b, (Figure, Sheet)):
         caption = b.caption if isinstance(b, Figure) else b.title
-        link = _link(b.path, folder)
-        link = link if _BARE_LINK.fullmatch(link) else f"<{link}>"
-        return [f"![{plain(caption)}]({link})"]
+        return [f"![{plain(caption)}]({_link(b.path, folder)})"]
     raise TypeError(f"not a report block: {type(b).__name__}")
 
 

@@ -60,10 +60,13 @@ class Measured:
 
 
 def _cache_files() -> dict[str, int]:
+    """The cache's files, not its hidden ones (`.NAME.lock` locks, `.NAME.part` and `.export-*/` work in flight):
+    those are not artifacts."""
     root = cache_dir()
     if not root.is_dir():
         return {}
-    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
+    files = (p.relative_to(root) for p in root.rglob("*") if p.is_file())
+    return {str(r): (root / r).stat().st_mtime_ns for r in files if not any(s.startswith(".") for s in r.parts)}
 
 
 def _built(before: dict[str, int]) -> list[str]:

@@ -4,6 +4,7 @@ table and command."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -13,11 +14,11 @@ from pipeline import report, sr
 from pipeline.analysis import sheet
 from pipeline.artifacts.atomic import atomic_write
 from pipeline.htmlreport import Code, Heading, Sheet, Strong, Table, items, para, said, write_report
-from pipeline.preview.inputs import CROP
+from pipeline.preview.inputs import CROP, shown
 from pipeline.preview.run import Outcome
 from pipeline.preview.verdict import Judged, rgb8
 
-HEADER = ("backend", "precision", "verdict", "est. time", "est. size", "ms/Mpix", "fidelity mean/worst dB",
+HEADER = ("backend", "precision", "verdict", "est. time", "load", "ms/Mpix", "est. size", "fidelity mean/worst dB",
           "non-finite", "why")
 
 
@@ -26,7 +27,8 @@ def candidate_dict(j: Judged) -> dict:
     return {"backend": m.candidate.backend, "precision": m.candidate.precision, "fidelity_db": j.fidelity,
             "nonfinite": m.nonfinite, "ms_per_mpix": None if e.ms_per_mpix is None else round(e.ms_per_mpix, 1),
             "host_ms_per_mpix": None if e.host_ms_per_mpix is None else round(e.host_ms_per_mpix, 1),
-            "setup_s": round(m.setup_s, 3), "est_seconds": None if e.seconds is None else round(e.seconds, 2),
+            "setup_s": round(m.setup_s, 3), "load_s": None if e.load_s is None else round(e.load_s, 3),
+            "est_seconds": None if e.seconds is None else round(e.seconds, 2),
             "est_bytes": e.bytes, "verdict": j.verdict, "why": j.why, "built_now": m.built,
             "failures": m.failures}
 
@@ -34,12 +36,12 @@ def candidate_dict(j: Judged) -> dict:
 def document(o: Outcome) -> dict:
     p = o.prep
     images, frames = p.survey.out_mpix(p.model.scale)
-    return {"kind": "preview", "input": str(p.opts.input), "model": p.model.name, "scale": p.model.scale,
+    return {"kind": "preview", "input": shown(str(p.opts.input)), "model": p.model.name, "scale": p.model.scale,
             "environment": report.environment(),
             "job": {"images": len(p.survey.pictures), "clips": len(p.survey.clips),
                     "frames": sum(c.frames for c in p.survey.clips), "out_mpix_images": round(images, 3),
                     "out_mpix_frames": round(frames, 3), "copied_bytes": sum(c.audio_bytes for c in p.survey.clips),
-                    "unreadable": p.survey.unreadable},
+                    "unreadable": p.survey.unreadable, "header_lies": p.survey.header_lies},
             "samples": [{"name": s.name, "from": s.source, "cropped": s.cropped} for s in o.samples],
             "sample_frames": o.clip_frames, "crop": CROP,
             "reference": None if p.reference is None else {"backend": p.reference.backend,
@@ -67,8 +69,24 @@ def row(j: Judged) -> tuple[str, ...]:
     f, e = j.fidelity, j.estimate
     fid = "-" if f is None else f"{f['mean']:.1f} / {f['worst']:.1f}"
     rate = "-" if e.ms_per_mpix is None else f"{e.ms_per_mpix:.0f}"
-    return (j.measured.candidate.backend, j.measured.candidate.precision, j.verdict, _time(e.seconds),
-            _size(e.bytes), rate, fid, str(j.measured.nonfinite), j.why)
+    load = "-" if e.load_s is None else f"{e.load_s:.1f} s"
+    return (j.measured.candidate.backend, j.measured.candidate.precision, j.verdict, _time(e.seconds), load, rate,
+            _size(e.bytes), fid, str(j.measured.nonfinite), j.why)
+
+
+_NOT_RUN = re.compile(r"runs [\w, ]+, not \w+")  # a backend asked for a precision it has no form of
+
+
+def unavailable_lines(unavailable: list[dict]) -> list[str]:
+    """One line per reason, naming the backends it holds for (with their precisions, unless it holds for every
+    precision asked): a few lines, not one per backend x precision."""
+    asked = list(dict.fromkeys(u["precision"] for u in unavailable))
+    by_reason: dict[str, dict[str, list[str]]] = {}
+    for u in unavailable:
+        reason = "not a precision it runs" if _NOT_RUN.fullmatch(u["reason"]) else u["reason"]
+        by_reason.setdefault(reason, {}).setdefault(u["backend"], []).append(u["precision"])
+    return [f"{reason}: " + ", ".join(b if len(asked) > 1 and ps == asked else f"{b} {'/'.join(ps)}"
+                                      for b, ps in names.items()) for reason, names in by_reason.items()]
 
 
 def command_line(argv: list[str] | None) -> str | None:
@@ -119,19 +137,23 @@ def blocks(o: Outcome, doc: dict, folder: Path) -> list:
         para(Strong("No candidate passes"), ": every one failed or is over its quality budget (see why below).")
     built = sorted({f for j in o.judged for f in j.measured.built})
     job = doc["job"]
-    out = [Heading(f"preview: {p.model.name} x{p.model.scale:g} on {p.opts.input}", 1), top,
+    out = [Heading(f"preview: {p.model.name} x{p.model.scale:g} on {shown(str(p.opts.input))}", 1), top,
            para(f"Whole job: {job['images']} image(s), {job['clips']} clip(s) ({job['frames']} frames); "
                 f"{job['out_mpix_images'] + job['out_mpix_frames']:.1f} output megapixels. Samples: "
                 f"{len(o.samples)} picture(s)" + (f" and {o.clip_frames} frames in runs" if o.clip_frames else "")
                 + f"; samples larger than {CROP}x{CROP} are cropped to a centred {CROP}x{CROP} window."),
            Heading("Candidates, fastest first"), Table(HEADER, tuple(row(j) for j in o.judged)),
-           para(*said("est. time estimates the `wall_s` of `sr --summary` for the whole input: the load with files "
-                      "cached, plus the output megapixels (from the headers) at the rate sr reached on the samples "
-                      "(decoding, inference and encoding overlapped as sr runs them). est. size: the sample outputs "
-                      "encoded as sr writes them, scaled to the whole input, plus the copied audio."))]
+           para(*said("est. time estimates the `wall_s` of `sr --summary` for the whole input, the same formula on "
+                      "every row: load + output megapixels (from the headers) x ms/Mpix. load: the load with files "
+                      "cached (for the recommended row, plus the sample run's fixed part, measured apart); ms/Mpix: "
+                      "the rate sr reached on the samples (decoding, inference and encoding overlapped as sr runs "
+                      "them). est. size: the sample outputs encoded as sr writes them, scaled to the whole input, "
+                      "plus the copied audio."))]
+    left_out = p.survey.unreadable + p.survey.header_lies
+    if left_out:
+        out += [Heading("Left out, and headers that lie"), items(*left_out)]
     if p.unavailable:
-        out += [Heading("Not available here"),
-                items(*(f"{u['backend']} {u['precision']}: {u['reason']}" for u in p.unavailable))]
+        out += [Heading("Not available here"), items(*unavailable_lines(p.unavailable))]
     out += [Heading("Built now"),
             items(*built) if built else para("Nothing: every file the candidates run was already cached.")]
     sheets = _sheets(o, folder)

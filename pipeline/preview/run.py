@@ -2,6 +2,7 @@
 ranked, the report written."""
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from pipeline import backends, precisions, sr
 from pipeline.analysis.candidates import candidate_statuses
+from pipeline.artifacts.atomic import atomic_write
 from pipeline.errors import PipelineError
 from pipeline.preview import inputs, video
 from pipeline.preview.estimate import estimate
@@ -19,6 +21,8 @@ from pipeline.preview.verdict import RECOMMENDED, WITHIN, Judged, judge, rank
 
 OUTPUT_PLACEHOLDER = "OUTPUT"  # where the recommended command's output path goes
 WARM_UP = 128  # side of the crop each candidate runs once before it is timed (its first call's one-time costs)
+MARK = ".srdeploy-preview"  # in OUTPUT and in OUTPUT/samples: preview made them, so it may replace what they hold
+WRITTEN = ("report.json", "report.md", "report.html", "sheets")  # what preview writes directly in OUTPUT
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,62 @@ def _model_name(opts: PreviewOptions) -> str | None:
     return opts.model
 
 
+def _marked(folder: Path) -> bool:
+    """A folder preview made (not a link, holding its MARK)."""
+    return not folder.is_symlink() and (folder / MARK).is_file()
+
+
+def check_output(out_dir: Path, input_path: Path) -> None:
+    """OUTPUT is a folder outside INPUT holding nothing preview would replace that it did not write
+    (PipelineError: one line)."""
+    if os.path.lexists(out_dir) and not out_dir.is_dir():
+        raise PipelineError(f"OUTPUT {out_dir} is a file; give a folder for the report")
+    if input_path.is_dir() and sr.output_inside_input(input_path, out_dir):
+        raise PipelineError(f"OUTPUT {out_dir} is the INPUT folder or lies inside it; give a folder outside "
+                            f"{input_path} (preview would sample its own files and write among yours)")
+    _check_ours(out_dir)
+
+
+def _check_ours(out_dir: Path) -> None:
+    """samples/ is replaced only when preview marked it, the report files and sheets/ only in a folder preview
+    marked."""
+    samples = out_dir / "samples"
+    if os.path.lexists(samples) and not _marked(samples):
+        raise PipelineError(f"{samples} was not made by preview (no {MARK} in it); give another --output "
+                            "(preview replaces only the folders it made)")
+    theirs = [n for n in WRITTEN if os.path.lexists(out_dir / n)]
+    if theirs and not _marked(out_dir):
+        raise PipelineError(f"{out_dir / theirs[0]} was not written by preview (no {MARK} in {out_dir}); give "
+                            "another --output (preview replaces only the files it wrote)")
+
+
+def _mark(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / MARK).is_file():
+        atomic_write(folder / MARK, "made by `python -m pipeline preview`, which replaces what it wrote here "
+                                    "(samples/, report.*) on its next run into this folder\n")
+
+
+def _fresh_samples(out_dir: Path) -> Path:
+    """OUTPUT and OUTPUT/samples marked as preview's, samples/ emptied of an earlier preview's samples (checked
+    again here: only a folder preview marked is removed)."""
+    _check_ours(out_dir)
+    _mark(out_dir)
+    samples = out_dir / "samples"
+    if os.path.lexists(samples):
+        shutil.rmtree(samples)
+    _mark(samples)
+    return samples
+
+
+def _say_survey(survey: inputs.Survey, log: Callable[[str], object]) -> None:
+    """One line per file left out and per clip whose header lies (before any work)."""
+    for line in survey.unreadable:
+        log(f"left out {line}")
+    for line in survey.header_lies:
+        log(f"note: {line}")
+
+
 def prepare(opts: PreviewOptions) -> Prepared:
     """Every argument checked and INPUT read from its headers, before any work (PipelineError: one line)."""
     if opts.samples < 1:
@@ -61,16 +121,15 @@ def prepare(opts: PreviewOptions) -> Prepared:
     _check_names(opts.backends, backends.NAMES, "backend in --backends")
     _check_names(opts.precisions, precisions.NAMES, "precision in --precisions")
     out_dir = Path(opts.output)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise PipelineError(f"OUTPUT {out_dir} is a file; give a folder for the report")
     if not Path(opts.input).exists():
         raise PipelineError(f"input not found: {opts.input}")
+    check_output(out_dir, Path(opts.input))
     model = sr.resolve_model(sr.RunOptions(opts.input, out_dir, model=opts.model, scale=opts.scale))
     survey = inputs.survey(Path(opts.input), out_dir / "never-written")
     if survey.video_jobs:
-
         video.probe_clips(survey)
     inputs.check_readable(survey, Path(opts.input))
+    _say_survey(survey, opts.log)
     prep = Prepared(opts, model, survey, out_dir)
     _candidates(prep)
     if not prep.candidates:
@@ -183,10 +242,7 @@ def _confirm(w: _Work, judged: list[Judged]) -> list[Judged]:
 def preview(prep: Prepared) -> Outcome:
     """Sample, measure every candidate (the fp32 reference first), judge and rank them."""
     t0 = time.perf_counter()
-    prep.out_dir.mkdir(parents=True, exist_ok=True)
-    samples_dir = prep.out_dir / "samples"
-    shutil.rmtree(samples_dir, ignore_errors=True)  # ours: samples of an earlier preview into this folder
-    samples, clip, frames, area = _sample(prep, samples_dir)
+    samples, clip, frames, area = _sample(prep, _fresh_samples(prep.out_dir))
     codec = sr.codec_for(prep.survey.clips[0].job.fmt, None) if prep.survey.clips else None
     prep.opts.log(f"preview {prep.model.name} x{prep.model.scale:g}: {len(samples)} sample(s)"
                   + (f" and {frames} frames in runs" if frames else "") + f", {len(prep.candidates)} candidate(s)")

@@ -9,30 +9,39 @@ from pathlib import Path
 import numpy as np
 
 from pipeline import sr
-from pipeline.preview.inputs import Clip, Sample, centre_crop, frames_total
+from pipeline.preview.inputs import Clip, Sample, centre_crop, clip_numbers, shown
 from pipeline.sr import Job, encode_image
 
 RUN_FRAMES = 8  # consecutive frames per sample run: single frames would all be keyframes and overstate the size
 
 
 def clip(job: Job) -> Clip | str:
-    """The clip's facts (what sr's probe says) and the bytes of its audio and subtitle streams (copied by sr as
-    they are), or why it cannot be read."""
+    """The clip's facts (what sr's probe says, its numbers held to what the file can hold) and the bytes of its
+    audio and subtitle streams (copied by sr as they are), or why it cannot be read."""
     try:
         info = sr.probe_video(job.src)
+        size = job.src.stat().st_size
     except Exception as e:  # VideoError, or a demuxer's own error: one line, the clip is left out
         return str(e).splitlines()[0] if str(e) else type(e).__name__
-    return Clip(job, info, frames_total(info), _copied_bytes(job.src))
+    frames, duration, rate, lies = clip_numbers(info, size)
+    if lies:  # the header cannot be believed: its packets counted (one read of the file, no decoding)
+        frames = _video_packets(job.src) or frames
+        duration = frames / float(rate)
+    return Clip(job, info, frames, _copied_bytes(job.src), duration, rate, lies)
 
 
 def probe_clips(survey) -> None:
-    """The survey's video jobs probed into its clips (or its unreadable files, with why)."""
+    """The survey's video jobs probed into its clips (or its unreadable files, with why); a header that lies is
+    said, with what was counted instead."""
     for job in survey.video_jobs:
         c = clip(job)
         if isinstance(c, str):
-            survey.unreadable.append(f"{job.rel}: {c}")
-        else:
-            survey.clips.append(c)
+            survey.unreadable.append(f"{shown(job.rel)}: {c}")
+            continue
+        survey.clips.append(c)
+        if c.lies:
+            survey.header_lies.append(f"{shown(job.rel)}: its header lies ({'; '.join(c.lies)}); counted "
+                                      f"{c.frames} frames ({c.duration_s:.1f} s at {float(c.rate):g} fps)")
 
 
 def _copied_bytes(path: Path) -> int:
@@ -41,6 +50,17 @@ def _copied_bytes(path: Path) -> int:
     with av.open(str(path)) as container:
         copied = [s for s in container.streams if s.type in ("audio", "subtitle")]
         return sum(p.size for p in container.demux(copied) if p.size) if copied else 0
+
+
+def _video_packets(path: Path) -> int:
+    """The video stream's packets (0 when the demuxer gives up: the header's numbers, clamped, stand)."""
+    import av  # PyAV: only a preview of videos opens one
+
+    try:
+        with av.open(str(path)) as container:
+            return sum(1 for p in container.demux(container.streams.video[0]) if p.size)
+    except (av.FFmpegError, OSError):
+        return 0
 
 
 def _run(c: Clip, start_s: float) -> list[np.ndarray]:
@@ -73,21 +93,19 @@ def runs(clips: list[Clip], k: int, folder: Path, clip_path: Path) -> tuple[Path
         c = clips[i % len(clips)]
         share = [j for j in range(k) if j % len(clips) == i % len(clips)]
         at = share.index(i)
-        duration = c.info.duration_s or (c.frames / float(c.info.rate) if c.info.rate else 0.0)
-        start_s = max(0.0, (at + 0.5) * duration / len(share) - RUN_FRAMES / 2 / float(c.info.rate or 25))
+        start_s = max(0.0, (at + 0.5) * c.duration_s / len(share) - RUN_FRAMES / 2 / float(c.rate))
         frames = [centre_crop(f)[0] for f in _run(c, start_s)]
         if not frames:
             continue
-        name = f"frame-{i + 1:02d}-{Path(c.job.rel).stem[:40]}"
+        name = f"frame-{i + 1:02d}-{shown(Path(c.job.rel).stem)[:40]}"
         path = folder / f"{name}.png"
         path.write_bytes(encode_image(frames[0], "png"))
-        samples.append(Sample(name, path, frames[0], f"{c.job.rel} at {start_s:.1f} s",
+        samples.append(Sample(name, path, frames[0], f"{shown(c.job.rel)} at {start_s:.1f} s",
                               frames[0].shape[:2] != (c.info.height, c.info.width)))
         taken.extend(frames)
     if not taken:
         return None, samples, 0
-    rate = clips[0].info.rate or Fraction(25)
-    return _write(clip_path, taken, rate), samples, len(taken)
+    return _write(clip_path, taken, clips[0].rate), samples, len(taken)
 
 
 def _write(path: Path, frames: list[np.ndarray], rate: Fraction) -> Path:

@@ -27,8 +27,9 @@ from pipeline.sr.images.header import HeaderError, check_header, over_limit
 from pipeline.sr.images.imageio import Image, ImageError, convert_for_format, normalize_format, read_image
 from pipeline.sr.images.imageio import decode as decode_image
 from pipeline.sr.images.imageio import encode as encode_image
+from pipeline.sr.images.imageio import read_bytes as read_image_bytes
 from pipeline.sr.options import OPTION_FIELDS, RunOptions, option_flag
-from pipeline.sr.runner.jobs import Job, discover
+from pipeline.sr.runner.jobs import Job, discover, output_inside_input
 from pipeline.sr.runner.records import Record, Summary
 from pipeline.sr.runner.worker import FOLDER_STREAMS, ImageWorker, Planned, in_flight, infer_reason, write_output
 from pipeline.sr.settings import usable_cores
@@ -37,14 +38,14 @@ from pipeline.sr.videofmt import AUDIO_MODES, CRF, DEFAULT_PRESET, ENCODERS, PRE
 __all__ = [
     # a run: the API, the run flow and what executors implement and return
     "ExecutorLost", "ModelChoice", "Plan", "Record", "RunOptions", "Started", "Summary", "discover",
-    "resolve_model", "run", "run_local", "upscale", "write_output",
+    "output_inside_input", "resolve_model", "run", "run_local", "upscale", "write_output",
     # which options an executor takes (each declares them) and how a refusal names them
     "OPTION_FIELDS", "applies_only", "option_flag",
     # the per-image steps (the Triton model's sr service runs them on requests); a folder's CPU streams
     "FOLDER_STREAMS", "ImageWorker", "in_flight", "Job", "Planned", "infer_reason",
     # images in and out, held to the same limits everywhere
     "HeaderError", "Image", "ImageError", "bicubic", "check_header", "convert_for_format", "decode_image",
-    "encode_image", "normalize_format", "over_limit", "read_image",
+    "encode_image", "normalize_format", "over_limit", "read_image", "read_image_bytes",
     # what the CLI offers for videos; the cores this process may use
     "AUDIO_MODES", "CRF", "DEFAULT_PRESET", "ENCODERS", "PRESETS", "codec_for", "encoder_options", "usable_cores",
 ]

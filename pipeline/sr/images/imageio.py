@@ -215,9 +215,10 @@ def decode(data: bytes) -> Image:
     return Image(pixels, orientation, metadata.fitted(meta, gray, orientation != 1))
 
 
-def read_bytes(path: Path) -> bytes:
-    """A regular file's bytes. Opened without blocking and checked before reading, so a FIFO named x.png does not
-    hang the run and a link to /dev/zero is not read until memory runs out."""
+def read_bytes(path: Path, limit: int | None = None) -> bytes:
+    """A regular file's bytes (its first `limit` bytes when given). Opened without blocking and checked before
+    reading, so a FIFO named x.png does not hang the run, a link to /dev/zero is not read until memory runs out and
+    a file over the size cap (a huge sparse file) is refused by its size, unread."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except PermissionError:
@@ -237,7 +238,7 @@ def read_bytes(path: Path) -> bytes:
             raise ImageError(f"file is {size / 2**20:.0f} MiB, more than an image within the pixel limit can "
                              f"take ({cap / 2**20:.0f} MiB; raise {MAX_PIXELS_ENV} if you mean it)")
         try:
-            return f.read()
+            return f.read() if limit is None else f.read(limit)
         except OSError as e:
             raise ImageError(f"cannot read: {e.strerror or e}") from None
 

@@ -1,7 +1,8 @@
 """Which files the sr stage reads and where each result goes: INPUT (file or folder, recursive) ->
 OUTPUT mirroring the tree. Images and videos (pipeline.sr.videofmt) are both jobs; a video keeps its container
 unless a single-file OUTPUT names another. Guarantees inputs are never overwritten and outputs are never re-read as
-inputs (OUTPUT may lie inside INPUT)."""
+inputs: an OUTPUT folder inside the INPUT folder is refused (a later run over INPUT would read its results back), and
+a job whose output would land inside INPUT (INPUT inside OUTPUT, mirrored into itself) fails on its own."""
 from __future__ import annotations
 
 import difflib
@@ -120,16 +121,18 @@ def input_problem(path: Path, src_root: Path) -> str:
     return ""
 
 
+def output_inside_input(src_root: Path, out_root: Path) -> bool:
+    """OUTPUT is the INPUT folder or lies inside it (links resolved): its results would be a later run's inputs."""
+    return _inside(_real(out_root), _real(src_root))
+
+
 def _walk(src_root: Path, out_root: Path, fmt: str | None) -> JobList:
     """Every file under INPUT: image files become jobs, others are listed as ignored."""
     jobs: list[Job] = []
     ignored: list[str] = []
-    out_abs = _real(out_root)
-    out_in_src = _inside(out_abs, _real(src_root))
     for dirpath, dirnames, filenames in os.walk(src_root, followlinks=False):
         here = Path(dirpath)
-        # Never descend into OUTPUT (when it lies inside INPUT): results are not inputs.
-        dirnames[:] = sorted(d for d in dirnames if not (out_in_src and _inside(_real(here / d), out_abs)))
+        dirnames.sort()
         for name in sorted(filenames):
             path = here / name
             rel = path.relative_to(src_root)
@@ -142,14 +145,19 @@ def _walk(src_root: Path, out_root: Path, fmt: str | None) -> JobList:
     return JobList(jobs, ignored, src_root)
 
 
-def _flag_conflicts(jobs: list[Job]) -> None:
-    """An output path that is an input file, or that two inputs map to (a.png + a.jpg -> a.png)."""
+def _flag_conflicts(jobs: list[Job], src_root: Path) -> None:
+    """An output path that is an input file, that lies inside INPUT (INPUT inside OUTPUT: x/a.png -> OUTPUT/x/a.png,
+    which a later run over INPUT would read back), or that two inputs map to (a.png + a.jpg -> a.png)."""
     inputs = {_real(j.src) for j in jobs}
+    src_real = _real(src_root)
     by_dst: dict[Path, list[Job]] = {}
     for j in jobs:
         d = _real(j.dst)
         if d in inputs:
             j.problem = f"output path {j.dst} is an input file (inputs are never overwritten)"
+        elif _inside(d, src_real):
+            j.problem = (f"output path {j.dst} lies inside INPUT {src_root} (a later run would read it back as "
+                         "an input)")
         else:
             by_dst.setdefault(d, []).append(j)
     for group in by_dst.values():  # every input of a collision fails: none is written, none silently wins
@@ -234,10 +242,13 @@ def discover(input_path: str | Path, output_path: str | Path, fmt: str | None = 
     if out_root.resolve() == src_root.resolve():
         raise PipelineError(f"OUTPUT {out_root} is the INPUT folder; choose another folder "
                             f"(inputs are never overwritten)")
+    if output_inside_input(src_root, out_root):
+        raise PipelineError(f"OUTPUT {out_root} lies inside the INPUT folder {src_root}; choose a folder outside it "
+                            f"(a later run over INPUT would read these results back as inputs)")
     if out_root.exists() and not out_root.is_dir():
         raise PipelineError(f"OUTPUT {out_root} is a file; give a folder for a folder INPUT")
     found = _walk(src_root, out_root, fmt)
     found.out_root = out_root
-    _flag_conflicts(found.jobs)
+    _flag_conflicts(found.jobs, src_root)
     check_data_loss(found, summary)
     return found
