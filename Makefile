@@ -170,7 +170,7 @@ train: setup
 # The documentation site (mkdocs.yml, docs/) into the git-ignored outputs/site; --strict fails on any broken link or
 # anchor. It needs no network (the theme's web fonts are off).
 docs: setup
-	NO_MKDOCS_2_WARNING=1 $(dir $(PY))mkdocs build --strict --site-dir outputs/site
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir outputs/site
 
 clean:
 	rm -rf build outputs .triton
