@@ -81,3 +81,13 @@ def test_the_site_works_opened_from_disk_and_wraps_long_code_lines(tmp_path):
     index = (site / "index.html").read_text()
     css = re.findall(r'href="(stylesheets/[^"]+\.css)"', index)
     assert css and any("pre-wrap" in (site / c).read_text() for c in css)
+
+
+def test_setup_says_the_size_the_readme_says():
+    """Issue 67: setup said "~6 GB" where the README said 7.2 GiB. The Makefile's SETUP_SIZE is the one figure; the
+    setup message prints it and the README and the getting-started page repeat it."""
+    make = (ROOT / "Makefile").read_text()
+    (size,) = re.findall(r"^SETUP_SIZE := (.+)$", make, re.M)
+    assert "$(SETUP_SIZE)" in next(ln for ln in make.splitlines() if "setup: installing" in ln)
+    for page in (README, DOCS / "getting-started.md"):
+        assert size in page.read_text(), page.name

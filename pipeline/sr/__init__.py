@@ -27,6 +27,7 @@ from pipeline.sr.images.header import HeaderError, check_header, over_limit
 from pipeline.sr.images.imageio import Image, ImageError, convert_for_format, normalize_format, read_image
 from pipeline.sr.images.imageio import decode as decode_image
 from pipeline.sr.images.imageio import encode as encode_image
+from pipeline.sr.images.tiling import TILE_MEMORY, TILE_MEMORY_ENV
 from pipeline.sr.options import OPTION_FIELDS, RunOptions, option_flag
 from pipeline.sr.runner.jobs import Job, discover
 from pipeline.sr.runner.records import Record, Summary
@@ -47,6 +48,8 @@ __all__ = [
     "encode_image", "normalize_format", "over_limit", "read_image",
     # what the CLI offers for videos; the cores this process may use
     "AUDIO_MODES", "CRF", "DEFAULT_PRESET", "ENCODERS", "PRESETS", "codec_for", "encoder_options", "usable_cores",
+    # the tile memory budget --tile's help names
+    "TILE_MEMORY", "TILE_MEMORY_ENV",
 ]
 
 # Videos on other executors (a clip split into segments on Ray actors; frames served by Triton): these load PyAV,
