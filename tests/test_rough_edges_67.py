@@ -48,3 +48,32 @@ def test_help_says_the_defaults_and_debug(capsys):
     assert "centre-cropped to at most this side (default: 384)" in _help(capsys, "demo")
     for stage in ("sr", "demo", "doctor", "bench"):
         assert "--debug print the traceback" in _help(capsys, stage), stage
+
+
+def test_a_negative_kept_share_reads_as_a_loss():
+    """Issue 67: "keeps 55 % of the model's PSNR-Y gain over bicubic and -71 % of its SSIM-Y gain"."""
+    from pipeline.quality import kept_text
+
+    text = kept_text({"psnr_y": 0.55, "ssim_y": -0.71})
+    assert "-71" not in text and "keeps 55 % of the model's PSNR-Y gain over bicubic" in text
+    assert "loses more than its whole SSIM-Y gain (71 % of it below bicubic)" in text
+    assert kept_text({"psnr_y": 0.97, "ssim_y": 0.93}) == ("keeps 97 % of the model's PSNR-Y gain over bicubic and "
+                                                           "93 % of its SSIM-Y gain")
+    assert kept_text({"psnr_y": -0.2, "ssim_y": 0.5}).startswith("loses more than the model's whole PSNR-Y gain (20 %")
+
+
+def test_the_auto_reason_is_short_lines():
+    """Issue 67: `--precision auto`'s reason was one ~900-character line. Now a short first line (the pick), then
+    one indented line per fact, wrapped."""
+    from pipeline.backends import select
+
+    note = ("int8 not used: int8 loses 0.239 dB Y-PSNR (SSIM 0.0202) against fp32 on the 4 held-out images, keeps 55 % "
+            "of the model's PSNR-Y gain over bicubic and loses more than its whole SSIM-Y gain, fidelity to fp32 43.5 "
+            "dB (worst image 38.4, floor 38), OVER its 0.1 dB budget and BELOW 90 % of the model's gain")
+    pick = {"backend": "ort-folded", "precision": "fp32", "ms": 1936.0, "size": 256, "fp32_ms": 1936.0,
+            "times": "ort-folded fp32 1936 ms", "notes": ["auto bf16: no backend can run srcnn (bf16)", note]}
+    lines = select._why(pick, "").splitlines()
+    assert lines[0] == "precision auto: ort-folded fp32 is the fastest within budget here (1936 ms at 256x256)"
+    assert lines[1] == "  timed: ort-folded fp32 1936 ms" and len(lines) >= 5
+    assert all(len(ln) <= select.WIDTH for ln in lines) and all(ln.startswith("  ") for ln in lines[1:])
+    assert " ".join(ln.strip() for ln in lines).count(note) == 1  # wrapped, not cut

@@ -153,6 +153,13 @@ class Console:
         """The first line (model, scale, backend and why), failures, and anything the user must see."""
         self._write(msg)
 
+    def always_lines(self, text: str, verbose_only: bool = False) -> None:
+        """Our own text of several lines (a wrapped reason, pipeline.backends.select), each shown as one line is:
+        a newline in a single line is escaped, since it could come from a user's file name."""
+        if self.verbose or not verbose_only:
+            for line in text.splitlines():
+                self._write(line)
+
     def info(self, msg: str) -> None:
         """Progress detail: per-image lines and totals; hidden when quiet."""
         if self.progress:
