@@ -77,3 +77,76 @@ def test_the_auto_reason_is_short_lines():
     assert lines[1] == "  timed: ort-folded fp32 1936 ms" and len(lines) >= 5
     assert all(len(ln) <= select.WIDTH for ln in lines) and all(ln.startswith("  ") for ln in lines[1:])
     assert " ".join(ln.strip() for ln in lines).count(note) == 1  # wrapped, not cut
+
+
+# -- bench: only the peaks it measured, its noise and every missed goal said ------------------------------------------
+
+def test_bench_measures_only_the_peaks_this_cpu_has(monkeypatch):
+    """Issue 67: on a CPU without bf16 or VNNI, `bench --quick` printed "fp32 87, bf16 1, int8 1 GFLOP/s" (torch's
+    emulated GEMMs) and an int8 row at "100 % (this row set the peak)"."""
+    from pipeline.bench import roofline, suite
+    from pipeline.bench.results import apply_peak
+    from pipeline.native import cpu
+    from pipeline.report import roofline_share
+
+    monkeypatch.setattr(cpu, "_cpu_flags", lambda: frozenset({"avx2", "fma"}))  # an AVX2-only EPYC
+    monkeypatch.delenv(cpu.BF16_ENV, raising=False)
+    measured = []
+    monkeypatch.setattr(suite, "measure_peak_gflops", lambda seconds, precision: measured.append(precision) or {
+        "gflops": 87.0, "precision": precision, "method": "m"})
+    peaks = suite._measure_peaks()
+    assert measured == ["fp32"] and set(peaks) == {"fp32"}
+    unmeasured = {p: roofline.peak_problem(p) for p in ("bf16", "int8")}
+    line = suite._peaks_line(peaks, unmeasured)
+    assert line.startswith("fp32 87 GFLOP/s; no bf16 peak: this CPU has no bf16 arithmetic") and "int8 1" not in line
+    assert "no int8 peak: this CPU has no int8 dot-product instruction" in line
+    rows = [{"model": "m", "backend": "ort-folded", "precision": "fp32", "sweep": "main", "size": 128, "gflop": 1.0,
+             "latency_ms": {"median": 20.0}},
+            {"model": "m", "backend": "openvino-int8", "precision": "int8", "sweep": "main", "size": 128, "gflop": 1.0,
+             "latency_ms": {"median": 5.0}}]  # 200 GOP/s: would have set an int8 "peak" over fp32's GEMM
+    doc = {"results": rows, "peaks": peaks, "auto": []}
+    apply_peak(doc, {"fp32": 87.0})
+    assert rows[0]["roofline_fraction"] == pytest.approx(50.0 / 87.0) and doc["peaks"]["fp32"]["gflops"] == 87.0
+    assert rows[1]["roofline_fraction"] is None and roofline_share(rows[1]["roofline_fraction"]) == "-"
+    monkeypatch.setattr(cpu, "_cpu_flags", lambda: frozenset({"avx512_vnni", "amx_bf16"}))
+    assert roofline.peak_problem("int8") is None and roofline.peak_problem("bf16") is None
+
+
+def test_bench_flags_noise_and_every_missed_goal():
+    """Issue 67: one configuration at 24.3 and 42.6 ms in one run with no warning, and "process 9.9 ms (goal <= 8)"
+    printed unflagged."""
+    from pipeline.bench import host_side, verdicts
+
+    assert verdicts.noise_mark([24.3, 42.6]) == "; NOISY: repeats 24.3-42.6 ms (1.75x apart, over 1.5x)"
+    assert verdicts.noise_mark([24.3, 26.0]) == "" and verdicts.noise_mark([24.3]) == ""
+    folder = {"kind": "folder", "serial_cpu_ms_per_mpix": 0.3, "host_cpu_ms_per_mpix": 9.9,
+              "runs_host_cpu_s": [2.0, 2.1], "goals": host_side.GOALS["folder"]}
+    assert host_side._mark(folder, "host_cpu_ms_per_mpix") == "goal <= 8: MISSED"
+    assert host_side._mark(folder, "serial_cpu_ms_per_mpix") == "goal <= 0.4"
+    video = {"kind": "video", "serial_cpu_ms_per_mpix": 0.5, "of_encoder": 0.71, "runs_host_cpu_s": [1.0, 1.0],
+             "goals": host_side.GOALS["video"]}
+    assert host_side._mark(video, "of_encoder") == "goal >= 85 %: MISSED"
+    row = {"model": "srcnn-x3", "sweep": "main", "size": 128, "scale": 3.0, "batch": 1, "backend": "ort",
+           "latencies_ms": [24.3, 42.6, 30.0]}
+    doc = {"results": [row], "host_side": [folder, video],
+           "output_check": [{"model": "srcnn-x3", "backend": "ort", "check_pct": 1.0, "goal_pct": 2.0,
+                             "meets_goal": True}]}
+    lines = verdicts.closing_lines(doc)
+    assert lines[0] == "goals: 2 MISSED of 5"
+    assert "  MISSED host side, folder (stand-in device): process, ms CPU per output MPix: 9.90 (goal <= 8)" in lines
+    assert "  MISSED host side, video (stand-in device): of the encoder alone: 71 % (goal >= 85 %)" in lines
+    assert lines.index("noise: 1 row(s) whose repeats differ by more than 1.5x (their medians may be off by tens of "
+                       "percent)") > 2
+    assert lines[-1] == "  srcnn-x3 main 128^2 x3 b1 ort: repeats 24.3-42.6 ms (1.75x apart, over 1.5x)"
+    md = "\n".join(_goals_markdown(doc))
+    assert "## Goals and noise" in md and "| MISSED | host side, folder" in md and "NOISY: repeats 24.3-42.6" in md
+
+
+def _goals_markdown(doc: dict) -> list[str]:
+    """The goals section of a bench report made from `doc` (its goals and noise as the bench stores them)."""
+    from pipeline.bench import verdicts
+    from pipeline.htmlreport import to_markdown
+    from pipeline.report.bench import goals_section
+
+    doc = {**doc, "goals": verdicts.goals(doc), "noise": verdicts.noisy(doc)}
+    return to_markdown(goals_section(doc)).splitlines()
