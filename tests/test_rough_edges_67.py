@@ -64,19 +64,26 @@ def test_a_negative_kept_share_reads_as_a_loss():
 
 def test_the_auto_reason_is_short_lines():
     """Issue 67: `--precision auto`'s reason was one ~900-character line. Now a short first line (the pick), then
-    one indented line per fact, wrapped."""
+    one indented line per fact, which the sr console wraps."""
     from pipeline.backends import select
+    from pipeline.sr.runner.console import WIDTH, Console
 
     note = ("int8 not used: int8 loses 0.239 dB Y-PSNR (SSIM 0.0202) against fp32 on the 4 held-out images, keeps 55 % "
             "of the model's PSNR-Y gain over bicubic and loses more than its whole SSIM-Y gain, fidelity to fp32 43.5 "
             "dB (worst image 38.4, floor 38), OVER its 0.1 dB budget and BELOW 90 % of the model's gain")
     pick = {"backend": "ort-folded", "precision": "fp32", "ms": 1936.0, "size": 256, "fp32_ms": 1936.0,
             "times": "ort-folded fp32 1936 ms", "notes": ["auto bf16: no backend can run srcnn (bf16)", note]}
-    lines = select._why(pick, "").splitlines()
-    assert lines[0] == "precision auto: ort-folded fp32 is the fastest within budget here (1936 ms at 256x256)"
-    assert lines[1] == "  timed: ort-folded fp32 1936 ms" and len(lines) >= 5
-    assert all(len(ln) <= select.WIDTH for ln in lines) and all(ln.startswith("  ") for ln in lines[1:])
-    assert " ".join(ln.strip() for ln in lines).count(note) == 1  # wrapped, not cut
+    why = select._why(pick, "")
+    assert why.splitlines() == ["precision auto: ort-folded fp32 is the fastest within budget here (1936 ms at "
+                                "256x256)", "  timed: ort-folded fp32 1936 ms",
+                                "  auto bf16: no backend can run srcnn (bf16)", f"  {note}"]
+    said: list[str] = []
+    Console(log=said.append).always_lines(why)
+    assert len(said) >= 6 and all(len(ln) <= WIDTH for ln in said) and all(ln.startswith("  ") for ln in said[1:])
+    assert " ".join(ln.strip() for ln in said).count(note) == 1  # wrapped, not cut
+    said.clear()
+    Console(log=said.append).always_lines("a\nb", verbose_only=True)  # a --verbose line: not without it
+    assert said == []
 
 
 # -- bench: only the peaks it measured, its noise and every missed goal said ------------------------------------------

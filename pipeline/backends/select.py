@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import textwrap
 import time
 from pathlib import Path
 
@@ -42,7 +41,6 @@ from pipeline.quality import (
 )
 
 SIZE = 256  # the side of the one image each candidate is timed on
-WIDTH = 110  # the reason's lines wrap here (a path or a word longer than that stays whole)
 
 
 def create(backend: str, model: str | None, precision: str = DEFAULT, *, scale: float | None = None,
@@ -151,16 +149,14 @@ def _adds_nothing(timed: list[tuple[float, Backend]], scale: float, hooks: dict)
 
 def _why(pick: dict, reused: str) -> str:
     """The pick and why, one short line, then one indented line per fact (what was timed, each candidate left out
-    and why, whether the pick was reused), each wrapped at WIDTH: as one line it ran to ~900 characters."""
+    and why, whether the pick was reused): as one line it ran to ~900 characters. The sr console wraps them."""
     ratio = (f", {pick['fp32_ms'] / pick['ms']:.1f}x fp32's {pick['fp32_ms']:.0f} ms"
              if pick["fp32_ms"] and pick["precision"] != "fp32" else "")
     facts = ([kept_text(pick["gain_kept"])] if pick.get("gain_kept") else []) + [f"timed: {pick['times']}",
                                                                                   *pick["notes"]]
     return (f"precision auto: {pick['backend']} {pick['precision']} is the fastest within budget here "
             f"({pick['ms']:.0f} ms at {_size(pick)}{ratio})"
-            + "".join("\n" + textwrap.fill(f, WIDTH, initial_indent="  ", subsequent_indent="    ",
-                                          break_long_words=False, break_on_hyphens=False)
-                      for f in facts + ([reused] if reused else [])))
+            + "".join(f"\n  {f}" for f in facts + ([reused] if reused else [])))
 
 
 def _size(pick: dict) -> str:
