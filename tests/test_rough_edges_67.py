@@ -157,3 +157,42 @@ def _goals_markdown(doc: dict) -> list[str]:
 
     doc = {**doc, "goals": verdicts.goals(doc), "noise": verdicts.noisy(doc)}
     return to_markdown(goals_section(doc)).splitlines()
+
+
+# -- a video stopped with Ctrl-C, then resumed -----------------------------------------------------------------------
+
+def test_ctrl_c_on_a_video_says_the_segments_kept_and_the_resumed_rate_counts_its_own_frames(tmp_path):
+    """Issue 67: after Ctrl-C, "0 file(s) written, 1 not done" hid the 2 segments kept, and the resumed run's
+    frames/s counted the frames it took from them."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.test_sr_resume import NET, _clip, _net_env
+
+    env = _net_env(tmp_path, 38)  # Ctrl-C mid-way through the third of 8 segments of 15 frames
+    net = tmp_path / "killing_net.py"
+    net.write_text(net.read_text().replace("signal.SIGKILL", "signal.SIGINT").replace("time.sleep(5)", "pass"))
+    clip, out = _clip(tmp_path), tmp_path / "out" / "c.mkv"
+    args = [sys.executable, "-m", "pipeline", "sr", clip, out, *NET, "--segment-seconds", "0.5"]
+
+    def run(*more):
+        p = subprocess.run([*map(str, args), *map(str, more)], cwd=Path(__file__).resolve().parents[1],
+                           env={**os.environ, "OMP_NUM_THREADS": "1", **env}, capture_output=True, text=True,
+                           timeout=300)
+        return p.returncode, p.stderr
+
+    rc, err = run()
+    assert rc == 130 and (tmp_path / "killed").exists(), err[-2000:]
+    said = [ln for ln in err.splitlines() if ln.startswith("interrupted: ")]
+    assert said == ["interrupted: 0 file(s) written (complete), 1 not done, 2 finished segments of it kept; to "
+                    "finish, run the same command again with --skip-existing (it takes the kept segments)"], err
+    rc, err = run("--skip-existing", "--summary", tmp_path / "again.json")
+    assert rc == 0 and "taking 2 segment(s) a killed earlier run finished" in err, err[-2000:]
+    s = json.loads((tmp_path / "again.json").read_text())
+    [video] = [r["video"] for r in s["images"]]
+    assert video["frames"] == 120 and video["frames_reused"] == 30
+    assert video["fps"] * video["time_per_frame_s"] == pytest.approx(1.0, rel=0.01)
+    assert s["images_per_s"] * s["process_s"] == pytest.approx(90, rel=0.02)  # the 90 frames it upscaled
