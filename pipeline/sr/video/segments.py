@@ -155,15 +155,17 @@ class ClipWork:
             self.lock.release()
 
     def fact(self) -> dict:
-        """The summary's line for this clip: its segments, those a killed run made (reused, redone), and what the
+        """The summary's line for this clip: its segments, those a killed run made (reused, redone), those finished
+        and kept for a rerun while the clip is not written (kept), and what the
         split cost: the cut (the plan's pass over the packets, and verifying reused segments), the segments' seeks
         (opening the file to the first frame kept) and records (each file demuxed and hashed), both summed over
         the actors, and the join."""
         seek = sum(r.get("seek_s", 0.0) for r in self.results.values())
         record = sum(r.get("record_s", 0.0) for r in self.results.values())
         return {"input": self.rec.job.rel, "segments": len(self.segments), "reused": self.reused,
-                "redone": len(self.redone), "kept": 0 if self.rec.status == "ok" else len(self.results), "cut_s": round(self.cut_s, 3), "seek_s": round(seek, 3),
-                "record_s": round(record, 3), "join_s": round(self.join_s, 3)}
+                "redone": len(self.redone), "kept": 0 if self.rec.status == "ok" else len(self.results),
+                "cut_s": round(self.cut_s, 3), "seek_s": round(seek, 3), "record_s": round(record, 3),
+                "join_s": round(self.join_s, 3)}
 
 
 def _finished(files: list[Path], segs: list[Segment], key: str) -> tuple[dict[int, dict], list[str]]:
