@@ -183,7 +183,10 @@ def _precision_auto(model: str, cfg: dict, results: list[dict], weights, log, do
     row = precision_auto_row(model, results, pick, why)
     row["ops"] = pick.op_breakdown(cfg["main_size"], resolve(model).default_scale)  # None: no runtime counters
     doc.setdefault("precision_auto", []).append(row)
-    log(f"  --precision auto: {row['label']}, {row['speedup'] or 0:.1f}x the baseline ({why})")
+    first, *facts = why.splitlines()  # the reason's first line, then one fact a line (pipeline.backends.select)
+    log(f"  --precision auto: {row['label']}, {row['speedup'] or 0:.1f}x the baseline ({first})")
+    for fact in facts:
+        log(f"  {fact}")
     return pick
 
 
