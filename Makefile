@@ -27,9 +27,12 @@ setup: $(STAMP)
 # CPU build (ORT=gpu: its CUDA/TensorRT build and TensorRT instead; the two builds never share a venv). A deploy-only
 # install is `pip install '.[cpu]'` (no PyTorch): it runs exported ONNX files and engines.
 ORT ?= cpu
+# What the first setup downloads and installs, on disk: the one figure the README and docs/getting-started.md repeat
+# (tests/test_docs.py holds them to it).
+SETUP_SIZE := ~7.2 GiB
 OTHER_ORT := $(if $(filter gpu,$(ORT)),onnxruntime,onnxruntime-gpu)
 $(STAMP): pyproject.toml
-	@echo "setup: installing .[test,$(ORT)] into $(VENV) with pip (the first time ~6 GB: minutes, quiet until done)"
+	@echo "setup: installing .[test,$(ORT)] into $(VENV) with pip (the first time $(SETUP_SIZE): minutes, quiet until done)"
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip uninstall -y -q $(OTHER_ORT) 2>/dev/null || true
 	$(PY) -m pip install -q -e '.[test,$(ORT)]'
@@ -170,7 +173,7 @@ train: setup
 # The documentation site (mkdocs.yml, docs/) into the git-ignored outputs/site; --strict fails on any broken link or
 # anchor. It needs no network (the theme's web fonts are off).
 docs: setup
-	NO_MKDOCS_2_WARNING=1 $(dir $(PY))mkdocs build --strict --site-dir outputs/site
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir outputs/site
 
 clean:
 	rm -rf build outputs .triton

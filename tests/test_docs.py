@@ -53,3 +53,41 @@ def test_the_slug_rule_matches_the_sites_anchors():
     assert slug("Kernels and TensorRT plugins (`plugins_trt/`)") == "kernels-and-tensorrt-plugins-plugins_trt"
     walk = "What runs for `sr IN OUT --precision auto`, and why"
     assert slug(walk) == "what-runs-for-sr-in-out-precision-auto-and-why"
+
+
+def _built_site(tmp_path: Path) -> Path:
+    """The site as `make docs` builds it, into tmp_path (mkdocs is a test tool; skipped where it is not installed)."""
+    pytest.importorskip("mkdocs")
+    import subprocess
+    import sys
+
+    site = tmp_path / "site"
+    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--quiet", "--site-dir", str(site)], cwd=ROOT,
+                         env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"}, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    return site
+
+
+def test_the_site_works_opened_from_disk_and_wraps_long_code_lines(tmp_path):
+    """Issue 67: opened as the README says (outputs/site/index.html, a file:// page), a link to `videos/` showed the
+    browser's folder listing; every page link must name its .html file. Long code lines were cut at 1280 px."""
+    site = _built_site(tmp_path)
+    for page in sorted(set(site.glob("*.html")) - {site / "404.html"}):  # 404.html: a web server's, site-absolute
+        hrefs = re.findall(r'href="([^"#]*)(?:#[^"]*)?"', page.read_text())
+        local = [h for h in hrefs if h and not re.match(r"[a-z]+:", h)]
+        folders = [h for h in local if h.endswith("/") or h in (".", "..")]
+        assert not folders, (page.name, folders)
+        assert all((page.parent / h).is_file() for h in local), (page.name, local)
+    index = (site / "index.html").read_text()
+    css = re.findall(r'href="(stylesheets/[^"]+\.css)"', index)
+    assert css and any("pre-wrap" in (site / c).read_text() for c in css)
+
+
+def test_setup_says_the_size_the_readme_says():
+    """Issue 67: setup said "~6 GB" where the README said 7.2 GiB. The Makefile's SETUP_SIZE is the one figure; the
+    setup message prints it and the README and the getting-started page repeat it."""
+    make = (ROOT / "Makefile").read_text()
+    (size,) = re.findall(r"^SETUP_SIZE := (.+)$", make, re.M)
+    assert "$(SETUP_SIZE)" in next(ln for ln in make.splitlines() if "setup: installing" in ln)
+    for page in (README, DOCS / "getting-started.md"):
+        assert size in page.read_text(), page.name

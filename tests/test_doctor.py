@@ -167,3 +167,32 @@ def test_a_missing_plugin_library_gives_its_fix_once(monkeypatch, tmp_path):
     [check] = facts.plugin_library("11.4.0", torch_cuda_ok=True)
     assert "make plugins" in check.fix and "make plugins" not in check.detail, check
     assert check.detail == f"SR_TRT_PLUGIN_LIB={tmp_path / 'missing.so'} does not exist (sr TensorRT plugin library)"
+
+
+def test_doctor_proves_the_cpu_backends(doctor_run):
+    """Issue 67: on a CPU machine the doctor checked nothing of the CPU backends. Now one tiny real inference on
+    each (ONNX Runtime's CPU sessions, our kernels as its ops, OpenVINO), and our CPU kernels against known answers."""
+    from pipeline.doctor.cpu_probe import cpu_backends
+
+    _, out = doctor_run
+    names = {c["name"]: c for c in json.loads((out / "doctor.json").read_text())["checks"]}
+    ran = {n: c for n, c in names.items() if n.startswith("CPU backend ")}
+    assert sorted(n.split()[2] for n in ran) == sorted(cpu_backends()), sorted(names)
+    assert all(c["status"] in (PASS, SKIP) for c in ran.values()), ran
+    assert names["CPU backend ort-cpu (srcnn x3)"]["status"] == PASS  # the deploy runtime: always here
+    for op in ("DynamicResize", "DeformConv2d"):
+        kernel = names[f"CPU kernel {op} (libsr_kernels_cpu.so)"]
+        assert kernel["status"] == PASS and kernel["detail"].startswith("max abs "), kernel
+
+
+def test_a_cpu_probe_that_cannot_start_or_dies_is_one_line(monkeypatch):
+    from pipeline.doctor import runs
+
+    monkeypatch.setattr(runs, "_run", lambda argv, timeout: (1, "Traceback (most recent call last):\n"
+                                                                "ModuleNotFoundError: No module named 'numpy'\n"))
+    [check] = runs.cpu_side("srcnn")
+    assert check.status == SKIP and "No module named 'numpy'" in check.detail and check.fix
+    good = json.dumps(Check("CPU backend ort-cpu (srcnn x3)", PASS, "fine").to_dict())
+    monkeypatch.setattr(runs, "_run", lambda argv, timeout: (-11, f"{good}\n"))
+    first, died = runs.cpu_side("srcnn")
+    assert first.status == PASS and died.status == FAIL and "exit -11" in died.detail and died.fix

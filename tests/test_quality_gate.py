@@ -98,7 +98,8 @@ def test_a_damaged_record_is_measured_again_once_and_a_damaged_pick_never_breaks
     assert main(auto) == 0
     assert "reused" not in capsys.readouterr().err and isinstance(json.loads(pick.read_text()), dict)
     assert main(auto) == 0  # nothing changed: the stored pick and its timings, said so
-    assert "reused: same file, scale and machine" in capsys.readouterr().err
+    said = " ".join(capsys.readouterr().err.split())  # the reason's lines are wrapped (issue 67)
+    assert "reused: same file, scale and machine" in said
     # a new int8 recipe (any artifact version) times the candidates again, whichever one the stored pick ran
     bumped = dataclasses.replace(precisions.ARTIFACTS["qdq"], version=precisions.version("qdq") + 1)
     monkeypatch.setitem(precisions.ARTIFACTS, "qdq", bumped)

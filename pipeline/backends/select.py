@@ -148,12 +148,15 @@ def _adds_nothing(timed: list[tuple[float, Backend]], scale: float, hooks: dict)
 
 
 def _why(pick: dict, reused: str) -> str:
+    """The pick and why, one short line, then one indented line per fact (what was timed, each candidate left out
+    and why, whether the pick was reused): as one line it ran to ~900 characters. The sr console wraps them."""
     ratio = (f", {pick['fp32_ms'] / pick['ms']:.1f}x fp32's {pick['fp32_ms']:.0f} ms"
              if pick["fp32_ms"] and pick["precision"] != "fp32" else "")
-    keeps = "; " + kept_text(pick["gain_kept"]) if pick.get("gain_kept") else ""
+    facts = ([kept_text(pick["gain_kept"])] if pick.get("gain_kept") else []) + [f"timed: {pick['times']}",
+                                                                                  *pick["notes"]]
     return (f"precision auto: {pick['backend']} {pick['precision']} is the fastest within budget here "
-            f"({pick['ms']:.0f} ms at {_size(pick)}{ratio}{keeps}; timed: {pick['times']})"
-            + "".join(f"; {n}" for n in pick["notes"]) + reused)
+            f"({pick['ms']:.0f} ms at {_size(pick)}{ratio})"
+            + "".join(f"\n  {f}" for f in facts + ([reused] if reused else [])))
 
 
 def _size(pick: dict) -> str:
@@ -207,7 +210,7 @@ def _reuse(path: Path, model: str | None, scale: float, hooks: dict, opts: dict)
         return None
     if applies(b) and ((record := stored(b, scale)) is None or not within_budget(record)):
         return None
-    why = _why(pick, f"; {stored_label(pick)}, reused: same file, scale and machine (delete {path} to time them "
+    why = _why(pick, f"{stored_label(pick)}, reused: same file, scale and machine (delete {path} to time them "
                      "again)")
     return b.selected(why, f"precision auto: {b.precision}, fastest within budget; {stored_label(pick)}"), why
 

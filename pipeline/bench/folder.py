@@ -23,6 +23,7 @@ import numpy as np
 
 from pipeline import backends
 from pipeline.artifacts.identity import resolve
+from pipeline.bench.verdicts import goal_mark, noise_mark
 from pipeline.data.sample_images import HELD_OUT, load_rgb
 from pipeline.errors import PipelineError
 from pipeline.native.cuda_driver import gpu_visible
@@ -130,7 +131,7 @@ def _folder_row(model, be, n_images, size, scale, folder, one, streamed, log) ->
     goal = goal_for(be.on_gpu, n_images, size)
     how = (f"; one call at a time {1e3 * one_s / n_images:.0f}, {FOLDER_STREAMS} streams "
            f"{1e3 * streams_s / n_images:.0f}" if streamed else "")
-    judged = (f"goal {100 * goal:.0f} %" if goal is not None else
+    judged = (goal_mark(f">= {100 * goal:.0f} %", ratio >= goal) + noise_mark(folder, "s") if goal is not None else
               f"not held to the goal: fewer than {GOAL_MIN_IMAGES} images or smaller than {GOAL_MIN_SIZE}^2 time "
               f"start-up, not throughput")
     log(f"  {model} folder run: {1e3 * folder_s / n_images:.0f} ms/image vs {1e3 * inference_s / n_images:.0f} ms "

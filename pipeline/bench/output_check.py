@@ -13,6 +13,7 @@ from pipeline import backends
 from pipeline.artifacts.identity import resolve
 from pipeline.backends import pixels as px
 from pipeline.bench.timing import cuda_times_ms
+from pipeline.bench.verdicts import goal_mark
 
 GOAL_PCT = 2.0  # the check's cost, % of the inference call it checks
 
@@ -40,8 +41,9 @@ def output_check_cost(model: str, size: int = 256, repeats: int = 5, backend="au
         check += check_one()
     infer_ms, check_ms = 1e3 * statistics.median(infer), 1e3 * statistics.median(check)
     pct = 100.0 * check_ms / infer_ms
+    judged = goal_mark(f"<= {GOAL_PCT:g} %", pct <= GOAL_PCT)
     log(f"  output check (NaN/inf): {check_ms:.2f} ms per {y.shape[-1]}x{y.shape[-2]} output vs {infer_ms:.1f} ms "
-        f"inference ({be.describe()}, {where}, median of {len(infer)}): {pct:.2f} % (goal <= {GOAL_PCT:g} %)")
+        f"inference ({be.describe()}, {where}, median of {len(infer)}): {pct:.2f} % ({judged})")
     return {"model": model, "backend": be.name, "backend_description": be.describe(), "size": size, "scale": scale,
             "out_pixels": int(y.shape[-1] * y.shape[-2]), "inference_ms": infer_ms, "check_ms": check_ms,
             "check_pct": pct, "check_path": where, "goal_pct": GOAL_PCT, "meets_goal": pct <= GOAL_PCT,

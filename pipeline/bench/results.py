@@ -88,6 +88,8 @@ def apply_peak(doc: dict, gemm: dict[str, float]) -> None:
     would otherwise put the row over its peak; `set_by` says which row set a peak, if one did."""
     best, by = 0.0, "GEMM"
     for p in PEAK_PRECISIONS:  # fp32, then bf16 and int8, each at least the one before
+        if p not in doc["peaks"]:  # not measured here (no such instruction): its rows get no share, set no peak
+            continue
         if gemm.get(p, 0.0) > best:
             best, by = gemm[p], "GEMM"
         for r in doc["results"]:
@@ -95,8 +97,10 @@ def apply_peak(doc: dict, gemm: dict[str, float]) -> None:
                 best, by = achieved_gflops(r), f"{r['model']} {r['backend']} ({r['sweep']}, {r['size']}^2)"
         doc["peaks"][p].update(gflops=best, gemm_gflops=gemm.get(p), set_by=by)
     for r in doc["results"]:
-        r["roofline_ms"] = r["gflop"] / doc["peaks"][peak_precision(r.get("precision"))]["gflops"] * 1e3
-        r["roofline_fraction"] = min(1.0, r["roofline_ms"] / r["latency_ms"]["median"])  # 1.0: float rounding
+        peak = doc["peaks"].get(peak_precision(r.get("precision")))
+        r["roofline_ms"] = None if peak is None else r["gflop"] / peak["gflops"] * 1e3
+        r["roofline_fraction"] = None if peak is None else \
+            min(1.0, r["roofline_ms"] / r["latency_ms"]["median"])  # 1.0: float rounding
     main = {(r["model"], r["backend"]): r for r in doc["results"] if r["sweep"] == "main"}
     for a in doc.get("auto", []):
         r = main.get((a["model"], a["backend"]))

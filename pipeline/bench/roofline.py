@@ -8,8 +8,15 @@ from __future__ import annotations
 import time
 
 from pipeline.artifacts.identity import resolve
+from pipeline.native import cpu
 from pipeline.precisions import BY_NAME
 from pipeline.precisions import PEAKS as PEAK_PRECISIONS  # the peaks measured, each a fallback for the ones after it
+
+
+def peak_problem(precision: str) -> str | None:
+    """Why the machine has no `precision` peak to measure, or None: a CPU without bf16 arithmetic or an int8 dot
+    product runs torch's GEMM at that precision emulated (1 GFLOP/s), a number no row should be held to."""
+    return {"bf16": cpu.bf16_problem, "int8": cpu.int8_problem}.get(precision, lambda: None)()
 
 
 def peak_precision(precision: str | None) -> str:

@@ -22,13 +22,20 @@ from pathlib import Path
 from pipeline import backends as B
 from pipeline import report
 from pipeline.artifacts.identity import resolve
+from pipeline.bench import verdicts
 from pipeline.bench.folder import NEAR_FREE, folder_throughput, gpu_folder_rows, stage_cost, write_folder
 from pipeline.bench.host_side import folder_row, video_row
 from pipeline.bench.kernels import kernel_section
 from pipeline.bench.output_check import output_check_cost
 from pipeline.bench.ray_bench import ray_bench, ray_video_bench
 from pipeline.bench.results import VIDEO_FLOOR, apply_peak, auto_row, flops_entry, method, precision_auto_row
-from pipeline.bench.roofline import PEAK_PRECISIONS, flops_per_output_pixel, held_peaks, measure_peak_gflops
+from pipeline.bench.roofline import (
+    PEAK_PRECISIONS,
+    flops_per_output_pixel,
+    held_peaks,
+    measure_peak_gflops,
+    peak_problem,
+)
 from pipeline.bench.startup import time_to_first_image
 from pipeline.bench.sweeps import ModelBench
 from pipeline.bench.timing import cuda_torch
@@ -77,9 +84,11 @@ QUICK.update(lower_precisions=True)
 
 
 def _measure_peaks(peaks: dict | None = None, seconds: float = 1.5) -> dict:
-    """Each precision's peak (pipeline.bench.roofline), or one more sample of each into `peaks`."""
+    """Each precision's peak this machine has (pipeline.bench.roofline; a CPU without bf16 arithmetic or an int8 dot
+    product has none at that precision), or one more sample of each into `peaks`."""
     if peaks is None:
-        peaks = {p: measure_peak_gflops(seconds=seconds, precision=p) for p in PEAK_PRECISIONS}
+        peaks = {p: measure_peak_gflops(seconds=seconds, precision=p) for p in PEAK_PRECISIONS
+                 if peak_problem(p) is None}
         for pk in peaks.values():
             pk["samples"] = [pk["gflops"]]
     else:
@@ -88,13 +97,21 @@ def _measure_peaks(peaks: dict | None = None, seconds: float = 1.5) -> dict:
     return peaks
 
 
+def _peaks_line(peaks: dict, unmeasured: dict, spread: bool = False) -> str:
+    """'fp32 87 GFLOP/s (...); no bf16 peak: this CPU has no bf16 arithmetic ...': only the peaks measured."""
+    said = ", ".join(f"{p} {pk['gflops']:.0f} GFLOP/s" + (report.peak_spread(pk) if spread else "")
+                     for p, pk in peaks.items())
+    return said + "".join(f"; no {p} peak: {why} ({p} rows get no roofline share)" for p, why in unmeasured.items())
+
+
 def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
     """Every model's sweeps, its `auto` rows and folder run, in one JSON-able document."""
     peaks = _measure_peaks()
-    log("machine peaks: " + ", ".join(f"{p} {pk['gflops']:.0f} GFLOP/s" for p, pk in peaks.items())
-        + f" ({peaks['fp32']['method']}, and the same at bf16 and int8)")
+    unmeasured = {p: peak_problem(p) for p in PEAK_PRECISIONS if p not in peaks}
+    log(f"machine peaks ({peaks['fp32']['method']}, the same at each precision measured): "
+        + _peaks_line(peaks, unmeasured))
     doc = {"kind": "bench", "environment": report.environment(), "peak": peaks["fp32"], "peaks": peaks,
-           "results": [], "auto": [], "folder": [], "flops": {}, "skipped": [],
+           "peaks_not_measured": unmeasured, "results": [], "auto": [], "folder": [], "flops": {}, "skipped": [],
            "method": method(cfg, cuda_torch() is not None)}
     for model in models:
         log(f"bench {model}")
@@ -142,8 +159,10 @@ def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
         log(f"  not run: {why_not}")
     apply_peak(doc, {p: max(pk["samples"]) for p, pk in peaks.items()})
     # the peaks the shares are held to, which the first line's single measurements may not be
-    log("machine peaks, held to: " + ", ".join(f"{p} {pk['gflops']:.0f} GFLOP/s{report.peak_spread(pk)}"
-                                               for p, pk in peaks.items()))
+    log("machine peaks, held to: " + _peaks_line(peaks, unmeasured, spread=True))
+    doc["goals"], doc["noise"] = verdicts.goals(doc), verdicts.noisy(doc)
+    for line in verdicts.closing_lines(doc):
+        log(line)
     return doc
 
 
@@ -164,7 +183,10 @@ def _precision_auto(model: str, cfg: dict, results: list[dict], weights, log, do
     row = precision_auto_row(model, results, pick, why)
     row["ops"] = pick.op_breakdown(cfg["main_size"], resolve(model).default_scale)  # None: no runtime counters
     doc.setdefault("precision_auto", []).append(row)
-    log(f"  --precision auto: {row['label']}, {row['speedup'] or 0:.1f}x the baseline ({why})")
+    first, *facts = why.splitlines()  # the reason's first line, then one fact a line (pipeline.backends.select)
+    log(f"  --precision auto: {row['label']}, {row['speedup'] or 0:.1f}x the baseline ({first})")
+    for fact in facts:
+        log(f"  {fact}")
     return pick
 
 

@@ -19,6 +19,7 @@ from pipeline.bench.variants import (
     thread_variants,
     torch_threads,
 )
+from pipeline.bench.verdicts import noise_mark
 from pipeline.errors import PipelineError
 from pipeline.precisions import LOWER
 
@@ -128,4 +129,5 @@ class ModelBench:
             self.results.append(r)
             # no roofline share here: the peaks are final only after every row (results.apply_peak)
             self.log(f"  {where:<{len(self.model) + 24}} {v.name:<17} {r['latency_ms']['median']:9.1f} ms  "
-                     f"x{r['speedup_vs_baseline']:.2f} vs baseline")  # padded: columns stay put across sweeps
+                     f"x{r['speedup_vs_baseline']:.2f} vs baseline"  # padded: columns stay put across sweeps
+                     + noise_mark(r["latencies_ms"]))

@@ -62,11 +62,24 @@ class _Parser(argparse.ArgumentParser):
             return ""
         flags = [f for f in self._option_string_actions if f.startswith("--")]
         for word in message.removeprefix("unrecognized arguments: ").split():
-            flag = word.split("=", 1)[0]
-            close = difflib.get_close_matches(flag, flags, n=1, cutoff=0.75) if flag.startswith("--") else []
+            close = _closest(word.split("=", 1)[0], flags)
             if close:
-                return f" (did you mean {close[0]}?)"
+                return f" (did you mean {close}?)"
         return ""
+
+
+def _closest(flag: str, flags: list[str]) -> str | None:
+    """The long flag a mistyped one meant: `--sacle` -> --scale, `-quiet` -> --quiet, and a one-letter short flag
+    we do not take (`-q`) -> the one long flag with that initial (--quiet), if only one has it."""
+    if not flag.startswith("-") or flag == "-":
+        return None
+    if not flag.startswith("--"):
+        if len(flag) == 2:
+            initial = [f for f in flags if f[2:3] == flag[1]]
+            return initial[0] if len(initial) == 1 else None
+        flag = "-" + flag
+    close = difflib.get_close_matches(flag, flags, n=1, cutoff=0.75)
+    return close[0] if close else None
 
 
 def _prog() -> str:
@@ -76,12 +89,18 @@ def _prog() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=_prog(), description="one subcommand per pipeline stage (STAGE --help: its options)",
-                     epilog=f"{DEBUG_FLAG}: print the traceback of an error (anywhere on the command line)")
+    parser = _Parser(prog=_prog(), description="one subcommand per pipeline stage (STAGE --help: its options)")
+    _add_debug(parser)
     sub = parser.add_subparsers(dest="stage", metavar="STAGE")
     for name, (_, help_) in STAGES.items():
         sub.add_parser(name, help=help_, add_help=False)
     return parser
+
+
+def _add_debug(parser: argparse.ArgumentParser) -> None:
+    """--debug in every --help: main() takes it off the command line (anywhere on it) before any parser runs."""
+    parser.add_argument(DEBUG_FLAG, action="store_true",
+                        help="print the traceback of an error (anywhere on the command line)")
 
 
 def _run_stage(stage: str, rest: list[str]) -> int:
@@ -90,11 +109,15 @@ def _run_stage(stage: str, rest: list[str]) -> int:
     stage_parser = _Parser(prog=f"{_prog()} {stage}", description=help_)
     stage_parser.argv = rest
     module.add_arguments(stage_parser)
+    _add_debug(stage_parser)
     return int(module.run(stage_parser.parse_args(rest)) or 0)
 
 
 def _dispatch(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help"):
+    if not argv:  # no stage: the usage, as for any other incomplete command line
+        build_parser().print_help(sys.stderr)
+        return 2
+    if argv[0] in ("-h", "--help"):
         build_parser().print_help()
         return 0
     if argv[0] not in STAGES:

@@ -21,7 +21,8 @@ def add_arguments(p) -> None:
     p.add_argument("--model", default=None, help=f"model for the SR run (default: {DEMO_MODEL})")
     p.add_argument("--backend", default="auto", metavar="NAME", help="backend for the SR run (default: auto)")
     p.add_argument("--images", nargs="+", help="held-out skimage images to use (default: all held-out ones)")
-    p.add_argument("--max-side", type=int, default=384, help="HR images are centre-cropped to at most this side")
+    p.add_argument("--max-side", type=int, default=384,
+                   help="HR images are centre-cropped to at most this side (default: %(default)s)")
     p.add_argument("--weights-dir", metavar="DIR", help="folder of <model>.pt files to use instead of the shipped "
                                                        "weights")
     p.add_argument("--no-bench", action="store_true", help="skip the quick bench")

@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(s_h, s_w) -> Resize(scales), the tutorial's NewInterpolate (needs --ops standard)")
     options.add_weights_arg(parser)
     parser.add_argument("--opset", type=int, help="default-domain opset (default 20; >= 19)")
-    parser.add_argument("--scale", type=float, help="factor used to verify (default: the model's default)")
+    parser.add_argument("--scale", type=float, help=options.scale_help("factor used to verify"))
     parser.add_argument("--no-verify", action="store_true", help="skip the ONNX Runtime vs PyTorch check")
 
 

@@ -33,6 +33,11 @@ def add_model_args(parser, allow_all: bool = False, files: bool = True) -> None:
     parser.add_argument("--model", default=None, help=f"{what} (default: {default})")
 
 
+def scale_help(what: str = "upscale factor") -> str:
+    """--scale's help, its default shown: the model's own factor, e.g. x3 for the default model."""
+    return f"{what} (default: the model's own, x{MODELS[DEFAULT_MODEL].default_scale:g} for {DEFAULT_MODEL})"
+
+
 def models_from_args(args, allow_all: bool = False) -> list[str]:
     """The models `--model` names: one (DEFAULT_MODEL when not given), or every registered one for 'all' (when
     `allow_all`)."""

@@ -9,7 +9,7 @@ from pipeline.cli import options
 def add_arguments(p) -> None:
     p.add_argument("input", help="an image, a folder (images and videos, as sr reads them) or a video")
     options.add_model_args(p, files=False)
-    p.add_argument("--scale", type=float, help="upscale factor (default: the model's)")
+    p.add_argument("--scale", type=float, help=options.scale_help())
     p.add_argument("--backends", nargs="+", metavar="B", help="only these backends (default: every available one)")
     p.add_argument("--precisions", nargs="+", metavar="P", help="only these precisions (default: every one)")
     p.add_argument("--samples", type=int, default=4,

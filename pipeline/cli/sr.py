@@ -3,7 +3,7 @@ process, on a Ray cluster (--ray) or on a Triton server (--triton). The argument
 executor here; which options an executor takes, each executor declares (pipeline.sr.flow's Executor protocol)."""
 from __future__ import annotations
 
-from pipeline.cli.options import BackendArgs, add_model_args
+from pipeline.cli.options import BackendArgs, add_model_args, scale_help
 from pipeline.errors import PipelineError
 from pipeline.sr import (
     AUDIO_MODES,
@@ -11,6 +11,8 @@ from pipeline.sr import (
     DEFAULT_PRESET,
     ENCODERS,
     PRESETS,
+    TILE_MEMORY,
+    TILE_MEMORY_ENV,
     RunOptions,
     applies_only,
     option_flag,
@@ -37,7 +39,7 @@ def add_arguments(p) -> None:
     p.add_argument("input", help="image or video file, or a folder of them (searched recursively)")
     p.add_argument("output", help="output folder (mirrors INPUT's tree) or, for a single image or video, a file name")
     add_model_args(p)  # None unless given: sr.settings.resolve_model takes the --onnx/--engine file's
-    p.add_argument("--scale", type=float, default=None, help="upscale factor, integer or not (default: the model's)")
+    p.add_argument("--scale", type=float, default=None, help=scale_help("upscale factor, integer or not"))
     BACKEND.add_parser_arguments(p)
     p.add_argument("--format", dest="fmt", help="output format: png, jpg, bmp, tiff, webp (default: as the input)")
     p.add_argument("--jpeg-quality", type=int, default=95, help="JPEG/WebP quality, 1-100 (default: 95)")
@@ -56,7 +58,10 @@ def add_arguments(p) -> None:
                    help="a video's audio: copy it as it is (default; a codec the output container cannot hold is "
                         "an error before any work) or drop it")
     p.add_argument("--tile", type=int, default=None,
-                   help="tile side in input pixels; 0 = never tile (default: from free memory)")
+                   help="tile side in input pixels; 0 = never tile (default: the largest tiles whose pixels in "
+                        f"flight fit a {TILE_MEMORY / 2**30:g} GiB budget ({TILE_MEMORY_ENV}) and half the "
+                        "available memory at the model's cost, so an image that fits is not tiled; on a GPU, the "
+                        "device's free memory)")
     p.add_argument("--tile-overlap", type=int, default=None,
                    help="context each tile reads past its region, input pixels (default: the model's "
                         "receptive field, which makes tiled output equal whole-image output)")

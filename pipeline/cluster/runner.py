@@ -157,9 +157,9 @@ class RayExecutor:
 
     def announce(self, console: Console) -> None:
         if self.auto_line:
-            console.always(self.auto_line)
+            console.always_lines(self.auto_line)
         elif self.choice is not None and self.choice.why != self.choice.brief:
-            console.detail(self.choice.why)  # the first line said it in a few words
+            console.always_lines(self.choice.why, verbose_only=True)  # the first line said it in a few words
         if self.choice is not None and self.choice.quality is not None:  # the loss it stands on, as a local run says
             console.always(f"precision: {quality.loss_line(self.choice.quality)}")
         for rec in self.unusable:

@@ -2,7 +2,9 @@
 
     results  Check (one outcome) and the exit codes: 0 all present passed, 1 a failure, 3 no CUDA GPU
     facts    GPU/driver, nvcc, PyTorch CUDA, ONNX Runtime providers, TensorRT, cudart/cuBLAS, the plugin library
-    runs     plugin self-test, plugin GPU harness, CUDA kernels vs torch, TensorRT engines vs PyTorch
+    runs     the CPU backends and our CPU kernels (cpu_probe, a child process), plugin self-test, plugin GPU
+             harness, CUDA kernels vs torch, TensorRT engines vs PyTorch
+    cpu_probe  one tiny real inference on each CPU backend, our CPU kernels against known answers
     report   doctor.md / doctor.json
 
 Every probe turns its own errors into a failed or skipped check, so a run never ends in a traceback.
@@ -47,6 +49,7 @@ def collect(models: list[str], engines: bool = True, log=print) -> tuple[list[Ch
                            _guarded(checks, "ONNX Runtime", facts.onnxruntime_providers, None), trt_check,
                            _guarded(checks, "cudart and cuBLAS", lambda: facts.cuda_runtime(gpu_present), None))
                if c is not None]
+    checks += _guarded(checks, "CPU backends", lambda: runs.cpu_side(models[0]), [])
     plugin_checks = _guarded(checks, "plugin library",
                              lambda: facts.plugin_library(trt_version, torch_cuda_ok, gpu_present), [])
     checks += plugin_checks

@@ -1,9 +1,12 @@
-"""What the doctor runs, as far as the machine allows: the plugin self-test, the plugin GPU harness, our CUDA kernels
+"""What the doctor runs, as far as the machine allows: a tiny inference on each CPU backend and our CPU kernels
+(pipeline.doctor.cpu_probe, in a child process), the plugin self-test, the plugin GPU harness, our CUDA kernels
 against torch on the GPU, and TensorRT engines of every model against PyTorch."""
 from __future__ import annotations
 
+import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 from pipeline.doctor.facts import PLUGIN_FIX
@@ -67,6 +70,27 @@ def harness(gpu_present: bool) -> list[Check]:
     if not gpu_present:
         checks.append(Check("plugin GPU harness (enqueue, CUDA graphs)", SKIP, "no CUDA GPU here",
                             fix="run `python -m pipeline doctor` on a GPU machine"))
+    return checks
+
+
+def cpu_side(model: str) -> list[Check]:
+    """pipeline.doctor.cpu_probe's checks: each CPU backend's tiny inference and our CPU kernels. The probe needs
+    numpy and ONNX Runtime; a Python without them skips it, and a probe that dies fails with its last words."""
+    rc, out = _run([sys.executable, "-m", "pipeline.doctor.cpu_probe", model], timeout=600)
+    checks = []
+    for line in out.splitlines():
+        if line.startswith("{"):
+            try:
+                checks.append(Check(**json.loads(line)))
+            except (ValueError, TypeError):
+                continue
+    last = next((ln for ln in reversed(out.splitlines()) if ln.strip() and not ln.startswith("{")), f"exit {rc}")
+    if rc != 0 and "ModuleNotFoundError" in last:
+        checks.append(Check("CPU backends", SKIP, f"this Python cannot run them: {last.strip()}",
+                            fix="pip install 'srdeploy[cpu]'"))
+    elif rc != 0:
+        checks.append(Check("CPU backends", FAIL, f"the probe ended with exit {rc}: {last.strip()}",
+                            fix=f"run `{sys.executable} -m pipeline.doctor.cpu_probe {model}` and read its error"))
     return checks
 
 

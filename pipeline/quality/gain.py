@@ -43,9 +43,14 @@ def keeps_enough(record: dict) -> bool:
 
 
 def kept_text(kept: dict) -> str:
-    """'keeps 97 % of the model's PSNR-Y gain over bicubic and 93 % of its SSIM-Y gain'."""
-    p, s = (f"{100 * kept[k]:.0f} %" for k in ("psnr_y", "ssim_y"))
-    return f"keeps {p} of the model's PSNR-Y gain over bicubic and {s} of its SSIM-Y gain"
+    """'keeps 97 % of the model's PSNR-Y gain over bicubic and 93 % of its SSIM-Y gain'. A negative share is no
+    share kept: '... and loses more than its whole SSIM-Y gain (71 % of it below bicubic)'."""
+    p, s = kept["psnr_y"], kept["ssim_y"]
+    first = (f"keeps {100 * p:.0f} % of the model's PSNR-Y gain" if p >= 0 else
+             f"loses more than the model's whole PSNR-Y gain ({100 * -p:.0f} % of it below bicubic)")
+    if s < 0:
+        return f"{first} over bicubic and loses more than its whole SSIM-Y gain ({100 * -s:.0f} % of it below bicubic)"
+    return f"{first} over bicubic and {'' if p >= 0 else 'keeps '}{100 * s:.0f} % of its SSIM-Y gain"
 
 
 def short(record: dict) -> str | None:

@@ -283,7 +283,9 @@ def _bench_method(doc: dict) -> list:
         f"highest of {len(doc['peak'].get('samples', [1]))} measurements: run start and after each model)"
         + _set_by(doc["peak"]) + peak_spread(doc["peak"]),
         *[f"{p} peak (measured): {fmt(pk['gflops'])} GFLOP/s ({pk['method']})" + _set_by(pk) + peak_spread(pk)
-          for p, pk in doc.get("peaks", {}).items() if p != "fp32"])
+          for p, pk in doc.get("peaks", {}).items() if p != "fp32"],
+        *[f"{p} peak: not measured: {why}; {p} rows have no roofline share"
+          for p, why in doc.get("peaks_not_measured", {}).items()])
     return [Heading("Benchmark", 1), Heading("Environment"), Items(env.items + peaks.items), Heading("Method"),
             _method_items(doc), Heading("Models"),
             table(["model", "input -> output (default scale)", "GFLOP per call", "MACs per output pixel"],
@@ -370,9 +372,28 @@ def _host_side(rows: list[dict] | None) -> list:
                     "yes" if r["meets_goals"] else "no"] for r in rows])]
 
 
+def goals_section(doc: dict) -> list:
+    """Every goal met or MISSED (missed first) and each row whose repeats differ past the noise ratio
+    (pipeline.bench.verdicts decides both; the document carries them)."""
+    if "goals" not in doc:  # a document from before the section
+        return []
+    rows = [["MISSED" if not g["met"] else "met", g["what"], g["value"], g["goal"]]
+            for g in sorted(doc["goals"], key=lambda g: g["met"])]
+    blocks = [Heading("Goals and noise"),
+              table(["", "what", "value", "goal"], rows) if rows else para("No goal was measured in this run.")]
+    noise = doc.get("noise") or []
+    blocks.append(para(f"Noise: {len(noise)} row(s) whose repeats differ by more than the noise ratio (the slowest "
+                       "over the fastest): their medians may be off by tens of percent." if noise else
+                       "Noise: no row's repeats differ by more than the noise ratio."))
+    if noise:
+        blocks.append(items(*noise))
+    return blocks
+
+
 def bench_blocks(doc: dict) -> list:
     """bench's report as blocks (pipeline.htmlreport.document), plots included (doc["plots"])."""
-    blocks = _bench_method(doc) + _bench_auto(doc) + precision_section(doc) + _bench_folders(doc)
+    blocks = _bench_method(doc) + goals_section(doc) + _bench_auto(doc) + precision_section(doc) \
+        + _bench_folders(doc)
     blocks += video_section(doc.get("video")) + _host_side(doc.get("host_side")) + startup_section(doc.get("startup"))
     if doc.get("ray"):
         blocks += [Heading("Folder run through Ray vs locally"), *ray_section(doc["ray"])]

@@ -28,6 +28,7 @@ from pipeline.sr.images.imageio import Image, ImageError, convert_for_format, no
 from pipeline.sr.images.imageio import decode as decode_image
 from pipeline.sr.images.imageio import encode as encode_image
 from pipeline.sr.images.imageio import read_bytes as read_image_bytes
+from pipeline.sr.images.tiling import TILE_MEMORY, TILE_MEMORY_ENV
 from pipeline.sr.options import OPTION_FIELDS, RunOptions, option_flag
 from pipeline.sr.runner.jobs import Job, discover, output_inside_input
 from pipeline.sr.runner.records import Record, Summary
@@ -48,6 +49,8 @@ __all__ = [
     "encode_image", "normalize_format", "over_limit", "read_image", "read_image_bytes",
     # what the CLI offers for videos; the cores this process may use
     "AUDIO_MODES", "CRF", "DEFAULT_PRESET", "ENCODERS", "PRESETS", "codec_for", "encoder_options", "usable_cores",
+    # the tile memory budget --tile's help names
+    "TILE_MEMORY", "TILE_MEMORY_ENV",
 ]
 
 # Videos on other executors (a clip split into segments on Ray actors; frames served by Triton): these load PyAV,

@@ -305,8 +305,12 @@ def _say_stop(summary: Summary, stop: BaseException, path, console: Console) -> 
                        f"--skip-existing to finish")
         return
     word = "terminated" if isinstance(stop, Terminated) else "interrupted"
-    console.always(f"{word}: {c['ok']} file(s) written (complete), {c['not_done']} not done{where}"
-                   "; to finish, run the same command again with --skip-existing")
+    kept = sum(s.get("kept", 0) for s in summary.executor.get("segments", []))  # of clips not written
+    segs = (f", {plural(kept, 'finished segment')} of {'it' if c['not_done'] == 1 else 'them'} kept"
+            if kept else "")
+    console.always(f"{word}: {c['ok']} file(s) written (complete), {c['not_done']} not done{segs}{where}"
+                   f"; to finish, run the same command again with --skip-existing"
+                   + (" (it takes the kept segments)" if kept else ""))
     raise ReportedInterrupt(stop)
 
 

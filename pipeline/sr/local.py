@@ -152,9 +152,10 @@ class LocalExecutor:
         """After the first line: the backend in full, the precision's measured cost, leftovers, tiles."""
         w = self.worker
         self.held.say(console)
-        console.detail(f"backend: {self.loaded.describe()}; why: {self.loaded.selection_reason or self.opts.backend}")
+        why = self.loaded.selection_reason or self.opts.backend
+        console.always_lines(f"backend: {self.loaded.describe()}; why: {why}", verbose_only=True)
         if self.auto_line:
-            console.always(self.auto_line)
+            console.always_lines(self.auto_line)
         o, scale = self.opts, self.worker.scale
         if quality.applies(self.loaded) and self.record is not None:
             console.always(f"precision: {quality.loss_line(self.record)}")

@@ -4,6 +4,7 @@ redirected (a log file, CI) it is a plain line every PLAIN_EVERY_S seconds inste
 from __future__ import annotations
 
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from pipeline.sr.images.imageio import written_layout
 
 PLAIN_EVERY_S = 10.0  # seconds between plain progress lines (redirected stderr)
 TILE_EVERY_S = 5.0    # a tiled image taking longer than this reports its tiles this often
+WIDTH = 110           # a reason's lines wrap here (always_lines; a path longer than that stays whole)
 
 
 def scale_note(meta: dict[str, str], scale: float) -> str:
@@ -152,6 +154,17 @@ class Console:
     def always(self, msg: str) -> None:
         """The first line (model, scale, backend and why), failures, and anything the user must see."""
         self._write(msg)
+
+    def always_lines(self, text: str, verbose_only: bool = False) -> None:
+        """Our own text of several lines (a reason, one fact a line: pipeline.backends.select), each wrapped at
+        WIDTH under its own indent and shown as one line is (a newline inside one line is escaped: it could come
+        from a user's file name)."""
+        if self.verbose or not verbose_only:
+            for line in text.splitlines():
+                indent = " " * (len(line) - len(line.lstrip(" ")))
+                for part in textwrap.wrap(line, WIDTH, subsequent_indent=indent + "  ", break_long_words=False,
+                                          break_on_hyphens=False) or [""]:
+                    self._write(part)
 
     def info(self, msg: str) -> None:
         """Progress detail: per-image lines and totals; hidden when quiet."""

@@ -56,8 +56,9 @@ class Record:
 
     @property
     def pictures(self) -> int:
-        """Pictures this record made: an image is one, a clip its frames."""
-        return int(self.video.get("frames", 0)) if self.job.video else 1
+        """Pictures this record made: an image is one, a clip the frames this run upscaled (not those of segments a
+        killed run made, taken with --skip-existing: the run's frames/s counts its own work)."""
+        return int(self.video.get("frames", 0)) - int(self.video.get("frames_reused", 0)) if self.job.video else 1
 
     @property
     def out_mpix(self) -> float:

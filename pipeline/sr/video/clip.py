@@ -523,13 +523,16 @@ def _frame_name(f: Frame, n: int | None) -> str:
     return f"frame {n}{at}" if n is not None else f"the frame{at or ' (time unknown)'}"
 
 
-def finish(rec: Record, vp: VideoPlan, frames: int, end: ReadEnd, wall: float) -> None:
-    """A written clip's record: its video facts, and ok or failed (damaged or truncated: what was lost)."""
+def finish(rec: Record, vp: VideoPlan, frames: int, end: ReadEnd, wall: float, reused: int = 0) -> None:
+    """A written clip's record: its video facts, and ok or failed (damaged or truncated: what was lost). `reused`:
+    frames of segments a killed run made (--skip-existing), which this run's frames/s and time per frame leave out."""
     info = vp.info
+    upscaled = frames - reused
     rec.video = {"frames": frames, "frames_expected": info.frames, "duration_s": info.duration_s,
                  "frame_rate_in": _rate(info.rate), "frame_rate_out": _rate(info.rate),
-                 "fps": round(frames / wall, 3) if wall > 0 else None,
-                 "time_per_frame_s": round(wall / frames, 5) if frames else None,
+                 "fps": round(upscaled / wall, 3) if wall > 0 and upscaled > 0 else None,
+                 "time_per_frame_s": round(wall / upscaled, 5) if upscaled > 0 else None,
+                 **({"frames_reused": reused} if reused else {}),
                  "codec": vp.codec, "crf": vp.crf, "preset": vp.preset, "pix_fmt_in": info.pix_fmt,
                  "pix_fmt_out": vp.pix_fmt, "copied": info.copied}
     if end.errors or _short(info, frames, end):

@@ -111,10 +111,12 @@ def merge(rec: Record, results: list[dict]) -> tuple[ReadEnd, int]:
     return ReadEnd(errors, results[-1].get("end_s")), frames
 
 
-def join(rec: Record, vp: VideoPlan, files: list[Path], results: list[dict], wall: float) -> bool:
+def join(rec: Record, vp: VideoPlan, files: list[Path], results: list[dict], wall: float,
+         reused_frames: int = 0) -> bool:
     """The clip's output from its finished segments (in order), written atomically; the outcome is rec's. Returns
     whether OUTPUT was written (a damaged source's frames that decoded count). JoinDiskError when the output could
-    not be written (the caller keeps the segments and says so)."""
+    not be written (the caller keeps the segments and says so). `reused_frames`: those of segments a killed run
+    made, which this run's frames/s leaves out."""
     failed = next((r["record"] for r in results if r["record"]["status"] == "failed"), None)
     if failed is not None:
         rec.fail(failed["reason"])
@@ -129,5 +131,5 @@ def join(rec: Record, vp: VideoPlan, files: list[Path], results: list[dict], wal
         rec.fail(f"joining the segments failed: {e if isinstance(e, VideoError) else video_io.reason(e)}")
         return False
     rec.notes.extend(n for n in vp.notes if n not in rec.notes)
-    finish(rec, vp, frames, end, wall)
+    finish(rec, vp, frames, end, wall, reused=reused_frames)
     return True

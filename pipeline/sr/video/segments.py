@@ -123,6 +123,7 @@ class ClipWork:
     lock: OutputLock | None = None
     redone: list[str] = field(default_factory=list)
     reused: int = 0
+    reused_frames: int = 0  # the frames of the segments a killed run made: this run did not upscale them
     join_s: float = 0.0
     cut_s: float = 0.0  # the plan's pass over the packets (the cuts) and the reused segments' verification
 
@@ -139,7 +140,8 @@ class ClipWork:
         --skip-existing. The output's lock goes."""
         t0 = time.perf_counter()
         try:
-            if join(self.rec, self.plan, self.files, [self.results[s.index] for s in self.segments], wall):
+            if join(self.rec, self.plan, self.files, [self.results[s.index] for s in self.segments], wall,
+                    reused_frames=self.reused_frames):
                 remove(self.files)
         except JoinDiskError as e:
             self.rec.fail(f"{e.strerror}; its {len(self.files)} finished segment(s) are kept beside it: free space "
@@ -153,15 +155,17 @@ class ClipWork:
             self.lock.release()
 
     def fact(self) -> dict:
-        """The summary's line for this clip: its segments, those a killed run made (reused, redone), and what the
+        """The summary's line for this clip: its segments, those a killed run made (reused, redone), those finished
+        and kept for a rerun while the clip is not written (kept), and what the
         split cost: the cut (the plan's pass over the packets, and verifying reused segments), the segments' seeks
         (opening the file to the first frame kept) and records (each file demuxed and hashed), both summed over
         the actors, and the join."""
         seek = sum(r.get("seek_s", 0.0) for r in self.results.values())
         record = sum(r.get("record_s", 0.0) for r in self.results.values())
         return {"input": self.rec.job.rel, "segments": len(self.segments), "reused": self.reused,
-                "redone": len(self.redone), "cut_s": round(self.cut_s, 3), "seek_s": round(seek, 3),
-                "record_s": round(record, 3), "join_s": round(self.join_s, 3)}
+                "redone": len(self.redone), "kept": 0 if self.rec.status == "ok" else len(self.results),
+                "cut_s": round(self.cut_s, 3), "seek_s": round(seek, 3), "record_s": round(record, 3),
+                "join_s": round(self.join_s, 3)}
 
 
 def _finished(files: list[Path], segs: list[Segment], key: str) -> tuple[dict[int, dict], list[str]]:
@@ -209,7 +213,7 @@ def plan_work(records: list[Record], scale: float, identity: dict, seconds: floa
         files = [segment_path(rec.job.dst, key, s.index) for s in segs]
         done, redone = _finished(files, segs, key) if resume else ({}, [])
         work.append(ClipWork(rec, vp, segs, files, done, key, lock, redone, len(done),
-                             cut_s=time.perf_counter() - t0))
+                             sum(len(r["timing"]) for r in done.values()), cut_s=time.perf_counter() - t0))
     return work
 
 
