@@ -102,7 +102,8 @@ def _tiny_compact(tmp_path, tag: int, truncate: int = 0):
             layers.append(f"PReLU p{i} 1 1 b{i} a{i + 1} 0={shape[0]}")
             i += 1
     param = tmp_path / "tiny.param"
-    param.write_text("7767517\n%d %d\nInput in 0 1 a0\n" % (len(layers) + 1, len(layers) + 1) + "\n".join(layers))
+    count = len(layers) + 1
+    param.write_text(f"7767517\n{count} {count}\nInput in 0 1 a0\n" + "\n".join(layers))
     bin_path = tmp_path / "tiny.bin"
     bin_path.write_bytes(bytes(blob[:len(blob) - truncate]))
     return param, bin_path, shapes, arrays

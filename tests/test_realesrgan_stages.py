@@ -76,3 +76,22 @@ def test_eval_reports_psnr_against_bicubic_with_the_gan_note(capsys):
     assert main(["eval", "--model", MODEL, "--scales", "4", "--images", "chelsea"]) == 0
     out = capsys.readouterr().out
     assert "x4" in out and "note: a GAN model" in out and "not to match the original pixel for pixel" in out
+
+
+@pytest.mark.skipif(fetched.problem("realesrgan-x4plus") is not None, reason=str(fetched.problem("realesrgan-x4plus")))
+def test_x4plus_tiles_on_a_small_image_equal_the_whole_image(tmp_path):
+    """RRDBNet's receptive radius (349 LR pixels, stored in its spec) reaches past a small image: every crop would be
+    the whole image, so the plan keeps it whole and `--tile 32` writes exactly the whole-image run (PyTorch: no
+    export of the 16.7 M-parameter net; ~46 GFLOP per run)."""
+    src = tmp_path / "small.png"
+    cv2.imwrite(str(src), cv2.cvtColor(load_rgb("astronaut")[200:232, 200:240], cv2.COLOR_RGB2BGR))
+    base = [str(src), "--model", "realesrgan-x4plus", "--backend", "torch", "--quiet"]
+    assert main(["sr", base[0], str(tmp_path / "whole.png"), *base[1:]]) == 0
+    summary = tmp_path / "s.json"
+    assert main(["sr", base[0], str(tmp_path / "tiled.png"), *base[1:], "--tile", "32", "--summary",
+                 str(summary)]) == 0
+    run_info = json.loads(summary.read_text())
+    assert get_spec("realesrgan-x4plus").receptive_radius == 4 * 349
+    assert run_info["tile_margin_hr"] > 4 * 40 and run_info["images"][0]["tiles"] == 1
+    whole, tiled = _read(tmp_path / "whole.png"), _read(tmp_path / "tiled.png")
+    assert whole.shape == (128, 160, 3) and np.array_equal(whole, tiled)
