@@ -8,7 +8,6 @@ missing or damaged file is one line saying how to fetch it (`problem`). Torch-fr
 """
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import tempfile
@@ -130,14 +129,15 @@ def ensure(models: list[str] | None = None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m models.fetched", description=__doc__.splitlines()[0])
-    p.add_argument("models", nargs="*", help=f"default: all ({', '.join(FETCHED)})")
-    args = p.parse_args(argv)
-    unknown = [m for m in args.models if m not in FETCHED]
+    """`python -m models.fetched [MODEL ...]` (default: all). No argparse: the pipeline's stages import this module
+    through models.registry, and they are kept off argparse (pyproject's import contracts)."""
+    names = list(sys.argv[1:] if argv is None else argv)
+    unknown = [m for m in names if m not in FETCHED]
     if unknown:
-        p.error(f"not fetched weights: {', '.join(unknown)}")
-    ensure(args.models)
-    for m in args.models or FETCHED:
+        print(f"weights: not fetched models: {', '.join(unknown)} (these are: {', '.join(FETCHED)})", file=sys.stderr)
+        return 2
+    ensure(names)
+    for m in names or FETCHED:
         print(f"weights: {m} ok ({FETCHED[m].path})")
     return 0
 
