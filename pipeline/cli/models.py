@@ -5,6 +5,7 @@ import argparse
 import json
 
 from models import external  # torch-free: spandrel and PyTorch load only to list or describe
+from models.fetched import FETCHED
 from models.fetched import problem as fetched_problem
 from models.spec import MODELS, file_sha256
 from pipeline.artifacts.identity import resolve
@@ -31,6 +32,7 @@ def listing() -> str:
         if s.source:  # fetched weights: where from, licence, what for, whether they are here
             lines.append(f"  {'':<{width}}  {'':<16} for {s.use}; licence {s.licence}; from {s.source}; "
                          f"{fetched_problem(s.name) or 'weights fetched and verified'}")
+            lines.append(f"  {'':<{width}}  {'':<16} measured here: {FETCHED[s.name].measured}")
     import spandrel
 
     lines.append(f"your checkpoints (--model FILE{'|'.join(external.SUFFIXES)}) of these spandrel "
