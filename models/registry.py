@@ -11,9 +11,13 @@ import torch
 from torch import nn
 
 from .checkpoint_io import read_checkpoint
+from .external.checkpoint import read_state_dict
+from .fetched import FETCHED
+from .fetched import problem as fetched_problem
 from .lookup import get_spec
 from .spec import (
     MODELS,
+    OWN_MODELS,
     WEIGHTS_DIR,
     ModelError,
     ModelSpec,
@@ -23,9 +27,9 @@ from .spec import (
     weights_path,
 )
 
-__all__ = ["MODELS", "WEIGHTS_DIR", "ModelError", "ModelSpec", "WeightsError", "adapt_mmagic_state_dict", "file_sha256",
-           "get_spec", "load_model", "load_state_dict_file", "output_size", "read_checkpoint", "run", "size_tensor",
-           "weights_path"]
+__all__ = ["MODELS", "OWN_MODELS", "WEIGHTS_DIR", "ModelError", "ModelSpec", "WeightsError", "adapt_mmagic_state_dict",
+           "file_sha256", "get_spec", "load_model", "load_state_dict_file", "output_size", "read_checkpoint", "run",
+           "size_tensor", "weights_path"]
 
 
 def size_tensor(height: int, width: int, scale: float) -> torch.Tensor:
@@ -54,6 +58,8 @@ def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
     path = Path(path)
     if not path.is_file():
         raise WeightsError(f"weights file not found: {path} (run `make train` to recreate the shipped weights)")
+    if path.suffix.lower() == ".safetensors":  # fetched weights (models.fetched) or a user's file
+        return read_state_dict(path)
     return adapt_mmagic_state_dict(read_checkpoint(path))
 
 
@@ -64,6 +70,8 @@ def load_model(name: str, weights: str | Path | None = None, device: str | torch
         if weights is not None and Path(weights).resolve() != spec.weights_path.resolve():
             raise WeightsError(f"--weights does not apply to {name}: a checkpoint or factory brings its own weights")
         return spec.build().eval().to(device)
+    if weights is None and spec.name in FETCHED and (why := fetched_problem(spec.name)):
+        raise WeightsError(why)  # missing or damaged: one line saying how to fetch it
     model = spec.build()
     path = weights_path(spec, weights)
     state = load_state_dict_file(path)

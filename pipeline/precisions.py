@@ -30,6 +30,11 @@ class Precision:
     # under srcnn-x3's measured fidelity (bf16 57.5-57.8 dB mean, int8 49.9; worst image 56.9-57.0 and 48.2)
     fidelity_floor_db: float | None
     peak: bool              # the roofline measures a GEMM peak of its own (else it is held to fp32's)
+    # The fidelity rule's other floors (where fp32 is not above bicubic, e.g. a GAN model): the mean Y-PSNR to fp32's
+    # output over the held-out images and the worst image's SSIM-Y to it. Set a few dB / a few thousandths under
+    # Real-ESRGAN animevideov3's measured fidelity (docs/backends.md, "Models that do not aim at PSNR").
+    fidelity_mean_floor_db: float | None = None
+    fidelity_ssim_floor: float | None = None
 
     @property
     def half(self) -> bool:
@@ -49,8 +54,9 @@ TABLE = (
     Precision("fp16", 10, "float16", 16, graph=True, export_tol=1e-2, budget_db=None, fidelity_floor_db=45.0,
               peak=False),
     Precision("bf16", 16, "bfloat16", 16, graph=False, export_tol=None, budget_db=0.02, fidelity_floor_db=45.0,
-              peak=True),
-    Precision("int8", 3, "int8", 8, graph=False, export_tol=None, budget_db=0.10, fidelity_floor_db=38.0, peak=True),
+              peak=True, fidelity_mean_floor_db=48.0, fidelity_ssim_floor=0.995),
+    Precision("int8", 3, "int8", 8, graph=False, export_tol=None, budget_db=0.10, fidelity_floor_db=38.0, peak=True,
+              fidelity_mean_floor_db=40.0, fidelity_ssim_floor=0.98),
 )
 BY_NAME = {p.name: p for p in TABLE}
 NAMES = tuple(BY_NAME)                                        # what a run may ask for
@@ -59,13 +65,16 @@ DERIVED = tuple(p.name for p in TABLE if not p.graph)         # made from the fp
 LOWER = tuple(p.name for p in TABLE if p.budget_db is not None)  # what `auto` may trade quality for speed with
 BUDGET_DB = {p.name: p.budget_db for p in TABLE if p.budget_db is not None}
 FIDELITY_FLOOR_DB = {p.name: p.fidelity_floor_db for p in TABLE if p.fidelity_floor_db is not None}
+FIDELITY_MEAN_FLOOR_DB = {p.name: p.fidelity_mean_floor_db for p in TABLE if p.fidelity_mean_floor_db is not None}
+FIDELITY_SSIM_FLOOR = {p.name: p.fidelity_ssim_floor for p in TABLE if p.fidelity_ssim_floor is not None}
 # The gate's third test: a lower precision keeps at least this share of what the model adds over bicubic at fp32
 # (held-out PSNR-Y and SSIM-Y, each, at the run's scale); where the model adds nothing there, nothing is within budget.
 # An absolute budget alone let srcnn x3's int8 pass while giving back ~80 % of its SSIM-Y gain (issue 59).
 GAIN_KEPT_MIN = 0.9
 # The gate's rule, part of every quality record's and stored pick's key: a record or pick judged under an older rule
-# is measured (and timed) again. 1: loss budget and fidelity floor; 2: and GAIN_KEPT_MIN, SSIM-Y with bicubic's scores.
-GATE_VERSION = 2
+# is measured (and timed) again. 1: loss budget and fidelity floor; 2: and GAIN_KEPT_MIN, SSIM-Y with bicubic's scores;
+# 3: where fp32 is not above bicubic, the fidelity rule (mean and worst Y-PSNR and worst SSIM-Y to fp32's output).
+GATE_VERSION = 3
 PEAKS = tuple(p.name for p in TABLE if p.peak)                # each a fallback for the ones after it
 HALF = tuple(p.name for p in TABLE if p.half)                 # the 16-bit floats
 

@@ -35,7 +35,7 @@ if str(REPO) not in sys.path:
 
 from models.deform_srcnn import DeformSRCNN  # noqa: E402
 from models.registry import (  # noqa: E402
-    MODELS,
+    OWN_MODELS,
     WEIGHTS_DIR,
     file_sha256,
     get_spec,
@@ -363,7 +363,7 @@ def train_one(name: str, *, steps: int, batch: int, patch: int, lr: float, seed:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="all", choices=["all", *MODELS])
+    p.add_argument("--model", default="all", choices=["all", *OWN_MODELS])
     p.add_argument("--steps", type=int, help="optimizer steps (default per model)")
     p.add_argument("--batch", type=int)
     p.add_argument("--patch", type=int, help="HR patch side (approx.)")
@@ -392,7 +392,7 @@ def main(argv=None) -> int:
         except ValueError as e:
             p.error(f"--share: {e} (expected SCALE=P, e.g. 2=0.5)")
     torch.set_num_threads(args.threads)
-    names = list(MODELS) if args.model == "all" else [args.model]
+    names = list(OWN_MODELS) if args.model == "all" else [args.model]
     for name in names:
         cfg = dict(DEFAULTS[name])
         for k in ("steps", "batch", "patch", "lr", "deform_steps"):

@@ -421,7 +421,8 @@ def test_trt_engine_losses_are_kept_per_engine_file(tmp_path, weights):
     assert store != first and quality.stored(be) is None
     record = {**quality.identity(be, 3.0), "psnr_loss_db": 0.4, "ssim_loss": 0.01, "psnr": 30.0, "psnr_fp32": 30.4,
               "ssim": 0.9, "ssim_fp32": 0.91, "psnr_bicubic": 29.4, "ssim_bicubic": 0.88, "images": 4,
-              "fidelity_db": [40.0, 41.0, 42.0, 43.0], "fidelity_mean_db": 41.5, "fidelity_worst_db": 40.0}
+              "fidelity_db": [40.0, 41.0, 42.0, 43.0], "fidelity_mean_db": 41.5, "fidelity_worst_db": 40.0,
+              "fidelity_ssim": [0.99, 0.99, 0.99, 0.99], "fidelity_ssim_worst": 0.99}
     assert quality.record_problem(record, quality.identity(be, 3.0)) is None  # a whole record: read, not measured
     store.parent.mkdir(parents=True, exist_ok=True)
     store.write_text(json.dumps(record))

@@ -52,7 +52,10 @@ def test_demo_writes_images_and_report(tmp_path, weights_dir, capsys, monkeypatc
     assert str(demo / "report.md") in printed and str(demo / "sr") in printed
     steps = [ln.split(" ")[0] for ln in printed.splitlines() if ln.startswith(("[", "sr: "))]
     assert steps[:3] == ["[1/4]", "sr:", "[2/4]"], printed  # the sr stage's first line with the steps, in order
-    assert steps[3:] == ["[3/4]", "[3/4]"], printed  # a long step says it started, then what it found
+    # Real-ESRGAN beside it (or one line saying how to fetch it), then compare: it says it started, then what it found
+    assert steps[3:] == ["[2/4]", "[3/4]", "[3/4]"], printed
+    if "realesr-animevideov3 not shown" not in printed:
+        assert "Beside a Real-ESRGAN model (realesr-animevideov3)" in md and "GAN-trained" in md
 
 
 def test_demo_rejects_training_images(tmp_path):

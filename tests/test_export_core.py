@@ -13,6 +13,7 @@ from test_export_exporters import make_weights  # noqa: E402
 import models.registry as registry  # noqa: E402
 import models.spec  # noqa: E402
 from models.registry import file_sha256, load_model  # noqa: E402
+from models.spec import OWN_MODELS  # noqa: E402
 from pipeline.cli import main  # noqa: E402
 from pipeline.errors import PipelineError  # noqa: E402
 from pipeline.export import verify as verify_mod  # noqa: E402
@@ -23,7 +24,7 @@ from pipeline.export.verify import sample_batch  # noqa: E402
 @pytest.fixture(scope="module")
 def weights(tmp_path_factory):
     d = tmp_path_factory.mktemp("weights")
-    for name in registry.MODELS:
+    for name in OWN_MODELS:
         make_weights(d / registry.get_spec(name).weights_file, name)
     return d
 
@@ -80,7 +81,7 @@ def test_cli_all_writes_every_model_ops_precision(tmp_path, weights, monkeypatch
     rc = main(["export", "--all", "--output-dir", str(tmp_path), "--exporter", "torchscript"])
     lines = capsys.readouterr().out.strip().splitlines()
     expected = {onnx_filename(m, exporter="torchscript", ops=o, precision=p)
-                for m in registry.MODELS for o in ("custom", "standard") for p in ("fp32", "fp16")}
+                for m in OWN_MODELS for o in ("custom", "standard") for p in ("fp32", "fp16")}
     assert rc == 0
     onnx_files = {p.name for p in tmp_path.iterdir() if p.suffix == ".onnx" and ".folded-x" not in p.name}
     assert onnx_files == expected and len(expected) == 12

@@ -57,13 +57,15 @@ def test_a_record_of_the_wrong_shape_or_for_something_else_is_refused():
              "machine": {"cpu": "x"}}
     good = {**ident, "images": 4, "psnr": 30.0, "psnr_fp32": 30.1, "psnr_loss_db": 0.1, "ssim": 0.9,
             "ssim_fp32": 0.901, "ssim_loss": 0.001, "psnr_bicubic": 29.5, "ssim_bicubic": 0.89,
-            "fidelity_db": [50.0, 48.0, 52.0, 50.0], "fidelity_mean_db": 50.0, "fidelity_worst_db": 48.0}
+            "fidelity_db": [50.0, 48.0, 52.0, 50.0], "fidelity_mean_db": 50.0, "fidelity_worst_db": 48.0,
+            "fidelity_ssim": [0.999, 0.998, 0.999, 0.999], "fidelity_ssim_worst": 0.998}
     assert quality.record_problem(good, ident) is None
     for bad in ([], {}, "0.05", None, {**good, "psnr_loss_db": "0.05"}, {**good, "images": True},
                 {**good, "ssim_loss": float("nan")}, {**good, "scale": 4.0}, {**good, "file_sha256": "cd"},
                 {**good, "machine": {"cpu": "y"}}, {**good, "psnr_loss_db": 0.05}, {**good, "ssim_loss": 0.0},
                 {**good, "fidelity_mean_db": 51.0}, {**good, "fidelity_worst_db": 50.0},
                 {**good, "fidelity_db": [50.0]}, {k: v for k, v in good.items() if k != "fidelity_db"},
+                {k: v for k, v in good.items() if k != "fidelity_ssim"}, {**good, "fidelity_ssim_worst": 0.999},
                 {k: v for k, v in good.items() if k != "ssim_bicubic"}, {**good, "psnr_bicubic": float("inf")}):
         assert quality.record_problem(bad, ident) is not None, bad
 

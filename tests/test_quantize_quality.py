@@ -305,10 +305,9 @@ def test_loss_line_says_the_budget():
                                       "images, keeps 99 % of the model's PSNR-Y gain over bicubic and 99 % of its "
                                       "SSIM-Y gain, fidelity to fp32 54.8 dB (worst image 53.0, floor 45), within its "
                                       "0.02 dB budget, fidelity floor and 90 % of the gain")
-    rec.update(psnr_bicubic=30.1)  # the model below bicubic: no gain to keep, so nothing passes
-    assert quality.loss_line(rec).endswith("the model adds nothing over bicubic here, fidelity to fp32 54.8 dB (worst "
-                                           "image 53.0, floor 45), nothing to keep: the model is at or below bicubic "
-                                           "here: use fp32 for exact output")
+    rec.update(psnr_bicubic=30.1, fidelity_ssim=[0.999] * 4, fidelity_ssim_worst=0.999)  # below bicubic: fidelity
+    assert quality.loss_line(rec).endswith("fidelity to fp32 54.8 dB mean (floor 48), worst image 53.0 (floor 45), "
+                                           "SSIM-Y to fp32 0.9990 at worst (floor 0.995), within its fidelity floors")
 
 
 @pytest.mark.skipif(cpu.bf16_problem() is not None, reason=f"no bf16 here: {cpu.bf16_problem()}")

@@ -25,15 +25,13 @@ from pipeline.backends.registry import backend_class, descriptors, option_values
 from pipeline.errors import PipelineError
 from pipeline.precisions import ARTIFACTS, AUTO, DEFAULT, GAIN_KEPT_MIN, GATE_VERSION, LOWER
 from pipeline.quality import (
+    FIDELITY_RULE,
     WHEN,
-    adds_nothing,
     applies,
-    baseline,
     finite_number,
     gate,
     kept_text,
     machine,
-    model_gain,
     record_key,
     run_scale,
     stored,
@@ -117,13 +115,10 @@ def pick_precision(backend: str, model: str | None, log=None, scale: float | Non
 
 def _time_candidates(backend: str, model: str | None, scale: float, hooks: dict, opts: dict):
     """[(ms, loaded backend)] of the candidates within budget, and why the others are not. Where fp32 is at or
-    below bicubic at `scale` the lower precisions are not loaded: there is nothing for them to keep."""
+    below bicubic at `scale` the gate judges the lower precisions by fidelity to fp32 (its fidelity rule)."""
     timed: list[tuple[float, Backend]] = []
-    notes, unweighed = [], []
+    notes = []
     for name, precision in candidates(backend):
-        if precision != DEFAULT and _adds_nothing(timed, scale, hooks):
-            unweighed.append(precision)
-            continue
         try:
             b = create_fixed(name, model, precision, **hooks, **opts)
         except PipelineError as e:
@@ -134,17 +129,10 @@ def _time_candidates(backend: str, model: str | None, scale: float, hooks: dict,
         if judged is not None and not judged.within_budget:
             notes.append(f"{precision} not used: {judged.line}")
             continue
+        if judged is not None and judged.rule == FIDELITY_RULE:
+            notes.append(judged.line)  # says the rule that let it through
         timed.append((time_backend(b, SIZE, scale=scale, repeats=5, warmup=2), b))
-    if unweighed:
-        notes.append(f"{', '.join(unweighed)} not weighed: nothing to keep (the model is at or below bicubic here)")
     return timed, notes
-
-
-def _adds_nothing(timed: list[tuple[float, Backend]], scale: float, hooks: dict) -> bool:
-    """Whether the fp32 candidate timed (the first) is at or below bicubic at `scale` (measured once, stored)."""
-    fp32 = next((b for _, b in timed if b.precision == DEFAULT), None)
-    record = baseline(fp32, scale, log=hooks["log"], progress=hooks["progress"]) if fp32 is not None else None
-    return record is not None and adds_nothing(model_gain(record))
 
 
 def _why(pick: dict, reused: str) -> str:

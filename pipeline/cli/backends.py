@@ -2,7 +2,16 @@
 from __future__ import annotations
 
 from pipeline import quality
-from pipeline.backends import auto_line, available, create_named, descriptors, measure, no_gpu_line, pick_auto
+from pipeline.backends import (
+    auto_line,
+    available,
+    create_named,
+    descriptors,
+    measure,
+    no_gpu_line,
+    pick_auto,
+    pick_precision,
+)
 from pipeline.cli import options
 from pipeline.errors import PipelineError
 from pipeline.precisions import AUTO, BUDGET_DB
@@ -55,6 +64,10 @@ def run(args) -> int:
     request = BACKEND.parse(args)
     weights, onnx = request.weights, request.onnx
     model = options.model_from_args(args, onnx)
+    if args.precision == AUTO and args.measure:  # weigh, measure and pick now: which rule judged each precision
+        best, why = pick_precision(AUTO, model, log=print, weights=weights, onnx=onnx)
+        print(f"auto: {best.name} {best.precision}: {why}")
+        return 0
     if args.precision == AUTO:  # one line: what `--precision auto` runs here, and why
         print(auto_line(AUTO, model, weights=weights, onnx=onnx))
         return 0

@@ -4,12 +4,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from models.fetched import problem as fetched_problem
 from pipeline import report
 from pipeline.analysis import sheet
 from pipeline.analysis.compare import compare_model, runs_passing
 from pipeline.bench.suite import QUICK, run_bench
 from pipeline.cli import options
-from pipeline.demo import DEMO_MODEL, DEMO_SCALE, _write_inputs, check_max_side, demo_blocks
+from pipeline.demo import DEMO_MODEL, DEMO_SCALE, GAN_MODEL, _write_inputs, check_max_side, demo_blocks
 from pipeline.errors import PipelineError
 from pipeline.htmlreport import Sheet, write_report
 from pipeline.sr import upscale
@@ -61,6 +62,23 @@ def _bench(weights, root: Path) -> dict:
     return doc
 
 
+def _gan(lr_dir: Path, hr_dir: Path, root: Path, backend: str):
+    """The same inputs through Real-ESRGAN animevideov3 (its x4, downscaled to x3), scored the same way; None, with
+    one line saying how to fetch it, where its weights are not here."""
+    if (why := fetched_problem(GAN_MODEL)) is not None:
+        print(f"[2/4] {GAN_MODEL} not shown: {why}")
+        return None
+    summary = upscale(lr_dir, root / f"sr-{GAN_MODEL}", model=GAN_MODEL, scale=DEMO_SCALE, backend=backend,
+                      reference=hr_dir, summary=root / f"sr_{GAN_MODEL}_summary.json", progress=False, log=_quiet)
+    if summary.failed:
+        raise PipelineError(f"the sr stage failed on {len(summary.failed)} image(s) with {GAN_MODEL}: "
+                            f"{summary.failed[0].job.rel}: {summary.failed[0].reason}")
+    ref = summary.reference or {}
+    print(f"[2/4] beside it, {GAN_MODEL} (GAN) on {summary.backend}: PSNR-Y {ref.get('psnr', float('nan')):.2f} dB, "
+          "a GAN model does not aim at PSNR")
+    return summary
+
+
 def run(args) -> int:
     t0 = time.perf_counter()
     # every step runs PyTorch (the export, compare's reference, the bench's eager loop): without it, the CLI's one
@@ -95,15 +113,19 @@ def run(args) -> int:
     print(f"[2/4] upscaled images -> {sr_dir}/ with {summary.backend}; "
           f"PSNR-Y {ref.get('psnr', float('nan')):.2f} dB vs bicubic {ref.get('psnr_bicubic', float('nan')):.2f} dB")
 
+    gan = _gan(lr_dir, hr_dir, root, args.backend)
     models = [model] + (["srcnn-x3"] if model != "srcnn-x3" else [])
     cmp_doc = None if args.no_compare else _compare(models, weights, root)
     bench_doc = None if args.no_bench else _bench(weights, root)
     env = (bench_doc or cmp_doc or {}).get("environment") or report.environment()
     sr_sheet = Sheet(f"{summary.model} x{DEMO_SCALE:g}: the sr run's first image, against the original",
                      sheet.sheet_path(sr_dir, [r.job.dst for r in summary.records]))
-    sheets = [s for s in [sr_sheet, *(cmp_doc or {}).get("sheets", [])] if s.path.is_file()]
+    gan_sheet = [Sheet(f"{GAN_MODEL} x{DEMO_SCALE:g}: the same image, against the original",
+                       sheet.sheet_path(root / f"sr-{GAN_MODEL}", [r.job.dst for r in gan.records]))] if gan else []
+    sheets = [s for s in [sr_sheet, *gan_sheet, *(cmp_doc or {}).get("sheets", [])] if s.path.is_file()]
     _, page = write_report(root / "report.md", demo_blocks(summary.to_dict(), names, cmp_doc, bench_doc,
-                                                          time.perf_counter() - t0, env, sheets))
+                                                          time.perf_counter() - t0, env, sheets,
+                                                          gan.to_dict() if gan else None))
     print(f"done in {time.perf_counter() - t0:.0f} s. Report: {root / 'report.md'} (in a browser: {page}); "
           f"upscaled images: {sr_dir}/")
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from models.external.spec import is_external
-from models.spec import MODELS  # no numpy or PyTorch: doctor runs on a bare system python
+from models.spec import MODELS, OWN_MODELS  # no numpy or PyTorch: doctor runs on a bare system python
 from pipeline.doctor import diagnose
 from pipeline.errors import PipelineError
 
@@ -22,5 +22,5 @@ def run(args) -> int:
     if args.model not in (None, "all") and args.model not in MODELS and not is_external(args.model):
         # options.models_from_args says the same, but importing options needs numpy and ONNX Runtime
         raise PipelineError(f"unknown model '{args.model}' (known: all, {', '.join(MODELS)})")
-    models = list(MODELS) if args.model in (None, "all") else [args.model]
+    models = list(OWN_MODELS) if args.model in (None, "all") else [args.model]
     return diagnose(args.output, models, engines=not args.no_engines)

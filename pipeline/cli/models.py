@@ -5,6 +5,8 @@ import argparse
 import json
 
 from models import external  # torch-free: spandrel and PyTorch load only to list or describe
+from models.fetched import FETCHED
+from models.fetched import problem as fetched_problem
 from models.spec import MODELS, file_sha256
 from pipeline.artifacts.identity import resolve
 from pipeline.errors import PipelineError
@@ -25,7 +27,12 @@ def _scale_text(spec) -> str:
 def listing() -> str:
     width = max(len(n) for n in MODELS)
     lines = ["our models (--model NAME):"]
-    lines += [f"  {s.name:<{width}}  {_scale_text(s):<16} {s.description}" for s in MODELS.values()]
+    for s in MODELS.values():
+        lines.append(f"  {s.name:<{width}}  {_scale_text(s):<16} {s.description}")
+        if s.source:  # fetched weights: where from, licence, what for, whether they are here
+            lines.append(f"  {'':<{width}}  {'':<16} for {s.use}; licence {s.licence}; from {s.source}; "
+                         f"{fetched_problem(s.name) or 'weights fetched and verified'}")
+            lines.append(f"  {'':<{width}}  {'':<16} measured here: {FETCHED[s.name].measured}")
     import spandrel
 
     lines.append(f"your checkpoints (--model FILE{'|'.join(external.SUFFIXES)}) of these spandrel "
@@ -63,14 +70,16 @@ def registered(spec) -> dict:
     path = spec.weights_path
     return {"name": spec.name, "registered": True, "description": spec.description, "scales": spec.scales_text,
             "default_scale": spec.default_scale, "receptive_radius": spec.receptive_radius, "weights": str(path),
-            "sha256": file_sha256(path) if path.is_file() else None}
+            "sha256": file_sha256(path) if path.is_file() else None, "licence": spec.licence or None,
+            "source": spec.source or None, "use": spec.use or None, "weights_hint": spec.weights_hint}
 
 
 def summary(info: dict) -> str:
     """One line: what the model is and what tiling and precision can do with it."""
     if info.get("registered"):
-        sha = f"sha256 {info['sha256'][:16]}..." if info["sha256"] else "missing: `make train` makes them"
-        return (f"{info['name']}: our model, {info['description']}; scale {info['scales']} (default "
+        sha = f"sha256 {info['sha256'][:16]}..." if info["sha256"] else f"missing: {info['weights_hint']}"
+        origin = f"; for {info['use']}, licence {info['licence']}, from {info['source']}" if info["source"] else ""
+        return (f"{info['name']}: our model{origin}, {info['description']}; scale {info['scales']} (default "
                 f"x{info['default_scale']:g}), receptive radius {info['receptive_radius']} px; shipped weights "
                 f"{info['weights']} ({sha}); your own: --model {info['name']} --weights FILE")
     rf = info["receptive_field"]

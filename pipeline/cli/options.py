@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from models.spec import DEFAULT_MODEL, MODELS
+from models.spec import DEFAULT_MODEL, OWN_MODELS
 from pipeline import backends as B
 from pipeline import precisions as P
 from pipeline.analysis.candidates import candidate_statuses
@@ -39,10 +39,10 @@ def scale_help(what: str = "upscale factor") -> str:
 
 
 def models_from_args(args, allow_all: bool = False) -> list[str]:
-    """The models `--model` names: one (DEFAULT_MODEL when not given), or every registered one for 'all' (when
+    """The models `--model` names: one (DEFAULT_MODEL when not given), or every one of ours (OWN_MODELS) for 'all' (when
     `allow_all`)."""
     if allow_all and args.model == "all":
-        return list(MODELS)
+        return list(OWN_MODELS)  # our trained models; a fetched one (Real-ESRGAN) runs when named
     return [resolve(DEFAULT_MODEL if args.model is None else args.model).name]
 
 

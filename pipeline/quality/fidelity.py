@@ -8,6 +8,13 @@ the precision moved the output itself.
     figures(values) -> dict                     a quality record's fields: per image, mean, worst
     consistency_problem(record) -> str | None   a record whose mean or worst is not its own per-image figures'
     summary(values, precision, on) -> dict      the `fidelity` a report row carries
+    ssim_to_fp32(out, ref, scale) -> float      SSIM-Y of one image against fp32's
+    short(record) -> tuple[str, ...]            the fidelity rule's failures (mean, worst, SSIM floors), () within
+
+The fidelity rule (pipeline.quality.loss.verdict) judges a lower precision by these alone where the model's fp32
+output is not above bicubic on the held-out photos (a GAN model such as Real-ESRGAN, which does not aim at PSNR):
+there is no gain over bicubic to keep, and the ground-truth drop says nothing, but what a user sees is the output
+moved away from fp32's.
 """
 from __future__ import annotations
 
@@ -15,11 +22,12 @@ import math
 
 import numpy as np
 
-from pipeline.precisions import FIDELITY_FLOOR_DB
-from pipeline.quality.metrics import crop_border_for, psnr_y
+from pipeline.precisions import FIDELITY_FLOOR_DB, FIDELITY_MEAN_FLOOR_DB, FIDELITY_SSIM_FLOOR
+from pipeline.quality.metrics import crop_border_for, psnr_y, ssim_y
 
 CAP_DB = 100.0  # identical outputs (infinite PSNR) are recorded as this: JSON has no infinity
 KEYS = ("fidelity_db", "fidelity_mean_db", "fidelity_worst_db")
+SSIM_KEYS = ("fidelity_ssim", "fidelity_ssim_worst")
 
 
 def to_image(y: np.ndarray) -> np.ndarray:
@@ -38,6 +46,47 @@ def figures(values: list[float]) -> dict:
             "fidelity_worst_db": round(float(min(values)), 3)}
 
 
+def ssim_to_fp32(out: np.ndarray, ref: np.ndarray, scale: float) -> float:
+    """SSIM-Y of 8-bit `out` against fp32's 8-bit `ref` (1.0: identical)."""
+    return round(float(ssim_y(out, ref, crop_border_for(scale))), 6)
+
+
+def ssim_figures(values: list[float]) -> dict:
+    return {"fidelity_ssim": [round(v, 6) for v in values], "fidelity_ssim_worst": round(float(min(values)), 6)}
+
+
+def mean_floor(precision: str) -> float | None:
+    return FIDELITY_MEAN_FLOOR_DB.get(precision)
+
+
+def ssim_floor(precision: str) -> float | None:
+    return FIDELITY_SSIM_FLOOR.get(precision)
+
+
+def short(record: dict) -> tuple[str, ...]:
+    """The fidelity rule's failures for a record, one entry each ('BELOW its 40 dB mean fidelity floor', ...)."""
+    p, out = record["precision"], []
+    if (limit := mean_floor(p)) is not None and record["fidelity_mean_db"] < limit:
+        out.append(f"BELOW its {limit:g} dB mean fidelity floor")
+    if not within_floor(record["fidelity_worst_db"], p):
+        out.append("BELOW its fidelity floor")
+    if (limit := ssim_floor(p)) is not None and record["fidelity_ssim_worst"] < limit:
+        out.append(f"BELOW its {limit:g} SSIM-to-fp32 floor")
+    return tuple(out)
+
+
+def rule_line(record: dict) -> str:
+    """'fidelity to fp32 44.7 dB mean (floor 40), worst image 41.7 (floor 38), SSIM-Y to fp32 0.9934 at worst
+    (floor 0.98)'."""
+    p = record["precision"]
+
+    def fl(v):
+        return f" (floor {v:g})" if v is not None else ""
+    return (f"fidelity to fp32 {record['fidelity_mean_db']:.1f} dB mean{fl(mean_floor(p))}, worst image "
+            f"{record['fidelity_worst_db']:.1f}{fl(floor(p))}, SSIM-Y to fp32 {record['fidelity_ssim_worst']:.4f} "
+            f"at worst{fl(ssim_floor(p))}")
+
+
 def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
@@ -54,6 +103,11 @@ def consistency_problem(record: dict) -> str | None:
         return "its fidelity mean is not the mean of its own per-image figures (edited?)"
     if not _number(worst) or abs(worst - min(values)) > 1e-9:
         return "its worst fidelity is not the least of its own per-image figures (edited?)"
+    ssim = record.get("fidelity_ssim")
+    if not isinstance(ssim, list) or len(ssim) != len(values) or not all(_number(v) for v in ssim):
+        return "it has no SSIM-to-fp32 figures, one per image (measured by an older version)"
+    if not _number(record.get("fidelity_ssim_worst")) or abs(record["fidelity_ssim_worst"] - min(ssim)) > 1e-9:
+        return "its worst SSIM to fp32 is not the least of its own per-image figures (edited?)"
     return None
 
 

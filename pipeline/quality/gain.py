@@ -62,6 +62,11 @@ def short(record: dict) -> str | None:
     return f"BELOW {100 * GAIN_KEPT_MIN:.0f} % of the model's {' and '.join(low)} gain" if low else None
 
 
+def gain_text(gain: dict) -> str:
+    """'PSNR-Y -1.52 dB, SSIM-Y -0.0410 against it'."""
+    return f"PSNR-Y {gain['psnr_y']:+.2f} dB, SSIM-Y {gain['ssim_y']:+.4f} against it"
+
+
 def below_line(record: dict) -> str:
     """'at or below bicubic here on the 4 held-out photos: PSNR-Y -0.07 dB, SSIM-Y +0.0036 against it'."""
     gain = model_gain(record)

@@ -10,9 +10,11 @@ and whether it is within the precision's budget (pipeline.precisions). Choosing 
     loss_line(record) -> str          one line: the loss, its budget, and whether it is within it
     summary(record) -> dict           the loss as a report row carries it (bench, compare)
 
-The gate (GATE_VERSION 2): a lower precision is within budget when its Y-PSNR drop is within its budget, its worst
-image's fidelity to fp32 at or above its floor, and it keeps GAIN_KEPT_MIN of the model's gain over bicubic in
-PSNR-Y and in SSIM-Y (pipeline.quality.gain); where the model is at or below bicubic there, nothing is.
+The gate (GATE_VERSION 3) has two rules (rule()). The gain rule: a lower precision is within budget when its Y-PSNR
+drop is within its budget, its worst image's fidelity to fp32 at or above its floor, and it keeps GAIN_KEPT_MIN of
+the model's gain over bicubic in PSNR-Y and in SSIM-Y (pipeline.quality.gain). Where fp32 is at or below bicubic
+there (a GAN model, which does not aim at PSNR), the fidelity rule: its mean and worst image's Y-PSNR and its worst
+SSIM-Y against fp32's own output at or above the precision's floors (pipeline.quality.fidelity).
 
 The same backend runs the held-out images (degraded as in training, at the run's scale) at fp32 and at its
 precision; both outputs are rounded to 8 bits and scored against the originals, border cropped
@@ -218,9 +220,10 @@ def measure(backend: Backend, scale: float | None = None, progress=None) -> dict
     (psnr32, ssim32, outs32), (psnr, ssim, outs) = _scored([backend.fp32_twin(), backend], pairs, scale, progress,
                                                            f"measuring {backend.precision}'s loss")
     close = [fidelity.fidelity_db(o, r, scale) for o, r in zip(outs, outs32, strict=True)]
+    alike = [fidelity.ssim_to_fp32(o, r, scale) for o, r in zip(outs, outs32, strict=True)]
     return {**_fp32_and_bicubic(backend, scale, pairs, psnr32, ssim32), "psnr": round(psnr, 4),
             "psnr_loss_db": round(psnr32 - psnr, 4), "ssim": round(ssim, 5), "ssim_loss": round(ssim32 - ssim, 5),
-            "budget_db": BUDGET_DB.get(backend.precision), **fidelity.figures(close),
+            "budget_db": BUDGET_DB.get(backend.precision), **fidelity.figures(close), **fidelity.ssim_figures(alike),
             "fidelity_floor_db": fidelity.floor(backend.precision)}
 
 
@@ -388,6 +391,17 @@ def within_floor(record: dict) -> bool:
     return fidelity.within_floor(record["fidelity_worst_db"], record["precision"])
 
 
+GAIN_RULE = "gain"  # the model adds over bicubic: the budget, the worst image's fidelity floor and the gain kept
+FIDELITY_RULE = "fidelity"  # it does not (a GAN model): fidelity to fp32 alone (mean, worst image, SSIM floors)
+
+
+def rule(record: dict) -> str:
+    """Which rule judges a record: the fidelity rule where its fp32 output is not above bicubic on its held-out
+    photos in PSNR-Y or SSIM-Y (there is no gain to keep, and the ground-truth drop says nothing), else the gain
+    rule."""
+    return FIDELITY_RULE if gain.adds_nothing(gain.model_gain(record)) else GAIN_RULE
+
+
 def within_budget(record: dict) -> bool:
     """The quality gate: says whether a record passes.
 
@@ -395,10 +409,13 @@ def within_budget(record: dict) -> bool:
         record: a precision-loss record.
 
     Returns:
-        True when the drop against the ground truth is within its budget, the worst image's fidelity to fp32 is at
-        or above its floor, and GAIN_KEPT_MIN of the model's gain over bicubic is kept in PSNR-Y and SSIM-Y (never
-        where the model adds none).
+        Under the gain rule, True when the drop against the ground truth is within its budget, the worst image's
+        fidelity to fp32 is at or above its floor, and GAIN_KEPT_MIN of the model's gain over bicubic is kept in
+        PSNR-Y and SSIM-Y; under the fidelity rule, when the mean and worst image's fidelity and the worst SSIM-Y to
+        fp32 are at or above their floors.
     """
+    if rule(record) == FIDELITY_RULE:
+        return not fidelity.short(record)
     return within_loss(record) and within_floor(record) and gain.keeps_enough(record)
 
 
@@ -413,6 +430,7 @@ class Verdict:
     gain: dict                 # the model's gain over bicubic at fp32: {psnr_y (dB), ssim_y}
     gain_kept: dict | None     # the share of it kept: {psnr_y, ssim_y} (fractions); None: the model adds none
     record: dict               # the quality record judged (pipeline.quality.loss.measure's fields)
+    rule: str = GAIN_RULE      # GAIN_RULE or FIDELITY_RULE (rule(): whether fp32 is above bicubic here)
 
     @property
     def line(self) -> str:
@@ -421,11 +439,14 @@ class Verdict:
 
 def verdict(record: dict) -> Verdict:
     """The gate's verdict on a quality record (precision_loss's or stored()'s)."""
-    reasons = ([f"OVER its {budget(record):g} dB budget"] if not within_loss(record) else []) + \
-        (["BELOW its fidelity floor"] if not within_floor(record) else []) + \
-        [why for why in (gain.short(record),) if why is not None]
+    if rule(record) == FIDELITY_RULE:
+        reasons = list(fidelity.short(record))
+    else:
+        reasons = ([f"OVER its {budget(record):g} dB budget"] if not within_loss(record) else []) + \
+            (["BELOW its fidelity floor"] if not within_floor(record) else []) + \
+            [why for why in (gain.short(record),) if why is not None]
     return Verdict(record["precision"], record["scale"], not reasons, tuple(reasons), gain.model_gain(record),
-                   gain.gain_kept(record), record)
+                   gain.gain_kept(record), record, rule(record))
 
 
 def gate(backend: Backend, scale: float | None = None, *, measure: bool = True, log=None,
@@ -454,7 +475,7 @@ def summary(record: dict | None) -> dict | None:
     return {"psnr_loss_db": record["psnr_loss_db"], "ssim_loss": record["ssim_loss"], "budget_db": budget(record),
             "within_budget": judged.within_budget, "why_not": list(judged.reasons), "images": record["images"],
             "fidelity": fidelity.summary(record["fidelity_db"], record["precision"], "held-out"),
-            "gain_kept": judged.gain_kept, "model_gain": judged.gain}
+            "gain_kept": judged.gain_kept, "model_gain": judged.gain, "rule": judged.rule}
 
 
 def loss_line(record: dict, advice: bool = True) -> str:
@@ -474,6 +495,12 @@ def loss_line(record: dict, advice: bool = True) -> str:
     """
     p = record["precision"]
     judged = verdict(record)
+    if judged.rule == FIDELITY_RULE:
+        return (f"{p} judged by fidelity to fp32 (fp32 is not above bicubic on the {record['images']} held-out "
+                f"images, {gain.gain_text(judged.gain)}: a model that does not aim at PSNR, e.g. a GAN), "
+                f"{fidelity.rule_line(record)}, "
+                + ("within its fidelity floors" if judged.within_budget
+                   else " and ".join(judged.reasons) + (": use fp32 for exact output" if advice else "")))
     kept = gain.kept_text(judged.gain_kept) if judged.gain_kept is not None else "the model adds nothing over " \
         "bicubic here"
     verdict_text = (f"within its {budget(record):g} dB budget, fidelity floor and {100 * GAIN_KEPT_MIN:.0f} % of "

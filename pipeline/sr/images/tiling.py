@@ -121,8 +121,14 @@ def plan_axis(length: int, scale: float, tile: int | None, margin: int, window: 
     if len(cuts) > 2 and cuts[-1] - cuts[-2] < keep // 4:  # fold a sliver into the previous tile
         folded = _spans(cuts[:-2] + cuts[-1:], length, scale, margin, window, align)
         if max_crop is None or max(s.crop1 - s.crop0 for s in folded) <= max_crop:
-            return folded
-    return _spans(cuts, length, scale, margin, window, align)
+            return _whole_if_no_saving(folded, whole, length)
+    return _whole_if_no_saving(_spans(cuts, length, scale, margin, window, align), whole, length)
+
+
+def _whole_if_no_saving(spans: list[Span], whole: Span, length: int) -> list[Span]:
+    """The whole axis when every crop is the whole axis anyway (a context margin past the image: RRDBNet's reaches
+    1,400 HR pixels): tiles would only run the same input again."""
+    return [whole] if all(s.crop0 == 0 and s.crop1 == length for s in spans) else spans
 
 
 def _spans(cuts: list[int], length: int, scale: float, margin: int, window: int, align: int) -> list[Span]:
