@@ -120,6 +120,8 @@ from pipeline.data import sample_images
 from pipeline.data.degradation import make_pair
 from pipeline.errors import PipelineError, first_line
 from pipeline.export.phases import split_phases
+from pipeline.export.rounding import image_hessian, round_weights
+from pipeline.native.cpu import int8_weight_bits
 from pipeline.precisions import version
 
 RECIPE = version("qdq")  # part of the file's name: bumped in pipeline.precisions when the recipe changes
@@ -139,9 +141,11 @@ CALIB_CHUNK = 2
 
 
 def recipe_id() -> str:
-    """What an int8 file's stamp says it was made by: the recipe and its calibration settings."""
+    """What an int8 file's stamp says it was made by: the recipe, its calibration settings and this CPU's weight
+    width for the convs that read all of u8 (pipeline.native.cpu.int8_weight_bits)."""
     return (f"q{RECIPE}/{METHOD}/{PERCENTILE}/{CROPS}x{CROP}/{'+'.join(KEEP_FLOAT)}/"
-            f"folded:{'+'.join(FOLDED_KEEP_FLOAT) or 'none'}/shift_relu={SHIFT_RELU}/phases={PHASES}")
+            f"folded:{'+'.join(FOLDED_KEEP_FLOAT) or 'none'}/shift_relu={SHIFT_RELU}/phases={PHASES}/"
+            f"wide_weights={int8_weight_bits()}bit")
 
 
 def keep_float(model: onnx.ModelProto) -> tuple[str, ...]:
@@ -159,7 +163,9 @@ def _sha(path: Path) -> str:
 
 
 def int8_path(fp32: Path) -> Path:
-    return cache_dir() / "int8" / f"{fp32.stem}-{_sha(fp32)}-q{RECIPE}.onnx"
+    """The cached int8 file of `fp32` for this CPU's weight width: a VNNI machine's 8-bit weights saturate without
+    VNNI, so a cache shared between kinds holds one file per width."""
+    return cache_dir() / "int8" / f"{fp32.stem}-{_sha(fp32)}-q{RECIPE}w{int8_weight_bits()}.onnx"
 
 
 ACTIVATIONS = ("Relu", "LeakyRelu", "PRelu", "Sigmoid", "Tanh", "Clip", "HardSigmoid", "Elu", "Gelu", "Mish")
@@ -573,11 +579,15 @@ def _load_fp32(fp32: Path) -> onnx.ModelProto:
 
 def quantize(fp32: Path, dst: Path, scale: float, *, method: str = METHOD, keep: tuple[str, ...] | None = None,
              crops: int = CROPS, percentile: float = PERCENTILE, exact_image: bool = True,
-             float_outputs: bool = True, shift_relu: bool = SHIFT_RELU, phases: bool = PHASES, progress=None) -> None:
+             float_outputs: bool = True, shift_relu: bool = SHIFT_RELU, phases: bool = PHASES,
+             weight_bits: int | None = None, progress=None) -> None:
     """Write the Q/DQ file of `fp32` (calibrated at `scale`) to `dst`. The keywords are the recipe (the defaults
-    are the shipped one: `keep` None is keep_float's); scripts/int8_recipes.py tries others. `progress(total, unit,
-    desc)` makes a bar."""
+    are the shipped one: `keep` None is keep_float's, `weight_bits` None this CPU's); scripts/int8_recipes.py tries
+    others. `progress(total, unit, desc)` makes a bar."""
+    from onnx import numpy_helper
+
     model = _load_fp32(Path(fp32))
+    bits = int8_weight_bits() if weight_bits is None else weight_bits
     keep = keep_float(model) if keep is None else keep
     if phases:
         split_phases(model)  # a folded SRCNN's graph: one chain per output phase, fewer MACs (else untouched)
@@ -601,11 +611,50 @@ def quantize(fp32: Path, dst: Path, scale: float, *, method: str = METHOD, keep:
                                 "quantize")
         ranges = _ranges(tallies, overrides, method) if own else None
         reader = None if own else _Feeds(feeds, tick)
+        wide = {n.input[1] for n in model.graph.node if n.name in image + full}  # full-range u8 inputs
+        floats = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer if t.name in wide}
+        hessians = image_hessians(model, image, feeds)
         _quantize_static(model, dst, reader, ranges, method, skip, percentile, overrides, float_outputs)
     finally:
         if bar is not None:
             bar.close()
-    settle_biases(dst, corrections)
+    round_wide(dst, floats, bits, hessians)
+    settle_biases(dst, corrections)  # from the int8 weights as rounded
+
+
+def image_hessians(model: onnx.ModelProto, image: list[str], feeds: list[dict]) -> dict[str, np.ndarray]:
+    """Each image conv's input covariance (pipeline.export.rounding), by its weights' name: the calibration crops'
+    patches of its kernel's size (the image, before the Pad or Slice that moves it)."""
+    shapes = {t.name: tuple(t.dims) for t in model.graph.initializer}
+    kernels = {n.input[1]: shapes[n.input[1]][2:] for n in model.graph.node if n.name in image}
+    return {name: image_hessian([f["input"] for f in feeds], *kernel) for name, kernel in kernels.items()}
+
+
+def round_wide(path: Path, floats: dict[str, np.ndarray], bits: int, hessians: dict[str, np.ndarray]) -> None:
+    """Round again, from their float values (`floats`, by initializer name), the weights of the convs whose input
+    spans all of u8 (image and strip convs): to `bits` bits (7, [-64, 63], where a CPU without VNNI would saturate
+    8-bit ones: pipeline.native.cpu.int8_weight_bits), per output channel, symmetric; an image conv's (`hessians`)
+    by pipeline.export.rounding's error-compensating rule, the rest to nearest."""
+    from onnx import numpy_helper
+
+    top = 2 ** (bits - 1) - 1
+    model = onnx.load(str(path))
+    inits = {t.name: t for t in model.graph.initializer}
+    for n in (n for n in model.graph.node if n.op_type == "DequantizeLinear"):
+        q, source = n.input[0], n.input[0].removesuffix("_quantized")
+        if q not in inits or source not in floats or inits[q].data_type != onnx.TensorProto.INT8:
+            continue
+        w = floats[source].astype(np.float64)
+        if source in hessians:
+            rounded, step = round_weights(w, hessians[source], bits)
+        elif bits < 8:
+            step = np.maximum(np.abs(w).reshape(w.shape[0], -1).max(axis=1), 1e-12) / top
+            rounded = np.clip(np.rint(w / step.reshape(-1, *[1] * (w.ndim - 1))), -top - 1, top).astype(np.int8)
+        else:  # 8 bits to nearest: the quantizer's own
+            continue
+        inits[q].CopyFrom(numpy_helper.from_array(rounded, q))
+        inits[n.input[1]].CopyFrom(numpy_helper.from_array(step.astype(np.float32), n.input[1]))
+    onnx.save(model, str(path))
 
 
 def _quantize_static(model, dst: Path, reader, ranges, method: str, skip: list[str], percentile: float,
@@ -650,7 +699,7 @@ def int8_file(fp32: Path, scale: float, log=None, progress=None, chatter=None) -
         path.unlink(missing_ok=True)  # a link goes, never what it points at
         try:
             with atomic_path(path) as tmp, quiet_libraries(chatter):
-                quantize(fp32, Path(tmp), scale, crops=CROPS, progress=progress)
+                quantize(fp32, Path(tmp), scale, crops=CROPS, weight_bits=int8_weight_bits(), progress=progress)
         except ImportError as e:
             raise PipelineError(f"making the int8 file needs {e.name} (pip install 'srdeploy[export]')") from None
         except PipelineError:

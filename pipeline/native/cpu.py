@@ -40,3 +40,18 @@ def bf16_problem() -> str | None:
         return (f"this CPU has no bf16 arithmetic ({' or '.join(BF16_FLAGS)}): bf16 would be emulated, slower "
                 "than fp32; run fp32")
     return None
+
+
+# int8 dot products in hardware: AVX512-VNNI, AVX-VNNI (Alder Lake, Zen 5) or AMX-INT8 add u8 x s8 products in int32.
+VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+# Set to 0 to act as a CPU without VNNI (so a VNNI machine can make and check the narrowed int8 file).
+VNNI_ENV = "SRDEPLOY_CPU_VNNI"
+
+
+def int8_weight_bits() -> int:
+    """How many bits an int8 file's weights may use here: 8 with VNNI; 7 ([-64, 63]) without, where oneDNN's int8
+    kernels (AVX2's vpmaddubsw, AVX-512 without VNNI) add two u8 x s8 products into a saturating int16: 255 x 127 x 2
+    overflows it, 255 x 64 x 2 does not (OpenVINO/NNCF's "overflow fix")."""
+    if os.environ.get(VNNI_ENV) == "0" or not _cpu_flags() & set(VNNI_FLAGS):
+        return 7
+    return 8
