@@ -120,7 +120,7 @@ from pipeline.data import sample_images
 from pipeline.data.degradation import make_pair
 from pipeline.errors import PipelineError, first_line
 from pipeline.export.phases import split_phases
-from pipeline.export.rounding import image_hessian, round_weights
+from pipeline.export.rounding import patch_covariance, round_weights
 from pipeline.native.cpu import int8_weight_bits
 from pipeline.precisions import version
 
@@ -138,6 +138,7 @@ PHASES = True  # a folded SRCNN graph is quantized split per output phase (pipel
 # Calibration feeds per pass of ONNX Runtime's calibrator (CalibStridedMinMax): it keeps every activation of a pass,
 # so the whole set at once held ~10 GB on srcnn's HR-grid graph; a few at a time merge into the same histograms.
 CALIB_CHUNK = 2
+HESSIAN_EVERY = 5  # every 5th calibration feed (one crop per training image) gives the input covariances
 
 
 def recipe_id() -> str:
@@ -604,6 +605,7 @@ def quantize(fp32: Path, dst: Path, scale: float, *, method: str = METHOD, keep:
     try:
         ranged = ranged_tensors(model, skip + shifted, float_outputs) if own else []
         stats, tallies = activation_stats(model, shifted, ranged, feeds, percentile, tick)
+        hessians = conv_hessians(model, shifted, feeds[::HESSIAN_EVERY])
         shifts = {name: input_shift(stats[name], name in image, name in full) for name in stats}
         overrides, corrections = shift_inputs(model, shifts, {name: mean for name, (mean, *_) in stats.items()})
         if not [n for n in model.graph.node if n.op_type == "Conv" and n.name not in skip]:
@@ -611,40 +613,58 @@ def quantize(fp32: Path, dst: Path, scale: float, *, method: str = METHOD, keep:
                                 "quantize")
         ranges = _ranges(tallies, overrides, method) if own else None
         reader = None if own else _Feeds(feeds, tick)
-        wide = {n.input[1] for n in model.graph.node if n.name in image + full}  # full-range u8 inputs
-        floats = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer if t.name in wide}
-        hessians = image_hessians(model, image, feeds)
+        # the convs whose input spans all of u8 at this CPU's width, the ReLU-fed ones at 8 bits
+        widths = {n.input[1]: bits if n.name in image + full else 8 for n in model.graph.node if n.name in shifted}
+        floats = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer if t.name in widths}
         _quantize_static(model, dst, reader, ranges, method, skip, percentile, overrides, float_outputs)
     finally:
         if bar is not None:
             bar.close()
-    round_wide(dst, floats, bits, hessians)
+    round_convs(dst, floats, widths, hessians)
     settle_biases(dst, corrections)  # from the int8 weights as rounded
 
 
-def image_hessians(model: onnx.ModelProto, image: list[str], feeds: list[dict]) -> dict[str, np.ndarray]:
-    """Each image conv's input covariance (pipeline.export.rounding), by its weights' name: the calibration crops'
-    patches of its kernel's size (the image, before the Pad or Slice that moves it)."""
+def conv_hessians(model: onnx.ModelProto, names: list[str], feeds: list[dict]) -> dict[str, np.ndarray]:
+    """Each named ungrouped, unpadded conv's input covariance over `feeds` (pipeline.export.rounding), by its
+    weights' name: its own input's patches of its kernel's size, every other position (ONNX Runtime, fp32)."""
+    import onnxruntime as ort
+
     shapes = {t.name: tuple(t.dims) for t in model.graph.initializer}
-    kernels = {n.input[1]: shapes[n.input[1]][2:] for n in model.graph.node if n.name in image}
-    return {name: image_hessian([f["input"] for f in feeds], *kernel) for name, kernel in kernels.items()}
+    convs = [n for n in model.graph.node if n.name in names and _unpadded(n)
+             and next((a.i for a in n.attribute if a.name == "group"), 1) == 1]
+    inputs = list(dict.fromkeys(n.input[0] for n in convs))
+    if not inputs:
+        return {}
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    known = {o.name for o in probe.graph.output}
+    probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(t) for t in inputs if t not in known)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    seen: dict[str, list[np.ndarray]] = {t: [] for t in inputs}
+    for feed in feeds:
+        for t, y in zip(inputs, session.run(inputs, feed), strict=True):
+            seen[t].append(y)
+    return {n.input[1]: patch_covariance(seen[n.input[0]], *shapes[n.input[1]][2:], stride=2) for n in convs}
 
 
-def round_wide(path: Path, floats: dict[str, np.ndarray], bits: int, hessians: dict[str, np.ndarray]) -> None:
-    """Round again, from their float values (`floats`, by initializer name), the weights of the convs whose input
-    spans all of u8 (image and strip convs): to `bits` bits (7, [-64, 63], where a CPU without VNNI would saturate
-    8-bit ones: pipeline.native.cpu.int8_weight_bits), per output channel, symmetric; an image conv's (`hessians`)
-    by pipeline.export.rounding's error-compensating rule, the rest to nearest."""
+def round_convs(path: Path, floats: dict[str, np.ndarray], widths: dict[str, int],
+                hessians: dict[str, np.ndarray]) -> None:
+    """Round again, from their float values (`floats`, by initializer name), the shifted convs' weights: each to
+    its width in bits (`widths`: 7, [-64, 63], for a conv whose input spans all of u8 where a CPU without VNNI would
+    saturate 8-bit ones: pipeline.native.cpu.int8_weight_bits), per output channel, symmetric; those with an input
+    covariance (`hessians`) by pipeline.export.rounding's error-compensating rule, the rest to nearest."""
     from onnx import numpy_helper
 
-    top = 2 ** (bits - 1) - 1
     model = onnx.load(str(path))
     inits = {t.name: t for t in model.graph.initializer}
     for n in (n for n in model.graph.node if n.op_type == "DequantizeLinear"):
         q, source = n.input[0], n.input[0].removesuffix("_quantized")
         if q not in inits or source not in floats or inits[q].data_type != onnx.TensorProto.INT8:
             continue
-        w = floats[source].astype(np.float64)
+        w, bits = floats[source].astype(np.float64), widths[source]
+        top = 2 ** (bits - 1) - 1
         if source in hessians:
             rounded, step = round_weights(w, hessians[source], bits)
         elif bits < 8:

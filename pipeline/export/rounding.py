@@ -1,6 +1,6 @@
 """Rounding a conv's weights to int8 steps so that its *output* moves least (GPTQ/OBQ's rule), not each weight.
 
-    image_hessian(images, kh, kw)          E[(x - mean)(x - mean)^T] of the kh x kw patches of the images
+    patch_covariance(images, kh, kw)       E[(x - mean)(x - mean)^T] of the kh x kw patches of the images
     round_weights(w, hessian, bits)        (q, step): per output channel symmetric, error-compensated rounding
 
 Rounding to nearest leaves each weight within half a step, but a conv's output error is the sum of those errors
@@ -17,12 +17,13 @@ import numpy as np
 DAMP = 0.01  # share of the mean diagonal added to the covariance, as GPTQ does: keeps its inverse well conditioned
 
 
-def image_hessian(images: list[np.ndarray], kh: int, kw: int) -> np.ndarray:
-    """The centred covariance of the (C, kh, kw) patches of `images` (each 1 x C x H x W), flattened C-major as a
-    conv's weights are (C * kh * kw square)."""
+def patch_covariance(images: list[np.ndarray], kh: int, kw: int, stride: int = 1) -> np.ndarray:
+    """The centred covariance of the (C, kh, kw) patches of `images` (each 1 x C x H x W) at every `stride`-th
+    position, flattened C-major as a conv's weights are (C * kh * kw square)."""
     sums, outer, count = 0.0, 0.0, 0
     for x in images:
         patches = np.lib.stride_tricks.sliding_window_view(x[0].astype(np.float64), (kh, kw), axis=(1, 2))
+        patches = patches[:, ::stride, ::stride]
         flat = patches.transpose(1, 2, 0, 3, 4).reshape(-1, x.shape[1] * kh * kw)  # (positions, C*kh*kw)
         sums = sums + flat.sum(axis=0)
         outer = outer + flat.T @ flat
