@@ -119,6 +119,7 @@ from pipeline.artifacts.stamp import made_once, stamp, stamp_problem
 from pipeline.data import sample_images
 from pipeline.data.degradation import make_pair
 from pipeline.errors import PipelineError, first_line
+from pipeline.export.equalize import equalize
 from pipeline.export.phases import split_phases
 from pipeline.export.rounding import patch_covariance, round_weights
 from pipeline.native.cpu import int8_weight_bits
@@ -138,6 +139,7 @@ PHASES = True  # a folded SRCNN graph is quantized split per output phase (pipel
 # Calibration feeds per pass of ONNX Runtime's calibrator (CalibStridedMinMax): it keeps every activation of a pass,
 # so the whole set at once held ~10 GB on srcnn's HR-grid graph; a few at a time merge into the same histograms.
 CALIB_CHUNK = 2
+EQUALIZE = True  # cross-layer equalization of each Conv -> Relu -> Conv pair (pipeline.export.equalize)
 HESSIAN_EVERY = 5  # every 5th calibration feed (one crop per training image) gives the input covariances
 
 
@@ -146,7 +148,7 @@ def recipe_id() -> str:
     width for the convs that read all of u8 (pipeline.native.cpu.int8_weight_bits)."""
     return (f"q{RECIPE}/{METHOD}/{PERCENTILE}/{CROPS}x{CROP}/{'+'.join(KEEP_FLOAT)}/"
             f"folded:{'+'.join(FOLDED_KEEP_FLOAT) or 'none'}/shift_relu={SHIFT_RELU}/phases={PHASES}/"
-            f"wide_weights={int8_weight_bits()}bit")
+            f"equalize={EQUALIZE}/wide_weights={int8_weight_bits()}bit")
 
 
 def keep_float(model: onnx.ModelProto) -> tuple[str, ...]:
@@ -595,6 +597,8 @@ def quantize(fp32: Path, dst: Path, scale: float, *, method: str = METHOD, keep:
     feeds = _calibration(scale, {i.name for i in model.graph.input}, crops)
     if not feeds:
         raise PipelineError("no training image is large enough to calibrate int8")
+    if EQUALIZE:
+        equalize(model, feeds[::HESSIAN_EVERY])  # the same function, each ReLU's channels alike for one step
     full = explicit_padding(model, strip_convs(model, keep)) if exact_image and shift_relu else []
     skip = excluded(model, keep, exact_image, shift_relu)
     image = image_convs(model) if exact_image else []
