@@ -121,7 +121,7 @@ from pipeline.data.degradation import make_pair
 from pipeline.errors import PipelineError, first_line
 from pipeline.export.equalize import equalize
 from pipeline.export.phases import split_phases
-from pipeline.export.rounding import patch_covariance, round_weights
+from pipeline.export.rounding import PatchCovariance, round_weights
 from pipeline.native.cpu import int8_weight_bits
 from pipeline.precisions import version
 
@@ -646,11 +646,12 @@ def conv_hessians(model: onnx.ModelProto, names: list[str], feeds: list[dict]) -
     options = ort.SessionOptions()
     options.log_severity_level = 3
     session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    seen: dict[str, list[np.ndarray]] = {t: [] for t in inputs}
+    covs = {n.name: PatchCovariance(*shapes[n.input[1]][2:], stride=2) for n in convs}
     for feed in feeds:
-        for t, y in zip(inputs, session.run(inputs, feed), strict=True):
-            seen[t].append(y)
-    return {n.input[1]: patch_covariance(seen[n.input[0]], *shapes[n.input[1]][2:], stride=2) for n in convs}
+        seen = dict(zip(inputs, session.run(inputs, feed), strict=True))
+        for n in convs:
+            covs[n.name].add(seen[n.input[0]])
+    return {n.input[1]: covs[n.name].value() for n in convs}
 
 
 def round_convs(path: Path, floats: dict[str, np.ndarray], widths: dict[str, int],

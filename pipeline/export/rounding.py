@@ -17,19 +17,34 @@ import numpy as np
 DAMP = 0.01  # share of the mean diagonal added to the covariance, as GPTQ does: keeps its inverse well conditioned
 
 
+class PatchCovariance:
+    """The centred covariance of the (C, kh, kw) patches of the images added (each 1 x C x H x W) at every
+    `stride`-th position, flattened C-major as a conv's weights are (C * kh * kw square); an image at a time, so
+    memory is one image's patches."""
+
+    def __init__(self, kh: int, kw: int, stride: int = 1):
+        self.kh, self.kw, self.stride = kh, kw, stride
+        self.sums, self.outer, self.count = 0.0, 0.0, 0
+
+    def add(self, x: np.ndarray) -> None:
+        patches = np.lib.stride_tricks.sliding_window_view(x[0].astype(np.float64), (self.kh, self.kw), axis=(1, 2))
+        patches = patches[:, ::self.stride, ::self.stride]
+        flat = patches.transpose(1, 2, 0, 3, 4).reshape(-1, x.shape[1] * self.kh * self.kw)  # (positions, C*kh*kw)
+        self.sums = self.sums + flat.sum(axis=0)
+        self.outer = self.outer + flat.T @ flat
+        self.count += flat.shape[0]
+
+    def value(self) -> np.ndarray:
+        mean = self.sums / self.count
+        return self.outer / self.count - np.outer(mean, mean)
+
+
 def patch_covariance(images: list[np.ndarray], kh: int, kw: int, stride: int = 1) -> np.ndarray:
-    """The centred covariance of the (C, kh, kw) patches of `images` (each 1 x C x H x W) at every `stride`-th
-    position, flattened C-major as a conv's weights are (C * kh * kw square)."""
-    sums, outer, count = 0.0, 0.0, 0
+    """PatchCovariance of `images` at once."""
+    cov = PatchCovariance(kh, kw, stride)
     for x in images:
-        patches = np.lib.stride_tricks.sliding_window_view(x[0].astype(np.float64), (kh, kw), axis=(1, 2))
-        patches = patches[:, ::stride, ::stride]
-        flat = patches.transpose(1, 2, 0, 3, 4).reshape(-1, x.shape[1] * kh * kw)  # (positions, C*kh*kw)
-        sums = sums + flat.sum(axis=0)
-        outer = outer + flat.T @ flat
-        count += flat.shape[0]
-    mean = sums / count
-    return outer / count - np.outer(mean, mean)
+        cov.add(x)
+    return cov.value()
 
 
 def round_weights(w: np.ndarray, hessian: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
@@ -38,11 +53,14 @@ def round_weights(w: np.ndarray, hessian: np.ndarray, bits: int) -> tuple[np.nda
     top = 2 ** (bits - 1) - 1
     rows = w.reshape(w.shape[0], -1).astype(np.float64).copy()
     step = np.maximum(np.abs(rows).max(axis=1), 1e-12) / top
-    h = hessian + DAMP * np.mean(np.diag(hessian)) * np.eye(len(hessian))
+    order = np.argsort(-np.diag(hessian), kind="stable")  # the inputs that vary most first (GPTQ's act-order)
+    rows, h = rows[:, order], hessian[np.ix_(order, order)]
+    h = h + DAMP * np.mean(np.diag(h)) * np.eye(len(h))
     upper = np.linalg.cholesky(np.linalg.inv(h)).T  # GPTQ: the inverse's Cholesky factor, upper
     q = np.empty_like(rows)
     for i in range(rows.shape[1]):
         q[:, i] = np.clip(np.rint(rows[:, i] / step), -top - 1, top)
         err = (rows[:, i] - q[:, i] * step) / upper[i, i]
         rows[:, i + 1:] -= np.outer(err, upper[i, i + 1:])
+    q[:, order] = q.copy()
     return q.reshape(w.shape).astype(np.int8), step
