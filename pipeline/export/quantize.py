@@ -98,6 +98,24 @@ and takes int8 with zero point 0 only; the output's two Concats (frame and inter
 against 5.3 for a 768x768 output alone in OpenVINO (1 thread); the split with its Concat of int8 tensors (right in
 OpenVINO) 85.6 ms against 84.6 for fold3 uncropped per phase, 73-74 cropped as shipped (1 thread, 25 rounds).
 
+Recipe 8 -> 9 (every CPU kind; figures on a 2-core AMD EPYC Zen 3, AVX2 and FMA only: no AVX-512, no VNNI, the
+machine shared, load average 10-20; srcnn-x3, held-out, gate protocol; gain kept = 1 - loss / the model's gain
+over bicubic, +0.598 dB PSNR-Y and +0.0133 SSIM-Y). Without VNNI, oneDNN's int8 kernels add two u8 x s8 products
+in a saturating int16 (vpmaddubsw): OpenVINO's output there was not the file's (astronaut, RGB PSNR to fp32: the
+file computed exactly 42.8 dB, OpenVINO 37.6) and recipe 8 lost 0.174 dB (71 % / 35 % of the PSNR-Y / SSIM-Y gain
+kept). Step by step:
+    7-bit weights ([-64, 63]) on every conv, to nearest     0.200 dB, SSIM-Y 0.0059   67 % / 55 %  fidelity 44.0
+        (no saturation: OpenVINO equals the exact file, but 7-bit rounding costs what saturation did)
+    + the shifted convs' weights rounded against their input's covariance (rounding.py, GPTQ's rule; the ReLU-fed
+      ones back at 8 bits: their u8 inputs stay far below 255)
+                                                            0.027 dB, 0.0017         96 % / 87 %  fidelity 52.9
+      (the 99.99th percentile instead of 99.999 for the ranges: no change, 0.028 dB, 0.0017)
+    + Conv -> Relu -> Conv pairs equalized (equalize.py)    0.022 dB, 0.0014         96 % / 89 %  fidelity 53.5
+    + act-order (the inputs that vary most rounded first)   0.018 dB, 0.0012         97 % / 91 %  fidelity 53.9
+Only the convs whose input spans all of u8 (the image convs, the strips') keep 7 bits without VNNI
+(pipeline.native.cpu.int8_weight_bits, the one place that decides; the cached file's name and stamp carry the
+width); with VNNI every conv keeps 8 bits.
+
 scripts/int8_recipes.py measures other recipes (KEEP:METHOD:CROPS:PERCENTILE and switches).
 """
 from __future__ import annotations
