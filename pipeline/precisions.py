@@ -95,8 +95,9 @@ ARTIFACTS = {a.name: a for a in (
     Artifact("weights", 1, "the model's PyTorch weights, run as they are"),
     Artifact("graph", _LAYOUT, "the exported ONNX file"),
     Artifact("folded", _LAYOUT, "the exported file's folded siblings (bicubic folded into conv1, integer scales)"),
-    # qdq 8: a folded SRCNN graph is quantized split per output phase (pipeline.export.phases)
-    Artifact("qdq", 8, "the fp32 graph's int8 Q/DQ version (pipeline.export.quantize's recipe)"),
+    # qdq 8: a folded SRCNN graph is quantized split per output phase (pipeline.export.phases). 9: Conv -> Relu -> Conv
+    # pairs equalized, shifted convs' weights rounded against their input's covariance, 7 bits without VNNI
+    Artifact("qdq", 9, "the fp32 graph's int8 Q/DQ version (pipeline.export.quantize's recipe)"),
     Artifact("bf16-graph", 2, "the fp32 graph in BF16, sr ops and Resize in FP32 (pipeline.export.fp16)"),
     # 1: the sidecar's format. Which graph a bf16/int8 engine is made from is pipeline.engine.precision's rule
     Artifact("engine", 1, "a TensorRT engine built from one of the graphs above, with its sidecar"),

@@ -86,10 +86,13 @@ def test_int8_file_of_a_folded_graph_runs_every_conv_int8_with_the_image_conv_ex
     assert "/fold1/Conv" not in convs and {f"/fold{k}/phase{g}/Conv" for k in (1, 2, 3) for g in range(9)} <= set(convs)
     assert not [n for n in q.graph.node if n.op_type == "QuantizeLinear"
                 and "Concat" in (fed_by.get(n.input[0]), fed_by.get(producer.get(n.input[0], n).input[0]))]
+    top = 2 ** (cpu.int8_weight_bits() - 1)  # this CPU's width for a conv reading all of u8 (no VNNI: [-64, 63])
     for g in range(9):
         quant = producer[producer[convs[f"/fold1/phase{g}/Conv"].input[0]].input[0]]
         assert quant.op_type == "QuantizeLinear" and fed_by[quant.input[0]] == "Sub"
         assert numpy_helper.to_array(inits[quant.input[1]]) == np.float32(1 / 255)
+        weights = numpy_helper.to_array(inits[producer[convs[f"/fold1/phase{g}/Conv"].input[1]].input[0]])
+        assert -top <= weights.min() and weights.max() < top and np.abs(weights).max() >= top // 2
     # Conv outputs stay float: no QuantizeLinear reads a Conv's output
     assert not [n for n in q.graph.node if n.op_type == "QuantizeLinear" and fed_by.get(n.input[0]) == "Conv"]
     # TensorRT's explicit quantization takes the file as it is: every DequantizeLinear reads int8 (weights as int8
@@ -215,22 +218,36 @@ def test_openvino_says_where_an_int8_call_spends_its_time_and_every_convolution_
     assert "srcnn-x3 (openvino int8)" in text and f"{ops[0]['op']} {ops[0]['kernel']}" in text
 
 
-@pytest.mark.parametrize("model", ["srcnn-x3", "deform-srcnn"])
-def test_int8_is_within_its_db_budget_and_floor_but_keeps_too_little_gain(model, monkeypatch, auto_cache):
-    """The shipped recipe (the image conv exact, the ReLU-fed unpadded convs shifted, a model graph's other first-
-    and last-layer convs in float, a folded graph's border strips int8 too) through OpenVINO, measured by the quality
-    store (deform-srcnn's DeformConv2d, a float part, on our bf16 kernel where the CPU has bf16): its Y-PSNR drop is
-    within int8's dB budget and its worst image above the fidelity floor, but it keeps under 90 % of the model's
-    SSIM-Y gain over bicubic (measured: srcnn-x3 91 % PSNR-Y, 82 % SSIM-Y; deform-srcnn 87 %, 61 %), so the gate
-    refuses it for that reason alone and `auto` never picks it."""
+def test_srcnn_x3s_int8_keeps_the_models_gain_and_auto_may_pick_it(monkeypatch, auto_cache):
+    """The shipped recipe through OpenVINO (the image conv exact; every shifted conv's weights rounded against its
+    input's covariance, the convs that read all of u8 at this CPU's width: 7 bits without VNNI, where 8 would
+    saturate; each Conv -> Relu -> Conv pair equalized), measured by the quality store: within int8's dB budget,
+    above the fidelity floor and keeping >= 90 % of the model's PSNR-Y and SSIM-Y gain over bicubic, so the gate
+    passes it (measured on an AVX2-only EPYC: 96 % and 90 %; the last recipe kept 71 % and 35 % there)."""
     pytest.importorskip("openvino", reason="OpenVINO is not installed")
     monkeypatch.setenv("SRDEPLOY_CACHE", str(auto_cache))  # the auto tests below reuse its int8 files
-    record = quality.precision_loss(create_named("openvino", model, "int8", threads=2))
+    record = quality.precision_loss(create_named("openvino", "srcnn-x3", "int8", threads=2))
+    assert record["precision"] == "int8" and record["images"] == 4
+    assert 0 < record["psnr_loss_db"] <= quality.BUDGET_DB["int8"] and within_loss(record) and within_floor(record)
+    judged = quality.verdict(record)
+    assert judged.gain["psnr_y"] > 0 and judged.gain["ssim_y"] > 0  # the model adds something to keep
+    assert min(judged.gain_kept.values()) >= GAIN_KEPT_MIN, judged.gain_kept
+    assert judged.within_budget and quality.within_budget(record) and judged.reasons == ()
+
+
+def test_deform_srcnns_int8_is_within_its_db_budget_and_floor_but_keeps_too_little_gain(monkeypatch, auto_cache):
+    """deform-srcnn's int8 (its model graph: first and last layers in float, DeformConv2d a float part on our bf16
+    kernel where the CPU has bf16): within its dB budget and above the floor, but under 90 % of the model's SSIM-Y
+    gain (measured: 87 % PSNR-Y and 61 % SSIM-Y on an AVX-512 VNNI EPYC), so the gate refuses it for that reason
+    alone and `auto` never picks it."""
+    pytest.importorskip("openvino", reason="OpenVINO is not installed")
+    monkeypatch.setenv("SRDEPLOY_CACHE", str(auto_cache))
+    record = quality.precision_loss(create_named("openvino", "deform-srcnn", "int8", threads=2))
     assert record["precision"] == "int8" and record["images"] == 4
     assert 0 < record["psnr_loss_db"] <= quality.BUDGET_DB["int8"] and within_loss(record) and within_floor(record)
     judged = quality.verdict(record)
     assert not judged.within_budget and not quality.within_budget(record)
-    assert judged.gain["psnr_y"] > 0 and judged.gain["ssim_y"] > 0  # the model adds something to keep
+    assert judged.gain["psnr_y"] > 0 and judged.gain["ssim_y"] > 0
     assert judged.gain_kept["ssim_y"] < GAIN_KEPT_MIN
     assert judged.reasons == (gain.short(record),) and judged.reasons[0].startswith("BELOW 90 % of the model's ")
 

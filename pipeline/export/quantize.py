@@ -98,6 +98,24 @@ and takes int8 with zero point 0 only; the output's two Concats (frame and inter
 against 5.3 for a 768x768 output alone in OpenVINO (1 thread); the split with its Concat of int8 tensors (right in
 OpenVINO) 85.6 ms against 84.6 for fold3 uncropped per phase, 73-74 cropped as shipped (1 thread, 25 rounds).
 
+Recipe 8 -> 9 (every CPU kind; figures on a 2-core AMD EPYC Zen 3, AVX2 and FMA only: no AVX-512, no VNNI, the
+machine shared, load average 10-20; srcnn-x3, held-out, gate protocol; gain kept = 1 - loss / the model's gain
+over bicubic, +0.598 dB PSNR-Y and +0.0133 SSIM-Y). Without VNNI, oneDNN's int8 kernels add two u8 x s8 products
+in a saturating int16 (vpmaddubsw): OpenVINO's output there was not the file's (astronaut, RGB PSNR to fp32: the
+file computed exactly 42.8 dB, OpenVINO 37.6) and recipe 8 lost 0.174 dB (71 % / 35 % of the PSNR-Y / SSIM-Y gain
+kept). Step by step:
+    7-bit weights ([-64, 63]) on every conv, to nearest     0.200 dB, SSIM-Y 0.0059   67 % / 55 %  fidelity 44.0
+        (no saturation: OpenVINO equals the exact file, but 7-bit rounding costs what saturation did)
+    + the shifted convs' weights rounded against their input's covariance (rounding.py, GPTQ's rule; the ReLU-fed
+      ones back at 8 bits: their u8 inputs stay far below 255)
+                                                            0.027 dB, 0.0017         96 % / 87 %  fidelity 52.9
+      (the 99.99th percentile instead of 99.999 for the ranges: no change, 0.028 dB, 0.0017)
+    + Conv -> Relu -> Conv pairs equalized (equalize.py)    0.022 dB, 0.0014         96 % / 89 %  fidelity 53.5
+    + act-order (the inputs that vary most rounded first)   0.018 dB, 0.0012         97 % / 91 %  fidelity 53.9
+Only the convs whose input spans all of u8 (the image convs, the strips') keep 7 bits without VNNI
+(pipeline.native.cpu.int8_weight_bits, the one place that decides; the cached file's name and stamp carry the
+width); with VNNI every conv keeps 8 bits.
+
 scripts/int8_recipes.py measures other recipes (KEEP:METHOD:CROPS:PERCENTILE and switches).
 """
 from __future__ import annotations
@@ -119,7 +137,10 @@ from pipeline.artifacts.stamp import made_once, stamp, stamp_problem
 from pipeline.data import sample_images
 from pipeline.data.degradation import make_pair
 from pipeline.errors import PipelineError, first_line
+from pipeline.export.equalize import equalize
 from pipeline.export.phases import split_phases
+from pipeline.export.rounding import PatchCovariance, round_weights
+from pipeline.native.cpu import int8_weight_bits
 from pipeline.precisions import version
 
 RECIPE = version("qdq")  # part of the file's name: bumped in pipeline.precisions when the recipe changes
@@ -136,12 +157,16 @@ PHASES = True  # a folded SRCNN graph is quantized split per output phase (pipel
 # Calibration feeds per pass of ONNX Runtime's calibrator (CalibStridedMinMax): it keeps every activation of a pass,
 # so the whole set at once held ~10 GB on srcnn's HR-grid graph; a few at a time merge into the same histograms.
 CALIB_CHUNK = 2
+EQUALIZE = True  # cross-layer equalization of each Conv -> Relu -> Conv pair (pipeline.export.equalize)
+HESSIAN_EVERY = 5  # every 5th calibration feed (one crop per training image) gives the input covariances
 
 
 def recipe_id() -> str:
-    """What an int8 file's stamp says it was made by: the recipe and its calibration settings."""
+    """What an int8 file's stamp says it was made by: the recipe, its calibration settings and this CPU's weight
+    width for the convs that read all of u8 (pipeline.native.cpu.int8_weight_bits)."""
     return (f"q{RECIPE}/{METHOD}/{PERCENTILE}/{CROPS}x{CROP}/{'+'.join(KEEP_FLOAT)}/"
-            f"folded:{'+'.join(FOLDED_KEEP_FLOAT) or 'none'}/shift_relu={SHIFT_RELU}/phases={PHASES}")
+            f"folded:{'+'.join(FOLDED_KEEP_FLOAT) or 'none'}/shift_relu={SHIFT_RELU}/phases={PHASES}/"
+            f"equalize={EQUALIZE}/wide_weights={int8_weight_bits()}bit")
 
 
 def keep_float(model: onnx.ModelProto) -> tuple[str, ...]:
@@ -159,7 +184,9 @@ def _sha(path: Path) -> str:
 
 
 def int8_path(fp32: Path) -> Path:
-    return cache_dir() / "int8" / f"{fp32.stem}-{_sha(fp32)}-q{RECIPE}.onnx"
+    """The cached int8 file of `fp32` for this CPU's weight width: a VNNI machine's 8-bit weights saturate without
+    VNNI, so a cache shared between kinds holds one file per width."""
+    return cache_dir() / "int8" / f"{fp32.stem}-{_sha(fp32)}-q{RECIPE}w{int8_weight_bits()}.onnx"
 
 
 ACTIVATIONS = ("Relu", "LeakyRelu", "PRelu", "Sigmoid", "Tanh", "Clip", "HardSigmoid", "Elu", "Gelu", "Mish")
@@ -573,17 +600,23 @@ def _load_fp32(fp32: Path) -> onnx.ModelProto:
 
 def quantize(fp32: Path, dst: Path, scale: float, *, method: str = METHOD, keep: tuple[str, ...] | None = None,
              crops: int = CROPS, percentile: float = PERCENTILE, exact_image: bool = True,
-             float_outputs: bool = True, shift_relu: bool = SHIFT_RELU, phases: bool = PHASES, progress=None) -> None:
+             float_outputs: bool = True, shift_relu: bool = SHIFT_RELU, phases: bool = PHASES,
+             weight_bits: int | None = None, progress=None) -> None:
     """Write the Q/DQ file of `fp32` (calibrated at `scale`) to `dst`. The keywords are the recipe (the defaults
-    are the shipped one: `keep` None is keep_float's); scripts/int8_recipes.py tries others. `progress(total, unit,
-    desc)` makes a bar."""
+    are the shipped one: `keep` None is keep_float's, `weight_bits` None this CPU's); scripts/int8_recipes.py tries
+    others. `progress(total, unit, desc)` makes a bar."""
+    from onnx import numpy_helper
+
     model = _load_fp32(Path(fp32))
+    bits = int8_weight_bits() if weight_bits is None else weight_bits
     keep = keep_float(model) if keep is None else keep
     if phases:
         split_phases(model)  # a folded SRCNN's graph: one chain per output phase, fewer MACs (else untouched)
     feeds = _calibration(scale, {i.name for i in model.graph.input}, crops)
     if not feeds:
         raise PipelineError("no training image is large enough to calibrate int8")
+    if EQUALIZE:
+        equalize(model, feeds[::HESSIAN_EVERY])  # the same function, each ReLU's channels alike for one step
     full = explicit_padding(model, strip_convs(model, keep)) if exact_image and shift_relu else []
     skip = excluded(model, keep, exact_image, shift_relu)
     image = image_convs(model) if exact_image else []
@@ -594,6 +627,7 @@ def quantize(fp32: Path, dst: Path, scale: float, *, method: str = METHOD, keep:
     try:
         ranged = ranged_tensors(model, skip + shifted, float_outputs) if own else []
         stats, tallies = activation_stats(model, shifted, ranged, feeds, percentile, tick)
+        hessians = conv_hessians(model, shifted, feeds[::HESSIAN_EVERY])
         shifts = {name: input_shift(stats[name], name in image, name in full) for name in stats}
         overrides, corrections = shift_inputs(model, shifts, {name: mean for name, (mean, *_) in stats.items()})
         if not [n for n in model.graph.node if n.op_type == "Conv" and n.name not in skip]:
@@ -601,11 +635,69 @@ def quantize(fp32: Path, dst: Path, scale: float, *, method: str = METHOD, keep:
                                 "quantize")
         ranges = _ranges(tallies, overrides, method) if own else None
         reader = None if own else _Feeds(feeds, tick)
+        # the convs whose input spans all of u8 at this CPU's width, the ReLU-fed ones at 8 bits
+        widths = {n.input[1]: bits if n.name in image + full else 8 for n in model.graph.node if n.name in shifted}
+        floats = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer if t.name in widths}
         _quantize_static(model, dst, reader, ranges, method, skip, percentile, overrides, float_outputs)
     finally:
         if bar is not None:
             bar.close()
-    settle_biases(dst, corrections)
+    round_convs(dst, floats, widths, hessians)
+    settle_biases(dst, corrections)  # from the int8 weights as rounded
+
+
+def conv_hessians(model: onnx.ModelProto, names: list[str], feeds: list[dict]) -> dict[str, np.ndarray]:
+    """Each named ungrouped, unpadded conv's input covariance over `feeds` (pipeline.export.rounding), by its
+    weights' name: its own input's patches of its kernel's size, every other position (ONNX Runtime, fp32)."""
+    import onnxruntime as ort
+
+    shapes = {t.name: tuple(t.dims) for t in model.graph.initializer}
+    convs = [n for n in model.graph.node if n.name in names and _unpadded(n)
+             and next((a.i for a in n.attribute if a.name == "group"), 1) == 1]
+    inputs = list(dict.fromkeys(n.input[0] for n in convs))
+    if not inputs:
+        return {}
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    known = {o.name for o in probe.graph.output}
+    probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(t) for t in inputs if t not in known)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    covs = {n.name: PatchCovariance(*shapes[n.input[1]][2:], stride=2) for n in convs}
+    for feed in feeds:
+        seen = dict(zip(inputs, session.run(inputs, feed), strict=True))
+        for n in convs:
+            covs[n.name].add(seen[n.input[0]])
+    return {n.input[1]: covs[n.name].value() for n in convs}
+
+
+def round_convs(path: Path, floats: dict[str, np.ndarray], widths: dict[str, int],
+                hessians: dict[str, np.ndarray]) -> None:
+    """Round again, from their float values (`floats`, by initializer name), the shifted convs' weights: each to
+    its width in bits (`widths`: 7, [-64, 63], for a conv whose input spans all of u8 where a CPU without VNNI would
+    saturate 8-bit ones: pipeline.native.cpu.int8_weight_bits), per output channel, symmetric; those with an input
+    covariance (`hessians`) by pipeline.export.rounding's error-compensating rule, the rest to nearest."""
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    inits = {t.name: t for t in model.graph.initializer}
+    for n in (n for n in model.graph.node if n.op_type == "DequantizeLinear"):
+        q, source = n.input[0], n.input[0].removesuffix("_quantized")
+        if q not in inits or source not in floats or inits[q].data_type != onnx.TensorProto.INT8:
+            continue
+        w, bits = floats[source].astype(np.float64), widths[source]
+        top = 2 ** (bits - 1) - 1
+        if source in hessians:
+            rounded, step = round_weights(w, hessians[source], bits)
+        elif bits < 8:
+            step = np.maximum(np.abs(w).reshape(w.shape[0], -1).max(axis=1), 1e-12) / top
+            rounded = np.clip(np.rint(w / step.reshape(-1, *[1] * (w.ndim - 1))), -top - 1, top).astype(np.int8)
+        else:  # 8 bits to nearest: the quantizer's own
+            continue
+        inits[q].CopyFrom(numpy_helper.from_array(rounded, q))
+        inits[n.input[1]].CopyFrom(numpy_helper.from_array(step.astype(np.float32), n.input[1]))
+    onnx.save(model, str(path))
 
 
 def _quantize_static(model, dst: Path, reader, ranges, method: str, skip: list[str], percentile: float,
@@ -650,7 +742,7 @@ def int8_file(fp32: Path, scale: float, log=None, progress=None, chatter=None) -
         path.unlink(missing_ok=True)  # a link goes, never what it points at
         try:
             with atomic_path(path) as tmp, quiet_libraries(chatter):
-                quantize(fp32, Path(tmp), scale, crops=CROPS, progress=progress)
+                quantize(fp32, Path(tmp), scale, crops=CROPS, weight_bits=int8_weight_bits(), progress=progress)
         except ImportError as e:
             raise PipelineError(f"making the int8 file needs {e.name} (pip install 'srdeploy[export]')") from None
         except PipelineError:

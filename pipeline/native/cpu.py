@@ -83,14 +83,25 @@ def bf16_problem() -> str | None:
     return None
 
 
-# int8 dot products: AMX tiles, AVX-512 VNNI (Cascade Lake on) or AVX-VNNI (Alder Lake, Zen 5). Without them torch's
-# int8 matrix product is a reference loop (1 GOP/s on a 2-core EPYC, against 87 GFLOP/s fp32): no peak to hold to.
-INT8_FLAGS = ("amx_int8", "avx512_vnni", "avx_vnni")
+# int8 dot products in hardware: AVX512-VNNI (Cascade Lake on), AVX-VNNI (Alder Lake, Zen 5) or AMX-INT8 add u8 x s8
+# products in int32. Without them torch's int8 matrix product is a reference loop (1 GOP/s on a 2-core EPYC, against
+# 87 GFLOP/s fp32: no peak to hold to) and oneDNN's int8 kernels saturate in int16 (int8_weight_bits).
+VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+# Set to 0 to act as a CPU without VNNI (so a VNNI machine can make and check the narrowed int8 file).
+VNNI_ENV = "SRDEPLOY_CPU_VNNI"
 
 
 def int8_problem() -> str | None:
     """Why this CPU has no int8 peak worth measuring, or None (it has AMX-INT8 or a VNNI dot product)."""
-    if not _cpu_flags() & set(INT8_FLAGS):
-        return f"this CPU has no int8 dot-product instruction ({', '.join(INT8_FLAGS)}): torch's int8 GEMM is emulated"
+    if not _cpu_flags() & set(VNNI_FLAGS):
+        return f"this CPU has no int8 dot-product instruction ({', '.join(VNNI_FLAGS)}): torch's int8 GEMM is emulated"
     return None
 
+
+def int8_weight_bits() -> int:
+    """How many bits an int8 file's weights may use here: 8 with VNNI; 7 ([-64, 63]) without, where oneDNN's int8
+    kernels (AVX2's vpmaddubsw, AVX-512 without VNNI) add two u8 x s8 products into a saturating int16: 255 x 127 x 2
+    overflows it, 255 x 64 x 2 does not (OpenVINO/NNCF's "overflow fix")."""
+    if os.environ.get(VNNI_ENV) == "0" or not _cpu_flags() & set(VNNI_FLAGS):
+        return 7
+    return 8
