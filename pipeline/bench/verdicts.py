@@ -46,6 +46,12 @@ def _row_goals(doc: dict) -> list[dict]:
         if a.get("meets_floor") is not None:
             out.append(_goal(f"--precision auto ({a['label']}) on {a['model']} vs the eager loop",
                              f"x{a['speedup']:.2f}", f">= x{a['floor']:g}", a["meets_floor"]))
+    for p in doc.get("peers", []):
+        for s in p["sizes"]:
+            fid = "exact" if s["fidelity_db"] is None else f"{s['fidelity_db']:.1f} dB"
+            out.append(_goal(f"--precision auto ({p['backend']} {p['precision']}) on {p['model']} at {s['size']}^2 "
+                             f"vs the fastest peer ({s['fastest_peer']})", f"x{s['ratio']:.2f} at {fid}",
+                             f">= x{p['goal_ratio']:g} at >= {p['fidelity_floor_db']:g} dB", s["meets_goal"]))
     for r in doc.get("folder", []) + (doc.get("gpu_folder") or []):
         if r.get("meets_goal") is not None:
             out.append(_goal(f"{r['model']} folder run on {r['backend']}, of inference throughput",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from models.spec import DEFAULT_MODEL, OWN_MODELS
+from models.spec import DEFAULT_MODEL, MODELS, OWN_MODELS
 from pipeline import backends as B
 from pipeline import precisions as P
 from pipeline.analysis.candidates import candidate_statuses
