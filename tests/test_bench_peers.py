@@ -43,5 +43,6 @@ def test_peers_section_schema():
     doc = {"peers": [section]}
     (goal,) = [g for g in verdicts.goals(doc) if "fastest peer" in g["what"]]
     assert goal["met"] == s["meets_goal"] and "16^2" in goal["what"]
+    assert isinstance(verdicts.noisy(doc), list)  # the peers' repeats are read for noise
     page = "\n".join(to_lines(peers_blocks(doc)))
     assert "ncnn" in page and "vs fastest peer" in page and ("met" in page or "MISSED" in page)

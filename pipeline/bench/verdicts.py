@@ -92,13 +92,17 @@ def goals(doc: dict) -> list[dict]:
 
 
 def noisy(doc: dict) -> list[str]:
-    """Each row whose repeats differ by more than NOISE_RATIO: the timed calls of one configuration, a folder
-    run's repeats, the host side's runs."""
+    """Each row whose repeats differ by more than NOISE_RATIO: the timed calls of one configuration, a peer's
+    round-robin repeats, a folder run's repeats, the host side's runs."""
     out = []
     for r in doc.get("results", []):
         mark = noise_mark(r.get("latencies_ms"))
         if mark:
             out.append(f"{r['model']} {r['sweep']} {r['size']}^2 x{r['scale']:g} b{r['batch']} {r['backend']}{mark}")
+    for p in doc.get("peers", []):
+        for s in p["sizes"]:
+            out += [f"{p['model']} peers {s['size']}^2 {r['runtime']}{mark}" for r in s["rows"]
+                    if (mark := noise_mark(r.get("latencies_ms")))]
     for r in doc.get("folder", []):
         mark = noise_mark(r.get("runs_folder_s"), "s")
         if mark:
