@@ -128,7 +128,7 @@ def _runners(model: str, onnx: Path, native, chosen, threads: int) -> list[tuple
 def _psnr(a: np.ndarray, ref: np.ndarray) -> float | None:
     """PSNR dB of a against ref, both clipped to [0, 1]; None when identical."""
     mse = float(np.mean((np.clip(a, 0, 1).astype(np.float64) - np.clip(ref, 0, 1)) ** 2))
-    return None if mse == 0 else 10 * np.log10(1.0 / mse)
+    return None if mse == 0 else float(10 * np.log10(1.0 / mse))
 
 
 def _input(size: int) -> np.ndarray:
@@ -175,4 +175,4 @@ def _judge(size: int, rows: list[dict], goal: float) -> dict:
     fid = ours["fidelity_db"]  # None: identical to PyTorch fp32's output
     ours["ratio_to_fastest_peer"] = ratio
     return {"size": size, "rows": rows, "fastest_peer": fastest["runtime"], "ratio": ratio, "fidelity_db": fid,
-            "meets_goal": ratio >= goal and (fid is None or fid >= FIDELITY_FLOOR_DB)}
+            "meets_goal": bool(ratio >= goal and (fid is None or fid >= FIDELITY_FLOOR_DB))}
