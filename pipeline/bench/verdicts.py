@@ -46,6 +46,12 @@ def _row_goals(doc: dict) -> list[dict]:
         if a.get("meets_floor") is not None:
             out.append(_goal(f"--precision auto ({a['label']}) on {a['model']} vs the eager loop",
                              f"x{a['speedup']:.2f}", f">= x{a['floor']:g}", a["meets_floor"]))
+    for p in doc.get("peers", []):
+        for s in p["sizes"]:
+            fid = "exact" if s["fidelity_db"] is None else f"{s['fidelity_db']:.1f} dB"
+            out.append(_goal(f"--precision auto ({p['backend']} {p['precision']}) on {p['model']} at {s['size']}^2 "
+                             f"vs the fastest peer ({s['fastest_peer']})", f"x{s['ratio']:.2f} at {fid}",
+                             f">= x{p['goal_ratio']:g} at >= {p['fidelity_floor_db']:g} dB", s["meets_goal"]))
     for r in doc.get("folder", []) + (doc.get("gpu_folder") or []):
         if r.get("meets_goal") is not None:
             out.append(_goal(f"{r['model']} folder run on {r['backend']}, of inference throughput",
@@ -86,13 +92,17 @@ def goals(doc: dict) -> list[dict]:
 
 
 def noisy(doc: dict) -> list[str]:
-    """Each row whose repeats differ by more than NOISE_RATIO: the timed calls of one configuration, a folder
-    run's repeats, the host side's runs."""
+    """Each row whose repeats differ by more than NOISE_RATIO: the timed calls of one configuration, a peer's
+    round-robin repeats, a folder run's repeats, the host side's runs."""
     out = []
     for r in doc.get("results", []):
         mark = noise_mark(r.get("latencies_ms"))
         if mark:
             out.append(f"{r['model']} {r['sweep']} {r['size']}^2 x{r['scale']:g} b{r['batch']} {r['backend']}{mark}")
+    for p in doc.get("peers", []):
+        for s in p["sizes"]:
+            out += [f"{p['model']} peers {s['size']}^2 {r['runtime']}{mark}" for r in s["rows"]
+                    if (mark := noise_mark(r.get("latencies_ms")))]
     for r in doc.get("folder", []):
         mark = noise_mark(r.get("runs_folder_s"), "s")
         if mark:

