@@ -29,7 +29,8 @@ from pipeline.sr.videofmt import DEMUXER_NAMES, DEMUXERS, ENCODERS, MUXERS, enco
 COPIED = ("audio", "subtitle")  # stream types copied packet by packet
 SEGMENT_MUXER = "nut"  # a segment file's container: holds every --codec and keeps the clip's time base exactly
 # AVColorSpace (frame/stream tags) -> swscale's matrix names. RGB (0) and unknown values use the size rule below.
-MATRIX = {1: "ITU709", 4: "FCC", 5: "ITU601", 6: "SMPTE170M", 7: "SMPTE240M", 9: "BT2020", 10: "BT2020"}
+MATRIX = {1: "ITU709", 4: "FCC", 5: "ITU601", 6: "SMPTE170M", 7: "SMPTE240M", 8: yuv.YCGCO, 9: "BT2020",
+          10: "BT2020"}
 UNSPECIFIED = 2
 SWS_TAGS = {"ITU709": 1, "ITU601": 6}  # the by-size rule's matrices -> the tags that name them (BT.709, SMPTE 170M)
 RANGE_NAMES = {1: "MPEG", 2: "JPEG"}  # limited, full
