@@ -80,6 +80,17 @@ def open_input(path: Path) -> av.container.InputContainer:
     return container
 
 
+def header_problem(path: Path) -> str | None:
+    """The one-line refusal of a clip whose stream header is over the pixel limit, read without decoding (None
+    otherwise, also when it cannot be read: its run says why)."""
+    try:
+        with open_input(path) as container:
+            ctx = container.streams.video[0].codec_context if container.streams.video else None
+            return over_limit(ctx.width, ctx.height, "video") if ctx is not None and ctx.width and ctx.height else None
+    except (VideoError, av.FFmpegError, OSError):
+        return None
+
+
 def frame_problem(width: int, height: int, info: VideoInfo, n: int) -> str | None:
     """Why frame n (from 1) of this size is refused: over the pixel limit, or not the clip's size (a size change
     mid-clip would be cropped or stretched into the output's one size), else None."""
