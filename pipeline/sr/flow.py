@@ -29,6 +29,7 @@ from pipeline.sr.options import RunOptions, option_flag
 from pipeline.sr.runner.console import Console, count_text, done_line, failed_line, headline, plural, rerun_line
 from pipeline.sr.runner.jobs import JobList, discover, known_extensions
 from pipeline.sr.runner.records import Record, RecordLog, Summary
+from pipeline.sr.video.opening import header_problem
 
 
 @dataclass(frozen=True)
@@ -192,14 +193,9 @@ def triage(found: JobList, skip_existing: bool) -> tuple[list[Record], list[Reco
 def _refuse_big_clips(todo: list[Record]) -> list[str]:
     """Clips whose stream header is over the pixel limit fail here, before any backend loads (issue 67: a 64x48
     clip cost 898 MB of backend to refuse); their failure lines. The frames are still checked as they decode."""
-    clips = [r for r in todo if r.job.video]
-    if not clips:
-        return []
-    from pipeline.sr.video import av_io  # PyAV: imported for runs with videos only
-
     lines = []
-    for rec in clips:
-        if big := av_io.header_problem(rec.job.src):
+    for rec in (r for r in todo if r.job.video):
+        if big := header_problem(rec.job.src):
             rec.fail(big)
             lines.append(f"failed {rec.job.rel}: {big}")
     todo[:] = [r for r in todo if r.status != "failed"]
