@@ -85,6 +85,27 @@ def test_pixel_limit_holds_for_the_stream_header(weights, tmp_path, capsys, monk
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["small.mkv"]
 
 
+def test_a_clip_over_the_limit_is_refused_before_any_backend_loads(tmp_path, capsys, monkeypatch):
+    """issue 67: the 64x48 clip was refused only after the backend had loaded (898 MB); now from its header, with
+    the image's exit code and one line, and nothing loaded."""
+    from pipeline.sr.local import LocalExecutor
+
+    def loads(*_a, **_k):
+        raise AssertionError("the backend was loaded")
+
+    monkeypatch.setattr(LocalExecutor, "start", loads)
+    clip = make_clip(tmp_path / "big.mp4", "libx264", 64, 48, 3, 10)
+    monkeypatch.setenv(MAX_PIXELS_ENV, "1000")
+    code = main(["sr", str(clip), str(tmp_path / "out.mp4"), "--model", "srcnn", "--scale", "2"])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert _failed(err) == {"big.mp4": "video is 64x48 (0.0031 megapixels), over the limit of 1,000 pixels that "
+                                       "guards against decompression bombs; if you mean it, raise the limit with "
+                                       "SRDEPLOY_MAX_PIXELS=3072"}
+    assert err.splitlines()[0].startswith("sr: srcnn x2 on no backend (nothing to upscale); 1 video -> "), err
+    assert not (tmp_path / "out.mp4").exists()
+
+
 def test_a_size_change_mid_clip_fails_that_clip_and_writes_nothing(weights, tmp_path, capsys):
     src = tmp_path / "in"
     src.mkdir()

@@ -76,6 +76,15 @@ def _luma(frame: av.VideoFrame) -> np.ndarray:
     return rows[:, :frame.width]
 
 
+def _planes(frame: av.VideoFrame) -> list[np.ndarray]:
+    """An 8-bit YUV frame's planes as they are (libswscale refuses to convert a frame tagged YCgCo)."""
+    out = []
+    for plane in frame.planes:
+        rows = np.frombuffer(plane, np.uint8).reshape(plane.height, plane.line_size)
+        out.append(rows[:, :plane.width])
+    return out
+
+
 def _shrink(a: np.ndarray) -> np.ndarray:
     """The x3 nearest-neighbour output back at the input's size."""
     return a[::3, ::3]
@@ -167,3 +176,44 @@ def test_deep_conversions_round_to_nearest_both_ways():
         back = yuv.to_bgr(f, "ITU709", False, False, True)
         top = 1023 if pix_fmt.startswith("gbrp") else 876
         assert np.abs(back.astype(float) - gray).max() <= 65535 / top / 2 + 1, pix_fmt
+
+
+def _ycgco_rgb(y, cg, co, full: bool) -> np.ndarray:
+    """8-bit YCgCo samples (ITU-T H.273 matrix 8) -> RGB 0..255 (float)."""
+    yn = y / 255 if full else (y - 16) / 219
+    g, o = (cg - 128) / (255 if full else 224), (co - 128) / (255 if full else 224)
+    t = yn - g
+    return np.stack([t + o, yn + g, t - o], -1) * 255
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["limited", "full"])
+def test_ycgco_is_read_and_written_as_ycgco(tmp_path, capsys, full):
+    """issue 67: a clip tagged YCgCo was read as BT.601 (channel means off by up to 11 levels). Its patches come
+    back within 1 of the exact RGB in FFV1, and through lossless H.264 as the same YCgCo samples, tagged so."""
+    rng = np.random.default_rng(8)
+    patch = 8
+    yc, cg, co = rng.integers(70, 180, (8, 8)), rng.integers(100, 156, (8, 8)), rng.integers(100, 156, (8, 8))
+    planes = [np.kron(a, np.ones((s, s), int)).astype(np.uint8) for a, s in ((yc, patch), (cg, patch // 2),
+                                                                             (co, patch // 2))]
+    src = _planes_clip(tmp_path / "in.mkv", planes, "yuv420p", (8, 2 if full else 1, 1, 1), frames=1)
+    _sr(capsys, src, tmp_path / "out.mkv")
+    centres = slice(3 * patch // 2, None, 3 * patch)
+    got = frames_of(tmp_path / "out.mkv")[0].to_ndarray(format="rgb24")[centres, centres].astype(float)
+    exact = _ycgco_rgb(*(a.astype(float) for a in (yc, cg, co)), full)
+    assert np.abs(got - np.clip(exact, 0, 255)).max() <= 1
+    _sr(capsys, src, tmp_path / "out.mp4", "--codec", "h264", "--crf", "0")
+    f = frames_of(tmp_path / "out.mp4")[0]
+    assert (f.colorspace, f.color_range) == (8, 2 if full else 1)
+    half = slice(3 * patch // 4, None, 3 * patch // 2)  # the same centres in the 4:2:0 chroma planes
+    for plane, want, at in zip(_planes(f), (yc, cg, co), (centres, half, half), strict=True):
+        assert np.abs(plane[at, at].astype(int) - want).max() <= 1
+
+
+def test_ycgco_conversions_round_trip():
+    rng = np.random.default_rng(1)
+    pixels = rng.integers(0, 256, (8, 8, 3)).astype(np.uint8)
+    for pix_fmt, full in (("yuv444p", False), ("yuv444p", True), ("yuv444p10le", False)):
+        f = yuv.from_bgr(pixels, pix_fmt, yuv.YCGCO, full)
+        back = yuv.to_bgr(f, yuv.YCGCO, full, False, pix_fmt.endswith("10le"))
+        scale = 257.0 if back.dtype == np.uint16 else 1.0
+        assert np.abs(back / scale - pixels).max() <= 1.5, pix_fmt

@@ -7,8 +7,11 @@ Gray images are replicated to 3 channels; RGBA images are composited on white.
 from __future__ import annotations
 
 import functools
+import importlib.util
+from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
 # Held-out colour photographs: evaluation only, never trained on.
 HELD_OUT: tuple[str, ...] = ("astronaut", "coffee", "chelsea", "rocket")
@@ -36,13 +39,34 @@ TRAIN: tuple[str, ...] = (
 assert not set(TRAIN) & set(HELD_OUT)
 
 
+# Held-out photos read from their files with Pillow (what skimage.data reads them with): skimage.data imports
+# skimage.color, which runs SciPy's OpenBLAS on import and hung or died under a 4 GiB address-space limit (issue 67)
+FILES = {"astronaut": "astronaut.png", "coffee": "coffee.png", "chelsea": "chelsea.png", "rocket": "rocket.jpg"}
+
+
+def _file(name: str) -> Path | None:
+    spec = importlib.util.find_spec("skimage")
+    if name not in FILES or spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(spec.submodule_search_locations[0]) / "data" / FILES[name]
+    return path if path.is_file() else None
+
+
+def _read(name: str):
+    path = _file(name)
+    if path is not None:
+        with Image.open(path) as im:
+            return np.asarray(im)
+    import skimage.data  # the training images (some are made, not read): only for training and tests
+
+    return getattr(skimage.data, name)()
+
+
 @functools.cache
 def _load(name: str) -> np.ndarray:
-    import skimage.data
-
     if name not in TRAIN and name not in HELD_OUT:
         raise KeyError(f"unknown sample image '{name}' (known: {', '.join(HELD_OUT + TRAIN)})")
-    img = getattr(skimage.data, name)()
+    img = _read(name)
     if isinstance(img, tuple):  # stereo_motorcycle -> (left, right, disparity)
         img = img[0]
     img = np.asarray(img)

@@ -6,9 +6,9 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import torch
-from skimage import data
 
 from models.registry import ModelSpec, size_tensor
+from pipeline.data.sample_images import load_rgb
 from pipeline.native.ort_session import cpu_session_options
 from pipeline.precisions import TABLE
 
@@ -18,7 +18,7 @@ TOLERANCE = {p.name: p.export_tol for p in TABLE if p.graph}
 
 def sample_batch() -> torch.Tensor:
     """Two small real crops (astronaut's face, the cat's eye), NCHW float32 in [0, 1]; odd, unequal H/W on purpose."""
-    crops = [data.astronaut()[60:83, 180:209], data.chelsea()[90:113, 150:179]]
+    crops = [load_rgb("astronaut")[60:83, 180:209], load_rgb("chelsea")[90:113, 150:179]]  # skimage's files
     x = np.stack([c.astype(np.float32) / 255.0 for c in crops]).transpose(0, 3, 1, 2)
     return torch.from_numpy(np.ascontiguousarray(x))
 

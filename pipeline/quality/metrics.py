@@ -1,7 +1,9 @@
 """Image-quality metrics as SR papers report them: PSNR and SSIM on the Y channel (ITU-R BT.601,
 MATLAB `rgb2ycbcr` convention, Y in [16, 235]/255), after cropping `crop_border` pixels (the scale)
-from every side (crop_border_for: the scale, rounded up). The metrics themselves are scikit-image's, imported on
-first use: the backends import this package (through quality's loss records) and most runs never score an image.
+from every side (crop_border_for: the scale, rounded up). The metrics are scikit-image's formulas (its rgb2ycbcr,
+peak_signal_noise_ratio and structural_similarity with the same windows, within 1e-12), computed here with numpy and
+OpenCV's filters: scikit-image's pull in SciPy, whose OpenBLAS hung or died under a 4 GiB address-space limit
+(issue 67), and a first run of `sr` scores images (the model's gain over bicubic).
 
 Images are HxWx3 RGB, either uint8 or float in [0, 1].
 """
@@ -9,12 +11,15 @@ from __future__ import annotations
 
 import math
 
+import cv2
 import numpy as np
 
 # Gaussian-window SSIM of Wang et al. 2004 (11 taps, sigma 1.5) needs this many pixels per side;
 # smaller crops fall back to the largest odd uniform window that fits.
 _GAUSSIAN_WINDOW = 11
 _MIN_SSIM_SIDE = 3
+_SIGMA, _TRUNCATE = 1.5, 3.5  # scipy's gaussian_filter as skimage calls it: radius int(3.5 * 1.5 + 0.5) = 5
+_Y_FROM_RGB = np.array([65.481, 128.553, 24.966])  # skimage's ycbcr_from_rgb, first row (Y = 16 + ... on [0, 1])
 
 
 def crop_border_for(scale: float) -> int:
@@ -42,9 +47,7 @@ def _as_float_rgb(img: np.ndarray, what: str) -> np.ndarray:
 
 def rgb_to_y(img: np.ndarray) -> np.ndarray:
     """BT.601 luma of an RGB image (uint8 or float in [0,1]) as float64 HxW in [16/255, 235/255]."""
-    from skimage.color import rgb2ycbcr
-
-    return rgb2ycbcr(_as_float_rgb(img, "image"))[..., 0] / 255.0
+    return (_as_float_rgb(img, "image") @ _Y_FROM_RGB + 16.0) / 255.0
 
 
 def _y_pair(sr: np.ndarray, hr: np.ndarray, crop_border: int) -> tuple[np.ndarray, np.ndarray]:
@@ -78,11 +81,10 @@ def psnr_y(sr: np.ndarray, hr: np.ndarray, crop_border: int) -> float:
         ValueError: for images that are not HxWx3 or whose shapes differ.
     """
     y_sr, y_hr = _y_pair(sr, hr, crop_border)
-    from skimage.metrics import peak_signal_noise_ratio
-
     if np.array_equal(y_sr, y_hr):
-        return math.inf  # skimage would divide by zero (with a warning) to get the same answer
-    return float(peak_signal_noise_ratio(y_hr, y_sr, data_range=1.0))
+        return math.inf
+    mse = np.mean((y_hr - y_sr) ** 2, dtype=np.float64)
+    return float(10 * np.log10(1.0 / mse))
 
 
 def ssim_y(sr: np.ndarray, hr: np.ndarray, crop_border: int) -> float:
@@ -99,15 +101,27 @@ def ssim_y(sr: np.ndarray, hr: np.ndarray, crop_border: int) -> float:
     Raises:
         ValueError: for images that are not HxWx3 or whose shapes differ.
     """
-    from skimage.metrics import structural_similarity
-
     y_sr, y_hr = _y_pair(sr, hr, crop_border)
     side = min(y_hr.shape)
     if side >= _GAUSSIAN_WINDOW:
-        return float(structural_similarity(y_hr, y_sr, data_range=1.0, gaussian_weights=True, sigma=1.5,
-                                           use_sample_covariance=False))
+        radius = int(_TRUNCATE * _SIGMA + 0.5)
+        k = cv2.getGaussianKernel(2 * radius + 1, _SIGMA, cv2.CV_64F)
+        return _ssim(y_hr, y_sr, lambda a: cv2.sepFilter2D(a, cv2.CV_64F, k, k, borderType=cv2.BORDER_REFLECT),
+                     _GAUSSIAN_WINDOW)
     if side < _MIN_SSIM_SIDE:
         raise ValueError(f"image {y_hr.shape[0]}x{y_hr.shape[1]} after cropping is too small for SSIM "
                          f"(needs at least {_MIN_SSIM_SIDE}x{_MIN_SSIM_SIDE})")
     win = side if side % 2 else side - 1
-    return float(structural_similarity(y_hr, y_sr, data_range=1.0, win_size=win, use_sample_covariance=False))
+    return _ssim(y_hr, y_sr, lambda a: cv2.blur(a, (win, win), borderType=cv2.BORDER_REFLECT), win)
+
+
+def _ssim(x: np.ndarray, y: np.ndarray, window, win: int) -> float:
+    """skimage's structural_similarity (data range 1, population covariances): the local SSIM map's mean, a
+    window's half cropped from each side. `window` filters an image with the window (scipy's reflect border)."""
+    c1, c2 = 0.01 ** 2, 0.03 ** 2
+    x, y = np.ascontiguousarray(x, np.float64), np.ascontiguousarray(y, np.float64)
+    ux, uy = window(x), window(y)
+    vx, vy, vxy = window(x * x) - ux * ux, window(y * y) - uy * uy, window(x * y) - ux * uy
+    s = ((2 * ux * uy + c1) * (2 * vxy + c2)) / ((ux * ux + uy * uy + c1) * (vx + vy + c2))
+    pad = (win - 1) // 2
+    return float(s[pad:s.shape[0] - pad, pad:s.shape[1] - pad].mean(dtype=np.float64))

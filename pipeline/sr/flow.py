@@ -29,6 +29,7 @@ from pipeline.sr.options import RunOptions, option_flag
 from pipeline.sr.runner.console import Console, count_text, done_line, failed_line, headline, plural, rerun_line
 from pipeline.sr.runner.jobs import JobList, discover, known_extensions
 from pipeline.sr.runner.records import Record, RecordLog, Summary
+from pipeline.sr.video.opening import header_problem
 
 
 @dataclass(frozen=True)
@@ -189,6 +190,18 @@ def triage(found: JobList, skip_existing: bool) -> tuple[list[Record], list[Reco
     return records, todo, list(said.values())
 
 
+def _refuse_big_clips(todo: list[Record]) -> list[str]:
+    """Clips whose stream header is over the pixel limit fail here, before any backend loads (issue 67: a 64x48
+    clip cost 898 MB of backend to refuse); their failure lines. The frames are still checked as they decode."""
+    lines = []
+    for rec in (r for r in todo if r.job.video):
+        if big := header_problem(rec.job.src):
+            rec.fail(big)
+            lines.append(f"failed {rec.job.rel}: {big}")
+    todo[:] = [r for r in todo if r.status != "failed"]
+    return lines
+
+
 def plan(opts: RunOptions, executor: Executor) -> Plan:
     """Everything that can be wrong with the arguments, found before any image is read (PipelineError)."""
     check_takes(opts, executor)
@@ -198,16 +211,18 @@ def plan(opts: RunOptions, executor: Executor) -> Plan:
     _check_inputs(found, opts, executor)
     preflight.check_writable(found, opts.output, opts.summary, uses_cache=executor.uses_cache)
     records, todo, failures = triage(found, opts.skip_existing)
+    failures += _refuse_big_clips(todo)
     return Plan(opts, found, records, todo, failures, preflight.overwrites(found, opts.skip_existing), model, fmt)
 
 
-def _say_start(plan: Plan, started: Started, executor: Executor, console: Console) -> None:
+def _say_start(plan: Plan, started: Started, executor: Executor, console: Console, idle: bool = False) -> None:
     """The first line, then the jobs failed up front, the skipped ones and the ignored files."""
     videos = len(plan.found.videos)
     what = "; ".join([count_text(len(plan.found.jobs) - videos, videos), *started.what])
     console.always(headline(started.model, started.scale, started.note, started.where, started.why, what,
                             plan.opts.output, plan.overwrites))
-    executor.announce(console)
+    if not idle:
+        executor.announce(console)
     for line in plan.failures:
         console.always(line)
     skipped = [r for r in plan.records if r.status == "skipped"]
@@ -282,8 +297,8 @@ def _execute(plan: Plan, executor: Executor, log: RecordLog, console: Console,
 
 
 def _summary(plan: Plan, started: Started, executor: Executor, log: RecordLog, t_start: float, setup_s: float,
-             process_s: float, stop: BaseException | None) -> Summary:
-    facts = executor.facts()
+             process_s: float, stop: BaseException | None, idle: bool = False) -> Summary:
+    facts = {} if idle else executor.facts()
     return Summary(model=started.model, scale=started.scale, backend=facts.pop("backend", started.backend),
                    backend_choice=started.choice, quality=facts.pop("quality", None),
                    executor={"name": executor.name, **facts},
@@ -314,6 +329,11 @@ def _say_stop(summary: Summary, stop: BaseException, path, console: Console) -> 
     raise ReportedInterrupt(stop)
 
 
+def _idle_start(p: Plan) -> Started:
+    """The first line's facts of a run with nothing to upscale: no backend was loaded."""
+    return Started(p.model.name, p.model.scale, "no backend", "nothing to upscale", "", "not loaded")
+
+
 def run(opts: RunOptions, executor: Executor, after: Callable[[Summary, Console], None] | None = None) -> Summary:
     """Plan, start the executor, execute, summarise and report; returns the Summary (`summary.exit_code`: 1 when
     something failed or the executor was lost). `after` adds to the report of a finished run (sr's --reference
@@ -322,17 +342,20 @@ def run(opts: RunOptions, executor: Executor, after: Callable[[Summary, Console]
     console = Console(opts.progress, opts.log, opts.verbose)
     p = plan(opts, executor)
     log = RecordLog(keep=not executor.streams, spool_beside=opts.summary)
+    # every job failed up front (e.g. clips over the pixel limit): nothing is upscaled, so no backend loads
+    idle = p.model is not None and not p.todo and bool(p.failures) and not any(r.status == "skipped"
+                                                                                  for r in p.records)
     try:
-        started = executor.start(p, console)
-        _say_start(p, started, executor, console)
+        started = _idle_start(p) if idle else executor.start(p, console)
+        _say_start(p, started, executor, console, idle)
         _say_ignored(p.found, executor, console)
-        if executor.streams:  # the records done up front go first; the executor's arrive as they finish
+        if executor.streams or idle:  # the records done up front go first; the executor's arrive as they finish
             for rec in p.records:
                 if rec.status != "pending":
                     log.add(rec)
         setup_s = time.perf_counter() - t_start
-        process_s, stop = _execute(p, executor, log, console, t_start + setup_s)
-        summary = _summary(p, started, executor, log, t_start, setup_s, process_s, stop)
+        process_s, stop = (0.0, None) if idle else _execute(p, executor, log, console, t_start + setup_s)
+        summary = _summary(p, started, executor, log, t_start, setup_s, process_s, stop, idle)
         if opts.summary is not None:
             write_summary(Path(opts.summary), summary)
     finally:

@@ -315,6 +315,23 @@ struct Run
     size_t length;
 };
 
+// Where a repeat at distance `period` that holds data[e - 1] ends: 8 bytes a step, the first differing byte found
+// from the words' XOR (little-endian). Long runs (flat areas, repeated rows once Up-filtered) were 1 byte a step.
+size_t runEnd(uint8_t const* data, size_t e, size_t n, size_t period)
+{
+    for (; e + 8 <= n; e += 8)
+    {
+        uint64_t w, before;
+        std::memcpy(&w, data + e, 8);
+        std::memcpy(&before, data + e - period, 8);
+        if (uint64_t const diff = w ^ before; diff != 0)
+            return e + static_cast<size_t>(__builtin_ctzll(diff) >> 3);
+    }
+    while (e < n && data[e] == data[e - period])
+        ++e;
+    return e;
+}
+
 // The repeats of kMinRun or more bytes at distance `period` (bytes per pixel). An 8-byte word equal to the word a
 // pixel before it is looked for, 8 bytes apart, and grown both ways, so a photo costs two loads and a compare per 8
 // bytes, and every repeat of 15 bytes or more is found (one holds a word that starts at a multiple of 8).
@@ -332,8 +349,7 @@ std::vector<Run> findRuns(uint8_t const* data, size_t n, size_t period)
         size_t s = k, e = k + 8;
         while (s > covered && data[s - 1] == data[s - 1 - period])
             --s;
-        while (e < n && data[e] == data[e - period])
-            ++e;
+        e = runEnd(data, e, n, period);
         if (e - s >= kMinRun)
         {
             runs.push_back({s, e - s});

@@ -45,8 +45,6 @@ def find_reference(ref_dir: Path, rel: str) -> Path | None:
 
 def reference_metrics(ref_dir: Path, rel: str, sr: np.ndarray, image: Image, scale: float) -> dict:
     """PSNR/SSIM-Y of the output and of bicubic against the HR file, or {'reference': why not}."""
-    # scikit-image/scipy take ~0.8 s to import: only runs with --reference pay for them
-
     path = find_reference(ref_dir, rel)
     if path is None:
         return {"reference": MISSING}

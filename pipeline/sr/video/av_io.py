@@ -11,7 +11,6 @@ import errno
 import functools
 import io
 import os
-import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,62 +20,19 @@ from pathlib import Path
 import av
 import numpy as np
 
-from pipeline.errors import first_line
-from pipeline.sr.images.header import MAX_PIXELS_ENV, HeaderError, max_pixels, over_limit
+from pipeline.sr.images.header import MAX_PIXELS_ENV, max_pixels, over_limit
 from pipeline.sr.video import yuv
-from pipeline.sr.videofmt import DEMUXER_NAMES, DEMUXERS, ENCODERS, MUXERS, encoder_options, video_format
+from pipeline.sr.video.opening import VideoError, open_input, reason
+from pipeline.sr.videofmt import ENCODERS, MUXERS, encoder_options
 
 COPIED = ("audio", "subtitle")  # stream types copied packet by packet
 SEGMENT_MUXER = "nut"  # a segment file's container: holds every --codec and keeps the clip's time base exactly
 # AVColorSpace (frame/stream tags) -> swscale's matrix names. RGB (0) and unknown values use the size rule below.
-MATRIX = {1: "ITU709", 4: "FCC", 5: "ITU601", 6: "SMPTE170M", 7: "SMPTE240M", 9: "BT2020", 10: "BT2020"}
+MATRIX = {1: "ITU709", 4: "FCC", 5: "ITU601", 6: "SMPTE170M", 7: "SMPTE240M", 8: yuv.YCGCO, 9: "BT2020",
+          10: "BT2020"}
 UNSPECIFIED = 2
 SWS_TAGS = {"ITU709": 1, "ITU601": 6}  # the by-size rule's matrices -> the tags that name them (BT.709, SMPTE 170M)
 RANGE_NAMES = {1: "MPEG", 2: "JPEG"}  # limited, full
-
-
-class VideoError(Exception):
-    """This one video cannot be read or written; the message is the one-line reason."""
-
-
-def reason(e: BaseException) -> str:
-    if isinstance(e, av.FFmpegError):
-        return first_line(getattr(e, "strerror", None) or e)
-    return f"{type(e).__name__}: {first_line(e)}"
-
-
-def open_input(path: Path) -> av.container.InputContainer:
-    """The one way a clip is opened (VideoError otherwise). Only a regular file, opened without blocking first, so
-    a FIFO never hangs the run; FFmpeg then opens that same file (the descriptor's own link, not the name again),
-    reads it only with the demuxer its extension means and only through the `file` protocol, so content of another
-    format (an ffconcat script naming files elsewhere, a PNG renamed .mp4) is refused, never sniffed and followed.
-    Every decoder is held to the pixel limit (FFmpeg's max_pixels), including those that probe the streams."""
-    demuxer = DEMUXERS[video_format(path) or ""]
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as e:  # ELOOP, ENOENT (a dangling link), EACCES
-        raise VideoError(f"cannot read: {e.strerror or e}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise VideoError("not a regular file (a FIFO, socket or device); only regular files are read")
-        try:
-            limit = str(max_pixels())
-        except HeaderError as e:  # a bad SRDEPLOY_MAX_PIXELS
-            raise VideoError(str(e)) from None
-        options = {"format_whitelist": demuxer, "protocol_whitelist": "file", "max_pixels": limit}
-        try:
-            container = av.open(f"/proc/self/fd/{fd}", options=options)
-        except av.FFmpegError as e:
-            if e.errno == errno.EINVAL:  # the content is a format other than the allowed demuxer's
-                raise VideoError(f"not a readable video (its content is not {DEMUXER_NAMES[demuxer]}, which is all "
-                                 f"a {path.suffix} file is read as)") from None
-            raise VideoError(f"not a readable video ({reason(e)})") from None
-    finally:
-        os.close(fd)
-    for s in container.streams.video:
-        if s.codec_context is not None:
-            s.codec_context.options = {**s.codec_context.options, "max_pixels": limit}
-    return container
 
 
 def frame_problem(width: int, height: int, info: VideoInfo, n: int) -> str | None:
