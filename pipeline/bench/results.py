@@ -12,6 +12,7 @@ FLOOR_SPEEDUP = 1.8  # issue 7: auto must be >= 1.8x the torch-eager loop for SR
 # at 720p against the fp32 run's
 PRECISION_FLOORS = {"srcnn-x3": 12.0, "deform-srcnn": 8.0}
 VIDEO_FLOOR = 2.0
+VIDEO_OF_INFERENCE = 0.75  # issue 65: a video at `--precision auto` >= 75 % of its pure inference's fps
 
 
 def result_row(*, model: str, sweep: str, variant: Variant, size: int, scale: float, batch: int, threads,

@@ -35,7 +35,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -509,3 +509,17 @@ def loss_line(record: dict, advice: bool = True) -> str:
     return (f"{p} loses {record['psnr_loss_db']:.3f} dB Y-PSNR (SSIM {record['ssim_loss']:.4f}) against fp32 on the "
             f"{record['images']} held-out images, {kept}, "
             f"{fidelity.line(record['fidelity_mean_db'], record['fidelity_worst_db'], p)}, {verdict_text}")
+
+
+def psnr_y_loss(run: Any, fp32: Any, scale: float) -> dict:
+    """What `run` loses against `fp32` in mean Y-PSNR on the held-out images at `scale`, scored as measure() scores
+    a backend and its fp32 twin (8-bit outputs against the originals, border cropped): any two objects with
+    `infer(batch, scale)`, e.g. a peer's runtime in bench.
+
+    Returns:
+        {"images", "psnr_fp32", "psnr", "psnr_loss_db"}.
+    """
+    pairs = _held_out_pairs(scale)
+    (psnr32, _, _), (psnr, _, _) = (_scores(b, pairs, scale) for b in (fp32, run))
+    return {"images": len(pairs), "psnr_fp32": round(psnr32, 4), "psnr": round(psnr, 4),
+            "psnr_loss_db": round(psnr32 - psnr, 4)}

@@ -19,6 +19,9 @@ def peers_blocks(doc: dict) -> list:
         return []
     blocks = [Heading("Against the peers: the same weights in the runtimes a user would pick")]
     for p in sections:
+        if p.get("kind") == "nncf":
+            blocks += _nncf_blocks(p)
+            continue
         blocks.append(para(
             f"{p['model']}: each runtime on the same held-out crop, timed round-robin ({p['repeats']} repeats, "
             f"medians; {p['threads']} threads for ncnn and PyTorch, OpenVINO and ONNX Runtime at their defaults). "
@@ -38,3 +41,22 @@ def peers_blocks(doc: dict) -> list:
                             rows))
     blocks += [para(line) for line in not_run]
     return blocks
+
+
+def _nncf_blocks(p: dict) -> list:
+    """Our model against OpenVINO + NNCF's default int8: ms medians and each one's PSNR-Y loss against its fp32."""
+    intro = para(
+        f"{p['model']}: OpenVINO + NNCF's default int8 (nncf.quantize at its defaults on our fp32 export, compiled "
+        f"at OpenVINO's defaults) and ours on the same held-out crop, timed round-robin ({p['repeats']} repeats, "
+        f"medians). Loss = {p['loss_measure']}. Ours is what ", Code("--precision auto"),
+        f" loads ({p['backend']} {p['precision']}); goal: >= {p['goal_ratio']:g}x NNCF's speed at <= "
+        f"{p['loss_budget_db']:g} dB lost ("
+        + ("this CPU has an int8 dot product: VNNI or AMX" if p["cpu_has_int8_dot"] else "AVX2-only CPU") + ").")
+    rows = []
+    for s in p["sizes"]:
+        for r in s["rows"]:
+            ours = r["runtime"] == "ours"
+            rows.append([f"{s['size']}x{s['size']}", r["runtime"], r["describe"], r["median_ms"],
+                         f"{r['loss_db']:.3f}", speedup(s["ratio"]) if ours else "",
+                         ("met" if s["meets_goal"] else "MISSED") if ours else ""])
+    return [intro, table(["input", "runtime", "what", "median ms", "PSNR-Y loss dB", "vs NNCF int8", "goal"], rows)]
