@@ -41,3 +41,17 @@ def read_checkpoint(path: Path) -> dict:
     if not isinstance(obj, dict):
         raise WeightsError(f"{path} holds a {type(obj).__name__}, expected a state dict")
     return obj
+
+
+def read_safetensors(path: Path) -> dict:
+    """The tensors of a .safetensors file (no pickle at all: nothing in it can run); WeightsError naming the file when
+    it is truncated or damaged. safetensors is imported here, on use: a GPU box's bare Python may lack it."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path), device="cpu")
+    except (SafetensorError, OSError, ValueError) as e:
+        text = str(e).strip()
+        raise WeightsError(f"cannot read checkpoint {path}: {text.splitlines()[0] if text else type(e).__name__}") \
+            from None

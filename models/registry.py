@@ -10,8 +10,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .checkpoint_io import read_checkpoint
-from .external.checkpoint import read_state_dict
+from .checkpoint_io import read_checkpoint, read_safetensors
 from .fetched import FETCHED
 from .fetched import problem as fetched_problem
 from .lookup import get_spec
@@ -59,7 +58,7 @@ def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
     if not path.is_file():
         raise WeightsError(f"weights file not found: {path} (run `make train` to recreate the shipped weights)")
     if path.suffix.lower() == ".safetensors":  # fetched weights (models.fetched) or a user's file
-        return read_state_dict(path)
+        return read_safetensors(path)
     return adapt_mmagic_state_dict(read_checkpoint(path))
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from models.spec import MODELS
 from pipeline import backends
 from pipeline.artifacts.cache import cache_dir
 from pipeline.cli import STAGES, main, options
@@ -77,7 +78,7 @@ def test_python_m_pipeline_exit_code_and_no_traceback():
     r = subprocess.run([sys.executable, "-m", "pipeline", "compare", "--model", "nope"], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert r.stderr.strip() == ("error: unknown model 'nope' (known: srcnn, srcnn-x3, deform-srcnn, or a checkpoint "
+    assert r.stderr.strip() == (f"error: unknown model 'nope' (known: {', '.join(MODELS)}, or a checkpoint "
                                 "path, or package.module:factory)")
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from skimage import data
 
+from models.spec import MODELS
 from pipeline.cli import main
 from pipeline.export.cached import onnx_for
 from pipeline.sr import upscale
@@ -98,7 +99,7 @@ def test_demo_checks_model_and_backend_before_writing(flag, tmp_path, capsys):
 
 def test_doctor_refuses_an_unknown_model(tmp_path, capsys):
     code, err = _run(capsys, "doctor", "--model", "nope", "--no-engines", "--output", tmp_path / "d")
-    assert code == 2 and err == "error: unknown model 'nope' (known: all, srcnn, srcnn-x3, deform-srcnn)\n"
+    assert code == 2 and err == f"error: unknown model 'nope' (known: all, {', '.join(MODELS)})\n"
     assert not (tmp_path / "d").exists()
 
 

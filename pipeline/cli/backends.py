@@ -5,12 +5,12 @@ from pipeline import quality
 from pipeline.backends import (
     auto_line,
     available,
+    create,
     create_named,
     descriptors,
     measure,
     no_gpu_line,
     pick_auto,
-    pick_precision,
 )
 from pipeline.cli import options
 from pipeline.errors import PipelineError
@@ -65,8 +65,8 @@ def run(args) -> int:
     weights, onnx = request.weights, request.onnx
     model = options.model_from_args(args, onnx)
     if args.precision == AUTO and args.measure:  # weigh, measure and pick now: which rule judged each precision
-        best, why = pick_precision(AUTO, model, log=print, weights=weights, onnx=onnx)
-        print(f"auto: {best.name} {best.precision}: {why}")
+        best = create(AUTO, model, AUTO, log=print, weights=weights, onnx=onnx)
+        print(f"auto: {best.name} {best.precision}: {best.selection_reason}")
         return 0
     if args.precision == AUTO:  # one line: what `--precision auto` runs here, and why
         print(auto_line(AUTO, model, weights=weights, onnx=onnx))
