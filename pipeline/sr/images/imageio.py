@@ -26,8 +26,14 @@ import cv2  # noqa: E402
 
 # libtiff's warnings (a repeated tag, unsorted tags) would reach the terminal as OpenCV log lines, one per file;
 # what they warn of is read here the way libtiff reads it. OPENCV_LOG_LEVEL, when set, still decides.
+# OpenCV 5 has cv2.utils.logging; 4.x (>= 4.10 is supported, and the Triton env pins 4.12) has only cv2.setLogLevel,
+# with the same levels (ERROR = 2).
 if "OPENCV_LOG_LEVEL" not in os.environ:
-    cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)
+    _cv_logging = getattr(cv2.utils, "logging", None)
+    if _cv_logging is not None:
+        _cv_logging.setLogLevel(_cv_logging.LOG_LEVEL_ERROR)
+    elif hasattr(cv2, "setLogLevel"):
+        cv2.setLogLevel(2)  # LOG_LEVEL_ERROR
 
 from pipeline.backends import pixels as px  # noqa: E402
 from pipeline.sr.images import (
