@@ -4,6 +4,7 @@ Real runs only: the estimate is held to the recommended command's actual `sr --s
 from __future__ import annotations
 
 import json
+import os
 import resource
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 
 from pipeline.cli import main
 from pipeline.preview import OUTPUT_PLACEHOLDER
+from tests.caches import own_cache
 from tests.test_html_reports import browser, needs_browser  # noqa: F401 (the fixture)
 from tests.video_clips import make_clip
 
@@ -180,8 +182,11 @@ def test_a_failed_candidate_beside_a_good_one_is_never_recommended(tmp_path):
 
 # -- the folder: time estimate against the real run ------------------------------------------------------------------
 @pytest.mark.slow
-def test_folder_preview_estimates_the_recommended_run(tmp_path, capsys):
-    # first-time work (exports, int8 calibration, quality records) on a small folder: cached as sr caches it
+def test_folder_preview_estimates_the_recommended_run(tmp_path, tmp_path_factory, capsys, monkeypatch):
+    # first-time work (int8 calibration, quality records) on a small folder, cached as sr caches it: in a cache of
+    # this test's own (the session's ONNX exports shared), since tests before it may have made the session's
+    session = Path(os.environ["SRDEPLOY_CACHE"])
+    monkeypatch.setenv("SRDEPLOY_CACHE", str(own_cache(tmp_path_factory, session, "preview-first-time")))
     small = mixed_folder(tmp_path / "small", n=2, big=False)
     assert main(["preview", str(small), "--model", "srcnn-x3", "--output", str(tmp_path / "first")]) == 0
     first = json.loads((tmp_path / "first" / "report.json").read_text())
