@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.signals import default_sigint
+
 
 def _cli(capsys, *argv) -> tuple[int, str, str]:
     from pipeline.cli import main
@@ -181,7 +183,7 @@ def test_ctrl_c_on_a_video_says_the_segments_kept_and_the_resumed_rate_counts_it
     def run(*more):
         p = subprocess.run([*map(str, args), *map(str, more)], cwd=Path(__file__).resolve().parents[1],
                            env={**os.environ, "OMP_NUM_THREADS": "1", **env}, capture_output=True, text=True,
-                           timeout=300)
+                           timeout=300, preexec_fn=default_sigint)
         return p.returncode, p.stderr
 
     rc, err = run()

@@ -21,6 +21,7 @@ from pipeline.cli import main
 from pipeline.demo import demo_markdown
 from pipeline.sr.runner import console as sr_console
 from tests.caches import one_thread_own_cache
+from tests.signals import default_sigint
 from tests.video_clips import frames_of, layout, make_clip
 
 REPO = Path(__file__).resolve().parents[1]
@@ -151,7 +152,7 @@ def test_ctrl_c_prints_one_interrupted_line(weights, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "pipeline", "sr", str(src), str(tmp_path / "out"), "--model",
                              "srcnn", "--scale", "3", "--backend", "torch", "--threads", "1", "--workers", "1",
                              *(["--weights", weights] if weights else [])],
-                            cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
+                            cwd=REPO, env=env, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     lines = []
     try:
         for line in proc.stderr:  # the first per-image line: the run is under way
