@@ -177,7 +177,7 @@ def test_create_auto_auto_loads_what_sr_precision_auto_loads(tmp_path, capsys):
 MAKERS = {"qdq": ("pipeline/export/quantize.py", "pipeline/export/phases.py", "pipeline/export/rounding.py",
                   "pipeline/export/equalize.py"),
           "bf16-graph": ("pipeline/export/fp16.py",)}
-PINNED = {("qdq", 9): "e69b63cd0b4eb093+19a491e042ab56cc+7439813f1dcb7558+91af5bdf784cbe66",
+PINNED = {("qdq", 9): "a59fd2e90d74c6e6+19a491e042ab56cc+7439813f1dcb7558+91af5bdf784cbe66",
           ("bf16-graph", 2): "9995de6590fe4a38"}
 
 

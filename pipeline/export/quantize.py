@@ -367,20 +367,13 @@ def activation_stats(model: onnx.ModelProto, shifted: list[str], ranged: list[st
     """One pass of ONNX Runtime (fp32) over the calibration feeds, one feed at a time (the memory is one feed's
     activations, whatever their number): input_stats of the `shifted` convs' data inputs, and a _Tally of |x| for
     each `ranged` activation (percentile_range)."""
-    import onnxruntime as ort
 
     inputs = {n.name: n.input[0] for n in model.graph.node if n.name in shifted}
     wanted = {t: _Tally(len(feeds), (100 - percentile) / 200, False, True) for t in inputs.values()}
     ranges = {t: _Tally(len(feeds), (100 - percentile) / 100, True, False) for t in ranged}
     names = list(dict.fromkeys([*wanted, *ranges]))
     if names:
-        probe = onnx.ModelProto()
-        probe.CopyFrom(model)
-        known = {o.name for o in probe.graph.output}
-        probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(t) for t in names if t not in known)
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        session = _probe_session(model, names)
     for feed in feeds:
         for t, y in zip(names, session.run(names, feed) if names else (), strict=True):
             for tally in (wanted.get(t), ranges.get(t)):
@@ -649,7 +642,6 @@ def quantize(fp32: Path, dst: Path, scale: float, *, method: str = METHOD, keep:
 def conv_hessians(model: onnx.ModelProto, names: list[str], feeds: list[dict]) -> dict[str, np.ndarray]:
     """Each named ungrouped, unpadded conv's input covariance over `feeds` (pipeline.export.rounding), by its
     weights' name: its own input's patches of its kernel's size, every other position (ONNX Runtime, fp32)."""
-    import onnxruntime as ort
 
     shapes = {t.name: tuple(t.dims) for t in model.graph.initializer}
     convs = [n for n in model.graph.node if n.name in names and _unpadded(n)
@@ -657,13 +649,7 @@ def conv_hessians(model: onnx.ModelProto, names: list[str], feeds: list[dict]) -
     inputs = list(dict.fromkeys(n.input[0] for n in convs))
     if not inputs:
         return {}
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    known = {o.name for o in probe.graph.output}
-    probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(t) for t in inputs if t not in known)
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = _probe_session(model, inputs)
     covs = {n.name: PatchCovariance(*shapes[n.input[1]][2:], stride=2) for n in convs}
     for feed in feeds:
         seen = dict(zip(inputs, session.run(inputs, feed), strict=True))
@@ -751,3 +737,16 @@ def int8_file(fp32: Path, scale: float, log=None, progress=None, chatter=None) -
             raise PipelineError(f"cannot quantize {fp32.name} to int8: {first_line(e)}") from None
         stamp(path, recipe_id(), fp32)
     return path
+
+
+def _probe_session(model: onnx.ModelProto, tensors: list[str]):
+    """An ONNX Runtime CPU session of `model` that also returns the intermediate `tensors` (fp32, quiet)."""
+    import onnxruntime as ort
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    known = {o.name for o in probe.graph.output}
+    probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(t) for t in tensors if t not in known)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    return ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
