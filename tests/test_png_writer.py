@@ -244,3 +244,59 @@ def test_chromium_shows_the_very_pixels(tmp_path):
                     "--force-device-scale-factor=1", "--window-size=300,200", f"--user-data-dir={tmp_path / 'profile'}",
                     f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120, check=True)
     assert np.array_equal(cv2.imread(str(shot))[:200, :300], img)
+
+
+def _simd_levels() -> list[str]:
+    """The codec's SIMD levels this CPU has (as capped); skips where there is only one to hold the others to."""
+    levels = [lv for lv in png_codec.SIMD if png_codec.set_simd(lv) == lv]
+    png_codec.set_simd(png_codec.SIMD[-1])  # back to the most the CPU has (the default)
+    if len(levels) < 2:
+        pytest.skip(f"this CPU has only the {levels[0]} kernels: nothing to compare them with")
+    return levels
+
+
+def _simd_cases():
+    """Upscaled photos (nearest: rows repeated, as the stand-in device's; bicubic), 1-4 channels, widths that leave
+    every tail a 32-byte kernel leaves, flat and noisy rows, repeats of every length across word boundaries."""
+    rng = np.random.default_rng(7)
+    photo = load_rgb(HELD_OUT[0])[:96, :96, ::-1]
+    yield np.repeat(np.repeat(photo, 3, 0), 3, 1)
+    yield cv2.resize(photo, (301, 287), interpolation=cv2.INTER_CUBIC)
+    yield cv2.cvtColor(cv2.resize(photo, (133, 97)), cv2.COLOR_BGR2BGRA)
+    yield cv2.cvtColor(photo, cv2.COLOR_BGR2GRAY)[:, :91]
+    for c in (1, 2, 3, 4):
+        for w in (1, 5, 11, 31, 33, 67):
+            rows = rng.integers(0, 256, (9, w, c), dtype=np.uint8)
+            rows[3] = rows[2]  # a repeated row: Up's zeros
+            rows[4, w // 2:] = rows[4, w // 2]  # a pixel repeated to the row's end
+            rows[5] = 200
+            yield rows
+    for _ in range(40):
+        c = int(rng.integers(1, 5))
+        row = rng.integers(0, 256, 700 * c, dtype=np.uint8)
+        for _ in range(10):  # repeats of 1-80 pixels at random places
+            at, length = int(rng.integers(1, 690)) * c, int(rng.integers(1, 80)) * c
+            seg = row[at:at + length]
+            seg[:] = np.resize(row[at - c:at], seg.size)
+        yield row.reshape(1, 700, c).repeat(int(rng.integers(1, 4)), axis=0)
+
+
+def test_every_simd_level_writes_the_same_bytes():
+    """The AVX2, SSSE3 and SSE2 kernels (filters, residuals, repeats, checksum, red-blue swap) write the very same
+    stream, and read it back to the same pixels."""
+    levels = _simd_levels()
+    try:
+        for i, pixels in enumerate(_simd_cases()):
+            pixels = pixels[:, :, 0] if pixels.shape[2:] == (1,) else pixels
+            h, w = pixels.shape[:2]
+            c = 1 if pixels.ndim == 2 else pixels.shape[2]
+            streams, back = {}, {}
+            for level in levels:
+                png_codec.set_simd(level)
+                streams[level] = bytes(png_codec.png_idat_u8(pixels, swap_red_blue=True))
+                back[level] = png_codec.png_unfilter_u8(zlib.decompress(streams[level]), h, w, c, swap_red_blue=True)
+            assert len(set(streams.values())) == 1, (i, pixels.shape, {k: len(v) for k, v in streams.items()})
+            for level in levels:
+                assert np.array_equal(back[level], pixels), (i, level)
+    finally:
+        png_codec.set_simd(png_codec.SIMD[-1])

@@ -58,6 +58,11 @@ def _cpu_flags() -> frozenset[str]:
     return _capped(flags, os.environ.get(ISA_CAP_ENV))
 
 
+def has(*flags: str) -> bool:
+    """Whether this CPU (as capped) has every one of `flags` (/proc/cpuinfo's names, e.g. "avx2")."""
+    return set(flags) <= _cpu_flags()
+
+
 def cpu_kind() -> str | None:
     """The highest of CPU_KINDS this CPU (as capped) is, or None below AVX2."""
     flags, kind = _cpu_flags(), None

@@ -2,7 +2,8 @@
 
 `png_idat_u8(pixels, swap_red_blue)` writes the zlib stream of a PNG's IDAT chunk; `png_unfilter_u8(...)` turns a
 PNG's inflated image data back into pixels. `usable()` says whether the library loads; pipeline.sr.images.png falls
-back to numpy + ISA-L (writing) and OpenCV (reading) where it does not.
+back to numpy + ISA-L (writing) and OpenCV (reading) where it does not. Its kernels use AVX2 where the CPU (as
+ONEDNN_MAX_CPU_ISA caps it: pipeline.native.cpu) has it, else SSSE3 or SSE2 (`set_simd`): the same bytes at each.
 """
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import functools
 import numpy as np
 
 from pipeline.errors import PipelineError
+from pipeline.native import cpu
 from pipeline.native.libraries import load_versioned, loads, png_library
 
-ABI_VERSION = 1  # SR_PNG_ABI in pipeline/native/png/srPng.h
+ABI_VERSION = 2  # SR_PNG_ABI in pipeline/native/png/srPng.h
+SIMD = ("sse2", "ssse3", "avx2")  # sr_png_set_simd's levels, in order
 _INT = ctypes.c_int
 
 
@@ -29,7 +32,21 @@ def _lib() -> ctypes.CDLL:
     lib.sr_png_idat_u8.restype = _INT
     lib.sr_png_unfilter_u8.argtypes = [ctypes.c_void_p] + [_INT] * 4 + [ctypes.c_void_p]
     lib.sr_png_unfilter_u8.restype = _INT
+    lib.sr_png_set_simd.argtypes = [_INT]
+    lib.sr_png_set_simd.restype = _INT
+    lib.sr_png_set_simd(_cpu_simd())
     return lib
+
+
+def _cpu_simd() -> int:
+    """The highest of SIMD this CPU has, as ONEDNN_MAX_CPU_ISA caps it."""
+    return max(i for i, flag in enumerate(SIMD) if i == 0 or cpu.has(flag))
+
+
+def set_simd(level: str) -> str:
+    """The instructions the codec's kernels use from now on ('sse2', 'ssse3' or 'avx2', capped at what the CPU has):
+    for tests that hold every level to the same bytes. Returns the level now used. Not while another thread codes."""
+    return SIMD[_lib().sr_png_set_simd(min(SIMD.index(level), _cpu_simd()))]
 
 
 def library() -> ctypes.CDLL:

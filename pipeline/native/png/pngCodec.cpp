@@ -22,7 +22,8 @@
 #include <emmintrin.h>
 #endif
 #if defined(__x86_64__) || defined(__i386__)
-#include <tmmintrin.h> // SSSE3, used only where the CPU reports it (target attributes)
+#define SR_PNG_X86 1
+#include <immintrin.h> // SSSE3 and AVX2, used only where the CPU reports them (target attributes)
 #endif
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -31,6 +32,31 @@
 
 namespace
 {
+
+// The kernels in use (sr_png_set_simd): SSE2 alone (x86-64's baseline), SSSE3's byte shuffle for the red-blue swap,
+// AVX2 for the rest. Each level writes the same bytes.
+enum SimdLevel
+{
+    kSimdSse2 = 0,
+    kSimdSsse3 = 1,
+    kSimdAvx2 = 2
+};
+
+int cpuSimd()
+{
+#if SR_PNG_X86
+    __builtin_cpu_init(); // this may run before libgcc's own initialiser
+    if (__builtin_cpu_supports("avx2"))
+        return kSimdAvx2;
+    if (__builtin_cpu_supports("ssse3"))
+        return kSimdSsse3;
+#endif
+    return kSimdSse2;
+}
+
+int const kCpuSimd = cpuSimd();
+bool kSsse3 = kCpuSimd >= kSimdSsse3;
+bool kAvx2 = kCpuSimd >= kSimdAvx2;
 
 constexpr int kFilterUp = 2;
 constexpr int kFilterAverage = 3;
@@ -173,7 +199,7 @@ void canonicalCodes(uint8_t const* lengths, int n, uint32_t* codes)
 }
 
 // zlib's checksum over `data`, continuing from `adler` (SSE2: 16 bytes a step, sums reduced every kAdlerBlock).
-uint32_t adler32(uint32_t adler, uint8_t const* data, size_t n)
+uint32_t adler32Sse2(uint32_t adler, uint8_t const* data, size_t n)
 {
     uint64_t s1 = adler & 0xffffu, s2 = adler >> 16;
     while (n > 0)
@@ -218,6 +244,62 @@ uint32_t adler32(uint32_t adler, uint8_t const* data, size_t n)
         s2 %= kAdlerBase;
     }
     return static_cast<uint32_t>(s2 << 16 | s1);
+}
+
+#if SR_PNG_X86
+__attribute__((target("avx2"))) uint32_t sum32(__m256i v)
+{
+    __m128i const four = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    __m128i const two = _mm_add_epi32(four, _mm_shuffle_epi32(four, _MM_SHUFFLE(1, 0, 3, 2)));
+    return static_cast<uint32_t>(
+        _mm_cvtsi128_si32(_mm_add_epi32(two, _mm_shuffle_epi32(two, _MM_SHUFFLE(2, 3, 0, 1)))));
+}
+
+// adler32Sse2's sums, 32 bytes a step.
+__attribute__((target("avx2"))) uint32_t adler32Avx2(uint32_t adler, uint8_t const* data, size_t n)
+{
+    uint64_t s1 = adler & 0xffffu, s2 = adler >> 16;
+    __m256i const zero = _mm256_setzero_si256(), ones = _mm256_set1_epi16(1);
+    __m256i const weights = _mm256_setr_epi8(32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14,
+        13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1);
+    while (n > 0)
+    {
+        size_t block = std::min(n, kAdlerBlock);
+        n -= block;
+        size_t const chunks = block / 32;
+        __m256i sum = zero, before = zero, weighted = zero;
+        for (size_t c = 0; c < chunks; ++c)
+        {
+            __m256i const v = _mm256_loadu_si256(reinterpret_cast<__m256i const*>(data + 32 * c));
+            before = _mm256_add_epi32(before, sum);
+            sum = _mm256_add_epi32(sum, _mm256_sad_epu8(v, zero));
+            weighted = _mm256_add_epi32(weighted, _mm256_madd_epi16(_mm256_maddubs_epi16(v, weights), ones));
+        }
+        uint64_t const bytes = 32 * chunks;
+        s2 += bytes * s1 + 32 * uint64_t {sum32(before)} + sum32(weighted);
+        s1 += sum32(sum);
+        data += bytes;
+        block -= bytes;
+        for (size_t i = 0; i < block; ++i)
+        {
+            s1 += data[i];
+            s2 += s1;
+        }
+        data += block;
+        s1 %= kAdlerBase;
+        s2 %= kAdlerBase;
+    }
+    return static_cast<uint32_t>(s2 << 16 | s1);
+}
+#endif
+
+uint32_t adler32(uint32_t adler, uint8_t const* data, size_t n)
+{
+#if SR_PNG_X86
+    if (kAvx2)
+        return adler32Avx2(adler, data, n);
+#endif
+    return adler32Sse2(adler, data, n);
 }
 
 // One row with the Average filter: out[0] = 3, out[1 + x] = raw[x] - floor((left + up) / 2), where left is the
@@ -292,8 +374,62 @@ uint64_t residual(uint8_t const* f, size_t n)
 
 // One row with whichever of the Average and Up filters leaves the smaller residual: Average predicts photos better,
 // Up turns flat and vertically repeating areas (drawings, screenshots) into runs of zeros. `spare`: a row of scratch.
+#if SR_PNG_X86
+// filterRow for a row with one above, 32 bytes a step: both filters and their residuals in one pass over the row.
+__attribute__((target("avx2"))) void filterRowAvx2(
+    uint8_t const* raw, uint8_t const* prior, size_t n, int bpp, uint8_t* out, uint8_t* spare)
+{
+    uint8_t* average = out + 1;
+    uint8_t* up = spare + 1;
+    out[0] = kFilterAverage;
+    spare[0] = kFilterUp;
+    uint64_t residualAverage = 0, residualUp = 0;
+    auto scalar = [&](size_t x, int left)
+    {
+        average[x] = static_cast<uint8_t>(raw[x] - ((left + prior[x]) >> 1));
+        up[x] = static_cast<uint8_t>(raw[x] - prior[x]);
+        residualAverage += std::min<int>(average[x], 256 - average[x]);
+        residualUp += std::min<int>(up[x], 256 - up[x]);
+    };
+    size_t x = 0;
+    for (; x < std::min(n, static_cast<size_t>(bpp)); ++x)
+        scalar(x, 0);
+    __m256i const zero = _mm256_setzero_si256(), one = _mm256_set1_epi8(1);
+    __m256i sumAverage = zero, sumUp = zero;
+    for (; x + 32 <= n; x += 32)
+    {
+        __m256i const left = _mm256_loadu_si256(reinterpret_cast<__m256i const*>(raw + x - bpp));
+        __m256i const above = _mm256_loadu_si256(reinterpret_cast<__m256i const*>(prior + x));
+        __m256i const cur = _mm256_loadu_si256(reinterpret_cast<__m256i const*>(raw + x));
+        __m256i const mean
+            = _mm256_sub_epi8(_mm256_avg_epu8(left, above), _mm256_and_si256(_mm256_xor_si256(left, above), one));
+        __m256i const a = _mm256_sub_epi8(cur, mean), u = _mm256_sub_epi8(cur, above);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(average + x), a);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(up + x), u);
+        sumAverage = _mm256_add_epi64(sumAverage, _mm256_sad_epu8(_mm256_min_epu8(a, _mm256_sub_epi8(zero, a)), zero));
+        sumUp = _mm256_add_epi64(sumUp, _mm256_sad_epu8(_mm256_min_epu8(u, _mm256_sub_epi8(zero, u)), zero));
+    }
+    for (; x < n; ++x)
+        scalar(x, raw[x - bpp]);
+    alignas(32) uint64_t lanesAverage[4], lanesUp[4];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanesAverage), sumAverage);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanesUp), sumUp);
+    for (int i = 0; i < 4; ++i)
+    {
+        residualAverage += lanesAverage[i];
+        residualUp += lanesUp[i];
+    }
+    if (residualUp < residualAverage)
+        std::memcpy(out, spare, n + 1);
+}
+#endif
+
 void filterRow(uint8_t const* raw, uint8_t const* prior, size_t n, int bpp, uint8_t* out, uint8_t* spare)
 {
+#if SR_PNG_X86
+    if (kAvx2 && prior != nullptr)
+        return filterRowAvx2(raw, prior, n, bpp, out, spare);
+#endif
     filterAverage(raw, prior, n, bpp, out);
     if (prior == nullptr)
         return;
@@ -311,7 +447,7 @@ void swapRedBlueScalar(uint8_t* samples, size_t pixels, int channels)
         std::swap(samples[0], samples[2]);
 }
 
-#if defined(__x86_64__) || defined(__i386__)
+#if SR_PNG_X86
 __attribute__((target("ssse3"))) void swapRedBlueSsse3(uint8_t* samples, size_t pixels, int channels)
 {
     // RGB: 16 bytes loaded, the first 15 (5 pixels) swapped and the 16th stored unchanged (the next step's first)
@@ -342,12 +478,11 @@ __attribute__((target("ssse3"))) void swapRedBlueSsse3(uint8_t* samples, size_t 
     swapRedBlueScalar(samples + p * static_cast<size_t>(channels), pixels - p, channels);
 }
 
-bool const kSsse3 = (__builtin_cpu_init(), __builtin_cpu_supports("ssse3")); // init: may run before libgcc's
 #endif
 
 void swapRedBlue(uint8_t* samples, size_t pixels, int channels)
 {
-#if defined(__x86_64__) || defined(__i386__)
+#if SR_PNG_X86
     if (kSsse3)
         return swapRedBlueSsse3(samples, pixels, channels);
 #endif
@@ -364,7 +499,7 @@ struct Run
 
 // Where a repeat at distance `period` that holds data[e - 1] ends: 8 bytes a step, the first differing byte found
 // from the words' XOR (little-endian). Long runs (flat areas, repeated rows once Up-filtered) were 1 byte a step.
-size_t runEnd(uint8_t const* data, size_t e, size_t n, size_t period)
+size_t runEndScalar(uint8_t const* data, size_t e, size_t n, size_t period)
 {
     for (; e + 8 <= n; e += 8)
     {
@@ -379,31 +514,92 @@ size_t runEnd(uint8_t const* data, size_t e, size_t n, size_t period)
     return e;
 }
 
+#if SR_PNG_X86
+// runEndScalar, 32 bytes a step.
+__attribute__((target("avx2"))) size_t runEndAvx2(uint8_t const* data, size_t e, size_t n, size_t period)
+{
+    for (; e + 32 <= n; e += 32)
+    {
+        __m256i const w = _mm256_loadu_si256(reinterpret_cast<__m256i const*>(data + e));
+        __m256i const before = _mm256_loadu_si256(reinterpret_cast<__m256i const*>(data + e - period));
+        if (auto const same = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(w, before)));
+            same != 0xffffffffu)
+            return e + static_cast<size_t>(__builtin_ctz(~same));
+    }
+    return runEndScalar(data, e, n, period);
+}
+#endif
+
+size_t runEnd(uint8_t const* data, size_t e, size_t n, size_t period)
+{
+#if SR_PNG_X86
+    if (kAvx2)
+        return runEndAvx2(data, e, n, period);
+#endif
+    return runEndScalar(data, e, n, period);
+}
+
+// The word at k equals the one a pixel before it: grown both ways (not below `covered`, the end of the last run) and
+// kept as a run when it holds kMinRun bytes or more.
+void growRun(uint8_t const* data, size_t n, size_t period, size_t k, size_t& covered, std::vector<Run>& runs)
+{
+    size_t s = k;
+    while (s > covered && data[s - 1] == data[s - 1 - period])
+        --s;
+    size_t const e = runEnd(data, k + 8, n, period);
+    if (e - s >= kMinRun)
+    {
+        runs.push_back({s, e - s});
+        covered = e;
+    }
+}
+
 // The repeats of kMinRun or more bytes at distance `period` (bytes per pixel). An 8-byte word equal to the word a
 // pixel before it is looked for, 8 bytes apart, and grown both ways, so a photo costs two loads and a compare per 8
-// bytes, and every repeat of 15 bytes or more is found (one holds a word that starts at a multiple of 8).
-std::vector<Run> findRuns(uint8_t const* data, size_t n, size_t period)
+// bytes, and every repeat of 15 bytes or more is found (one holds a word that starts at a multiple of 8). From `k`
+// (a multiple of 8) on; the words before it were looked at already.
+std::vector<Run> findRunsScalar(
+    uint8_t const* data, size_t n, size_t period, size_t k = 8, size_t covered = 0, std::vector<Run> runs = {})
 {
-    std::vector<Run> runs;
-    size_t covered = period; // the first pixel has nothing before it in this band
-    for (size_t k = 8; k + 8 <= n; k += 8)
+    covered = std::max(covered, period); // the first pixel has nothing before it in this band
+    for (; k + 8 <= n; k += 8)
     {
         uint64_t w, before;
         std::memcpy(&w, data + k, 8);
         std::memcpy(&before, data + k - period, 8);
-        if (k < covered || w != before)
-            continue;
-        size_t s = k, e = k + 8;
-        while (s > covered && data[s - 1] == data[s - 1 - period])
-            --s;
-        e = runEnd(data, e, n, period);
-        if (e - s >= kMinRun)
-        {
-            runs.push_back({s, e - s});
-            covered = e;
-        }
+        if (k >= covered && w == before)
+            growRun(data, n, period, k, covered, runs);
     }
     return runs;
+}
+
+#if SR_PNG_X86
+// findRunsScalar, four words a step (the same runs).
+__attribute__((target("avx2"))) std::vector<Run> findRunsAvx2(uint8_t const* data, size_t n, size_t period)
+{
+    std::vector<Run> runs;
+    size_t covered = period, k = 8;
+    while (k + 32 <= n)
+    {
+        __m256i const w = _mm256_loadu_si256(reinterpret_cast<__m256i const*>(data + k));
+        __m256i const before = _mm256_loadu_si256(reinterpret_cast<__m256i const*>(data + k - period));
+        auto equal = static_cast<unsigned>(_mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpeq_epi64(w, before))));
+        for (; equal != 0; equal &= equal - 1)
+            if (size_t const at = k + 8 * static_cast<size_t>(__builtin_ctz(equal)); at >= covered)
+                growRun(data, n, period, at, covered, runs);
+        k = std::max(k + 32, (covered + 7) & ~size_t {7}); // words inside a run are not looked at
+    }
+    return findRunsScalar(data, n, period, k, covered, std::move(runs));
+}
+#endif
+
+std::vector<Run> findRuns(uint8_t const* data, size_t n, size_t period)
+{
+#if SR_PNG_X86
+    if (kAvx2)
+        return findRunsAvx2(data, n, period);
+#endif
+    return findRunsScalar(data, n, period);
 }
 
 // Adds the bytes of data[0, n) to four histograms (no store waits on the one before), one load per 8 bytes.
@@ -672,6 +868,14 @@ bool unfilterRow(uint8_t filter, uint8_t const* f, uint8_t const* prior, size_t 
 
 extern "C"
 {
+    int sr_png_set_simd(int level)
+    {
+        int const used = std::clamp(level, static_cast<int>(kSimdSse2), kCpuSimd);
+        kSsse3 = used >= kSimdSsse3;
+        kAvx2 = used >= kSimdAvx2;
+        return used;
+    }
+
     size_t sr_png_idat_bound(int h, int w, int channels)
     {
         if (h <= 0 || w <= 0 || channels <= 0)

@@ -23,10 +23,15 @@ extern "C"
 #endif
 
 /* Bumped whenever a signature below changes or a function is added (the ctypes wrapper checks it). */
-#define SR_PNG_ABI 1
+#define SR_PNG_ABI 2
     SR_API int sr_png_abi_version(void);
     /* Message of the last failure in this thread ("" when none). */
     SR_API const char* sr_png_last_error(void);
+
+    /* The instructions the codec's kernels use: 0 SSE2 (x86-64's baseline), 1 also SSSE3, 2 also AVX2 (the default:
+     * the most the CPU has); capped at what the CPU has. Every level writes the same bytes. Returns the level now
+     * used. Not for use while another thread encodes or decodes. */
+    SR_API int sr_png_set_simd(int level);
 
     /* PNG image data of an 8-bit image: the zlib stream an IDAT chunk holds (per row the Average or Up filter; each
      * band of rows one deflate block under its own Huffman code, or stored blocks where those are smaller).
