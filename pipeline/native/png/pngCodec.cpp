@@ -832,35 +832,52 @@ size_t bandRows(int h, int w, int channels)
     return std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(h), kBandBytes / rowBytes(w, channels)));
 }
 
-// Undoes one row's filter in place of `out` (the row's samples), given the unfiltered row above (`prior`, nullptr for
-// the first row: zeros). False for a filter type PNG does not have.
-bool unfilterRow(uint8_t filter, uint8_t const* f, uint8_t const* prior, size_t n, size_t bpp, uint8_t* out)
+// Undoes one row's filter into `out` (the row's samples), given the unfiltered row above (`prior`: zeros for the
+// first row), for `Bpp` bytes per pixel: the left neighbours carried in registers (the serial filters, Sub, Average
+// and Paeth, were a store and a reload per byte). False for a filter type PNG does not have.
+template <size_t Bpp>
+bool unfilterRowBpp(uint8_t filter, uint8_t const* f, uint8_t const* prior, size_t n, uint8_t* out)
 {
+    std::array<uint8_t, Bpp> left {}, upLeft {}; // a, and c (Paeth's), per channel; 0 before the first pixel
     switch (filter)
     {
     case 0: std::memcpy(out, f, n); return true;
     case 1:
-        for (size_t x = 0; x < n; ++x)
-            out[x] = static_cast<uint8_t>(f[x] + (x >= bpp ? out[x - bpp] : 0));
+        for (size_t x = 0; x < n; x += Bpp)
+            for (size_t c = 0; c < Bpp; ++c)
+                out[x + c] = left[c] = static_cast<uint8_t>(f[x + c] + left[c]);
         return true;
     case 2:
         for (size_t x = 0; x < n; ++x)
-            out[x] = static_cast<uint8_t>(f[x] + (prior ? prior[x] : 0));
+            out[x] = static_cast<uint8_t>(f[x] + prior[x]);
         return true;
     case 3:
-        for (size_t x = 0; x < n; ++x)
-            out[x] = static_cast<uint8_t>(f[x] + (((x >= bpp ? out[x - bpp] : 0) + (prior ? prior[x] : 0)) >> 1));
+        for (size_t x = 0; x < n; x += Bpp)
+            for (size_t c = 0; c < Bpp; ++c)
+                out[x + c] = left[c] = static_cast<uint8_t>(f[x + c] + ((left[c] + prior[x + c]) >> 1));
         return true;
     case 4:
-        for (size_t x = 0; x < n; ++x)
-        {
-            int const a = x >= bpp ? out[x - bpp] : 0, b = prior ? prior[x] : 0;
-            int const c = x >= bpp && prior ? prior[x - bpp] : 0;
-            int const p = a + b - c, pa = std::abs(p - a), pb = std::abs(p - b), pc = std::abs(p - c);
-            out[x] = static_cast<uint8_t>(f[x] + (pa <= pb && pa <= pc ? a : pb <= pc ? b : c));
-        }
+        for (size_t x = 0; x < n; x += Bpp)
+            for (size_t c = 0; c < Bpp; ++c)
+            {
+                int const a = left[c], b = prior[x + c], cc = upLeft[c];
+                int const pa = std::abs(b - cc), pb = std::abs(a - cc), pc = std::abs(a + b - 2 * cc);
+                out[x + c] = left[c] = static_cast<uint8_t>(f[x + c] + (pa <= pb && pa <= pc ? a : pb <= pc ? b : cc));
+                upLeft[c] = static_cast<uint8_t>(b);
+            }
         return true;
     default: return false;
+    }
+}
+
+bool unfilterRow(uint8_t filter, uint8_t const* f, uint8_t const* prior, size_t n, size_t bpp, uint8_t* out)
+{
+    switch (bpp)
+    {
+    case 1: return unfilterRowBpp<1>(filter, f, prior, n, out);
+    case 2: return unfilterRowBpp<2>(filter, f, prior, n, out);
+    case 3: return unfilterRowBpp<3>(filter, f, prior, n, out);
+    default: return unfilterRowBpp<4>(filter, f, prior, n, out);
     }
 }
 
@@ -946,16 +963,27 @@ extern "C"
         if (filtered == nullptr || pixels == nullptr)
             return sr::cpuFail(SR_ERR_NULL_POINTER, "png_unfilter_u8: null buffer");
         size_t const samples = static_cast<size_t>(w) * static_cast<size_t>(channels);
-        for (size_t y = 0; y < static_cast<size_t>(h); ++y)
+        bool const swap = swapRedBlueIn != 0 && channels >= 3;
+        try
         {
-            uint8_t const* f = filtered + y * (samples + 1);
-            uint8_t* out = pixels + y * samples;
-            if (!unfilterRow(
-                    f[0], f + 1, y == 0 ? nullptr : out - samples, samples, static_cast<size_t>(channels), out))
-                return sr::cpuFail(SR_ERR_INVALID_ARGUMENT, "png_unfilter_u8: a row has an unknown filter type");
+            std::vector<uint8_t> const zeros(samples); // the first row's "row above"
+            for (size_t y = 0; y < static_cast<size_t>(h); ++y)
+            {
+                uint8_t const* f = filtered + y * (samples + 1);
+                uint8_t* out = pixels + y * samples;
+                if (!unfilterRow(f[0], f + 1, y == 0 ? zeros.data() : out - samples, samples,
+                        static_cast<size_t>(channels), out))
+                    return sr::cpuFail(SR_ERR_INVALID_ARGUMENT, "png_unfilter_u8: a row has an unknown filter type");
+                if (swap && y > 0) // the row above, now that no row needs it unswapped (while it is in cache)
+                    swapRedBlue(out - samples, static_cast<size_t>(w), channels);
+            }
+            if (swap)
+                swapRedBlue(pixels + (static_cast<size_t>(h) - 1) * samples, static_cast<size_t>(w), channels);
         }
-        if (swapRedBlueIn != 0 && channels >= 3)
-            swapRedBlue(pixels, static_cast<size_t>(h) * static_cast<size_t>(w), channels);
+        catch (std::bad_alloc const&)
+        {
+            return sr::cpuFail(SR_ERR_INTERNAL, "png_unfilter_u8: out of memory");
+        }
         return sr::cpuOk();
     }
 }
