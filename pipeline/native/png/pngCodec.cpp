@@ -424,18 +424,40 @@ __attribute__((target("avx2"))) void filterRowAvx2(
 }
 #endif
 
-void filterRow(uint8_t const* raw, uint8_t const* prior, size_t n, int bpp, uint8_t* out, uint8_t* spare)
+// A row equal to the one above (drawings, screenshots, any upscale that repeats rows): both filters' answers without
+// computing either. Up leaves zeros (residual 0), so Average keeps the row only where it leaves zeros too (its
+// residual must be smaller to lose); then each is all zeros. True when the row was one.
+bool repeatedRow(uint8_t const* raw, uint8_t const* prior, size_t n, int bpp, uint8_t* out)
 {
+    if (std::memcmp(raw, prior, n) != 0)
+        return false;
+    bool averageZero = true; // raw - floor((left + raw) / 2) == 0, looked at until a byte is not
+    for (size_t x = 0; x < n && averageZero; ++x)
+        averageZero = raw[x] == (((x < static_cast<size_t>(bpp) ? 0 : raw[x - bpp]) + raw[x]) >> 1);
+    out[0] = averageZero ? kFilterAverage : kFilterUp;
+    std::memset(out + 1, 0, n);
+    return true;
+}
+
+// Returns whether the filtered row is all zeros (a row equal to the one above): nothing to swap.
+bool filterRow(uint8_t const* raw, uint8_t const* prior, size_t n, int bpp, uint8_t* out, uint8_t* spare)
+{
+    if (prior != nullptr && repeatedRow(raw, prior, n, bpp, out))
+        return true;
 #if SR_PNG_X86
     if (kAvx2 && prior != nullptr)
-        return filterRowAvx2(raw, prior, n, bpp, out, spare);
+    {
+        filterRowAvx2(raw, prior, n, bpp, out, spare);
+        return false;
+    }
 #endif
     filterAverage(raw, prior, n, bpp, out);
     if (prior == nullptr)
-        return;
+        return false;
     filterUp(raw, prior, n, spare);
     if (residual(spare + 1, n) < residual(out + 1, n))
         std::memcpy(out, spare, n + 1);
+    return false;
 }
 
 // BGR(A) <-> RGB(A) over `pixels` pixels: a filtered row's (the filters work per channel, so swapping after one equals
@@ -929,9 +951,9 @@ extern "C"
                 {
                     size_t const y = y0 + r;
                     uint8_t const* raw = pixels + y * samples;
-                    filterRow(
+                    bool const zeros = filterRow(
                         raw, y == 0 ? nullptr : raw - samples, samples, channels, band.data() + r * row, spare.data());
-                    if (swap)
+                    if (swap && !zeros)
                         swapRedBlue(band.data() + r * row + 1, static_cast<size_t>(w), channels);
                 }
                 size_t const n = m * row;
