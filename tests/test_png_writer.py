@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import heapq
 import io
+import os
 import struct
+import subprocess
+import sys
 import zlib
 
 import cv2
@@ -300,3 +303,12 @@ def test_every_simd_level_writes_the_same_bytes():
                 assert np.array_equal(back[level], pixels), (i, level)
     finally:
         png_codec.set_simd(png_codec.SIMD[-1])
+
+
+def test_the_isa_cap_keeps_the_codec_below_it():
+    """ONEDNN_MAX_CPU_ISA=SSE41 (the cap pipeline.native.cpu honours, as oneDNN does) keeps the codec off AVX2, even
+    when asked for it: one machine can run the lower kinds' kernels."""
+    code = "from pipeline.native import png_codec as p; print(p.set_simd('avx2'))"
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "SSE41"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() in ("ssse3", "sse2"), out.stdout + out.stderr
