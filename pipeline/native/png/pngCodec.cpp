@@ -372,8 +372,6 @@ uint64_t residual(uint8_t const* f, size_t n)
     return sum;
 }
 
-// One row with whichever of the Average and Up filters leaves the smaller residual: Average predicts photos better,
-// Up turns flat and vertically repeating areas (drawings, screenshots) into runs of zeros. `spare`: a row of scratch.
 #if SR_PNG_X86
 // filterRow for a row with one above, 32 bytes a step: both filters and their residuals in one pass over the row.
 __attribute__((target("avx2"))) void filterRowAvx2(
@@ -439,6 +437,8 @@ bool repeatedRow(uint8_t const* raw, uint8_t const* prior, size_t n, int bpp, ui
     return true;
 }
 
+// One row with whichever of the Average and Up filters leaves the smaller residual: Average predicts photos better,
+// Up turns flat and vertically repeating areas (drawings, screenshots) into runs of zeros. `spare`: a row of scratch.
 // Returns whether the filtered row is all zeros (a row equal to the one above): nothing to swap.
 bool filterRow(uint8_t const* raw, uint8_t const* prior, size_t n, int bpp, uint8_t* out, uint8_t* spare)
 {
