@@ -27,7 +27,8 @@ def pytest_configure(config):
 # 70, 50) start before the many short ones, which then fill the gaps, so two xdist workers end together (`make
 # test` passes --no-loadscope-reorder, which keeps this order). A file missing here only runs later.
 LONGEST_FIRST = ("test_sr_segments.py", "test_ray.py", "test_byom_stages.py", "test_quantize_quality.py",
-                 "test_quality_gate.py", "test_triton_serve.py", "test_realesrgan_stages.py")
+                 "test_quality_gate.py", "test_triton_serve.py", "test_realesrgan_stages.py",
+                 "test_realesrgan_executors.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -81,3 +81,19 @@ def test_video_goal_of_inference():
                       "of_inference": 0.8, "of_inference_goal": 0.75}]}
     (g,) = verdicts.goals(doc)
     assert g["met"] and "of pure inference" in g["what"] and g["goal"] == ">= 75 %"
+
+
+def test_peer_sizes_keep_each_call_within_its_flop_budget():
+    """animevideov3 (~1.24 MFLOP per input pixel) keeps 128^2 and 256^2 (20 and 81 GFLOP a call); x4plus (~36)
+    keeps 128^2 (0.59 TFLOP) of the full bench's sizes and runs --quick's 128^2 halved to 64^2 (0.15 TFLOP)."""
+    assert peers.sizes_within((128, 256), 1.24e6, 600.0) == (128, 256)
+    assert peers.sizes_within((128, 256), 36e6, 600.0) == (128,)
+    assert peers.sizes_within((128,), 36e6, 160.0) == (64,)
+    assert peers.sizes_within((128,), 1e12, 1.0) == (32,)  # never below 32: one call, however slow
+
+
+def test_a_video_model_runs_its_clip_at_the_goal_size():
+    """Issue 66's goal for animevideov3 is a 640x360 clip: its video rows start there; the SRCNNs' stay 480p/720p."""
+    video = pytest.importorskip("pipeline.bench.video", reason="PyAV is not installed")
+    assert list(video.sizes_for("realesr-animevideov3").items())[0] == ("360p", (640, 360))
+    assert video.sizes_for("srcnn-x3") == video.SIZES and "360p" not in video.sizes_for("srcnn")

@@ -1,6 +1,7 @@
 """The runtimes a user would pick for the same weights, timed against `--precision auto`'s pick (issue 66 item 5).
 
     peers_section(model, sizes, repeats, chosen, threads, log) -> dict   the `peers` entry of report.json
+    sizes_within(sizes, flops_per_input_px, max_gflop) -> tuple           the sizes whose one call fits a budget
     no_peers_reason(model) -> str | None                                  why a model has no peers (no ncnn files)
     ours(model) -> bool                                                   a model we train (no ncnn files): NNCF peer
     nncf_section(model, size, repeats, chosen, threads, log) -> dict      its `peers` entry (kind "nncf")
@@ -58,6 +59,19 @@ def no_peers_reason(model: str) -> str | None:
     if missing:
         return f"{model}: no peers: {', '.join(missing)} missing in {fetched.NCNN_DIR} ({fetched.FETCH_HINT})"
     return fetched.problem(model)
+
+
+def sizes_within(sizes, flops_per_input_px: float, max_gflop: float) -> tuple[int, ...]:
+    """The sizes whose one call costs at most max_gflop; when none does, the first halved until it does (not below
+    32): x4plus (~36 MFLOP per input pixel, ~28x animevideov3) at 128^2 is ~0.6 TFLOP, ~10 s a call on 2 cores,
+    and 5 runtimes x repeats of it would outlast the bench."""
+    fits = tuple(s for s in sizes if s * s * flops_per_input_px <= max_gflop * 1e9)
+    if fits:
+        return fits
+    side = min(sizes)
+    while side > 32 and side * side * flops_per_input_px > max_gflop * 1e9:
+        side //= 2
+    return (max(side, 32),)
 
 
 def goal_ratio() -> float:

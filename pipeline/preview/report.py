@@ -16,7 +16,7 @@ from pipeline.artifacts.atomic import atomic_write
 from pipeline.htmlreport import Code, Heading, Sheet, Strong, Table, items, para, said, write_report
 from pipeline.preview.inputs import CROP, shown
 from pipeline.preview.run import Outcome
-from pipeline.preview.verdict import Judged, rgb8
+from pipeline.preview.verdict import Judged, rgb8, rule_line
 
 HEADER = ("backend", "precision", "verdict", "est. time", "load", "ms/Mpix", "est. size", "fidelity mean/worst dB",
           "non-finite", "why")
@@ -46,6 +46,7 @@ def document(o: Outcome) -> dict:
             "sample_frames": o.clip_frames, "crop": CROP,
             "reference": None if p.reference is None else {"backend": p.reference.backend,
                                                            "precision": p.reference.precision},
+            "gate_rule": rule_line(p.model.spec),
             "candidates": [candidate_dict(j) for j in o.judged], "unavailable": p.unavailable,
             "recommended": o.command(), "seconds": round(o.seconds, 2)}
 
@@ -142,7 +143,8 @@ def blocks(o: Outcome, doc: dict, folder: Path) -> list:
                 f"{job['out_mpix_images'] + job['out_mpix_frames']:.1f} output megapixels. Samples: "
                 f"{len(o.samples)} picture(s)" + (f" and {o.clip_frames} frames in runs" if o.clip_frames else "")
                 + f"; samples larger than {CROP}x{CROP} are cropped to a centred {CROP}x{CROP} window."),
-           Heading("Candidates, fastest first"), Table(HEADER, tuple(row(j) for j in o.judged)),
+           Heading("Candidates, fastest first"), para(doc["gate_rule"] + "."),
+           Table(HEADER, tuple(row(j) for j in o.judged)),
            para(*said("est. time estimates the `wall_s` of `sr --summary` for the whole input, the same formula on "
                       "every row: load + output megapixels (from the headers) x ms/Mpix. load: the load with files "
                       "cached (for the recommended row, plus the sample run's fixed part, measured apart); ms/Mpix: "
@@ -176,7 +178,8 @@ def terminal(o: Outcome, paths: dict) -> list[str]:
     """The table and the command, as printed."""
     rows = [HEADER[:-1]] + [row(j)[:-1] for j in o.judged]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines = [paths["doc"]["gate_rule"]]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     cmd = command_line(paths["doc"]["recommended"])
     lines.append(f"recommended: {cmd}" if cmd else "recommended: none (every candidate failed or is over budget)")
     lines.append(f"report: {paths['md']}  html: {paths['html']}")

@@ -13,13 +13,25 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline import quality
-from pipeline.precisions import DEFAULT
+from pipeline.precisions import DEFAULT, GAIN_KEPT_MIN
 from pipeline.preview.estimate import Estimate
 from pipeline.preview.measure import Measured
 from pipeline.quality import fidelity
 
 RECOMMENDED, WITHIN, OVER, FAILED = "recommended", "within budget", "over budget", "failed"
 VERDICTS = (RECOMMENDED, WITHIN, OVER, FAILED)
+
+
+def rule_line(spec) -> str:
+    """The rule a lower precision is held to for this model, named before its rows are read: a model that does not
+    aim at PSNR (its spec's `aims_at_psnr`: Real-ESRGAN, GAN-trained) has no gain over bicubic to keep, so only its
+    fidelity to fp32 counts (pipeline.quality.fidelity)."""
+    if not spec.aims_at_psnr:
+        return (f"gate: {spec.name} is a GAN model (it does not aim at PSNR): a lower precision is held to the "
+                "fidelity rule, its output's PSNR and SSIM to fp32's own on the held-out photos (not PSNR against "
+                "the originals, where fp32 is not above bicubic), and to its worst sample's fidelity to fp32 here")
+    return (f"gate: a lower precision is held to its held-out PSNR-Y loss budget, to keeping >= {GAIN_KEPT_MIN:.0%} "
+            "of the model's gain over bicubic, and to its worst sample's fidelity to fp32 here")
 
 
 @dataclass
