@@ -415,7 +415,7 @@ def test_cpu_split_counts_a_named_threads_children_with_it():
     import threading
     import time
 
-    from pipeline.sr.runner.cpu_split import ENCODE, CpuMeter, name_thread
+    from pipeline.sr.video.cpu_split import ENCODE, CpuMeter, name_thread
 
     meter = CpuMeter()
 

@@ -13,10 +13,11 @@ Directly here, the run's entry and its plan:
 Three rooms (import-linter layers in pyproject.toml: video -> runner -> images, never back):
     images/    files <-> pixels: imageio (decode, encode), png (our PNG writer and reader), header (limits),
                lengths (declared sizes against the file), metadata (ICC, EXIF, XMP kept), tiling, bicubic
-    runner/    one image at a time: jobs (INPUT -> OUTPUT), worker, scheduler, records, console, finite (the fp32
-               re-run), reference (--reference scores), cpu_split
+    runner/    the run's parts, one image at a time: jobs (INPUT -> OUTPUT), worker, scheduler, records, console,
+               finite (the fp32 re-run), reference (--reference scores)
     video/     one clip: av_io (PyAV reader and writer), yuv (YUV <-> RGB, rounded to nearest), clip (a clip through
-               the worker), segments (cut at keyframes, run, resumed), segment_files, join (the join by stream copy)
+               the worker), cpu_split (a clip's CPU time per stage), segments (cut at keyframes, run, resumed),
+               segment_files, join (the join by stream copy)
 
 Code outside this package imports only the names below (an import-linter contract in pyproject.toml).
 """
