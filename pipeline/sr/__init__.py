@@ -20,15 +20,15 @@ Three rooms (import-linter layers in pyproject.toml: video -> runner -> images, 
 
 Code outside this package imports only the names below (an import-linter contract in pyproject.toml).
 """
+from pipeline.images.bicubic import bicubic
+from pipeline.images.header import HeaderError, check_header, over_limit
+from pipeline.images.imageio import Image, ImageError, convert_for_format, normalize_format, read_image
+from pipeline.images.imageio import decode as decode_image
+from pipeline.images.imageio import encode as encode_image
+from pipeline.images.imageio import read_bytes as read_image_bytes
+from pipeline.images.tiling import TILE_MEMORY, TILE_MEMORY_ENV
 from pipeline.sr.api import run_local, upscale
 from pipeline.sr.flow import ExecutorLost, ModelChoice, Plan, Started, applies_only, resolve_model, run
-from pipeline.sr.images.bicubic import bicubic
-from pipeline.sr.images.header import HeaderError, check_header, over_limit
-from pipeline.sr.images.imageio import Image, ImageError, convert_for_format, normalize_format, read_image
-from pipeline.sr.images.imageio import decode as decode_image
-from pipeline.sr.images.imageio import encode as encode_image
-from pipeline.sr.images.imageio import read_bytes as read_image_bytes
-from pipeline.sr.images.tiling import TILE_MEMORY, TILE_MEMORY_ENV
 from pipeline.sr.options import OPTION_FIELDS, RunOptions, option_flag
 from pipeline.sr.runner.jobs import Job, discover, output_inside_input
 from pipeline.sr.runner.records import Record, Summary

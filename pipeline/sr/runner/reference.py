@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import first_line
+from pipeline.images import imageio
+from pipeline.images.bicubic import bicubic
+from pipeline.images.imageio import Image, ImageError
 from pipeline.quality.metrics import psnr_y, ssim_y
-from pipeline.sr.images import imageio
-from pipeline.sr.images.bicubic import bicubic
-from pipeline.sr.images.imageio import Image, ImageError
 from pipeline.sr.runner.records import MISSING
 
 

@@ -21,8 +21,8 @@ import cv2
 import numpy as np
 
 from pipeline.errors import PipelineError
+from pipeline.images.header import max_file_bytes
 from pipeline.native import png_codec
-from pipeline.sr.images.header import max_file_bytes
 
 try:
     from isal import isal_zlib as deflate
@@ -84,7 +84,7 @@ def _idat_up(pixels: np.ndarray) -> bytes:
 def encode_png(pixels: np.ndarray, native: bool = True, chunks: list[tuple[bytes, bytes]] = ()) -> bytes:
     """HxW gray or HxWx3/4 BGR(A) (OpenCV's layout), uint8 or uint16 -> PNG file bytes; 8-bit images by the C++
     encoder where its library loads, unless `native` is False (the Up filter with ISA-L: for comparisons).
-    `chunks`: (name, data) written between IHDR and IDAT (iCCP, eXIf, iTXt: pipeline.sr.images.metadata)."""
+    `chunks`: (name, data) written between IHDR and IDAT (iCCP, eXIf, iTXt: pipeline.images.metadata)."""
     channels = 1 if pixels.ndim == 2 else pixels.shape[2]
     if pixels.dtype not in (np.uint8, np.uint16) or channels not in COLOR_TYPE:
         raise ValueError(f"PNG takes uint8/uint16 gray, BGR or BGRA, got {pixels.dtype} with {channels} channels")

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.artifacts.atomic import atomic_write
-from pipeline.sr.images.header import MAX_PIXELS_ENV, HeaderError, check_header, max_file_bytes, max_pixels
+from pipeline.images.header import MAX_PIXELS_ENV, HeaderError, check_header, max_file_bytes, max_pixels
 
 # OpenCV's own guard (2^30 pixels) must not be tighter than ours: it reads this before its first decode
 with contextlib.suppress(HeaderError):
@@ -36,11 +36,11 @@ if "OPENCV_LOG_LEVEL" not in os.environ:
         cv2.setLogLevel(2)  # LOG_LEVEL_ERROR
 
 from pipeline.backends import pixels as px  # noqa: E402
-from pipeline.sr.images import (
+from pipeline.images import (
     metadata,  # noqa: E402
     png,  # noqa: E402
 )
-from pipeline.sr.images.metadata import Metadata  # noqa: E402
+from pipeline.images.metadata import Metadata  # noqa: E402
 
 # Extensions we read and write (OpenCV codecs present in opencv-python-headless).
 FORMATS = {
@@ -145,7 +145,7 @@ def normalize_format(fmt: str) -> str:
 
 def exif_orientation(data: bytes) -> int:
     """The orientation tag (1..8) of an encoded image, 1 when absent or unreadable: EXIF's (IFD0 tag 274) in JPEG,
-    PNG and WebP, a TIFF's own tag; never XMP's, which no decoder here applies (pipeline.sr.images.metadata)."""
+    PNG and WebP, a TIFF's own tag; never XMP's, which no decoder here applies (pipeline.images.metadata)."""
     return metadata.read(data).orientation
 
 
@@ -315,7 +315,7 @@ def convert_for_format(pixels: np.ndarray, fmt: str) -> tuple[np.ndarray, list[s
 
 def encode(pixels: np.ndarray, fmt: str, jpeg_quality: int = 95, meta: Metadata = metadata.NONE) -> bytes:
     """The file's bytes, carrying `meta` where the format holds it (PNG, JPEG, WebP)."""
-    if fmt == "png":  # our own writer: a third of OpenCV's CPU (pipeline.sr.images.png)
+    if fmt == "png":  # our own writer: a third of OpenCV's CPU (pipeline.images.png)
         try:
             return png.encode_png(pixels, chunks=metadata.png_chunks(meta))
         except ValueError as e:

@@ -12,7 +12,7 @@ the image goes on. The walks hold views, not copies, so a file's metadata costs 
 Orientation: the EXIF tag (274 in IFD0, SHORT or LONG, the first of a repeat) is what we turn the pixels by for
 JPEG, PNG and WebP (OpenCV ignores it there); a TIFF's own tag is applied by OpenCV's decoder (libtiff). XMP's
 `tiff:Orientation` is applied by neither, so it is never applied here. The output's EXIF orientation is set to 1,
-and its XMP orientation to 1 when the pixels were turned, so no viewer turns them again (pipeline.sr.images.imageio).
+and its XMP orientation to 1 when the pixels were turned, so no viewer turns them again (pipeline.images.imageio).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-from pipeline.sr.images.lengths import JPEG_MAX_SEGMENTS, max_chunks
+from pipeline.images.lengths import JPEG_MAX_SEGMENTS, max_chunks
 
 MAX_BYTES = 1 << 20  # the most of any one piece kept: Pillow's PNG reader refuses a profile inflating to more
 JPEG_EXIF = b"Exif\x00\x00"

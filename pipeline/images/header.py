@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import struct
 
-from pipeline.sr.images.lengths import JPEG_MAX_SEGMENTS, length_problem
+from pipeline.images.lengths import JPEG_MAX_SEGMENTS, length_problem
 
 # 100 megapixels: a 10000x10000 input (x3 -> 900 MP output). A 16-bit RGBA image this size decodes to 800 MB.
 MAX_PIXELS = 100_000_000
