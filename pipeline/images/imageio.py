@@ -41,6 +41,7 @@ from pipeline.images import (
     png,  # noqa: E402
 )
 from pipeline.images.metadata import Metadata  # noqa: E402
+from pipeline.images.pixels import to_8bit  # noqa: E402
 
 # Extensions we read and write (OpenCV codecs present in opencv-python-headless).
 FORMATS = {
@@ -305,9 +306,8 @@ def convert_for_format(pixels: np.ndarray, fmt: str) -> tuple[np.ndarray, list[s
     """Fit an output buffer to what the format can hold; returns notes for what was dropped."""
     mode = "rgba" if pixels.ndim == 3 and pixels.shape[2] == 4 else "rgb"
     _, depth, notes = written_layout(mode, 16 if pixels.dtype == np.uint16 else 8, fmt)
-    if pixels.dtype == np.uint16 and depth == 8:
-        # 65535 -> 255 with rounding: 257 is the exact ratio between the two full scales.
-        pixels = ((pixels.astype(np.uint32) + 128) // 257).astype(np.uint8)
+    if depth == 8:
+        pixels = to_8bit(pixels)
     if mode == "rgba" and fmt not in ALPHA:
         pixels = pixels[:, :, :3]
     return pixels, notes
