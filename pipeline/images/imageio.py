@@ -36,9 +36,11 @@ if "OPENCV_LOG_LEVEL" not in os.environ:
         cv2.setLogLevel(2)  # LOG_LEVEL_ERROR
 
 from pipeline.backends import pixels as px  # noqa: E402
-from pipeline.images import (
-    metadata,  # noqa: E402
-    png,  # noqa: E402
+from pipeline.images import (  # noqa: E402
+    jpeg,
+    metadata,
+    png,
+    png_chunks,
 )
 from pipeline.images.metadata import Metadata  # noqa: E402
 from pipeline.images.pixels import to_8bit  # noqa: E402
@@ -177,12 +179,13 @@ def _cv2_reason(e: Exception) -> str:
 
 def _check_complete(data: bytes) -> None:
     """Reject truncated files that decoders would silently fill with gray (by content, never by name)."""
+    problem = None
     if data[:2] == b"\xff\xd8":
-        # The end-of-image marker must come after the last start-of-scan marker.
-        if data.rfind(b"\xff\xd9") < data.rfind(b"\xff\xda") or data.rfind(b"\xff\xd9") < 0:
-            raise ImageError("truncated JPEG (no end-of-image marker)")
-    elif data[:8] == b"\x89PNG\r\n\x1a\n" and data.rfind(b"IEND") < 0:
-        raise ImageError("truncated PNG (no IEND chunk)")
+        problem = jpeg.truncation_problem(data)
+    elif data[:8] == png_chunks.SIGNATURE:
+        problem = png_chunks.truncation_problem(data)
+    if problem:
+        raise ImageError(problem)
 
 
 def decode(data: bytes) -> Image:
