@@ -260,7 +260,7 @@ def _read_tiff(data: bytes) -> dict:
         v = tiff.first_integer(data, ifd, entry)
         found["orientation"] = v if 1 <= v <= 8 else 1
     if tiff.EXIF_IFD in ifd.entries:
-        found["exif"] = _Drop("not lifted out of a TIFF (its directory points into the file)")
+        found["exif"] = _Drop("in a TIFF it is a directory pointing into the file: not lifted out here")
     return found
 
 

@@ -10,15 +10,15 @@ Directly here, the run's entry and its plan:
     settings   option checks, model resolution           preflight  writable outputs, overwrite count
     videofmt   video containers, codecs and their options (pure data: the plan, run/ and video/ read it)
 
-Three rooms (import-linter layers in pyproject.toml: video -> runner -> images, never back):
-    images/    files <-> pixels: imageio (decode, encode), png (our PNG writer and reader), header (limits),
-               lengths (declared sizes against the file), metadata (ICC, EXIF, XMP kept), tiling, bicubic
+Two rooms (import-linter layers in pyproject.toml: video -> runner, never back):
     runner/    one image at a time: jobs (INPUT -> OUTPUT), worker, scheduler, records, console, finite (the fp32
                re-run), reference (--reference scores), cpu_split
     video/     one clip: av_io (PyAV reader and writer), yuv (YUV <-> RGB, rounded to nearest), clip (a clip through
                the worker), segments (cut at keyframes, run, resumed), segment_files, join (the join by stream copy)
 
-Code outside this package imports only the names below (an import-linter contract in pyproject.toml).
+Files <-> pixels (decode, encode, the header limits, tiling, bicubic) are pipeline.images, a layer below sr that
+preview and analysis read images with too; the image names below are re-exported from it. Code outside this package
+imports only the names below (an import-linter contract in pyproject.toml).
 """
 from pipeline.images.bicubic import bicubic
 from pipeline.images.header import HeaderError, check_header, over_limit
