@@ -68,7 +68,8 @@ def test_a_tiff_inputs_exif_is_dropped_with_a_line():
     assert header.check_header(data) == ("tiff", 8, 8) and lengths.tiff_problem(data) is None
     image = imageio.decode(data)
     assert image.pixels.shape == (8, 8) and image.meta.exif is None
-    assert image.meta.notes == ("EXIF dropped (in a TIFF it is a directory pointing into the file: not lifted out here)",)
+    assert image.meta.notes == ("EXIF dropped (in a TIFF it is a directory pointing into the file: not lifted out "
+                                "here)",)
     assert metadata.read(data).notes == image.meta.notes
 
 
