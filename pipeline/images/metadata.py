@@ -170,11 +170,11 @@ def _read_jpeg(data: bytes) -> dict:
     is jpeg.MAX_SEGMENTS markers (the length check refuses a file with more)."""
     found, icc = {}, []
     for kind, body in jpeg.app_data(data, (jpeg.EXIF, jpeg.XMP, jpeg.ICC)):
-        if kind is jpeg.ICC:
+        if kind == jpeg.ICC:
             if len(body) >= 2:
                 icc.append((body[0], body[1], body[2:]))
         else:
-            found.setdefault("exif" if kind is jpeg.EXIF else "xmp", body)
+            found.setdefault("exif" if kind == jpeg.EXIF else "xmp", body)
     if icc:
         found["icc"] = _icc_segments(icc)
     return found
