@@ -13,8 +13,8 @@ import pytest
 
 from pipeline.backends.base import Backend
 from pipeline.cli import main
+from pipeline.images import tiling
 from pipeline.sr import DEFAULT_PRESET
-from pipeline.sr.images import tiling
 from pipeline.sr.video import yuv
 from tests.caches import one_thread_own_cache
 from tests.video_clips import audio_of, frames_of, layout, make_clip, subtitle_packets

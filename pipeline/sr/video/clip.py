@@ -23,8 +23,8 @@ import numpy as np
 from pipeline.artifacts.atomic import atomic_path
 from pipeline.backends.pixels import NonFiniteOutput
 from pipeline.errors import PipelineError
-from pipeline.sr.images import tiling
-from pipeline.sr.images.imageio import Image
+from pipeline.images import tiling
+from pipeline.images.imageio import Image
 from pipeline.sr.runner.console import Console
 from pipeline.sr.runner.jobs import Job
 from pipeline.sr.runner.records import Record
