@@ -67,15 +67,18 @@ build-plugins:
 
 CXX_SOURCES = $(shell git ls-files 'plugins_trt/*.cpp' 'plugins_trt/*.h' 'plugins_trt/*.cu' 'plugins_trt/*.cuh' \
                 'pipeline/native/png/*.cpp' 'pipeline/native/png/*.h')
-# Python: ruff, the import layers (lint-imports) and mypy on the GPU-only code (files listed in [tool.mypy]; all
-# three configured in pyproject.toml); C++/CUDA: clang-format (one style for every C++ file:
-# plugins_trt/.clang-format), checked, never rewritten here.
+# Python: ruff, mypy on the GPU-only code (files listed in [tool.mypy]) and the import layers (lint-imports), all
+# three configured in pyproject.toml; the function-length check; two scans of the source tree (pytest, no model run):
+# own-module imports inside functions (at most 20, each saying why) and the backend-name guard; C++/CUDA:
+# clang-format (one style for every C++ file: plugins_trt/.clang-format), checked, never rewritten here.
+# README.md and docs/architecture.md describe these steps (tests/test_docs_lists.py holds them to this recipe).
 CLANG_STYLE := --style=file:plugins_trt/.clang-format
 lint: setup
 	$(PY) -m ruff check .
 	PYTHONPATH=. $(PY) -m mypy
 	PYTHONPATH=. $(dir $(PY))lint-imports
 	$(PY) scripts/check_function_length.py pipeline
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_local_imports.py tests/test_backend_names.py
 	$(dir $(PY))clang-format $(CLANG_STYLE) --dry-run --Werror $(CXX_SOURCES)
 
 # Apply the C++/CUDA style (`make lint` only checks it).

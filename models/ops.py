@@ -34,7 +34,7 @@ def cubic_taps(in_size: int, out_size: int, device=None) -> tuple[list[torch.Ten
     (dst + 0.5) * in / out - 0.5 = num / den is split into floor and fraction with integer math, so the
     fraction is the correctly rounded float of a rational that depends only on in/out and dst's phase.
     A crop with the image's size ratio then gets bit-identical weights (tiled == whole at x3, x2.5; ATen's
-    float source index differs by an ulp there, pipeline/sr/images/tiling.py)."""
+    float source index differs by an ulp there, pipeline/images/tiling.py)."""
     dst = torch.arange(out_size, dtype=torch.int64, device=device)
     den = 2 * out_size
     num = (2 * dst + 1) * in_size - out_size

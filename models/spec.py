@@ -50,7 +50,7 @@ class ModelSpec:
     # A user's checkpoint or factory (models.external.resolve): its architecture, own scale and weights hash.
     external: ExternalSpec | None = None
     # Peak working memory per output pixel on the CPU backends, measured (+20 %); None: unknown (a user's model),
-    # so host tiles stay small (pipeline.sr.images.tiling.host_tile).
+    # so host tiles stay small (pipeline.images.tiling.host_tile).
     host_bytes_per_output_pixel: int | None = None
     # Whether the torch backend runs the net channels_last on CUDA. False where an op reads NCHW: torchvision's
     # deform_conv2d copies NHWC inputs to NCHW (deform-srcnn on an H100, 16 x 512^2 -> x3: 40.1 ms per image

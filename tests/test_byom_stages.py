@@ -17,7 +17,7 @@ from skimage import data
 from models.external import resolve
 from models.registry import file_sha256, get_spec, size_tensor
 from pipeline.cli import main as cli_main
-from pipeline.sr.images import tiling
+from pipeline.images import tiling
 
 # name -> checkpoint format: both formats are exercised across the three families
 FORMATS = {"compact": "pth", "rrdb": "safetensors", "swinir": "pth"}

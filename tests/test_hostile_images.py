@@ -19,8 +19,8 @@ import pytest
 from PIL import Image as PILImage
 
 from pipeline.cli import main
-from pipeline.sr.images import imageio
-from pipeline.sr.images.imageio import ImageError
+from pipeline.images import imageio
+from pipeline.images.imageio import ImageError
 
 MAX_PIXELS_ENV = "SRDEPLOY_MAX_PIXELS"  # documented in the README
 
@@ -89,7 +89,7 @@ BOMBS = {
 
 _PEAK = """
 import json, sys
-from pipeline.sr.images.imageio import read_image, ImageError
+from pipeline.images.imageio import read_image, ImageError
 out = {}
 for p in sys.argv[1:]:
     try:
@@ -124,7 +124,7 @@ def test_bombs_are_refused_from_the_header_with_bounded_memory(tmp_path):
 
 @pytest.mark.parametrize("name", sorted(BOMBS))
 def test_header_sizes_are_read_right(name):
-    from pipeline.sr.images.header import image_size
+    from pipeline.images.header import image_size
 
     side = {"png-32000-rgba16.png": 32000, "png-60000.png": 60000, "bmp-rle-30000.bmp": 30000,
             "tiff-30000.tif": 30000, "webp-16383.webp": 16383}.get(name, 32000)
@@ -133,7 +133,7 @@ def test_header_sizes_are_read_right(name):
 
 @pytest.mark.parametrize("ext", [".png", ".jpg", ".bmp", ".tif", ".webp"])
 def test_real_images_header_matches_decoder(ext):
-    from pipeline.sr.images.header import image_size
+    from pipeline.images.header import image_size
 
     img = np.random.default_rng(0).integers(0, 255, (37, 53, 3), dtype=np.uint8)
     data = cv2.imencode(ext, img)[1].tobytes()
@@ -356,7 +356,7 @@ def test_declared_lengths_past_the_end_are_refused_in_our_words(name):
 def test_lengths_of_real_files_fit(ext):
     """Files from OpenCV's and Pillow's writers (progressive JPEG, multi-strip and tiled-free TIFF, lossless and
     VP8X WebP with alpha) pass the length check and decode as before."""
-    from pipeline.sr.images.lengths import length_problem
+    from pipeline.images.lengths import length_problem
 
     rgba = np.random.default_rng(2).integers(0, 255, (67, 45, 4), dtype=np.uint8)
     fmt = imageio.format_of(Path("x" + ext))

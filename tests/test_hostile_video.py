@@ -178,7 +178,7 @@ def test_five_hundred_attachments_make_a_short_first_line(weights, tmp_path, cap
 
 
 def test_failed_videos_are_counted_as_videos_and_our_refusals_keep_their_words(weights, tmp_path, capsys):
-    from pipeline.sr.images.imageio import ImageError
+    from pipeline.images.imageio import ImageError
     from pipeline.sr.runner.worker import infer_reason
 
     src = tmp_path / "in"

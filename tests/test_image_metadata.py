@@ -13,7 +13,7 @@ from PIL import Image as PILImage
 from PIL import ImageCms
 
 from pipeline.cli import main
-from pipeline.sr.images import metadata
+from pipeline.images import metadata
 from tests.caches import one_thread_own_cache
 
 NEAREST3 = "byom_nets:nearest3_factory"

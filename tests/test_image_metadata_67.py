@@ -17,9 +17,9 @@ from PIL import Image as PILImage
 from PIL import ImageCms, ImageOps
 
 from pipeline.cli import main
-from pipeline.sr.images import header, imageio, lengths, metadata, png
-from pipeline.sr.images.header import HeaderError
-from pipeline.sr.images.imageio import ImageError
+from pipeline.images import header, imageio, lengths, metadata, png
+from pipeline.images.header import HeaderError
+from pipeline.images.imageio import ImageError
 from tests.caches import one_thread_own_cache
 
 NEAREST3 = "byom_nets:nearest3_factory"

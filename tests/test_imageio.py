@@ -9,8 +9,8 @@ from PIL import Image as PILImage
 from PIL import ImageOps
 from skimage import data
 
-from pipeline.sr.images import imageio
-from pipeline.sr.images.imageio import ImageError
+from pipeline.images import imageio
+from pipeline.images.imageio import ImageError
 
 
 @pytest.fixture(scope="module")

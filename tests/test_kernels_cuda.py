@@ -227,7 +227,7 @@ def _bare_python(code: str) -> subprocess.CompletedProcess:
 
 
 def test_png_writer_without_isal():
-    proc = _bare_python("import cv2, numpy as np\nfrom pipeline.sr.images import png\n"
+    proc = _bare_python("import cv2, numpy as np\nfrom pipeline.images import png\n"
                         "img = np.random.default_rng(0).integers(0, 65536, (31, 17, 3)).astype(np.uint16)\n"
                         "back = cv2.imdecode(np.frombuffer(png.encode_png(img), np.uint8), cv2.IMREAD_UNCHANGED)\n"
                         "assert png.deflate.__name__ == 'zlib' and np.array_equal(back, img)\n")

@@ -8,7 +8,7 @@ import pytest
 from pipeline.backends import pixels as px
 from pipeline.backends.base import Backend
 from pipeline.errors import PipelineError
-from pipeline.sr.images.imageio import Image
+from pipeline.images.imageio import Image
 
 torch = pytest.importorskip("torch", reason="the torch backend and conversions need PyTorch (export extra)")
 
@@ -82,7 +82,7 @@ def test_torch_backend_pixels_equal_the_cpu_path(srcnn_cpu, dtype):
     for i in range(2):
         old = np.empty((69, 93, 3), dtype)
         y = srcnn_cpu.infer(Image(img[i]).region_rgb(0, 23, 0, 31)[None], 3.0)[0]
-        from pipeline.sr.images import imageio
+        from pipeline.images import imageio
 
         imageio.store_rgb(old, 0, 0, y, 16 if dtype == np.uint16 else 8)
         assert np.array_equal(got[i], old)

@@ -1,4 +1,4 @@
-"""The sr stage's PNG reader (pipeline.sr.images.png.decode_png: ISA-L's inflate and our C++ unfilter): for plain
+"""The sr stage's PNG reader (pipeline.images.png.decode_png: ISA-L's inflate and our C++ unfilter): for plain
 8-bit PNGs the very array OpenCV's IMREAD_UNCHANGED gives, whoever wrote the file; everything else is left to OpenCV
 (None), damaged files included, so their errors stay OpenCV's."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from PIL import Image as PILImage
 from PIL import PngImagePlugin
 
-from pipeline.sr.images import imageio, png
+from pipeline.images import imageio, png
 
 pytestmark = pytest.mark.usefixtures("png_library")
 

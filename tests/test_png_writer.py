@@ -16,8 +16,8 @@ import pytest
 from PIL import Image as PILImage
 
 from pipeline.data.sample_images import HELD_OUT, load_rgb
+from pipeline.images import png
 from pipeline.native import png_codec
-from pipeline.sr.images import png
 
 pytestmark = pytest.mark.usefixtures("png_library")
 

@@ -18,8 +18,8 @@ from skimage import data
 from models.spec import MODELS
 from pipeline.cli import main
 from pipeline.export.cached import onnx_for
+from pipeline.images import imageio
 from pipeline.sr import upscale
-from pipeline.sr.images import imageio
 from pipeline.sr.runner import console as sr_console
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -29,7 +29,7 @@ def test_the_video_bench_cuts_frames_into_the_tiles_sr_would(monkeypatch):
     gives `sr`, for the clip run and for inference alone."""
     from pipeline import backends
     from pipeline.bench.video import video_fps
-    from pipeline.sr.images import tiling
+    from pipeline.images import tiling
 
     monkeypatch.setenv(tiling.TILE_MEMORY_ENV, "16M")  # a 96x64 frame at x3 is 288x192: 35 MB whole on srcnn
     be = backends.create("ort", "srcnn", "fp32", threads=1)

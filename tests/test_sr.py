@@ -373,7 +373,7 @@ def test_backend_tiled_float_output_equals_whole_image(backend_name, weights):
     """Through the real runners: tiles with context, cropped, equal whole-image inference bit for bit, at an
     integer and a non-integer scale (sr::DynamicResize's exact source positions, models.ops.cubic_taps)."""
     from pipeline import backends
-    from pipeline.sr.images import tiling
+    from pipeline.images import tiling
 
     b = backends.create(backend_name, "srcnn", "fp32", threads=1, **({"weights": weights} if weights else {}))
     x = np.ascontiguousarray(data.astronaut()[::6, ::6][:70, :64].transpose(2, 0, 1)[None], np.float32) / 255

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.sr.images.bicubic import bicubic
+from pipeline.images.bicubic import bicubic
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,9 +39,9 @@ import numpy as np
 import pipeline.cli.sr, pipeline.sr, pipeline.sr.api
 import pipeline.sr.runner.worker, pipeline.sr.runner.scheduler, pipeline.sr.runner.reference
 import pipeline.bench.folder
-from pipeline.sr.images.bicubic import bicubic
+from pipeline.images.bicubic import bicubic
 from pipeline.sr.runner.reference import bicubic_pixels
-from pipeline.sr.images.imageio import Image
+from pipeline.images.imageio import Image
 im = Image(np.arange(4 * 5 * 4, dtype=np.uint8).reshape(4, 5, 4))
 assert bicubic_pixels(im, 12, 15).shape == (12, 15, 3)
 assert bicubic(np.ones((4, 5), np.float32), (12, 15)).shape == (12, 15)

@@ -136,7 +136,7 @@ def test_tiles_of_common_sizes_fit_the_engine_profile(model):
     """No crop beyond the default profile's 512: the last tile's sliver is folded in only where it still fits
     (srcnn x2 on 1366x768 once planned a 525-pixel crop)."""
     from models.lookup import get_spec
-    from pipeline.sr.images import tiling
+    from pipeline.images import tiling
 
     spec = get_spec(model)
     be = Profiled(512)
@@ -163,7 +163,7 @@ def test_tiles_at_scales_above_the_profile_fit_its_output(model):
     from models.lookup import get_spec
     from models.spec import output_size
     from pipeline.engine import default_profile, profile_for_input
-    from pipeline.sr.images import tiling
+    from pipeline.images import tiling
 
     spec = get_spec(model)
     be = Engined(model, [default_profile(spec)])

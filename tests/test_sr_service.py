@@ -12,10 +12,10 @@ from skimage import data
 from pipeline.cli import main
 from pipeline.errors import PipelineError
 from pipeline.export.cached import onnx_for
+from pipeline.images import imageio
 from pipeline.serve.sr_service import SrService
 from pipeline.serve.tensors import OUTPUTS, array_from_output, output_from_array
 from pipeline.sr import upscale
-from pipeline.sr.images import imageio
 
 model_config_pb2 = pytest.importorskip("tritonclient.grpc.model_config_pb2",
                                        reason="tritonclient is not installed (pip install -e '.[cluster]')")

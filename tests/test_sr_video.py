@@ -13,8 +13,8 @@ import pytest
 
 from pipeline.backends.base import Backend
 from pipeline.cli import main
+from pipeline.images import tiling
 from pipeline.sr import DEFAULT_PRESET
-from pipeline.sr.images import tiling
 from pipeline.sr.video import yuv
 from tests.caches import one_thread_own_cache
 from tests.video_clips import audio_of, frames_of, layout, make_clip, subtitle_packets
@@ -415,7 +415,7 @@ def test_cpu_split_counts_a_named_threads_children_with_it():
     import threading
     import time
 
-    from pipeline.sr.runner.cpu_split import ENCODE, CpuMeter, name_thread
+    from pipeline.sr.video.cpu_split import ENCODE, CpuMeter, name_thread
 
     meter = CpuMeter()
 

@@ -7,7 +7,7 @@ from skimage import data
 from models.registry import ModelSpec, get_spec, output_size, run
 from pipeline.backends.torch_backend import channels_last_default
 from pipeline.errors import PipelineError
-from pipeline.sr.images import tiling
+from pipeline.images import tiling
 
 
 @pytest.fixture(scope="module")

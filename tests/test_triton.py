@@ -14,7 +14,10 @@ from models.lookup import get_spec
 from models.spec import output_size
 from pipeline.cli import main
 from pipeline.engine import Profile, make_sidecar, sidecar_path, tensorrt_problem
+from pipeline.errors import PipelineError
 from pipeline.export.cached import onnx_for
+from pipeline.serve import write_repository
+from pipeline.serve.triton_config import PLATFORMS, SERVED, served_backend
 
 model_config_pb2 = pytest.importorskip("tritonclient.grpc.model_config_pb2",
                                        reason="tritonclient is not installed (pip install -e '.[cluster]')")
@@ -175,6 +178,17 @@ def test_bad_arguments_are_one_line(tmp_path, capsys, args, msg):
     assert main(["triton", "--model", "srcnn", "--output", str(tmp_path / "r"), *args]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and msg in err and "\n" not in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_the_served_backends_are_the_descriptors_that_name_a_triton_platform(tmp_path):
+    """Which backends a plain model is written for, and on which platform, is read off their descriptors: each names
+    a platform Triton's format knows; one runs engines (the TensorRT plan), one the exported file (ONNX Runtime)."""
+    assert {name: d.triton for name, d in SERVED.items()} == {"ort": "onnxruntime", "trt": "tensorrt"}
+    assert {d.triton for d in SERVED.values()} <= set(PLATFORMS)
+    assert (served_backend(engine=True), served_backend(engine=False)) == ("trt", "ort")
+    with pytest.raises(PipelineError, match=r"unknown Triton backend 'torch' \(choose from: ort, trt\)"):
+        write_repository("srcnn", tmp_path / "r", backend="torch")
     assert not (tmp_path / "r").exists()
 
 

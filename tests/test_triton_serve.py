@@ -24,9 +24,9 @@ from skimage import data
 
 from pipeline.cli import main
 from pipeline.errors import PipelineError
+from pipeline.images import imageio
 from pipeline.serve import triton_env
 from pipeline.sr import upscale
-from pipeline.sr.images import imageio
 from tests.netns import namespace_problem
 from tests.video_clips import (
     assert_same_frames,

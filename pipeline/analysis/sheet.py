@@ -20,6 +20,9 @@ from pipeline.artifacts.atomic import atomic_write
 from pipeline.data.degradation import make_pair, upscale_bicubic
 from pipeline.data.sample_images import load_rgb
 from pipeline.htmlreport import Sheet
+from pipeline.images import imageio
+from pipeline.images.imageio import ImageError
+from pipeline.images.pixels import to_rgb8
 from pipeline.quality.metrics import psnr_y, ssim_y
 
 GAP = 4  # px between cells and around the sheet
@@ -187,15 +190,12 @@ def compare_sheets(out_dir: Path, results: list[dict], weights_for=lambda model:
 
 
 def read_rgb8(path: Path) -> np.ndarray:
-    """Any image file the sr stage writes or reads (gray, 16-bit, alpha) as uint8 HxWx3 RGB for the sheet."""
-    img = cv2.imread(str(path), cv2.IMREAD_UNCHANGED)
-    if img is None:
-        raise ValueError(f"cannot read {path} for the sheet")
-    if img.dtype == np.uint16:
-        img = (img.astype(np.float32) / 257.0 + 0.5).astype(np.uint8)
-    if img.ndim == 2:
-        return np.repeat(img[:, :, None], 3, axis=2)
-    return cv2.cvtColor(img[:, :, :3], cv2.COLOR_BGR2RGB)
+    """Any image file the sr stage writes or reads (gray, 16-bit, alpha) as uint8 HxWx3 RGB for the sheet, read as
+    sr reads its inputs (imageio.read_image: regular files, the size and pixel limits, orientation applied)."""
+    try:
+        return to_rgb8(imageio.read_image(path).pixels)
+    except ImageError as e:
+        raise ValueError(f"cannot read {path} for the sheet: {e}") from None
 
 
 def from_float(bicubic):

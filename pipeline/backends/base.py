@@ -228,5 +228,5 @@ class Backend(ABC):
 
     def device_memory(self) -> DeviceMemory | None:
         """Free device memory and the model's activation cost, for a backend whose activations live on a
-        device; None: host memory bounds the tiles (pipeline.sr.images.tiling.auto_tile)."""
+        device; None: host memory bounds the tiles (pipeline.images.tiling.auto_tile)."""
         return None

@@ -38,6 +38,7 @@ class Descriptor:
     gpu_rank: int | None = None  # with one: every GPU-ranked backend comes before the CPU-ranked ones
     alias_of: str | None = None  # another backend's session under a fixed provider: measured and compared once, there
     stand_in: bool = False       # no real runtime: measures the host side (bench, tests); never offered, never `auto`
+    triton: str | None = None    # the Triton platform that serves its artifact as a plain model (`triton --backend`)
 
     def __post_init__(self):
         unknown = [r.artifact for r in self.runs if r.artifact not in ARTIFACTS]
@@ -56,6 +57,11 @@ class Descriptor:
     def runs_weights(self) -> bool:
         """It runs the model's PyTorch weights as they are: no file is made for it (an export, an engine)."""
         return all(r.artifact == "weights" for r in self.runs)
+
+    @property
+    def runs_engines(self) -> bool:
+        """It runs TensorRT engines (built for one GPU, batch limits from their profiles), never a file as exported."""
+        return all(r.artifact == "engine" for r in self.runs)
 
     @property
     def pins_threads(self) -> bool:

@@ -36,7 +36,7 @@ TABLE: tuple[tuple[type[Backend], Descriptor], ...] = (
                      runs=(Runs("fp32", "weights"), Runs("fp16", "weights", "the net in half precision"),
                            # oneDNN's AMX/AVX512-BF16 convolutions on the CPU, tensor cores on a GPU
                            Runs("bf16", "weights", "torch.autocast over the net")))),
-    (OrtBackend, D("ort", "cpu or cuda", options=OrtOptions, cpu_rank=2, runs=GRAPHS,
+    (OrtBackend, D("ort", "cpu or cuda", options=OrtOptions, cpu_rank=2, runs=GRAPHS, triton="onnxruntime",
                    summary="ONNX Runtime with its best provider here (TensorRT, CUDA, else CPU)")),
     (OrtCpuBackend, D("ort-cpu", "cpu", options=OrtOptions, runs=GRAPHS, summary="ONNX Runtime's CPU provider",
                       alias_of="ort")),
@@ -49,7 +49,7 @@ TABLE: tuple[tuple[type[Backend], Descriptor], ...] = (
     (OrtFoldedBackend, D("ort-folded", "cpu", options=FileOptions, cpu_rank=0,
                          summary="ONNX Runtime CPU on SRCNN with bicubic folded into conv1 (exact; integer scales)",
                          runs=(Runs("fp32", "folded", "the fp32 export's folded siblings"),))),
-    (TrtBackend, D("trt", "cuda", options=TrtOptions, gpu_rank=0,
+    (TrtBackend, D("trt", "cuda", options=TrtOptions, gpu_rank=0, triton="tensorrt",
                    summary="TensorRT 11 engines with our IPluginV3 plugins (built on first use, cached)",
                    runs=(Runs("fp32", "engine", "from the fp32 graph"), Runs("fp16", "engine", "from the fp16 graph"),
                          Runs("bf16", "engine", "from the fp32 graph in BF16"),

@@ -4,7 +4,7 @@ encoder's share: the output's frames encoded alone (the run's preset and threads
 share of a frame's sequential cost (decoding, a few % of a frame, left out).
 
 The clip pans across a held-out photo so every frame differs. Frames are cut into the tiles `sr` cuts them into (the
-host tile memory budget, pipeline.sr.images.tiling.tile_memory), for the run and for inference alone alike. The backend
+host tile memory budget, pipeline.images.tiling.tile_memory), for the run and for inference alone alike. The backend
 is loaded once (its loading is start-up, not throughput) and warmed on frames of the size until its calls run warm
 (timing.warm_up) before the timed run.
 """

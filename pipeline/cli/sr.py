@@ -101,9 +101,9 @@ def usage_hint(message: str, argv: list[str]) -> str:
 
 
 def _executor_classes() -> tuple:
-    # Ray and Triton's client are optional and slow to import: only runs with --ray / --triton load them
-    from pipeline.cluster.runner import RayExecutor
-    from pipeline.serve.client import TritonExecutor  # see above
+    # optional and slow to import: only runs with --ray / --triton load them
+    from pipeline.cluster.runner import RayExecutor  # Ray
+    from pipeline.serve.client import TritonExecutor  # Triton's client (tritonclient)
 
     return RayExecutor, TritonExecutor
 

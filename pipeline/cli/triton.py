@@ -5,7 +5,7 @@ from pathlib import Path
 
 from pipeline.cli import options
 from pipeline.engine import tensorrt_problem
-from pipeline.serve import triton_env, write_repository
+from pipeline.serve import SERVED, served_backend, triton_env, write_repository
 
 # --backend here is the repository's format (trt or ort, pipeline.serve's), not a backend request's; write_repository
 # checks the --onnx/--engine files
@@ -17,17 +17,20 @@ def add_arguments(p) -> None:
     options.add_model_args(p)
     p.add_argument("--output", required=True, type=Path, metavar="REPO",
                    help="model repository folder (REPO/<name>/ is written)")
-    p.add_argument("--backend", choices=("trt", "ort"),
-                   help="trt: TensorRT plan (needs a GPU and TensorRT to build, or --engine); "
-                        "ort: ONNX Runtime on the exported ONNX (default: trt where TensorRT can build the engine "
-                        "or --engine gives one, else ort)")
+    engines, files = served_backend(engine=True), served_backend(engine=False)
+    p.add_argument("--backend", choices=tuple(SERVED),
+                   help=f"{engines}: TensorRT plan (needs a GPU and TensorRT to build, or --engine); "
+                        f"{files}: ONNX Runtime on the exported ONNX (default: {engines} where TensorRT can build the "
+                        f"engine or --engine gives one, else {files})")
     BACKEND.add_parser_arguments(p)
     p.add_argument("--name", help="model name in the repository (default: the model's)")
     p.add_argument("--plugin-lib", type=Path, metavar="FILE", help="TensorRT plugin library the engine was built "
                    "with (default: build/plugins/libsr_trt_plugins.so)")
     p.add_argument("--instances", type=int, default=1, help="model instances per device (default: 1)")
-    p.add_argument("--kind", choices=("gpu", "cpu"), help="instance kind (default: gpu for trt, cpu for ort)")
-    p.add_argument("--max-batch", type=int, help="ort: most images per execution (default: the engine profile's, 4)")
+    p.add_argument("--kind", choices=("gpu", "cpu"),
+                   help="instance kind (default: gpu for a GPU-only backend, else cpu)")
+    p.add_argument("--max-batch", type=int, help=f"{served_backend(engine=False)}: most images per execution "
+                   "(default: the engine profile's, 4)")
     p.add_argument("--sr-name", default="sr", help="name of the Python-backend model that takes and returns images "
                    "(`serve`, `sr --triton`); 'none' writes only the plain model (default: sr)")
     p.add_argument("--python-env", metavar="PATH", help="the sr model's Python environment (EXECUTION_ENV_PATH: a "
@@ -46,12 +49,13 @@ def _backend(args) -> str:
     """--backend, or what this machine can serve: TensorRT where it can build the engine (or --engine gives one),
     else ONNX Runtime, said in one line."""
     if args.backend is not None or args.engine is not None:
-        return args.backend or "trt"
+        return args.backend or served_backend(engine=True)
     problem = tensorrt_problem()
     if problem is None:
-        return "trt"
-    print(f"writing the ONNX Runtime model (--backend ort): no TensorRT engine can be built here ({problem})")
-    return "ort"
+        return served_backend(engine=True)
+    files = served_backend(engine=False)
+    print(f"writing the ONNX Runtime model (--backend {files}): no TensorRT engine can be built here ({problem})")
+    return files
 
 
 def _env_note(args) -> None:

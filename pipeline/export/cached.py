@@ -41,8 +41,8 @@ def onnx_for(model: str, precision: str = "fp32", ops: str = "custom", *, export
             return path
         again = f" again (the cached {path.name} {problem})"
         path.unlink()  # a link goes, never what it points at
-    try:  # PyTorch is needed only here, to make a missing file (export.core imports it)
-        from pipeline.export.core import export_model  # see above
+    try:
+        from pipeline.export.core import export_model  # PyTorch: needed only here, to make a missing file
     except ImportError as e:
         raise PipelineError(f"no cached ONNX file for {model} and exporting one needs PyTorch ({e}): install "
                             f"the export extra ({install_command('export')}) or pass --onnx FILE") from None

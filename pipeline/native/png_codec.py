@@ -1,7 +1,7 @@
 """NumPy front end of libsr_png.so (ctypes): the sr stage's PNG codec for 8-bit images (pipeline/native/png/).
 
 `png_idat_u8(pixels, swap_red_blue)` writes the zlib stream of a PNG's IDAT chunk; `png_unfilter_u8(...)` turns a
-PNG's inflated image data back into pixels. `usable()` says whether the library loads; pipeline.sr.images.png falls
+PNG's inflated image data back into pixels. `usable()` says whether the library loads; pipeline.images.png falls
 back to numpy + ISA-L (writing) and OpenCV (reading) where it does not. Its kernels use AVX2 where the CPU (as
 ONEDNN_MAX_CPU_ISA caps it: pipeline.native.cpu) has it, else SSSE3 or SSE2 (`set_simd`): the same bytes at each.
 """

@@ -102,7 +102,7 @@ def run_sr(loaded, src: Path, dst: Path, scale: float, **opts) -> SrRun:
 
 def _count_nonfinite(loaded, sample: Sample, scale: float) -> int:
     """The candidate's own output pixels with a NaN or inf on one sample (one whole-image call, no fp32 re-run)."""
-    image = sr.decode_image(sample.path.read_bytes())
+    image = sr.read_image(sample.path)
     x = image.region_rgb(0, image.height, 0, image.width)[None]
     counts = nonfinite_pixels(np.asarray(loaded.infer(x, scale)))
     return 0 if counts is None else int(counts.sum())

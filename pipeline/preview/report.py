@@ -14,9 +14,14 @@ from pipeline import report, sr
 from pipeline.analysis import sheet
 from pipeline.artifacts.atomic import atomic_write
 from pipeline.htmlreport import Code, Heading, Sheet, Strong, Table, items, para, said, write_report
+from pipeline.images.pixels import to_rgb8
 from pipeline.preview.inputs import CROP, shown
 from pipeline.preview.run import Outcome
+<<<<<<< HEAD
 from pipeline.preview.verdict import Judged, rgb8, rule_line
+=======
+from pipeline.preview.verdict import Judged
+>>>>>>> trial
 
 HEADER = ("backend", "precision", "verdict", "est. time", "load", "ms/Mpix", "est. size", "fidelity mean/worst dB",
           "non-finite", "why")
@@ -119,13 +124,13 @@ def _sheets(o: Outcome, folder: Path) -> list[Sheet]:
         if s.name not in reference:
             continue
         ly, lx, hy, hx = _region(s.pixels, o.prep.model.scale)
-        ref_hr = rgb8(reference[s.name])[hy, hx]
-        outputs = {j.measured.candidate.label: rgb8(j.measured.outputs[s.name])[hy, hx] for j in o.judged
+        ref_hr = to_rgb8(reference[s.name])[hy, hx]
+        outputs = {j.measured.candidate.label: to_rgb8(j.measured.outputs[s.name])[hy, hx] for j in o.judged
                    if s.name in j.measured.outputs and j.measured.candidate != ref}
         outputs = {k: v for k, v in outputs.items() if v.shape == ref_hr.shape}
         if not outputs:
             continue
-        path = sheet.write(folder / "sheets" / f"{s.name}.png", rgb8(s.pixels)[ly, lx], outputs, ref_hr,
+        path = sheet.write(folder / "sheets" / f"{s.name}.png", to_rgb8(s.pixels)[ly, lx], outputs, ref_hr,
                            scale=o.prep.model.scale, side=64, reference_label=f"{ref.label} (fp32 reference)",
                            bicubic=sheet.from_float(sr.bicubic))
         sheets.append(Sheet(f"{s.name} (from {s.source})", path, picture="jpeg", each_vs_bicubic=True))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline import quality
+from pipeline.images.pixels import to_rgb8
 from pipeline.precisions import DEFAULT, GAIN_KEPT_MIN
 from pipeline.preview.estimate import Estimate
 from pipeline.preview.measure import Measured
@@ -43,18 +44,8 @@ class Judged:
     why: str
 
 
-def rgb8(pixels: np.ndarray) -> np.ndarray:
-    """An output as sr wrote it (gray, BGR, BGRA; 8 or 16 bits) as 8-bit RGB, what the fidelity is measured on."""
-    p = pixels
-    if p.dtype == np.uint16:
-        p = ((p.astype(np.uint32) + 128) // 257).astype(np.uint8)
-    if p.ndim == 2:
-        return np.repeat(p[:, :, None], 3, axis=2)
-    return np.ascontiguousarray(p[:, :, 2::-1])
-
-
 def fidelity_to(m: Measured, reference: dict[str, np.ndarray], scale: float) -> dict | None:
-    values = [fidelity.fidelity_db(rgb8(out), rgb8(reference[name]), scale) for name, out in m.outputs.items()
+    values = [fidelity.fidelity_db(to_rgb8(out), to_rgb8(reference[name]), scale) for name, out in m.outputs.items()
               if name in reference and reference[name].shape == out.shape]
     if not values:
         return None

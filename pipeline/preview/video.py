@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline import sr
+from pipeline.images.pixels import to_8bit
 from pipeline.preview.inputs import Clip, Sample, centre_crop, clip_numbers, shown
 from pipeline.sr import Job, encode_image
 
@@ -73,7 +74,7 @@ def _run(c: Clip, start_s: float) -> list[np.ndarray]:
             if not isinstance(item, sr.VideoFrame):
                 break
             p = item.pixels[:, :, :3]
-            frames.append(((p.astype(np.uint32) + 128) // 257).astype(np.uint8) if p.dtype == np.uint16 else p)
+            frames.append(to_8bit(p))
             if len(frames) == RUN_FRAMES:
                 break
     finally:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pipeline.artifacts.atomic import atomic_path, atomic_write
 from pipeline.artifacts.confine import safe_component
+from pipeline.backends import backend_class
 from pipeline.engine import sidecar_path
 from pipeline.errors import PipelineError
 from pipeline.serve import protocol
@@ -45,21 +46,23 @@ def sr_config(name: str, *, model_file: str, backend: str, env: str | None, inst
     return dumps(config), config
 
 
-def write_sr_model(repo: Path, plain_model_file: Path, *, name: str = protocol.SR_MODEL, engine: bool, env: str | None,
-                   instances: int = 1, kind: str = "cpu", parameters: dict[str, str] | None = None) -> Path:
-    """Write REPO/<name>/ next to the plain model whose file is `plain_model_file`; returns its config file."""
+def write_sr_model(repo: Path, plain_model_file: Path, *, name: str = protocol.SR_MODEL, backend: str,
+                   env: str | None, instances: int = 1, kind: str = "cpu",
+                   parameters: dict[str, str] | None = None) -> Path:
+    """Write REPO/<name>/ next to the plain model whose file is `plain_model_file` (`backend`'s artifact: the sr model
+    runs it on that backend); returns its config file."""
     name = safe_component(name, "--sr-name")
     model_dir = Path(repo) / name
     if model_dir.resolve() == plain_model_file.parent.parent.resolve():
         raise PipelineError(f"the sr model's name '{name}' is the plain model's; give the plain model another --name")
     version = model_dir / "1"
-    if engine:  # the TensorRT backend reads the sidecar beside the engine (profiles, plugin build)
+    if backend_class(backend).DESCRIPTOR.runs_engines:  # it reads the sidecar beside the engine (profiles, plugins)
         model_file = version / "model.engine"
         _copy(plain_model_file, model_file)
         _copy(sidecar_path(plain_model_file), sidecar_path(model_file))
-        rel, backend = "1/model.engine", "trt"
+        rel = "1/model.engine"
     else:  # the plain model's file (and the external data beside it), not a second copy
-        rel, backend = os.path.relpath(plain_model_file, model_dir), "ort"
+        rel = os.path.relpath(plain_model_file, model_dir)
     text, _ = sr_config(name, model_file=rel, backend=backend, env=env, instances=instances, kind=kind,
                         parameters=parameters)
     _copy(ADAPTER, version / "model.py")

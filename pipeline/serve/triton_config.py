@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from models.spec import ModelSpec
+from pipeline.backends import Descriptor, descriptors
 from pipeline.engine.profiles import Profile
 from pipeline.errors import PipelineError, check_choice
 from pipeline.serve import protocol
@@ -21,8 +22,22 @@ from pipeline.serve.pbtxt import Enum, dumps
 
 # ONNX TensorProto element type -> Triton data type
 ONNX_TO_TRITON = {1: "FP32", 10: "FP16", 11: "FP64", 6: "INT32", 7: "INT64", 9: "BOOL", 2: "UINT8"}
-BACKENDS = {"trt": ("tensorrt", "model.plan"), "ort": ("onnxruntime", "model.onnx")}
-SHAPE_TENSOR_INPUTS = ("size",)  # read on the host by TensorRT: shape tensors (contract: DynamicResize's `size`)
+# The backends a plain Triton model can be written for: those whose descriptor names the Triton platform serving
+# their artifact (trt: TensorRT, ort: ONNX Runtime)
+SERVED: dict[str, Descriptor] = {d.name: d for d in descriptors() if d.triton}
+
+
+@dataclass(frozen=True)
+class Platform:
+    """What Triton's repository format says of one of its platforms."""
+
+    model_file: str          # the model's file name in a version folder
+    shape_tensors: bool      # inputs read on the host as shape tensors are declared so (TensorRT's)
+
+
+PLATFORMS = {"tensorrt": Platform("model.plan", shape_tensors=True),
+             "onnxruntime": Platform("model.onnx", shape_tensors=False)}
+SHAPE_TENSOR_INPUTS = ("size",)  # the shape tensors of a platform that reads them (contract: DynamicResize's `size`)
 QUEUE_DELAY_US = 100  # how long the batcher waits to fill a batch: small next to one image's inference
 
 
@@ -109,6 +124,21 @@ def card_parameters(spec: ModelSpec, weights: str | Path | None, meta: dict[str,
     return params
 
 
+def served(backend: str) -> Descriptor:
+    """The descriptor of `backend`, one a plain Triton model is written for (else one line naming those)."""
+    return SERVED[check_choice("Triton backend", backend, SERVED)]
+
+
+def served_platform(backend: str) -> str:
+    """The Triton platform that serves `backend`'s artifact."""
+    return str(served(backend).triton)  # SERVED holds only backends with one
+
+
+def served_backend(engine: bool) -> str:
+    """The served backend that runs TensorRT engines (`engine`), or the one that runs the exported file."""
+    return next(name for name, d in SERVED.items() if d.runs_engines == engine)
+
+
 def _tensor_config(t: TensorSpec, batching: bool, shape_tensor: bool) -> dict:
     entry = {"name": t.name, "data_type": Enum(f"TYPE_{t.dtype}"), "dims": list(t.dims[1:] if batching else t.dims)}
     if shape_tensor:
@@ -120,14 +150,14 @@ def triton_config(name: str, backend: str, io: ModelIO, *, max_batch: int, insta
                   parameters: dict[str, str] | None = None) -> tuple[str, dict]:
     """(config.pbtxt text, the same config as a dict). `max_batch` is the most images one execution may hold
     (the profile's maximum for engines)."""
-    check_choice("Triton backend", backend, BACKENDS)
+    platform = served_platform(backend)
     if instances < 1 or max_batch < 1:
         raise PipelineError("instances and the maximum batch must be at least 1")
     batching = io.triton_batchable
-    shape_inputs = SHAPE_TENSOR_INPUTS if backend == "trt" else ()
+    shape_inputs = SHAPE_TENSOR_INPUTS if PLATFORMS[platform].shape_tensors else ()
     config = {
         "name": name,
-        "backend": BACKENDS[backend][0],
+        "backend": platform,
         "max_batch_size": max_batch if batching else 0,
         "input": [_tensor_config(t, batching, t.name in shape_inputs) for t in io.inputs],
         "output": [_tensor_config(t, batching, False) for t in io.outputs],

@@ -32,7 +32,7 @@ WHEEL = "nvidia-pytriton==0.7.0"
 # sr model never imports, with numpy < 2: the stub returns empty tensors with numpy 2 (measured).
 NOT_SERVED = {"matplotlib", "scikit-image", "opencv-python-headless"}  # reports only; OpenCV: NO_DEPS below
 # OpenCV 4.12 declares numpy>=2 but runs on numpy 1.26 (NumPy 2 builds keep the 1.x ABI; checked: decode/encode
-# round trip); 4.11 lacks the PNG filter flag pipeline.sr.images.imageio writes with. Installed without dependencies.
+# round trip); 4.11 lacks the PNG filter flag pipeline.images.imageio writes with. Installed without dependencies.
 NO_DEPS = ("opencv-python-headless>=4.12,<4.13",)
 CHECKOUT = Path(__file__).resolve().parents[2]
 HOME_VAR = "SRDEPLOY_TRITON_HOME"

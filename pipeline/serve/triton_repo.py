@@ -18,17 +18,20 @@ from pipeline.artifacts.onnx_file import check_onnx_file, check_onnx_precision, 
 from pipeline.contract import DOMAIN
 from pipeline.engine import default_profile, ensure_engine, sidecar_profiles, tensorrt_problem
 from pipeline.engine.sidecar import load_sidecar, sidecar_onnx
-from pipeline.errors import PipelineError, check_choice, first_line
+from pipeline.errors import PipelineError, first_line
 from pipeline.export.cached import onnx_for
 from pipeline.native.libraries import trt_plugin_library
 from pipeline.serve import protocol, python_repo, triton_env
 from pipeline.serve.triton_config import (
-    BACKENDS,
+    PLATFORMS,
     ModelIO,
     card_parameters,
     io_from_onnx,
     io_from_sidecar,
     profile_max_batch,
+    served,
+    served_backend,
+    served_platform,
     triton_config,
 )
 
@@ -172,14 +175,15 @@ def write_repository(model: str | None, repo: Path, *, backend: str = "trt", pre
     """Write REPO/<name>/ for `model` (None: the one the `onnx` or `engine` file holds) and, unless sr_name is None,
     the Python-backend model REPO/<sr_name>/ (its environment: `python_env`, default the one `make triton-env`
     made); returns what was written and the tritonserver command."""
-    check_choice("Triton backend", backend, BACKENDS)
-    if engine is not None and backend != "trt":
-        raise PipelineError("--engine is a TensorRT engine: use it with --backend trt")
-    if max_batch is not None and backend == "trt":
-        raise PipelineError("--max-batch applies to --backend ort; an engine's batch limit is its profile's")
-    kind = kind or ("gpu" if backend == "trt" else "cpu")
-    if backend == "trt" and kind != "gpu":
-        raise PipelineError("TensorRT engines run on the GPU only: use --kind gpu with --backend trt")
+    desc = served(backend)
+    if engine is not None and not desc.runs_engines:
+        raise PipelineError(f"--engine is a TensorRT engine: use it with --backend {served_backend(engine=True)}")
+    if max_batch is not None and desc.runs_engines:
+        raise PipelineError(f"--max-batch applies to --backend {served_backend(engine=False)}; an engine's batch "
+                            "limit is its profile's")
+    kind = kind or ("gpu" if desc.gpu_only else "cpu")
+    if desc.gpu_only and kind != "gpu":
+        raise PipelineError(f"--backend {backend} runs on the GPU only: use --kind gpu with it")
     # One plain path component (no '..', '/', '.'): the model folder stays a child of the repository.
     name = safe_component(name, "--name") if name is not None else None
     sr_name = safe_component(sr_name, "--sr-name") if sr_name else None
@@ -196,7 +200,7 @@ def write_repository(model: str | None, repo: Path, *, backend: str = "trt", pre
     if sr_name == name:
         raise PipelineError(f"the plain model and the sr model would both be named '{name}'; change --name or "
                             "--sr-name")
-    if backend == "trt":
+    if desc.runs_engines:
         art = _trt_artifact(spec, precision, onnx, engine, weights, plugin_lib, log)
     else:
         art = _ort_artifact(spec, precision, onnx, weights, max_batch, log)
@@ -207,7 +211,7 @@ def write_repository(model: str | None, repo: Path, *, backend: str = "trt", pre
     text, config = triton_config(name, backend, art.io, max_batch=art.max_batch, instances=instances, kind=kind,
                                  parameters=params)
     model_dir = repo / name
-    model_file = model_dir / VERSION / BACKENDS[backend][1]
+    model_file = model_dir / VERSION / PLATFORMS[served_platform(backend)].model_file
     plugin = _plugin(repo, plugin_lib, art.plugin_sha256) if art.plugin_sha256 else None
     for rel in art.data_files:  # the model's external data travels with it (checked inside its folder)
         _copy(Path(rel), model_file.parent / rel, inside=art.source.parent)
@@ -217,8 +221,8 @@ def write_repository(model: str | None, repo: Path, *, backend: str = "trt", pre
     if sr_name:
 
         env = str(triton_env.env_dir()) if python_env is None else python_env
-        sr_config_file = python_repo.write_sr_model(repo, art.source if backend == "trt" else model_file, name=sr_name,
-                                                    engine=backend == "trt", env=env or None, instances=instances,
+        sr_config_file = python_repo.write_sr_model(repo, art.source if desc.runs_engines else model_file,
+                                                    name=sr_name, backend=backend, env=env or None, instances=instances,
                                                     kind=kind, parameters=params)
     return RepoResult(model_dir, model_file, model_dir / "config.pbtxt", config, plugin, server_command(repo, plugin),
                       sr_config_file)

@@ -10,25 +10,26 @@ Directly here, the run's entry and its plan:
     settings   option checks, model resolution           preflight  writable outputs, overwrite count
     videofmt   video containers, codecs and their options (pure data: the plan, run/ and video/ read it)
 
-Three rooms (import-linter layers in pyproject.toml: video -> runner -> images, never back):
-    images/    files <-> pixels: imageio (decode, encode), png (our PNG writer and reader), header (limits),
-               lengths (declared sizes against the file), metadata (ICC, EXIF, XMP kept), tiling, bicubic
-    runner/    one image at a time: jobs (INPUT -> OUTPUT), worker, scheduler, records, console, finite (the fp32
-               re-run), reference (--reference scores), cpu_split
+Two rooms (import-linter layers in pyproject.toml: video -> runner, never back):
+    runner/    the run's parts, one image at a time: jobs (INPUT -> OUTPUT), worker, scheduler, records, console,
+               finite (the fp32 re-run), reference (--reference scores)
     video/     one clip: av_io (PyAV reader and writer), yuv (YUV <-> RGB, rounded to nearest), clip (a clip through
-               the worker), segments (cut at keyframes, run, resumed), segment_files, join (the join by stream copy)
+               the worker), cpu_split (a clip's CPU time per stage), segments (cut at keyframes, run, resumed),
+               segment_files, join (the join by stream copy)
 
-Code outside this package imports only the names below (an import-linter contract in pyproject.toml).
+Files <-> pixels (decode, encode, the header limits, tiling, bicubic) are pipeline.images, a layer below sr that
+preview and analysis read images with too; the image names below are re-exported from it. Code outside this package
+imports only the names below (an import-linter contract in pyproject.toml).
 """
+from pipeline.images.bicubic import bicubic
+from pipeline.images.header import HeaderError, check_header, over_limit
+from pipeline.images.imageio import Image, ImageError, convert_for_format, normalize_format, read_image
+from pipeline.images.imageio import decode as decode_image
+from pipeline.images.imageio import encode as encode_image
+from pipeline.images.imageio import read_bytes as read_image_bytes
+from pipeline.images.tiling import TILE_MEMORY, TILE_MEMORY_ENV
 from pipeline.sr.api import run_local, upscale
 from pipeline.sr.flow import ExecutorLost, ModelChoice, Plan, Started, applies_only, resolve_model, run
-from pipeline.sr.images.bicubic import bicubic
-from pipeline.sr.images.header import HeaderError, check_header, over_limit
-from pipeline.sr.images.imageio import Image, ImageError, convert_for_format, normalize_format, read_image
-from pipeline.sr.images.imageio import decode as decode_image
-from pipeline.sr.images.imageio import encode as encode_image
-from pipeline.sr.images.imageio import read_bytes as read_image_bytes
-from pipeline.sr.images.tiling import TILE_MEMORY, TILE_MEMORY_ENV
 from pipeline.sr.options import OPTION_FIELDS, RunOptions, option_flag
 from pipeline.sr.runner.jobs import Job, discover, output_inside_input
 from pipeline.sr.runner.records import Record, Summary

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from pipeline.analysis import sheet
 from pipeline.htmlreport import Heading, Sheet, para, write_html
+from pipeline.images.bicubic import bicubic
 from pipeline.sr.flow import run
-from pipeline.sr.images.bicubic import bicubic
 from pipeline.sr.local import LocalExecutor
 from pipeline.sr.options import RunOptions
 from pipeline.sr.runner.console import Console

@@ -23,8 +23,8 @@ from pipeline.backends.base import check_auto_engine, check_run_precision
 from pipeline.backends.checks import check_scale
 from pipeline.engine.sidecar import read_sidecar
 from pipeline.errors import PipelineError, ReportedInterrupt, Terminated, check_choice
+from pipeline.images.imageio import extensions_text
 from pipeline.sr import preflight, settings, videofmt
-from pipeline.sr.images.imageio import extensions_text
 from pipeline.sr.options import RunOptions, option_flag
 from pipeline.sr.runner.console import Console, count_text, done_line, failed_line, headline, plural, rerun_line
 from pipeline.sr.runner.jobs import JobList, discover, known_extensions

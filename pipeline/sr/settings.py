@@ -10,7 +10,7 @@ from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import check_onnx_file
 from pipeline.backends.descriptor import MAX_THREADS
 from pipeline.errors import PipelineError
-from pipeline.sr.images import imageio, tiling
+from pipeline.images import imageio, tiling
 
 JPEG_QUALITY = (1, 100)  # OpenCV's JPEG and WebP quality range (WebP takes no 0)
 HOST_WORKERS = 2  # decode/encode threads beside a host backend, which itself uses every core while it infers

@@ -1,4 +1,4 @@
-// PNG image data for 8-bit images, the sr stage's PNG writer and reader (pipeline.sr.images.png): the IDAT chunk's
+// PNG image data for 8-bit images, the sr stage's PNG writer and reader (pipeline.images.png): the IDAT chunk's
 // zlib stream written (sr_png_idat_u8), and inflated image data unfiltered (sr_png_unfilter_u8).
 //
 // Each row takes PNG's Average or Up filter, whichever leaves the smaller residual (Average predicts photos: on srcnn

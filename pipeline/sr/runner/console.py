@@ -12,7 +12,7 @@ from collections.abc import Callable
 from tqdm import tqdm
 
 from pipeline.errors import printable
-from pipeline.sr.images.imageio import written_layout
+from pipeline.images.imageio import written_layout
 
 PLAIN_EVERY_S = 10.0  # seconds between plain progress lines (redirected stderr)
 TILE_EVERY_S = 5.0    # a tiled image taking longer than this reports its tiles this often

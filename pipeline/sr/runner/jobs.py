@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.errors import PipelineError
-from pipeline.sr.images.imageio import FORMAT_EXT, FORMATS, OTHER_IMAGE_EXT, extensions_text, format_of
+from pipeline.images.imageio import FORMAT_EXT, FORMATS, OTHER_IMAGE_EXT, extensions_text, format_of
 from pipeline.sr.videofmt import VIDEO_FORMATS, video_format
 
 

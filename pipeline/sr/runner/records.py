@@ -30,7 +30,7 @@ class Record:
     decode_s: float = 0.0
     infer_s: float = 0.0
     encode_s: float = 0.0
-    cpu_s: dict = field(default_factory=dict)  # a clip's CPU seconds per stage (pipeline.sr.runner.cpu_split)
+    cpu_s: dict = field(default_factory=dict)  # a clip's CPU seconds per stage (pipeline.sr.video.cpu_split)
     metrics: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     video: dict = field(default_factory=dict)  # a clip's frames, duration, frame rates, fps, time per frame

@@ -7,10 +7,11 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import first_line
+from pipeline.images import imageio
+from pipeline.images.bicubic import bicubic
+from pipeline.images.imageio import Image, ImageError
+from pipeline.images.pixels import gray_to_rgb
 from pipeline.quality.metrics import psnr_y, ssim_y
-from pipeline.sr.images import imageio
-from pipeline.sr.images.bicubic import bicubic
-from pipeline.sr.images.imageio import Image, ImageError
 from pipeline.sr.runner.records import MISSING
 
 
@@ -25,9 +26,7 @@ def bicubic_pixels(image: Image, out_h: int, out_w: int) -> np.ndarray:
 def _rgb_float(pixels: np.ndarray) -> np.ndarray:
     """Output-buffer layout (gray / BGR / BGRA, uint8/16) -> HxWx3 RGB float64 in [0, 1] for metrics."""
     maxv = 65535.0 if pixels.dtype == np.uint16 else 255.0
-    if pixels.ndim == 2:
-        pixels = np.repeat(pixels[:, :, None], 3, axis=2)
-    return pixels[:, :, 2::-1].astype(np.float64) / maxv
+    return gray_to_rgb(pixels)[:, :, 2::-1].astype(np.float64) / maxv
 
 
 def find_reference(ref_dir: Path, rel: str) -> Path | None:

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from pipeline.sr.images.imageio import ImageError
+from pipeline.images.imageio import ImageError
 from pipeline.sr.runner.console import Console, image_line
 from pipeline.sr.runner.records import Record
 from pipeline.sr.runner.worker import Decoded, ImageWorker, Planned, decode, infer_reason, write_reason

@@ -23,9 +23,9 @@ from models.spec import ModelSpec
 from pipeline.backends.base import Backend
 from pipeline.backends.pixels import NonFiniteOutput
 from pipeline.errors import PipelineError, first_line
-from pipeline.sr.images import imageio, metadata, tiling
-from pipeline.sr.images.bicubic import bicubic
-from pipeline.sr.images.imageio import Image, ImageError
+from pipeline.images import imageio, metadata, tiling
+from pipeline.images.bicubic import bicubic
+from pipeline.images.imageio import Image, ImageError
 from pipeline.sr.runner.finite import OutputCheck
 from pipeline.sr.runner.jobs import Job
 from pipeline.sr.runner.records import Record

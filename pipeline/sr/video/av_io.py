@@ -20,7 +20,7 @@ from pathlib import Path
 import av
 import numpy as np
 
-from pipeline.sr.images.header import MAX_PIXELS_ENV, max_pixels, over_limit
+from pipeline.images.header import MAX_PIXELS_ENV, max_pixels, over_limit
 from pipeline.sr.video import yuv
 from pipeline.sr.video.opening import VideoError, open_input, reason
 from pipeline.sr.videofmt import ENCODERS, MUXERS, encoder_options

@@ -23,15 +23,15 @@ import numpy as np
 from pipeline.artifacts.atomic import atomic_path
 from pipeline.backends.pixels import NonFiniteOutput
 from pipeline.errors import PipelineError
-from pipeline.sr.images import tiling
-from pipeline.sr.images.imageio import Image
+from pipeline.images import tiling
+from pipeline.images.imageio import Image
 from pipeline.sr.runner.console import Console
-from pipeline.sr.runner.cpu_split import DECODE, ENCODE, CpuMeter, name_thread
 from pipeline.sr.runner.jobs import Job
 from pipeline.sr.runner.records import Record
 from pipeline.sr.runner.worker import ImageWorker, Planned, infer_reason
 from pipeline.sr.video import av_io as video_io
 from pipeline.sr.video.av_io import WHOLE, Frame, Packet, ReadEnd, VideoError, VideoInfo, Window
+from pipeline.sr.video.cpu_split import DECODE, ENCODE, CpuMeter, name_thread
 from pipeline.sr.videofmt import codec_for, crf_for, preset_for, size_problem, video_format
 
 QUEUE_FRAMES = 2  # frames waiting for inference beyond one batch

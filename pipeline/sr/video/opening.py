@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeline.errors import first_line
-from pipeline.sr.images.header import HeaderError, max_pixels, over_limit
+from pipeline.images.header import HeaderError, max_pixels, over_limit
 from pipeline.sr.videofmt import DEMUXER_NAMES, DEMUXERS, video_format
 
 if TYPE_CHECKING:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 import struct
 
-from pipeline.sr.images.lengths import JPEG_MAX_SEGMENTS, length_problem
+from pipeline.images import jpeg, png_chunks, riff, tiff
+from pipeline.images.container import Damaged
+from pipeline.images.lengths import length_problem
 
 # 100 megapixels: a 10000x10000 input (x3 -> 900 MP output). A 16-bit RGBA image this size decodes to 800 MB.
 MAX_PIXELS = 100_000_000
@@ -50,28 +52,19 @@ def _png(d: bytes) -> tuple[int, int]:
 
 
 def _jpeg(d: bytes) -> tuple[int, int]:
-    i = 2
-    for _ in range(JPEG_MAX_SEGMENTS):  # bounded like lengths.jpeg_problem's walk
-        if i + 4 > len(d):
-            break
-        if d[i] != 0xFF:
-            raise HeaderError("corrupt JPEG header (marker expected)")
-        marker = d[i + 1]
-        if marker == 0xFF:  # fill byte
-            i += 1
-            continue
-        if marker in (0x01, *range(0xD0, 0xD8)):  # markers without a length
-            i += 2
-            continue
-        (length,) = struct.unpack(">H", d[i + 2:i + 4])
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # start of frame
-            if i + 9 > len(d):
+    try:
+        for seg in jpeg.segments(d):
+            if jpeg.is_frame(seg.marker):
+                if seg.at + 9 > len(d):
+                    break
+                h, w = struct.unpack_from(">HH", d, seg.at + 5)
+                return w, h
+            if seg.marker in (jpeg.EOI, jpeg.SOS) or seg.length < 2:  # no frame before the image data
                 break
-            h, w = struct.unpack(">HH", d[i + 5:i + 9])
-            return w, h
-        if marker in (0xD9, 0xDA) or length < 2:  # end of image / start of scan before any frame
-            break
-        i += 2 + length
+    except jpeg.NotAMarker:
+        raise HeaderError("corrupt JPEG header (marker expected)") from None
+    except Damaged:  # past the end, too many markers: the length check's to say (it runs first)
+        pass
     raise HeaderError("corrupt JPEG header (no frame header)")
 
 
@@ -87,34 +80,18 @@ def _bmp(d: bytes) -> tuple[int, int]:
 
 
 def _tiff(d: bytes) -> tuple[int, int]:
-    """Width and length of the first IFD, the first of a repeated tag as libtiff (and so OpenCV) reads them: a file
-    saying 12000x12000 and then 16x16 is decoded at 12000x12000."""
-    end = "<" if d[:2] == b"II" else ">"
+    """Width and length of the first IFD, the first of a repeated tag as libtiff (and so OpenCV) reads them (tiff)."""
     try:
-        (magic,) = struct.unpack(end + "H", d[2:4])
-        if magic == 43:  # BigTIFF: 8-byte offsets and counts
-            (ifd,) = struct.unpack(end + "Q", d[8:16])
-            (n,) = struct.unpack(end + "Q", d[ifd:ifd + 8])
-            entries, size, head = ifd + 8, 20, end + "HHQ"
-        else:
-            (ifd,) = struct.unpack(end + "I", d[4:8])
-            (n,) = struct.unpack(end + "H", d[ifd:ifd + 2])
-            entries, size, head = ifd + 2, 12, end + "HHI"
-        found = {}
-        for k in range(min(n, 4096)):
-            e = entries + k * size
-            tag, typ, _count = struct.unpack(head, d[e:e + struct.calcsize(head)])
-            if tag in (256, 257) and tag not in found:
-                value_at = e + struct.calcsize(head)
-                fmt = {3: "H", 4: "I", 16: "Q"}.get(typ)
-                if fmt is None:
-                    raise HeaderError("corrupt TIFF header (image size of an unknown type)")
-                (found[tag],) = struct.unpack(end + fmt, d[value_at:value_at + struct.calcsize(fmt)])
-    except struct.error:
+        ifd = tiff.first_ifd(d)
+        width, length = ifd.entries.get(tiff.WIDTH), ifd.entries.get(tiff.LENGTH)
+        if width is None or length is None:
+            raise HeaderError("corrupt TIFF header (no image width or length)")
+        w, h = tiff.first_integer(d, ifd, width), tiff.first_integer(d, ifd, length)
+    except (struct.error, Damaged):
         raise HeaderError("corrupt TIFF header") from None
-    if 256 not in found or 257 not in found:
-        raise HeaderError("corrupt TIFF header (no image width or length)")
-    return found[256], found[257]
+    if w is None or h is None:
+        raise HeaderError("corrupt TIFF header (image size of an unknown type)")
+    return w, h
 
 
 def _webp(d: bytes) -> tuple[int, int]:
@@ -132,7 +109,7 @@ def _webp(d: bytes) -> tuple[int, int]:
 
 def sniff(data: bytes) -> str | None:
     """The format a file's first bytes name (of the five we read), or None."""
-    if data[:8] == b"\x89PNG\r\n\x1a\n":
+    if data[:8] == png_chunks.SIGNATURE:
         return "png"
     if data[:3] == b"\xff\xd8\xff":
         return "jpg"
@@ -140,7 +117,7 @@ def sniff(data: bytes) -> str | None:
         return "bmp"
     if data[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"):
         return "tiff"
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+    if riff.is_webp(data):
         return "webp"
     return None
 

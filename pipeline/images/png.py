@@ -21,8 +21,9 @@ import cv2
 import numpy as np
 
 from pipeline.errors import PipelineError
+from pipeline.images import png_chunks
+from pipeline.images.header import max_file_bytes
 from pipeline.native import png_codec
-from pipeline.sr.images.header import max_file_bytes
 
 try:
     from isal import isal_zlib as deflate
@@ -30,7 +31,7 @@ except ImportError:  # optional at run time: zlib writes the same PNG data, at a
     deflate = zlib
 
 LEVEL = 1  # ISA-L levels 0-3: 2 and 3 save under 1 % on upscaled photos for 5-50 % more time
-SIGNATURE = b"\x89PNG\r\n\x1a\n"
+SIGNATURE = png_chunks.SIGNATURE
 COLOR_TYPE = {1: 0, 3: 2, 4: 6}  # gray, RGB, RGBA
 CHANNELS = {v: k for k, v in COLOR_TYPE.items()}
 # Chunks that change what OpenCV returns (a palette, transparency as alpha) or that we do not read (APNG frames):
@@ -84,7 +85,7 @@ def _idat_up(pixels: np.ndarray) -> bytes:
 def encode_png(pixels: np.ndarray, native: bool = True, chunks: list[tuple[bytes, bytes]] = ()) -> bytes:
     """HxW gray or HxWx3/4 BGR(A) (OpenCV's layout), uint8 or uint16 -> PNG file bytes; 8-bit images by the C++
     encoder where its library loads, unless `native` is False (the Up filter with ISA-L: for comparisons).
-    `chunks`: (name, data) written between IHDR and IDAT (iCCP, eXIf, iTXt: pipeline.sr.images.metadata)."""
+    `chunks`: (name, data) written between IHDR and IDAT (iCCP, eXIf, iTXt: pipeline.images.metadata)."""
     channels = 1 if pixels.ndim == 2 else pixels.shape[2]
     if pixels.dtype not in (np.uint8, np.uint16) or channels not in COLOR_TYPE:
         raise ValueError(f"PNG takes uint8/uint16 gray, BGR or BGRA, got {pixels.dtype} with {channels} channels")
@@ -96,7 +97,8 @@ def encode_png(pixels: np.ndarray, native: bool = True, chunks: list[tuple[bytes
     depth = 16 if pixels.dtype == np.uint16 else 8
     header = struct.pack(">IIBBBBB", w, h, depth, COLOR_TYPE[channels], 0, 0, 0)
     extra = [part for kind, body in chunks for part in _chunk(kind, body)]
-    return b"".join((SIGNATURE, *_chunk(b"IHDR", header), *extra, *_chunk(b"IDAT", data), *_chunk(b"IEND", b"")))
+    end = _chunk(png_chunks.END, b"")
+    return b"".join((SIGNATURE, *_chunk(b"IHDR", header), *extra, *_chunk(b"IDAT", data), *end))
 
 
 def _sound(data: bytes, pos: int, n: int, kind: bytes, body) -> bool:
@@ -129,7 +131,7 @@ def decode_png(data: bytes) -> np.ndarray | None:
     view = memoryview(data)
     while True:
         if pos + 12 > len(data):
-            return None  # no IEND
+            return None  # no end chunk
         n, kind = struct.unpack_from(">I4s", data, pos)
         body = view[pos + 8:pos + 8 + n]
         if not _sound(data, pos, n, kind, body):
@@ -145,7 +147,7 @@ def decode_png(data: bytes) -> np.ndarray | None:
             if after_idat or not rows.add(body):
                 return None
             seen_idat = True
-        elif kind == b"IEND":
+        elif kind == png_chunks.END:
             break
         elif kind in OPENCV_CHUNKS or not kind[0] & 0x20:  # bit 5 of the first letter clear: critical
             return None

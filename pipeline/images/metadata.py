@@ -1,6 +1,9 @@
 """An image's colour profile (ICC), EXIF and XMP, read from the input's bytes and carried into the output's (issue 59
-item 2): JPEG (APP1/APP2 segments), PNG (iCCP, eXIf, iTXt chunks) and WebP (RIFF ICCP, EXIF, XMP chunks) both ways;
-a TIFF input's profile and XMP (its IFD0 tags) are read; BMP and TIFF outputs say in one line what they do not keep.
+item 2): JPEG (its APPn segments), PNG (iCCP, eXIf, iTXt chunks) and WebP (ICCP, EXIF, XMP chunks) both ways; a
+TIFF input's profile and XMP (its IFD0 tags) are read, its EXIF dropped with a note; BMP and TIFF outputs say in
+one line what they do not keep.
+The containers are walked by their walkers (jpeg, png_chunks, riff, tiff), the same walks the header and length
+checks make; this module decides which pieces are kept.
 
 Metadata is data: it is copied as bytes, never interpreted beyond what a reader needs to read it back (issue 67). A
 piece is kept only when a reader can: an ICC profile whose header gives its size, carries the `acsp` signature and
@@ -12,7 +15,7 @@ the image goes on. The walks hold views, not copies, so a file's metadata costs 
 Orientation: the EXIF tag (274 in IFD0, SHORT or LONG, the first of a repeat) is what we turn the pixels by for
 JPEG, PNG and WebP (OpenCV ignores it there); a TIFF's own tag is applied by OpenCV's decoder (libtiff). XMP's
 `tiff:Orientation` is applied by neither, so it is never applied here. The output's EXIF orientation is set to 1,
-and its XMP orientation to 1 when the pixels were turned, so no viewer turns them again (pipeline.sr.images.imageio).
+and its XMP orientation to 1 when the pixels were turned, so no viewer turns them again (pipeline.images.imageio).
 """
 from __future__ import annotations
 
@@ -21,16 +24,14 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-from pipeline.sr.images.lengths import JPEG_MAX_SEGMENTS, max_chunks
+from pipeline.images import jpeg, riff, tiff
+from pipeline.images import png_chunks as png_walk
 
 MAX_BYTES = 1 << 20  # the most of any one piece kept: Pillow's PNG reader refuses a profile inflating to more
-JPEG_EXIF = b"Exif\x00\x00"
-JPEG_XMP = b"http://ns.adobe.com/xap/1.0/\x00"
-JPEG_ICC = b"ICC_PROFILE\x00"
+JPEG_EXIF, JPEG_XMP, JPEG_ICC = jpeg.EXIF[1], jpeg.XMP[1], jpeg.ICC[1]  # the names a JPEG's pieces start with
 PNG_XMP_KEY = b"XML:com.adobe.xmp"
-ICC_CHUNK = 65519  # profile bytes per APP2 segment: 65535 - 2 (length) - 14 (name, sequence, count)
-JPEG_SEGMENT = 65533  # bytes in one APP1 segment after its length: EXIF and XMP each take one
-ORIENTATION = 274
+ICC_CHUNK = jpeg.ICC_PART  # profile bytes per APP2 segment
+ORIENTATION = tiff.ORIENTATION  # in a TIFF's IFD0 and in EXIF's
 ICC_SPACE = {True: b"GRAY", False: b"RGB "}  # the profile's colour space a gray / colour output takes
 # XMP's orientation, as an attribute or an element (Pillow's pattern, with spaces and single quotes)
 XMP_ORIENTATION = re.compile(rb"""(tiff:Orientation\s*(?:=\s*["']|>)\s*)(\d+)""")
@@ -61,9 +62,9 @@ def read(data: bytes) -> Metadata:
     try:
         if data[:2] == b"\xff\xd8":
             found = _read_jpeg(data)
-        elif data[:8] == b"\x89PNG\r\n\x1a\n":
+        elif data[:8] == png_walk.SIGNATURE:
             found = _read_png(data)
-        elif data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        elif riff.is_webp(data):
             found = _read_webp(data)
         elif data[:4] in (b"II*\x00", b"MM\x00*"):
             found = _read_tiff(data)
@@ -165,28 +166,15 @@ def fitted(meta: Metadata, gray: bool, turned: bool) -> Metadata:
 # -- reading ------------------------------------------------------------------------------------------------------
 
 def _read_jpeg(data: bytes) -> dict:
-    """The first EXIF and XMP APP1 segments and the ICC profile's APP2 segments (views), up to the first scan; at
-    most JPEG_MAX_SEGMENTS markers (lengths.jpeg_problem refuses a file with more)."""
-    view, found, icc = memoryview(data), {}, []
-    pos = 2
-    for _ in range(JPEG_MAX_SEGMENTS):
-        if pos + 4 > len(data) or data[pos] != 0xFF:
-            break
-        marker = data[pos + 1]
-        if marker == 0xFF or marker in (0x01, *range(0xD0, 0xD8)):  # a fill byte, a marker without a length
-            pos += 1 if marker == 0xFF else 2
-            continue
-        if marker in (0xDA, 0xD9):  # start of scan: no metadata after it
-            break
-        n = struct.unpack_from(">H", data, pos + 2)[0]
-        body, end = pos + 4, min(pos + 2 + n, len(data))
-        if marker == 0xE1 and data.startswith(JPEG_EXIF, body, end):
-            found.setdefault("exif", view[body + len(JPEG_EXIF):end])
-        elif marker == 0xE1 and data.startswith(JPEG_XMP, body, end):
-            found.setdefault("xmp", view[body + len(JPEG_XMP):end])
-        elif marker == 0xE2 and data.startswith(JPEG_ICC, body, end) and end - body >= 14:
-            icc.append((data[body + 12], data[body + 13], view[body + 14:end]))
-        pos += 2 + n
+    """The first EXIF and XMP segments and the ICC profile's segments (views), up to the first scan; the walk's cap
+    is jpeg.MAX_SEGMENTS markers (the length check refuses a file with more)."""
+    found, icc = {}, []
+    for kind, body in jpeg.app_data(data, (jpeg.EXIF, jpeg.XMP, jpeg.ICC)):
+        if kind == jpeg.ICC:
+            if len(body) >= 2:
+                icc.append((body[0], body[1], body[2:]))
+        else:
+            found.setdefault("exif" if kind == jpeg.EXIF else "xmp", body)
     if icc:
         found["icc"] = _icc_segments(icc)
     return found
@@ -219,22 +207,9 @@ def _inflate(data) -> bytes | _Drop:
     return out if d.eof else _Drop("damaged: its compressed data is cut short")
 
 
-def _png_chunks(data: bytes):
-    """(name, body view) of each chunk before the image data; at most max_chunks of them."""
-    pos, view = 8, memoryview(data)
-    for _ in range(max_chunks(len(data))):
-        if pos + 12 > len(data):
-            return
-        n, kind = struct.unpack_from(">I4s", data, pos)
-        if pos + 12 + n > len(data) or kind in (b"IDAT", b"IEND"):
-            return
-        yield kind, view[pos + 8:pos + 8 + n]
-        pos += 12 + n
-
-
 def _read_png(data: bytes) -> dict:
     found = {}
-    for kind, body in _png_chunks(data):
+    for kind, body in png_walk.before_image_data(data):
         if kind == b"iCCP" and "icc" not in found:
             name_end = bytes(body[:80]).find(b"\x00")
             found["icc"] = (_inflate(body[name_end + 2:]) if name_end > 0 and body[name_end + 1] == 0
@@ -259,22 +234,9 @@ def _itxt_text(rest) -> bytes | _Drop:
     return _inflate(text) if method == 0 else _Drop("damaged: an unknown compression method")
 
 
-def _webp_chunks(data: bytes):
-    end = min(len(data), 8 + struct.unpack_from("<I", data, 4)[0])
-    pos, view = 12, memoryview(data)
-    for _ in range(max_chunks(len(data))):
-        if pos + 8 > end:
-            return
-        kind, n = struct.unpack_from("<4sI", data, pos)
-        if pos + 8 + n > end:
-            return
-        yield kind, view[pos + 8:pos + 8 + n]
-        pos += 8 + n + (n & 1)
-
-
 def _read_webp(data: bytes) -> dict:
     found = {}
-    for kind, body in _webp_chunks(data):
+    for kind, body in riff.chunk_data(data):
         name = {b"ICCP": "icc", b"EXIF": "exif", b"XMP ": "xmp"}.get(kind)
         if name:
             found.setdefault(name, body)
@@ -285,20 +247,20 @@ def _read_webp(data: bytes) -> dict:
 
 
 def _read_tiff(data: bytes) -> dict:
-    """A TIFF's ICC profile (tag 34675), XMP (700) and orientation (274) of its first IFD, the first of a repeated
-    tag as libtiff reads them; its EXIF (offsets into the file) is not lifted out."""
-    e = "<" if data[:2] == b"II" else ">"
-    ifd = struct.unpack_from(e + "I", data, 4)[0]
-    count = struct.unpack_from(e + "H", data, ifd)[0]
-    view, found = memoryview(data), {}
-    for i in range(min(count, 4096)):
-        tag, kind, n, value = struct.unpack_from(e + "HHII", data, ifd + 2 + 12 * i)
-        name = {34675: "icc", 700: "xmp"}.get(tag)
-        if name and kind in (1, 7) and n > 4 and value + n <= len(data):
-            found.setdefault(name, view[value:value + n])
-        elif tag == ORIENTATION and "orientation" not in found and kind in (3, 4) and n == 1:
-            v = struct.unpack_from(e + ("H" if kind == 3 else "I"), data, ifd + 2 + 12 * i + 8)[0]
-            found["orientation"] = v if 1 <= v <= 8 else 1
+    """A TIFF's ICC profile, XMP and orientation of its first IFD, the first of a repeated tag as libtiff reads them
+    (tiff's walk); its EXIF (a directory at an offset into the file) is not lifted out: a note says so."""
+    ifd = tiff.first_ifd(data)
+    found = {}
+    for name, tag in (("icc", tiff.ICC), ("xmp", tiff.XMP)):
+        piece = tiff.blob(data, ifd, ifd.entries.get(tag))
+        if piece is not None:
+            found[name] = piece
+    entry = ifd.entries.get(tiff.ORIENTATION)
+    if entry is not None and entry.type in (3, 4) and entry.count == 1:  # SHORT, LONG
+        v = tiff.first_integer(data, ifd, entry)
+        found["orientation"] = v if 1 <= v <= 8 else 1
+    if tiff.EXIF_IFD in ifd.entries:
+        found["exif"] = _Drop("in a TIFF it is a directory pointing into the file: not lifted out here")
     return found
 
 
@@ -316,41 +278,33 @@ def png_chunks(meta: Metadata) -> list[tuple[bytes, bytes]]:
     return chunks
 
 
-def _segment(marker: int, body: bytes) -> bytes:
-    return struct.pack(">BBH", 0xFF, marker, len(body) + 2) + body
-
-
 def embed_jpeg(data: bytes, meta: Metadata) -> bytes:
     """A JPEG with `meta`'s segments after its JFIF header (APP0, when it has one)."""
     segments = []  # a piece too big for its segment is not written (dropped() says so)
-    if meta.exif and len(meta.exif) + len(JPEG_EXIF) <= JPEG_SEGMENT:
-        segments.append(_segment(0xE1, JPEG_EXIF + meta.exif))
-    if meta.xmp and len(meta.xmp) + len(JPEG_XMP) <= JPEG_SEGMENT:
-        segments.append(_segment(0xE1, JPEG_XMP + meta.xmp))
+    if meta.exif and len(meta.exif) <= jpeg.room(jpeg.EXIF):
+        segments.append(jpeg.segment(jpeg.EXIF, meta.exif))
+    if meta.xmp and len(meta.xmp) <= jpeg.room(jpeg.XMP):
+        segments.append(jpeg.segment(jpeg.XMP, meta.xmp))
     if meta.icc:
         parts = [meta.icc[i:i + ICC_CHUNK] for i in range(0, len(meta.icc), ICC_CHUNK)]
         if len(parts) <= 255:
-            segments += [_segment(0xE2, JPEG_ICC + bytes([k + 1, len(parts)]) + p) for k, p in enumerate(parts)]
-    at = 2
-    if data[2:4] == b"\xff\xe0":
-        at = 4 + struct.unpack_from(">H", data, 4)[0]
-    return data[:at] + b"".join(segments) + data[at:]
+            segments += [jpeg.segment(jpeg.ICC, bytes([k + 1, len(parts)]) + p) for k, p in enumerate(parts)]
+    return jpeg.insert_segments(data, b"".join(segments))
 
 
 def embed_webp(data: bytes, meta: Metadata, width: int, height: int, alpha: bool) -> bytes:
     """A WebP in the extended layout (VP8X) with `meta`'s ICCP, EXIF and XMP chunks where the format puts them."""
-    chunks = [(k, b) for k, b in _webp_chunks(data) if k not in (b"VP8X", b"ICCP", b"EXIF", b"XMP ")]
+    chunks = [(k, b) for k, b in riff.chunk_data(data) if k not in (b"VP8X", b"ICCP", b"EXIF", b"XMP ")]
     flags = (0x20 if meta.icc else 0) | (0x10 if alpha else 0) | (0x08 if meta.exif else 0) | (0x04 if meta.xmp else 0)
     vp8x = struct.pack("<I", flags) + (width - 1).to_bytes(3, "little") + (height - 1).to_bytes(3, "little")
     order = [(b"VP8X", vp8x)] + ([(b"ICCP", meta.icc)] if meta.icc else []) + chunks
     order += ([(b"EXIF", meta.exif)] if meta.exif else []) + ([(b"XMP ", meta.xmp)] if meta.xmp else [])
-    body = b"".join(struct.pack("<4sI", k, len(b)) + b + (b"\x00" if len(b) & 1 else b"") for k, b in order)
-    return b"RIFF" + struct.pack("<I", 4 + len(body)) + b"WEBP" + body
+    return riff.container(order)
 
 
 def dropped(meta: Metadata, fmt: str) -> list[str]:
     """One note for each piece of `meta` dropped on reading (meta.notes) and for what a `fmt` output cannot carry:
-    everything in BMP and TIFF (no embed support here), EXIF or XMP too big for a JPEG's one APP1 segment."""
+    everything in BMP and TIFF (no embed support here), EXIF or XMP too big for a JPEG's one segment."""
     notes = list(meta.notes)
     if fmt in ("bmp", "tiff") and meta:
         what = [name for name, piece in (("colour profile", meta.icc), ("EXIF", meta.exif), ("XMP", meta.xmp))
@@ -358,8 +312,8 @@ def dropped(meta: Metadata, fmt: str) -> list[str]:
         holds = "bmp holds none" if fmt == "bmp" else "not written into tiff here; png, jpg and webp keep them"
         notes.append(f"{' and '.join(what)} dropped ({holds})")
     elif fmt == "jpg":
-        for what, piece, prefix in (("EXIF", meta.exif, JPEG_EXIF), ("XMP", meta.xmp, JPEG_XMP)):
-            if piece and len(piece) + len(prefix) > JPEG_SEGMENT:
-                notes.append(f"{what} dropped ({len(piece):,} bytes; a JPEG holds {JPEG_SEGMENT - len(prefix):,} "
+        for what, piece, kind in (("EXIF", meta.exif, jpeg.EXIF), ("XMP", meta.xmp, jpeg.XMP)):
+            if piece and len(piece) > jpeg.room(kind):
+                notes.append(f"{what} dropped ({len(piece):,} bytes; a JPEG holds {jpeg.room(kind):,} "
                              f"in its one segment; png and webp keep it)")
     return notes

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.artifacts.atomic import atomic_write
-from pipeline.sr.images.header import MAX_PIXELS_ENV, HeaderError, check_header, max_file_bytes, max_pixels
+from pipeline.images.header import MAX_PIXELS_ENV, HeaderError, check_header, max_file_bytes, max_pixels
 
 # OpenCV's own guard (2^30 pixels) must not be tighter than ours: it reads this before its first decode
 with contextlib.suppress(HeaderError):
@@ -36,11 +36,14 @@ if "OPENCV_LOG_LEVEL" not in os.environ:
         cv2.setLogLevel(2)  # LOG_LEVEL_ERROR
 
 from pipeline.backends import pixels as px  # noqa: E402
-from pipeline.sr.images import (
-    metadata,  # noqa: E402
-    png,  # noqa: E402
+from pipeline.images import (  # noqa: E402
+    jpeg,
+    metadata,
+    png,
+    png_chunks,
 )
-from pipeline.sr.images.metadata import Metadata  # noqa: E402
+from pipeline.images.metadata import Metadata  # noqa: E402
+from pipeline.images.pixels import to_8bit  # noqa: E402
 
 # Extensions we read and write (OpenCV codecs present in opencv-python-headless).
 FORMATS = {
@@ -145,7 +148,7 @@ def normalize_format(fmt: str) -> str:
 
 def exif_orientation(data: bytes) -> int:
     """The orientation tag (1..8) of an encoded image, 1 when absent or unreadable: EXIF's (IFD0 tag 274) in JPEG,
-    PNG and WebP, a TIFF's own tag; never XMP's, which no decoder here applies (pipeline.sr.images.metadata)."""
+    PNG and WebP, a TIFF's own tag; never XMP's, which no decoder here applies (pipeline.images.metadata)."""
     return metadata.read(data).orientation
 
 
@@ -176,12 +179,13 @@ def _cv2_reason(e: Exception) -> str:
 
 def _check_complete(data: bytes) -> None:
     """Reject truncated files that decoders would silently fill with gray (by content, never by name)."""
+    problem = None
     if data[:2] == b"\xff\xd8":
-        # The end-of-image marker must come after the last start-of-scan marker.
-        if data.rfind(b"\xff\xd9") < data.rfind(b"\xff\xda") or data.rfind(b"\xff\xd9") < 0:
-            raise ImageError("truncated JPEG (no end-of-image marker)")
-    elif data[:8] == b"\x89PNG\r\n\x1a\n" and data.rfind(b"IEND") < 0:
-        raise ImageError("truncated PNG (no IEND chunk)")
+        problem = jpeg.truncation_problem(data)
+    elif data[:8] == png_chunks.SIGNATURE:
+        problem = png_chunks.truncation_problem(data)
+    if problem:
+        raise ImageError(problem)
 
 
 def decode(data: bytes) -> Image:
@@ -305,9 +309,8 @@ def convert_for_format(pixels: np.ndarray, fmt: str) -> tuple[np.ndarray, list[s
     """Fit an output buffer to what the format can hold; returns notes for what was dropped."""
     mode = "rgba" if pixels.ndim == 3 and pixels.shape[2] == 4 else "rgb"
     _, depth, notes = written_layout(mode, 16 if pixels.dtype == np.uint16 else 8, fmt)
-    if pixels.dtype == np.uint16 and depth == 8:
-        # 65535 -> 255 with rounding: 257 is the exact ratio between the two full scales.
-        pixels = ((pixels.astype(np.uint32) + 128) // 257).astype(np.uint8)
+    if depth == 8:
+        pixels = to_8bit(pixels)
     if mode == "rgba" and fmt not in ALPHA:
         pixels = pixels[:, :, :3]
     return pixels, notes
@@ -315,7 +318,7 @@ def convert_for_format(pixels: np.ndarray, fmt: str) -> tuple[np.ndarray, list[s
 
 def encode(pixels: np.ndarray, fmt: str, jpeg_quality: int = 95, meta: Metadata = metadata.NONE) -> bytes:
     """The file's bytes, carrying `meta` where the format holds it (PNG, JPEG, WebP)."""
-    if fmt == "png":  # our own writer: a third of OpenCV's CPU (pipeline.sr.images.png)
+    if fmt == "png":  # our own writer: a third of OpenCV's CPU (pipeline.images.png)
         try:
             return png.encode_png(pixels, chunks=metadata.png_chunks(meta))
         except ValueError as e:

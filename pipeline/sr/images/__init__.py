@@ -1,1 +1,0 @@
-"""Images in and out: decoding, encoding (PNG), the header checks, tiling, plain bicubic."""
