@@ -17,11 +17,7 @@ from pipeline.htmlreport import Code, Heading, Sheet, Strong, Table, items, para
 from pipeline.images.pixels import to_rgb8
 from pipeline.preview.inputs import CROP, shown
 from pipeline.preview.run import Outcome
-<<<<<<< HEAD
-from pipeline.preview.verdict import Judged, rgb8, rule_line
-=======
-from pipeline.preview.verdict import Judged
->>>>>>> trial
+from pipeline.preview.verdict import Judged, rule_line
 
 HEADER = ("backend", "precision", "verdict", "est. time", "load", "ms/Mpix", "est. size", "fidelity mean/worst dB",
           "non-finite", "why")
