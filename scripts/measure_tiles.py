@@ -33,10 +33,14 @@ from pipeline.sr import tile_measure  # noqa: E402
 ARCH = {"realesrgan-x4plus": "rrdbnet", "realesrgan-x4plus-anime": "rrdbnet", "realesr-animevideov3": "compact"}
 RULES = {"rrdbnet": (0.999, 1), "compact": (1.0, 0)}
 # strips: (photo, top, left, height, width) of held-out photos; heights below the tiles, so tiles run along x
-STRIPS = {"rrdbnet": [("astronaut", 180, 100, 24, 240), ("chelsea", 90, 60, 24, 240)],
-          "compact": [("astronaut", 180, 120, 48, 160), ("chelsea", 90, 100, 48, 160)]}
+# x4plus needs more context than 240-wide strips leave an interior tile (87 % identical at 32 px there): longer,
+# shorter strips, searched from 64 px up, the harder photo first
+STRIPS = {"realesrgan-x4plus": [("chelsea", 90, 20, 8, 420), ("astronaut", 180, 60, 8, 420)],
+          "realesrgan-x4plus-anime": [("astronaut", 180, 100, 24, 240), ("chelsea", 90, 60, 24, 240)],
+          "realesr-animevideov3": [("astronaut", 180, 120, 12, 160), ("chelsea", 90, 100, 12, 160)]}
 TILES = {"realesrgan-x4plus": [32], "realesrgan-x4plus-anime": [32, 48], "realesr-animevideov3": [16, 32]}
-CONTEXTS = list(range(4, 101, 4))  # interior tiles of 32 on 240-wide strips reach 100
+# interior tiles of 32 reach 92 px on 240-wide strips (94: the exact margin, none), 188 on 420-wide ones
+CONTEXTS = {"realesrgan-x4plus": list(range(64, 189, 8)), "realesrgan-x4plus-anime": [*range(4, 93, 4), 94]}
 MEMORY = {"realesrgan-x4plus": ([("torch", "fp32")], (24, 48)),
           "realesrgan-x4plus-anime": ([("torch", "fp32")], (32, 64)),
           "realesr-animevideov3": ([("torch", "fp32"), ("ort", "fp32"), ("openvino", "fp32")], (64, 128))}
@@ -64,10 +68,10 @@ def _save(data: dict) -> None:
 def overlap(name: str) -> dict:
     spec, arch = get_spec(name), ARCH[name]
     min_identical, max_diff = RULES[arch]
-    images = {f"{p}[{y}:{y + h},{x}:{x + w}]": load_rgb(p)[y:y + h, x:x + w] for p, y, x, h, w in STRIPS[arch]}
+    images = {f"{p}[{y}:{y + h},{x}:{x + w}]": load_rgb(p)[y:y + h, x:x + w] for p, y, x, h, w in STRIPS[name]}
     backend = create("torch", name, "fp32", scale=spec.default_scale, threads=2)
     exact_lr = -(-spec.receptive_radius // int(spec.default_scale))
-    contexts = [exact_lr] if arch == "compact" else [c for c in CONTEXTS if c < exact_lr] + [exact_lr]
+    contexts = [exact_lr] if arch == "compact" else CONTEXTS[name]
     print(f"{name}: {arch}, exact context {exact_lr} input px", flush=True)
     found, seen = tile_measure.smallest_context(backend, images, spec.default_scale, TILES[name], contexts,
                                                 min_identical, max_diff, spec.default_scale)

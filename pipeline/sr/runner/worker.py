@@ -313,7 +313,8 @@ class ImageWorker:
             return f"tile plan: whole images ({self.margin} HR px of context if tiled: {self.overlap_source})"
         context = math.ceil(self.margin / self.scale)
         need = self.peak_estimate()
-        peak = "peak not measured for this model" if need is None else (
+        peak = "sized from the device's free memory" if self.backend.device_memory() is not None else \
+            "peak not measured for this model" if need is None else (
             f"peak ~{need / 2**20:,.0f} MiB (budget {tiling.host_budget() / 2**20:,.0f} MiB)")
         plans = [(h, w, tiling.plan(h, w, self.scale, self.tile, self.margin, align=self.align,
                                     max_input=self.max_input)) for h, w in sizes]
