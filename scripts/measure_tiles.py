@@ -4,11 +4,11 @@
     python scripts/measure_tiles.py memory [MODEL ...]
 
 Overlap: through the torch backend (fp32, the CPU's channels-last direct kernels, as `sr --backend torch` runs),
-the middle interior tiles (cut on both sides) planned by pipeline.sr.images.tiling on crops of held-out photos
-against the whole crop, on the written 8-bit samples of their kept regions. RRDBNet: the smallest context with
->= 99.9 % identical and none more than 1 level apart. Compact: its exact margin is small and stays; the measurement
-checks that it gives 100 % identical. Strips shorter than the tile are tiled along one axis (what bounds the cost of
-a 23-block net on a 2-core CPU); the 2-D case is the tests'.
+the middle interior tiles planned by pipeline.sr.images.tiling on crops of held-out photos (cut on every side the
+plan cuts: the worst case) against the whole crop, on the written 8-bit samples of their kept regions. RRDBNet: the
+smallest context with >= 99.9 % identical and none more than 1 level apart, on squares (a tile cut on all four
+sides). Compact: its exact margin is small and stays; the measurement checks that it gives 100 % identical (on
+strips shorter than the tile: cut on two sides, which is all an exact margin needs).
 Memory: what one call adds to a fresh process's peak RSS at two crop sides (pipeline.sr.tile_measure.call_peak).
 """
 from __future__ import annotations
@@ -33,14 +33,16 @@ from pipeline.sr import tile_measure  # noqa: E402
 ARCH = {"realesrgan-x4plus": "rrdbnet", "realesrgan-x4plus-anime": "rrdbnet", "realesr-animevideov3": "compact"}
 RULES = {"rrdbnet": (0.999, 1), "compact": (1.0, 0)}
 # strips: (photo, top, left, height, width) of held-out photos; heights below the tiles, so tiles run along x
-# x4plus needs more context than 240-wide strips leave an interior tile (87 % identical at 32 px there): longer,
-# shorter strips, searched from 64 px up, the harder photo first
-STRIPS = {"realesrgan-x4plus": [("chelsea", 90, 20, 8, 420), ("astronaut", 180, 60, 8, 420)],
-          "realesrgan-x4plus-anime": [("astronaut", 180, 100, 24, 240), ("chelsea", 90, 60, 24, 240)],
+# photo crops (photo, top, left, height, width), big enough for a tile cut on all four sides at the largest context
+# tried: strips (tiles cut on two sides only) passed x4plus at 80 px, where a square's interior tile was 97.4 %
+# identical, so RRDBNet is measured on squares, one interior tile each (the cost of a 23-block net on 2 cores)
+STRIPS = {"realesrgan-x4plus": [("chelsea", 0, 100, 300, 300), ("astronaut", 100, 100, 300, 300)],
+          "realesrgan-x4plus-anime": [("chelsea", 0, 100, 240, 240)],
           "realesr-animevideov3": [("astronaut", 180, 120, 12, 160), ("chelsea", 90, 100, 12, 160)]}
-TILES = {"realesrgan-x4plus": [32], "realesrgan-x4plus-anime": [32, 48], "realesr-animevideov3": [16, 32]}
-# interior tiles of 32 reach 92 px on 240-wide strips (94: the exact margin, none), 188 on 420-wide ones
-CONTEXTS = {"realesrgan-x4plus": list(range(64, 189, 8)), "realesrgan-x4plus-anime": [*range(4, 93, 4), 94]}
+TILES = {"realesrgan-x4plus": [32], "realesrgan-x4plus-anime": [32], "realesr-animevideov3": [16, 32]}
+INTERIOR = {"realesrgan-x4plus": 1, "realesrgan-x4plus-anime": 1, "realesr-animevideov3": 2}
+# interior tiles of 32 reach 124 px on 300^2 squares, 92 on 240^2 (94: the exact margin, none)
+CONTEXTS = {"realesrgan-x4plus": list(range(88, 121, 8)), "realesrgan-x4plus-anime": [*range(56, 93, 4), 94]}
 MEMORY = {"realesrgan-x4plus": ([("torch", "fp32")], (24, 48)),
           "realesrgan-x4plus-anime": ([("torch", "fp32")], (32, 64)),
           "realesr-animevideov3": ([("torch", "fp32"), ("ort", "fp32"), ("openvino", "fp32")], (64, 128))}
@@ -74,7 +76,7 @@ def overlap(name: str) -> dict:
     contexts = [exact_lr] if arch == "compact" else CONTEXTS[name]
     print(f"{name}: {arch}, exact context {exact_lr} input px", flush=True)
     found, seen = tile_measure.smallest_context(backend, images, spec.default_scale, TILES[name], contexts,
-                                                min_identical, max_diff, spec.default_scale)
+                                                min_identical, max_diff, spec.default_scale, most=INTERIOR[name])
     return {"architecture": arch, "context_lr": None if arch == "compact" or found == exact_lr else found,
             "exact_lr": exact_lr, "verified_lr": found, "min_identical": min_identical, "max_diff": max_diff,
             "backend": "torch fp32, 2 threads", "measured": _where(), "runs": tile_measure.as_rows(seen)}

@@ -56,14 +56,14 @@ def interior_tiles(tile_plan: tiling.TilePlan, most: int = 2) -> list[tiling.Til
 
 
 def agreement(backend: Backend, name: str, rgb: np.ndarray, scale: float, tile: int, context_lr: int,
-              whole: np.ndarray, native_scale: float) -> Agreement:
+              whole: np.ndarray, native_scale: float, most: int = 2) -> Agreement:
     """Run the interior tiles of `rgb` (HWC uint8) in tiles of `tile` input pixels with `context_lr` of context,
     the margin the run would take (tiling.measured_margin), and compare their written samples with `whole`'s (the
     whole-image output). No interior tile (the context reaches past the image): 0 tiles, which never passes."""
     x = rgb.transpose(2, 0, 1).astype(np.float32) / 255
     tile_plan = tiling.plan(x.shape[1], x.shape[2], scale, tile, tiling.measured_margin(context_lr, native_scale,
                                                                                        scale))
-    tiles = interior_tiles(tile_plan) if tile_plan.count > 1 else []
+    tiles = interior_tiles(tile_plan, most) if tile_plan.count > 1 else []
     same, total, worst = 0, 0, 0
     for t in tiles:
         y = backend.infer(x[None, :, t.y.crop0:t.y.crop1, t.x.crop0:t.x.crop1], scale)[0]
@@ -75,7 +75,7 @@ def agreement(backend: Backend, name: str, rgb: np.ndarray, scale: float, tile: 
 
 def smallest_context(backend: Backend, images: dict[str, np.ndarray], scale: float, tiles: list[int],
                      contexts: list[int], min_identical: float, max_diff: int, native_scale: float,
-                     log=print) -> tuple[int | None, list[Agreement]]:
+                     log=print, most: int = 2) -> tuple[int | None, list[Agreement]]:
     """The smallest of `contexts` (ascending) at which every image at every tile size is within the criterion,
     found by doubling then bisection (agreement grows with context), and every agreement measured; None when the
     largest fails."""
@@ -86,7 +86,7 @@ def smallest_context(backend: Backend, images: dict[str, np.ndarray], scale: flo
     def passes(c: int) -> bool:
         for n, im in images.items():
             for t in tiles:
-                a = agreement(backend, n, im, scale, t, c, wholes[n], native_scale)
+                a = agreement(backend, n, im, scale, t, c, wholes[n], native_scale, most)
                 seen.append(a)
                 log(f"  {n} {im.shape[1]}x{im.shape[0]} tile {t} context {c}: {a.tiles} tiles, "
                     f"{100 * a.identical:.3f} % identical, max diff {a.max_diff}")
