@@ -2,6 +2,9 @@
 (models/weights/tiles.json), the margin and tile size the run takes from them, and the plan line it prints."""
 from __future__ import annotations
 
+import struct
+import zlib
+
 import cv2
 
 from models import tile_data
@@ -9,6 +12,7 @@ from models.lookup import get_spec
 from pipeline.cli import main
 from pipeline.data.sample_images import load_rgb
 from pipeline.sr.images import tiling
+from pipeline.sr.runner.worker import first_sizes
 
 X4PLUS = "realesrgan-x4plus"
 GB = 1 << 30
@@ -79,3 +83,15 @@ def test_the_plan_line_of_an_image_that_fits_says_one_tile(tmp_path, capsys):
     assert main(["sr", str(src), str(tmp_path / "out.png"), "--model", "srcnn", "--backend", "torch"]) == 0
     line = next(ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("tile plan:"))
     assert "24x20: 1 tile" in line and "peak ~" in line
+
+
+def test_the_plan_line_never_plans_a_hostile_headers_size(tmp_path):
+    """A header claiming 10^12 pixels would make the plan line loop over millions of tiles: it is left out (the image
+    is refused in its own line when read)."""
+    def png(w, h):
+        chunk = b"IHDR" + struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
+        return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + chunk + struct.pack(">I", zlib.crc32(chunk))
+
+    (tmp_path / "big.png").write_bytes(png(1_000_000, 1_000_000))
+    (tmp_path / "ok.png").write_bytes(png(90, 60))
+    assert first_sizes([tmp_path / "big.png", tmp_path / "ok.png", tmp_path / "missing.png"]) == [(60, 90)]

@@ -180,16 +180,17 @@ SIZE_PROBES, SIZE_PROBE_BYTES = 3, 1 << 20  # the first images the plan line cou
 
 
 def first_sizes(paths: list[Path], most: int = SIZE_PROBES) -> list[tuple[int, int]]:
-    """(height, width) of the first `most` images from their headers; an unreadable one is left out (its own line
-    comes when it is read)."""
+    """(height, width) of the first `most` images from their headers; an unreadable one, or one over the pixel
+    limit (a hostile header's size is never planned), is left out: its own line comes when it is read."""
     sizes = []
     for path in paths[:most]:
         try:
             with open(path, "rb") as f:
                 _, w, h = header.image_size(f.read(SIZE_PROBE_BYTES))
-            sizes.append((h, w))
         except (OSError, header.HeaderError, ValueError, IndexError):
             continue
+        if w >= 1 and h >= 1 and header.over_limit(w, h, "image") is None:
+            sizes.append((h, w))
     return sizes
 
 
