@@ -32,7 +32,6 @@ from pipeline.sr import tile_measure  # noqa: E402
 # name -> (architecture, criterion: min identical share, max level gap or None for "exact margin kept")
 ARCH = {"realesrgan-x4plus": "rrdbnet", "realesrgan-x4plus-anime": "rrdbnet", "realesr-animevideov3": "compact"}
 RULES = {"rrdbnet": (0.999, 1), "compact": (1.0, 0)}
-# strips: (photo, top, left, height, width) of held-out photos; heights below the tiles, so tiles run along x
 # photo crops (photo, top, left, height, width), big enough for a tile cut on all four sides at the largest context
 # tried: strips (tiles cut on two sides only) passed x4plus at 80 px, where a square's interior tile was 97.4 %
 # identical, so RRDBNet is measured on squares, one interior tile each (the cost of a 23-block net on 2 cores)
