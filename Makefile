@@ -16,7 +16,7 @@ TRT_GIT_URL ?= https://github.com/NVIDIA/TensorRT.git
 TRT_VERSION ?=
 TRT_HEADERS_DIR ?= build/trt-headers
 
-.PHONY: weights setup lint format demo test gpu-check onnx plugins build-plugins trt-headers triton-env engine sr eval compare bench train docs clean
+.PHONY: weights tile-data setup lint format demo test gpu-check onnx plugins build-plugins trt-headers triton-env engine sr eval compare bench train docs clean
 
 # The stamp holds the ONNX Runtime build installed (an empty one: cpu); another ORT= reinstalls, swapping the builds.
 setup: $(STAMP)
@@ -28,6 +28,13 @@ setup: $(STAMP)
 # each ncnn file's SHA-256 and converts them to models/weights/*.safetensors (pinned too); a no-op once they are there.
 weights:
 	PYTHONPATH=. $(PY) -m models.fetched
+
+# Tiles for the Real-ESRGAN models (models/tile_data.py): the overlap each needs and its peak memory per input pixel,
+# measured here and stored in models/weights/tiles.json (committed; rerun after changing a net or a backend).
+# x4plus is slow on a small CPU: tens of minutes on a loaded 2-core box.
+tile-data: setup weights
+	$(PY) scripts/measure_tiles.py overlap
+	$(PY) scripts/measure_tiles.py memory
 
 # Everything: the runtime, the `export` extra (PyTorch, for export/training) and the test tools, with ONNX Runtime's
 # CPU build (ORT=gpu: its CUDA/TensorRT build and TensorRT instead; the two builds never share a venv). A deploy-only

@@ -1,5 +1,6 @@
 """Real-ESRGAN animevideov3 (the cheap one: ~1.3 MFLOP per input pixel) through the stages: a standard-ops export,
-`sr` writing the net's own output, tiles equal to the whole image, `compare` and `eval` (issue 66).
+`sr` writing the net's own output, tiles equal to the whole image, `compare` and `eval` (issue 66); x4plus's tiles
+within the rule of its measured overlap.
 
 They need the weights `make setup` fetched (`make weights`) and skip, saying so, without them.
 """
@@ -14,6 +15,7 @@ import pytest
 import torch
 
 import models.fetched as fetched
+from models import tile_data
 from models.registry import get_spec, load_model, run
 from pipeline.cli import main
 from pipeline.data.sample_images import load_rgb
@@ -79,19 +81,24 @@ def test_eval_reports_psnr_against_bicubic_with_the_gan_note(capsys):
 
 
 @pytest.mark.skipif(fetched.problem("realesrgan-x4plus") is not None, reason=str(fetched.problem("realesrgan-x4plus")))
-def test_x4plus_tiles_on_a_small_image_equal_the_whole_image(tmp_path):
-    """RRDBNet's receptive radius (349 LR pixels, stored in its spec) reaches past a small image: every crop would be
-    the whole image, so the plan keeps it whole and `--tile 32` writes exactly the whole-image run (PyTorch: no
-    export of the 16.7 M-parameter net; ~46 GFLOP per run)."""
-    src = tmp_path / "small.png"
-    cv2.imwrite(str(src), cv2.cvtColor(load_rgb("astronaut")[200:232, 200:240], cv2.COLOR_RGB2BGR))
+def test_x4plus_tiles_agree_with_the_whole_image_within_its_measured_rule(tmp_path):
+    """RRDBNet's exact margin (349 input px) is larger than most images; tiles take the overlap measured for it
+    (models/weights/tiles.json): >= 99.9 % of the written 8-bit values identical to the whole-image run, none more
+    than 1 level apart. A 12x192 strip (48^2 pixels) at `--tile 32`: six tiles along x, the outer ones' crops cut short
+    of the image, so the tiles really run (PyTorch: no export of the 16.7 M-parameter net). The overlap was measured
+    on tiles cut on all four sides; a square small enough for this test has no such tile at that overlap."""
+    overlap = tile_data.overlap_lr("realesrgan-x4plus")
+    assert overlap is not None and overlap < get_spec("realesrgan-x4plus").receptive_radius // 4
+    src = tmp_path / "strip.png"
+    cv2.imwrite(str(src), cv2.cvtColor(load_rgb("astronaut")[200:212, 160:352], cv2.COLOR_RGB2BGR))
     base = [str(src), "--model", "realesrgan-x4plus", "--backend", "torch", "--quiet"]
-    assert main(["sr", base[0], str(tmp_path / "whole.png"), *base[1:]]) == 0
+    assert main(["sr", base[0], str(tmp_path / "whole.png"), *base[1:], "--tile", "0"]) == 0
     summary = tmp_path / "s.json"
     assert main(["sr", base[0], str(tmp_path / "tiled.png"), *base[1:], "--tile", "32", "--summary",
                  str(summary)]) == 0
     run_info = json.loads(summary.read_text())
-    assert get_spec("realesrgan-x4plus").receptive_radius == 4 * 349
-    assert run_info["tile_margin_hr"] > 4 * 40 and run_info["images"][0]["tiles"] == 1
+    assert run_info["images"][0]["tiles"] > 1 and run_info["tile_margin_hr"] < 4 * 192 - 4 * 32
     whole, tiled = _read(tmp_path / "whole.png"), _read(tmp_path / "tiled.png")
-    assert whole.shape == (128, 160, 3) and np.array_equal(whole, tiled)
+    assert whole.shape == tiled.shape == (48, 768, 3)
+    diff = np.abs(whole - tiled)
+    assert (diff == 0).mean() >= 0.999 and diff.max() <= 1, ((diff == 0).mean(), diff.max())

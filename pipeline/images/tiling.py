@@ -41,6 +41,19 @@ def context_margin(radius_hr: int, scale: float) -> int:
     return int(radius_hr + math.ceil(2.5 * scale) + 2)
 
 
+def measured_margin(context_lr: int, native_scale: float, scale: float) -> int:
+    """HR margin for a measured context of `context_lr` input pixels at the net's own scale: the exact margin's form
+    with that context as the receptive radius (what pipeline.sr.tile_measure measured through this function)."""
+    return context_margin(math.ceil(context_lr * native_scale), scale)
+
+
+def model_margin(radius_hr: int, scale: float, context_lr: int | None = None, native_scale: float = 1.0) -> int:
+    """The HR margin tiles take: the exact one (receptive field), or a model's measured overlap (models.tile_data:
+    RRDBNet, whose exact margin outgrows most images) where that is smaller."""
+    exact = context_margin(radius_hr, scale)
+    return exact if context_lr is None else min(exact, measured_margin(context_lr, native_scale, scale))
+
+
 def output_length(n: int, scale: float) -> int:
     """1-D output size: models.registry.output_size (round half up, at least 1)."""
     return max(1, math.floor(n * scale + 0.5))
@@ -271,6 +284,33 @@ def host_tile(scale: float, margin: int, batch: int = 1, bytes_per_pixel: float 
         return auto_tile(scale, margin, batch, available_bytes, cap_bytes=min(1 << 30, budget))
     return auto_tile(scale, margin, batch, available_bytes, cap_bytes=budget, bytes_per_pixel=bytes_per_pixel,
                      share=HOST_SHARE)
+
+
+def crop_input_pixels(tile: int, margin: int, scale: float) -> int:
+    """Input pixels of a square crop: the tile plus the context on both sides (margin HR pixels each)."""
+    side = tile + 2 * math.ceil(margin / scale)
+    return side * side
+
+
+def measured_tile(scale: float, margin: int, bytes_per_input_pixel: float, budget: int, batch: int = 1) -> int:
+    """The largest LR tile side whose crops (`batch` in flight) fit `budget` bytes at a model's measured peak
+    per input pixel (models.tile_data's memory model); at least 8."""
+    context = math.ceil(margin / scale)
+    side = math.isqrt(max(1, int(budget / max(batch, 1) / max(bytes_per_input_pixel, 1.0))))
+    return max(8, side - 2 * context)
+
+
+def host_budget(available_bytes: int | None = None, cap: int | None = None) -> int:
+    """Host memory the tiles in flight may take: HOST_SHARE of the available memory, at most the tile memory
+    budget (SRDEPLOY_TILE_MEMORY)."""
+    if available_bytes is None:
+        try:
+            import psutil
+
+            available_bytes = int(psutil.virtual_memory().available)
+        except Exception:  # psutil missing: assume a modest machine
+            available_bytes = 4 << 30
+    return min(int(available_bytes * HOST_SHARE), tile_memory() if cap is None else cap)
 
 
 def run_tiles(tile_plan: TilePlan, read: Callable[[int, int, int, int], np.ndarray],

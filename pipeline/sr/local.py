@@ -14,7 +14,7 @@ from pipeline.sr.options import OPTION_FIELDS, RunOptions
 from pipeline.sr.runner.console import Console, scale_note
 from pipeline.sr.runner.records import Record
 from pipeline.sr.runner.scheduler import Scheduler
-from pipeline.sr.runner.worker import FOLDER_STREAMS, ImageWorker
+from pipeline.sr.runner.worker import FOLDER_STREAMS, ImageWorker, first_sizes
 
 
 class Held:
@@ -120,6 +120,7 @@ class LocalExecutor:
                                   jpeg_quality=o.jpeg_quality, reference=o.reference, streams=self.inference_streams,
                                   keep_metadata=not o.strip_metadata)
         self.console, self.loaded, self.auto_line = console, loaded, auto_line
+        self.sizes = first_sizes([r.job.src for r in plan.todo if not r.job.video])
         on = loaded.name if loaded.precision == "fp32" else f"{loaded.name} {loaded.precision}"  # first line says it
         note = "; ".join(n for n in (scale_note(m.metadata, m.scale), below) if n)
         return Started(m.name, m.scale, on, loaded.selection_brief or choice, loaded.describe(), choice,
@@ -168,6 +169,7 @@ class LocalExecutor:
             for line in self.video[1].resume_lines(self.works):
                 console.info(line)
         streams = f"; {self.inference_streams} inference streams" if self.inference_streams > 1 else ""
+        console.info(w.plan_line(self.sizes))
         console.detail(f"tiles: {w.tile or 'whole images'} LR px, {w.margin} HR px of context; batch "
                        f"{w.batch}; {self.workers} decode/encode worker(s){streams}")
 

@@ -19,11 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
+from models import tile_data
 from models.spec import ModelSpec
 from pipeline.backends.base import Backend
 from pipeline.backends.pixels import NonFiniteOutput
 from pipeline.errors import PipelineError, first_line
-from pipeline.images import imageio, metadata, tiling
+from pipeline.images import header, imageio, metadata, tiling
 from pipeline.images.bicubic import bicubic
 from pipeline.images.imageio import Image, ImageError
 from pipeline.sr.runner.finite import OutputCheck
@@ -175,11 +176,43 @@ def output_problem(h: int, w: int, channels: int, depth: int, fmt: str) -> str:
     return ""
 
 
+SIZE_PROBES, SIZE_PROBE_BYTES = 3, 1 << 20  # the first images the plan line counts tiles for; header bytes read
+
+
+def first_sizes(paths: list[Path], most: int = SIZE_PROBES) -> list[tuple[int, int]]:
+    """(height, width) of the first `most` images from their headers; an unreadable one, or one over the pixel
+    limit (a hostile header's size is never planned), is left out: its own line comes when it is read."""
+    sizes = []
+    for path in paths[:most]:
+        try:
+            with open(path, "rb") as f:
+                _, w, h = header.image_size(f.read(SIZE_PROBE_BYTES))
+        except (OSError, header.HeaderError, ValueError, IndexError):
+            continue
+        if w >= 1 and h >= 1 and header.over_limit(w, h, "image") is None:
+            sizes.append((h, w))
+    return sizes
+
+
 def tile_margin(spec: ModelSpec, scale: float, tile_overlap: int | None) -> int:
     """HR pixels of context each tile reads past its kept region."""
-    if tile_overlap is None:
-        return tiling.context_margin(spec.receptive_radius, scale)
+    if tile_overlap is None:  # the exact margin, or the measured overlap where that is smaller (RRDBNet)
+        return tiling.model_margin(spec.receptive_radius, scale, measured_overlap(spec), spec.default_scale)
     return math.ceil(tile_overlap * scale)
+
+
+def measured_overlap(spec: ModelSpec) -> int | None:
+    """The stored overlap (input px) of a registered model (models.tile_data); None: the exact margin."""
+    return tile_data.overlap_lr(spec.name) if spec.external is None and spec.registered else None
+
+
+def peak_per_input_pixel(backend: Backend) -> float | None:
+    """The model's measured peak bytes per input pixel on this backend and precision (models.tile_data); None
+    when not measured (our SRCNNs carry theirs per output pixel in the spec; a user's model is unknown)."""
+    spec = backend.spec
+    if spec.external is not None or not spec.registered:
+        return None
+    return tile_data.bytes_per_input_pixel(spec.name, backend.name, backend.precision)
 
 
 FOLDER_STREAMS = 2  # CPU streams a folder of whole images asks of its backend (Backend.run_streams): two at once
@@ -216,10 +249,14 @@ def tile_size(backend: Backend, scale: float, margin: int, batch: int, tile: int
     """LR tile side (None = whole images): --tile, or from free memory (a device backend's own, at the model's
     measured cost per output pixel: whole images whenever they fit), capped so crops fit an engine."""
     if tile is None:
-        mem = backend.device_memory()
-        size = tiling.host_tile(scale, margin, batch, backend.spec.host_bytes_per_output_pixel) if mem is None \
-            else tiling.auto_tile(scale, margin, batch, mem.free_bytes, cap_bytes=None,
-                                  bytes_per_pixel=mem.bytes_per_output_pixel, share=DEVICE_SHARE)
+        mem, per_input = backend.device_memory(), peak_per_input_pixel(backend)
+        if mem is None and per_input is not None:  # the measured memory model: the largest tile that fits
+            size = tiling.measured_tile(scale, margin, per_input, tiling.host_budget(), batch)
+        elif mem is None:
+            size = tiling.host_tile(scale, margin, batch, backend.spec.host_bytes_per_output_pixel)
+        else:
+            size = tiling.auto_tile(scale, margin, batch, mem.free_bytes, cap_bytes=None,
+                                    bytes_per_pixel=mem.bytes_per_output_pixel, share=DEVICE_SHARE)
     else:
         size = tile or None
     max_in = backend.input_limit(scale)
@@ -243,6 +280,9 @@ class ImageWorker:
         # A name is the loaded backend's model (sr.settings.resolve_model checked that): its spec is the backend's.
         spec = model if isinstance(model, ModelSpec) else backend.spec
         self.margin = tile_margin(spec, scale, tile_overlap)
+        self.overlap_source = "--tile-overlap" if tile_overlap is not None else (
+            "exact: the receptive field" if self.margin == tiling.context_margin(spec.receptive_radius, scale)
+            else tile_data.overlap_rule(spec.name))
         self.align = spec.tile_align
         self.batch = batch_limit(backend, batch)
         # `streams`: the backend's CPU streams (Backend.run_streams, set by the caller) running whole images, whose
@@ -255,6 +295,33 @@ class ImageWorker:
         self.keep_metadata = keep_metadata  # the input's ICC profile, EXIF and XMP into its output
         self.reference = Path(reference) if reference else None
         self.check = OutputCheck(backend)  # every output checked for NaN / inf before it is written
+
+    def peak_estimate(self) -> float | None:
+        """Host working memory of the tiles in flight: the measured peak per input pixel (models.tile_data) or our
+        SRCNNs' per output pixel (ModelSpec) times a full crop; None on a device or for a model not measured."""
+        if self.tile is None or self.backend.device_memory() is not None:
+            return None
+        per_input, per_output = peak_per_input_pixel(self.backend), self.backend.spec.host_bytes_per_output_pixel
+        if per_input is not None:
+            return tiling.crop_input_pixels(self.tile, self.margin, self.scale) * per_input * self.batch
+        side = round(self.tile * self.scale) + 2 * self.margin
+        return None if per_output is None else side * side * per_output * self.batch
+
+    def plan_line(self, sizes: list[tuple[int, int]]) -> str:
+        """The tile plan the run's first lines give: tile side, overlap and why, the peak estimate against the
+        budget, and the tiles of the first images (`sizes`: their (height, width))."""
+        if self.tile is None:
+            return f"tile plan: whole images ({self.margin} HR px of context if tiled: {self.overlap_source})"
+        context = math.ceil(self.margin / self.scale)
+        need = self.peak_estimate()
+        peak = "sized from the device's free memory" if self.backend.device_memory() is not None else \
+            "peak not measured for this model" if need is None else (
+            f"peak ~{need / 2**20:,.0f} MiB (budget {tiling.host_budget() / 2**20:,.0f} MiB)")
+        plans = [(h, w, tiling.plan(h, w, self.scale, self.tile, self.margin, align=self.align,
+                                    max_input=self.max_input)) for h, w in sizes]
+        counts = ", ".join(f"{w}x{h}: {p.count} tile{'s' * (p.count > 1)}" for h, w, p in plans)
+        return (f"tile plan: {self.tile} input px tiles, {context} px overlap ({self.overlap_source}); {peak}"
+                + (f"; {counts}" if counts else ""))
 
     # -- the steps ---------------------------------------------------------------------------------------
 
