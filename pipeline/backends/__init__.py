@@ -36,12 +36,12 @@ from pipeline.backends.auto import (
 )
 from pipeline.backends.availability import NEEDS_GPU, available, no_gpu_line
 from pipeline.backends.base import Backend, BackendStatus
-from pipeline.backends.choice import BackendRequest, Choice, choose, choose_loaded, load, of_loaded
+from pipeline.backends.choice import BackendRequest, Choice, choose, create, given, load
 from pipeline.backends.descriptor import Descriptor
 from pipeline.backends.registry import NAMES, backend_class, create_named, descriptors, stand_in
-from pipeline.backends.select import auto_line, candidates, create, faster_line, pick_precision
+from pipeline.backends.select import auto_line, candidates, faster_line, pick_precision
 
 __all__ = ["NAMES", "NEEDS_GPU", "AutoPick", "Backend", "BackendRequest", "BackendStatus", "Choice", "Descriptor",
-           "choose", "choose_loaded", "load", "of_loaded", "auto_line", "available", "backend_class", "candidates",
+           "choose", "given", "load", "auto_line", "available", "backend_class", "candidates",
            "create", "create_named", "descriptors", "expected_order", "faster_line", "measure", "measured",
            "no_gpu_line", "pick_auto", "pick_precision", "stand_in", "time_backend"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from pipeline.artifacts.stamp import data_files, stamp_path
 from pipeline.backends.base import Backend
 from pipeline.backends.descriptor import HOOKS
 from pipeline.backends.registry import backend_class, create_named, option_values
-from pipeline.backends.select import create
+from pipeline.backends.select import pick
 from pipeline.engine import sidecar_path
 from pipeline.errors import PipelineError
 from pipeline.export.cached import onnx_for
@@ -102,7 +103,7 @@ class Choice:
 
 
 def choose(request: BackendRequest, model: str | None, scale: float | None = None, **hooks) -> Choice:
-    """Decides which backend runs which precision for `model` here (the backend it loads to decide is dropped).
+    """Decides which backend runs which precision for `model` here.
 
     Args:
         request: the backend, precision and options asked for (BackendRequest).
@@ -117,33 +118,11 @@ def choose(request: BackendRequest, model: str | None, scale: float | None = Non
     Raises:
         PipelineError: one line, as create() does.
     """
-    if request.backend != AUTO and request.precision != AUTO and _elsewhere(request.backend):
-        return _unloaded(request, model, scale, {**request.keywords(), **hooks})
-    return choose_loaded(request, model, scale, **hooks)[0]
-
-
-def choose_loaded(request: BackendRequest, model: str | None, scale: float | None = None,
-                  **hooks) -> tuple[Choice, Backend]:
-    """choose(), and the backend it loaded to choose: what a run in this process goes on with."""
-    opts = request.keywords()
-    loaded = create(request.backend, model, request.precision, scale=scale, **opts, **hooks)
-    return of_loaded(loaded, scale, opts), loaded
-
-
-def of_loaded(loaded: Backend, scale: float | None = None, opts: dict | None = None) -> Choice:
-    """The Choice a loaded backend is: its name, precision, files at `scale`, why it was chosen."""
-    scale = quality.run_scale(loaded, scale)
-    given = {k: v for k, v in (opts or {}).items() if k not in HOOKS and v is not None}
-    takes = loaded.DESCRIPTOR.option_names() if given else ()  # a caller's own Backend class may declare none
-    kept = tuple(sorted((k, os.fspath(v) if k in FILE_OPTIONS else v) for k, v in given.items() if k in takes))
-    files = _files([*loaded.files(scale), *(v for k, v in given.items() if k in FILE_OPTIONS and k in takes)])
-    return Choice(loaded.name, loaded.precision, loaded.model_name, scale, kept, files,
-                  loaded.selection_reason or f"requested: {loaded.name}", loaded.selection_brief or "requested",
-                  quality.stored(loaded, scale))
+    return _choose(request.backend, model, request.precision, scale, request.keywords(), hooks)
 
 
 def load(choice: Choice, **hooks) -> Backend:
-    """Loads the backend a Choice names.
+    """Loads the backend a Choice names: the one way anyone gets a backend (create is load(choose(...))).
 
     Args:
         choice: what choose() decided (its files where it says, or in this node's cache).
@@ -155,8 +134,85 @@ def load(choice: Choice, **hooks) -> Backend:
     Raises:
         PipelineError: one line, when the backend cannot be loaded here.
     """
-    loaded = create_named(choice.backend, choice.model, choice.precision, **dict(choice.options), **hooks)
+    loaded = _JUST_LOADED.take(choice)
+    if loaded is None:
+        loaded = create_named(choice.backend, choice.model, choice.precision, **dict(choice.options), **hooks)
     return loaded.selected(choice.why, choice.brief)
+
+
+def create(backend: str, model: str | None, precision: str = DEFAULT, *, scale: float | None = None,
+           **opts) -> Backend:
+    """The shortcut load(choose(...)), with the request given as keywords.
+
+    Args:
+        backend: a backend name, or 'auto' for the fastest available here.
+        model: a registered model name; None when `onnx` or `engine` names a file (the model comes from it).
+        precision: a precision, or 'auto' for the fastest within its quality budget (timed and measured at `scale`).
+        scale: the run's scale (default: the model's).
+        **opts: the backend's options as keywords (onnx, engine, weights, threads, ...), or `options=` one
+            backend's typed options; log/progress/chatter hooks for the slow steps.
+
+    Returns:
+        The loaded Backend; `selection_reason` says why it was chosen.
+
+    Raises:
+        PipelineError: one line, for an unknown name or precision, an option the backend does not take, a scale
+            that is not a positive number, 'auto' with an engine (check_auto_engine), or a backend that cannot run.
+    """
+    if backend == AUTO and opts.get("options") is not None:
+        raise PipelineError("options= is one backend's typed options; with backend 'auto' give keywords")
+    hooks = {k: opts.pop(k) for k in HOOKS if k in opts}
+    opts = {**option_values(backend, opts.pop("options", None), opts), **opts}
+    return load(_choose(backend, model, precision, scale, opts, hooks, here=True), **hooks)
+
+
+class _Handover:
+    """The backend choose() loaded to decide, handed to the next load() of the same Choice in this process, so a
+    local run, Triton's model or preview does not load (or export, or calibrate) twice. One slot: a Choice that is
+    not loaded here (the Ray driver's) keeps one backend until the next choose()."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._slot: tuple[Choice, Backend] | None = None
+
+    def keep(self, choice: Choice, loaded: Backend) -> None:
+        with self._lock:
+            self._slot = (choice, loaded)
+
+    def take(self, choice: Choice) -> Backend | None:
+        with self._lock:
+            if self._slot is None or self._slot[0] != choice:
+                return None
+            loaded, self._slot = self._slot[1], None
+            return loaded
+
+
+_JUST_LOADED = _Handover()
+
+
+def _choose(backend: str, model: str | None, precision: str, scale: float | None, opts: dict, hooks: dict,
+            here: bool = False) -> Choice:
+    """The Choice for a request given as keywords (choose's and create's one path); `here`: it is loaded in this
+    process (create), so a GPU backend on a machine without one is refused now, not chosen for elsewhere."""
+    if not here and backend != AUTO and precision != AUTO and _elsewhere(backend):
+        return _unloaded(backend, precision, model, scale, {**opts, **hooks})
+    loaded = pick(backend, model, precision, scale=scale, **opts, **hooks)
+    choice = given(loaded, scale, opts)
+    _JUST_LOADED.keep(choice, loaded)
+    return choice
+
+
+def given(loaded: Backend, scale: float | None = None, opts: dict | None = None) -> Choice:
+    """The Choice a backend loaded by the caller itself is (`sr.upscale(backend=...)`): its name, precision, files
+    at `scale`, why it runs. It chooses nothing: the caller did."""
+    scale = quality.run_scale(loaded, scale)
+    set_ = {k: v for k, v in (opts or {}).items() if k not in HOOKS and v is not None}
+    takes = loaded.DESCRIPTOR.option_names() if set_ else ()  # a caller's own Backend class may declare none
+    kept = tuple(sorted((k, os.fspath(v) if k in FILE_OPTIONS else v) for k, v in set_.items() if k in takes))
+    files = _files([*loaded.files(scale), *(v for k, v in set_.items() if k in FILE_OPTIONS and k in takes)])
+    return Choice(loaded.name, loaded.precision, loaded.model_name, scale, kept, files,
+                  loaded.selection_reason or f"requested: {loaded.name}", loaded.selection_brief or "requested",
+                  quality.stored(loaded, scale))
 
 
 def _elsewhere(backend: str) -> bool:
@@ -164,18 +220,18 @@ def _elsewhere(backend: str) -> bool:
     return backend_class(backend).DESCRIPTOR.gpu_only and not gpu_visible()[0]
 
 
-def _unloaded(request: BackendRequest, model: str | None, scale: float | None, opts: dict) -> Choice:
+def _unloaded(backend: str, precision: str, model: str | None, scale: float | None, opts: dict) -> Choice:
     """A GPU backend's choice made here: the graph its engine is built from (the precision's source graph)."""
     spec = resolve(model, opts.get("onnx"), opts.get("engine"))
     scale = float(spec.default_scale if scale is None else scale)
     paths = [opts[k] for k in FILE_OPTIONS if opts.get(k) is not None]
     if opts.get("onnx") is None and opts.get("engine") is None:
-        paths.append(onnx_for(spec.name, BY_NAME[request.precision].source, "custom", weights=opts.get("weights"),
+        paths.append(onnx_for(spec.name, BY_NAME[precision].source, "custom", weights=opts.get("weights"),
                               log=opts.get("log")))
     kept = tuple(sorted((k, os.fspath(v) if k in FILE_OPTIONS else v) for k, v in opts.items()
                         if k not in HOOKS and v is not None))
-    return Choice(request.backend, request.precision, spec.name, scale, kept, _files(paths),
-                  f"requested: {request.backend} (loaded on the nodes with a GPU)", "requested")
+    return Choice(backend, precision, spec.name, scale, kept, _files(paths),
+                  f"requested: {backend} (loaded on the nodes with a GPU)", "requested")
 
 
 def _files(paths) -> tuple[ArtifactFile, ...]:

@@ -1,9 +1,9 @@
-"""The one place a backend and a precision are chosen: `create(backend, model, precision)` with either or both
-'auto'. `--backend auto` ranks by the descriptors' expected order or this machine's measurement (auto); `--precision
-auto` (here) loads and times each candidate, a lower precision counting only within its measured quality budget
-(pipeline.quality), and keeps its pick.
+"""Where a backend and a precision are chosen, for choice.choose: `pick(backend, model, precision)` with either or
+both 'auto'. `--backend auto` ranks by the descriptors' expected order or this machine's measurement (auto);
+`--precision auto` (here) loads and times each candidate, a lower precision counting only within its measured quality
+budget (pipeline.quality), and keeps its pick.
 
-    create(backend, model, precision="fp32", scale=None, **opts) -> loaded Backend (why: its selection_reason)
+    pick(backend, model, precision="fp32", scale=None, **opts) -> loaded Backend (why: its selection_reason)
     pick_precision(backend, model, **opts) -> (Backend, why)    `--precision auto`: the fastest within budget
     faster_line(model, backend, loaded) -> str | None          an fp32 run's hint that auto measured faster here
 """
@@ -21,7 +21,7 @@ from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.stamp import content_sha256
 from pipeline.backends.auto import create_fixed, measured, pick_auto, time_backend
 from pipeline.backends.base import Backend, check_auto_engine
-from pipeline.backends.registry import backend_class, descriptors, option_values
+from pipeline.backends.registry import backend_class, descriptors
 from pipeline.errors import PipelineError
 from pipeline.precisions import ARTIFACTS, AUTO, DEFAULT, GAIN_KEPT_MIN, GATE_VERSION, LOWER
 from pipeline.quality import (
@@ -41,30 +41,15 @@ from pipeline.quality import (
 SIZE = 256  # the side of the one image each candidate is timed on
 
 
-def create(backend: str, model: str | None, precision: str = DEFAULT, *, scale: float | None = None,
-           **opts) -> Backend:
-    """Loads a backend: the one place where a backend and a precision are chosen.
-
-    Args:
-        backend: a backend name, or 'auto' for the fastest available here (auto.pick_auto).
-        model: a registered model name; None when `onnx` or `engine` names a file (the model comes from it).
-        precision: a precision, or 'auto' for the fastest within its quality budget (pick_precision: timed and
-            measured at `scale`).
-        scale: the run's scale (default: the model's).
-        **opts: the backend's options as keywords (onnx, engine, weights, threads, ...), or `options=` one
-            backend's typed options; log/progress/chatter hooks for the slow steps.
-
-    Returns:
-        The loaded Backend; `selection_reason` says why it was chosen.
+def pick(backend: str, model: str | None, precision: str = DEFAULT, *, scale: float | None = None,
+         **opts) -> Backend:
+    """The backend the request names, loaded to decide (choice.choose turns it into the Choice; choice.create and
+    every caller go through there): 'auto' backend by auto.pick_auto, 'auto' precision by pick_precision.
 
     Raises:
         PipelineError: one line, for an unknown name or precision, an option the backend does not take, a scale
             that is not a positive number, 'auto' with an engine (check_auto_engine), or a backend that cannot run.
     """
-    if backend == AUTO and opts.get("options") is not None:
-        raise PipelineError("options= is one backend's typed options; with backend 'auto' give keywords")
-    # as keywords from here on: the pick's store is keyed by the --onnx/--weights file, wherever it was given
-    opts = {**option_values(backend, opts.pop("options", None), opts), **opts}
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int | float) or not scale > 0):
         raise PipelineError(f"scale must be a number above 0, got {scale!r}")
     check_auto_engine(precision, opts.get("engine"))
