@@ -3,11 +3,14 @@
     BackendRequest       what a run asks for: backend or 'auto', precision or 'auto', the model files, threads,
                          one backend's typed options (pipeline.cli.options.BackendArgs builds it from the flags)
     choose(request, model, scale) -> Choice     which backend runs which precision from which files, and why
-    load(choice) -> Backend                     the loaded backend the choice names (here, or on a Ray actor)
+    load(choice) -> Backend                     the loaded backend the choice names: the one way to get one
+    create(backend, model, precision, **opts)   the shortcut load(choose(...)), the request as keywords
+    given(loaded, scale) -> Choice              the Choice of a backend the caller loaded itself (chooses nothing)
 
 A Choice is a plain value: the Ray driver chooses once and sends it, with exactly the files it names, to every
-actor, which loads it by `load`. Choosing loads the backend here (its files are made then: an export, a Q/DQ
-file), except a GPU backend on a machine without a GPU: its choice names the graph it is built from.
+actor, which loads it by `load`. Choosing loads the pick here (select.pick: its files are made then, an export, a
+Q/DQ file) and hands it to the next `load` of the same Choice in this process; a GPU backend on a machine without a
+GPU is not loaded: its choice names the graph it is built from.
 """
 from __future__ import annotations
 
@@ -70,9 +73,10 @@ class ArtifactFile:
 class Choice:
     """What runs: a backend, its precision, the model and scale, the files, and why.
 
-    Two things are still decided at run time, outside the Choice, and only these two: which ONNX Runtime
-    provider a plain "ort" uses (ort_backend.pick_provider: TensorRT, else CUDA, else CPU, whichever loads here),
-    and the fp32 re-run of a tile whose output is not finite (pipeline.sr.runner.finite), counted in each record.
+    Three things are still decided when it loads or runs, outside the Choice: which ONNX Runtime provider a plain
+    "ort" uses (ort_backend.pick_provider: TensorRT, else CUDA, else CPU, whichever loads here), OpenVINO int8's
+    float parts (bf16 where the CPU has it, else f32), and the fp32 re-run of a tile whose output is not finite
+    (pipeline.sr.runner.finite), counted in each record.
     """
 
     backend: str
