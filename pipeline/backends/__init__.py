@@ -24,13 +24,13 @@ answer to which model) and nothing here imports PyTorch.
     availability  what can run here, and why not
     choice        BackendRequest in, Choice out: choose(request, model, scale), load(choice), create; what every
                   caller uses
-    auto          `--backend auto`: the expected order (from the descriptors) and --measure
+    auto          `--backend auto`: its facts (what runs here, the expected order from the descriptors) and --measure
     select        `pick` (the loader choose decides with) and `--precision auto`: its stored pick, measure_candidates
-    decide        the fastest within budget from facts (auto's timings, preview's samples) and the line saying why
+    decide        from facts alone (loads nothing): the fastest within budget (auto's timings, preview's samples),
+                  `--backend auto`'s pick (backend_pick), and every line saying why
     *_backend     one module per runtime
 """
 from pipeline.backends.auto import (
-    AutoPick,
     expected_order,
     measure,
     measured,
@@ -40,13 +40,13 @@ from pipeline.backends.auto import (
 from pipeline.backends.availability import NEEDS_GPU, available, no_gpu_line
 from pipeline.backends.base import Backend, BackendStatus
 from pipeline.backends.choice import BackendRequest, Choice, choose, create, given, load
-from pipeline.backends.decide import Candidate, Facts, decide
+from pipeline.backends.decide import AutoPick, Candidate, Facts, decide, served_backend
 from pipeline.backends.descriptor import Descriptor
 from pipeline.backends.registry import NAMES, backend_class, create_named, descriptors, stand_in
 from pipeline.backends.select import auto_line, candidates, faster_line, pick_precision
 
 __all__ = ["NAMES", "NEEDS_GPU", "AutoPick", "Backend", "BackendRequest", "BackendStatus", "Candidate", "Choice",
-           "Descriptor", "Facts", "decide",
+           "Descriptor", "Facts", "decide", "served_backend",
            "choose", "given", "load", "auto_line", "available", "backend_class", "candidates",
            "create", "create_named", "descriptors", "expected_order", "faster_line", "measure", "measured",
            "no_gpu_line", "pick_auto", "pick_precision", "stand_in", "time_backend"]

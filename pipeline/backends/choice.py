@@ -27,6 +27,7 @@ from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import folded_variants, onnx_metadata, reference_file
 from pipeline.artifacts.stamp import data_files, stamp_path
 from pipeline.backends.base import Backend
+from pipeline.backends.decide import elsewhere, requested
 from pipeline.backends.descriptor import HOOKS
 from pipeline.backends.registry import backend_class, create_named, option_values
 from pipeline.backends.select import pick
@@ -214,8 +215,9 @@ def given(loaded: Backend, scale: float | None = None, opts: dict | None = None)
     takes = loaded.DESCRIPTOR.option_names() if set_ else ()  # a caller's own Backend class may declare none
     kept = tuple(sorted((k, os.fspath(v) if k in FILE_OPTIONS else v) for k, v in set_.items() if k in takes))
     files = _files([*loaded.files(scale), *(v for k, v in set_.items() if k in FILE_OPTIONS and k in takes)])
-    return Choice(loaded.name, loaded.precision, loaded.model_name, scale, kept, files,
-                  loaded.selection_reason or f"requested: {loaded.name}", loaded.selection_brief or "requested",
+    why, brief = (loaded.selection_reason, loaded.selection_brief) if loaded.selection_reason \
+        else requested(loaded.name)
+    return Choice(loaded.name, loaded.precision, loaded.model_name, scale, kept, files, why, brief or why,
                   quality.stored(loaded, scale))
 
 
@@ -234,8 +236,7 @@ def _unloaded(backend: str, precision: str, model: str | None, scale: float | No
                               log=opts.get("log")))
     kept = tuple(sorted((k, os.fspath(v) if k in FILE_OPTIONS else v) for k, v in opts.items()
                         if k not in HOOKS and v is not None))
-    return Choice(backend, precision, spec.name, scale, kept, _files(paths),
-                  f"requested: {backend} (loaded on the nodes with a GPU)", "requested")
+    return Choice(backend, precision, spec.name, scale, kept, _files(paths), *elsewhere(backend))
 
 
 def _files(paths) -> tuple[ArtifactFile, ...]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipeline import backends
 from pipeline.cli import options
 from pipeline.engine import tensorrt_problem
 from pipeline.serve import triton_env, write_repository
@@ -43,15 +44,14 @@ def _python_env(value: str | None) -> str | None:
 
 
 def _backend(args) -> str:
-    """--backend, or what this machine can serve: TensorRT where it can build the engine (or --engine gives one),
-    else ONNX Runtime, said in one line."""
-    if args.backend is not None or args.engine is not None:
-        return args.backend or "trt"
-    problem = tensorrt_problem()
-    if problem is None:
-        return "trt"
-    print(f"writing the ONNX Runtime model (--backend ort): no TensorRT engine can be built here ({problem})")
-    return "ort"
+    """--backend, or what this machine can serve (backends.served_backend decides): TensorRT where it can build the
+    engine (or --engine gives one), else ONNX Runtime, said in one line."""
+    asked_or_engine = args.backend is not None or args.engine is not None
+    name, why = backends.served_backend(args.backend, args.engine is not None,
+                                        None if asked_or_engine else tensorrt_problem())
+    if name == "ort" and not asked_or_engine:
+        print(why)
+    return name
 
 
 def _env_note(args) -> None:
