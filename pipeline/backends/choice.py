@@ -74,10 +74,10 @@ class ArtifactFile:
 class Choice:
     """What runs: a backend, its precision, the model and scale, the files, and why.
 
-    Three things are still decided when it loads or runs, outside the Choice: which ONNX Runtime provider a plain
-    "ort" uses (ort_backend.pick_provider: TensorRT, else CUDA, else CPU, whichever loads here), OpenVINO int8's
-    float parts (bf16 where the CPU has it, else f32), and the fp32 re-run of a tile whose output is not finite
-    (pipeline.sr.runner.finite), counted in each record.
+    What the chooser's machine settled is part of it too, so every node loads the same: `provider`, ONNX Runtime's
+    (a plain "ort" takes TensorRT, else CUDA, else the CPU: ort_backend.pick_provider) and `float_parts`, OpenVINO
+    int8's (bf16 where the CPU has it, else f32). One thing is still decided at run time, outside the Choice: the
+    fp32 re-run of a tile whose output is not finite (pipeline.sr.runner.finite), counted in each record.
     """
 
     backend: str
@@ -89,12 +89,18 @@ class Choice:
     why: str
     brief: str
     quality: dict | None = field(default=None, compare=False)  # the measured loss it stands on (bf16, int8)
+    provider: str | None = None      # ONNX Runtime's provider ('cpu', 'cuda', 'tensorrt'); None: not ONNX Runtime
+    float_parts: str | None = None   # OpenVINO int8's float layers ('bf16', 'f32'); None: not OpenVINO int8
+
+    def decided(self) -> dict[str, str]:
+        """The settled fields as the backend's constructor keywords (what `load` passes it)."""
+        return {k: v for k, v in (("provider", self.provider), ("float_parts", self.float_parts)) if v is not None}
 
     def key(self) -> dict:
         """What the outputs it makes depend on, as plain values (a video segment's key): backend, precision, model,
-        scale and the SHA-256 of every file it runs."""
+        scale, the SHA-256 of every file it runs, and what the chooser's machine settled (provider, float parts)."""
         return {"model": self.model, "backend": self.backend, "precision": self.precision, "scale": self.scale,
-                "files": sorted(f.sha256 for f in self.files)}
+                "files": sorted(f.sha256 for f in self.files), **self.decided()}
 
     @property
     def runs(self) -> str:
@@ -141,7 +147,8 @@ def load(choice: Choice, **hooks) -> Backend:
     """
     loaded = _JUST_LOADED.take(choice)
     if loaded is None:
-        loaded = create_named(choice.backend, choice.model, choice.precision, **dict(choice.options), **hooks)
+        loaded = create_named(choice.backend, choice.model, choice.precision,
+                              **{**dict(choice.options), **choice.decided()}, **hooks)
     return loaded.selected(choice.why, choice.brief)
 
 
@@ -217,8 +224,10 @@ def given(loaded: Backend, scale: float | None = None, opts: dict | None = None)
     files = _files([*loaded.files(scale), *(v for k, v in set_.items() if k in FILE_OPTIONS and k in takes)])
     why, brief = (loaded.selection_reason, loaded.selection_brief) if loaded.selection_reason \
         else requested(loaded.name)
+    settled = loaded.decided()  # {} from a caller's own Backend class, which may declare no options
+    settled = {k: v for k, v in settled.items() if k in loaded.DESCRIPTOR.option_names()} if settled else {}
     return Choice(loaded.name, loaded.precision, loaded.model_name, scale, kept, files, why, brief or why,
-                  quality.stored(loaded, scale))
+                  quality.stored(loaded, scale), **settled)
 
 
 def _elsewhere(backend: str) -> bool:
