@@ -1,7 +1,7 @@
 """Which backend and precision run, from facts alone: nothing here loads, times or measures; and every line that
 says why, written here.
 
-    Candidate(backend, precision, cost, refused, note)   one backend x precision and what is known of it
+    Candidate(backend, precision, cost, refused)         one backend x precision and what is known of it
     Facts(candidates, notes)                             every candidate weighed, and the ones that could not run
     decide(facts) -> Candidate | None                    the fastest within budget (None: none is)
     backend_pick(precision, order, ok, gpu, record, command) -> AutoPick   `--backend auto` at one precision
@@ -42,7 +42,6 @@ class Candidate:
     precision: str
     cost: float | None   # lower is faster: ms on one image (auto), a job's estimated seconds (preview); None: unknown
     refused: str = ""    # why it may not run (the quality gate's line, a failure); "" while within budget
-    note: str = ""       # a fact said beside it (the rule that let it through)
 
     @property
     def runs(self) -> str:
@@ -51,7 +50,8 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Facts:
-    """Every candidate weighed, in the order they are preferred on a tie, and why the others could not run."""
+    """Every candidate weighed, in the order they are preferred on a tie, and the lines said about them (why one could
+    not run or is refused, the rule that let one through)."""
 
     candidates: tuple[Candidate, ...]
     notes: tuple[str, ...] = ()
