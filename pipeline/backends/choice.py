@@ -113,23 +113,26 @@ class Choice:
                                            for k, v in self.options))
 
 
-def choose(request: BackendRequest, model: str | None, scale: float | None = None, **hooks) -> Choice:
+def choose(request: BackendRequest, model: str | None, scale: float | None = None, *, here: bool = False,
+           **hooks) -> Choice:
     """Decides which backend runs which precision for `model` here.
 
     Args:
         request: the backend, precision and options asked for (BackendRequest).
         model: a registered model name, or None when the request names a file.
         scale: the run's scale (default: the model's).
+        here: it is loaded in this process (the local run, Triton's model, preview): a backend that cannot run here
+            is refused now, before any file is made for it.
         **hooks: log, progress and chatter callbacks for the slow steps (an export, a calibration, a measurement).
 
     Returns:
-        The Choice: backend, precision, files, why. A GPU-only backend asked for on a machine without a GPU is
-        chosen by name and loaded where it runs.
+        The Choice: backend, precision, files, why. Unless `here`, a GPU-only backend asked for on a machine without
+        a GPU is chosen by name and loaded where it runs (a Ray cluster's GPU nodes).
 
     Raises:
         PipelineError: one line, as create() does.
     """
-    return _choose(request.backend, model, request.precision, scale, request.keywords(), hooks)
+    return _choose(request.backend, model, request.precision, scale, request.keywords(), hooks, here=here)
 
 
 def load(choice: Choice, **hooks) -> Backend:

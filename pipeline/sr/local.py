@@ -78,7 +78,7 @@ class LocalExecutor:
         if o.backend_name is None:  # a loaded backend was given
             return o.backend, o.backend.selection_reason or "given", None
         # the Choice (what runs, its files, why) is what a segment key or a summary is made from, as on Ray
-        self.choice = backends.choose(o.request, model, scale, log=self.held.always,
+        self.choice = backends.choose(o.request, model, scale, here=True, log=self.held.always,
                                       progress=self.held.progress(console), chatter=self.held.detail)
         loaded = backends.load(self.choice, log=self.held.always)  # the backend choose loaded, handed over
         choice = loaded.selection_reason or o.backend
