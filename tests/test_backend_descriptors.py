@@ -55,7 +55,8 @@ def test_no_backend_timing_or_choosing_outside_backends():
     """Timing backends and choosing one are pipeline/backends' (auto, select); analysis, bench's sweeps and the CLI
     ask it. Names that time or choose are not called elsewhere in pipeline/ (bench measures throughput of what it is
     given, and its `--precision auto` row asks backends.create)."""
-    choosers = {"time_backend", "pick_precision", "expected_order", "create_fixed"}
+    choosers = {"time_backend", "pick_precision", "expected_order", "create_fixed", "measure_candidates",
+                "choose_loaded", "of_loaded"}
     found = []
     for path in sorted(PIPELINE.rglob("*.py")):
         if PIPELINE / "backends" in path.parents:

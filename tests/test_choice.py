@@ -13,6 +13,7 @@ import pytest
 
 from pipeline import backends
 from pipeline.backends import BackendRequest
+from pipeline.backends import choice as choice_module
 from pipeline.cli import main
 from pipeline.cli.options import BackendArgs
 from pipeline.errors import PipelineError
@@ -37,6 +38,36 @@ def test_a_choice_names_its_files_travels_as_a_value_and_loads_the_same_backend(
     loaded = backends.load(again)
     assert (loaded.name, loaded.precision, loaded.selection_reason) == ("ort", "fp32", "requested: ort")
     assert np.array_equal(loaded.infer(x, 2.0), backends.create("ort", "srcnn", threads=1).infer(x, 2.0))
+
+
+def test_the_backend_choose_loaded_is_handed_to_the_next_load_of_that_choice_once(session_cache):
+    """choose loads its pick to decide; the next load of that Choice takes it (the local run loads once), a later
+    load makes its own (two callers never share one), and another Choice never gets it."""
+    choice = backends.choose(BackendRequest("ort", threads=1), "srcnn", 2.0)
+    held = choice_module._JUST_LOADED._slot[1]
+    first, second = backends.load(choice), backends.load(choice)
+    assert first is held and second is not held and second.selection_reason == choice.why
+    other = backends.choose(BackendRequest("ort", threads=2), "srcnn", 2.0)
+    assert backends.load(choice) is not choice_module._JUST_LOADED._slot[1]
+    assert backends.load(other).threads == 2
+    assert not hasattr(backends, "choose_loaded") and not hasattr(backends, "of_loaded")
+
+
+def test_the_choice_names_the_provider_this_machine_settled_and_every_load_runs_it(session_cache):
+    """ONNX Runtime's provider is the Choice's, not each node's own pick at load: a node that cannot run it refuses
+    in one line (no silent fallback); it keys the outputs. OpenVINO's int8 float parts are an option of int8 only."""
+    choice = backends.choose(BackendRequest("ort", threads=1), "srcnn", 2.0)
+    loaded = backends.load(choice)
+    assert choice.provider == loaded.provider and choice.key()["provider"] == choice.provider
+    assert choice.float_parts is None and "float_parts" not in choice.key()
+    if not gpu_visible()[0]:
+        assert choice.provider == "cpu"
+        with pytest.raises(PipelineError, match="CUDAExecutionProvider"):
+            backends.load(dataclasses.replace(choice, provider="cuda"))
+    with pytest.raises(PipelineError, match="float_parts applies to openvino int8 only"):
+        backends.create("openvino", "srcnn", float_parts="f32")
+    with pytest.raises(PipelineError, match="unknown int8 float parts 'f16'"):
+        backends.create("openvino", "srcnn", "int8", float_parts="f16")
 
 
 def test_a_given_file_is_named_and_moved_to_where_a_node_has_it(tmp_path, session_cache):

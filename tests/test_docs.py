@@ -91,3 +91,15 @@ def test_setup_says_the_size_the_readme_says():
     assert "$(SETUP_SIZE)" in next(ln for ln in make.splitlines() if "setup: installing" in ln)
     for page in (README, DOCS / "getting-started.md"):
         assert size in page.read_text(), page.name
+
+
+def test_what_runs_and_why_names_at_most_five_files_and_each_call_is_theirs():
+    """Issue 68: the architecture page answers "what runs for `sr IN OUT --precision auto`, and why" in at most five
+    files; each numbered item's file exists and defines every call the item names (`name(...)`)."""
+    page = (DOCS / "architecture.md").read_text()
+    section = page[page.index("## What runs for"):page.index("Why this way")]
+    assert 0 < len(set(re.findall(r"pipeline/[\w/]+\.py", section))) <= 5
+    for item in re.split(r"\n\d\. ", section)[1:]:
+        path = ROOT / re.search(r"\*\*`(pipeline/[\w/]+\.py)`\*\*", item).group(1)
+        source = path.read_text()
+        assert [n for n in re.findall(r"`(\w+)\(", item) if f"def {n}(" not in source] == [], path.name

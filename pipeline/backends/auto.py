@@ -7,7 +7,6 @@ import shlex
 import statistics
 import time
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 
@@ -17,6 +16,7 @@ from pipeline.artifacts.confine import file_token
 from pipeline.artifacts.identity import resolve
 from pipeline.backends.availability import BackendStatus, available
 from pipeline.backends.base import Backend
+from pipeline.backends.decide import ENGINE_GIVEN, AutoPick, auto_reason, backend_pick
 from pipeline.backends.registry import CLASSES, create_named, descriptors
 from pipeline.errors import PipelineError, printable
 from pipeline.native.cuda_driver import gpu_visible
@@ -27,8 +27,6 @@ from pipeline.native.machine import fingerprint
 # CPU ranks rest on: fp32 (2-core Ice Lake Xeon, SRCNN x3, 256x256 -> 768x768, one run, medians of 7): ort-folded 219
 # ms, openvino 299 ms, ort 518 ms, torch 740 ms; deform-srcnn on the 2-core AMX Xeon: openvino 670 ms, ort 1452 ms.
 # bf16 (2-core AMX Xeon, one bench): openvino 13.1 ms, torch 19.9 ms. int8: openvino alone on a CPU.
-# A measured lead under this share of the slower time is noise on a shared machine: auto keeps the expected order.
-NOISE = 0.10
 
 
 def expected_order(precision: str, gpu: bool) -> tuple[str, ...]:
@@ -39,22 +37,15 @@ def expected_order(precision: str, gpu: bool) -> tuple[str, ...]:
     return tuple(dict.fromkeys(d.name for d in [*gpu_ranked, *cpu_ranked]))
 
 
-class AutoPick(NamedTuple):
-    name: str
-    reason: str
-    brief: str = ""  # the reason in a few words
-
-
 def create_fixed(backend: str, model: str | None, precision: str = "fp32", **opts) -> Backend:
     """A loaded backend at one precision: 'auto' picks the fastest available one and records why in
     `selection_reason`. `model` may be None when `onnx`/`engine` names a file: the model then comes from it."""
     if backend == "auto":
         if opts.get("engine") is not None:  # an engine file only runs on TensorRT
-            pick = AutoPick("trt", "an engine file was given", "engine file given")
+            pick = ENGINE_GIVEN
         else:
             pick = pick_auto(model, precision, weights=opts.get("weights"), onnx=opts.get("onnx"))
-        return create_named(pick.name, model, precision, **opts).selected(f"auto: {pick.reason}",
-                                                                          f"auto: {pick.brief or 'picked'}")
+        return create_named(pick.name, model, precision, **opts).selected(*auto_reason(pick))
     return create_named(backend, model, precision, **opts)
 
 
@@ -122,15 +113,8 @@ def pick_auto(model: str | None, precision: str = "fp32", statuses: list[Backend
     if not ok:
         raise PipelineError(f"no backend can run {model} ({precision}): {unavailable_reasons(statuses, precision)}")
     gpu = gpu_visible()[0]
-    expected = _expected_pick(model, precision, ok, gpu, onnx)
-    record = measured(model, precision)
-    timed = {n: t for n, t in (record or {}).get("ms", {}).items() if n in ok}
-    if timed:
-        return _measured_pick(timed, record, expected)
-    if expected is not None:
-        return expected
-    name = sorted(ok)[0]
-    return AutoPick(name, f"{name} is the only kind available", "the only one available")
+    return backend_pick(precision, expected_order(precision, gpu), ok, gpu, measured(model, precision),
+                        measure_command(model, precision, onnx))
 
 
 def measure_command(model: str, precision: str, onnx=None) -> str:
@@ -138,31 +122,6 @@ def measure_command(model: str, precision: str, onnx=None) -> str:
     the registered model, which a torch-free install cannot build)."""
     target = f"--onnx {shlex.quote(printable(str(onnx)))}" if onnx is not None else f"--model {model}"
     return f"python -m pipeline backends {target}{'' if precision == 'fp32' else f' --precision {precision}'} --measure"
-
-
-def _expected_pick(model: str, precision: str, ok: set[str], gpu: bool, onnx=None) -> AutoPick | None:
-    order = expected_order(precision, gpu)
-    name = next((n for n in order if n in ok), None)
-    if name is None:
-        return None
-    skipped = [n for n in order[:order.index(name)] if n not in ok]
-    where = "on this GPU machine" if gpu else "on a CPU-only machine"
-    note = f"; faster-ranked but unavailable: {', '.join(skipped)}" if skipped else ""
-    return AutoPick(name, f"{name} is the expected fastest {precision} backend available {where}{note} "
-                          f"(`{measure_command(model, precision, onnx)}` times them here)",
-                   "expected fastest on this GPU" if gpu else "expected fastest without a GPU")
-
-
-def _measured_pick(timed: dict[str, float], record: dict, expected: AutoPick | None) -> AutoPick:
-    """The fastest in the latest measurement, or the expected pick when it was measured within NOISE of it."""
-    best = min(timed, key=timed.get)
-    parts = ", ".join(f"{n} {t:.0f} ms" for n, t in sorted(timed.items(), key=lambda kv: kv[1]))
-    where = f"{record['size']}x{record['size']}, measured {record.get('when', '?')}: {parts}"
-    keep = expected.name if expected is not None and expected.name in timed else None
-    if keep and keep != best and timed[keep] - timed[best] <= NOISE * timed[keep]:
-        return AutoPick(keep, f"{keep} is the expected fastest, and the measurement here is within noise of it "
-                              f"(under {NOISE:.0%} apart; {where})", "expected fastest; measured within noise")
-    return AutoPick(best, f"{best} is fastest measured on this machine ({where})", "fastest measured here")
 
 
 def unavailable_reasons(statuses: list[BackendStatus], precision: str) -> str:

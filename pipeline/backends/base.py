@@ -112,6 +112,11 @@ class Backend(ABC):
         sent; the files travelling beside each are added there): its ONNX file, or none."""
         return [self.onnx_file] if self.onnx_file is not None else []
 
+    def decided(self) -> dict[str, str]:
+        """What the loaded backend settled from this machine that its Choice names, as its constructor's keywords
+        (ONNX Runtime: its provider; OpenVINO int8: its float parts), so every node loads the same; {} for none."""
+        return {}
+
     def model_options(self) -> dict:
         """The create() options that load the same model file again (at another precision, say)."""
         return {"onnx": self.onnx_file}

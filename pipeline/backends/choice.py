@@ -3,16 +3,20 @@
     BackendRequest       what a run asks for: backend or 'auto', precision or 'auto', the model files, threads,
                          one backend's typed options (pipeline.cli.options.BackendArgs builds it from the flags)
     choose(request, model, scale) -> Choice     which backend runs which precision from which files, and why
-    load(choice) -> Backend                     the loaded backend the choice names (here, or on a Ray actor)
+    load(choice) -> Backend                     the loaded backend the choice names: the one way to get one
+    create(backend, model, precision, **opts)   the shortcut load(choose(...)), the request as keywords
+    given(loaded, scale) -> Choice              the Choice of a backend the caller loaded itself (chooses nothing)
 
 A Choice is a plain value: the Ray driver chooses once and sends it, with exactly the files it names, to every
-actor, which loads it by `load`. Choosing loads the backend here (its files are made then: an export, a Q/DQ
-file), except a GPU backend on a machine without a GPU: its choice names the graph it is built from.
+actor, which loads it by `load`. Choosing loads the pick here (select.pick: its files are made then, an export, a
+Q/DQ file) and hands it to the next `load` of the same Choice in this process; a GPU backend on a machine without a
+GPU is not loaded: its choice names the graph it is built from.
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -23,9 +27,10 @@ from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import folded_variants, onnx_metadata, reference_file
 from pipeline.artifacts.stamp import data_files, stamp_path
 from pipeline.backends.base import Backend
+from pipeline.backends.decide import elsewhere, requested
 from pipeline.backends.descriptor import HOOKS
 from pipeline.backends.registry import backend_class, create_named, option_values
-from pipeline.backends.select import create
+from pipeline.backends.select import pick
 from pipeline.engine import sidecar_path
 from pipeline.errors import PipelineError
 from pipeline.export.cached import onnx_for
@@ -69,9 +74,10 @@ class ArtifactFile:
 class Choice:
     """What runs: a backend, its precision, the model and scale, the files, and why.
 
-    Two things are still decided at run time, outside the Choice, and only these two: which ONNX Runtime
-    provider a plain "ort" uses (ort_backend.pick_provider: TensorRT, else CUDA, else CPU, whichever loads here),
-    and the fp32 re-run of a tile whose output is not finite (pipeline.sr.runner.finite), counted in each record.
+    What the chooser's machine settled is part of it too, so every node loads the same: `provider`, ONNX Runtime's
+    (a plain "ort" takes TensorRT, else CUDA, else the CPU: ort_backend.pick_provider) and `float_parts`, OpenVINO
+    int8's (bf16 where the CPU has it, else f32). One thing is still decided at run time, outside the Choice: the
+    fp32 re-run of a tile whose output is not finite (pipeline.sr.runner.finite), counted in each record.
     """
 
     backend: str
@@ -83,12 +89,18 @@ class Choice:
     why: str
     brief: str
     quality: dict | None = field(default=None, compare=False)  # the measured loss it stands on (bf16, int8)
+    provider: str | None = None      # ONNX Runtime's provider ('cpu', 'cuda', 'tensorrt'); None: not ONNX Runtime
+    float_parts: str | None = None   # OpenVINO int8's float layers ('bf16', 'f32'); None: not OpenVINO int8
+
+    def decided(self) -> dict[str, str]:
+        """The settled fields as the backend's constructor keywords (what `load` passes it)."""
+        return {k: v for k, v in (("provider", self.provider), ("float_parts", self.float_parts)) if v is not None}
 
     def key(self) -> dict:
         """What the outputs it makes depend on, as plain values (a video segment's key): backend, precision, model,
-        scale and the SHA-256 of every file it runs."""
+        scale, the SHA-256 of every file it runs, and what the chooser's machine settled (provider, float parts)."""
         return {"model": self.model, "backend": self.backend, "precision": self.precision, "scale": self.scale,
-                "files": sorted(f.sha256 for f in self.files)}
+                "files": sorted(f.sha256 for f in self.files), **self.decided()}
 
     @property
     def runs(self) -> str:
@@ -101,49 +113,30 @@ class Choice:
                                            for k, v in self.options))
 
 
-def choose(request: BackendRequest, model: str | None, scale: float | None = None, **hooks) -> Choice:
-    """Decides which backend runs which precision for `model` here (the backend it loads to decide is dropped).
+def choose(request: BackendRequest, model: str | None, scale: float | None = None, *, here: bool = False,
+           **hooks) -> Choice:
+    """Decides which backend runs which precision for `model` here.
 
     Args:
         request: the backend, precision and options asked for (BackendRequest).
         model: a registered model name, or None when the request names a file.
         scale: the run's scale (default: the model's).
+        here: it is loaded in this process (the local run, Triton's model, preview): a backend that cannot run here
+            is refused now, before any file is made for it.
         **hooks: log, progress and chatter callbacks for the slow steps (an export, a calibration, a measurement).
 
     Returns:
-        The Choice: backend, precision, files, why. A GPU-only backend asked for on a machine without a GPU is
-        chosen by name and loaded where it runs.
+        The Choice: backend, precision, files, why. Unless `here`, a GPU-only backend asked for on a machine without
+        a GPU is chosen by name and loaded where it runs (a Ray cluster's GPU nodes).
 
     Raises:
         PipelineError: one line, as create() does.
     """
-    if request.backend != AUTO and request.precision != AUTO and _elsewhere(request.backend):
-        return _unloaded(request, model, scale, {**request.keywords(), **hooks})
-    return choose_loaded(request, model, scale, **hooks)[0]
-
-
-def choose_loaded(request: BackendRequest, model: str | None, scale: float | None = None,
-                  **hooks) -> tuple[Choice, Backend]:
-    """choose(), and the backend it loaded to choose: what a run in this process goes on with."""
-    opts = request.keywords()
-    loaded = create(request.backend, model, request.precision, scale=scale, **opts, **hooks)
-    return of_loaded(loaded, scale, opts), loaded
-
-
-def of_loaded(loaded: Backend, scale: float | None = None, opts: dict | None = None) -> Choice:
-    """The Choice a loaded backend is: its name, precision, files at `scale`, why it was chosen."""
-    scale = quality.run_scale(loaded, scale)
-    given = {k: v for k, v in (opts or {}).items() if k not in HOOKS and v is not None}
-    takes = loaded.DESCRIPTOR.option_names() if given else ()  # a caller's own Backend class may declare none
-    kept = tuple(sorted((k, os.fspath(v) if k in FILE_OPTIONS else v) for k, v in given.items() if k in takes))
-    files = _files([*loaded.files(scale), *(v for k, v in given.items() if k in FILE_OPTIONS and k in takes)])
-    return Choice(loaded.name, loaded.precision, loaded.model_name, scale, kept, files,
-                  loaded.selection_reason or f"requested: {loaded.name}", loaded.selection_brief or "requested",
-                  quality.stored(loaded, scale))
+    return _choose(request.backend, model, request.precision, scale, request.keywords(), hooks, here=here)
 
 
 def load(choice: Choice, **hooks) -> Backend:
-    """Loads the backend a Choice names.
+    """Loads the backend a Choice names: the one way anyone gets a backend (create is load(choose(...))).
 
     Args:
         choice: what choose() decided (its files where it says, or in this node's cache).
@@ -155,8 +148,89 @@ def load(choice: Choice, **hooks) -> Backend:
     Raises:
         PipelineError: one line, when the backend cannot be loaded here.
     """
-    loaded = create_named(choice.backend, choice.model, choice.precision, **dict(choice.options), **hooks)
+    loaded = _JUST_LOADED.take(choice)
+    if loaded is None:
+        loaded = create_named(choice.backend, choice.model, choice.precision,
+                              **{**dict(choice.options), **choice.decided()}, **hooks)
     return loaded.selected(choice.why, choice.brief)
+
+
+def create(backend: str, model: str | None, precision: str = DEFAULT, *, scale: float | None = None,
+           **opts) -> Backend:
+    """The shortcut load(choose(...)), with the request given as keywords.
+
+    Args:
+        backend: a backend name, or 'auto' for the fastest available here.
+        model: a registered model name; None when `onnx` or `engine` names a file (the model comes from it).
+        precision: a precision, or 'auto' for the fastest within its quality budget (timed and measured at `scale`).
+        scale: the run's scale (default: the model's).
+        **opts: the backend's options as keywords (onnx, engine, weights, threads, ...), or `options=` one
+            backend's typed options; log/progress/chatter hooks for the slow steps.
+
+    Returns:
+        The loaded Backend; `selection_reason` says why it was chosen.
+
+    Raises:
+        PipelineError: one line, for an unknown name or precision, an option the backend does not take, a scale
+            that is not a positive number, 'auto' with an engine (check_auto_engine), or a backend that cannot run.
+    """
+    if backend == AUTO and opts.get("options") is not None:
+        raise PipelineError("options= is one backend's typed options; with backend 'auto' give keywords")
+    hooks = {k: opts.pop(k) for k in HOOKS if k in opts}
+    opts = {**option_values(backend, opts.pop("options", None), opts), **opts}
+    return load(_choose(backend, model, precision, scale, opts, hooks, here=True), **hooks)
+
+
+class _Handover:
+    """The backend choose() loaded to decide, handed to the next load() of the same Choice in this process, so a
+    local run, Triton's model or preview does not load (or export, or calibrate) twice. One slot: a Choice that is
+    not loaded here (the Ray driver's) keeps one backend until the next choose()."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._slot: tuple[Choice, Backend] | None = None
+
+    def keep(self, choice: Choice, loaded: Backend) -> None:
+        with self._lock:
+            self._slot = (choice, loaded)
+
+    def take(self, choice: Choice) -> Backend | None:
+        with self._lock:
+            if self._slot is None or self._slot[0] != choice:
+                return None
+            loaded, self._slot = self._slot[1], None
+            return loaded
+
+
+_JUST_LOADED = _Handover()
+
+
+def _choose(backend: str, model: str | None, precision: str, scale: float | None, opts: dict, hooks: dict,
+            here: bool = False) -> Choice:
+    """The Choice for a request given as keywords (choose's and create's one path); `here`: it is loaded in this
+    process (create), so a GPU backend on a machine without one is refused now, not chosen for elsewhere."""
+    if not here and backend != AUTO and precision != AUTO and _elsewhere(backend):
+        return _unloaded(backend, precision, model, scale, {**opts, **hooks})
+    loaded = pick(backend, model, precision, scale=scale, **opts, **hooks)
+    choice = given(loaded, scale, opts)
+    _JUST_LOADED.keep(choice, loaded)
+    return choice
+
+
+def given(loaded: Backend, scale: float | None = None, opts: dict | None = None) -> Choice:
+    """The Choice a backend loaded by the caller itself is (`sr.upscale(backend=...)`): its name, precision, files
+    at `scale`, why it runs. It chooses nothing: the caller did."""
+    scale = quality.run_scale(loaded, scale)
+    set_ = {k: v for k, v in (opts or {}).items() if k not in HOOKS and v is not None}
+    takes = loaded.DESCRIPTOR.option_names() if set_ else ()  # a caller's own Backend class may declare none
+    kept = tuple(sorted((k, os.fspath(v) if k in FILE_OPTIONS else v) for k, v in set_.items() if k in takes))
+    files = _files([*loaded.files(scale), *(v for k, v in set_.items() if k in FILE_OPTIONS and k in takes)])
+    why, brief = (loaded.selection_reason, loaded.selection_brief) if loaded.selection_reason \
+        else requested(loaded.name)
+    settled = loaded.decided()  # {} from a caller's own Backend class, which may declare no options
+    settled = {k: v for k, v in settled.items() if k in loaded.DESCRIPTOR.option_names()} if settled else {}
+    return Choice(loaded.name, loaded.precision, loaded.model_name, scale, kept, files, why, brief or why,
+                  quality.stored(loaded, scale), **settled)
 
 
 def _elsewhere(backend: str) -> bool:
@@ -164,18 +238,17 @@ def _elsewhere(backend: str) -> bool:
     return backend_class(backend).DESCRIPTOR.gpu_only and not gpu_visible()[0]
 
 
-def _unloaded(request: BackendRequest, model: str | None, scale: float | None, opts: dict) -> Choice:
+def _unloaded(backend: str, precision: str, model: str | None, scale: float | None, opts: dict) -> Choice:
     """A GPU backend's choice made here: the graph its engine is built from (the precision's source graph)."""
     spec = resolve(model, opts.get("onnx"), opts.get("engine"))
     scale = float(spec.default_scale if scale is None else scale)
     paths = [opts[k] for k in FILE_OPTIONS if opts.get(k) is not None]
     if opts.get("onnx") is None and opts.get("engine") is None:
-        paths.append(onnx_for(spec.name, BY_NAME[request.precision].source, "custom", weights=opts.get("weights"),
+        paths.append(onnx_for(spec.name, BY_NAME[precision].source, "custom", weights=opts.get("weights"),
                               log=opts.get("log")))
     kept = tuple(sorted((k, os.fspath(v) if k in FILE_OPTIONS else v) for k, v in opts.items()
                         if k not in HOOKS and v is not None))
-    return Choice(request.backend, request.precision, spec.name, scale, kept, _files(paths),
-                  f"requested: {request.backend} (loaded on the nodes with a GPU)", "requested")
+    return Choice(backend, precision, spec.name, scale, kept, _files(paths), *elsewhere(backend))
 
 
 def _files(paths) -> tuple[ArtifactFile, ...]:

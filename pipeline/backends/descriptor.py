@@ -143,6 +143,7 @@ class OrtOptions(FileOptions):
     profile: dict | None = None        # the TensorRT provider's shapes
     tf32: bool = False
     shrink_arena: bool = False         # a server's: the CPU arena gives back what a run grew it by
+    provider: str | None = None        # 'cpu', 'cuda' or 'tensorrt' (a Choice's); None: the best one here
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,7 @@ class SrKernelsOptions(FileOptions):
 class OpenVinoOptions(FileOptions):
     progress: Callable | None = None
     chatter: Callable[[str], object] | None = None
+    float_parts: str | None = None     # int8's float layers: 'bf16' or 'f32' (a Choice's); None: bf16 where it runs
 
 
 @dataclass(frozen=True)

@@ -117,8 +117,14 @@ class StreamPending(px.Pending):
 class OpenVinoBackend(Backend):
 
     def __init__(self, model: str | None, precision: str = "fp32", *, onnx: str | Path | None = None, weights=None,
-                 threads: int | None = None, exporter: str = "dynamo", log=None, progress=None, chatter=None):
+                 threads: int | None = None, exporter: str = "dynamo", log=None, progress=None, chatter=None,
+                 float_parts: str | None = None):
         self.precision = check_choice("precision", precision, self.DESCRIPTOR.precisions)
+        if float_parts is not None and precision != "int8":
+            raise PipelineError(f"float_parts applies to openvino int8 only, not {precision}")
+        # int8's float layers: what its Choice says, else bf16 where the CPU has it (inference_hint)
+        self.hint = inference_hint(precision) if float_parts is None else \
+            check_choice("int8 float parts", float_parts, ("bf16", "f32"))
         self.spec = resolve(model, onnx)
         self.model_name = self.spec.name
         self.onnx_path = path_or_file(onnx)  # an opened file keeps its parsed metadata
@@ -158,8 +164,9 @@ class OpenVinoBackend(Backend):
         return onnx_for(self.model_name, "fp32", exporter=self.exporter, weights=self.weights, log=self.log)
 
     def load(self) -> OpenVinoBackend:
-        if self.precision == "bf16" and (why := bf16_problem()):
-            raise PipelineError(f"openvino bf16: {why}")
+        if self.hint == "bf16" and (why := bf16_problem()):
+            raise PipelineError(f"openvino {self.precision}{'' if self.precision == 'bf16' else ' bf16 float parts'}: "
+                                f"{why}")
         self.onnx_file = self.resolve_onnx()
         # the folded graphs only speed integer scales up: a file copied without its siblings runs its own graph
         self.variants = {k: p for k, p in folded_variants(self.onnx_file).items() if p.is_file()}
@@ -175,7 +182,7 @@ class OpenVinoBackend(Backend):
         import openvino as ov
 
 
-        hint = inference_hint(self.precision)
+        hint = self.hint
         core = ov.Core()
         threads = self._threads()
         # our own kernels (the bf16 DeformConv2d) take a stream's share of the threads, as OpenVINO's own do
@@ -314,7 +321,10 @@ class OpenVinoBackend(Backend):
             feeds["size"] = np.array([out, out], dtype=np.int64)
         return layer_times(compiled.create_infer_request(), feeds, calls)
 
+    def decided(self) -> dict[str, str]:
+        return {"float_parts": self.hint} if self.precision == "int8" else {}
+
     def describe(self) -> str:
         ran = f", last: {self.last_path}" if self.last_path else ""
-        floats = f", float parts {inference_hint('int8')}" if self.precision == "int8" else ""
+        floats = f", float parts {self.hint}" if self.precision == "int8" else ""
         return f"openvino {version()} (cpu, {self.precision}{floats}{ran})"

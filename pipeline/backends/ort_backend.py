@@ -446,6 +446,9 @@ class OrtBackend(Backend):
             return super().infer_pixels(pixels, scale)
         return self.infer_pixels_in_graph(pixels, scale)
 
+    def decided(self) -> dict[str, str]:
+        return {"provider": self.provider}  # after load: the one pick_provider took for "auto"
+
     def describe(self) -> str:
         threads = f", {self.threads or physical_cores()} threads" if self.provider == "cpu" else ""
         return f"{self.name} ({PROVIDERS.get(self.provider, self.provider)}, {self.precision}{threads})"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import fields
 
 from pipeline.backends.base import Backend, check_run_precision
+from pipeline.backends.decide import requested
 from pipeline.backends.descriptor import (
     HOOKS,
     Descriptor,
@@ -133,5 +134,4 @@ def create_named(backend: str, model: str | None, precision: str = "fp32", *, op
     for key, value in given.items():
         if problem := desc.option_problem(key, value):
             raise PipelineError(problem)
-    b = cls(model, precision, **given).load()
-    return b.selected(f"requested: {backend}", "requested")
+    return cls(model, precision, **given).load().selected(*requested(backend))

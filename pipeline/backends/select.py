@@ -1,9 +1,9 @@
-"""The one place a backend and a precision are chosen: `create(backend, model, precision)` with either or both
-'auto'. `--backend auto` ranks by the descriptors' expected order or this machine's measurement (auto); `--precision
-auto` (here) loads and times each candidate, a lower precision counting only within its measured quality budget
-(pipeline.quality), and keeps its pick.
+"""Where a backend and a precision are chosen, for choice.choose: `pick(backend, model, precision)` with either or
+both 'auto'. `--backend auto` ranks by the descriptors' expected order or this machine's measurement (auto);
+`--precision auto` (here) loads and times each candidate, a lower precision counting only within its measured quality
+budget (pipeline.quality), and keeps its pick.
 
-    create(backend, model, precision="fp32", scale=None, **opts) -> loaded Backend (why: its selection_reason)
+    pick(backend, model, precision="fp32", scale=None, **opts) -> loaded Backend (why: its selection_reason)
     pick_precision(backend, model, **opts) -> (Backend, why)    `--precision auto`: the fastest within budget
     faster_line(model, backend, loaded) -> str | None          an fp32 run's hint that auto measured faster here
 """
@@ -21,7 +21,8 @@ from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.stamp import content_sha256
 from pipeline.backends.auto import create_fixed, measured, pick_auto, time_backend
 from pipeline.backends.base import Backend, check_auto_engine
-from pipeline.backends.registry import backend_class, descriptors, option_values
+from pipeline.backends.decide import Candidate, Facts, decide, size, why
+from pipeline.backends.registry import backend_class, descriptors
 from pipeline.errors import PipelineError
 from pipeline.precisions import ARTIFACTS, AUTO, DEFAULT, GAIN_KEPT_MIN, GATE_VERSION, LOWER
 from pipeline.quality import (
@@ -41,30 +42,15 @@ from pipeline.quality import (
 SIZE = 256  # the side of the one image each candidate is timed on
 
 
-def create(backend: str, model: str | None, precision: str = DEFAULT, *, scale: float | None = None,
-           **opts) -> Backend:
-    """Loads a backend: the one place where a backend and a precision are chosen.
-
-    Args:
-        backend: a backend name, or 'auto' for the fastest available here (auto.pick_auto).
-        model: a registered model name; None when `onnx` or `engine` names a file (the model comes from it).
-        precision: a precision, or 'auto' for the fastest within its quality budget (pick_precision: timed and
-            measured at `scale`).
-        scale: the run's scale (default: the model's).
-        **opts: the backend's options as keywords (onnx, engine, weights, threads, ...), or `options=` one
-            backend's typed options; log/progress/chatter hooks for the slow steps.
-
-    Returns:
-        The loaded Backend; `selection_reason` says why it was chosen.
+def pick(backend: str, model: str | None, precision: str = DEFAULT, *, scale: float | None = None,
+         **opts) -> Backend:
+    """The backend the request names, loaded to decide (choice.choose turns it into the Choice; choice.create and
+    every caller go through there): 'auto' backend by auto.pick_auto, 'auto' precision by pick_precision.
 
     Raises:
         PipelineError: one line, for an unknown name or precision, an option the backend does not take, a scale
             that is not a positive number, 'auto' with an engine (check_auto_engine), or a backend that cannot run.
     """
-    if backend == AUTO and opts.get("options") is not None:
-        raise PipelineError("options= is one backend's typed options; with backend 'auto' give keywords")
-    # as keywords from here on: the pick's store is keyed by the --onnx/--weights file, wherever it was given
-    opts = {**option_values(backend, opts.pop("options", None), opts), **opts}
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int | float) or not scale > 0):
         raise PipelineError(f"scale must be a number above 0, got {scale!r}")
     check_auto_engine(precision, opts.get("engine"))
@@ -95,28 +81,34 @@ def pick_precision(backend: str, model: str | None, log=None, scale: float | Non
     reused = _reuse(path, model, scale, hooks, opts)
     if reused is not None:
         return reused
-    timed, notes = _time_candidates(backend, model, scale, hooks, opts)
-    if not timed:
-        raise PipelineError("--precision auto: nothing can run: " + "; ".join(notes))
-    ms, best = min(timed, key=lambda t: t[0])
-    fp32 = next(((t, b) for t, b in timed if b.precision == "fp32"), None)
-    times = ", ".join(f"{b.name} {b.precision} {t:.0f} ms" for t, b in sorted(timed, key=lambda t: t[0]))
-    judged = gate(best, scale, measure=False)
-    pick = {"model": best.model_name, "request": backend, "scale": scale, "machine": machine(),
-            "backend": best.name, "precision": best.precision, "ms": round(ms, 2), "size": SIZE,
-            "run_sha256": content_sha256(best.run_file(scale)), "times": times, "notes": notes,
+    facts, loaded = measure_candidates(backend, model, scale, hooks, opts)
+    best = decide(facts)
+    if best is None:
+        raise PipelineError("--precision auto: nothing can run: " + "; ".join(facts.notes))
+    fp32 = next((c for c in facts.timed() if c.precision == "fp32"), None)
+    times = ", ".join(f"{c.runs} {c.cost:.0f} ms" for c in sorted(facts.timed(), key=lambda c: c.cost or 0.0))
+    chosen = loaded[best.runs]
+    judged = gate(chosen, scale, measure=False)
+    pick = {"model": chosen.model_name, "request": backend, "scale": scale, "machine": machine(),
+            "backend": best.backend, "precision": best.precision, "ms": round(best.cost or 0.0, 2), "size": SIZE,
+            "run_sha256": content_sha256(chosen.run_file(scale)), "times": times,
+            "notes": list(facts.notes),
             "gain_kept": judged.gain_kept if judged else None,
-            "fp32_ms": round(fp32[0], 2) if fp32 else None,
-            "fp32_sha256": content_sha256(fp32[1].run_file(scale)) if fp32 else None, "when": time.strftime(WHEN)}
+            "fp32_ms": round(fp32.cost or 0.0, 2) if fp32 else None,
+            "fp32_sha256": content_sha256(loaded[fp32.runs].run_file(scale)) if fp32 else None,
+            "when": time.strftime(WHEN)}
     atomic_write(path, json.dumps(pick, indent=2) + "\n")
-    why = _why(pick, "")
-    return best.selected(why, f"precision auto: {best.precision}, fastest within budget"), why
+    reason = why(pick)
+    return chosen.selected(reason, f"precision auto: {best.precision}, fastest within budget"), reason
 
 
-def _time_candidates(backend: str, model: str | None, scale: float, hooks: dict, opts: dict):
-    """[(ms, loaded backend)] of the candidates within budget, and why the others are not. Where fp32 is at or
-    below bicubic at `scale` the gate judges the lower precisions by fidelity to fp32 (its fidelity rule)."""
-    timed: list[tuple[float, Backend]] = []
+def measure_candidates(backend: str, model: str | None, scale: float, hooks: dict, opts: dict) -> tuple[Facts, dict]:
+    """The facts `--precision auto` decides on, and the backends loaded to make them (by 'backend precision'): each
+    candidate loaded (its files made), judged by the quality gate (its loss measured once and stored) and, within
+    budget, timed on one SIZE² image at `scale`. Where fp32 is at or below bicubic at `scale` the gate judges the
+    lower precisions by fidelity to fp32 (its fidelity rule)."""
+    weighed: list[Candidate] = []
+    loaded: dict[str, Backend] = {}
     notes = []
     for name, precision in candidates(backend):
         try:
@@ -128,27 +120,13 @@ def _time_candidates(backend: str, model: str | None, scale: float, hooks: dict,
         judged = gate(b, scale, log=hooks["log"], progress=hooks["progress"])
         if judged is not None and not judged.within_budget:
             notes.append(f"{precision} not used: {judged.line}")
+            weighed.append(Candidate(b.name, b.precision, None, refused=notes[-1]))
             continue
         if judged is not None and judged.rule == FIDELITY_RULE:
             notes.append(judged.line)  # says the rule that let it through
-        timed.append((time_backend(b, SIZE, scale=scale, repeats=5, warmup=2), b))
-    return timed, notes
-
-
-def _why(pick: dict, reused: str) -> str:
-    """The pick and why, one short line, then one indented line per fact (what was timed, each candidate left out
-    and why, whether the pick was reused): as one line it ran to ~900 characters. The sr console wraps them."""
-    ratio = (f", {pick['fp32_ms'] / pick['ms']:.1f}x fp32's {pick['fp32_ms']:.0f} ms"
-             if pick["fp32_ms"] and pick["precision"] != "fp32" else "")
-    facts = ([kept_text(pick["gain_kept"])] if pick.get("gain_kept") else []) + [f"timed: {pick['times']}",
-                                                                                  *pick["notes"]]
-    return (f"precision auto: {pick['backend']} {pick['precision']} is the fastest within budget here "
-            f"({pick['ms']:.0f} ms at {_size(pick)}{ratio})"
-            + "".join(f"\n  {f}" for f in facts + ([reused] if reused else [])))
-
-
-def _size(pick: dict) -> str:
-    return f"{pick['size']}x{pick['size']}"
+        loaded[f"{b.name} {b.precision}"] = b
+        weighed.append(Candidate(b.name, b.precision, time_backend(b, SIZE, scale=scale, repeats=5, warmup=2)))
+    return Facts(tuple(weighed), tuple(notes)), loaded
 
 
 def age(when: str, now: float | None = None) -> str:
@@ -166,7 +144,7 @@ def age(when: str, now: float | None = None) -> str:
 def stored_label(pick: dict) -> str:
     """'stored pick of 2026-11-27 10:02:11, 3 h ago, timed at 256x256 by an earlier run': a reused pick's figures
     are that run's, not this one's."""
-    return f"stored pick of {pick['when']}, {age(pick['when'])}, timed at {_size(pick)} by an earlier run"
+    return f"stored pick of {pick['when']}, {age(pick['when'])}, timed at {size(pick)} by an earlier run"
 
 
 def _pick_problem(pick) -> str | None:
@@ -198,9 +176,10 @@ def _reuse(path: Path, model: str | None, scale: float, hooks: dict, opts: dict)
         return None
     if applies(b) and ((record := stored(b, scale)) is None or not within_budget(record)):
         return None
-    why = _why(pick, f"{stored_label(pick)}, reused: same file, scale and machine (delete {path} to time them "
+    reason = why(pick, f"{stored_label(pick)}, reused: same file, scale and machine (delete {path} to time them "
                      "again)")
-    return b.selected(why, f"precision auto: {b.precision}, fastest within budget; {stored_label(pick)}"), why
+    return (b.selected(reason, f"precision auto: {b.precision}, fastest within budget; {stored_label(pick)}"),
+            reason)
 
 
 def auto_line(backend: str, model: str | None, scale: float | None = None, **opts) -> str:
@@ -210,8 +189,8 @@ def auto_line(backend: str, model: str | None, scale: float | None = None, **opt
     path = _pick_store(model, backend, scale, opts)
     reused = _reuse(path, model, scale, {}, opts)
     if reused is not None:
-        b, why = reused
-        return f"auto: {b.name} {b.precision} ({stored_label(_load_pick(path))}): {why}"
+        b, reason = reused
+        return f"auto: {b.name} {b.precision} ({stored_label(_load_pick(path))}): {reason}"
     weighs = []
     for name, precision in candidates(backend):
         try:
@@ -281,12 +260,12 @@ def faster_line(model: str, backend: str, loaded: Backend, scale: float | None =
     keeps = kept_text(pick["gain_kept"])
     if later and later.get("when", "") > pick["when"] and loaded.name in later.get("ms", {}):
         return (f"hint: --precision auto ran {pick['backend']} {pick['precision']} here in {pick['ms']:.0f} ms at "
-                f"{_size(pick)} ({pick['when']}), within its quality budget ({keeps}); `backends --measure` timed "
+                f"{size(pick)} ({pick['when']}), within its quality budget ({keeps}); `backends --measure` timed "
                 f"{loaded.name} fp32 since: {later['ms'][loaded.name]:.0f} ms ({later['when']}); --precision "
                 "auto re-weighs them")
     speedup = pick["fp32_ms"] / pick["ms"]
     return (f"hint: --precision auto runs {pick['backend']} {pick['precision']} here, {speedup:.1f}x fp32's speed"
-            f" ({pick['ms']:.0f} against {pick['fp32_ms']:.0f} ms at {_size(pick)}, measured {pick['when']}, "
+            f" ({pick['ms']:.0f} against {pick['fp32_ms']:.0f} ms at {size(pick)}, measured {pick['when']}, "
             f"{age(pick['when'])}), within its quality budget ({keeps})")
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipeline import backends
 from pipeline.cli import options
 from pipeline.engine import tensorrt_problem
 from pipeline.serve import SERVED, served_backend, triton_env, write_repository
@@ -46,16 +47,15 @@ def _python_env(value: str | None) -> str | None:
 
 
 def _backend(args) -> str:
-    """--backend, or what this machine can serve: TensorRT where it can build the engine (or --engine gives one),
-    else ONNX Runtime, said in one line."""
-    if args.backend is not None or args.engine is not None:
-        return args.backend or served_backend(engine=True)
-    problem = tensorrt_problem()
-    if problem is None:
-        return served_backend(engine=True)
-    files = served_backend(engine=False)
-    print(f"writing the ONNX Runtime model (--backend {files}): no TensorRT engine can be built here ({problem})")
-    return files
+    """--backend, or what this machine can serve (backends.triton_pick decides): TensorRT where it can build the
+    engine (or --engine gives one), else ONNX Runtime, said in one line."""
+    asked_or_engine = args.backend is not None or args.engine is not None
+    problem = None if asked_or_engine else tensorrt_problem()
+    name, why = backends.triton_pick(args.backend, args.engine is not None, problem,
+                                     engines=served_backend(engine=True), files=served_backend(engine=False))
+    if problem is not None:
+        print(why)
+    return name
 
 
 def _env_note(args) -> None:

@@ -82,13 +82,13 @@ def load(c: Candidate, model: str | None, scale: float, m: Measured):
     before = _cache_files()
     request = backends.BackendRequest(c.backend, c.precision)
     t0 = time.perf_counter()
-    _, loaded = backends.choose_loaded(request, model, scale, log=_quiet)
+    loaded = backends.load(backends.choose(request, model, scale, here=True, log=_quiet), log=_quiet)
     m.setup_s = time.perf_counter() - t0
     m.quality = quality.precision_loss(loaded, scale=scale)  # measured once and stored, as sr's first run does
     m.built = _built(before)
     if m.built:  # first-time work is not part of a later sr run's setup: time the load again, from the cache
         t0 = time.perf_counter()
-        _, loaded = backends.choose_loaded(request, model, scale, log=_quiet)
+        loaded = backends.load(backends.choose(request, model, scale, here=True, log=_quiet), log=_quiet)
         m.setup_s = time.perf_counter() - t0
     return loaded
 

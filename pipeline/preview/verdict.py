@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline import quality
+from pipeline import backends, quality
 from pipeline.images.pixels import to_rgb8
 from pipeline.precisions import DEFAULT, GAIN_KEPT_MIN
 from pipeline.preview.estimate import Estimate
@@ -86,9 +86,17 @@ def judge(m: Measured, est: Estimate, reference: dict[str, np.ndarray], scale: f
 
 
 def rank(judged: list[Judged]) -> list[Judged]:
-    """Sorted by estimated time (the failed last); the fastest within budget becomes `recommended`."""
+    """Sorted by estimated time (the failed last); the one the backends' decide picks from these samples' facts
+    (each candidate's estimated seconds, its verdict's refusal) becomes `recommended`: the same "fastest within
+    budget" `sr --precision auto` runs."""
     order = sorted(judged, key=lambda j: (j.estimate.seconds is None, j.estimate.seconds or 0.0))
-    best = next((j for j in order if j.verdict == WITHIN), None)
-    if best is not None:
-        best.verdict = RECOMMENDED
+    facts = backends.Facts(tuple(backends.Candidate(j.measured.candidate.backend, j.measured.candidate.precision,
+                                                    j.estimate.seconds, "" if j.verdict == WITHIN else j.why)
+                                 for j in order))
+    best = backends.decide(facts)
+    for j in order:
+        if best is not None and (j.measured.candidate.backend, j.measured.candidate.precision) == (
+                best.backend, best.precision):
+            j.verdict = RECOMMENDED
+            break
     return order

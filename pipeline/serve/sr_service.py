@@ -106,7 +106,8 @@ class SrService:
         precision = "fp32" if not self.is_engine else _engine_precision(model_file)
         request = backends.BackendRequest(backend, precision, threads=threads or None,
                                           options=desc.options(**typed) if typed else None, **where)
-        self.choice, self.backend = backends.choose_loaded(request, None)  # as the local executor loads it
+        self.choice = backends.choose(request, None, here=True)
+        self.backend = backends.load(self.choice)  # as the local executor loads it
         self.max_batch = max(1, max_batch)
         self.tile = tile
         self.workers: dict[float, ImageWorker] = {}

@@ -78,8 +78,9 @@ class LocalExecutor:
         if o.backend_name is None:  # a loaded backend was given
             return o.backend, o.backend.selection_reason or "given", None
         # the Choice (what runs, its files, why) is what a segment key or a summary is made from, as on Ray
-        self.choice, loaded = backends.choose_loaded(o.request, model, scale, log=self.held.always,
-                                                     progress=self.held.progress(console), chatter=self.held.detail)
+        self.choice = backends.choose(o.request, model, scale, here=True, log=self.held.always,
+                                      progress=self.held.progress(console), chatter=self.held.detail)
+        loaded = backends.load(self.choice, log=self.held.always)  # the backend choose loaded, handed over
         choice = loaded.selection_reason or o.backend
         picked = o.precision == AUTO and o.backend_name is not None  # its reason is the line saying which ran
         return loaded, choice, choice if picked else None
@@ -136,7 +137,7 @@ class LocalExecutor:
         o, m = self.opts, plan.model
         self.plans = clip.plan_clips(self.clips, m.scale, o.codec, o.crf, o.audio, o.preset)
         self.locks = locks = segments.lock_outputs(self.clips)
-        choice = self.choice or backends.of_loaded(loaded, m.scale)  # a loaded backend given: its own Choice
+        choice = self.choice or backends.given(loaded, m.scale)  # a loaded backend given: its own Choice
         identity = segments.segment_identity(m.spec, o.weights, choice.key(),
                                     {"codec": o.codec, "crf": o.crf, "preset": o.preset, "audio": o.audio,
                                      "tile": o.tile, "tile_overlap": o.tile_overlap, "batch": o.batch,
