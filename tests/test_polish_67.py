@@ -67,7 +67,7 @@ def test_a_negative_kept_share_reads_as_a_loss():
 def test_the_auto_reason_is_short_lines():
     """Issue 67: `--precision auto`'s reason was one ~900-character line. Now a short first line (the pick), then
     one indented line per fact, which the sr console wraps."""
-    from pipeline.backends import select
+    from pipeline.backends.decide import why as auto_why
     from pipeline.sr.runner.console import WIDTH, Console
 
     note = ("int8 not used: int8 loses 0.239 dB Y-PSNR (SSIM 0.0202) against fp32 on the 4 held-out images, keeps 55 % "
@@ -75,7 +75,7 @@ def test_the_auto_reason_is_short_lines():
             "dB (worst image 38.4, floor 38), OVER its 0.1 dB budget and BELOW 90 % of the model's gain")
     pick = {"backend": "ort-folded", "precision": "fp32", "ms": 1936.0, "size": 256, "fp32_ms": 1936.0,
             "times": "ort-folded fp32 1936 ms", "notes": ["auto bf16: no backend can run srcnn (bf16)", note]}
-    why = select._why(pick, "")
+    why = auto_why(pick, "")
     assert why.splitlines() == ["precision auto: ort-folded fp32 is the fastest within budget here (1936 ms at "
                                 "256x256)", "  timed: ort-folded fp32 1936 ms",
                                 "  auto bf16: no backend can run srcnn (bf16)", f"  {note}"]

@@ -164,7 +164,8 @@ class OpenVinoBackend(Backend):
         return onnx_for(self.model_name, "fp32", exporter=self.exporter, weights=self.weights, log=self.log)
 
     def load(self) -> OpenVinoBackend:
-        if self.hint == "bf16" and (why := bf16_problem()):
+        # bf16 asked for, or int8 with bf16 float parts: never run f32 silently in its place
+        if "bf16" in (self.precision, self.hint) and (why := bf16_problem()):
             raise PipelineError(f"openvino {self.precision}{'' if self.precision == 'bf16' else ' bf16 float parts'}: "
                                 f"{why}")
         self.onnx_file = self.resolve_onnx()
