@@ -145,9 +145,9 @@ def triton_pick(asked: str | None, engine_given: bool, tensorrt_problem: str | N
     served backend that runs TensorRT engines) for a given engine, or where TensorRT can build the engine here
     (`tensorrt_problem` None); else `files` (the one that serves the exported file)."""
     if asked is not None:
-        return asked, f"requested: {asked}"
+        return asked, requested(asked)[0]
     if engine_given:
-        return engines, "an engine file was given"
+        return engines, ENGINE_GIVEN.reason
     if tensorrt_problem is None:
         return engines, "TensorRT can build the engine here"
     return files, (f"writing the ONNX Runtime model (--backend {files}): no TensorRT engine can be built here "
