@@ -229,20 +229,25 @@ def plan(height: int, width: int, scale: float, tile: int | None, margin: int, w
     return TilePlan(height, width, output_length(height, scale), output_length(width, scale), tuple(ys), tuple(xs))
 
 
+def _available(available_bytes: int | None) -> int:
+    """`available_bytes` when given, else the host's available memory now (4 GiB, a modest machine, without psutil)."""
+    if available_bytes is not None:
+        return available_bytes
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except Exception:  # psutil missing: assume a modest machine
+        return 4 << 30
+
+
 def auto_tile(scale: float, margin: int, batch: int = 1, available_bytes: int | None = None,
               cap_bytes: int | None = 1 << 30, bytes_per_pixel: float = BYTES_PER_OUTPUT_PIXEL,
               share: float = 0.25) -> int:
     """LR tile side whose crops (tile*scale + 2*margin HR pixels square) fit `share` of free memory (capped at
     `cap_bytes`, None = no cap), shared by `batch` tiles in flight, at `bytes_per_pixel` of working memory per
     output pixel. Host memory by default; a device backend passes its free memory and measured cost."""
-    if available_bytes is None:
-        try:
-            import psutil
-
-            available_bytes = int(psutil.virtual_memory().available)
-        except Exception:  # psutil missing: assume a modest machine
-            available_bytes = 4 << 30
-    budget = int(available_bytes * share)
+    budget = int(_available(available_bytes) * share)
     if cap_bytes is not None:
         budget = min(budget, cap_bytes)
     budget //= max(1, batch)
@@ -303,14 +308,7 @@ def measured_tile(scale: float, margin: int, bytes_per_input_pixel: float, budge
 def host_budget(available_bytes: int | None = None, cap: int | None = None) -> int:
     """Host memory the tiles in flight may take: HOST_SHARE of the available memory, at most the tile memory
     budget (SRDEPLOY_TILE_MEMORY)."""
-    if available_bytes is None:
-        try:
-            import psutil
-
-            available_bytes = int(psutil.virtual_memory().available)
-        except Exception:  # psutil missing: assume a modest machine
-            available_bytes = 4 << 30
-    return min(int(available_bytes * HOST_SHARE), tile_memory() if cap is None else cap)
+    return min(int(_available(available_bytes) * HOST_SHARE), tile_memory() if cap is None else cap)
 
 
 def run_tiles(tile_plan: TilePlan, read: Callable[[int, int, int, int], np.ndarray],
