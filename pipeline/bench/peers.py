@@ -36,7 +36,7 @@ from pipeline.artifacts.identity import resolve
 from pipeline.bench.timing import latency_stats, time_interleaved
 from pipeline.data.sample_images import held_out_crops
 from pipeline.export.cached import onnx_for
-from pipeline.export.quantize import _calibration
+from pipeline.export.quantize import calibration_feeds
 from pipeline.native import cpu
 from pipeline.quality import loss
 
@@ -237,7 +237,7 @@ def _nncf_runners(model: str, scale: float, crops: int) -> tuple[_OvRunner, _OvR
 
     core = ov.Core()
     fp32 = core.read_model(str(onnx_for(model, "fp32")))  # our plain fp32 export, as OpenVINO reads it
-    feeds = _calibration(scale, {n for port in fp32.inputs for n in port.get_names()}, crops)
+    feeds = calibration_feeds(scale, {n for port in fp32.inputs for n in port.get_names()}, crops)
     quantized = nncf.quantize(fp32, nncf.Dataset(feeds))  # NNCF's default settings
     what = (f"OpenVINO {ov.get_version().split('-')[0]} CPU defaults + NNCF {nncf.__version__} nncf.quantize "
             f"defaults, int8, our fp32 export, {len(feeds)} calibration crops (our int8's: training images)")

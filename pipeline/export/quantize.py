@@ -1,6 +1,7 @@
 """int8 Q/DQ ONNX files, made from an fp32 file by ONNX Runtime's quantization tools (quantize_static).
 
     int8_file(fp32_path, scale, log=None) -> Path   the cached Q/DQ file (checked; made on a miss, once)
+    calibration_feeds(scale, inputs, crops) -> feeds  the crops it calibrates on (bench's peers give NNCF the same)
 
 The cached file is stamped (pipeline.artifacts.stamp: recipe_id(), the fp32 file's SHA-256, its own) and checked
 before each use; a truncated, foreign, linked or unstamped one is made again. One process makes it under a file
@@ -248,7 +249,7 @@ def first_layer_convs(model: onnx.ModelProto) -> list[str]:
     return [n.name for n in model.graph.node if n.op_type == "Conv" and not any(activated(i) for i in n.input)]
 
 
-def _calibration(scale: float, inputs: set[str], crops: int = 5) -> list[dict[str, np.ndarray]]:
+def calibration_feeds(scale: float, inputs: set[str], crops: int = 5) -> list[dict[str, np.ndarray]]:
     """Feeds for the calibration: `crops` LR crops of every training image (corners, centre, then a fixed random
     draw), degraded at `scale` as in training."""
     rng = np.random.default_rng(0)
@@ -605,7 +606,7 @@ def quantize(fp32: Path, dst: Path, scale: float, *, method: str = METHOD, keep:
     keep = keep_float(model) if keep is None else keep
     if phases:
         split_phases(model)  # a folded SRCNN's graph: one chain per output phase, fewer MACs (else untouched)
-    feeds = _calibration(scale, {i.name for i in model.graph.input}, crops)
+    feeds = calibration_feeds(scale, {i.name for i in model.graph.input}, crops)
     if not feeds:
         raise PipelineError("no training image is large enough to calibrate int8")
     if EQUALIZE:
