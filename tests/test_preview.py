@@ -14,6 +14,9 @@ import pytest
 
 from pipeline.cli import main
 from pipeline.preview import OUTPUT_PLACEHOLDER
+from pipeline.preview.estimate import Estimate
+from pipeline.preview.measure import Candidate, Measured
+from pipeline.preview.verdict import OVER, RECOMMENDED, WITHIN, Judged, rank
 from tests.caches import own_cache
 from tests.test_html_reports import browser, needs_browser  # noqa: F401 (the fixture)
 from tests.video_clips import make_clip
@@ -288,3 +291,13 @@ def test_split_fixed_takes_the_extra_run_as_the_images_own_time_held_to_sane_bou
     assert split_fixed(once, SrRun(1.8, 4.0, 0, 0, [])) == pytest.approx((0.2, 0.4))
     assert split_fixed(once, SrRun(1.1, 4.0, 0, 0, [])) == pytest.approx((0.5, 0.25))  # at most half is fixed
     assert split_fixed(once, SrRun(3.0, 4.0, 0, 0, [])) == pytest.approx((0.0, 0.5))  # never a negative fixed part
+
+
+def test_a_refused_row_without_a_reason_is_never_recommended():
+    """rank hands decide each row's refusal: a row over budget whose reason line is empty is still refused (it was
+    counted as within budget, and as the fastest it became the recommendation)."""
+    def row(precision, seconds, verdict, why):
+        return Judged(Measured(Candidate("openvino", precision)), Estimate(seconds, 1, 1.0, 0.1), None, verdict, why)
+
+    ranked = rank([row("fp32", 10.0, WITHIN, "fp32: the reference precision"), row("int8", 4.0, OVER, "")])
+    assert [(j.measured.candidate.precision, j.verdict) for j in ranked] == [("int8", OVER), ("fp32", RECOMMENDED)]

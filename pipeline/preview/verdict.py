@@ -91,7 +91,7 @@ def rank(judged: list[Judged]) -> list[Judged]:
     budget" `sr --precision auto` runs."""
     order = sorted(judged, key=lambda j: (j.estimate.seconds is None, j.estimate.seconds or 0.0))
     facts = backends.Facts(tuple(backends.Candidate(j.measured.candidate.backend, j.measured.candidate.precision,
-                                                    j.estimate.seconds, "" if j.verdict == WITHIN else j.why)
+                                                    j.estimate.seconds, _refusal(j))
                                  for j in order))
     best = backends.decide(facts)
     for j in order:
@@ -100,3 +100,9 @@ def rank(judged: list[Judged]) -> list[Judged]:
             j.verdict = RECOMMENDED
             break
     return order
+
+
+def _refusal(j: Judged) -> str:
+    """Why a candidate may not be recommended ("" while within budget): its verdict's reason, else the verdict
+    itself, so a refused row without a reason line is never counted as within budget."""
+    return "" if j.verdict == WITHIN else (j.why or j.verdict)
