@@ -42,8 +42,10 @@ from pipeline.images import (  # noqa: E402
     png,
     png_chunks,
 )
+from pipeline.images.container import Damaged  # noqa: E402
 from pipeline.images.metadata import Metadata  # noqa: E402
 from pipeline.images.pixels import to_8bit  # noqa: E402
+from pipeline.native import jpeg_codec  # noqa: E402
 
 # Extensions we read and write (OpenCV codecs present in opencv-python-headless).
 FORMATS = {
@@ -80,6 +82,7 @@ class Image:
     pixels: np.ndarray
     orientation: int = 1
     meta: Metadata = metadata.NONE  # the ICC profile, EXIF and XMP, carried to the output (images.metadata)
+    notes: tuple[str, ...] = ()  # what the decoder warned of (a damaged file's pixels), for the file's own lines
 
     @property
     def height(self) -> int:
@@ -199,12 +202,7 @@ def decode(data: bytes) -> Image:
     except HeaderError as e:
         raise ImageError(str(e)) from None
     meta = metadata.read(data)
-    pixels = png.decode_png(data)  # a plain 8-bit PNG in half OpenCV's CPU; None: OpenCV decodes it, as any other
-    if pixels is None:
-        try:
-            pixels = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_UNCHANGED)
-        except cv2.error as e:
-            raise ImageError(f"cannot decode: {_cv2_reason(e)}") from None
+    pixels, notes = _pixels(data, fmt)
     if pixels is None:
         raise ImageError("not a readable image (decoder rejected the data)")
     if pixels.dtype not in (np.uint8, np.uint16):
@@ -222,7 +220,34 @@ def decode(data: bytes) -> Image:
     if fmt != "tiff":  # OpenCV turns a TIFF by its own tag (libtiff); the EXIF tag of the others is ours to apply
         pixels = apply_orientation(pixels, orientation)
     gray = pixels.ndim == 2
-    return Image(pixels, orientation, metadata.fitted(meta, gray, orientation != 1))
+    return Image(pixels, orientation, metadata.fitted(meta, gray, orientation != 1), tuple(notes))
+
+
+def _pixels(data: bytes, fmt: str) -> tuple[np.ndarray | None, list[str]]:
+    """The decoded samples and what the decoder warned of. A plain 8-bit PNG by ours (half OpenCV's CPU), an 8-bit
+    JPEG by our libjpeg reader, whose warnings come back here (OpenCV's libjpeg prints them on stderr, past the
+    file's line); anything else, or where the reader is not built, by OpenCV (a PNG without the chunks libpng would
+    print a warning of: png.for_opencv)."""
+    pixels = png.decode_png(data)
+    if pixels is not None:
+        return pixels, []
+    if fmt == "jpg":
+        try:
+            got = jpeg_codec.decode(data)
+        except jpeg_codec.JpegFailed as e:
+            raise ImageError(f"cannot decode: {e}") from None
+        if got is not None:
+            return got[0], [f"decoded with warnings: {got[1]}"] if got[1] else []
+    notes: list[str] = []
+    if fmt == "png":  # without what libpng would print a warning or error of
+        try:
+            data, notes = png.for_opencv(data)
+        except Damaged as e:
+            raise ImageError(str(e)) from None
+    try:
+        return cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_UNCHANGED), notes
+    except cv2.error as e:
+        raise ImageError(f"cannot decode: {_cv2_reason(e)}") from None
 
 
 def read_bytes(path: Path, limit: int | None = None) -> bytes:
