@@ -39,7 +39,6 @@ CHANNELS = {v: k for k, v in COLOR_TYPE.items()}
 # a file with one is OpenCV's to decode.
 OPENCV_CHUNKS = {b"PLTE", b"tRNS", b"acTL", b"fcTL", b"fdAT"}
 FILTER_UP = 2
-CRITICAL = {b"IHDR", b"PLTE", b"IDAT", b"IEND"}  # PNG's critical chunks: any other must be refused
 
 
 def _chunk(kind: bytes, data) -> tuple:
@@ -183,7 +182,7 @@ def for_opencv(data: bytes) -> tuple[bytes, list[str]]:
         critical, name = not c.kind[0] & 0x20, c.kind.decode("latin-1")
         if not c.kind.isalpha() or c.kind[2] & 0x20:  # libpng refuses the file
             raise Damaged(f"PNG chunk name {name!r} is not four letters with the reserved bit clear: a damaged file")
-        if critical and c.kind not in CRITICAL:
+        if critical and c.kind not in png_chunks.CRITICAL:
             raise Damaged(f"PNG with a critical chunk {name!r} no reader knows (PNG requires a reader to refuse it)")
         if deflate.crc32(c.body(view), deflate.crc32(c.kind)) != struct.unpack_from(">I", data, c.end - 4)[0]:
             if critical:
