@@ -105,21 +105,69 @@ def test_library_warnings_become_the_files_own_lines(jpeg_reader, tmp_path):
     (src / "text_crc.png").write_bytes(_png(_chunk(b"tEXt", b"Comment\x00hello", crc=0x12345678)))
     (src / "bad_iccp.png").write_bytes(_png(_chunk(b"iCCP", b"x\x00\x00" + zlib.compress(b"\x00" * 200)),
                                             _chunk(b"tRNS", b"\x00\x01\x00\x01\x00\x01", crc=1)))
+    (src / "long_rows.png").write_bytes(_long_rows_png())
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     r = subprocess.run([sys.executable, "-m", "pipeline", "sr", str(src), str(tmp_path / "out"), "--model",
                         "srcnn-x3", "--backend", "ort-folded", "--threads", "1"], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=600)
     console = r.stdout + r.stderr
     assert r.returncode == 0, console[-3000:]
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["bad_iccp.png", "corrupt.jpg", "text_crc.png"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["bad_iccp.png", "corrupt.jpg", "long_rows.png",
+                                                                    "text_crc.png"]
     lines = console.splitlines()
     raw = [ln for ln in lines if ln.startswith(("libpng", "Corrupt JPEG", "Premature end", "Warning:"))]
     assert raw == [], console
     said = {name: [ln for ln in lines if ln.startswith(f"{name}: decoded with warnings")]
-            for name in ("corrupt.jpg", "text_crc.png", "bad_iccp.png")}
+            for name in ("corrupt.jpg", "text_crc.png", "bad_iccp.png", "long_rows.png")}
     assert len(said["corrupt.jpg"]) == 1, console  # libjpeg's words depend on where the data broke
     assert said["corrupt.jpg"][0].startswith("corrupt.jpg: decoded with warnings: Corrupt JPEG data: "), console
     assert said["text_crc.png"] == [
         "text_crc.png: decoded with warnings: its tEXt chunk's CRC does not match (chunk ignored)"], console
     assert said["bad_iccp.png"] == [
         "bad_iccp.png: decoded with warnings: its tRNS chunk's CRC does not match (chunk ignored)"], console
+    assert said["long_rows.png"] == ["long_rows.png: decoded with warnings: its image data runs past the rows its "
+                                     "header declares (the rest ignored)"], console
+
+
+def _long_rows_png(extra: bytes = b"\x00" * 10) -> bytes:
+    """A PNG whose image data inflates to more than its header's rows (libpng: 'IDAT: Too much image data')."""
+    data = _png()
+    header = data[8:33]
+    rows = b"".join(b"\x00" + row.tobytes() for row in _photo()[:, :, ::-1])  # filter 0, RGB
+    return data[:8] + header + _chunk(b"IDAT", zlib.compress(rows + extra)) + _chunk(b"IEND", b"")
+
+
+def test_what_libpng_refuses_is_refused_without_its_line(capfd):
+    """Each damage libpng refuses is our one-line refusal, and nothing reaches fd 2 (libpng prints 'libpng error: ...'
+    before OpenCV returns nothing); what it reads with a warning is read, the same pixels, with the file's note."""
+    good = _long_rows_png(b"")
+    at = good.index(b"IDAT")
+    n = struct.unpack_from(">I", good, at - 4)[0]
+    stream = good[at + 4:at + 4 + n]
+    rows = zlib.decompress(stream)
+    adler = bytearray(stream)
+    adler[-1] ^= 1
+    bad_filter = bytearray(rows)
+    bad_filter[0] = 5
+
+    def with_idat(body: bytes) -> bytes:
+        return good[:33] + _chunk(b"IDAT", body) + _chunk(b"IEND", b"")
+
+    refused = {
+        "CRC does not match": good[:at + 4 + n] + b"\x00\x00\x00\x00" + good[at + 8 + n:],
+        "does not inflate": with_idat(bytes(adler)),
+        "ends before the rows": with_idat(zlib.compress(rows[:-10])),
+        "filter type PNG does not have": with_idat(zlib.compress(bytes(bad_filter))),
+        "not consecutive": good[:33] + _chunk(b"IDAT", stream[:20]) + _chunk(b"tEXt", b"a\x00b")
+        + _chunk(b"IDAT", stream[20:]) + _chunk(b"IEND", b""),
+        "no reader knows": good[:33] + _chunk(b"ABCD", b"x") + good[33:],
+    }
+    for reason, data in refused.items():
+        assert cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED) is None, reason  # libpng refuses
+        capfd.readouterr()
+        with pytest.raises(imageio.ImageError, match=reason):
+            imageio.decode(data)
+        assert capfd.readouterr().err == "", reason
+    image = imageio.decode(_long_rows_png())
+    assert capfd.readouterr().err == ""
+    assert np.array_equal(image.pixels, _photo()) and image.notes[0].startswith("decoded with warnings: its image")

@@ -41,6 +41,7 @@ from pipeline.images import (  # noqa: E402
     metadata,
     png,
     png_chunks,
+    png_opencv,
 )
 from pipeline.images.container import Damaged  # noqa: E402
 from pipeline.images.metadata import Metadata  # noqa: E402
@@ -227,7 +228,7 @@ def _pixels(data: bytes, fmt: str) -> tuple[np.ndarray | None, list[str]]:
     """The decoded samples and what the decoder warned of. A plain 8-bit PNG by ours (half OpenCV's CPU), an 8-bit
     JPEG by our libjpeg reader, whose warnings come back here (OpenCV's libjpeg prints them on stderr, past the
     file's line); anything else, or where the reader is not built, by OpenCV (a PNG without the chunks libpng would
-    print a warning of: png.for_opencv)."""
+    print a warning of: png_opencv)."""
     pixels = png.decode_png(data)
     if pixels is not None:
         return pixels, []
@@ -241,7 +242,7 @@ def _pixels(data: bytes, fmt: str) -> tuple[np.ndarray | None, list[str]]:
     notes: list[str] = []
     if fmt == "png":  # without what libpng would print a warning or error of
         try:
-            data, notes = png.for_opencv(data)
+            data, notes = png_opencv.for_opencv(data)
         except Damaged as e:
             raise ImageError(str(e)) from None
     try:

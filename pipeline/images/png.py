@@ -22,7 +22,6 @@ import numpy as np
 
 from pipeline.errors import PipelineError
 from pipeline.images import png_chunks
-from pipeline.images.container import Damaged
 from pipeline.images.header import max_file_bytes
 from pipeline.native import png_codec
 
@@ -162,35 +161,6 @@ def decode_png(data: bytes) -> np.ndarray | None:
         return png_codec.png_unfilter_u8(rows.data, h, w, c, swap_red_blue=c >= 3)
     except PipelineError:  # a row's filter type is not one of PNG's
         return None
-
-
-def for_opencv(data: bytes) -> tuple[bytes, list[str]]:
-    """The PNG OpenCV decodes, and a note for each chunk left out that libpng would have warned of. OpenCV's libpng
-    prints its warnings and errors ('tEXt: CRC error', 'iCCP: known incorrect sRGB profile') on stderr, past the
-    file's own line, so it gets only the critical chunks and those that change its pixels (OPENCV_CHUNKS): the rest
-    are metadata, which pipeline.images.metadata reads from the file itself. An ancillary chunk whose CRC is wrong is
-    left out (libpng skips it) with a note; a critical one is refused (Damaged), as libpng refuses it."""
-    try:
-        found = list(png_chunks.chunks(data))
-    except Damaged:
-        return data, []  # OpenCV's to refuse, as before (the length check refuses most such files first)
-    view, kept, notes = memoryview(data), [memoryview(data)[:8]], []
-    idat = [i for i, c in enumerate(found) if c.kind == png_chunks.IMAGE_DATA]
-    if idat and idat[-1] - idat[0] + 1 != len(idat):  # libpng refuses the file
-        raise Damaged("damaged PNG: its IDAT chunks are not consecutive")
-    for c in found:
-        critical, name = not c.kind[0] & 0x20, c.kind.decode("latin-1")
-        if not c.kind.isalpha() or c.kind[2] & 0x20:  # libpng refuses the file
-            raise Damaged(f"PNG chunk name {name!r} is not four letters with the reserved bit clear: a damaged file")
-        if critical and c.kind not in png_chunks.CRITICAL:
-            raise Damaged(f"PNG with a critical chunk {name!r} no reader knows (PNG requires a reader to refuse it)")
-        if deflate.crc32(c.body(view), deflate.crc32(c.kind)) != struct.unpack_from(">I", data, c.end - 4)[0]:
-            if critical:
-                raise Damaged(f"damaged PNG: its {name} chunk's CRC does not match its data")
-            notes.append(f"decoded with warnings: its {name} chunk's CRC does not match (chunk ignored)")
-        elif critical or c.kind in OPENCV_CHUNKS:
-            kept.append(view[c.at:c.end])
-    return (data if len(kept) == len(found) + 1 else b"".join(kept)), notes
 
 
 class _Rows:
