@@ -171,3 +171,14 @@ def test_what_libpng_refuses_is_refused_without_its_line(capfd):
     image = imageio.decode(_long_rows_png())
     assert capfd.readouterr().err == ""
     assert np.array_equal(image.pixels, _photo()) and image.notes[0].startswith("decoded with warnings: its image")
+
+
+def test_a_jpeg_libjpeg_refuses_is_one_line_with_its_reason(jpeg_reader, capfd):
+    """A JPEG whose header passes our checks but that libjpeg refuses (a Huffman table of more than 256 codes): the
+    file's one line says libjpeg's reason (OpenCV, which reads what our libjpeg cannot, refuses it too)."""
+    data = bytearray(cv2.imencode(".jpg", _photo())[1].tobytes())
+    at = data.index(b"\xff\xc4")  # the first Huffman table: its 16 code counts
+    data[at + 5:at + 21] = bytes([255] * 16)
+    with pytest.raises(imageio.ImageError, match="^cannot decode: Bogus Huffman table definition$"):
+        imageio.decode(bytes(data))
+    assert capfd.readouterr().err == ""

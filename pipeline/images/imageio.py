@@ -232,23 +232,27 @@ def _pixels(data: bytes, fmt: str) -> tuple[np.ndarray | None, list[str]]:
     pixels = png.decode_png(data)
     if pixels is not None:
         return pixels, []
+    refused, notes = "", []
     if fmt == "jpg":
         try:
             got = jpeg_codec.decode(data)
-        except jpeg_codec.JpegFailed as e:
-            raise ImageError(f"cannot decode: {e}") from None
-        if got is not None:
-            return got[0], [f"decoded with warnings: {got[1]}"] if got[1] else []
-    notes: list[str] = []
+        except jpeg_codec.JpegFailed as e:  # OpenCV's newer libjpeg may read it (lossless, 12-bit); else its reason
+            refused = f"cannot decode: {e}"
+        else:
+            if got is not None:
+                return got[0], [f"decoded with warnings: {got[1]}"] if got[1] else []
     if fmt == "png":  # without what libpng would print a warning or error of
         try:
             data, notes = png_opencv.for_opencv(data)
         except Damaged as e:
             raise ImageError(str(e)) from None
     try:
-        return cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_UNCHANGED), notes
+        pixels = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_UNCHANGED)
     except cv2.error as e:
-        raise ImageError(f"cannot decode: {_cv2_reason(e)}") from None
+        raise ImageError(refused or f"cannot decode: {_cv2_reason(e)}") from None
+    if pixels is None and refused:
+        raise ImageError(refused)
+    return pixels, notes
 
 
 def read_bytes(path: Path, limit: int | None = None) -> bytes:
