@@ -4,6 +4,7 @@ VENV    := .venv
 STAMP   := $(VENV)/.installed
 BUILD   := build/plugins
 PNG_BUILD := build/png
+JPEG_BUILD := build/jpeg
 CUDA_HOME ?= /usr/local/cuda
 export CUDA_HOME
 # TensorRT C++ headers for the plugin library: TENSORRT_ROOT when given, else the TensorRT 11.1 headers in
@@ -71,9 +72,17 @@ build-plugins:
 	  cmake -S pipeline/native/png -B $(PNG_BUILD) -DCMAKE_BUILD_TYPE=Release; \
 	fi
 	cmake --build $(PNG_BUILD) -j 2
+	@# the sr stage's JPEG reader (libjpeg's warnings handed back, not printed): libsr_jpeg.so in $(JPEG_BUILD), where
+	@# libjpeg's headers are found (CMake says so when they are not: OpenCV then reads JPEGs)
+	@if [ ! -f $(JPEG_BUILD)/CMakeCache.txt ]; then \
+	  echo "cmake -S pipeline/native/jpeg -B $(JPEG_BUILD) -DCMAKE_BUILD_TYPE=Release"; \
+	  cmake -S pipeline/native/jpeg -B $(JPEG_BUILD) -DCMAKE_BUILD_TYPE=Release; \
+	fi
+	cmake --build $(JPEG_BUILD) -j 2
 
 CXX_SOURCES = $(shell git ls-files 'plugins_trt/*.cpp' 'plugins_trt/*.h' 'plugins_trt/*.cu' 'plugins_trt/*.cuh' \
-                'pipeline/native/png/*.cpp' 'pipeline/native/png/*.h')
+                'pipeline/native/png/*.cpp' 'pipeline/native/png/*.h' 'pipeline/native/jpeg/*.cpp' \
+                'pipeline/native/jpeg/*.h')
 # Python: ruff, mypy on the GPU-only code (files listed in [tool.mypy]) and the import layers (lint-imports), all
 # three configured in pyproject.toml; the function-length check; two scans of the source tree (pytest, no model run):
 # own-module imports inside functions (at most 20, each saying why) and the backend-name guard; C++/CUDA:

@@ -41,9 +41,12 @@ from pipeline.images import (  # noqa: E402
     metadata,
     png,
     png_chunks,
+    png_opencv,
 )
+from pipeline.images.container import Damaged  # noqa: E402
 from pipeline.images.metadata import Metadata  # noqa: E402
 from pipeline.images.pixels import to_8bit  # noqa: E402
+from pipeline.native import jpeg_codec  # noqa: E402
 
 # Extensions we read and write (OpenCV codecs present in opencv-python-headless).
 FORMATS = {
@@ -80,6 +83,7 @@ class Image:
     pixels: np.ndarray
     orientation: int = 1
     meta: Metadata = metadata.NONE  # the ICC profile, EXIF and XMP, carried to the output (images.metadata)
+    notes: tuple[str, ...] = ()  # what the decoder warned of (a damaged file's pixels), for the file's own lines
 
     @property
     def height(self) -> int:
@@ -199,12 +203,7 @@ def decode(data: bytes) -> Image:
     except HeaderError as e:
         raise ImageError(str(e)) from None
     meta = metadata.read(data)
-    pixels = png.decode_png(data)  # a plain 8-bit PNG in half OpenCV's CPU; None: OpenCV decodes it, as any other
-    if pixels is None:
-        try:
-            pixels = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_UNCHANGED)
-        except cv2.error as e:
-            raise ImageError(f"cannot decode: {_cv2_reason(e)}") from None
+    pixels, notes = _pixels(data, fmt)
     if pixels is None:
         raise ImageError("not a readable image (decoder rejected the data)")
     if pixels.dtype not in (np.uint8, np.uint16):
@@ -222,7 +221,38 @@ def decode(data: bytes) -> Image:
     if fmt != "tiff":  # OpenCV turns a TIFF by its own tag (libtiff); the EXIF tag of the others is ours to apply
         pixels = apply_orientation(pixels, orientation)
     gray = pixels.ndim == 2
-    return Image(pixels, orientation, metadata.fitted(meta, gray, orientation != 1))
+    return Image(pixels, orientation, metadata.fitted(meta, gray, orientation != 1), tuple(notes))
+
+
+def _pixels(data: bytes, fmt: str) -> tuple[np.ndarray | None, list[str]]:
+    """The decoded samples and what the decoder warned of. A plain 8-bit PNG by ours (half OpenCV's CPU), an 8-bit
+    JPEG by our libjpeg reader, whose warnings come back here (OpenCV's libjpeg prints them on stderr, past the
+    file's line); anything else, or where the reader is not built, by OpenCV (a PNG without the chunks libpng would
+    print a warning of: png_opencv)."""
+    pixels = png.decode_png(data)
+    if pixels is not None:
+        return pixels, []
+    refused, notes = "", []
+    if fmt == "jpg":
+        try:
+            got = jpeg_codec.decode(data)
+        except jpeg_codec.JpegFailed as e:  # OpenCV's newer libjpeg may read it (lossless, 12-bit); else its reason
+            refused = f"cannot decode: {e}"
+        else:
+            if got is not None:
+                return got[0], [f"decoded with warnings: {got[1]}"] if got[1] else []
+    if fmt == "png":  # without what libpng would print a warning or error of
+        try:
+            data, notes = png_opencv.for_opencv(data)
+        except Damaged as e:
+            raise ImageError(str(e)) from None
+    try:
+        pixels = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_UNCHANGED)
+    except cv2.error as e:
+        raise ImageError(refused or f"cannot decode: {_cv2_reason(e)}") from None
+    if pixels is None and refused:
+        raise ImageError(refused)
+    return pixels, notes
 
 
 def read_bytes(path: Path, limit: int | None = None) -> bytes:

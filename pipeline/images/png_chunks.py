@@ -15,6 +15,7 @@ from pipeline.images.container import Damaged, PastEnd, max_chunks, too_many_chu
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
 END = b"IEND"  # the end chunk: a PNG without one is cut short
 IMAGE_DATA = b"IDAT"
+CRITICAL = frozenset({b"IHDR", b"PLTE", IMAGE_DATA, END})  # PNG's critical chunks: a file with another is refused
 PNG_MAX_LENGTH = 2**31 - 1  # PNG's own limit on a chunk's length (and on each side)
 
 

@@ -1,11 +1,13 @@
 """Locates (and on request builds) the native libraries from plugins_trt/ and pipeline/native/png/.
 
 - `png_library()`: libsr_png.so, the sr stage's PNG codec (C API, loaded by pipeline.native.png_codec).
+- `jpeg_library()`: libsr_jpeg.so, the sr stage's JPEG reader (libjpeg's, loaded by pipeline.native.jpeg_codec; built
+  only where libjpeg's headers are).
 - `cpu_kernels_library()`: libsr_kernels_cpu.so, the sr ops on the CPU (C API, loaded by pipeline.native.kernels_cpu).
 - `trt_plugin_library()`: libsr_trt_plugins.so, the TensorRT IPluginV3 plugins (only built when TensorRT headers exist).
 - `cuda_kernels_library()`: libsr_kernels_cuda.so, a C API over the CUDA launchers for GPU tests / benchmarks.
-Env overrides: SR_PNG_LIB, SR_KERNELS_CPU_LIB, SR_TRT_PLUGIN_LIB, SR_KERNELS_CUDA_LIB. Default folders:
-<repo>/build/png (the PNG codec) and <repo>/build/plugins (the rest).
+Env overrides: SR_PNG_LIB, SR_JPEG_LIB, SR_KERNELS_CPU_LIB, SR_TRT_PLUGIN_LIB, SR_KERNELS_CUDA_LIB. Default folders:
+<repo>/build/png (the PNG codec), <repo>/build/jpeg (the JPEG reader) and <repo>/build/plugins (the rest).
 """
 from __future__ import annotations
 
@@ -22,11 +24,14 @@ from pipeline.native.cuda_runtime import missing_hint, preload
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_DIR = REPO_ROOT / "build" / "plugins"
 PNG_BUILD_DIR = REPO_ROOT / "build" / "png"
+JPEG_BUILD_DIR = REPO_ROOT / "build" / "jpeg"
 SOURCE_DIR = REPO_ROOT / "plugins_trt"
 PNG_SOURCE_DIR = REPO_ROOT / "pipeline" / "native" / "png"
+JPEG_SOURCE_DIR = REPO_ROOT / "pipeline" / "native" / "jpeg"
 
 CPU_KERNELS_NAME = "libsr_kernels_cpu.so"
 PNG_NAME = "libsr_png.so"
+JPEG_NAME = "libsr_jpeg.so"
 TRT_PLUGINS_NAME = "libsr_trt_plugins.so"
 CUDA_KERNELS_NAME = "libsr_kernels_cuda.so"
 # How to get the plugin library built when it is missing: it needs nvcc and TensorRT's C++ headers.
@@ -121,6 +126,12 @@ def png_library() -> Path:
     return _locate("SR_PNG_LIB", PNG_NAME, "sr PNG codec library", folder=PNG_BUILD_DIR)
 
 
+def jpeg_library() -> Path:
+    """Path of libsr_jpeg.so (built by `make plugins` where libjpeg's headers are found)."""
+    return _locate("SR_JPEG_LIB", JPEG_NAME, "sr JPEG reader library", " with libjpeg-turbo's headers installed",
+                   folder=JPEG_BUILD_DIR)
+
+
 def cpu_kernels_library() -> Path:
     """Path of libsr_kernels_cpu.so (always built by `make plugins`)."""
     return _locate("SR_KERNELS_CPU_LIB", CPU_KERNELS_NAME, "sr CPU kernels library")
@@ -156,6 +167,12 @@ def build_png(build_dir: Path = PNG_BUILD_DIR, *, jobs: int = 2) -> Path:
     Used by tests when the library is missing. Raises PipelineError with cmake's output tail on failure.
     """
     return _cmake_build(PNG_SOURCE_DIR, build_dir, [], jobs)
+
+
+def build_jpeg(build_dir: Path = JPEG_BUILD_DIR, *, jobs: int = 2) -> Path:
+    """Configure and build the JPEG reader (pipeline/native/jpeg/) as `make plugins` does (no library where libjpeg's
+    headers are missing); returns the build folder. Used by tests when the library is missing."""
+    return _cmake_build(JPEG_SOURCE_DIR, build_dir, [], jobs)
 
 
 def _cmake_build(source: Path, build_dir: Path, args: list[str], jobs: int) -> Path:

@@ -332,9 +332,10 @@ class ImageWorker:
             raise ImageError(problem)
         plan = tiling.plan(image.height, image.width, self.scale, self.tile, self.margin, align=self.align,
                            max_input=self.max_input)
-        notes = [] if plan.exact else [
-            f"tile grid off the whole-image sampling grid by up to {plan.max_shift:.3f} input px (scale "
-            f"{self.scale:g} does not align with this size); output is close, not equal"]
+        notes = list(image.notes)  # what the decoder warned of
+        if not plan.exact:
+            notes.append(f"tile grid off the whole-image sampling grid by up to {plan.max_shift:.3f} input px "
+                         f"(scale {self.scale:g} does not align with this size); output is close, not equal")
         if self.keep_metadata:
             notes += metadata.dropped(image.meta, fmt)
         return Planned(image, plan, imageio.new_output(oh, ow, image.channels, image.depth), notes)
