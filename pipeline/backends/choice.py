@@ -296,7 +296,8 @@ def _weights_named(cls: type[Backend], spec, opts: dict, files) -> dict:
     """`opts` with the weights file a backend that runs the model's own weights (torch) runs named as `weights`, so
     a Ray node loads the copy it is sent rather than its own (a node without `make weights` has none). Not for a
     user's model: its checkpoint or factory brings its weights, and --weights does not apply to it."""
-    if not cls.DESCRIPTOR.runs_weights or "weights" not in cls.DESCRIPTOR.option_names() or not files \
+    desc = getattr(cls, "DESCRIPTOR", None)  # a caller's own Backend class may declare none
+    if desc is None or not desc.runs_weights or "weights" not in desc.option_names() or not files \
             or opts.get("weights") is not None or spec.external is not None:
         return opts
     return {**opts, "weights": Path(os.fspath(files[0]))}
