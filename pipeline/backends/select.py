@@ -109,8 +109,8 @@ def pick_precision(backend: str, model: str | None, log=None, scale: float | Non
     path = _pick_store(model, backend, scale, opts)
     reused = _reuse(path, scale, opts)
     if reused is not None:  # the caller wants it loaded
-        b = create_fixed(reused.pick["backend"], model, reused.pick["precision"], **hooks, **opts,
-                         **reused.pick["decided"])
+        b = create_fixed(reused.pick["backend"], model, reused.pick["precision"], **hooks,
+                         **{**opts, **reused.pick["decided"]})
         return b.selected(reused.why, reused.brief), reused.why
     facts, loaded = measure_candidates(backend, model, scale, hooks, opts)
     best = decide(facts)
