@@ -178,7 +178,8 @@ def test_create_auto_auto_loads_what_sr_precision_auto_loads(tmp_path, capsys):
 MAKERS = {"qdq": ("pipeline/export/quantize.py", "pipeline/export/phases.py", "pipeline/export/rounding.py",
                   "pipeline/export/equalize.py"),
           "bf16-graph": ("pipeline/export/fp16.py",)}
-PINNED = {("qdq", 9): "a59fd2e90d74c6e6+19a491e042ab56cc+7439813f1dcb7558+91af5bdf784cbe66",
+# qdq 9 re-pinned without a bump: quantize.int8_cached took int8_file's cache check out as it was (same files made)
+PINNED = {("qdq", 9): "85fe8bc5e63fb746+19a491e042ab56cc+7439813f1dcb7558+91af5bdf784cbe66",
           ("bf16-graph", 2): "9995de6590fe4a38"}
 
 

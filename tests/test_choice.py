@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import json
 import pickle
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from models import spec as model_spec
+from models.lookup import get_spec
 from pipeline import backends
 from pipeline.backends import BackendRequest
 from pipeline.backends import choice as choice_module
@@ -41,15 +44,16 @@ def test_a_choice_names_its_files_travels_as_a_value_and_loads_the_same_backend(
 
 
 def test_the_backend_choose_loaded_is_handed_to_the_next_load_of_that_choice_once(session_cache):
-    """choose loads its pick to decide; the next load of that Choice takes it (the local run loads once), a later
-    load makes its own (two callers never share one), and another Choice never gets it."""
-    choice = backends.choose(BackendRequest("ort", threads=1), "srcnn", 2.0)
+    """`--backend auto` loads its pick to decide; the next load of that Choice takes it (the local run loads once), a
+    later load makes its own (two callers never share one), and another Choice never gets it."""
+    choice = backends.choose(BackendRequest("auto", threads=1), "srcnn", 2.0)
     held = choice_module._JUST_LOADED._slot[1]
     first, second = backends.load(choice), backends.load(choice)
     assert first is held and second is not held and second.selection_reason == choice.why
-    other = backends.choose(BackendRequest("ort", threads=2), "srcnn", 2.0)
-    assert backends.load(choice) is not choice_module._JUST_LOADED._slot[1]
-    assert backends.load(other).threads == 2
+    other = backends.choose(BackendRequest("auto", threads=2), "srcnn", 2.0)
+    kept = choice_module._JUST_LOADED._slot[1]
+    assert backends.load(choice) is not kept
+    assert backends.load(other) is kept and kept.threads == 2
     assert not hasattr(backends, "choose_loaded") and not hasattr(backends, "of_loaded")
 
 
@@ -132,3 +136,51 @@ def test_backends_precision_auto_says_in_one_line_what_runs_and_why(capsys, monk
     backends.create("torch", "srcnn", "auto", threads=1)  # a pick stored: torch fp32 (bf16 off)
     line = backends.auto_line("torch", "srcnn", threads=1)
     assert line.startswith("auto: torch fp32 (stored pick of ") and "fastest within budget" in line, line
+
+
+def _counting_loads(monkeypatch, cls) -> list:
+    """Every load() of the real backend class `cls` from now on (it still loads: only counted)."""
+    loads: list = []
+    real = cls.load
+
+    def counted(self):
+        loads.append(self.precision)
+        return real(self)
+
+    monkeypatch.setattr(cls, "load", counted)
+    return loads
+
+
+def test_a_stored_auto_pick_is_chosen_from_the_stores_alone_and_loaded_once(monkeypatch, tmp_path, session_cache):
+    """A reused `--precision auto` pick: choose loads nothing, load(choice) loads once, and it is the Choice the
+    loaded backend is; a record of an older version (no files), one naming a file outside the cache, or the model's
+    weights changed: timed again."""
+    from pipeline.backends import select
+    from pipeline.backends.torch_backend import TorchBackend
+
+    monkeypatch.setenv(cpu.BF16_ENV, "0")  # the same candidates on every CPU
+    request = BackendRequest("torch", "auto", threads=1)
+    backends.create("torch", "srcnn", "auto", threads=1)  # a pick stored (or reused)
+    loads = _counting_loads(monkeypatch, TorchBackend)
+    choice = backends.choose(request, "srcnn")
+    assert loads == [] and "reused: same file, scale and machine" in choice.why, choice.why
+    loaded = backends.load(choice)
+    assert len(loads) == 1 and loaded.selection_reason == choice.why
+    assert choice == backends.given(loaded, choice.scale, {"threads": 1})
+    store = select._pick_store("srcnn", "torch", choice.scale, {"threads": 1})
+    record = json.loads(store.read_text())
+    outside = tmp_path / "elsewhere.pt"
+    outside.write_bytes(Path(record["run_file"]).read_bytes())
+    store.write_text(json.dumps({**record, "run_file": str(outside)}))
+    assert select.stored_pick("torch", "srcnn", "auto", None, {"threads": 1}) is None
+    store.write_text(json.dumps({k: v for k, v in record.items() if k != "files"}))  # an older version's
+    again = backends.choose(request, "srcnn")
+    assert len(loads) > 1 and "reused" not in again.why and "files" in json.loads(store.read_text())
+    assert select.stored_pick("torch", "srcnn", "auto", None, {"threads": 1}) is not None
+    mine = tmp_path / "weights"
+    mine.mkdir()
+    data = bytearray(get_spec("srcnn").weights_path.read_bytes())
+    data[-1] ^= 1  # other weights, as a re-run `make weights` leaves
+    (mine / get_spec("srcnn").weights_file).write_bytes(bytes(data))
+    monkeypatch.setattr(model_spec, "WEIGHTS_DIR", mine)
+    assert select.stored_pick("torch", "srcnn", "auto", None, {"threads": 1}) is None

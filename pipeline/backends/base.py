@@ -117,6 +117,21 @@ class Backend(ABC):
         (ONNX Runtime: its provider; OpenVINO int8: its float parts), so every node loads the same; {} for none."""
         return {}
 
+    @classmethod
+    def planned_files(cls, model: str, precision: str, scale: float, options: dict) -> list[Path] | None:
+        """The files a load at `precision` with `options` (the constructor's keywords) would run at `scale`, named
+        without loading: exactly what its `files(scale)` returns (the file that runs at `scale` last, where it is
+        among them), when every one is cached and verified; None when that is not known without loading (a file
+        to make, a given file that does not check, or a backend that does not say: here)."""
+        return None
+
+    @classmethod
+    def settles(cls, precision: str, options: dict) -> dict[str, str]:
+        """What a load at `precision` with `options` (the constructor's keywords) settles from this machine, decided
+        now from availability alone, nothing loaded (its Choice names it; `decided()` after the load must agree);
+        {} for none."""
+        return {}
+
     def model_options(self) -> dict:
         """The create() options that load the same model file again (at another precision, say)."""
         return {"onnx": self.onnx_file}

@@ -8,9 +8,12 @@
     given(loaded, scale) -> Choice              the Choice of a backend the caller loaded itself (chooses nothing)
 
 A Choice is a plain value: the Ray driver chooses once and sends it, with exactly the files it names, to every
-actor, which loads it by `load`. Choosing loads the pick here (select.pick: its files are made then, an export, a
-Q/DQ file) and hands it to the next `load` of the same Choice in this process; a GPU backend on a machine without a
-GPU is not loaded: its choice names the graph it is built from.
+actor, which loads it by `load`. Choosing reads the stores first and loads nothing when they hold the facts: a
+stored `--precision auto` pick that still holds (select.stored_pick), or a named backend at a fixed precision whose
+files are all cached (Backend.planned_files); the provider and float parts come from availability (registry.settled).
+Only a missing fact loads (select.pick: a file to make, an export or a Q/DQ file; candidates to time), and that
+backend is handed to the next `load` of the same Choice in this process; a GPU backend on a machine without a GPU is
+not loaded: its choice names the graph it is built from.
 """
 from __future__ import annotations
 
@@ -25,17 +28,17 @@ from pipeline import quality
 from pipeline.artifacts.cache import cache_dir
 from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import folded_variants, onnx_metadata, reference_file
-from pipeline.artifacts.stamp import data_files, stamp_path
+from pipeline.artifacts.stamp import content_sha256, data_files, stamp_path
 from pipeline.backends.base import Backend
 from pipeline.backends.decide import elsewhere, requested
 from pipeline.backends.descriptor import HOOKS
-from pipeline.backends.registry import backend_class, create_named, option_values
-from pipeline.backends.select import pick
+from pipeline.backends.registry import backend_class, checked_options, create_named, option_values, settled
+from pipeline.backends.select import Reused, pick, stored_pick
 from pipeline.engine import sidecar_path
 from pipeline.errors import PipelineError
 from pipeline.export.cached import onnx_for
 from pipeline.native.cuda_driver import gpu_visible
-from pipeline.precisions import AUTO, BY_NAME, DEFAULT
+from pipeline.precisions import AUTO, BUDGET_DB, BY_NAME, DEFAULT
 
 PathLike = str | Path
 SHARED = "shared"  # where a given file (--onnx, --engine, --weights) lands under a Ray node's artifact cache
@@ -57,10 +60,16 @@ class BackendRequest:
 
     def keywords(self) -> dict:
         """The options as create()'s keywords (the typed options' fields, then the fields set here)."""
-        if self.backend == AUTO and self.options is not None:
-            raise PipelineError("options= is one backend's typed options; with backend 'auto' give keywords")
         own = {k: getattr(self, k) for k in (*FILE_OPTIONS, "threads") if getattr(self, k) is not None}
-        return {**option_values(self.backend, self.options), **own}
+        return {**_typed(self.backend, self.options), **own}
+
+
+def _typed(backend: str, options, keywords: dict | None = None) -> dict:
+    """One backend's typed options as keywords (registry.option_values); with backend 'auto' there is no one
+    backend's type: refused, in one line."""
+    if backend == AUTO and options is not None:
+        raise PipelineError("options= is one backend's typed options; with backend 'auto' give keywords")
+    return option_values(backend, options, keywords)
 
 
 @dataclass(frozen=True)
@@ -152,6 +161,7 @@ def load(choice: Choice, **hooks) -> Backend:
     if loaded is None:
         loaded = create_named(choice.backend, choice.model, choice.precision,
                               **{**dict(choice.options), **choice.decided()}, **hooks)
+        _check_settled(choice.runs, choice.decided(), loaded)
     return loaded.selected(choice.why, choice.brief)
 
 
@@ -174,10 +184,8 @@ def create(backend: str, model: str | None, precision: str = DEFAULT, *, scale: 
         PipelineError: one line, for an unknown name or precision, an option the backend does not take, a scale
             that is not a positive number, 'auto' with an engine (check_auto_engine), or a backend that cannot run.
     """
-    if backend == AUTO and opts.get("options") is not None:
-        raise PipelineError("options= is one backend's typed options; with backend 'auto' give keywords")
     hooks = {k: opts.pop(k) for k in HOOKS if k in opts}
-    opts = {**option_values(backend, opts.pop("options", None), opts), **opts}
+    opts = {**_typed(backend, opts.pop("options", None), opts), **opts}
     return load(_choose(backend, model, precision, scale, opts, hooks, here=True), **hooks)
 
 
@@ -211,26 +219,96 @@ def _choose(backend: str, model: str | None, precision: str, scale: float | None
     process (create), so a GPU backend on a machine without one is refused now, not chosen for elsewhere."""
     if not here and backend != AUTO and precision != AUTO and _elsewhere(backend):
         return _unloaded(backend, precision, model, scale, {**opts, **hooks})
-    loaded = pick(backend, model, precision, scale=scale, **opts, **hooks)
+    if (reused := stored_pick(backend, model, precision, scale, opts)) is not None:
+        return _of_pick(reused, opts)  # from the stores: nothing loaded; load(choice) loads it
+    if backend != AUTO and precision != AUTO and (planned := _planned(backend, precision, model, scale, opts)):
+        return planned  # every file cached: nothing loaded either
+    loaded = pick(backend, model, precision, scale=scale, **opts, **hooks)  # measures: loads to make the facts
     choice = given(loaded, scale, opts)
+    choice = replace(choice, **{"provider": None, "float_parts": None,
+                                **settled(choice.backend, choice.precision, opts)})
+    _check_settled(choice.runs, choice.decided(), loaded)
     _JUST_LOADED.keep(choice, loaded)
     return choice
+
+
+def _check_settled(runs: str, planned: dict[str, str], loaded: Backend) -> None:
+    """The loaded backend settled what its Choice says (decided from availability before loading), or one line."""
+    got = loaded.decided()
+    if got != planned:
+        raise PipelineError(f"{runs} settled {got or 'nothing'} when loaded, where its choice says "
+                            f"{planned or 'nothing'} (this machine's availability changed while choosing?)")
 
 
 def given(loaded: Backend, scale: float | None = None, opts: dict | None = None) -> Choice:
     """The Choice a backend loaded by the caller itself is (`sr.upscale(backend=...)`): its name, precision, files
     at `scale`, why it runs. It chooses nothing: the caller did."""
     scale = quality.run_scale(loaded, scale)
-    set_ = {k: v for k, v in (opts or {}).items() if k not in HOOKS and v is not None}
-    takes = loaded.DESCRIPTOR.option_names() if set_ else ()  # a caller's own Backend class may declare none
-    kept = tuple(sorted((k, os.fspath(v) if k in FILE_OPTIONS else v) for k, v in set_.items() if k in takes))
-    files = _files([*loaded.files(scale), *(v for k, v in set_.items() if k in FILE_OPTIONS and k in takes)])
+    runs = loaded.files(scale)
+    opts = _weights_named(type(loaded), loaded.spec, {k: v for k, v in (opts or {}).items()
+                                                      if k not in HOOKS and v is not None}, runs)
+    takes = loaded.DESCRIPTOR.option_names() if opts else ()  # a caller's own Backend class may declare none
+    kept, given_files = _kept(opts, takes)
+    files = _files([*runs, *given_files])
     why, brief = (loaded.selection_reason, loaded.selection_brief) if loaded.selection_reason \
         else requested(loaded.name)
     settled = loaded.decided()  # {} from a caller's own Backend class, which may declare no options
     settled = {k: v for k, v in settled.items() if k in loaded.DESCRIPTOR.option_names()} if settled else {}
     return Choice(loaded.name, loaded.precision, loaded.model_name, scale, kept, files, why, brief or why,
                   quality.stored(loaded, scale), **settled)
+
+
+def _of_pick(reused: Reused, opts: dict) -> Choice:
+    """The Choice a stored `--precision auto` pick names, built from its record (select._reuse checked its files)."""
+    p = reused.pick
+    cls = backend_class(p["backend"])
+    kept, given_files = _kept(_weights_named(cls, resolve(p["model"], opts.get("onnx")), opts, p["files"]),
+                              cls.DESCRIPTOR.option_names())
+    return Choice(p["backend"], p["precision"], p["model"], float(p["scale"]), kept,
+                  _files([*p["files"], *given_files]), reused.why, reused.brief, reused.quality,
+                  **settled(p["backend"], p["precision"], opts))
+
+
+def _planned(backend: str, precision: str, model: str | None, scale: float | None, opts: dict) -> Choice | None:
+    """The Choice of a named backend at a fixed precision from its files named without loading
+    (Backend.planned_files); None where one is to be made or it cannot run here (loading says why)."""
+    cls = backend_class(backend)
+    try:
+        checked_options(backend, precision, opts)
+        spec = resolve(model, opts.get("onnx"), opts.get("engine"))
+        if not cls.status(spec, precision, onnx=opts.get("onnx"), engine=opts.get("engine"),
+                          weights=opts.get("weights")).available:
+            return None
+    except PipelineError:
+        return None
+    scale = float(spec.default_scale if scale is None else scale)
+    files = cls.planned_files(spec.name, precision, scale, opts)
+    if files is None:
+        return None
+    record = quality.stored_for(spec.name, backend, precision, scale, content_sha256(files[-1])) \
+        if precision in BUDGET_DB and files else None
+    kept, given_files = _kept(_weights_named(cls, spec, opts, files), cls.DESCRIPTOR.option_names())
+    return Choice(backend, precision, spec.name, scale, kept, _files([*files, *given_files]), *requested(backend),
+                  record, **settled(backend, precision, opts))
+
+
+def _weights_named(cls: type[Backend], spec, opts: dict, files) -> dict:
+    """`opts` with the weights file a backend that runs the model's own weights (torch) runs named as `weights`, so
+    a Ray node loads the copy it is sent rather than its own (a node without `make weights` has none). Not for a
+    user's model: its checkpoint or factory brings its weights, and --weights does not apply to it."""
+    desc = getattr(cls, "DESCRIPTOR", None)  # a caller's own Backend class may declare none
+    if desc is None or not desc.runs_weights or "weights" not in desc.option_names() or not files \
+            or opts.get("weights") is not None or spec.external is not None:
+        return opts
+    return {**opts, "weights": Path(os.fspath(files[0]))}
+
+
+def _kept(opts: dict, takes) -> tuple[tuple[tuple[str, object], ...], list]:
+    """(the constructor's keywords a Choice keeps: the options set, that the backend takes (`takes`; None: all), no
+    hooks, files as paths; the given files among them)."""
+    set_ = {k: v for k, v in opts.items() if k not in HOOKS and v is not None and (takes is None or k in takes)}
+    kept = tuple(sorted((k, os.fspath(v) if k in FILE_OPTIONS else v) for k, v in set_.items()))
+    return kept, [v for k, v in set_.items() if k in FILE_OPTIONS]
 
 
 def _elsewhere(backend: str) -> bool:
@@ -242,12 +320,10 @@ def _unloaded(backend: str, precision: str, model: str | None, scale: float | No
     """A GPU backend's choice made here: the graph its engine is built from (the precision's source graph)."""
     spec = resolve(model, opts.get("onnx"), opts.get("engine"))
     scale = float(spec.default_scale if scale is None else scale)
-    paths = [opts[k] for k in FILE_OPTIONS if opts.get(k) is not None]
+    kept, paths = _kept(opts, None)
     if opts.get("onnx") is None and opts.get("engine") is None:
         paths.append(onnx_for(spec.name, BY_NAME[precision].source, "custom", weights=opts.get("weights"),
                               log=opts.get("log")))
-    kept = tuple(sorted((k, os.fspath(v) if k in FILE_OPTIONS else v) for k, v in opts.items()
-                        if k not in HOOKS and v is not None))
     return Choice(backend, precision, spec.name, scale, kept, _files(paths), *elsewhere(backend))
 
 

@@ -25,10 +25,10 @@ from pipeline.artifacts.onnx_file import (
 from pipeline.backends import pixels as px
 from pipeline.backends.base import Backend, BackendStatus, installed
 from pipeline.backends.checks import check_batch
-from pipeline.backends.ort_backend import onnx_source_problem
+from pipeline.backends.ort_backend import cached_source, onnx_source_problem
 from pipeline.errors import PipelineError, check_choice, first_line
 from pipeline.export.cached import onnx_for
-from pipeline.export.quantize import int8_file, int8_path
+from pipeline.export.quantize import int8_cached, int8_file, int8_path
 from pipeline.native.cpu import bf16_problem
 from pipeline.native.machine import package_version
 from pipeline.native.openvino_bf16 import compile_config
@@ -324,6 +324,28 @@ class OpenVinoBackend(Backend):
 
     def decided(self) -> dict[str, str]:
         return {"float_parts": self.hint} if self.precision == "int8" else {}
+
+    @classmethod
+    def planned_files(cls, model: str, precision: str, scale: float, options: dict) -> list[Path] | None:
+        """files(scale) of a load: the fp32 file and, for int8, the cached Q/DQ files (made on a miss: None)."""
+        keep = {k: options[k] for k in ("onnx", "weights", "exporter") if options.get(k) is not None}
+        fp32 = cached_source(model, "fp32", keep) if precision in cls.DESCRIPTOR.precisions else None
+        if fp32 is None:
+            return None
+        variants = {k: p for k, p in folded_variants(fp32).items() if p.is_file()}
+        if folded_problem(fp32, variants):
+            return None
+        k = int(round(float(scale)))
+        runs = variants[k] if k == float(scale) and k in variants else fp32  # as run_file picks it
+        if precision != "int8":
+            return list(dict.fromkeys((fp32, runs)))
+        int8 = [int8_cached(p) for p in (fp32, runs)]
+        return None if None in int8 else list(dict.fromkeys((fp32, *int8)))  # type: ignore[arg-type]
+
+    @classmethod
+    def settles(cls, precision: str, options: dict) -> dict[str, str]:
+        """int8's float parts: the ones asked for, else bf16 where the CPU has it (inference_hint)."""
+        return {"float_parts": options.get("float_parts") or inference_hint(precision)} if precision == "int8" else {}
 
     def describe(self) -> str:
         ran = f", last: {self.last_path}" if self.last_path else ""

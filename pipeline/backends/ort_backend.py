@@ -39,7 +39,7 @@ from pipeline.backends.checks import check_batch, check_scale
 from pipeline.contract import DOMAIN
 from pipeline.engine import Profile, default_profile, validate_profile
 from pipeline.errors import PipelineError, check_choice, first_line, install_command
-from pipeline.export.cached import onnx_for
+from pipeline.export.cached import cached_problem, onnx_for
 from pipeline.export.sr_ops import strip_sr_functions
 from pipeline.native.cuda_driver import gpu_visible
 from pipeline.native.cuda_runtime import device_free_bytes, dlopen_problem, preload
@@ -222,6 +222,21 @@ def rewrite_for_trt_ep(model):
     return stripped
 
 
+
+
+def cached_source(model: str, precision: str, options: dict) -> Path | None:
+    """The ONNX file a backend runs at `precision` when it needs nothing made: the given one (`options['onnx']`, its
+    precision checked) or the cached export of that key, verified; None: a file to make, or a file that does not
+    check (loading says why)."""
+    try:
+        if options.get("onnx") is not None:
+            check_onnx_precision(path_or_file(options["onnx"]), precision)
+            return Path(os.fspath(options["onnx"]))
+        path = cached_onnx(model, precision, options.get("ops") or "custom", exporter=options.get("exporter") or
+                           "dynamo", io_dtype=options.get("io_dtype") or "fp32", weights=options.get("weights"))
+    except PipelineError:
+        return None
+    return path if cached_problem(path) is None else None
 
 
 class OrtBackend(Backend):
@@ -448,6 +463,17 @@ class OrtBackend(Backend):
 
     def decided(self) -> dict[str, str]:
         return {"provider": self.provider}  # after load: the one pick_provider took for "auto"
+
+    @classmethod
+    def planned_files(cls, model: str, precision: str, scale: float, options: dict) -> list[Path] | None:
+        """The given file (its precision checked) or the cached export, verified (cached_problem): resolve_onnx's."""
+        return [path] if (path := cached_source(model, precision, options)) is not None else None
+
+    @classmethod
+    def settles(cls, precision: str, options: dict) -> dict[str, str]:
+        """The provider: the one asked for (or this class's), "auto" the best one that runs here (pick_provider)."""
+        asked = options.get("provider") or cls.PROVIDER
+        return {"provider": pick_provider() if asked == "auto" else asked}
 
     def describe(self) -> str:
         threads = f", {self.threads or physical_cores()} threads" if self.provider == "cpu" else ""

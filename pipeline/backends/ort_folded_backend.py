@@ -20,7 +20,7 @@ from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import folded_problem, folded_variants
 from pipeline.backends.base import Backend, BackendStatus
 from pipeline.backends.checks import check_batch
-from pipeline.backends.ort_backend import OrtCpuBackend, onnx_source_problem
+from pipeline.backends.ort_backend import OrtCpuBackend, cached_source, onnx_source_problem
 from pipeline.errors import PipelineError, first_line
 from pipeline.native.ort_session import cpu_session_options
 
@@ -74,6 +74,15 @@ class OrtFoldedBackend(Backend):
             return cls.no(problem)
         return cls.ok("ONNX Runtime CPU on SRCNN with bicubic folded into conv1 (exact; integer scales, others run "
                       "the plain graph)")
+
+    @classmethod
+    def planned_files(cls, model: str, precision: str, scale: float, options: dict) -> list[Path] | None:
+        """The fp32 file (its folded siblings travel beside it), as the plain backend resolves it."""
+        if precision != "fp32" or _folded_problem(resolve(model, options.get("onnx")), options.get("onnx"),
+                                                  options.get("weights")):
+            return None
+        keep = {k: options[k] for k in ("onnx", "weights", "exporter") if options.get(k) is not None}
+        return [path] if (path := cached_source(model, "fp32", keep)) is not None else None
 
     def load(self) -> OrtFoldedBackend:
         self.onnx_file = self.plain.resolve_onnx()  # checked against the model; exported into the cache if missing

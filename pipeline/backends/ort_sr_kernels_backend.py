@@ -76,6 +76,13 @@ class OrtSrKernelsBackend(OrtBackend):
         self._attach(sess, path)
         return self
 
+    def decided(self) -> dict[str, str]:
+        return {}  # always the CPU provider: not an option of this backend, nothing for its Choice to name
+
+    @classmethod
+    def settles(cls, precision: str, options: dict) -> dict[str, str]:
+        return {}
+
     def _run(self, feeds: dict) -> np.ndarray:
         return ort_ops.run(self.session, feeds, [self._out_name])[0]  # a kernel error is a line, not an abort
 

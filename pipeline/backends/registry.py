@@ -115,14 +115,28 @@ def option_values(backend: str, options, keywords: dict | None = None) -> dict:
     return values
 
 
+def settled(backend: str, precision: str, opts: dict) -> dict[str, str]:
+    """What a load of `backend` at `precision` with `opts` settles from this machine (ONNX Runtime's provider,
+    OpenVINO int8's float parts), from availability alone: what its Choice names before anything loads."""
+    cls = backend_class(backend)
+    takes = cls.DESCRIPTOR.option_names()
+    return {k: v for k, v in cls.settles(precision, opts).items() if k in takes}
+
+
 def create_named(backend: str, model: str | None, precision: str = "fp32", *, options=None, **opts) -> Backend:
     """A loaded backend of this exact name (no 'auto'). Its options are its descriptor's typed options, given as
     one (`options=OrtOptions(threads=2)`) or as keywords (not both for one option, unless they agree): one it does
     not take is an error when set and dropped when None (callers pass their whole option set); a hook (log,
     progress, chatter) goes to the backends that take it."""
-    cls = backend_class(backend)
-    desc = cls.DESCRIPTOR
-    opts = {**option_values(backend, options, opts), **opts}
+    given = checked_options(backend, precision, {**option_values(backend, options, opts), **opts})
+    return backend_class(backend)(model, precision, **given).load().selected(*requested(backend))
+
+
+def checked_options(backend: str, precision: str, opts: dict) -> dict:
+    """The constructor's keywords of `backend` at `precision` among `opts` (hooks to the backends that take them),
+    each checked; PipelineError (one line) for a precision it does not run or an option it does not take or refuses
+    (one it does not take is dropped when None: callers pass their whole option set)."""
+    desc = backend_class(backend).DESCRIPTOR
     if precision not in desc.precisions:
         check_run_precision(precision)  # a precision no backend runs: "unknown precision"
         raise PipelineError(precision_refusal(backend, precision))
@@ -134,4 +148,4 @@ def create_named(backend: str, model: str | None, precision: str = "fp32", *, op
     for key, value in given.items():
         if problem := desc.option_problem(key, value):
             raise PipelineError(problem)
-    return cls(model, precision, **given).load().selected(*requested(backend))
+    return given

@@ -5,37 +5,41 @@ budget (pipeline.quality), and keeps its pick.
 
     pick(backend, model, precision="fp32", scale=None, **opts) -> loaded Backend (why: its selection_reason)
     pick_precision(backend, model, **opts) -> (Backend, why)    `--precision auto`: the fastest within budget
+    stored_pick(backend, model, precision, scale, opts) -> Reused | None   its stored pick while it holds, read
+                                                               from the stores alone (choice.choose's first look)
     faster_line(model, backend, loaded) -> str | None          an fp32 run's hint that auto measured faster here
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import stat
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from pipeline.artifacts.atomic import atomic_write
-from pipeline.artifacts.cache import cache_dir
+from pipeline.artifacts.cache import cache_dir, weights_path, weights_sha256
 from pipeline.artifacts.confine import file_token
 from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.stamp import content_sha256
 from pipeline.backends.auto import create_fixed, measured, pick_auto, time_backend
 from pipeline.backends.base import Backend, check_auto_engine
 from pipeline.backends.decide import Candidate, Facts, decide, size, why
-from pipeline.backends.registry import backend_class, descriptors
+from pipeline.backends.registry import backend_class, descriptors, settled
 from pipeline.errors import PipelineError
-from pipeline.precisions import ARTIFACTS, AUTO, DEFAULT, GAIN_KEPT_MIN, GATE_VERSION, LOWER
+from pipeline.precisions import ARTIFACTS, AUTO, BUDGET_DB, DEFAULT, GAIN_KEPT_MIN, GATE_VERSION, LOWER
 from pipeline.quality import (
     FIDELITY_RULE,
     WHEN,
-    applies,
     finite_number,
     gate,
     kept_text,
     machine,
     record_key,
     run_scale,
-    stored,
+    stored_for,
     within_budget,
 )
 
@@ -51,12 +55,37 @@ def pick(backend: str, model: str | None, precision: str = DEFAULT, *, scale: fl
         PipelineError: one line, for an unknown name or precision, an option the backend does not take, a scale
             that is not a positive number, 'auto' with an engine (check_auto_engine), or a backend that cannot run.
     """
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int | float) or not scale > 0):
-        raise PipelineError(f"scale must be a number above 0, got {scale!r}")
-    check_auto_engine(precision, opts.get("engine"))
+    check_request(precision, scale, opts)
     if precision == AUTO:
         return pick_precision(backend, model, scale=scale, **opts)[0]
     return create_fixed(backend, model, precision, **opts)
+
+
+def check_request(precision: str, scale: float | None, opts: dict) -> None:
+    """Refuses a scale that is not a positive number, and 'auto' with an engine (check_auto_engine): one line."""
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int | float) or not scale > 0):
+        raise PipelineError(f"scale must be a number above 0, got {scale!r}")
+    check_auto_engine(precision, opts.get("engine"))
+
+
+class Reused(NamedTuple):
+    """A stored `--precision auto` pick that still holds, read from the stores alone: the record (select's, with the
+    picked backend's files, run file and settled fields), why it runs, in a few words, and its quality record."""
+
+    pick: dict
+    why: str
+    brief: str
+    quality: dict | None
+
+
+def stored_pick(backend: str, model: str | None, precision: str, scale: float | None, opts: dict) -> Reused | None:
+    """`--precision auto`'s stored pick for this request while it holds (_reuse), nothing loaded; None for a fixed
+    precision or a pick to time (again). Raises PipelineError (one line) for a request check_request refuses."""
+    check_request(precision, scale, opts)
+    if precision != AUTO:
+        return None
+    scale = float(resolve(model, opts.get("onnx")).default_scale if scale is None else scale)
+    return _reuse(_pick_store(model, backend, scale, opts), scale, opts)
 
 
 def candidates(backend: str) -> list[tuple[str, str]]:
@@ -78,9 +107,11 @@ def pick_precision(backend: str, model: str | None, log=None, scale: float | Non
     scale = float(resolve(model, opts.get("onnx")).default_scale if scale is None else scale)
     hooks = {"log": log, "progress": progress, "chatter": chatter}
     path = _pick_store(model, backend, scale, opts)
-    reused = _reuse(path, model, scale, hooks, opts)
-    if reused is not None:
-        return reused
+    reused = _reuse(path, scale, opts)
+    if reused is not None:  # the caller wants it loaded
+        b = create_fixed(reused.pick["backend"], model, reused.pick["precision"], **hooks,
+                         **{**opts, **reused.pick["decided"]})
+        return b.selected(reused.why, reused.brief), reused.why
     facts, loaded = measure_candidates(backend, model, scale, hooks, opts)
     best = decide(facts)
     if best is None:
@@ -89,9 +120,13 @@ def pick_precision(backend: str, model: str | None, log=None, scale: float | Non
     times = ", ".join(f"{c.runs} {c.cost:.0f} ms" for c in sorted(facts.timed(), key=lambda c: c.cost or 0.0))
     chosen = loaded[best.runs]
     judged = gate(chosen, scale, measure=False)
+    run_file = chosen.run_file(scale)
     pick = {"model": chosen.model_name, "request": backend, "scale": scale, "machine": machine(),
             "backend": best.backend, "precision": best.precision, "ms": round(best.cost or 0.0, 2), "size": SIZE,
-            "run_sha256": content_sha256(chosen.run_file(scale)), "times": times,
+            "run_sha256": content_sha256(run_file), "times": times,
+            # what its Choice names, so a later run reuses it from the stores without loading anything (_reuse)
+            "run_file": os.fspath(run_file), "files": [os.fspath(f) for f in chosen.files(scale)],
+            "decided": chosen.decided(),
             "notes": list(facts.notes),
             "gain_kept": judged.gain_kept if judged else None,
             "fp32_ms": round(fp32.cost or 0.0, 2) if fp32 else None,
@@ -162,24 +197,55 @@ def _pick_problem(pick) -> str | None:
     return None
 
 
-def _reuse(path: Path, model: str | None, scale: float, hooks: dict, opts: dict) -> tuple[Backend, str] | None:
-    """The stored pick, loaded, when it still holds: same machine (its key), the picked backend runs the same
-    file at `scale`, and a lower precision's loss there is stored and within budget. None: time them again."""
+def _reuse(path: Path, scale: float, opts: dict) -> Reused | None:
+    """The stored pick when it still holds, checked from the stores alone (nothing loaded): same machine and scale
+    (and key: model, --backend, given file or the model's weights, artifact versions, gate rule); every file it
+    names still a regular file under the artifact cache or the request's own; the file it runs at `scale` the same
+    (its content hash); and a lower precision's quality record, looked up by that file, within budget. None: time
+    them again (a record from an older version, without the files, too)."""
     pick = _load_pick(path)
-    if pick is None or pick["machine"] != machine() or pick.get("scale") != scale:
+    if pick is None or pick["machine"] != machine() or pick.get("scale") != scale or _files_problem(pick, opts) \
+            or pick["decided"] != settled(pick["backend"], pick["precision"], opts):
         return None
     try:
-        b = create_fixed(pick["backend"], model, pick["precision"], **hooks, **opts)
-        if content_sha256(b.run_file(scale)) != pick["run_sha256"]:
+        if content_sha256(pick["run_file"]) != pick["run_sha256"]:
             return None
-    except (PipelineError, OSError):
+    except OSError:
         return None
-    if applies(b) and ((record := stored(b, scale)) is None or not within_budget(record)):
-        return None
+    record = None
+    if pick["precision"] in BUDGET_DB:
+        record = stored_for(pick["model"], pick["backend"], pick["precision"], scale, pick["run_sha256"])
+        if record is None or not within_budget(record):
+            return None
     reason = why(pick, f"{stored_label(pick)}, reused: same file, scale and machine (delete {path} to time them "
-                     "again)")
-    return (b.selected(reason, f"precision auto: {b.precision}, fastest within budget; {stored_label(pick)}"),
-            reason)
+                       "again)")
+    return Reused(pick, reason, f"precision auto: {pick['precision']}, fastest within budget; {stored_label(pick)}",
+                  record)
+
+
+def _files_problem(pick: dict, opts: dict) -> str | None:
+    """Why the files a stored pick names may not be run without loading, or None: each must still be a regular
+    file (not a link) under the artifact cache, one the request gives (--onnx, --weights, --engine), or the model's
+    own weights."""
+    files, decided = pick.get("files"), pick.get("decided")
+    if not isinstance(files, list) or not isinstance(pick.get("run_file"), str) or not isinstance(decided, dict) \
+            or not all(k in ("provider", "float_parts") and isinstance(v, str) for k, v in decided.items()):
+        return "made by an older version"
+    root = Path(os.path.abspath(cache_dir()))  # by name: the cache's own folders may be links (a shared onnx/)
+    own = {os.path.abspath(os.fspath(opts[k])) for k in ("onnx", "weights", "engine") if opts.get(k) is not None}
+    if opts.get("weights") is None and opts.get("onnx") is None and pick.get("model"):
+        with contextlib.suppress(PipelineError):  # the model's own weights (torch runs them)
+            own.add(os.path.abspath(weights_path(pick["model"])))
+    for name in [*files, pick["run_file"]]:
+        if not isinstance(name, str) or not name:
+            return "a file name is damaged"
+        try:
+            regular = stat.S_ISREG(os.lstat(name).st_mode)
+        except OSError:
+            return f"{name} is gone"
+        if not regular or not (Path(os.path.abspath(name)).is_relative_to(root) or os.path.abspath(name) in own):
+            return f"{name} is not a cache file nor the request's"
+    return None
 
 
 def auto_line(backend: str, model: str | None, scale: float | None = None, **opts) -> str:
@@ -187,10 +253,10 @@ def auto_line(backend: str, model: str | None, scale: float | None = None, **opt
     pick while it holds (its file loaded and checked, nothing timed), else what it would time and measure."""
     scale = float(resolve(model, opts.get("onnx")).default_scale if scale is None else scale)
     path = _pick_store(model, backend, scale, opts)
-    reused = _reuse(path, model, scale, {}, opts)
+    reused = _reuse(path, scale, opts)
     if reused is not None:
-        b, reason = reused
-        return f"auto: {b.name} {b.precision} ({stored_label(_load_pick(path))}): {reason}"
+        p = reused.pick
+        return f"auto: {p['backend']} {p['precision']} ({stored_label(p)}): {reused.why}"
     weighs = []
     for name, precision in candidates(backend):
         try:
@@ -213,15 +279,19 @@ def _load_pick(path: Path) -> dict | None:
     return pick if _pick_problem(pick) is None and isinstance(pick.get("machine"), dict) else None
 
 
-def _source(opts: dict) -> str:
-    """The given file a pick is for: an --onnx file's SHA-256, a --weights file's, or the model's own."""
+def _source(model: str | None, opts: dict) -> str:
+    """The given file a pick is for: an --onnx file's SHA-256, a --weights file's, or the model's own weights' (a
+    re-run `make weights` is a new pick: the reused one would name the old weights' export)."""
     for key in ("onnx", "weights"):
         if opts.get(key) is not None:
             try:
                 return f"{key}:{content_sha256(opts[key])}"
             except OSError:
                 return f"{key}:{os.fspath(opts[key])}"
-    return "model"
+    try:
+        return f"model:{weights_sha256(model)}" if model is not None else "model"
+    except PipelineError:  # no weights here: the pick is for what runs instead (a failing run says so)
+        return "model"
 
 
 def _pick_store(model: str | None, backend: str, scale: float, opts: dict) -> Path:
@@ -229,7 +299,7 @@ def _pick_store(model: str | None, backend: str, scale: float, opts: dict) -> Pa
     part of its key: a new int8 recipe (or graph) changes a candidate's speed even when the picked one's file is
     the same, so the candidates are timed again (a bf16 pick had outlived recipe 8's faster int8 file); so is the
     gate's rule (GATE_VERSION): a pick made under an older one is weighed again."""
-    key = record_key({"model": model, "request": backend, "scale": scale, "source": _source(opts),
+    key = record_key({"model": model, "request": backend, "scale": scale, "source": _source(model, opts),
                       "machine": machine(), "artifacts": {a.name: a.version for a in ARTIFACTS.values()},
                       "gate": GATE_VERSION})
     name = file_token(model or "onnx")

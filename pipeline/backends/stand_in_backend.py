@@ -65,6 +65,10 @@ class StandInBackend(Backend):
                weights: Path | None = None) -> BackendStatus:
         return cls.ok("a stand-in device (nearest-neighbour, sleeps for the device's time): measurement only")
 
+    @classmethod
+    def planned_files(cls, model: str, precision: str, scale: float, options: dict) -> list[Path] | None:
+        return []  # it runs no file
+
     def load(self) -> StandInBackend:
         return self
 

@@ -82,8 +82,15 @@ class TorchBackend(Backend):
         return {"weights": self.weights}
 
     def files(self, scale: float) -> list[Path]:
-        """None made: the registered model's weights ship with it, a --weights file is the request's."""
-        return []
+        """The weights file it runs (--weights, or the registered model's): a Ray node may have no `make weights`."""
+        return [self.model_file()]
+
+    @classmethod
+    def planned_files(cls, model: str, precision: str, scale: float, options: dict) -> list[Path] | None:
+        try:
+            return [check_weights(resolve(model), options.get("weights"))]
+        except PipelineError:
+            return None
 
     @classmethod
     def status(cls, spec: ModelSpec, precision: str, *, onnx=None, engine=None, weights=None) -> BackendStatus:

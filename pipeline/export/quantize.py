@@ -711,13 +711,20 @@ def _quantize_static(model, dst: Path, reader, ranges, method: str, skip: list[s
                                        "OpTypesToExcludeOutputQuantization": ["Conv"] if float_outputs else []})
 
 
+def int8_cached(fp32: Path) -> Path | None:
+    """The cached int8 file of `fp32` when its stamp says it is this recipe's file of this fp32 file and its bytes
+    are intact (what int8_file returns without making it), else None."""
+    path = int8_path(Path(fp32))
+    return path if stamp_problem(path, recipe_id(), Path(fp32)) is None else None
+
+
 def int8_file(fp32: Path, scale: float, log=None, progress=None, chatter=None) -> Path:
     """The int8 Q/DQ file of `fp32`, from the cache when its stamp says it is this recipe's file of this fp32 file
     and its bytes are intact, else made now (a few seconds to a minute; needs the export extra for the training
     images' degradation). One process makes it; another asking meanwhile waits and reuses it."""
     fp32 = Path(fp32)
     path = int8_path(fp32)
-    if stamp_problem(path, recipe_id(), fp32) is None:
+    if int8_cached(fp32) is not None:
         return path
     with made_once(path):
         problem = stamp_problem(path, recipe_id(), fp32)  # another process may have made it while we waited

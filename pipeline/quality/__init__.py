@@ -29,6 +29,7 @@ from pipeline.quality.loss import (
     record_problem,
     run_scale,
     stored,
+    stored_for,
     summary,
     verdict,
     within_budget,
@@ -37,4 +38,4 @@ from pipeline.quality.loss import (
 __all__ = ["BUDGET_DB", "FIDELITY_RULE", "GAIN_RULE", "WHEN", "Verdict", "adds_nothing", "applies", "baseline",
            "below_line", "budget", "finite_number", "gain_kept", "gate", "identity", "kept_text", "loss_line",
            "machine", "measure", "model_gain", "precision_loss", "record_key", "record_problem", "run_scale",
-           "stored", "summary", "verdict", "within_budget"]
+           "stored", "stored_for", "summary", "verdict", "within_budget"]

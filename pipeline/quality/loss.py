@@ -3,6 +3,7 @@ and whether it is within the precision's budget (pipeline.precisions). Choosing 
 `--precision auto`'s job (pipeline.backends.select), not this module's.
 
     precision_loss(backend, scale) -> dict   from the store, or measured now (a few seconds) and stored
+    stored_for(model, backend, precision, scale, file_sha256) -> dict | None   the stored record, nothing loaded
     gate(backend, scale) -> Verdict | None   the gate's verdict on a loaded backend (within budget or not, why, the
                                              share of the model's gain over bicubic it keeps): the one public door
     verdict(record) -> Verdict               the same, from a record in hand
@@ -68,9 +69,13 @@ def identity(backend: Backend, scale: float) -> dict:
         The record's identifying fields: the file that runs at `scale` (its SHA-256), backend, precision, scale,
         machine and the gate's rule (a record judged under an older one is measured again).
     """
-    return {"model": backend.model_name, "backend": backend.name, "precision": backend.precision,
-            "scale": float(scale), "file_sha256": content_sha256(backend.run_file(scale)), "machine": machine(),
-            "gate": GATE_VERSION}
+    return _ident(backend.model_name, backend.name, backend.precision, scale,
+                  content_sha256(backend.run_file(scale)))
+
+
+def _ident(model: str, backend: str, precision: str, scale: float, file_sha256: str) -> dict:
+    return {"model": model, "backend": backend, "precision": precision, "scale": float(scale),
+            "file_sha256": file_sha256, "machine": machine(), "gate": GATE_VERSION}
 
 
 def record_key(fields: dict) -> str:
@@ -325,6 +330,21 @@ def stored(backend: Backend, scale: float | None = None) -> dict | None:
     if not applies(backend):
         return None
     ident = identity(backend, run_scale(backend, scale))
+    return _read(_store(ident), ident)[0]
+
+
+def stored_for(model: str, backend: str, precision: str, scale: float, file_sha256: str) -> dict | None:
+    """Reads the record measured earlier for exactly these values, with no backend loaded (a stored pick is checked
+    by them before anything loads).
+
+    Args:
+        model, backend, precision, scale: what ran.
+        file_sha256: the content SHA-256 of the file that ran at `scale` (Backend.run_file's).
+
+    Returns:
+        The record for this machine and gate rule, or None (nothing stored, or a record that does not hold).
+    """
+    ident = _ident(model, backend, precision, scale, file_sha256)
     return _read(_store(ident), ident)[0]
 
 
