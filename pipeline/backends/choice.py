@@ -32,7 +32,7 @@ from pipeline.artifacts.stamp import content_sha256, data_files, stamp_path
 from pipeline.backends.base import Backend
 from pipeline.backends.decide import elsewhere, requested
 from pipeline.backends.descriptor import HOOKS
-from pipeline.backends.registry import backend_class, checked_options, create_named, option_values, settled
+from pipeline.backends.registry import CLASSES, backend_class, checked_options, create_named, option_values, settled
 from pipeline.backends.select import Reused, pick, stored_pick
 from pipeline.engine import sidecar_path
 from pipeline.errors import PipelineError
@@ -271,7 +271,11 @@ def _of_pick(reused: Reused, opts: dict) -> Choice:
 
 def _planned(backend: str, precision: str, model: str | None, scale: float | None, opts: dict) -> Choice | None:
     """The Choice of a named backend at a fixed precision from its files named without loading
-    (Backend.planned_files); None where one is to be made or it cannot run here (loading says why)."""
+    (Backend.planned_files); None where one is to be made, it cannot run here (loading says why), or the request
+    gives its own ONNX file or engine: sr opened that file once and hands the opened object on, so loading it now
+    (handed to the next load) parses it once, where a Choice of plain paths would parse it three times more."""
+    if opts.get("onnx") is not None or opts.get("engine") is not None:
+        return None
     cls = backend_class(backend)
     try:
         checked_options(backend, precision, opts)
@@ -296,8 +300,10 @@ def _weights_named(cls: type[Backend], spec, opts: dict, files) -> dict:
     """`opts` with the weights file a backend that runs the model's own weights (torch) runs named as `weights`, so
     a Ray node loads the copy it is sent rather than its own (a node without `make weights` has none). Not for a
     user's model: its checkpoint or factory brings its weights, and --weights does not apply to it."""
-    desc = getattr(cls, "DESCRIPTOR", None)  # a caller's own Backend class may declare none
-    if desc is None or not desc.runs_weights or "weights" not in desc.option_names() or not files \
+    if cls not in CLASSES.values():  # a caller's own Backend class (it may declare no DESCRIPTOR)
+        return opts
+    desc = cls.DESCRIPTOR
+    if not desc.runs_weights or "weights" not in desc.option_names() or not files \
             or opts.get("weights") is not None or spec.external is not None:
         return opts
     return {**opts, "weights": Path(os.fspath(files[0]))}
