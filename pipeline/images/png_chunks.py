@@ -37,6 +37,12 @@ class Chunk(NamedTuple):
         return view[self.at + 8:self.at + 8 + self.length]
 
 
+def proper_name(kind: bytes) -> bool:
+    """Whether a chunk name is four ASCII letters with the reserved bit (the third letter's bit 5) clear: libpng
+    refuses a file with any other."""
+    return kind.isalpha() and not kind[2] & 0x20
+
+
 def chunks(data: bytes) -> Iterator[Chunk]:
     """Each chunk up to and with the end chunk (a file without one: up to its last whole chunk header)."""
     pos, count, most = 8, 0, max_chunks(len(data))

@@ -10,7 +10,7 @@ import numpy as np
 
 from pipeline.images import png_chunks
 from pipeline.images.container import Damaged
-from pipeline.images.png import OPENCV_CHUNKS, deflate
+from pipeline.images.png import OPENCV_CHUNKS, chunk, crc_matches, deflate
 
 CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}  # samples per pixel of each PNG colour type
 # Adam7's passes: (first column, first row, column step, row step)
@@ -35,11 +35,11 @@ def for_opencv(data: bytes) -> tuple[bytes, list[str]]:
         raise Damaged("damaged PNG: its IDAT chunks are not consecutive")
     for c in found:
         critical, name = not c.kind[0] & 0x20, c.kind.decode("latin-1")
-        if not c.kind.isalpha() or c.kind[2] & 0x20:  # libpng refuses the file
+        if not png_chunks.proper_name(c.kind):  # libpng refuses the file
             raise Damaged(f"PNG chunk name {name!r} is not four letters with the reserved bit clear: a damaged file")
         if critical and c.kind not in png_chunks.CRITICAL:
             raise Damaged(f"PNG with a critical chunk {name!r} no reader knows (PNG requires a reader to refuse it)")
-        if deflate.crc32(c.body(view), deflate.crc32(c.kind)) != struct.unpack_from(">I", data, c.end - 4)[0]:
+        if not crc_matches(data, c.kind, c.body(view), c.end - 4):
             if critical:
                 raise Damaged(f"damaged PNG: its {name} chunk's CRC does not match its data")
             notes.append(f"decoded with warnings: its {name} chunk's CRC does not match (chunk ignored)")
@@ -109,6 +109,4 @@ def _image_data(data: bytes, idat: list) -> bytes | None:
     if not extra:
         return None
     rows = deflate.decompressobj().decompress(b"".join(c.body(view) for c in idat), expected)
-    body = deflate.compress(rows, 0)
-    return struct.pack(">I", len(body)) + png_chunks.IMAGE_DATA + body + struct.pack(
-        ">I", deflate.crc32(body, deflate.crc32(png_chunks.IMAGE_DATA)))
+    return b"".join(chunk(png_chunks.IMAGE_DATA, deflate.compress(rows, 0)))
