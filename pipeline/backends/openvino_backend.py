@@ -25,7 +25,7 @@ from pipeline.artifacts.onnx_file import (
 from pipeline.backends import pixels as px
 from pipeline.backends.base import Backend, BackendStatus, installed
 from pipeline.backends.checks import check_batch
-from pipeline.backends.ort_backend import cached_source, onnx_source_problem
+from pipeline.backends.ort_backend import fp32_source, onnx_source_problem
 from pipeline.errors import PipelineError, check_choice, first_line
 from pipeline.export.cached import onnx_for
 from pipeline.export.quantize import int8_cached, int8_file, int8_path
@@ -328,8 +328,7 @@ class OpenVinoBackend(Backend):
     @classmethod
     def planned_files(cls, model: str, precision: str, scale: float, options: dict) -> list[Path] | None:
         """files(scale) of a load: the fp32 file and, for int8, the cached Q/DQ files (made on a miss: None)."""
-        keep = {k: options[k] for k in ("onnx", "weights", "exporter") if options.get(k) is not None}
-        fp32 = cached_source(model, "fp32", keep) if precision in cls.DESCRIPTOR.precisions else None
+        fp32 = fp32_source(model, options) if precision in cls.DESCRIPTOR.precisions else None
         if fp32 is None:
             return None
         variants = {k: p for k, p in folded_variants(fp32).items() if p.is_file()}

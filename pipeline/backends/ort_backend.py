@@ -239,6 +239,13 @@ def cached_source(model: str, precision: str, options: dict) -> Path | None:
     return path if cached_problem(path) is None else None
 
 
+def fp32_source(model: str, options: dict) -> Path | None:
+    """cached_source of the plain fp32 graph, from the options that name it (onnx, weights, exporter): the file a
+    backend running ONNX Runtime's fp32 export runs (OpenVINO, ort-folded)."""
+    return cached_source(model, "fp32", {k: options[k] for k in ("onnx", "weights", "exporter")
+                                         if options.get(k) is not None})
+
+
 class OrtBackend(Backend):
     PROVIDER = "auto"  # the provider this class runs on; "auto" = the best one present
 

@@ -20,7 +20,7 @@ from pipeline.artifacts.identity import resolve
 from pipeline.artifacts.onnx_file import folded_problem, folded_variants
 from pipeline.backends.base import Backend, BackendStatus
 from pipeline.backends.checks import check_batch
-from pipeline.backends.ort_backend import OrtCpuBackend, cached_source, onnx_source_problem
+from pipeline.backends.ort_backend import OrtCpuBackend, fp32_source, onnx_source_problem
 from pipeline.errors import PipelineError, first_line
 from pipeline.native.ort_session import cpu_session_options
 
@@ -81,8 +81,7 @@ class OrtFoldedBackend(Backend):
         if precision != "fp32" or _folded_problem(resolve(model, options.get("onnx")), options.get("onnx"),
                                                   options.get("weights")):
             return None
-        keep = {k: options[k] for k in ("onnx", "weights", "exporter") if options.get(k) is not None}
-        return [path] if (path := cached_source(model, "fp32", keep)) is not None else None
+        return [path] if (path := fp32_source(model, options)) is not None else None
 
     def load(self) -> OrtFoldedBackend:
         self.onnx_file = self.plain.resolve_onnx()  # checked against the model; exported into the cache if missing
